@@ -1,0 +1,234 @@
+// ffn — the Transformer's position-wise feed-forward sublayer.
+//
+//   FFN(x) = f(x W1ᵀ + b1) W2ᵀ + b2                      (plain:  relu, gelu, gelu_tanh, silu)
+//   FFN(x) = (act(x Wgᵀ + bg) ⊙ (x W1ᵀ + b1)) W2ᵀ + b2   (gated:  swiglu, geglu, reglu)
+//
+// applied to every token independently with the same weights, wrapped in
+//   norm none:  y = Dropout(FFN(x))
+//   norm post:  y = Norm(x + Dropout(FFN(x)))     (the paper)
+//   norm pre:   y = x + Dropout(FFN(Norm(x)))
+// where Norm is LayerNorm (γ, β; biased variance, as PyTorch) or RMSNorm (γ).
+// Dropout applies to the hidden activation (p = dropout_hidden) and to the
+// FFN output (p = dropout_output), in training mode only, with inverted
+// scaling 1/(1-p). Its mask is a pure function of (seed, element position), so
+// it is the same for any thread count or blocking and backward regenerates it.
+//
+// Weights use PyTorch nn.Linear layout (W1 is [d_ff, d_model], W2 is
+// [d_model, d_ff]) and all tensors are float32, row-major (C order).
+//
+// Every error caused by the caller's input (shapes, files, options) is thrown
+// as ffn::Error with a one-line message naming the file, tensor or option and
+// what was expected.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ffn {
+
+// Bad input (file, shape, option). The message is one line, suitable to show as is.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class Activation { relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu };
+enum class NormPlacement { none, post, pre };
+enum class NormType { layernorm, rmsnorm };
+// tokens: input [T, d_model] or [B, S, d_model].  ncw: [B, d_model, S] (or
+// [d_model, S]), the Conv1d(kernel_size=1) view; the output has the input's layout.
+enum class Layout { tokens, ncw };
+
+std::string_view to_string(Activation a);
+std::string_view to_string(NormPlacement p);
+std::string_view to_string(NormType t);
+std::string_view to_string(Layout l);
+// Parse the names above ("relu", "gelu_tanh", "post", "rmsnorm", "ncw", ...);
+// throw Error naming `what` (e.g. "--activation") on an unknown value.
+Activation parse_activation(std::string_view s, std::string_view what = "activation");
+NormPlacement parse_norm_placement(std::string_view s, std::string_view what = "norm");
+NormType parse_norm_type(std::string_view s, std::string_view what = "norm type");
+Layout parse_layout(std::string_view s, std::string_view what = "layout");
+// swiglu, geglu and reglu have a gate projection Wg.
+bool is_gated(Activation a);
+
+struct Config {
+  int64_t d_model = 512;
+  int64_t d_ff = 2048;
+  Activation activation = Activation::relu;
+  bool bias = true;  // false: no b1, bg, b2 (LLaMA style); norm β is unaffected
+  NormPlacement norm = NormPlacement::post;
+  NormType norm_type = NormType::layernorm;
+  float eps = 1e-5f;
+  float dropout_hidden = 0.0f;  // p after the activation, training mode only
+  float dropout_output = 0.0f;  // p after W2, before the residual, training mode only
+
+  // Throws Error if a field is out of range (dims < 1, eps <= 0, p outside [0, 1]).
+  void validate() const;
+};
+
+// The layer's parameters, float32, PyTorch layout. Empty vectors for absent
+// parameters (no bias, not gated, no norm, no β for RMSNorm).
+struct Weights {
+  std::vector<float> w1, b1;                   // linear1 (up_proj): [d_ff, d_model], [d_ff]
+  std::vector<float> wg, bg;                   // gate (gate_proj):   [d_ff, d_model], [d_ff]
+  std::vector<float> w2, b2;                   // linear2 (down_proj): [d_model, d_ff], [d_model]
+  std::vector<float> norm_weight, norm_bias;   // γ, β: [d_model]
+
+  // Zero-filled parameters of the right sizes for `cfg` (e.g. for gradients).
+  static Weights zeros(const Config& cfg);
+};
+
+// Where each parameter lives in a safetensors file (full names, prefix
+// included); empty for a parameter the layer does not have.
+struct TensorNames {
+  std::string w1, b1, wg, bg, w2, b2, norm_weight, norm_bias;
+  // Names of this project's own format: linear1.*, gate.*, linear2.*, norm.*.
+  static TensorNames native(const Config& cfg, const std::string& prefix = "");
+};
+
+// Describes the input buffer.
+struct Shape {
+  int64_t batch = 1;              // B
+  int64_t seq = 0;                // S, positions per sequence
+  Layout layout = Layout::tokens; // tokens: [B, S, d_model]; ncw: [B, d_model, S]
+  // Optional B valid lengths (0 <= len <= S). Positions s >= lengths[b] are
+  // padding: never computed, never read, written as zeros in y and dx.
+  std::vector<int64_t> lengths;
+
+  static Shape tokens(int64_t t) { return Shape{1, t, Layout::tokens, {}}; }
+  int64_t positions() const { return batch * seq; }
+};
+
+// Which implementation runs. `automatic` is the fastest available path; the
+// reference is the scalar oracle every fast path is tested against.
+enum class Path { automatic, reference };
+
+struct RunOptions {
+  bool training = false;  // dropout active (and a ForwardCache may be filled)
+  uint64_t seed = 0;      // dropout mask seed
+  int threads = 0;        // 0: all hardware threads
+  Path path = Path::automatic;
+};
+
+// What forward saves for backward (filled when a cache is passed to forward):
+//   z1  [N, d_ff]   pre-activation x W1ᵀ + b1 of every valid token (N = valid tokens)
+//   zg  [N, d_ff]   gate pre-activation (gated activations only)
+//   mean, rstd [N]  statistics of the normalized vector (x for pre, x + o for post;
+//                   mean is unused by RMSNorm)
+//   xhat [N, d_model]  normalized x + o (post only; γ may be zero, so y alone is not enough)
+// plus the run options (training, seed) so backward regenerates the same dropout masks.
+// The hidden activation, the masks and the pre-LN normalized input are recomputed.
+class ForwardCache {
+ public:
+  ForwardCache();
+  ~ForwardCache();
+  ForwardCache(ForwardCache&&) noexcept;
+  ForwardCache& operator=(ForwardCache&&) noexcept;
+  struct Data;
+  Data& data();
+  const Data& data() const;
+  // Bytes held, for users who budget memory.
+  size_t bytes() const;
+
+ private:
+  std::unique_ptr<Data> data_;
+};
+
+struct LoadOptions {
+  std::string prefix;  // e.g. "encoder.layers.0." (a trailing '.' is added if missing)
+  // Override the file's settings (its __metadata__, or what its tensors imply).
+  std::optional<Activation> activation;
+  std::optional<NormPlacement> norm;
+  std::optional<NormType> norm_type;
+  std::optional<float> eps;
+  float dropout_hidden = 0.0f;
+  float dropout_output = 0.0f;
+};
+
+class Layer {
+ public:
+  // Deterministic PyTorch-style initialization: nn.Linear weights and biases
+  // ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), γ = 1, β = 0. Same seed, same weights.
+  Layer(const Config& cfg, uint64_t seed);
+  // Takes the given weights; throws Error if a size does not match cfg.
+  Layer(const Config& cfg, Weights weights);
+
+  // Reads a safetensors file: this project's names, PyTorch
+  // TransformerEncoderLayer names (linear1, linear2, norm2) or Hugging Face
+  // LLaMA names (mlp.gate_proj, mlp.up_proj, mlp.down_proj,
+  // post_attention_layernorm). d_model, d_ff, gated and bias come from the
+  // shapes; activation, norm and eps from __metadata__ unless overridden.
+  static Layer load(const std::string& path, const LoadOptions& opts = {});
+  // Writes this project's format (F32) with the settings in __metadata__,
+  // atomically (temporary file + rename).
+  void save(const std::string& path) const;
+  // Writes gradients under the names the weights were loaded from.
+  void save_gradients(const std::string& path, const Weights& grads) const;
+
+  const Config& config() const { return cfg_; }
+  const Weights& weights() const { return w_; }
+  const TensorNames& names() const { return names_; }
+  // Replace the parameters (same sizes), e.g. after an optimizer step.
+  void set_weights(Weights w);
+  // Change dropout probabilities (validated).
+  void set_dropout(float hidden, float output);
+
+  // y = layer(x). x and y are caller-owned buffers of shape.positions() * d_model
+  // floats in shape.layout; they must not overlap. With a cache, what
+  // backward needs is saved in it.
+  void forward(const float* x, float* y, const Shape& shape, const RunOptions& opts = {},
+               ForwardCache* cache = nullptr) const;
+  // Given the forward's x, its cache and dL/dy, writes dL/dx into dx (same
+  // layout as x) and overwrites every field of grads with dL/dparameter.
+  void backward(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
+                float* dx, Weights& grads, const RunOptions& opts = {}) const;
+
+  // Floating-point operations of one forward call on t tokens (2 per multiply-add).
+  double forward_flops(int64_t t) const;
+
+ private:
+  Config cfg_;
+  Weights w_;
+  TensorNames names_;
+  std::shared_ptr<const void> packed_;  // fast-path weight layout, built once
+  void prepare();
+};
+
+// ---- files --------------------------------------------------------------
+
+// A float32 array read from or written to NumPy .npy (C order, little endian).
+struct Array {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+  int64_t numel() const;
+};
+// Reads float32 ('<f4'); `what` names the array in errors (defaults to the path).
+Array read_npy(const std::string& path);
+// Reads an integer array ('<i4' or '<i8'), e.g. sequence lengths.
+std::vector<int64_t> read_npy_int(const std::string& path, std::vector<int64_t>* shape = nullptr);
+// Atomic write (temporary file in the same directory, then rename).
+void write_npy(const std::string& path, const Array& a);
+
+// A tensor of a safetensors file, converted to float32.
+struct NamedTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+struct SafetensorsFile {
+  std::map<std::string, NamedTensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+// Reads every tensor (F32, F16, BF16, F64 are converted to float32).
+SafetensorsFile read_safetensors(const std::string& path);
+// Writes F32 tensors and metadata, atomically.
+void write_safetensors(const std::string& path, const SafetensorsFile& f);
+
+}  // namespace ffn

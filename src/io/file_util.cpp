@@ -1,0 +1,104 @@
+#include "io/file_util.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "ffn/ffn.hpp"
+
+namespace ffn::io {
+
+std::string errno_text() { return std::strerror(errno); }
+
+InputFile::InputFile(const std::string& path) : path_(path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": cannot open: is a directory");
+  f_ = std::fopen(path.c_str(), "rb");
+  if (!f_) throw Error(path + ": cannot open: " + errno_text());
+  if (std::fseek(f_, 0, SEEK_END) != 0) throw Error(path + ": cannot seek: " + errno_text());
+  long end = std::ftell(f_);
+  if (end < 0) throw Error(path + ": cannot tell size: " + errno_text());
+  size_ = static_cast<uint64_t>(end);
+}
+
+InputFile::~InputFile() {
+  if (f_) std::fclose(f_);
+}
+
+void InputFile::read_at(uint64_t offset, void* dst, uint64_t n, const char* what) const {
+  if (offset > size_ || n > size_ - offset) {
+    throw Error(path_ + ": file too short for " + what + " (needs bytes " + std::to_string(offset) +
+                ".." + std::to_string(offset + n) + ", file has " + std::to_string(size_) + ")");
+  }
+  if (n == 0) return;
+  if (fseeko(f_, static_cast<off_t>(offset), SEEK_SET) != 0 ||
+      std::fread(dst, 1, n, f_) != n) {
+    throw Error(path_ + ": cannot read " + what + ": " + errno_text());
+  }
+}
+
+void write_all(std::FILE* f, const void* data, size_t n, const std::string& path) {
+  if (n && std::fwrite(data, 1, n, f) != n) throw Error(path + ": cannot write: " + errno_text());
+}
+
+void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& body) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  std::error_code ec;
+  if (fs::is_directory(target, ec)) throw Error(path + ": cannot write: is a directory");
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec)) throw Error(path + ": cannot write: directory '" + dir.string() + "' does not exist");
+  std::string tmpl = (dir / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  int fd = mkstemp(name.data());
+  if (fd < 0) throw Error(path + ": cannot create a temporary file in '" + dir.string() + "': " + errno_text());
+  std::string tmp(name.data());
+  std::FILE* f = fdopen(fd, "wb");
+  if (!f) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(path + ": cannot write: " + errno_text());
+  }
+  try {
+    body(f);
+    if (std::fflush(f) != 0 || fsync(fileno(f)) != 0) throw Error(path + ": cannot write: " + errno_text());
+  } catch (...) {
+    std::fclose(f);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (std::fclose(f) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(path + ": cannot write: " + errno_text());
+  }
+  // mkstemp creates 0600; give the file the usual permissions (umask applied).
+  mode_t mask = umask(0);
+  umask(mask);
+  ::chmod(tmp.c_str(), 0666 & ~mask);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    throw Error(path + ": cannot write: " + why);
+  }
+}
+
+uint64_t checked_product(const int64_t* dims, size_t n, uint64_t limit, const std::string& what) {
+  uint64_t p = 1;
+  for (size_t i = 0; i < n; ++i) {
+    if (dims[i] < 0) throw Error(what + ": negative dimension " + std::to_string(dims[i]));
+    uint64_t d = static_cast<uint64_t>(dims[i]);
+    if (d != 0 && p > limit / d) throw Error(what + ": dimension product overflows (shape too large)");
+    p *= d;
+  }
+  return p;
+}
+
+}  // namespace ffn::io

@@ -1,0 +1,47 @@
+// Small file helpers shared by the readers and writers: whole-file reads with
+// clear errors, and atomic writes (temporary file in the same directory,
+// fsync, rename) so an existing file is never truncated before the new one is
+// complete and a failed write leaves nothing behind.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+
+namespace ffn::io {
+
+// strerror(errno) as a std::string.
+std::string errno_text();
+
+// An open read-only file; throws ffn::Error("<path>: cannot open: <reason>").
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  // Reads exactly n bytes at offset; throws Error naming `what` if the file is shorter.
+  void read_at(uint64_t offset, void* dst, uint64_t n, const char* what) const;
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// Calls body(file) on a new temporary file beside `path`, then flushes, syncs
+// and renames it over `path`. On any failure the temporary file is removed
+// and the original `path` (if any) is untouched.
+void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& body);
+
+// fwrite that throws Error naming `path` on a short write.
+void write_all(std::FILE* f, const void* data, size_t n, const std::string& path);
+
+// Multiplies non-negative dims, throwing Error(what + ": dimension product overflows")
+// if the product exceeds limit.
+uint64_t checked_product(const int64_t* dims, size_t n, uint64_t limit, const std::string& what);
+
+}  // namespace ffn::io

@@ -1,0 +1,202 @@
+#include "io/safetensors.hpp"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "ffn/ffn.hpp"
+
+namespace ffn::io {
+namespace {
+
+[[noreturn]] void bad(const std::string& path, const std::string& why) {
+  throw Error(path + ": not a valid safetensors file: " + why);
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+}  // namespace
+
+int dtype_size(const std::string& d) {
+  if (d == "F64" || d == "I64" || d == "U64") return 8;
+  if (d == "F32" || d == "I32" || d == "U32") return 4;
+  if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
+  if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
+  return 0;
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while ((man & 0x400) == 0);
+      bits = sign | (uint32_t(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float bf16_to_float(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path) {
+  if (file_.size() < 8) bad(path, "file is shorter than the 8-byte header length");
+  unsigned char len8[8];
+  file_.read_at(0, len8, 8, "header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len8[i];
+  if (n > kSafetensorsMaxHeader) bad(path, "header length " + std::to_string(n) + " exceeds the 100 MB limit");
+  if (n > file_.size() - 8) {
+    bad(path, "header length " + std::to_string(n) + " exceeds the file size " + std::to_string(file_.size()));
+  }
+  std::string text(n, '\0');
+  file_.read_at(8, text.data(), n, "header");
+  data_start_ = 8 + n;
+  const uint64_t data_size = file_.size() - data_start_;
+
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad(path, "header is not valid JSON");
+  if (!j.is_object()) bad(path, "header is not a JSON object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& name = it.key();
+    const nlohmann::json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) bad(path, "__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) bad(path, "__metadata__ value of '" + m.key() + "' is not a string");
+        metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "'";
+    if (!v.is_object()) bad(path, where + " is not an object");
+    if (!v.contains("dtype") || !v["dtype"].is_string()) bad(path, where + " has no string 'dtype'");
+    if (!v.contains("shape") || !v["shape"].is_array()) bad(path, where + " has no 'shape' array");
+    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+      bad(path, where + " has no 'data_offsets' pair");
+    TensorInfo t;
+    t.dtype = v["dtype"].get<std::string>();
+    int size = dtype_size(t.dtype);
+    if (size == 0) bad(path, where + " has unknown dtype '" + t.dtype + "'");
+    if (v["shape"].size() > 64) bad(path, where + " has too many dimensions");
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_integer()) bad(path, where + " has a non-integer dimension");
+      if (d.is_number_unsigned()) {
+        uint64_t u = d.get<uint64_t>();
+        if (u > (1ull << 62)) bad(path, where + " has a huge dimension " + std::to_string(u));
+        t.shape.push_back(static_cast<int64_t>(u));
+      } else {
+        int64_t s = d.get<int64_t>();
+        if (s < 0) bad(path, where + " has a negative dimension " + std::to_string(s));
+        t.shape.push_back(s);
+      }
+    }
+    for (const auto& o : v["data_offsets"]) {
+      if (!o.is_number_unsigned()) bad(path, where + " has a non-integer or negative data offset");
+    }
+    t.begin = v["data_offsets"][0].get<uint64_t>();
+    t.end = v["data_offsets"][1].get<uint64_t>();
+    if (t.begin > t.end) bad(path, where + " has data_offsets begin > end");
+    if (t.end > data_size) {
+      bad(path, where + " data_offsets end " + std::to_string(t.end) + " is past the data section (" +
+                    std::to_string(data_size) + " bytes)");
+    }
+    t.numel = checked_product(t.shape.data(), t.shape.size(), (1ull << 62) / uint64_t(size),
+                              path + ": " + where);
+    if (t.numel * uint64_t(size) != t.end - t.begin) {
+      bad(path, where + " shape " + shape_str(t.shape) + " x " + t.dtype + " needs " +
+                    std::to_string(t.numel * uint64_t(size)) + " bytes, data_offsets give " +
+                    std::to_string(t.end - t.begin));
+    }
+    tensors_[name] = std::move(t);
+  }
+}
+
+const TensorInfo& SafetensorsReader::info(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error(path() + ": tensor '" + name + "' not found");
+  return it->second;
+}
+
+std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  std::vector<float> out(t.numel);
+  const uint64_t bytes = t.end - t.begin;
+  const std::string what = "tensor '" + name + "'";
+  if (t.dtype == "F32") {
+    file_.read_at(data_start_ + t.begin, out.data(), bytes, what.c_str());
+  } else if (t.dtype == "F16" || t.dtype == "BF16") {
+    std::vector<uint16_t> raw(t.numel);
+    file_.read_at(data_start_ + t.begin, raw.data(), bytes, what.c_str());
+    const bool bf = t.dtype == "BF16";
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = bf ? bf16_to_float(raw[i]) : half_to_float(raw[i]);
+  } else if (t.dtype == "F64") {
+    std::vector<double> raw(t.numel);
+    file_.read_at(data_start_ + t.begin, raw.data(), bytes, what.c_str());
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = static_cast<float>(raw[i]);
+  } else {
+    throw Error(path() + ": " + what + " has dtype " + t.dtype + ", expected F32, BF16, F16 or F64");
+  }
+  return out;
+}
+
+}  // namespace ffn::io
+
+namespace ffn {
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  io::SafetensorsReader r(path);
+  SafetensorsFile f;
+  f.metadata = r.metadata();
+  for (const auto& [name, info] : r.tensors()) f.tensors[name] = NamedTensor{info.shape, r.read_f32(name)};
+  return f;
+}
+
+void write_safetensors(const std::string& path, const SafetensorsFile& f) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, t] : f.tensors) {
+    if (name == "__metadata__") throw Error(path + ": '__metadata__' cannot be a tensor name");
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+    if (numel != t.data.size()) throw Error(path + ": tensor '" + name + "' data does not match its shape");
+    header[name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + numel * 4}}};
+    offset += numel * 4;
+  }
+  if (!f.metadata.empty()) header["__metadata__"] = f.metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+  io::write_file_atomic(path, [&](std::FILE* out) {
+    unsigned char len8[8];
+    uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i) len8[i] = static_cast<unsigned char>(n >> (8 * i));
+    io::write_all(out, len8, 8, path);
+    io::write_all(out, text.data(), text.size(), path);
+    for (const auto& [name, t] : f.tensors) io::write_all(out, t.data.data(), t.data.size() * 4, path);
+  });
+}
+
+}  // namespace ffn
+

@@ -1,0 +1,52 @@
+// safetensors: an 8-byte little-endian header length N, N bytes of JSON
+//   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]},
+//    "__metadata__": {"key": "value"}}
+// then the tensor bytes, offsets relative to the end of the header.
+// The reader validates the whole header against the real file size before
+// reading or allocating anything, and reads only the tensors asked for.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/file_util.hpp"
+
+namespace ffn::io {
+
+// The format's own cap on the header (100 MB).
+constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
+
+struct TensorInfo {
+  std::string dtype;            // "F32", "BF16", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte range within the data section
+  uint64_t numel = 0;
+};
+
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+  const std::string& path() const { return file_.path(); }
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;
+  // The tensor converted to float32 (from F32, F16, BF16 or F64); throws Error otherwise.
+  std::vector<float> read_f32(const std::string& name) const;
+  const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  InputFile file_;
+  uint64_t data_start_ = 0;
+  std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Bytes per element of a safetensors dtype, or 0 if unknown.
+int dtype_size(const std::string& dtype);
+// IEEE half and bfloat16 to float.
+float half_to_float(uint16_t h);
+float bf16_to_float(uint16_t h);
+
+}  // namespace ffn::io

@@ -1,0 +1,386 @@
+// The public Layer: validation, initialization, the layouts and padding
+// (gathering valid tokens into contiguous rows), and dispatch between the
+// fused path and the reference.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "ffn/ffn.hpp"
+#include "nn/fused_forward.hpp"
+#include "nn/init.hpp"
+#include "nn/philox.hpp"
+#include "reference/ffn_reference.hpp"
+
+namespace ffn {
+
+// ---- names ------------------------------------------------------------------
+
+namespace {
+template <typename E, size_t N>
+E parse_enum(std::string_view s, std::string_view what, const std::pair<const char*, E> (&table)[N]) {
+  for (const auto& [name, value] : table)
+    if (s == name) return value;
+  std::string expected;
+  for (size_t i = 0; i < N; ++i) expected += (i ? (i + 1 == N ? " or " : ", ") : "") + std::string(table[i].first);
+  throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected " + expected);
+}
+
+constexpr std::pair<const char*, Activation> kActivations[] = {
+    {"relu", Activation::relu},     {"gelu", Activation::gelu},     {"gelu_tanh", Activation::gelu_tanh},
+    {"silu", Activation::silu},     {"swiglu", Activation::swiglu}, {"geglu", Activation::geglu},
+    {"reglu", Activation::reglu}};
+constexpr std::pair<const char*, NormPlacement> kPlacements[] = {
+    {"post", NormPlacement::post}, {"pre", NormPlacement::pre}, {"none", NormPlacement::none}};
+constexpr std::pair<const char*, NormType> kNormTypes[] = {{"layernorm", NormType::layernorm},
+                                                           {"rmsnorm", NormType::rmsnorm}};
+constexpr std::pair<const char*, Layout> kLayouts[] = {{"tokens", Layout::tokens}, {"ncw", Layout::ncw}};
+
+template <typename E, size_t N>
+std::string_view name_of(E v, const std::pair<const char*, E> (&table)[N]) {
+  for (const auto& [name, value] : table)
+    if (v == value) return name;
+  return "?";
+}
+}  // namespace
+
+std::string_view to_string(Activation a) { return name_of(a, kActivations); }
+std::string_view to_string(NormPlacement p) { return name_of(p, kPlacements); }
+std::string_view to_string(NormType t) { return name_of(t, kNormTypes); }
+std::string_view to_string(Layout l) { return name_of(l, kLayouts); }
+Activation parse_activation(std::string_view s, std::string_view what) { return parse_enum(s, what, kActivations); }
+NormPlacement parse_norm_placement(std::string_view s, std::string_view what) {
+  return parse_enum(s, what, kPlacements);
+}
+NormType parse_norm_type(std::string_view s, std::string_view what) { return parse_enum(s, what, kNormTypes); }
+Layout parse_layout(std::string_view s, std::string_view what) { return parse_enum(s, what, kLayouts); }
+
+bool is_gated(Activation a) {
+  return a == Activation::swiglu || a == Activation::geglu || a == Activation::reglu;
+}
+
+// ---- config and weights -----------------------------------------------------
+
+// Sizes large enough for any real model, small enough that d_model * d_ff
+// and T * d_ff never overflow int64 arithmetic.
+constexpr int64_t kMaxDim = int64_t(1) << 24;
+
+void Config::validate() const {
+  if (d_model < 1 || d_model > kMaxDim) throw Error("d_model must be in [1, 2^24], got " + std::to_string(d_model));
+  if (d_ff < 1 || d_ff > kMaxDim) throw Error("d_ff must be in [1, 2^24], got " + std::to_string(d_ff));
+  if (!(eps > 0.0f) || !std::isfinite(eps)) throw Error("eps must be a positive number, got " + std::to_string(eps));
+  if (!(dropout_hidden >= 0.0f && dropout_hidden <= 1.0f))
+    throw Error("hidden dropout probability must be in [0, 1], got " + std::to_string(dropout_hidden));
+  if (!(dropout_output >= 0.0f && dropout_output <= 1.0f))
+    throw Error("output dropout probability must be in [0, 1], got " + std::to_string(dropout_output));
+}
+
+Weights Weights::zeros(const Config& cfg) {
+  const size_t d = size_t(cfg.d_model), F = size_t(cfg.d_ff);
+  const bool gated = is_gated(cfg.activation);
+  const bool norm = cfg.norm != NormPlacement::none;
+  Weights w;
+  w.w1.assign(F * d, 0.0f);
+  w.w2.assign(d * F, 0.0f);
+  if (gated) w.wg.assign(F * d, 0.0f);
+  if (cfg.bias) {
+    w.b1.assign(F, 0.0f);
+    w.b2.assign(d, 0.0f);
+    if (gated) w.bg.assign(F, 0.0f);
+  }
+  if (norm) {
+    w.norm_weight.assign(d, 0.0f);
+    if (cfg.norm_type == NormType::layernorm) w.norm_bias.assign(d, 0.0f);
+  }
+  return w;
+}
+
+TensorNames TensorNames::native(const Config& cfg, const std::string& prefix) {
+  TensorNames n;
+  const bool gated = is_gated(cfg.activation);
+  n.w1 = prefix + "linear1.weight";
+  n.w2 = prefix + "linear2.weight";
+  if (gated) n.wg = prefix + "gate.weight";
+  if (cfg.bias) {
+    n.b1 = prefix + "linear1.bias";
+    n.b2 = prefix + "linear2.bias";
+    if (gated) n.bg = prefix + "gate.bias";
+  }
+  if (cfg.norm != NormPlacement::none) {
+    n.norm_weight = prefix + "norm.weight";
+    if (cfg.norm_type == NormType::layernorm) n.norm_bias = prefix + "norm.bias";
+  }
+  return n;
+}
+
+namespace {
+
+void check_size(const std::vector<float>& v, size_t expected, const char* name) {
+  if (v.size() != expected) {
+    throw Error(std::string("weights: ") + name + " has " + std::to_string(v.size()) + " elements, expected " +
+                std::to_string(expected));
+  }
+}
+
+void check_weights(const Config& cfg, const Weights& w) {
+  const Weights z = Weights::zeros(cfg);
+  check_size(w.w1, z.w1.size(), "w1 (linear1.weight)");
+  check_size(w.b1, z.b1.size(), "b1 (linear1.bias)");
+  check_size(w.wg, z.wg.size(), "wg (gate.weight)");
+  check_size(w.bg, z.bg.size(), "bg (gate.bias)");
+  check_size(w.w2, z.w2.size(), "w2 (linear2.weight)");
+  check_size(w.b2, z.b2.size(), "b2 (linear2.bias)");
+  check_size(w.norm_weight, z.norm_weight.size(), "norm_weight (norm.weight)");
+  check_size(w.norm_bias, z.norm_bias.size(), "norm_bias (norm.bias)");
+}
+
+// PyTorch nn.Linear's distribution: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
+// weight and bias, drawn from Philox (tensor id in the high bits of the index).
+void fill_uniform(std::vector<float>& v, float bound, uint64_t seed, uint64_t tensor_id) {
+  nn::fill_uniform(v.data(), v.size(), bound, seed, tensor_id);
+}
+
+}  // namespace
+
+Layer::Layer(const Config& cfg, uint64_t seed) : cfg_(cfg) {
+  cfg_.validate();
+  w_ = Weights::zeros(cfg_);
+  const float b_in = 1.0f / std::sqrt(float(cfg_.d_model));
+  const float b_hidden = 1.0f / std::sqrt(float(cfg_.d_ff));
+  fill_uniform(w_.w1, b_in, seed, 1);
+  fill_uniform(w_.b1, b_in, seed, 2);
+  fill_uniform(w_.wg, b_in, seed, 3);
+  fill_uniform(w_.bg, b_in, seed, 4);
+  fill_uniform(w_.w2, b_hidden, seed, 5);
+  fill_uniform(w_.b2, b_hidden, seed, 6);
+  std::fill(w_.norm_weight.begin(), w_.norm_weight.end(), 1.0f);
+  std::fill(w_.norm_bias.begin(), w_.norm_bias.end(), 0.0f);
+  names_ = TensorNames::native(cfg_);
+  prepare();
+}
+
+Layer::Layer(const Config& cfg, Weights weights) : cfg_(cfg), w_(std::move(weights)) {
+  cfg_.validate();
+  check_weights(cfg_, w_);
+  names_ = TensorNames::native(cfg_);
+  prepare();
+}
+
+void Layer::prepare() {
+  packed_ = std::make_shared<nn::PackedWeights>(nn::PackedWeights::pack(cfg_, w_));
+}
+
+void Layer::set_weights(Weights w) {
+  check_weights(cfg_, w);
+  w_ = std::move(w);
+  prepare();
+}
+
+void Layer::set_dropout(float hidden, float output) {
+  Config c = cfg_;
+  c.dropout_hidden = hidden;
+  c.dropout_output = output;
+  c.validate();
+  cfg_ = c;
+}
+
+double Layer::forward_flops(int64_t t) const {
+  const double per_token = 2.0 * double(cfg_.d_model) * double(cfg_.d_ff) * (is_gated(cfg_.activation) ? 3 : 2);
+  return per_token * double(t);
+}
+
+// ---- forward cache ------------------------------------------------------------
+
+struct ForwardCache::Data {
+  bool filled = false;
+  int64_t d_model = 0, d_ff = 0, positions = 0;
+  bool training = false;
+  uint64_t seed = 0;
+  std::vector<int64_t> pos;  // global positions of the valid tokens
+  std::vector<float> z1, zg, mean, rstd, xhat;
+};
+
+ForwardCache::ForwardCache() : data_(std::make_unique<Data>()) {}
+ForwardCache::~ForwardCache() = default;
+ForwardCache::ForwardCache(ForwardCache&&) noexcept = default;
+ForwardCache& ForwardCache::operator=(ForwardCache&&) noexcept = default;
+ForwardCache::Data& ForwardCache::data() { return *data_; }
+const ForwardCache::Data& ForwardCache::data() const { return *data_; }
+size_t ForwardCache::bytes() const {
+  const Data& d = *data_;
+  return d.pos.size() * 8 + (d.z1.size() + d.zg.size() + d.mean.size() + d.rstd.size() + d.xhat.size()) * 4;
+}
+
+// ---- forward and backward ----------------------------------------------------
+
+namespace {
+
+// Global positions (b * S + s) of the valid tokens, in order.
+std::vector<int64_t> valid_positions(const Shape& s) {
+  if (s.batch < 1) throw Error("shape: batch must be >= 1, got " + std::to_string(s.batch));
+  if (s.seq < 0) throw Error("shape: sequence length must be >= 0, got " + std::to_string(s.seq));
+  if (!s.lengths.empty() && int64_t(s.lengths.size()) != s.batch) {
+    throw Error("lengths: expected " + std::to_string(s.batch) + " lengths (one per sequence), got " +
+                std::to_string(s.lengths.size()));
+  }
+  std::vector<int64_t> pos;
+  pos.reserve(size_t(s.positions()));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    int64_t len = s.seq;
+    if (!s.lengths.empty()) {
+      len = s.lengths[size_t(b)];
+      if (len < 0 || len > s.seq) {
+        throw Error("lengths: sequence " + std::to_string(b) + " has length " + std::to_string(len) +
+                    ", expected 0.." + std::to_string(s.seq));
+      }
+    }
+    for (int64_t i = 0; i < len; ++i) pos.push_back(b * s.seq + i);
+  }
+  return pos;
+}
+
+// Offset and stride (in floats) of feature j of position p in the user's buffer.
+struct Addressing {
+  int64_t d, S;
+  Layout layout;
+  int64_t base(int64_t p) const {  // position p = b * S + s
+    if (layout == Layout::tokens) return p * d;
+    const int64_t b = p / S, s = p % S;
+    return b * d * S + s;
+  }
+  int64_t stride() const { return layout == Layout::tokens ? 1 : S; }
+};
+
+// True when the valid tokens are exactly the buffer's rows, in order.
+bool contiguous(const Shape& s, const std::vector<int64_t>& pos) {
+  return s.layout == Layout::tokens && int64_t(pos.size()) == s.positions();
+}
+
+void gather(const float* src, const Addressing& a, const std::vector<int64_t>& pos, float* dst) {
+  const int64_t st = a.stride();
+  for (size_t i = 0; i < pos.size(); ++i) {
+    const float* p = src + a.base(pos[i]);
+    for (int64_t j = 0; j < a.d; ++j) dst[i * size_t(a.d) + size_t(j)] = p[j * st];
+  }
+}
+
+// Writes rows to their positions and zeros to the padding positions.
+void scatter(const float* rows, const Addressing& a, const std::vector<int64_t>& pos, int64_t positions,
+             float* dst) {
+  std::fill(dst, dst + positions * a.d, 0.0f);
+  const int64_t st = a.stride();
+  for (size_t i = 0; i < pos.size(); ++i) {
+    float* p = dst + a.base(pos[i]);
+    for (int64_t j = 0; j < a.d; ++j) p[j * st] = rows[i * size_t(a.d) + size_t(j)];
+  }
+}
+
+int thread_count(const RunOptions& o) {
+  if (o.threads < 0) throw Error("threads must be >= 0 (0 = all), got " + std::to_string(o.threads));
+  return o.threads > 0 ? o.threads : omp_get_max_threads();
+}
+
+reference::Params<float> params_of(const Weights& w) {
+  auto p = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  return {p(w.w1), p(w.b1), p(w.wg), p(w.bg), p(w.w2), p(w.b2), p(w.norm_weight), p(w.norm_bias)};
+}
+
+}  // namespace
+
+void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptions& opts,
+                    ForwardCache* cache) const {
+  const std::vector<int64_t> pos = valid_positions(shape);
+  const int threads = thread_count(opts);
+  const int64_t n = int64_t(pos.size());
+  const int64_t d = cfg_.d_model, F = cfg_.d_ff;
+  const bool gated = is_gated(cfg_.activation);
+  if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
+
+  // Saved tensors live in the cache; see ForwardCache in ffn.hpp.
+  ForwardCache::Data* c = cache ? &cache->data() : nullptr;
+  if (c) {
+    c->filled = true;
+    c->d_model = d;
+    c->d_ff = F;
+    c->positions = shape.positions();
+    c->training = opts.training;
+    c->seed = opts.seed;
+    c->pos = pos;
+    c->z1.assign(size_t(n * F), 0.0f);
+    c->zg.assign(gated ? size_t(n * F) : 0, 0.0f);
+    const bool norm = cfg_.norm != NormPlacement::none;
+    c->mean.assign(norm ? size_t(n) : 0, 0.0f);
+    c->rstd.assign(norm ? size_t(n) : 0, 0.0f);
+    c->xhat.assign(cfg_.norm == NormPlacement::post ? size_t(n * d) : 0, 0.0f);
+  }
+  auto ptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+
+  const bool direct = contiguous(shape, pos);
+  std::vector<float> xin, yout;
+  const float* xr = x;
+  float* yr = y;
+  const Addressing addr{d, shape.seq, shape.layout};
+  if (!direct) {
+    xin.resize(size_t(n * d));
+    yout.resize(size_t(n * d));
+    gather(x, addr, pos, xin.data());
+    xr = xin.data();
+    yr = yout.data();
+  }
+  if (n > 0) {
+    if (opts.path == Path::reference) {
+      reference::Saved<float> s;
+      if (c) s = {ptr(c->z1), ptr(c->zg), ptr(c->mean), ptr(c->rstd), ptr(c->xhat)};
+      reference::forward(cfg_, params_of(w_), xr, n, pos.data(), {opts.training, opts.seed}, yr, c ? &s : nullptr);
+    } else {
+      nn::FusedSaved s;
+      if (c) s = {ptr(c->z1), ptr(c->zg), ptr(c->mean), ptr(c->rstd), ptr(c->xhat)};
+      const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
+      nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, threads, yr,
+                        c ? &s : nullptr);
+    }
+  }
+  if (!direct) scatter(yout.data(), addr, pos, shape.positions(), y);
+}
+
+void Layer::backward(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
+                     Weights& grads, const RunOptions& opts) const {
+  const ForwardCache::Data& c = cache.data();
+  if (!c.filled) throw Error("backward: the cache was not filled by forward");
+  const std::vector<int64_t> pos = valid_positions(shape);
+  if (c.d_model != cfg_.d_model || c.d_ff != cfg_.d_ff || c.positions != shape.positions() || c.pos != pos) {
+    throw Error("backward: the cache comes from a forward call with another layer or shape");
+  }
+  (void)thread_count(opts);
+  const int64_t n = int64_t(pos.size());
+  const int64_t d = cfg_.d_model;
+  grads = Weights::zeros(cfg_);
+
+  const bool direct = contiguous(shape, pos);
+  std::vector<float> xin, dyin, dxout;
+  const float* xr = x;
+  const float* dyr = dy;
+  float* dxr = dx;
+  const Addressing addr{d, shape.seq, shape.layout};
+  if (!direct) {
+    xin.resize(size_t(n * d));
+    dyin.resize(size_t(n * d));
+    dxout.resize(size_t(n * d));
+    gather(x, addr, pos, xin.data());
+    gather(dy, addr, pos, dyin.data());
+    xr = xin.data();
+    dyr = dyin.data();
+    dxr = dxout.data();
+  }
+  auto cptr = [](const std::vector<float>& v) { return v.empty() ? nullptr : const_cast<float*>(v.data()); };
+  auto gptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  reference::Saved<float> s{cptr(c.z1), cptr(c.zg), cptr(c.mean), cptr(c.rstd), cptr(c.xhat)};
+  reference::Grads<float> g{gptr(grads.w1), gptr(grads.b1), gptr(grads.wg), gptr(grads.bg),
+                            gptr(grads.w2), gptr(grads.b2), gptr(grads.norm_weight), gptr(grads.norm_bias)};
+  // One backward path for now (the reference); the fast one slots in here.
+  reference::backward(cfg_, params_of(w_), xr, n, pos.data(), {c.training, c.seed}, s, dyr, dxr, g);
+  if (!direct) scatter(dxout.data(), addr, pos, shape.positions(), dx);
+}
+
+}  // namespace ffn

@@ -1,0 +1,403 @@
+// ffn — command-line program: run, grad, init, bench.
+// Exit status: 0 success, 2 bad input (one line on stderr naming the file,
+// tensor or flag), 1 internal error or a failed self-check.
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/compare.hpp"
+#include "ffn/ffn.hpp"
+#include "nn/init.hpp"
+
+namespace {
+
+using namespace ffn;
+namespace fs = std::filesystem;
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+// Refuses an output path that names one of the inputs (the user's file would be replaced).
+void check_not_an_input(const std::string& out, const std::string& flag,
+                        const std::vector<std::pair<std::string, std::string>>& inputs) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return;
+  for (const auto& [in_flag, in] : inputs) {
+    if (!in.empty() && fs::equivalent(out, in, ec))
+      throw Error(flag + " " + out + " is the same file as " + in_flag + "; refusing to overwrite an input");
+  }
+}
+
+// Options shared by run and grad.
+struct LayerArgs {
+  std::string weights, prefix, input, lengths, activation, norm, norm_type, layout = "tokens";
+  std::optional<float> eps;
+  int threads = 0;
+
+  void add(CLI::App* app) {
+    app->add_option("--weights", weights, "weights file (safetensors)")->required();
+    app->add_option("--prefix", prefix, "tensor name prefix, e.g. encoder.layers.0.");
+    app->add_option("--input", input, "input array (.npy float32): [T, d_model], [B, S, d_model] or with --layout ncw [B, d_model, S]")
+        ->required();
+    app->add_option("--activation", activation, "relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu (default: from the file)");
+    app->add_option("--norm", norm, "post, pre or none (default: from the file)");
+    app->add_option("--norm-type", norm_type, "layernorm or rmsnorm (default: from the file)");
+    app->add_option("--eps", eps, "norm epsilon (default: from the file, else 1e-5)");
+    app->add_option("--layout", layout, "tokens (default) or ncw (channels first, Conv1d view)");
+    app->add_option("--lengths", lengths, "int32/int64 .npy of B sequence lengths; positions past them are padding");
+    app->add_option("--threads", threads, "threads (default: all)");
+  }
+
+  LoadOptions load_options(float p_hidden, float p_output) const {
+    LoadOptions o;
+    o.prefix = prefix;
+    if (!activation.empty()) o.activation = parse_activation(activation, "--activation");
+    if (!norm.empty()) o.norm = parse_norm_placement(norm, "--norm");
+    if (!norm_type.empty()) o.norm_type = parse_norm_type(norm_type, "--norm-type");
+    if (eps) {
+      if (!(*eps > 0.0f) || !std::isfinite(*eps)) throw Error("--eps: expected a positive number, got " + std::to_string(*eps));
+      o.eps = eps;
+    }
+    o.dropout_hidden = p_hidden;
+    o.dropout_output = p_output;
+    return o;
+  }
+};
+
+// The input array and the shape it describes.
+struct Input {
+  Array x;
+  Shape shape;
+};
+
+Input read_input(const LayerArgs& a, const Config& cfg) {
+  const Layout layout = parse_layout(a.layout, "--layout");
+  Input in;
+  in.x = read_npy(a.input);
+  const auto& s = in.x.shape;
+  const int64_t d = cfg.d_model;
+  const std::string expect = layout == Layout::tokens ? "[T, d_model] or [B, S, d_model]" : "[d_model, S] or [B, d_model, S]";
+  if (s.size() != 2 && s.size() != 3)
+    throw Error(a.input + ": input has shape " + shape_str(s) + " (" + std::to_string(s.size()) + "-D), expected " + expect);
+  const int64_t width = layout == Layout::tokens ? s.back() : s[s.size() - 2];
+  if (width != d)
+    throw Error(a.input + ": input has shape " + shape_str(s) + ", expected " + expect + " with d_model=" +
+                std::to_string(d) + " (from " + a.weights + ")");
+  in.shape.layout = layout;
+  in.shape.batch = s.size() == 3 ? s[0] : 1;
+  in.shape.seq = layout == Layout::tokens ? s[s.size() - 2] : s.back();
+  if (in.shape.batch < 1) throw Error(a.input + ": input has shape " + shape_str(s) + ", expected B >= 1");
+  if (!a.lengths.empty()) {
+    std::vector<int64_t> lshape;
+    in.shape.lengths = read_npy_int(a.lengths, &lshape);
+    if (lshape.size() != 1 || lshape[0] != in.shape.batch)
+      throw Error(a.lengths + ": lengths have shape " + shape_str(lshape) + ", expected [" +
+                  std::to_string(in.shape.batch) + "] (one per sequence of " + a.input + ")");
+    for (size_t b = 0; b < in.shape.lengths.size(); ++b) {
+      const int64_t len = in.shape.lengths[b];
+      if (len < 0 || len > in.shape.seq)
+        throw Error(a.lengths + ": length " + std::to_string(len) + " of sequence " + std::to_string(b) +
+                    " is outside 0.." + std::to_string(in.shape.seq) + " (S of " + a.input + ")");
+    }
+  }
+  return in;
+}
+
+int threads_or_throw(int t) {
+  if (t < 0) throw Error("--threads: expected a number >= 0 (0 = all), got " + std::to_string(t));
+  return t;
+}
+
+// ---- run ----------------------------------------------------------------------
+
+struct RunArgs : LayerArgs {
+  std::string output;
+};
+
+void cmd_run(const RunArgs& a) {
+  const Layer layer = Layer::load(a.weights, a.load_options(0, 0));
+  const Input in = read_input(a, layer.config());
+  check_not_an_input(a.output, "--output", {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}});
+  Array y;
+  y.shape = in.x.shape;
+  y.data.resize(in.x.data.size());
+  RunOptions ro;
+  ro.threads = threads_or_throw(a.threads);
+  layer.forward(in.x.data.data(), y.data.data(), in.shape, ro);
+  write_npy(a.output, y);
+}
+
+// ---- grad ---------------------------------------------------------------------
+
+struct GradArgs : LayerArgs {
+  std::string grad_output, output_dir;
+  std::optional<float> dropout, dropout_hidden, dropout_output;
+  uint64_t seed = 0;
+};
+
+void cmd_grad(const GradArgs& a) {
+  auto check_p = [](const std::optional<float>& p, const char* flag) {
+    if (p && !(*p >= 0.0f && *p <= 1.0f)) throw Error(std::string(flag) + ": expected a probability in [0, 1], got " + std::to_string(*p));
+  };
+  check_p(a.dropout, "--dropout");
+  check_p(a.dropout_hidden, "--dropout-hidden");
+  check_p(a.dropout_output, "--dropout-output");
+  const float p_hidden = a.dropout_hidden.value_or(a.dropout.value_or(0.0f));
+  const float p_output = a.dropout_output.value_or(a.dropout.value_or(0.0f));
+  const bool training = a.dropout || a.dropout_hidden || a.dropout_output;
+
+  const Layer layer = Layer::load(a.weights, a.load_options(p_hidden, p_output));
+  const Input in = read_input(a, layer.config());
+  const Array dy = read_npy(a.grad_output);
+  if (dy.shape != in.x.shape)
+    throw Error(a.grad_output + ": grad-output has shape " + shape_str(dy.shape) + ", expected the input's shape " +
+                shape_str(in.x.shape));
+  std::error_code ec;
+  if (fs::exists(a.output_dir, ec) && !fs::is_directory(a.output_dir, ec))
+    throw Error("--output-dir " + a.output_dir + ": exists and is not a directory");
+  const std::string gx_path = (fs::path(a.output_dir) / "grad_input.npy").string();
+  const std::string gw_path = (fs::path(a.output_dir) / "grads.safetensors").string();
+  const std::vector<std::pair<std::string, std::string>> inputs = {
+      {"--input", a.input}, {"--weights", a.weights}, {"--grad-output", a.grad_output}, {"--lengths", a.lengths}};
+  check_not_an_input(gx_path, "--output-dir", inputs);
+  check_not_an_input(gw_path, "--output-dir", inputs);
+
+  RunOptions ro;
+  ro.threads = threads_or_throw(a.threads);
+  ro.training = training;
+  ro.seed = a.seed;
+  Array y;
+  y.data.resize(in.x.data.size());
+  ForwardCache cache;
+  layer.forward(in.x.data.data(), y.data.data(), in.shape, ro, &cache);
+  Array dx;
+  dx.shape = in.x.shape;
+  dx.data.resize(in.x.data.size());
+  Weights grads;
+  layer.backward(in.x.data.data(), dy.data.data(), in.shape, cache, dx.data.data(), grads, ro);
+
+  if (!fs::exists(a.output_dir, ec)) {
+    fs::create_directories(a.output_dir, ec);
+    if (ec) throw Error("--output-dir " + a.output_dir + ": cannot create: " + ec.message());
+  }
+  write_npy(gx_path, dx);
+  layer.save_gradients(gw_path, grads);
+}
+
+// ---- init ---------------------------------------------------------------------
+
+struct InitArgs {
+  int64_t d_model = 512, d_ff = 2048;
+  std::string activation = "relu", norm = "post", norm_type = "layernorm", output;
+  bool no_bias = false;
+  float eps = 1e-5f;
+  uint64_t seed = 0;
+};
+
+void cmd_init(const InitArgs& a) {
+  Config cfg;
+  cfg.d_model = a.d_model;
+  cfg.d_ff = a.d_ff;
+  if (a.d_model < 1) throw Error("--d-model: expected a positive integer, got " + std::to_string(a.d_model));
+  if (a.d_ff < 1) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
+  cfg.activation = parse_activation(a.activation, "--activation");
+  cfg.norm = parse_norm_placement(a.norm, "--norm");
+  cfg.norm_type = parse_norm_type(a.norm_type, "--norm-type");
+  cfg.bias = !a.no_bias;
+  if (!(a.eps > 0.0f) || !std::isfinite(a.eps)) throw Error("--eps: expected a positive number, got " + std::to_string(a.eps));
+  cfg.eps = a.eps;
+  Layer layer(cfg, a.seed);
+  layer.save(a.output);
+}
+
+// ---- bench --------------------------------------------------------------------
+
+struct BenchArgs {
+  int64_t tokens = 4096, d_model = 512, d_ff = 2048;
+  std::string activation = "relu", norm = "post", norm_type = "layernorm";
+  int threads = 0, repeats = 10, warmup = 2;
+  uint64_t seed = 0;
+  bool backward = false, json = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Tolerance of the bench's check: the fused fp32 path against the reference
+// (double accumulation); see tests/README.md for the derivation.
+constexpr double kBenchTolerance = 1e-5;
+
+int cmd_bench(const BenchArgs& a) {
+  if (a.tokens < 1) throw Error("--tokens: expected a positive integer, got " + std::to_string(a.tokens));
+  if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
+  if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
+  Config cfg;
+  cfg.d_model = a.d_model;
+  cfg.d_ff = a.d_ff;
+  cfg.activation = parse_activation(a.activation, "--activation");
+  cfg.norm = parse_norm_placement(a.norm, "--norm");
+  cfg.norm_type = parse_norm_type(a.norm_type, "--norm-type");
+  const Layer layer(cfg, a.seed);
+  const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+
+  // Input: uniform in [-1, 1) from the same generator as init (another seed).
+  std::vector<float> x(size_t(a.tokens * a.d_model));
+  nn::fill_uniform(x.data(), x.size(), 1.0f, a.seed, /*tensor_id=*/100);
+  std::vector<float> y(x.size()), dx(x.size()), dy(x.size(), 0.0f);
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = x[(i * 7919) % x.size()] * 0.01f;
+  const Shape shape = Shape::tokens(a.tokens);
+  RunOptions ro;
+  ro.threads = threads;
+
+  std::vector<double> times;
+  ForwardCache cache;
+  Weights grads;
+  for (int it = 0; it < a.warmup + a.repeats; ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (a.backward) {
+      layer.forward(x.data(), y.data(), shape, ro, &cache);
+      layer.backward(x.data(), dy.data(), shape, cache, dx.data(), grads, ro);
+    } else {
+      layer.forward(x.data(), y.data(), shape, ro);
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    if (it >= a.warmup) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+  }
+  if (a.backward) layer.forward(x.data(), y.data(), shape, ro);
+
+  // Check: up to 64 evenly spaced tokens through the reference path (every
+  // token is independent, so a sample checks exactly what it covers).
+  const int64_t k = std::min<int64_t>(64, a.tokens);
+  std::vector<float> xs(size_t(k * a.d_model)), ys(xs.size()), yref(xs.size());
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t t = i * a.tokens / k;
+    std::copy_n(x.data() + t * a.d_model, a.d_model, xs.data() + i * a.d_model);
+    std::copy_n(y.data() + t * a.d_model, a.d_model, ys.data() + i * a.d_model);
+  }
+  RunOptions ref;
+  ref.path = Path::reference;
+  layer.forward(xs.data(), yref.data(), Shape::tokens(k), ref);
+  const Comparison cmp = compare(ys.data(), yref.data(), ys.size());
+  const bool ok = cmp.ok(kBenchTolerance);
+
+  const double med = median(times);
+  const double flops = layer.forward_flops(a.tokens) * (a.backward ? 3.0 : 1.0);
+  const double gflops = flops / med * 1e-9;
+  const double tokens_per_s = double(a.tokens) / med;
+  const double tmin = *std::min_element(times.begin(), times.end());
+  const double tmax = *std::max_element(times.begin(), times.end());
+  if (a.json) {
+    nlohmann::json j = {{"d_model", a.d_model}, {"d_ff", a.d_ff}, {"tokens", a.tokens},
+                        {"activation", a.activation}, {"norm", a.norm}, {"norm_type", a.norm_type},
+                        {"threads", threads}, {"backward", a.backward}, {"repeats", a.repeats},
+                        {"median_s", med}, {"min_s", tmin}, {"max_s", tmax},
+                        {"tokens_per_s", tokens_per_s}, {"gflops", gflops},
+                        {"check_tokens", k}, {"check_max_error", cmp.max_error},
+                        {"check_tolerance", kBenchTolerance}, {"check_ok", ok}};
+    std::cout << j.dump() << "\n";
+  } else {
+    std::printf("ffn bench: %lld -> %lld %s, norm %s %s, %lld tokens, %d threads, fp32, %s\n",
+                (long long)a.d_model, (long long)a.d_ff, a.activation.c_str(), a.norm.c_str(), a.norm_type.c_str(),
+                (long long)a.tokens, threads, a.backward ? "forward+backward" : "forward");
+    std::printf("  time per call  median %.3f ms  (min %.3f, max %.3f; %d calls)\n", med * 1e3, tmin * 1e3,
+                tmax * 1e3, a.repeats);
+    std::printf("  throughput     %.0f tokens/s, %.1f GFLOP/s\n", tokens_per_s, gflops);
+    std::printf("  check          %lld tokens against the reference path: %s (tolerance %.0e)  %s\n",
+                (long long)k, cmp.describe().c_str(), kBenchTolerance, ok ? "OK" : "FAILED");
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ffn: the Transformer's position-wise feed-forward sublayer"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every command");
+
+  RunArgs run;
+  CLI::App* run_cmd = app.add_subcommand("run", "forward pass: --input X.npy -> --output Y.npy");
+  run.add(run_cmd);
+  run_cmd->add_option("--output", run.output, "output array (.npy), same shape as the input")->required();
+
+  GradArgs grad;
+  CLI::App* grad_cmd = app.add_subcommand("grad", "backward pass: gradients of the input and of every parameter");
+  grad.add(grad_cmd);
+  grad_cmd->add_option("--grad-output", grad.grad_output, "dL/dy (.npy), the input's shape")->required();
+  grad_cmd->add_option("--output-dir", grad.output_dir, "writes grad_input.npy and grads.safetensors here")->required();
+  grad_cmd->add_option("--dropout", grad.dropout, "dropout p (hidden and output); enables training mode");
+  grad_cmd->add_option("--dropout-hidden", grad.dropout_hidden, "dropout p after the activation");
+  grad_cmd->add_option("--dropout-output", grad.dropout_output, "dropout p after W2");
+  grad_cmd->add_option("--seed", grad.seed, "dropout seed");
+
+  InitArgs init;
+  CLI::App* init_cmd = app.add_subcommand("init", "write a freshly initialized layer (PyTorch nn.Linear distribution)");
+  init_cmd->add_option("--d-model", init.d_model, "model width (default 512)");
+  init_cmd->add_option("--d-ff", init.d_ff, "hidden width (default 2048)");
+  init_cmd->add_option("--activation", init.activation, "relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu");
+  init_cmd->add_flag("--no-bias", init.no_bias, "no b1, bg, b2");
+  init_cmd->add_option("--norm", init.norm, "post (default), pre or none");
+  init_cmd->add_option("--norm-type", init.norm_type, "layernorm (default) or rmsnorm");
+  init_cmd->add_option("--eps", init.eps, "norm epsilon (default 1e-5)");
+  init_cmd->add_option("--seed", init.seed, "seed (default 0)");
+  init_cmd->add_option("--output", init.output, "weights file to write (.safetensors)")->required();
+
+  BenchArgs bench;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "time the layer (default: the paper's sublayer on 8 x 512 tokens)");
+  bench_cmd->add_option("--tokens", bench.tokens, "tokens per call (default 4096)");
+  bench_cmd->add_option("--d-model", bench.d_model, "default 512");
+  bench_cmd->add_option("--d-ff", bench.d_ff, "default 2048");
+  bench_cmd->add_option("--activation", bench.activation, "default relu");
+  bench_cmd->add_option("--norm", bench.norm, "default post");
+  bench_cmd->add_option("--norm-type", bench.norm_type, "default layernorm");
+  bench_cmd->add_option("--threads", bench.threads, "default: all");
+  bench_cmd->add_option("--repeats", bench.repeats, "timed calls (default 10)");
+  bench_cmd->add_option("--warmup", bench.warmup, "untimed calls first (default 2)");
+  bench_cmd->add_option("--seed", bench.seed, "weights and input seed");
+  bench_cmd->add_flag("--backward", bench.backward, "time forward + backward");
+  bench_cmd->add_flag("--json", bench.json, "print one JSON object");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    std::cerr << "ffn: error: " << msg << " (see ffn --help)\n";
+    return 2;
+  }
+  try {
+    if (*run_cmd) cmd_run(run);
+    else if (*grad_cmd) cmd_grad(grad);
+    else if (*init_cmd) cmd_init(init);
+    else if (*bench_cmd) return cmd_bench(bench);
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "ffn: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "ffn: error: out of memory\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "ffn: internal error: " << e.what() << "\n";
+    return 1;
+  }
+}
