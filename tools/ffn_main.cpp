@@ -372,6 +372,13 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--backward", bench.backward, "time forward + backward");
   bench_cmd->add_flag("--json", bench.json, "print one JSON object");
 
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string cmd = argv[1];
+    if (cmd != "run" && cmd != "grad" && cmd != "init" && cmd != "bench") {
+      std::cerr << "ffn: error: unknown command '" << cmd << "', expected run, grad, init or bench (see ffn --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

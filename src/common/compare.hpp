@@ -6,8 +6,8 @@
 // Elementwise relative error alone fails on values that cancel to near zero,
 // whose absolute error is set by the size of the terms, not of the result;
 // adding the tensor's RMS to the denominator measures such elements against
-// the tensor's typical magnitude. Non-finite values in either input count as
-// an infinite error; so does any difference where want is all zeros.
+// the tensor's typical magnitude. A non-finite value counts as an infinite
+// error unless the other side has the same one (NaN where NaN is expected); so does any difference where want is all zeros.
 #pragma once
 
 #include <cmath>
@@ -36,7 +36,7 @@ Comparison compare(const A* got, const B* want, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const double g = double(got[i]), w = double(want[i]);
     double e;
-    if (!std::isfinite(g) || !std::isfinite(w)) e = (g == w) ? 0.0 : INFINITY;
+    if (!std::isfinite(g) || !std::isfinite(w)) e = (g == w || (std::isnan(g) && std::isnan(w))) ? 0.0 : INFINITY;
     else if (g == w) e = 0.0;
     else {
       const double den = std::fabs(w) + rms;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ffn/ffn.hpp"
+#include "nn/forward_cache.hpp"
 #include "nn/fused_forward.hpp"
 #include "nn/init.hpp"
 #include "nn/philox.hpp"
@@ -192,14 +193,6 @@ double Layer::forward_flops(int64_t t) const {
 
 // ---- forward cache ------------------------------------------------------------
 
-struct ForwardCache::Data {
-  bool filled = false;
-  int64_t d_model = 0, d_ff = 0, positions = 0;
-  bool training = false;
-  uint64_t seed = 0;
-  std::vector<int64_t> pos;  // global positions of the valid tokens
-  std::vector<float> z1, zg, mean, rstd, xhat;
-};
 
 ForwardCache::ForwardCache() : data_(std::make_unique<Data>()) {}
 ForwardCache::~ForwardCache() = default;

@@ -1,0 +1,370 @@
+// The `ffn` program end to end: run and grad on golden cases, init, bench,
+// and every kind of bad input: one line on stderr naming the file, tensor or
+// flag, exit status 2, no output file written, an existing one untouched.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/compare.hpp"
+#include "golden.hpp"
+#include "tolerances.hpp"
+
+namespace fs = std::filesystem;
+using namespace ffn;
+using namespace ffn::test;
+
+namespace {
+
+fs::path temp_dir() {
+  static fs::path d = [] {
+    fs::path p = fs::temp_directory_path() / ("ffn_test_cli_" + std::to_string(::getpid()));
+    fs::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+Result ffn_cli(const std::string& args) {
+  const fs::path out = temp_dir() / "stdout.txt", err = temp_dir() / "stderr.txt";
+  const std::string cmd = std::string(FFN_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
+  const int rc = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string tmp(const std::string& name) { return (temp_dir() / name).string(); }
+
+void write_int_npy(const std::string& path, const std::vector<int64_t>& v, const char* descr = "<i8") {
+  std::string h = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" +
+                  std::to_string(v.size()) + ",), }";
+  h += std::string(64 - (10 + h.size() + 1) % 64, ' ') + "\n";
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + char(h.size() & 0xff) + char(h.size() >> 8) + h;
+  if (std::string(descr) == "<i8") {
+    bytes += std::string(reinterpret_cast<const char*>(v.data()), v.size() * 8);
+  } else {
+    for (int64_t e : v) {
+      int32_t i = int32_t(e);
+      bytes += std::string(reinterpret_cast<const char*>(&i), 4);
+    }
+  }
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// The options that make the CLI load case c like the golden test does.
+std::string case_flags(const GoldenCase& c, const std::string& x_path) {
+  const auto& m = c.meta;
+  std::ostringstream s;
+  s << "--weights " << FFN_GOLDEN << " --prefix " << c.prefix << " --activation " << m["activation"].get<std::string>()
+    << " --norm " << m["norm"].get<std::string>() << " --norm-type " << m["norm_type"].get<std::string>()
+    << " --eps " << m["eps"].get<double>() << " --layout " << m["layout"].get<std::string>() << " --input " << x_path;
+  return s.str();
+}
+
+void write_case_inputs(const GoldenCase& c, std::string& flags) {
+  write_npy(tmp(c.name + "_x.npy"), Array{c.tensor("x").shape, c.tensor("x").data});
+  write_npy(tmp(c.name + "_dy.npy"), Array{c.tensor("dy").shape, c.tensor("dy").data});
+  flags = case_flags(c, tmp(c.name + "_x.npy"));
+  if (c.meta.contains("lengths")) {
+    write_int_npy(tmp(c.name + "_len.npy"), c.meta["lengths"].get<std::vector<int64_t>>(), "<i4");
+    flags += " --lengths " + tmp(c.name + "_len.npy");
+  }
+}
+
+}  // namespace
+
+TEST(Cli, RunMatchesPyTorchOnGoldenCases) {
+  int ran = 0;
+  for (const GoldenCase& c : golden_cases()) {
+    if (c.meta["training"].get<bool>()) continue;
+    if (std::stoi(c.name.substr(4)) % 9 != 0 && c.meta["naming"] == "native") continue;  // a sample keeps it quick
+    std::string flags;
+    write_case_inputs(c, flags);
+    const std::string y_path = tmp(c.name + "_y.npy");
+    const Result r = ffn_cli("run " + flags + " --output " + y_path + " --threads 2");
+    ASSERT_EQ(r.status, 0) << c.describe() << "\n" << r.err;
+    const Array y = read_npy(y_path);
+    EXPECT_EQ(y.shape, c.tensor("y").shape);
+    const Comparison cmp = compare(y.data.data(), c.tensor("y").data.data(), y.data.size());
+    EXPECT_TRUE(cmp.ok(kVsTorch)) << c.describe() << ": " << cmp.describe();
+    ++ran;
+  }
+  EXPECT_GE(ran, 30);
+}
+
+TEST(Cli, GradMatchesPyTorchWithDropout) {
+  int ran = 0;
+  for (const GoldenCase& c : golden_cases()) {
+    const bool training = c.meta["training"].get<bool>();
+    if (!training && c.meta["naming"] == "native") continue;
+    std::string flags;
+    write_case_inputs(c, flags);
+    const std::string dir = tmp(c.name + "_grads");
+    std::ostringstream extra;
+    if (training) {
+      extra << " --dropout-hidden " << c.meta["dropout_hidden"].get<double>() << " --dropout-output "
+            << c.meta["dropout_output"].get<double>() << " --seed " << c.meta["seed"].get<uint64_t>();
+    }
+    const Result r =
+        ffn_cli("grad " + flags + " --grad-output " + tmp(c.name + "_dy.npy") + " --output-dir " + dir + extra.str());
+    ASSERT_EQ(r.status, 0) << c.describe() << "\n" << r.err;
+    const Array dx = read_npy(dir + "/grad_input.npy");
+    const Comparison cdx = compare(dx.data.data(), c.tensor("grad_input").data.data(), dx.data.size());
+    EXPECT_TRUE(cdx.ok(kVsTorch)) << c.describe() << ": " << cdx.describe();
+    // grads.safetensors holds each gradient under its parameter's name in the weights file.
+    const SafetensorsFile g = read_safetensors(dir + "/grads.safetensors");
+    int params = 0;
+    for (const auto& [name, t] : c.file->tensors) {
+      if (name.rfind(c.prefix + "grad.", 0) != 0) continue;
+      const std::string param = c.prefix + name.substr(c.prefix.size() + 5);
+      ASSERT_TRUE(g.tensors.count(param)) << param << " missing in grads.safetensors";
+      EXPECT_EQ(g.tensors.at(param).shape, t.shape);
+      const Comparison cg = compare(g.tensors.at(param).data.data(), t.data.data(), t.data.size());
+      EXPECT_TRUE(cg.ok(kVsTorch)) << param << ": " << cg.describe();
+      ++params;
+    }
+    EXPECT_EQ(size_t(params), g.tensors.size());
+    ++ran;
+  }
+  EXPECT_GE(ran, 20);
+}
+
+TEST(Cli, InitThenRunUsesTheFilesSettings) {
+  const std::string w = tmp("init.safetensors");
+  Result r = ffn_cli("init --d-model 8 --d-ff 24 --activation swiglu --no-bias --norm pre --norm-type rmsnorm --seed 3 --output " + w);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Layer l = Layer::load(w);
+  EXPECT_EQ(l.config().activation, Activation::swiglu);
+  EXPECT_EQ(l.config().norm, NormPlacement::pre);
+  EXPECT_EQ(l.config().norm_type, NormType::rmsnorm);
+  EXPECT_FALSE(l.config().bias);
+  // Same seed, same file.
+  const std::string w2 = tmp("init2.safetensors");
+  ASSERT_EQ(ffn_cli("init --d-model 8 --d-ff 24 --activation swiglu --no-bias --norm pre --norm-type rmsnorm --seed 3 --output " + w2).status, 0);
+  EXPECT_EQ(slurp(w), slurp(w2));
+  // ffn run takes activation and norm from the metadata.
+  Array x{{3, 8}, std::vector<float>(24)};
+  for (size_t i = 0; i < 24; ++i) x.data[i] = float(i % 7) - 3.0f;
+  write_npy(tmp("init_x.npy"), x);
+  r = ffn_cli("run --weights " + w + " --input " + tmp("init_x.npy") + " --output " + tmp("init_y.npy"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<float> want(24);
+  l.forward(x.data.data(), want.data(), Shape::tokens(3));
+  EXPECT_EQ(read_npy(tmp("init_y.npy")).data, want);
+}
+
+TEST(Cli, BenchPrintsJsonAndPassesItsCheck) {
+  const Result r = ffn_cli("bench --tokens 40 --d-model 24 --d-ff 72 --repeats 3 --warmup 1 --threads 2 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* k : {"median_s", "min_s", "max_s", "gflops", "tokens_per_s", "check_max_error"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_TRUE(j["check_ok"].get<bool>());
+  EXPECT_LE(j["min_s"].get<double>(), j["median_s"].get<double>());
+  EXPECT_GT(j["gflops"].get<double>(), 0.0);
+  const Result text = ffn_cli("bench --tokens 8 --d-model 16 --d-ff 32 --repeats 2 --backward");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("GFLOP/s"), std::string::npos);
+}
+
+// ---- bad input ----------------------------------------------------------------
+
+namespace {
+
+struct BadFixture {
+  std::string w, x, dy, len;
+};
+
+const BadFixture& bad_fixture() {
+  static const BadFixture f = [] {
+    BadFixture b;
+    b.w = tmp("bad_w.safetensors");
+    Config cfg;
+    cfg.d_model = 4;
+    cfg.d_ff = 6;
+    Layer(cfg, 1).save(b.w);
+    b.x = tmp("bad_x.npy");
+    write_npy(b.x, Array{{2, 3, 4}, std::vector<float>(24, 0.5f)});
+    b.dy = tmp("bad_dy.npy");
+    write_npy(b.dy, Array{{2, 3, 4}, std::vector<float>(24, 1.0f)});
+    b.len = tmp("bad_len.npy");
+    write_int_npy(b.len, {3, 1});
+    return b;
+  }();
+  return f;
+}
+
+// Runs `args`, expects exit 2, one line on stderr containing every needle,
+// and `output` (if any) not created.
+void expect_bad(const std::string& what, const std::string& args, std::vector<std::string> needles,
+                const std::string& output = "") {
+  if (!output.empty()) fs::remove_all(output);
+  const Result r = ffn_cli(args);
+  EXPECT_EQ(r.status, 2) << what << ": " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << what << ": not one line: " << r.err;
+  EXPECT_EQ(r.err.rfind("ffn: error: ", 0), 0u) << what << ": " << r.err;
+  for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << what << ": '" << n << "' not in: " << r.err;
+  if (!output.empty()) {
+    EXPECT_FALSE(fs::exists(output)) << what << ": wrote " << output;
+  }
+  // No temporary file left behind either.
+  for (const auto& e : fs::directory_iterator(temp_dir()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << what << ": left " << e.path();
+}
+
+void write_raw(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+std::string st(const std::string& header, const std::string& data) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[size_t(i)] = char((header.size() >> (8 * i)) & 0xff);
+  return s + header + data;
+}
+
+}  // namespace
+
+TEST(CliBadInput, FlagsAndValues) {
+  const auto& f = bad_fixture();
+  const std::string out = tmp("out.npy");
+  const std::string run = "run --weights " + f.w + " --input " + f.x + " --output " + out;
+  expect_bad("no command", "", {"subcommand"});
+  expect_bad("unknown command", "frobnicate", {"frobnicate"});
+  expect_bad("unknown flag", run + " --frobnicate 3", {"--frobnicate"}, out);
+  expect_bad("missing required", "run --weights " + f.w + " --output " + out, {"--input"}, out);
+  expect_bad("bad activation", run + " --activation tanh", {"--activation", "tanh", "relu"}, out);
+  expect_bad("bad norm", run + " --norm middle", {"--norm", "middle"}, out);
+  expect_bad("bad norm type", run + " --norm-type batchnorm", {"--norm-type", "batchnorm"}, out);
+  expect_bad("bad layout", run + " --layout nhwc", {"--layout", "nhwc"}, out);
+  expect_bad("threads not a number", run + " --threads many", {"--threads"}, out);
+  expect_bad("negative threads", run + " --threads -2", {"--threads"}, out);
+  expect_bad("bad eps", run + " --eps -1", {"--eps"}, out);
+  expect_bad("dropout out of range", "grad --weights " + f.w + " --input " + f.x + " --grad-output " + f.dy +
+                                         " --output-dir " + tmp("gd") + " --dropout 1.5",
+             {"--dropout", "[0, 1]"}, tmp("gd"));
+  expect_bad("init bad d_model", "init --d-model 0 --output " + tmp("i.st"), {"--d-model"}, tmp("i.st"));
+  expect_bad("bench bad tokens", "bench --tokens 0", {"--tokens"});
+}
+
+TEST(CliBadInput, Files) {
+  const auto& f = bad_fixture();
+  const std::string out = tmp("out.npy");
+  auto run = [&](const std::string& w, const std::string& x) {
+    return "run --weights " + w + " --input " + x + " --output " + out;
+  };
+  expect_bad("missing weights", run(tmp("nope.safetensors"), f.x), {"nope.safetensors", "cannot open"}, out);
+  expect_bad("missing input", run(f.w, tmp("nope.npy")), {"nope.npy", "cannot open"}, out);
+  expect_bad("directory as weights", run(temp_dir().string(), f.x), {"is a directory"}, out);
+  const std::string bad = tmp("bad.safetensors");
+  write_raw(bad, "\x05");
+  expect_bad("short safetensors", run(bad, f.x), {bad, "8-byte header"}, out);
+  write_raw(bad, st("{\"linear1.weight\":{\"dtype\":\"F32\",\"shape\":[6,4],\"data_offsets\":[0,96]}", ""));
+  expect_bad("bad json", run(bad, f.x), {bad, "JSON"}, out);
+  write_raw(bad, st(R"({"linear1.weight":{"dtype":"F32","shape":[6,4],"data_offsets":[0,96]}})", std::string(8, 'a')));
+  expect_bad("offsets out of range", run(bad, f.x), {bad, "linear1.weight", "past the data section"}, out);
+  write_raw(bad, st(R"({"linear1.weight":{"dtype":"F32","shape":[6,5],"data_offsets":[0,96]}})", std::string(96, 'a')));
+  expect_bad("shape x dtype != bytes", run(bad, f.x), {bad, "linear1.weight", "needs 120 bytes"}, out);
+  write_raw(bad, st(R"({"linear1.weight":{"dtype":"Q4","shape":[6,4],"data_offsets":[0,96]}})", std::string(96, 'a')));
+  expect_bad("unknown dtype", run(bad, f.x), {bad, "unknown dtype 'Q4'"}, out);
+  write_raw(bad, st(R"({"linear1.weight":{"dtype":"F32","shape":[-6,4],"data_offsets":[0,96]}})", std::string(96, 'a')));
+  expect_bad("negative dim", run(bad, f.x), {bad, "negative dimension"}, out);
+  write_raw(bad, st(R"({"linear1.weight":{"dtype":"F32","shape":[1099511627776,1099511627776],"data_offsets":[0,96]}})",
+                    std::string(96, 'a')));
+  expect_bad("huge dims", run(bad, f.x), {bad, "overflows"}, out);
+  write_raw(bad, std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}");
+  expect_bad("huge header length", run(bad, f.x), {bad, "100 MB"}, out);
+  write_raw(bad, st(R"({"linear1.weight":{"dtype":"F32","shape":[6,4],"data_offsets":[0,96]}})", std::string(96, 'a')));
+  expect_bad("missing tensor", run(bad, f.x), {bad, "linear2.weight", "not found"}, out);
+  write_raw(bad, st(R"({"linear1.weight":{"dtype":"I32","shape":[6,4],"data_offsets":[0,96]},)"
+                    R"("linear2.weight":{"dtype":"F32","shape":[4,6],"data_offsets":[96,192]}})",
+                    std::string(192, 'a')));
+  expect_bad("integer weights", run(bad, f.x), {bad, "linear1.weight", "I32"}, out);
+  write_raw(bad, st(R"({"linear1.weight":{"dtype":"F32","shape":[6,4],"data_offsets":[0,96]},)"
+                    R"("linear2.weight":{"dtype":"F32","shape":[6,4],"data_offsets":[96,192]}})",
+                    std::string(192, 'a')));
+  expect_bad("inconsistent shapes", run(bad, f.x), {bad, "linear2.weight", "[6, 4]", "expected [4, 6]"}, out);
+  // Input problems.
+  const std::string x5 = tmp("x5.npy");
+  write_npy(x5, Array{{3, 5}, std::vector<float>(15)});
+  expect_bad("width != d_model", run(f.w, x5), {x5, "[3, 5]", "d_model=4"}, out);
+  const std::string x4d = tmp("x4d.npy");
+  write_npy(x4d, Array{{1, 1, 3, 4}, std::vector<float>(12)});
+  expect_bad("rank 4", run(f.w, x4d), {x4d, "4-D"}, out);
+  const std::string x1d = tmp("x1d.npy");
+  write_npy(x1d, Array{{4}, std::vector<float>(4)});
+  expect_bad("rank 1", run(f.w, x1d), {x1d, "1-D"}, out);
+  const std::string xf8 = tmp("xf8.npy");
+  {
+    std::string h = "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 4), }";
+    h += std::string(64 - (10 + h.size() + 1) % 64, ' ') + "\n";
+    write_raw(xf8, std::string("\x93NUMPY\x01\x00", 8) + char(h.size()) + char(0) + h + std::string(32, '\0'));
+  }
+  expect_bad("float64 input", run(f.w, xf8), {xf8, "'<f8'", "float32"}, out);
+  const std::string xtrunc = tmp("xtrunc.npy");
+  write_raw(xtrunc, slurp(f.x).substr(0, slurp(f.x).size() - 4));
+  expect_bad("truncated input", run(f.w, xtrunc), {xtrunc, "truncated"}, out);
+  // Lengths problems.
+  const std::string lens = tmp("lens.npy");
+  write_int_npy(lens, {3, 4});
+  expect_bad("length > S", run(f.w, f.x) + " --lengths " + lens, {lens, "length 4", "0..3"}, out);
+  write_int_npy(lens, {3, 1, 1});
+  expect_bad("wrong count", run(f.w, f.x) + " --lengths " + lens, {lens, "[3]", "expected [2]"}, out);
+  write_int_npy(lens, {-1, 1});
+  expect_bad("negative length", run(f.w, f.x) + " --lengths " + lens, {lens, "length -1"}, out);
+  write_npy(lens, Array{{2}, {1, 2}});
+  expect_bad("float lengths", run(f.w, f.x) + " --lengths " + lens, {lens, "int32", "int64"}, out);
+  // grad: grad-output of the wrong shape.
+  const std::string dy_bad = tmp("dy_bad.npy");
+  write_npy(dy_bad, Array{{2, 2, 4}, std::vector<float>(16)});
+  const std::string gd = tmp("gd");
+  expect_bad("grad-output shape", "grad --weights " + f.w + " --input " + f.x + " --grad-output " + dy_bad +
+                                      " --output-dir " + gd,
+             {dy_bad, "[2, 2, 4]", "[2, 3, 4]"}, gd);
+  // Activation that does not fit the weights.
+  expect_bad("gated activation, no gate", run(f.w, f.x) + " --activation swiglu", {f.w, "gate.weight"}, out);
+}
+
+TEST(CliBadInput, ExistingFilesAreNeverLost) {
+  const auto& f = bad_fixture();
+  const std::string out = tmp("keep.npy");
+  write_raw(out, "precious");
+  // A failing run leaves the old output as it was.
+  const Result r = ffn_cli("run --weights " + f.w + " --input " + f.x + " --output " + out + " --activation swiglu");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(slurp(out), "precious");
+  // Output naming an input is refused.
+  const std::string x_copy = tmp("x_copy.npy");
+  fs::copy_file(f.x, x_copy, fs::copy_options::overwrite_existing);
+  const std::string before = slurp(x_copy);
+  expect_bad("output is the input", "run --weights " + f.w + " --input " + x_copy + " --output " + x_copy,
+             {"--output", "same file as --input"});
+  EXPECT_EQ(slurp(x_copy), before);
+  // A successful run replaces the old output completely.
+  ASSERT_EQ(ffn_cli("run --weights " + f.w + " --input " + f.x + " --output " + out).status, 0);
+  EXPECT_EQ(read_npy(out).shape, (std::vector<int64_t>{2, 3, 4}));
+  // --output-dir that is a file.
+  expect_bad("output-dir is a file", "grad --weights " + f.w + " --input " + f.x + " --grad-output " + f.dy +
+                                         " --output-dir " + out,
+             {"--output-dir", "not a directory"});
+  EXPECT_EQ(read_npy(out).shape, (std::vector<int64_t>{2, 3, 4}));
+  // Output into a directory that does not exist.
+  expect_bad("output dir missing", "run --weights " + f.w + " --input " + f.x + " --output " + tmp("no/such/y.npy"),
+             {"no/such", "does not exist"});
+}
