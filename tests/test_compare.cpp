@@ -26,7 +26,7 @@ TEST(Compare, ScaledByValuePlusRms) {
 }
 
 TEST(Compare, AcceptsJustBelowRejectsJustAbove) {
-  const double tol = ffn::test::kVsTorch;
+  const double tol = ffn::test::kVsTorchY;
   std::vector<double> want(100, 1.0), got = want;  // rms 1, |want| 1: denominator 2
   got[17] = 1.0 + 0.9 * tol * 2;
   EXPECT_TRUE(compare(got.data(), want.data(), 100).ok(tol));

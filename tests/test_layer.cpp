@@ -365,9 +365,11 @@ TEST(Layer, BadShapesAndOptionsAreRefused) {
   EXPECT_THROW(l.forward(x.data(), y.data(), Shape{2, 5, Layout::tokens, {5}}), Error);      // wrong count
   EXPECT_THROW(l.forward(x.data(), y.data(), Shape{2, 5, Layout::tokens, {5, 6}}), Error);   // longer than S
   EXPECT_THROW(l.forward(x.data(), y.data(), Shape{2, 5, Layout::tokens, {-1, 2}}), Error);  // negative
-  EXPECT_THROW(l.forward(x.data(), y.data(), Shape{0, 5, Layout::tokens, {}}), Error);
+  EXPECT_THROW(l.forward(x.data(), y.data(), Shape{-1, 5, Layout::tokens, {}}), Error);
   RunOptions bad;
   bad.threads = -1;
+  EXPECT_THROW(l.forward(x.data(), y.data(), Shape::tokens(10), bad), Error);
+  bad.threads = kMaxThreads + 1;
   EXPECT_THROW(l.forward(x.data(), y.data(), Shape::tokens(10), bad), Error);
   Config c2 = cfg;
   c2.d_model = 0;
@@ -383,9 +385,52 @@ TEST(Layer, BadShapesAndOptionsAreRefused) {
   l.forward(x.data(), y.data(), Shape::tokens(10), {}, &cache);
   Weights g;
   EXPECT_THROW(l.backward(x.data(), y.data(), Shape::tokens(9), cache, y.data(), g), Error);
+  // ... or from a layer with other settings (here: gated, so the cache has no zg).
+  Config gated_cfg = cfg;
+  gated_cfg.activation = Activation::swiglu;
+  const Layer gl(gated_cfg, 1);
+  EXPECT_THROW(gl.backward(x.data(), y.data(), Shape::tokens(10), cache, y.data(), g), Error);
+  // ... or another layout with the same number of positions.
+  EXPECT_THROW(l.backward(x.data(), y.data(), Shape{1, 10, Layout::ncw, {}}, cache, y.data(), g), Error);
   ForwardCache empty;
   EXPECT_THROW(l.backward(x.data(), y.data(), Shape::tokens(10), empty, y.data(), g), Error);
   EXPECT_THROW(parse_activation("tanh", "--activation"), Error);
+}
+
+namespace {
+// A safetensors file from a header and raw data.
+void write_st(const std::string& path, const std::string& header, const std::string& data) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char((header.size() >> (8 * i)) & 0xff);
+  bytes += header + data;
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
+}
+}  // namespace
+
+TEST(Layer, UnknownDtypeElsewhereInTheFileIsIgnored) {
+  Config cfg;
+  cfg.d_model = 2;
+  cfg.d_ff = 3;
+  cfg.norm = NormPlacement::none;
+  cfg.bias = false;
+  const Layer l(cfg, 2);
+  const std::string p = (temp_dir() / "other_dtype.safetensors").string();
+  // Another tensor of the checkpoint has a dtype this reader does not know.
+  write_st(p,
+           R"({"other.weight":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[0,4]},)"
+           R"("linear1.weight":{"dtype":"F32","shape":[3,2],"data_offsets":[4,28]},)"
+           R"("linear2.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[28,52]}})",
+           std::string(4, '\x7f') + std::string(reinterpret_cast<const char*>(l.weights().w1.data()), 24) +
+               std::string(reinterpret_cast<const char*>(l.weights().w2.data()), 24));
+  EXPECT_EQ(Layer::load(p).weights().w1, l.weights().w1);
+  // ...but it is refused where it is a tensor the layer needs.
+  write_st(p, R"({"linear1.weight":{"dtype":"F8_E8M0","shape":[3,2],"data_offsets":[0,6]}})", std::string(6, '\0'));
+  try {
+    Layer::load(p);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown dtype 'F8_E8M0'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Layer, ZeroTokensIsANoOp) {

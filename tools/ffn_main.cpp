@@ -14,14 +14,32 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "common/compare.hpp"
 #include "ffn/ffn.hpp"
+#include "io/file_util.hpp"
 #include "nn/init.hpp"
 
 namespace {
 
 using namespace ffn;
 namespace fs = std::filesystem;
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+// Refuses a job whose buffers would not fit in this machine's memory, naming the flags.
+void check_memory(double bytes, const std::string& flags) {
+  const double phys = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (bytes > phys) {
+    throw Error(flags + ": needs " + num(bytes / double(1ull << 30)) + " GiB, more than this machine's " +
+                num(phys / double(1ull << 30)) + " GiB of memory");
+  }
+}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string t = "[";
@@ -67,7 +85,7 @@ struct LayerArgs {
     if (!norm.empty()) o.norm = parse_norm_placement(norm, "--norm");
     if (!norm_type.empty()) o.norm_type = parse_norm_type(norm_type, "--norm-type");
     if (eps) {
-      if (!(*eps > 0.0f) || !std::isfinite(*eps)) throw Error("--eps: expected a positive number, got " + std::to_string(*eps));
+      if (!(*eps > 0.0f) || !std::isfinite(*eps)) throw Error("--eps: expected a positive number, got " + num(*eps));
       o.eps = eps;
     }
     o.dropout_hidden = p_hidden;
@@ -98,7 +116,6 @@ Input read_input(const LayerArgs& a, const Config& cfg) {
   in.shape.layout = layout;
   in.shape.batch = s.size() == 3 ? s[0] : 1;
   in.shape.seq = layout == Layout::tokens ? s[s.size() - 2] : s.back();
-  if (in.shape.batch < 1) throw Error(a.input + ": input has shape " + shape_str(s) + ", expected B >= 1");
   if (!a.lengths.empty()) {
     std::vector<int64_t> lshape;
     in.shape.lengths = read_npy_int(a.lengths, &lshape);
@@ -116,7 +133,8 @@ Input read_input(const LayerArgs& a, const Config& cfg) {
 }
 
 int threads_or_throw(int t) {
-  if (t < 0) throw Error("--threads: expected a number >= 0 (0 = all), got " + std::to_string(t));
+  if (t < 0 || t > kMaxThreads)
+    throw Error("--threads: expected 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(t));
   return t;
 }
 
@@ -127,6 +145,8 @@ struct RunArgs : LayerArgs {
 };
 
 void cmd_run(const RunArgs& a) {
+  io::check_writable_target(a.output);
+  const int threads = threads_or_throw(a.threads);
   const Layer layer = Layer::load(a.weights, a.load_options(0, 0));
   const Input in = read_input(a, layer.config());
   check_not_an_input(a.output, "--output", {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}});
@@ -134,7 +154,7 @@ void cmd_run(const RunArgs& a) {
   y.shape = in.x.shape;
   y.data.resize(in.x.data.size());
   RunOptions ro;
-  ro.threads = threads_or_throw(a.threads);
+  ro.threads = threads;
   layer.forward(in.x.data.data(), y.data.data(), in.shape, ro);
   write_npy(a.output, y);
 }
@@ -149,7 +169,7 @@ struct GradArgs : LayerArgs {
 
 void cmd_grad(const GradArgs& a) {
   auto check_p = [](const std::optional<float>& p, const char* flag) {
-    if (p && !(*p >= 0.0f && *p <= 1.0f)) throw Error(std::string(flag) + ": expected a probability in [0, 1], got " + std::to_string(*p));
+    if (p && !(*p >= 0.0f && *p <= 1.0f)) throw Error(std::string(flag) + ": expected a probability in [0, 1], got " + num(*p));
   };
   check_p(a.dropout, "--dropout");
   check_p(a.dropout_hidden, "--dropout-hidden");
@@ -157,6 +177,7 @@ void cmd_grad(const GradArgs& a) {
   const float p_hidden = a.dropout_hidden.value_or(a.dropout.value_or(0.0f));
   const float p_output = a.dropout_output.value_or(a.dropout.value_or(0.0f));
   const bool training = a.dropout || a.dropout_hidden || a.dropout_output;
+  const int threads = threads_or_throw(a.threads);
 
   const Layer layer = Layer::load(a.weights, a.load_options(p_hidden, p_output));
   const Input in = read_input(a, layer.config());
@@ -173,9 +194,11 @@ void cmd_grad(const GradArgs& a) {
       {"--input", a.input}, {"--weights", a.weights}, {"--grad-output", a.grad_output}, {"--lengths", a.lengths}};
   check_not_an_input(gx_path, "--output-dir", inputs);
   check_not_an_input(gw_path, "--output-dir", inputs);
+  io::check_writable_target(gx_path);
+  io::check_writable_target(gw_path);
 
   RunOptions ro;
-  ro.threads = threads_or_throw(a.threads);
+  ro.threads = threads;
   ro.training = training;
   ro.seed = a.seed;
   Array y;
@@ -188,12 +211,35 @@ void cmd_grad(const GradArgs& a) {
   Weights grads;
   layer.backward(in.x.data.data(), dy.data.data(), in.shape, cache, dx.data.data(), grads, ro);
 
-  if (!fs::exists(a.output_dir, ec)) {
+  // Both files are written completely into a staging directory inside D,
+  // then renamed into place: a failure leaves neither a new file nor a
+  // mismatched pair (nor a directory this run created).
+  const bool created = !fs::exists(a.output_dir, ec);
+  if (created) {
     fs::create_directories(a.output_dir, ec);
     if (ec) throw Error("--output-dir " + a.output_dir + ": cannot create: " + ec.message());
   }
-  write_npy(gx_path, dx);
-  layer.save_gradients(gw_path, grads);
+  std::string stage_tmpl = (fs::path(a.output_dir) / ".ffn-grad-XXXXXX").string();
+  std::vector<char> buf(stage_tmpl.begin(), stage_tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) {
+    const std::string why = io::errno_text();
+    if (created) fs::remove(a.output_dir, ec);
+    throw Error("--output-dir " + a.output_dir + ": cannot write: " + why);
+  }
+  const fs::path stage(buf.data());
+  try {
+    write_npy((stage / "grad_input.npy").string(), dx);
+    layer.save_gradients((stage / "grads.safetensors").string(), grads);
+    fs::rename(stage / "grad_input.npy", gx_path);
+    fs::rename(stage / "grads.safetensors", gw_path);
+  } catch (const std::exception& e) {
+    fs::remove_all(stage, ec);
+    if (created) fs::remove(a.output_dir, ec);
+    if (dynamic_cast<const Error*>(&e)) throw;
+    throw Error("--output-dir " + a.output_dir + ": cannot write: " + e.what());
+  }
+  fs::remove_all(stage, ec);
 }
 
 // ---- init ---------------------------------------------------------------------
@@ -216,8 +262,10 @@ void cmd_init(const InitArgs& a) {
   cfg.norm = parse_norm_placement(a.norm, "--norm");
   cfg.norm_type = parse_norm_type(a.norm_type, "--norm-type");
   cfg.bias = !a.no_bias;
-  if (!(a.eps > 0.0f) || !std::isfinite(a.eps)) throw Error("--eps: expected a positive number, got " + std::to_string(a.eps));
+  if (!(a.eps > 0.0f) || !std::isfinite(a.eps)) throw Error("--eps: expected a positive number, got " + num(a.eps));
   cfg.eps = a.eps;
+  io::check_writable_target(a.output);
+  check_memory(4.0 * (is_gated(cfg.activation) ? 3 : 2) * double(a.d_model) * double(a.d_ff), "--d-model x --d-ff");
   Layer layer(cfg, a.seed);
   layer.save(a.output);
 }
@@ -246,6 +294,11 @@ int cmd_bench(const BenchArgs& a) {
   if (a.tokens < 1) throw Error("--tokens: expected a positive integer, got " + std::to_string(a.tokens));
   if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
   if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
+  if (a.d_model < 1) throw Error("--d-model: expected a positive integer, got " + std::to_string(a.d_model));
+  if (a.d_ff < 1) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
+  // Weights (twice: the packed copy), and x, y, dx, dy plus, with --backward, the saved pre-activations.
+  const double d = double(a.d_model), f = double(a.d_ff), t = double(a.tokens);
+  check_memory(4.0 * (6 * d * f + 4 * t * d + (a.backward ? 2 * t * f : 0)), "--tokens, --d-model, --d-ff");
   Config cfg;
   cfg.d_model = a.d_model;
   cfg.d_ff = a.d_ff;
@@ -343,7 +396,7 @@ int main(int argc, char** argv) {
   grad_cmd->add_option("--dropout", grad.dropout, "dropout p (hidden and output); enables training mode");
   grad_cmd->add_option("--dropout-hidden", grad.dropout_hidden, "dropout p after the activation");
   grad_cmd->add_option("--dropout-output", grad.dropout_output, "dropout p after W2");
-  grad_cmd->add_option("--seed", grad.seed, "dropout seed");
+  grad_cmd->add_option("--seed", grad.seed, "dropout seed")->check(CLI::NonNegativeNumber);
 
   InitArgs init;
   CLI::App* init_cmd = app.add_subcommand("init", "write a freshly initialized layer (PyTorch nn.Linear distribution)");
@@ -354,7 +407,7 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--norm", init.norm, "post (default), pre or none");
   init_cmd->add_option("--norm-type", init.norm_type, "layernorm (default) or rmsnorm");
   init_cmd->add_option("--eps", init.eps, "norm epsilon (default 1e-5)");
-  init_cmd->add_option("--seed", init.seed, "seed (default 0)");
+  init_cmd->add_option("--seed", init.seed, "seed (default 0)")->check(CLI::NonNegativeNumber);
   init_cmd->add_option("--output", init.output, "weights file to write (.safetensors)")->required();
 
   BenchArgs bench;
@@ -368,7 +421,7 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--threads", bench.threads, "default: all");
   bench_cmd->add_option("--repeats", bench.repeats, "timed calls (default 10)");
   bench_cmd->add_option("--warmup", bench.warmup, "untimed calls first (default 2)");
-  bench_cmd->add_option("--seed", bench.seed, "weights and input seed");
+  bench_cmd->add_option("--seed", bench.seed, "weights and input seed")->check(CLI::NonNegativeNumber);
   bench_cmd->add_flag("--backward", bench.backward, "time forward + backward");
   bench_cmd->add_flag("--json", bench.json, "print one JSON object");
 

@@ -34,9 +34,11 @@
 namespace ffn {
 
 // Bad input (file, shape, option). The message is one line, suitable to show as is.
+// Control characters (e.g. from a tensor name in a file) are escaped as \xNN so
+// the message stays on one line.
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message);
 };
 
 enum class Activation { relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu };
@@ -96,7 +98,7 @@ struct TensorNames {
 
 // Describes the input buffer.
 struct Shape {
-  int64_t batch = 1;              // B
+  int64_t batch = 1;              // B (0 allowed: nothing to do)
   int64_t seq = 0;                // S, positions per sequence
   Layout layout = Layout::tokens; // tokens: [B, S, d_model]; ncw: [B, d_model, S]
   // Optional B valid lengths (0 <= len <= S). Positions s >= lengths[b] are
@@ -111,18 +113,20 @@ struct Shape {
 // reference is the scalar oracle every fast path is tested against.
 enum class Path { automatic, reference };
 
+constexpr int kMaxThreads = 1024;
+
 struct RunOptions {
   bool training = false;  // dropout active (and a ForwardCache may be filled)
   uint64_t seed = 0;      // dropout mask seed
-  int threads = 0;        // 0: all hardware threads
+  int threads = 0;        // 0: all hardware threads; at most kMaxThreads
   Path path = Path::automatic;
 };
 
 // What forward saves for backward (filled when a cache is passed to forward):
 //   z1  [N, d_ff]   pre-activation x W1ᵀ + b1 of every valid token (N = valid tokens)
 //   zg  [N, d_ff]   gate pre-activation (gated activations only)
-//   mean, rstd [N]  statistics of the normalized vector (x for pre, x + o for post;
-//                   mean is unused by RMSNorm)
+//   rstd [N]        1/σ of the normalized vector (x for pre, x + o for post)
+//   mean [N]        its mean (pre only: with x it gives the normalized input back)
 //   xhat [N, d_model]  normalized x + o (post only; γ may be zero, so y alone is not enough)
 // plus the run options (training, seed) so backward regenerates the same dropout masks.
 // The hidden activation, the masks and the pre-LN normalized input are recomputed.
@@ -210,7 +214,7 @@ struct Array {
   std::vector<float> data;
   int64_t numel() const;
 };
-// Reads float32 ('<f4'); `what` names the array in errors (defaults to the path).
+// Reads float32 ('<f4'); errors name the path.
 Array read_npy(const std::string& path);
 // Reads an integer array ('<i4' or '<i8'), e.g. sequence lengths.
 std::vector<int64_t> read_npy_int(const std::string& path, std::vector<int64_t>* shape = nullptr);

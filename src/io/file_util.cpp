@@ -12,6 +12,29 @@
 
 #include "ffn/ffn.hpp"
 
+namespace ffn {
+
+namespace {
+std::string one_line(const std::string& m) {
+  std::string out;
+  out.reserve(m.size());
+  for (unsigned char c : m) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+}  // namespace
+
+Error::Error(const std::string& message) : std::runtime_error(one_line(message)) {}
+
+}  // namespace ffn
+
 namespace ffn::io {
 
 std::string errno_text() { return std::strerror(errno); }
@@ -47,11 +70,27 @@ void write_all(std::FILE* f, const void* data, size_t n, const std::string& path
   if (n && std::fwrite(data, 1, n, f) != n) throw Error(path + ": cannot write: " + errno_text());
 }
 
+void check_writable_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) throw Error("cannot write to an empty path");
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);  // follows symlinks
+  if (!fs::exists(st)) return;
+  if (fs::is_directory(st)) throw Error(path + ": cannot write: is a directory");
+  if (!fs::is_regular_file(st)) throw Error(path + ": cannot write: exists and is not a regular file");
+}
+
 void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& body) {
   namespace fs = std::filesystem;
-  fs::path target(path);
+  check_writable_target(path);
   std::error_code ec;
-  if (fs::is_directory(target, ec)) throw Error(path + ": cannot write: is a directory");
+  // Replace the file a symlink points to, not the link.
+  fs::path target(path);
+  if (fs::is_symlink(fs::symlink_status(path, ec))) {
+    std::error_code ec_link;
+    target = fs::weakly_canonical(path, ec_link);
+    if (ec_link) throw Error(path + ": cannot resolve symlink: " + ec_link.message());
+  }
   fs::path dir = target.parent_path();
   if (dir.empty()) dir = ".";
   if (!fs::is_directory(dir, ec)) throw Error(path + ": cannot write: directory '" + dir.string() + "' does not exist");
@@ -83,7 +122,7 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
   mode_t mask = umask(0);
   umask(mask);
   ::chmod(tmp.c_str(), 0666 & ~mask);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
     std::string why = errno_text();
     ::unlink(tmp.c_str());
     throw Error(path + ": cannot write: " + why);

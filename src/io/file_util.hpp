@@ -34,8 +34,13 @@ class InputFile {
 
 // Calls body(file) on a new temporary file beside `path`, then flushes, syncs
 // and renames it over `path`. On any failure the temporary file is removed
-// and the original `path` (if any) is untouched.
+// and the original `path` (if any) is untouched. A symlink is followed (the
+// file it points to is replaced, the link kept); a target that exists but is
+// not a regular file (directory, FIFO, device) is refused.
 void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& body);
+
+// Throws Error if `path` exists and is not a regular file (or a symlink to one).
+void check_writable_target(const std::string& path);
 
 // fwrite that throws Error naming `path` on a short write.
 void write_all(std::FILE* f, const void* data, size_t n, const std::string& path);

@@ -10,7 +10,9 @@ namespace ffn {
 
 struct ForwardCache::Data {
   bool filled = false;
-  int64_t d_model = 0, d_ff = 0, positions = 0;
+  Config cfg;  // the layer's settings at forward time
+  Layout layout = Layout::tokens;
+  int64_t batch = 0, seq = 0;
   bool training = false;
   uint64_t seed = 0;
   std::vector<int64_t> pos;  // global positions of the valid tokens

@@ -67,6 +67,7 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
   const float* gamma = w.norm_weight.empty() ? nullptr : w.norm_weight.data();
   const float* beta = w.norm_bias.empty() ? nullptr : w.norm_bias.data();
   const int64_t blocks = (n + kTokenBlock - 1) / kTokenBlock;
+  threads = int(std::max<int64_t>(1, std::min<int64_t>(threads, blocks)));
 
 #pragma omp parallel num_threads(threads)
   {
@@ -82,7 +83,8 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
         const float* xr = x + (t0 + r) * d;
         if (cfg.norm == NormPlacement::pre) {
           normalize_row(cfg.norm_type, xr, d, cfg.eps, gamma, beta, in.data() + r * d, nullptr,
-                        saved ? saved->mean + t0 + r : nullptr, saved ? saved->rstd + t0 + r : nullptr);
+                        saved && saved->mean ? saved->mean + t0 + r : nullptr,
+                        saved && saved->rstd ? saved->rstd + t0 + r : nullptr);
         } else {
           std::copy(xr, xr + d, in.data() + r * d);
         }
@@ -151,8 +153,8 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
           case NormPlacement::post:
             for (int64_t c = 0; c < d; ++c) row[c] = xr[c] + ar[c];
             normalize_row(cfg.norm_type, row.data(), d, cfg.eps, gamma, beta, yr,
-                          saved ? saved->xhat + t * d : nullptr, saved ? saved->mean + t : nullptr,
-                          saved ? saved->rstd + t : nullptr);
+                          saved && saved->xhat ? saved->xhat + t * d : nullptr, nullptr,
+                          saved && saved->rstd ? saved->rstd + t : nullptr);
             break;
         }
       }

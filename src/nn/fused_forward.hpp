@@ -28,7 +28,7 @@ struct PackedWeights {
 struct FusedSaved {
   float* z1 = nullptr;    // [n, d_ff]
   float* zg = nullptr;    // [n, d_ff]
-  float* mean = nullptr;  // [n]
+  float* mean = nullptr;  // [n], pre only
   float* rstd = nullptr;  // [n]
   float* xhat = nullptr;  // [n, d_model]
 };

@@ -67,14 +67,22 @@ bool is_gated(Activation a) {
 // and T * d_ff never overflow int64 arithmetic.
 constexpr int64_t kMaxDim = int64_t(1) << 24;
 
+namespace {
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+}  // namespace
+
 void Config::validate() const {
   if (d_model < 1 || d_model > kMaxDim) throw Error("d_model must be in [1, 2^24], got " + std::to_string(d_model));
   if (d_ff < 1 || d_ff > kMaxDim) throw Error("d_ff must be in [1, 2^24], got " + std::to_string(d_ff));
-  if (!(eps > 0.0f) || !std::isfinite(eps)) throw Error("eps must be a positive number, got " + std::to_string(eps));
+  if (!(eps > 0.0f) || !std::isfinite(eps)) throw Error("eps must be a positive number, got " + num(eps));
   if (!(dropout_hidden >= 0.0f && dropout_hidden <= 1.0f))
-    throw Error("hidden dropout probability must be in [0, 1], got " + std::to_string(dropout_hidden));
+    throw Error("hidden dropout probability must be in [0, 1], got " + num(dropout_hidden));
   if (!(dropout_output >= 0.0f && dropout_output <= 1.0f))
-    throw Error("output dropout probability must be in [0, 1], got " + std::to_string(dropout_output));
+    throw Error("output dropout probability must be in [0, 1], got " + num(dropout_output));
 }
 
 Weights Weights::zeros(const Config& cfg) {
@@ -211,7 +219,7 @@ namespace {
 
 // Global positions (b * S + s) of the valid tokens, in order.
 std::vector<int64_t> valid_positions(const Shape& s) {
-  if (s.batch < 1) throw Error("shape: batch must be >= 1, got " + std::to_string(s.batch));
+  if (s.batch < 0) throw Error("shape: batch must be >= 0, got " + std::to_string(s.batch));
   if (s.seq < 0) throw Error("shape: sequence length must be >= 0, got " + std::to_string(s.seq));
   if (!s.lengths.empty() && int64_t(s.lengths.size()) != s.batch) {
     throw Error("lengths: expected " + std::to_string(s.batch) + " lengths (one per sequence), got " +
@@ -270,7 +278,8 @@ void scatter(const float* rows, const Addressing& a, const std::vector<int64_t>&
 }
 
 int thread_count(const RunOptions& o) {
-  if (o.threads < 0) throw Error("threads must be >= 0 (0 = all), got " + std::to_string(o.threads));
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(o.threads));
   return o.threads > 0 ? o.threads : omp_get_max_threads();
 }
 
@@ -294,17 +303,18 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
   ForwardCache::Data* c = cache ? &cache->data() : nullptr;
   if (c) {
     c->filled = true;
-    c->d_model = d;
-    c->d_ff = F;
-    c->positions = shape.positions();
     c->training = opts.training;
     c->seed = opts.seed;
     c->pos = pos;
     c->z1.assign(size_t(n * F), 0.0f);
     c->zg.assign(gated ? size_t(n * F) : 0, 0.0f);
     const bool norm = cfg_.norm != NormPlacement::none;
-    c->mean.assign(norm ? size_t(n) : 0, 0.0f);
+    c->mean.assign(cfg_.norm == NormPlacement::pre ? size_t(n) : 0, 0.0f);
     c->rstd.assign(norm ? size_t(n) : 0, 0.0f);
+    c->cfg = cfg_;
+    c->layout = shape.layout;
+    c->batch = shape.batch;
+    c->seq = shape.seq;
     c->xhat.assign(cfg_.norm == NormPlacement::post ? size_t(n * d) : 0, 0.0f);
   }
   auto ptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
@@ -342,8 +352,14 @@ void Layer::backward(const float* x, const float* dy, const Shape& shape, const 
   const ForwardCache::Data& c = cache.data();
   if (!c.filled) throw Error("backward: the cache was not filled by forward");
   const std::vector<int64_t> pos = valid_positions(shape);
-  if (c.d_model != cfg_.d_model || c.d_ff != cfg_.d_ff || c.positions != shape.positions() || c.pos != pos) {
-    throw Error("backward: the cache comes from a forward call with another layer or shape");
+  const Config& f = c.cfg;
+  if (f.d_model != cfg_.d_model || f.d_ff != cfg_.d_ff || f.activation != cfg_.activation ||
+      f.bias != cfg_.bias || f.norm != cfg_.norm || f.norm_type != cfg_.norm_type || f.eps != cfg_.eps ||
+      f.dropout_hidden != cfg_.dropout_hidden || f.dropout_output != cfg_.dropout_output) {
+    throw Error("backward: the cache comes from a forward call of a layer with other settings");
+  }
+  if (c.layout != shape.layout || c.batch != shape.batch || c.seq != shape.seq || c.pos != pos) {
+    throw Error("backward: the cache comes from a forward call with another shape, layout or lengths");
   }
   (void)thread_count(opts);
   const int64_t n = int64_t(pos.size());

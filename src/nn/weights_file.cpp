@@ -71,7 +71,11 @@ std::string prefix_hint(const io::SafetensorsReader& r) {
 Layer Layer::load(const std::string& path, const LoadOptions& opts) {
   io::SafetensorsReader r(path);
   const std::string prefix = normalize_prefix(opts.prefix);
-  auto has = [&](const char* n) { return r.has(prefix + n); };
+  auto has = [&](const char* n) {
+    if (!r.has(prefix + n)) return false;
+    r.require_float(prefix + n);  // an unusable dtype is reported before any shape
+    return true;
+  };
 
   // 1. Which naming scheme.
   const Scheme* scheme = nullptr;

@@ -135,10 +135,8 @@ void forward(const Config& cfg, const Params<T>& p, const T* x, int64_t n, const
       for (int64_t j = 0; j < F; ++j) saved->z1[i * F + j] = z1[j];
       if (gated)
         for (int64_t j = 0; j < F; ++j) saved->zg[i * F + j] = zg[j];
-      if (cfg.norm != NormPlacement::none) {
-        saved->mean[i] = mean;
-        saved->rstd[i] = rstd;
-      }
+      if (saved->mean) saved->mean[i] = mean;
+      if (saved->rstd) saved->rstd[i] = rstd;
       if (cfg.norm == NormPlacement::post)
         for (int64_t j = 0; j < d; ++j) saved->xhat[i * d + j] = xhat[j];
     }
@@ -160,7 +158,6 @@ void backward(const Config& cfg, const Params<T>& p, const T* x, int64_t n, cons
   std::vector<Acc> gw1(F * d, 0), gb1(F, 0), gwg(gated ? F * d : 0, 0), gbg(gated ? F : 0, 0);
   std::vector<Acc> gw2(d * F, 0), gb2(d, 0), ggamma(has_norm ? d : 0, 0), gbeta(has_norm ? d : 0, 0);
   std::vector<T> u(d), xhat(d), h(F), dout(d), dres(d), dh(F), dz1(F), dzg(gated ? F : 0), du(d), dnorm(d);
-  T mean_unused = 0, rstd_unused = 0;
 
   for (int64_t i = 0; i < n; ++i) {
     const T* xi = x + i * d;
@@ -211,7 +208,8 @@ void backward(const Config& cfg, const Params<T>& p, const T* x, int64_t n, cons
     // 4. the FFN input: in = x or Norm(x); dW1 += dz1 ⊗ in, du = W1ᵀ dz1 + Wgᵀ dzg
     const T* in = xi;
     if (cfg.norm == NormPlacement::pre) {
-      norm_stats(cfg.norm_type, xi, d, cfg.eps, xhat.data(), mean_unused, rstd_unused);
+      // The normalized input again, from x and the saved statistics.
+      for (int64_t j = 0; j < d; ++j) xhat[j] = T((Acc(xi[j]) - Acc(saved.mean[i])) * Acc(saved.rstd[i]));
       norm_apply(xhat.data(), p.gamma, p.beta, d, u.data());
       in = u.data();
     }
@@ -233,7 +231,6 @@ void backward(const Config& cfg, const Params<T>& p, const T* x, int64_t n, cons
     }
     // 5. dx = dres + (pre ? Norm'(du) : du)
     if (cfg.norm == NormPlacement::pre) {
-      // The saved rstd is the one forward used; xhat was recomputed above.
       norm_backward(cfg.norm_type, du.data(), xhat.data(), saved.rstd[i], d, p.gamma, ggamma.data(),
                     p.beta ? gbeta.data() : nullptr, dnorm.data());
       for (int64_t j = 0; j < d; ++j) dxi[j] = T(Acc(dres[j]) + Acc(dnorm[j]));

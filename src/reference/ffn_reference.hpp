@@ -37,7 +37,7 @@ template <typename T>
 struct Saved {
   T* z1 = nullptr;    // [n, d_ff]
   T* zg = nullptr;    // [n, d_ff], gated only
-  T* mean = nullptr;  // [n], norm != none
+  T* mean = nullptr;  // [n], pre only
   T* rstd = nullptr;  // [n], norm != none
   T* xhat = nullptr;  // [n, d_model], post only
 };
