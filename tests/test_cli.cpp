@@ -13,6 +13,7 @@
 
 #include "common/compare.hpp"
 #include "golden.hpp"
+#include "test_util.hpp"
 #include "tolerances.hpp"
 
 namespace fs = std::filesystem;
@@ -22,11 +23,7 @@ using namespace ffn::test;
 namespace {
 
 fs::path temp_dir() {
-  static fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / ("ffn_test_cli_" + std::to_string(::getpid()));
-    fs::create_directories(p);
-    return p;
-  }();
+  static const fs::path d = ffn::test::scratch_dir("cli");
   return d;
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ffn/ffn.hpp"
+#include "test_util.hpp"
 #include "io/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -16,11 +17,7 @@ using namespace ffn;
 namespace {
 
 fs::path temp_dir() {
-  static fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / ("ffn_test_io_" + std::to_string(::getpid()));
-    fs::create_directories(p);
-    return p;
-  }();
+  static const fs::path d = ffn::test::scratch_dir("io");
   return d;
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/compare.hpp"
 #include "ffn/ffn.hpp"
+#include "test_util.hpp"
 #include "nn/forward_cache.hpp"
 #include "tolerances.hpp"
 
@@ -38,11 +39,7 @@ Layer make_layer(Config cfg, uint64_t seed) {
 }
 
 fs::path temp_dir() {
-  static fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / ("ffn_test_layer_" + std::to_string(::getpid()));
-    fs::create_directories(p);
-    return p;
-  }();
+  static const fs::path d = ffn::test::scratch_dir("layer");
   return d;
 }
 
