@@ -76,7 +76,16 @@ Config config_of(const Variant& v) {
 
 }  // namespace
 
-TEST(Layer, FusedMatchesReferenceOnOddSizes) {
+// Every fused-path test runs once per ISA; an ISA this CPU (or build) lacks is
+// reported as skipped, never passed.
+class PerIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(GetParam())) GTEST_SKIP() << to_string(GetParam()) << " not supported here";
+  }
+};
+
+TEST_P(PerIsa, FusedMatchesReferenceOnOddSizes) {
   for (const Variant& v : kVariants) {
     for (bool training : {false, true}) {
       Config cfg = config_of(v);
@@ -86,6 +95,7 @@ TEST(Layer, FusedMatchesReferenceOnOddSizes) {
       const auto x = randn(size_t(v.T * v.d), 5);
       std::vector<float> y_fast(x.size()), y_ref(x.size());
       RunOptions fast, ref;
+      fast.isa = GetParam();
       fast.training = ref.training = training;
       fast.seed = ref.seed = 77;
       ref.path = Path::reference;
@@ -107,7 +117,7 @@ TEST(Layer, FusedMatchesReferenceOnOddSizes) {
   }
 }
 
-TEST(Layer, BitwiseIdenticalForAnyThreadCount) {
+TEST_P(PerIsa, BitwiseIdenticalForAnyThreadCount) {
   for (const Variant& v : kVariants) {
     Config cfg = config_of(v);
     cfg.dropout_hidden = 0.3f;
@@ -116,6 +126,7 @@ TEST(Layer, BitwiseIdenticalForAnyThreadCount) {
     const auto x = randn(size_t(v.T * v.d), 6);
     std::vector<float> y1(x.size());
     RunOptions ro;
+    ro.isa = GetParam();
     ro.training = true;
     ro.seed = 123;
     ro.threads = 1;
@@ -129,17 +140,38 @@ TEST(Layer, BitwiseIdenticalForAnyThreadCount) {
   }
 }
 
-TEST(Layer, TokenResultIndependentOfTheBatch) {
+TEST_P(PerIsa, TokenResultIndependentOfTheBatch) {
   const Variant& v = kVariants[0];
   const Layer layer = make_layer(config_of(v), 4);
   const auto x = randn(size_t(v.T * v.d), 7);
   std::vector<float> y_all(x.size());
-  layer.forward(x.data(), y_all.data(), Shape::tokens(v.T));
+  RunOptions ro;
+  ro.isa = GetParam();
+  layer.forward(x.data(), y_all.data(), Shape::tokens(v.T), ro);
   for (int64_t t : {int64_t(0), int64_t(15), int64_t(16), v.T - 1}) {
     std::vector<float> y_one(size_t(v.d));
-    layer.forward(x.data() + t * v.d, y_one.data(), Shape::tokens(1));
+    layer.forward(x.data() + t * v.d, y_one.data(), Shape::tokens(1), ro);
     EXPECT_EQ(std::memcmp(y_one.data(), y_all.data() + t * v.d, size_t(v.d) * 4), 0) << "token " << t;
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, PerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(Layer, UnsupportedIsaIsAnError) {
+  Config cfg;
+  cfg.d_model = 4;
+  cfg.d_ff = 6;
+  const Layer l(cfg, 1);
+  std::vector<float> x(8), y(8);
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    RunOptions ro;
+    ro.isa = i;
+    if (isa_supported(i)) EXPECT_NO_THROW(l.forward(x.data(), y.data(), Shape::tokens(2), ro));
+    else EXPECT_THROW(l.forward(x.data(), y.data(), Shape::tokens(2), ro), Error);
+  }
+  EXPECT_TRUE(isa_supported(best_isa()));
+  EXPECT_THROW(parse_isa("sse9", "FFN_ISA"), Error);
 }
 
 TEST(Layer, NcwLayoutIsTheTransposedTokensLayout) {

@@ -19,6 +19,7 @@
 #include "common/compare.hpp"
 #include "ffn/ffn.hpp"
 #include "io/file_util.hpp"
+#include "nn/isa.hpp"
 #include "nn/init.hpp"
 
 namespace {
@@ -274,7 +275,7 @@ void cmd_init(const InitArgs& a) {
 
 struct BenchArgs {
   int64_t tokens = 4096, d_model = 512, d_ff = 2048;
-  std::string activation = "relu", norm = "post", norm_type = "layernorm";
+  std::string activation = "relu", norm = "post", norm_type = "layernorm", isa = "auto";
   int threads = 0, repeats = 10, warmup = 2;
   uint64_t seed = 0;
   bool backward = false, json = false;
@@ -316,6 +317,8 @@ int cmd_bench(const BenchArgs& a) {
   const Shape shape = Shape::tokens(a.tokens);
   RunOptions ro;
   ro.threads = threads;
+  ro.isa = nn::resolve_isa(parse_isa(a.isa, "--isa"));
+  const std::string isa_name(to_string(ro.isa));
 
   std::vector<double> times;
   ForwardCache cache;
@@ -357,16 +360,16 @@ int cmd_bench(const BenchArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"d_model", a.d_model}, {"d_ff", a.d_ff}, {"tokens", a.tokens},
                         {"activation", a.activation}, {"norm", a.norm}, {"norm_type", a.norm_type},
-                        {"threads", threads}, {"backward", a.backward}, {"repeats", a.repeats},
+                        {"threads", threads}, {"isa", isa_name}, {"backward", a.backward}, {"repeats", a.repeats},
                         {"median_s", med}, {"min_s", tmin}, {"max_s", tmax},
                         {"tokens_per_s", tokens_per_s}, {"gflops", gflops},
                         {"check_tokens", k}, {"check_max_error", cmp.max_error},
                         {"check_tolerance", kBenchTolerance}, {"check_ok", ok}};
     std::cout << j.dump() << "\n";
   } else {
-    std::printf("ffn bench: %lld -> %lld %s, norm %s %s, %lld tokens, %d threads, fp32, %s\n",
+    std::printf("ffn bench: %lld -> %lld %s, norm %s %s, %lld tokens, %d threads, fp32 %s, %s\n",
                 (long long)a.d_model, (long long)a.d_ff, a.activation.c_str(), a.norm.c_str(), a.norm_type.c_str(),
-                (long long)a.tokens, threads, a.backward ? "forward+backward" : "forward");
+                (long long)a.tokens, threads, isa_name.c_str(), a.backward ? "forward+backward" : "forward");
     std::printf("  time per call  median %.3f ms  (min %.3f, max %.3f; %d calls)\n", med * 1e3, tmin * 1e3,
                 tmax * 1e3, a.repeats);
     std::printf("  throughput     %.0f tokens/s, %.1f GFLOP/s\n", tokens_per_s, gflops);
@@ -422,6 +425,7 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--repeats", bench.repeats, "timed calls (default 10)");
   bench_cmd->add_option("--warmup", bench.warmup, "untimed calls first (default 2)");
   bench_cmd->add_option("--seed", bench.seed, "weights and input seed")->check(CLI::NonNegativeNumber);
+  bench_cmd->add_option("--isa", bench.isa, "auto (default: FFN_ISA, else the best), scalar, avx2, avx512");
   bench_cmd->add_flag("--backward", bench.backward, "time forward + backward");
   bench_cmd->add_flag("--json", bench.json, "print one JSON object");
 

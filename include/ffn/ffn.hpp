@@ -115,11 +115,20 @@ enum class Path { automatic, reference };
 
 constexpr int kMaxThreads = 1024;
 
+// Instruction set of the fast path. automatic: the environment variable
+// FFN_ISA (auto, scalar, avx2, avx512) if set, else the best the CPU supports.
+enum class Isa { automatic, scalar, avx2, avx512 };
+std::string_view to_string(Isa i);
+Isa parse_isa(std::string_view s, std::string_view what = "isa");
+bool isa_supported(Isa i);  // by this CPU and this build
+Isa best_isa();
+
 struct RunOptions {
   bool training = false;  // dropout active (and a ForwardCache may be filled)
   uint64_t seed = 0;      // dropout mask seed
   int threads = 0;        // 0: all hardware threads; at most kMaxThreads
   Path path = Path::automatic;
+  Isa isa = Isa::automatic;  // fast path only; throws Error if unsupported
 };
 
 // What forward saves for backward (filled when a cache is passed to forward):

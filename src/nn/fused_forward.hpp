@@ -34,9 +34,20 @@ struct FusedSaved {
 };
 
 // y[n, d_model] from x[n, d_model] (valid tokens, contiguous); pos[i] is token
-// i's global position (dropout key). saved may be null.
+// i's global position (dropout key). saved may be null. isa: see isa.hpp.
 void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
-                   const int64_t* pos, bool training, uint64_t seed, int threads, float* y,
+                   const int64_t* pos, bool training, uint64_t seed, int threads, Isa isa, float* y,
                    const FusedSaved* saved);
+
+// The per-ISA kernels (src/kernels/<isa>/f32_ffn_fused_<isa>.cpp).
+#define FFN_DECLARE_FUSED_KERNEL(ns)                                                                         \
+  namespace ns {                                                                                             \
+  void fused_forward_kernel(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x,   \
+                            int64_t n, const int64_t* pos, bool training, uint64_t seed, int threads, float* y, \
+                            const FusedSaved* saved);                                                        \
+  }
+FFN_DECLARE_FUSED_KERNEL(scalar)
+FFN_DECLARE_FUSED_KERNEL(avx2)
+#undef FFN_DECLARE_FUSED_KERNEL
 
 }  // namespace ffn::nn

@@ -340,7 +340,7 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
       nn::FusedSaved s;
       if (c) s = {ptr(c->z1), ptr(c->zg), ptr(c->mean), ptr(c->rstd), ptr(c->xhat)};
       const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
-      nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, threads, yr,
+      nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, threads, opts.isa, yr,
                         c ? &s : nullptr);
     }
   }
