@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/compare.hpp"
+#include "common/format.hpp"
 #include "ffn/ffn.hpp"
 #include "io/file_util.hpp"
 #include "nn/isa.hpp"
@@ -27,11 +28,6 @@ namespace {
 using namespace ffn;
 namespace fs = std::filesystem;
 
-std::string num(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
-}
 
 // Refuses a job whose buffers would not fit in this machine's memory, naming the flags.
 void check_memory(double bytes, const std::string& flags) {
@@ -42,11 +38,6 @@ void check_memory(double bytes, const std::string& flags) {
   }
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
 
 // Refuses an output path that names one of the inputs (the user's file would be replaced).
 void check_not_an_input(const std::string& out, const std::string& flag,

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ffn/ffn.hpp"
+#include "common/format.hpp"
 
 namespace ffn::io {
 namespace {
@@ -12,11 +13,6 @@ namespace {
   throw Error(path + ": not a valid safetensors file: " + why);
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
 
 }  // namespace
 

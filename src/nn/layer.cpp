@@ -7,6 +7,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/format.hpp"
 #include "ffn/ffn.hpp"
 #include "nn/forward_cache.hpp"
 #include "nn/fused_forward.hpp"
@@ -66,14 +67,6 @@ bool is_gated(Activation a) {
 // Sizes large enough for any real model, small enough that d_model * d_ff
 // and T * d_ff never overflow int64 arithmetic.
 constexpr int64_t kMaxDim = int64_t(1) << 24;
-
-namespace {
-std::string num(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
-}
-}  // namespace
 
 void Config::validate() const {
   if (d_model < 1 || d_model > kMaxDim) throw Error("d_model must be in [1, 2^24], got " + std::to_string(d_model));

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "ffn/ffn.hpp"
+#include "common/format.hpp"
 #include "io/safetensors.hpp"
 
 namespace ffn {
@@ -35,11 +36,6 @@ constexpr Scheme kLlama{"LLaMA", "mlp.up_proj.weight", "mlp.up_proj.bias", "mlp.
                         "mlp.gate_proj.bias", "mlp.down_proj.weight", "mlp.down_proj.bias",
                         "post_attention_layernorm.weight", "post_attention_layernorm.bias", NormPlacement::pre};
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
 
 std::string normalize_prefix(std::string p) {
   if (!p.empty() && p.back() != '.') p += '.';
