@@ -51,8 +51,13 @@ struct Variant {
   bool bias;
 };
 
-// Sizes around the fused path's blocking (16 tokens, 256-wide chunks of d_ff).
+// Sizes around the fast path's blocking: 32-token blocks (so every remainder
+// of the 6-row micro-tile, 1..5, occurs), 256-wide chunks of d_ff split in two
+// halves, 16-column panels with partial last panels, k blocked by 256 (d_model,
+// d_ff and, in backward, tokens above 256), GEMM row blocks of 48.
 const Variant kVariants[] = {
+    {300, 520, 70, Activation::relu, NormPlacement::post, NormType::layernorm, true},
+    {5, 40, 300, Activation::swiglu, NormPlacement::post, NormType::layernorm, true},
     {17, 301, 37, Activation::relu, NormPlacement::post, NormType::layernorm, true},
     {1, 1, 5, Activation::relu, NormPlacement::none, NormType::layernorm, true},
     {3, 513, 33, Activation::gelu, NormPlacement::pre, NormType::rmsnorm, false},
@@ -152,6 +157,52 @@ TEST_P(PerIsa, TokenResultIndependentOfTheBatch) {
     std::vector<float> y_one(size_t(v.d));
     layer.forward(x.data() + t * v.d, y_one.data(), Shape::tokens(1), ro);
     EXPECT_EQ(std::memcmp(y_one.data(), y_all.data() + t * v.d, size_t(v.d) * 4), 0) << "token " << t;
+  }
+}
+
+// Gradients of the fast backward against the reference backward (double
+// accumulation), and bitwise the same for any thread count.
+TEST_P(PerIsa, FastBackwardMatchesReference) {
+  for (const Variant& v : kVariants) {
+    for (bool training : {false, true}) {
+      Config cfg = config_of(v);
+      cfg.dropout_hidden = 0.2f;
+      cfg.dropout_output = 0.1f;
+      const Layer layer = make_layer(cfg, 12);
+      const auto x = randn(size_t(v.T * v.d), 13);
+      const auto dy = randn(size_t(v.T * v.d), 14);
+      std::vector<float> y(x.size()), dx_fast(x.size()), dx_ref(x.size()), dx_t(x.size());
+      RunOptions ro;
+      ro.isa = GetParam();
+      ro.training = training;
+      ro.seed = 5;
+      ForwardCache cache;
+      layer.forward(x.data(), y.data(), Shape::tokens(v.T), ro, &cache);
+      Weights g_fast, g_ref, g_t;
+      ro.threads = 1;
+      layer.backward(x.data(), dy.data(), Shape::tokens(v.T), cache, dx_fast.data(), g_fast, ro);
+      RunOptions ref = ro;
+      ref.path = Path::reference;
+      layer.backward(x.data(), dy.data(), Shape::tokens(v.T), cache, dx_ref.data(), g_ref, ref);
+      const std::string where = "d=" + std::to_string(v.d) + " F=" + std::to_string(v.F) + " T=" +
+                                std::to_string(v.T) + " " + std::string(to_string(v.act));
+      const Comparison cx = compare(dx_fast.data(), dx_ref.data(), x.size());
+      EXPECT_TRUE(cx.ok(test::kFusedVsReference)) << where << " dx: " << cx.describe();
+      const std::pair<const char*, std::vector<float> Weights::*> fields[] = {
+          {"w1", &Weights::w1}, {"b1", &Weights::b1}, {"wg", &Weights::wg}, {"bg", &Weights::bg},
+          {"w2", &Weights::w2}, {"b2", &Weights::b2}, {"norm_weight", &Weights::norm_weight},
+          {"norm_bias", &Weights::norm_bias}};
+      for (const auto& [name, f] : fields) {
+        ASSERT_EQ((g_fast.*f).size(), (g_ref.*f).size()) << name;
+        const Comparison c = compare((g_fast.*f).data(), (g_ref.*f).data(), (g_ref.*f).size());
+        EXPECT_TRUE(c.ok(test::kFusedVsReference)) << where << " d" << name << ": " << c.describe();
+      }
+      ro.threads = 3;
+      layer.backward(x.data(), dy.data(), Shape::tokens(v.T), cache, dx_t.data(), g_t, ro);
+      EXPECT_EQ(std::memcmp(dx_fast.data(), dx_t.data(), x.size() * 4), 0) << where;
+      for (const auto& [name, f] : fields)
+        EXPECT_TRUE((g_fast.*f) == (g_t.*f)) << where << " d" << name << " differs with 3 threads";
+    }
   }
 }
 

@@ -1,35 +1,255 @@
-// Packing, and dispatch of the fused forward to the kernel of the chosen ISA.
+// Packing and the fused forward (see fused_forward.hpp). The matrix products
+// run in the per-ISA gemm kernels; the epilogues here are portable C++.
 #include "nn/fused_forward.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "nn/activation.hpp"
 #include "nn/isa.hpp"
+#include "nn/philox.hpp"
 
 namespace ffn::nn {
 
-PackedWeights PackedWeights::pack(const Config& cfg, const Weights& w) {
+std::shared_ptr<PackedWeights> PackedWeights::make(const Config& cfg, const Weights& w) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;
-  PackedWeights p;
-  auto transpose = [](const std::vector<float>& src, int64_t rows, int64_t cols) {
-    std::vector<float> t(src.size());
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = src[r * cols + c];
-    return t;
-  };
-  p.w1t = transpose(w.w1, F, d);
-  if (is_gated(cfg.activation)) p.wgt = transpose(w.wg, F, d);
-  p.w2t = transpose(w.w2, d, F);
+  auto p = std::make_shared<PackedWeights>();
+  // W1 is [F, d]: B(k = i, n = f) = W1[f, i] is n-major; W2 is [d, F]: B(k = f, n = o) = W2[o, f].
+  p->w1 = pack_panels(w.w1.data(), d, F, true);
+  if (is_gated(cfg.activation)) p->wg = pack_panels(w.wg.data(), d, F, true);
+  p->w2 = pack_panels(w.w2.data(), F, d, true);
   return p;
 }
+
+const PackedWeights::Backward& PackedWeights::backward(const Config& cfg, const Weights& w) const {
+  std::call_once(backward_once_, [&] {
+    const int64_t d = cfg.d_model, F = cfg.d_ff;
+    backward_.w2 = pack_panels(w.w2.data(), d, F, false);  // B(k = o, n = f) = W2[o, f]
+    backward_.w1 = pack_panels(w.w1.data(), F, d, false);  // B(k = f, n = i) = W1[f, i]
+    if (is_gated(cfg.activation)) backward_.wg = pack_panels(w.wg.data(), F, d, false);
+  });
+  return backward_;
+}
+
+namespace {
+
+constexpr int64_t kTokenBlock = 32;  // tokens per block
+constexpr int64_t kChunk = 256;      // hidden units per chunk (a multiple of kPanel)
+constexpr int kMaxGroups = 2;        // fixed split of d_ff (see fused_forward.hpp)
+static_assert(kChunk % kPanel == 0);
+
+// out[d] = Norm(v[d]) with γ, β; writes xhat/mean/rstd when asked.
+void normalize_row(NormType type, const float* v, int64_t d, float eps, const float* gamma, const float* beta,
+                   float* out, float* xhat_out, float* mean_out, float* rstd_out) {
+  float mean = 0.0f;
+  if (type == NormType::layernorm) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < d; ++j) s += v[j];
+    mean = s / float(d);
+  }
+  float var = 0.0f;
+  for (int64_t j = 0; j < d; ++j) var += (v[j] - mean) * (v[j] - mean);
+  var /= float(d);
+  const float rstd = 1.0f / std::sqrt(var + eps);
+  for (int64_t j = 0; j < d; ++j) {
+    const float xh = (v[j] - mean) * rstd;
+    if (xhat_out) xhat_out[j] = xh;
+    out[j] = xh * gamma[j] + (beta ? beta[j] : 0.0f);
+  }
+  if (mean_out) *mean_out = mean;
+  if (rstd_out) *rstd_out = rstd;
+}
+
+// z[j] = act(z[j]), or act(g[j])·z[j] when gated; one loop per unit so the
+// compiler can vectorize the simple ones.
+void activate(Unit u, float* z, const float* g, int64_t n) {
+  if (g) {
+    for (int64_t j = 0; j < n; ++j) z[j] = act(u, g[j]) * z[j];
+  } else if (u == Unit::relu) {
+    for (int64_t j = 0; j < n; ++j) z[j] = z[j] > 0.0f ? z[j] : 0.0f;
+  } else {
+    for (int64_t j = 0; j < n; ++j) z[j] = act(u, z[j]);
+  }
+}
+
+struct Forward {
+  const Config& cfg;
+  const Weights& w;
+  const PackedWeights& pw;
+  GemmBlockFn kernel;
+  const float* x;
+  const int64_t* pos;
+  uint64_t seed;
+  const FusedSaved* saved;
+  float* y;
+  int64_t d, F, chunks, groups;
+  bool gated;
+  Unit unit;
+  DropoutRule hid_rule, out_rule;
+
+  int64_t chunk_begin(int64_t g) const { return chunks * g / groups; }
+
+  // Per-thread buffers: the block's FFN input, the hidden chunk(s), one row.
+  struct Work {
+    std::vector<float> in, z, zg, row;
+    explicit Work(const Forward& f)
+        : in(size_t(kTokenBlock * f.d)), z(size_t(kTokenBlock * kChunk)),
+          zg(f.gated ? size_t(kTokenBlock * kChunk) : 0), row(size_t(f.d)) {}
+  };
+
+  // FFN input rows of tokens [t0, t0 + m): x, or Norm(x) for pre-LN.
+  void input_rows(int64_t t0, int64_t m, Work& wk, bool save_stats) const {
+    for (int64_t r = 0; r < m; ++r) {
+      const float* xr = x + (t0 + r) * d;
+      if (cfg.norm == NormPlacement::pre) {
+        const bool s = save_stats && saved;
+        normalize_row(cfg.norm_type, xr, d, cfg.eps, w.norm_weight.data(),
+                      w.norm_bias.empty() ? nullptr : w.norm_bias.data(), wk.in.data() + r * d, nullptr,
+                      s && saved->mean ? saved->mean + t0 + r : nullptr, s && saved->rstd ? saved->rstd + t0 + r : nullptr);
+      } else {
+        std::copy(xr, xr + d, wk.in.data() + r * d);
+      }
+    }
+  }
+
+  // acc[m, d] = Σ over the chunks of group g of act(in · W1[c]ᵀ + b1[c]) · W2[:, c]ᵀ.
+  void group_partial(int64_t t0, int64_t m, int64_t g, Work& wk, float* acc) const {
+    const int64_t c_end = chunk_begin(g + 1);
+    for (int64_t c = chunk_begin(g); c < c_end; ++c) {
+      const int64_t f0 = c * kChunk, fc = std::min(kChunk, F - f0);
+      GemmArgs g1;
+      g1.m = m; g1.n = fc; g1.k = d;
+      g1.a = wk.in.data(); g1.rsa = d; g1.csa = 1;
+      g1.b = pw.w1.data() + (f0 / kPanel) * d * kPanel; g1.ldb = kPanel; g1.psb = d * kPanel;
+      g1.c = wk.z.data(); g1.ldc = kChunk;
+      gemm(kernel, g1, 1);
+      if (gated) {
+        g1.b = pw.wg.data() + (f0 / kPanel) * d * kPanel;
+        g1.c = wk.zg.data();
+        gemm(kernel, g1, 1);
+      }
+      for (int64_t r = 0; r < m; ++r) {
+        float* z = wk.z.data() + r * kChunk;
+        float* zg = gated ? wk.zg.data() + r * kChunk : nullptr;
+        if (!w.b1.empty())
+          for (int64_t j = 0; j < fc; ++j) z[j] += w.b1[f0 + j];
+        if (zg && !w.bg.empty())
+          for (int64_t j = 0; j < fc; ++j) zg[j] += w.bg[f0 + j];
+        if (saved) {
+          std::copy(z, z + fc, saved->z1 + (t0 + r) * F + f0);
+          if (zg) std::copy(zg, zg + fc, saved->zg + (t0 + r) * F + f0);
+        }
+        activate(unit, z, zg, fc);
+        if (hid_rule.active()) {
+          const uint64_t base = uint64_t(pos[t0 + r] * F + f0);
+          for (int64_t j = 0; j < fc; ++j) z[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
+        }
+      }
+      GemmArgs g2;
+      g2.m = m; g2.n = d; g2.k = fc;
+      g2.a = wk.z.data(); g2.rsa = kChunk; g2.csa = 1;
+      g2.b = pw.w2.data() + f0 * kPanel; g2.ldb = kPanel; g2.psb = F * kPanel;
+      g2.c = acc; g2.ldc = d;
+      g2.accumulate = c > chunk_begin(g);
+      gemm(kernel, g2, 1);
+    }
+  }
+
+  // y rows of tokens [t0, t0 + m) from the group partials (each [m, d]).
+  void finish_rows(int64_t t0, int64_t m, float* const* parts, Work& wk) const {
+    const float* b2 = w.b2.empty() ? nullptr : w.b2.data();
+    const float* gamma = w.norm_weight.empty() ? nullptr : w.norm_weight.data();
+    const float* beta = w.norm_bias.empty() ? nullptr : w.norm_bias.data();
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t t = t0 + r;
+      float* o = parts[0] + r * d;
+      for (int64_t g = 1; g < groups; ++g) {
+        const float* p = parts[g] + r * d;
+        for (int64_t c = 0; c < d; ++c) o[c] += p[c];
+      }
+      if (b2)
+        for (int64_t c = 0; c < d; ++c) o[c] += b2[c];
+      if (out_rule.active()) {
+        const uint64_t base = uint64_t(pos[t] * d);
+        for (int64_t c = 0; c < d; ++c) o[c] *= out_rule.factor(seed, Stream::dropout_output, base + c);
+      }
+      const float* xr = x + t * d;
+      float* yr = y + t * d;
+      switch (cfg.norm) {
+        case NormPlacement::none:
+          std::copy(o, o + d, yr);
+          break;
+        case NormPlacement::pre:
+          for (int64_t c = 0; c < d; ++c) yr[c] = xr[c] + o[c];
+          break;
+        case NormPlacement::post:
+          for (int64_t c = 0; c < d; ++c) wk.row[c] = xr[c] + o[c];
+          normalize_row(cfg.norm_type, wk.row.data(), d, cfg.eps, gamma, beta, yr,
+                        saved && saved->xhat ? saved->xhat + t * d : nullptr, nullptr,
+                        saved && saved->rstd ? saved->rstd + t : nullptr);
+          break;
+      }
+    }
+  }
+};
+
+}  // namespace
 
 void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                    const int64_t* pos, bool training, uint64_t seed, int threads, Isa isa, float* y,
                    const FusedSaved* saved) {
-  switch (resolve_isa(isa)) {
-    case Isa::avx2:
-      avx2::fused_forward_kernel(cfg, w, pw, x, n, pos, training, seed, threads, y, saved);
-      return;
-    default:
-      scalar::fused_forward_kernel(cfg, w, pw, x, n, pos, training, seed, threads, y, saved);
-      return;
+  const int64_t d = cfg.d_model, F = cfg.d_ff;
+  const int64_t chunks = (F + kChunk - 1) / kChunk;
+  const Forward f{cfg, w, pw, gemm_kernel(resolve_isa(isa)), x, pos, seed, saved, y, d, F, chunks,
+                  std::min<int64_t>(kMaxGroups, chunks), is_gated(cfg.activation), unit_of(cfg.activation),
+                  DropoutRule::make(training ? cfg.dropout_hidden : 0.0f),
+                  DropoutRule::make(training ? cfg.dropout_output : 0.0f)};
+  const int64_t blocks = (n + kTokenBlock - 1) / kTokenBlock;
+  threads = std::max(1, threads);
+
+  if (blocks >= threads || f.groups == 1) {
+    // Whole blocks per thread.
+    threads = int(std::min<int64_t>(threads, blocks));
+#pragma omp parallel num_threads(threads)
+    {
+      Forward::Work wk(f);
+      std::vector<float> acc(size_t(f.groups * kTokenBlock * d));
+      float* parts[kMaxGroups];
+      for (int64_t g = 0; g < f.groups; ++g) parts[g] = acc.data() + g * kTokenBlock * d;
+#pragma omp for schedule(static)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
+        f.input_rows(t0, m, wk, true);
+        for (int64_t g = 0; g < f.groups; ++g) f.group_partial(t0, m, g, wk, parts[g]);
+        f.finish_rows(t0, m, parts, wk);
+      }
+    }
+    return;
+  }
+  // Few blocks: one work item per (block, half of d_ff), then the sums.
+  const int64_t items = blocks * f.groups;
+  std::vector<float> acc(size_t(items * kTokenBlock * d));
+  auto part = [&](int64_t blk, int64_t g) { return acc.data() + (blk * f.groups + g) * kTokenBlock * d; };
+  threads = int(std::min<int64_t>(threads, items));
+#pragma omp parallel num_threads(threads)
+  {
+    Forward::Work wk(f);
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t blk = it / f.groups, g = it % f.groups;
+      const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
+      f.input_rows(t0, m, wk, g == 0);
+      f.group_partial(t0, m, g, wk, part(blk, g));
+    }
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
+      float* parts[kMaxGroups];
+      for (int64_t g = 0; g < f.groups; ++g) parts[g] = part(blk, g);
+      f.finish_rows(t0, m, parts, wk);
+    }
   }
 }
 

@@ -1,28 +1,48 @@
-// The default forward path: token blocks go through W1 (bias and activation
-// applied per chunk of d_ff), into a small per-thread hidden buffer, then
-// through W2 into the block's output rows; bias, dropout, residual and norm
-// run on the finished rows. The [T, d_ff] hidden activation is never
-// allocated (unless a ForwardCache asks for the pre-activations).
+// The fast path (the default): a fused forward and a GEMM-based backward,
+// both built on nn::gemm (src/nn/gemm.hpp) and its per-ISA block kernels.
 //
-// Portable C++ (the compiler vectorizes the inner loops); ISA-specific
-// micro-kernels slot in under the same loops. Each token's result is computed
-// in a fixed order that does not depend on the block it shares or on the
-// thread count, so outputs are bitwise identical for any threads/batching.
+// Forward: a block of kTokenBlock tokens goes through W1 in chunks of kChunk
+// hidden units; bias, activation (and gate) and hidden dropout are applied to
+// the chunk while it is in L1/L2, and the chunk goes straight through W2 into
+// the block's output accumulator. b2, output dropout, residual and norm run on
+// the finished rows. The [T, d_ff] hidden activation is never allocated
+// (unless a ForwardCache asks for the pre-activations).
+//
+// d_ff is split into two fixed halves whose W2 partial sums are added at the
+// end (y = p₀ + p₁): a small batch can then use two threads, each streaming
+// half the weights, and every token is still computed in one fixed order —
+// outputs are bitwise identical for any thread count and batch composition.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "ffn/ffn.hpp"
+#include "nn/gemm.hpp"
 
 namespace ffn::nn {
 
-// Weights re-laid-out once at load for the fused loops.
+// Weights re-laid-out once at load as B panels (see pack_panels).
 struct PackedWeights {
-  std::vector<float> w1t;  // [d_model, d_ff]  W1ᵀ
-  std::vector<float> wgt;  // [d_model, d_ff]  Wgᵀ (gated)
-  std::vector<float> w2t;  // [d_ff, d_model]  W2ᵀ
-  static PackedWeights pack(const Config& cfg, const Weights& w);
+  // forward
+  std::vector<float> w1;  // B = W1ᵀ [d_model, d_ff]
+  std::vector<float> wg;  // B = Wgᵀ [d_model, d_ff] (gated)
+  std::vector<float> w2;  // B = W2ᵀ [d_ff, d_model]
+  // backward, packed on first use
+  struct Backward {
+    std::vector<float> w2;  // B = W2 [d_model, d_ff]   (dH = dO · W2)
+    std::vector<float> w1;  // B = W1 [d_ff, d_model]   (dIn = dZ1 · W1)
+    std::vector<float> wg;  // B = Wg [d_ff, d_model]
+  };
+  const Backward& backward(const Config& cfg, const Weights& w) const;
+
+  static std::shared_ptr<PackedWeights> make(const Config& cfg, const Weights& w);
+
+ private:
+  mutable std::once_flag backward_once_;
+  mutable Backward backward_;
 };
 
 struct FusedSaved {
@@ -34,20 +54,20 @@ struct FusedSaved {
 };
 
 // y[n, d_model] from x[n, d_model] (valid tokens, contiguous); pos[i] is token
-// i's global position (dropout key). saved may be null. isa: see isa.hpp.
+// i's global position (dropout key). saved may be null.
 void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                    const int64_t* pos, bool training, uint64_t seed, int threads, Isa isa, float* y,
                    const FusedSaved* saved);
 
-// The per-ISA kernels (src/kernels/<isa>/f32_ffn_fused_<isa>.cpp).
-#define FFN_DECLARE_FUSED_KERNEL(ns)                                                                         \
-  namespace ns {                                                                                             \
-  void fused_forward_kernel(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x,   \
-                            int64_t n, const int64_t* pos, bool training, uint64_t seed, int threads, float* y, \
-                            const FusedSaved* saved);                                                        \
-  }
-FFN_DECLARE_FUSED_KERNEL(scalar)
-FFN_DECLARE_FUSED_KERNEL(avx2)
-#undef FFN_DECLARE_FUSED_KERNEL
+// Gradients of the fast path (same contract as reference::backward, float
+// accumulation): dx[n, d_model] and every gradient (overwritten). Weight
+// gradients are sums over tokens in token order, whatever the thread count.
+struct FusedGrads {
+  float *w1 = nullptr, *b1 = nullptr, *wg = nullptr, *bg = nullptr;
+  float *w2 = nullptr, *b2 = nullptr, *gamma = nullptr, *beta = nullptr;
+};
+void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
+                    const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
+                    float* dx, const FusedGrads& g, int threads, Isa isa);
 
 }  // namespace ffn::nn

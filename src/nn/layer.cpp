@@ -170,7 +170,7 @@ Layer::Layer(const Config& cfg, Weights weights) : cfg_(cfg), w_(std::move(weigh
 }
 
 void Layer::prepare() {
-  packed_ = std::make_shared<nn::PackedWeights>(nn::PackedWeights::pack(cfg_, w_));
+  packed_ = nn::PackedWeights::make(cfg_, w_);
 }
 
 void Layer::set_weights(Weights w) {
@@ -354,7 +354,7 @@ void Layer::backward(const float* x, const float* dy, const Shape& shape, const 
   if (c.layout != shape.layout || c.batch != shape.batch || c.seq != shape.seq || c.pos != pos) {
     throw Error("backward: the cache comes from a forward call with another shape, layout or lengths");
   }
-  (void)thread_count(opts);
+  const int threads = thread_count(opts);
   const int64_t n = int64_t(pos.size());
   const int64_t d = cfg_.d_model;
   grads = Weights::zeros(cfg_);
@@ -377,11 +377,18 @@ void Layer::backward(const float* x, const float* dy, const Shape& shape, const 
   }
   auto cptr = [](const std::vector<float>& v) { return v.empty() ? nullptr : const_cast<float*>(v.data()); };
   auto gptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
-  reference::Saved<float> s{cptr(c.z1), cptr(c.zg), cptr(c.mean), cptr(c.rstd), cptr(c.xhat)};
-  reference::Grads<float> g{gptr(grads.w1), gptr(grads.b1), gptr(grads.wg), gptr(grads.bg),
-                            gptr(grads.w2), gptr(grads.b2), gptr(grads.norm_weight), gptr(grads.norm_bias)};
-  // One backward path for now (the reference); the fast one slots in here.
-  reference::backward(cfg_, params_of(w_), xr, n, pos.data(), {c.training, c.seed}, s, dyr, dxr, g);
+  if (n > 0 && opts.path == Path::reference) {
+    reference::Saved<float> s{cptr(c.z1), cptr(c.zg), cptr(c.mean), cptr(c.rstd), cptr(c.xhat)};
+    reference::Grads<float> g{gptr(grads.w1), gptr(grads.b1), gptr(grads.wg), gptr(grads.bg),
+                              gptr(grads.w2), gptr(grads.b2), gptr(grads.norm_weight), gptr(grads.norm_bias)};
+    reference::backward(cfg_, params_of(w_), xr, n, pos.data(), {c.training, c.seed}, s, dyr, dxr, g);
+  } else if (n > 0) {
+    const nn::FusedSaved s{cptr(c.z1), cptr(c.zg), cptr(c.mean), cptr(c.rstd), cptr(c.xhat)};
+    const nn::FusedGrads g{gptr(grads.w1), gptr(grads.b1), gptr(grads.wg), gptr(grads.bg),
+                           gptr(grads.w2), gptr(grads.b2), gptr(grads.norm_weight), gptr(grads.norm_bias)};
+    const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
+    nn::fused_backward(cfg_, w_, packed, xr, n, pos.data(), c.training, c.seed, s, dyr, dxr, g, threads, opts.isa);
+  }
   if (!direct) scatter(dxout.data(), addr, pos, shape.positions(), dx);
 }
 

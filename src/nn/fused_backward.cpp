@@ -1,0 +1,231 @@
+// The fast backward (see fused_forward.hpp): the four products of backward
+// are nn::gemm calls, everything else is row-wise (tokens split over threads)
+// or a column sum over tokens (columns split over threads, tokens summed in
+// order). No result depends on the thread count.
+//
+//   dO  = dropout_out'(dY or Norm'(dY))        db2 = Σ_t dO
+//   dH  = dO · W2                              dW2 = dOᵀ · H
+//   dZ1 = dH ⊙ mask ⊙ act'(Z1)  (gated: dZ1 = dH ⊙ mask ⊙ act(Zg), dZg = dH ⊙ mask ⊙ Z1 ⊙ act'(Zg))
+//   db1 = Σ_t dZ1                              dW1 = dZ1ᵀ · In
+//   dIn = dZ1 · W1 (+ dZg · Wg)                dX  = residual + (pre ? Norm'(dIn) : dIn)
+#include <omp.h>
+
+#include <algorithm>
+
+#include "nn/activation.hpp"
+#include "nn/fused_forward.hpp"
+#include "nn/isa.hpp"
+#include "nn/philox.hpp"
+
+namespace ffn::nn {
+namespace {
+
+// Rows [0, rows) split over threads; fn(r0, r1).
+template <typename Fn>
+void parallel_rows(int64_t rows, int threads, int64_t row_cost, Fn fn) {
+  const int64_t useful = std::max<int64_t>(1, rows * row_cost / 16384);
+  const int nt = int(std::max<int64_t>(1, std::min<int64_t>({threads, rows, useful})));
+  if (nt == 1) {
+    fn(int64_t(0), rows);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
+    fn(rows * t / k, rows * (t + 1) / k);
+  }
+}
+
+// out[j] = Σ_t a[t, j] (· b[t, j] when b is given), t in order.
+void column_sum(const float* a, const float* b, int64_t rows, int64_t cols, float* out, int threads) {
+  if (!out) return;
+  parallel_rows(cols, threads, rows, [&](int64_t j0, int64_t j1) {
+    std::fill(out + j0, out + j1, 0.0f);
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* at = a + t * cols;
+      if (b) {
+        const float* bt = b + t * cols;
+        for (int64_t j = j0; j < j1; ++j) out[j] += at[j] * bt[j];
+      } else {
+        for (int64_t j = j0; j < j1; ++j) out[j] += at[j];
+      }
+    }
+  });
+}
+
+// dv[d] from dout[d] through out = γ·xhat + β:
+//   g = dout·γ; LayerNorm: dv = rstd (g − mean(g) − xhat·mean(g·xhat)); RMSNorm: without mean(g).
+void norm_backward_row(NormType type, const float* dout, const float* xhat, float rstd, int64_t d,
+                       const float* gamma, float* dv) {
+  float mean_g = 0.0f, mean_gx = 0.0f;
+  for (int64_t j = 0; j < d; ++j) {
+    const float g = dout[j] * gamma[j];
+    mean_g += g;
+    mean_gx += g * xhat[j];
+  }
+  mean_g = type == NormType::rmsnorm ? 0.0f : mean_g / float(d);
+  mean_gx /= float(d);
+  for (int64_t j = 0; j < d; ++j) dv[j] = rstd * (dout[j] * gamma[j] - mean_g - xhat[j] * mean_gx);
+}
+
+}  // namespace
+
+void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
+                    const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
+                    float* dx, const FusedGrads& g, int threads, Isa isa) {
+  const GemmBlockFn kernel = gemm_kernel(resolve_isa(isa));
+  const PackedWeights::Backward& bw = pw.backward(cfg, w);
+  const int64_t d = cfg.d_model, F = cfg.d_ff;
+  const bool gated = is_gated(cfg.activation);
+  const Unit unit = unit_of(cfg.activation);
+  const DropoutRule hid_rule = DropoutRule::make(training ? cfg.dropout_hidden : 0.0f);
+  const DropoutRule out_rule = DropoutRule::make(training ? cfg.dropout_output : 0.0f);
+  const float* gamma = w.norm_weight.empty() ? nullptr : w.norm_weight.data();
+  const float* beta = w.norm_bias.empty() ? nullptr : w.norm_bias.data();
+
+  // 1. Through the norm (post) and the output dropout: dv = dL/d(x + o), dO.
+  std::vector<float> dv(cfg.norm == NormPlacement::post ? size_t(n * d) : 0), dout(size_t(n * d));
+  if (cfg.norm == NormPlacement::post) {
+    column_sum(dy, saved.xhat, n, d, g.gamma, threads);
+    column_sum(dy, nullptr, n, d, g.beta, threads);
+  }
+  parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* src = dy + t * d;
+      if (cfg.norm == NormPlacement::post) {
+        norm_backward_row(cfg.norm_type, dy + t * d, saved.xhat + t * d, saved.rstd[t], d, gamma, dv.data() + t * d);
+        src = dv.data() + t * d;
+      }
+      float* o = dout.data() + t * d;
+      if (out_rule.active()) {
+        const uint64_t base = uint64_t(pos[t] * d);
+        for (int64_t j = 0; j < d; ++j) o[j] = src[j] * out_rule.factor(seed, Stream::dropout_output, base + j);
+      } else {
+        std::copy(src, src + d, o);
+      }
+    }
+  });
+  column_sum(dout.data(), nullptr, n, d, g.b2, threads);
+
+  // 2. H (the hidden activation after dropout) again from the saved pre-activations.
+  std::vector<float> h(size_t(n * F)), dz1(size_t(n * F)), dzg(gated ? size_t(n * F) : 0);
+  parallel_rows(n, threads, F, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* z1 = saved.z1 + t * F;
+      const float* zg = gated ? saved.zg + t * F : nullptr;
+      float* ht = h.data() + t * F;
+      for (int64_t j = 0; j < F; ++j) ht[j] = gated ? act(unit, zg[j]) * z1[j] : act(unit, z1[j]);
+      if (hid_rule.active()) {
+        const uint64_t base = uint64_t(pos[t] * F);
+        for (int64_t j = 0; j < F; ++j) ht[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
+      }
+    }
+  });
+  // 3. dW2 = dOᵀ · H;  dH = dO · W2 (into dz1).
+  GemmArgs p;
+  p = {};
+  p.m = d; p.n = F; p.k = n;
+  p.a = dout.data(); p.rsa = 1; p.csa = d;
+  p.b = h.data(); p.ldb = F; p.psb = kPanel;
+  p.c = g.w2; p.ldc = F;
+  gemm(kernel, p, threads);
+  p = {};
+  p.m = n; p.n = F; p.k = d;
+  p.a = dout.data(); p.rsa = d; p.csa = 1;
+  p.b = bw.w2.data(); p.ldb = kPanel; p.psb = d * kPanel;
+  p.c = dz1.data(); p.ldc = F;
+  gemm(kernel, p, threads);
+
+  // 4. Through the hidden dropout and the activation.
+  parallel_rows(n, threads, F, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* z1 = saved.z1 + t * F;
+      const float* zg = gated ? saved.zg + t * F : nullptr;
+      float* a = dz1.data() + t * F;
+      if (hid_rule.active()) {
+        const uint64_t base = uint64_t(pos[t] * F);
+        for (int64_t j = 0; j < F; ++j) a[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
+      }
+      if (gated) {
+        float* b = dzg.data() + t * F;
+        for (int64_t j = 0; j < F; ++j) {
+          b[j] = a[j] * z1[j] * act_grad(unit, zg[j]);
+          a[j] = a[j] * act(unit, zg[j]);
+        }
+      } else if (unit == Unit::relu) {
+        for (int64_t j = 0; j < F; ++j) a[j] = z1[j] > 0.0f ? a[j] : 0.0f;
+      } else {
+        for (int64_t j = 0; j < F; ++j) a[j] *= act_grad(unit, z1[j]);
+      }
+    }
+  });
+  column_sum(dz1.data(), nullptr, n, F, g.b1, threads);
+  if (gated) column_sum(dzg.data(), nullptr, n, F, g.bg, threads);
+
+  // 5. The FFN input (x, or Norm(x) again for pre-LN); dW1 = dZ1ᵀ · In.
+  std::vector<float> in_buf, xhat;
+  const float* in = x;
+  if (cfg.norm == NormPlacement::pre) {
+    in_buf.resize(size_t(n * d));
+    xhat.resize(size_t(n * d));
+    parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t j = 0; j < d; ++j) {
+          const float xh = (x[t * d + j] - saved.mean[t]) * saved.rstd[t];
+          xhat[t * d + j] = xh;
+          in_buf[t * d + j] = xh * gamma[j] + (beta ? beta[j] : 0.0f);
+        }
+    });
+    in = in_buf.data();
+  }
+  p = {};
+  p.m = F; p.n = d; p.k = n;
+  p.a = dz1.data(); p.rsa = 1; p.csa = F;
+  p.b = in; p.ldb = d; p.psb = kPanel;
+  p.c = g.w1; p.ldc = d;
+  gemm(kernel, p, threads);
+  if (gated) {
+    p.a = dzg.data();
+    p.c = g.wg;
+    gemm(kernel, p, threads);
+  }
+
+  // 6. dIn = dZ1 · W1 (+ dZg · Wg), then dX.
+  std::vector<float> din(size_t(n * d));
+  p = {};
+  p.m = n; p.n = d; p.k = F;
+  p.a = dz1.data(); p.rsa = F; p.csa = 1;
+  p.b = bw.w1.data(); p.ldb = kPanel; p.psb = F * kPanel;
+  p.c = din.data(); p.ldc = d;
+  gemm(kernel, p, threads);
+  if (gated) {
+    p.a = dzg.data();
+    p.b = bw.wg.data();
+    p.accumulate = true;
+    gemm(kernel, p, threads);
+  }
+  if (cfg.norm == NormPlacement::pre) {
+    column_sum(din.data(), xhat.data(), n, d, g.gamma, threads);
+    column_sum(din.data(), nullptr, n, d, g.beta, threads);
+  }
+  parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* dxt = dx + t * d;
+      const float* dit = din.data() + t * d;
+      switch (cfg.norm) {
+        case NormPlacement::none:
+          std::copy(dit, dit + d, dxt);
+          break;
+        case NormPlacement::post:
+          for (int64_t j = 0; j < d; ++j) dxt[j] = dv[t * d + j] + dit[j];
+          break;
+        case NormPlacement::pre:
+          norm_backward_row(cfg.norm_type, dit, xhat.data() + t * d, saved.rstd[t], d, gamma, dxt);
+          for (int64_t j = 0; j < d; ++j) dxt[j] += dy[t * d + j];
+          break;
+      }
+    }
+  });
+}
+
+}  // namespace ffn::nn
