@@ -21,6 +21,7 @@
 #include "ffn/ffn.hpp"
 #include "io/file_util.hpp"
 #include "nn/isa.hpp"
+#include "nn/peak.hpp"
 #include "nn/init.hpp"
 
 namespace {
@@ -311,6 +312,9 @@ int cmd_bench(const BenchArgs& a) {
   ro.isa = nn::resolve_isa(parse_isa(a.isa, "--isa"));
   const std::string isa_name(to_string(ro.isa));
 
+  // The machine's peak on this many threads, measured now (see nn/peak.hpp).
+  const nn::Peak peak = nn::measure_peak(threads);
+
   std::vector<double> times;
   ForwardCache cache;
   Weights grads;
@@ -348,12 +352,15 @@ int cmd_bench(const BenchArgs& a) {
   const double tokens_per_s = double(a.tokens) / med;
   const double tmin = *std::min_element(times.begin(), times.end());
   const double tmax = *std::max_element(times.begin(), times.end());
+  const double percent_of_peak = 100.0 * gflops / peak.gflops;
   if (a.json) {
     nlohmann::json j = {{"d_model", a.d_model}, {"d_ff", a.d_ff}, {"tokens", a.tokens},
                         {"activation", a.activation}, {"norm", a.norm}, {"norm_type", a.norm_type},
                         {"threads", threads}, {"isa", isa_name}, {"backward", a.backward}, {"repeats", a.repeats},
                         {"median_s", med}, {"min_s", tmin}, {"max_s", tmax},
                         {"tokens_per_s", tokens_per_s}, {"gflops", gflops},
+                        {"peak_gflops", peak.gflops}, {"peak_isa", to_string(peak.isa)},
+                        {"percent_of_peak", percent_of_peak},
                         {"check_tokens", k}, {"check_max_error", cmp.max_error},
                         {"check_tolerance", kBenchTolerance}, {"check_ok", ok}};
     std::cout << j.dump() << "\n";
@@ -363,7 +370,8 @@ int cmd_bench(const BenchArgs& a) {
                 (long long)a.tokens, threads, isa_name.c_str(), a.backward ? "forward+backward" : "forward");
     std::printf("  time per call  median %.3f ms  (min %.3f, max %.3f; %d calls)\n", med * 1e3, tmin * 1e3,
                 tmax * 1e3, a.repeats);
-    std::printf("  throughput     %.0f tokens/s, %.1f GFLOP/s\n", tokens_per_s, gflops);
+    std::printf("  throughput     %.0f tokens/s, %.1f GFLOP/s = %.1f%% of the measured peak %.1f GFLOP/s (%s FMA loop)\n",
+                tokens_per_s, gflops, percent_of_peak, peak.gflops, std::string(to_string(peak.isa)).c_str());
     std::printf("  check          %lld tokens against the reference path: %s (tolerance %.0e)  %s\n",
                 (long long)k, cmp.describe().c_str(), kBenchTolerance, ok ? "OK" : "FAILED");
   }
