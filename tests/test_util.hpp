@@ -4,15 +4,26 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <vector>
 #include <string>
 
 namespace ffn::test {
 
 // A scratch directory per suite and process: /tmp/ffn_test_<tag>_<pid>.
+// The directory is removed (with its contents) when the test program exits.
 inline std::filesystem::path scratch_dir(const std::string& tag) {
   namespace fs = std::filesystem;
+  struct Registry {
+    std::vector<fs::path> dirs;
+    ~Registry() {
+      std::error_code ec;
+      for (const auto& d : dirs) fs::remove_all(d, ec);
+    }
+  };
+  static Registry registry;
   fs::path p = fs::temp_directory_path() / ("ffn_test_" + tag + "_" + std::to_string(::getpid()));
   fs::create_directories(p);
+  registry.dirs.push_back(p);
   return p;
 }
 

@@ -35,7 +35,7 @@ const PackedWeights::Backward& PackedWeights::backward(const Config& cfg, const 
 
 namespace {
 
-constexpr int64_t kTokenBlock = 32;  // tokens per block
+constexpr int64_t kTokenBlock = 96;  // tokens per block (16 micro-tiles of 6 rows)
 constexpr int64_t kChunk = 256;      // hidden units per chunk (a multiple of kPanel)
 constexpr int kMaxGroups = 2;        // fixed split of d_ff (see fused_forward.hpp)
 static_assert(kChunk % kPanel == 0);
@@ -210,7 +210,7 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
   threads = std::max(1, threads);
 
   if (blocks >= threads || f.groups == 1) {
-    // Whole blocks per thread.
+    // Each thread takes an equal contiguous share of the tokens, in blocks.
     threads = int(std::min<int64_t>(threads, blocks));
 #pragma omp parallel num_threads(threads)
     {
@@ -218,9 +218,10 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
       std::vector<float> acc(size_t(f.groups * kTokenBlock * d));
       float* parts[kMaxGroups];
       for (int64_t g = 0; g < f.groups; ++g) parts[g] = acc.data() + g * kTokenBlock * d;
-#pragma omp for schedule(static)
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+      for (int64_t t0 = begin; t0 < end; t0 += kTokenBlock) {
+        const int64_t m = std::min(kTokenBlock, end - t0);
         f.input_rows(t0, m, wk, true);
         for (int64_t g = 0; g < f.groups; ++g) f.group_partial(t0, m, g, wk, parts[g]);
         f.finish_rows(t0, m, parts, wk);

@@ -50,8 +50,9 @@ inline void tile(const GemmArgs& g, int64_t row, int64_t panel, int valid) {
     }
   const float* a = g.a + row * g.rsa;
   const float* b = g.b + panel * g.psb;
-  const int64_t rsa = g.rsa, csa = g.csa, ldb = g.ldb, psb = g.psb;
-  for (int64_t p = 0; p < g.k; ++p) {
+  const int64_t rsa = g.rsa, csa = g.csa, ldb = g.ldb, psb = g.psb, k = g.k;
+#pragma GCC unroll 4
+  for (int64_t p = 0; p < k; ++p) {
     __m256 bv[NP][2];
 #pragma GCC unroll 8
     for (int q = 0; q < NP; ++q) {
