@@ -52,8 +52,8 @@ struct Variant {
 };
 
 // Sizes around the fast path's blocking: 96-token blocks and per-thread token
-// shares (so every remainder
-// of the 6-row micro-tile, 1..5, occurs), 256-wide chunks of d_ff split in two
+// shares (so every remainder of the 6-row micro-tile, 1..5, occurs), 256-wide
+// chunks of d_ff split in two
 // halves, 16-column panels with partial last panels, k blocked by 256 (d_model,
 // d_ff and, in backward, tokens above 256), GEMM row blocks of 48.
 const Variant kVariants[] = {

@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "nn/activation.hpp"
 #include "nn/fused_forward.hpp"
@@ -68,6 +69,26 @@ void norm_backward_row(NormType type, const float* dout, const float* xhat, floa
   for (int64_t j = 0; j < d; ++j) dv[j] = rstd * (dout[j] * gamma[j] - mean_g - xhat[j] * mean_gx);
 }
 
+// Scratch buffers of backward, kept per calling thread between calls and
+// never zero-filled (every element is written before it is read): at T=4096
+// they are ~70 MB, and fresh pages cost more than the arithmetic around them.
+class Scratch {
+ public:
+  enum Slot { kDv, kDout, kH, kDz1, kDzg, kIn, kXhat, kDin, kSlots };
+  float* get(Slot s, size_t n) {
+    if (n == 0) return nullptr;
+    if (size_[s] < n) {
+      buf_[s].reset(new float[n]);
+      size_[s] = n;
+    }
+    return buf_[s].get();
+  }
+
+ private:
+  std::unique_ptr<float[]> buf_[kSlots];
+  size_t size_[kSlots] = {};
+};
+
 }  // namespace
 
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
@@ -84,7 +105,9 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   const float* beta = w.norm_bias.empty() ? nullptr : w.norm_bias.data();
 
   // 1. Through the norm (post) and the output dropout: dv = dL/d(x + o), dO.
-  std::vector<float> dv(cfg.norm == NormPlacement::post ? size_t(n * d) : 0), dout(size_t(n * d));
+  thread_local Scratch scratch;
+  float* dv = scratch.get(Scratch::kDv, cfg.norm == NormPlacement::post ? size_t(n * d) : 0);
+  float* dout = scratch.get(Scratch::kDout, size_t(n * d));
   if (cfg.norm == NormPlacement::post) {
     column_sum(dy, saved.xhat, n, d, g.gamma, threads);
     column_sum(dy, nullptr, n, d, g.beta, threads);
@@ -93,10 +116,10 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     for (int64_t t = t0; t < t1; ++t) {
       const float* src = dy + t * d;
       if (cfg.norm == NormPlacement::post) {
-        norm_backward_row(cfg.norm_type, dy + t * d, saved.xhat + t * d, saved.rstd[t], d, gamma, dv.data() + t * d);
-        src = dv.data() + t * d;
+        norm_backward_row(cfg.norm_type, dy + t * d, saved.xhat + t * d, saved.rstd[t], d, gamma, dv + t * d);
+        src = dv + t * d;
       }
-      float* o = dout.data() + t * d;
+      float* o = dout + t * d;
       if (out_rule.active()) {
         const uint64_t base = uint64_t(pos[t] * d);
         for (int64_t j = 0; j < d; ++j) o[j] = src[j] * out_rule.factor(seed, Stream::dropout_output, base + j);
@@ -105,16 +128,23 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
       }
     }
   });
-  column_sum(dout.data(), nullptr, n, d, g.b2, threads);
+  column_sum(dout, nullptr, n, d, g.b2, threads);
 
   // 2. H (the hidden activation after dropout) again from the saved pre-activations.
-  std::vector<float> h(size_t(n * F)), dz1(size_t(n * F)), dzg(gated ? size_t(n * F) : 0);
+  float* h = scratch.get(Scratch::kH, size_t(n * F));
+  float* dz1 = scratch.get(Scratch::kDz1, size_t(n * F));
+  float* dzg = scratch.get(Scratch::kDzg, gated ? size_t(n * F) : 0);
   parallel_rows(n, threads, F, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* z1 = saved.z1 + t * F;
       const float* zg = gated ? saved.zg + t * F : nullptr;
-      float* ht = h.data() + t * F;
-      for (int64_t j = 0; j < F; ++j) ht[j] = gated ? act(unit, zg[j]) * z1[j] : act(unit, z1[j]);
+      float* ht = h + t * F;
+      if (gated)
+        for (int64_t j = 0; j < F; ++j) ht[j] = act(unit, zg[j]) * z1[j];
+      else if (unit == Unit::relu)
+        for (int64_t j = 0; j < F; ++j) ht[j] = z1[j] > 0.0f ? z1[j] : 0.0f;
+      else
+        for (int64_t j = 0; j < F; ++j) ht[j] = act(unit, z1[j]);
       if (hid_rule.active()) {
         const uint64_t base = uint64_t(pos[t] * F);
         for (int64_t j = 0; j < F; ++j) ht[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
@@ -125,15 +155,15 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   GemmArgs p;
   p = {};
   p.m = d; p.n = F; p.k = n;
-  p.a = dout.data(); p.rsa = 1; p.csa = d;
-  p.b = h.data(); p.ldb = F; p.psb = kPanel;
+  p.a = dout; p.rsa = 1; p.csa = d;
+  p.b = h; p.ldb = F; p.psb = kPanel;
   p.c = g.w2; p.ldc = F;
   gemm(kernel, p, threads);
   p = {};
   p.m = n; p.n = F; p.k = d;
-  p.a = dout.data(); p.rsa = d; p.csa = 1;
+  p.a = dout; p.rsa = d; p.csa = 1;
   p.b = bw.w2.data(); p.ldb = kPanel; p.psb = d * kPanel;
-  p.c = dz1.data(); p.ldc = F;
+  p.c = dz1; p.ldc = F;
   gemm(kernel, p, threads);
 
   // 4. Through the hidden dropout and the activation.
@@ -141,13 +171,13 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     for (int64_t t = t0; t < t1; ++t) {
       const float* z1 = saved.z1 + t * F;
       const float* zg = gated ? saved.zg + t * F : nullptr;
-      float* a = dz1.data() + t * F;
+      float* a = dz1 + t * F;
       if (hid_rule.active()) {
         const uint64_t base = uint64_t(pos[t] * F);
         for (int64_t j = 0; j < F; ++j) a[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
       }
       if (gated) {
-        float* b = dzg.data() + t * F;
+        float* b = dzg + t * F;
         for (int64_t j = 0; j < F; ++j) {
           b[j] = a[j] * z1[j] * act_grad(unit, zg[j]);
           a[j] = a[j] * act(unit, zg[j]);
@@ -159,15 +189,16 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
       }
     }
   });
-  column_sum(dz1.data(), nullptr, n, F, g.b1, threads);
-  if (gated) column_sum(dzg.data(), nullptr, n, F, g.bg, threads);
+  column_sum(dz1, nullptr, n, F, g.b1, threads);
+  if (gated) column_sum(dzg, nullptr, n, F, g.bg, threads);
 
   // 5. The FFN input (x, or Norm(x) again for pre-LN); dW1 = dZ1ᵀ · In.
-  std::vector<float> in_buf, xhat;
+  float* in_buf = nullptr;
+  float* xhat = nullptr;
   const float* in = x;
   if (cfg.norm == NormPlacement::pre) {
-    in_buf.resize(size_t(n * d));
-    xhat.resize(size_t(n * d));
+    in_buf = scratch.get(Scratch::kIn, size_t(n * d));
+    xhat = scratch.get(Scratch::kXhat, size_t(n * d));
     parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
         for (int64_t j = 0; j < d; ++j) {
@@ -176,42 +207,42 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
           in_buf[t * d + j] = xh * gamma[j] + (beta ? beta[j] : 0.0f);
         }
     });
-    in = in_buf.data();
+    in = in_buf;
   }
   p = {};
   p.m = F; p.n = d; p.k = n;
-  p.a = dz1.data(); p.rsa = 1; p.csa = F;
+  p.a = dz1; p.rsa = 1; p.csa = F;
   p.b = in; p.ldb = d; p.psb = kPanel;
   p.c = g.w1; p.ldc = d;
   gemm(kernel, p, threads);
   if (gated) {
-    p.a = dzg.data();
+    p.a = dzg;
     p.c = g.wg;
     gemm(kernel, p, threads);
   }
 
   // 6. dIn = dZ1 · W1 (+ dZg · Wg), then dX.
-  std::vector<float> din(size_t(n * d));
+  float* din = scratch.get(Scratch::kDin, size_t(n * d));
   p = {};
   p.m = n; p.n = d; p.k = F;
-  p.a = dz1.data(); p.rsa = F; p.csa = 1;
+  p.a = dz1; p.rsa = F; p.csa = 1;
   p.b = bw.w1.data(); p.ldb = kPanel; p.psb = F * kPanel;
-  p.c = din.data(); p.ldc = d;
+  p.c = din; p.ldc = d;
   gemm(kernel, p, threads);
   if (gated) {
-    p.a = dzg.data();
+    p.a = dzg;
     p.b = bw.wg.data();
     p.accumulate = true;
     gemm(kernel, p, threads);
   }
   if (cfg.norm == NormPlacement::pre) {
-    column_sum(din.data(), xhat.data(), n, d, g.gamma, threads);
-    column_sum(din.data(), nullptr, n, d, g.beta, threads);
+    column_sum(din, xhat, n, d, g.gamma, threads);
+    column_sum(din, nullptr, n, d, g.beta, threads);
   }
   parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* dxt = dx + t * d;
-      const float* dit = din.data() + t * d;
+      const float* dit = din + t * d;
       switch (cfg.norm) {
         case NormPlacement::none:
           std::copy(dit, dit + d, dxt);
@@ -220,7 +251,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
           for (int64_t j = 0; j < d; ++j) dxt[j] = dv[t * d + j] + dit[j];
           break;
         case NormPlacement::pre:
-          norm_backward_row(cfg.norm_type, dit, xhat.data() + t * d, saved.rstd[t], d, gamma, dxt);
+          norm_backward_row(cfg.norm_type, dit, xhat + t * d, saved.rstd[t], d, gamma, dxt);
           for (int64_t j = 0; j < d; ++j) dxt[j] += dy[t * d + j];
           break;
       }

@@ -10,8 +10,14 @@ namespace ffn::nn {
 namespace {
 constexpr int64_t kKc = 256;  // k per block: a 16-wide B panel block is 16 KiB (L1)
 constexpr int64_t kMc = 48;   // rows per block: A block 48 KiB, stays in L2
+constexpr int64_t kNc = 512;  // columns per block: a packed B block is 512 KiB (L2)
+constexpr int64_t kPackRows = 2048;  // rows of A packed at once (2 MiB at kKc)
 
 // C rows [m0, m1) × panels [p0, p1), all of k, on the calling thread.
+// Operands the micro-kernel would read with long strides are copied first
+// into the layouts it streams best (copying changes no arithmetic): a B given
+// as a plain row-major matrix into 16-column panels, an A given column-major
+// (csa ≠ 1) into row-major blocks.
 void run_range(GemmBlockFn kernel, const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const int64_t n0 = p0 * kPanel, n1 = std::min(g.n, p1 * kPanel);
   if (m0 >= m1 || n0 >= n1) return;
@@ -20,17 +26,53 @@ void run_range(GemmBlockFn kernel, const GemmArgs& g, int64_t m0, int64_t m1, in
       for (int64_t i = m0; i < m1; ++i) std::fill(g.c + i * g.ldc + n0, g.c + i * g.ldc + n1, 0.0f);
     return;
   }
+  const bool pack_b = g.ldb != kPanel, pack_a = g.csa != 1;
+  const int64_t rows = std::min(kPackRows, m1 - m0);
+  std::vector<float> bpack(pack_b ? size_t(kKc * kNc) : 0), apack(pack_a ? size_t(rows * kKc) : 0);
   for (int64_t k0 = 0; k0 < g.k; k0 += kKc) {
-    for (int64_t i0 = m0; i0 < m1; i0 += kMc) {
-      GemmArgs s = g;
-      s.m = std::min(kMc, m1 - i0);
-      s.n = n1 - n0;
-      s.k = std::min(kKc, g.k - k0);
-      s.a = g.a + i0 * g.rsa + k0 * g.csa;
-      s.b = g.b + p0 * g.psb + k0 * g.ldb;
-      s.c = g.c + i0 * g.ldc + n0;
-      s.accumulate = g.accumulate || k0 > 0;
-      kernel(s);
+    const int64_t kb = std::min(kKc, g.k - k0);
+    for (int64_t r0 = m0; r0 < m1; r0 += kPackRows) {
+      const int64_t r1 = std::min(m1, r0 + kPackRows);
+      if (pack_a) {  // rows [r0, r1) of this k block, row-major with stride kb
+        const float* a = g.a + r0 * g.rsa + k0 * g.csa;
+        for (int64_t p = 0; p < kb; ++p)
+          for (int64_t i = 0; i < r1 - r0; ++i) apack[size_t(i * kb + p)] = a[i * g.rsa + p * g.csa];
+      }
+      for (int64_t j0 = n0; j0 < n1; j0 += kNc) {
+        const int64_t nb = std::min(kNc, n1 - j0);
+        GemmArgs s = g;
+        s.n = nb;
+        s.k = kb;
+        s.accumulate = g.accumulate || k0 > 0;
+        s.b = g.b + (j0 / kPanel) * g.psb + k0 * g.ldb;
+        if (pack_b) {
+          for (int64_t q = 0; q < panels(nb); ++q) {
+            const int64_t w = std::min(kPanel, nb - q * kPanel);
+            float* dst = bpack.data() + q * kb * kPanel;
+            const float* src = s.b + q * g.psb;
+            for (int64_t p = 0; p < kb; ++p) {
+              std::copy(src + p * g.ldb, src + p * g.ldb + w, dst + p * kPanel);
+              std::fill(dst + p * kPanel + w, dst + (p + 1) * kPanel, 0.0f);
+            }
+          }
+          s.b = bpack.data();
+          s.ldb = kPanel;
+          s.psb = kb * kPanel;
+        }
+        for (int64_t i0 = r0; i0 < r1; i0 += kMc) {
+          GemmArgs t = s;
+          t.m = std::min(kMc, r1 - i0);
+          t.c = g.c + i0 * g.ldc + j0;
+          if (pack_a) {
+            t.a = apack.data() + (i0 - r0) * kb;
+            t.rsa = kb;
+            t.csa = 1;
+          } else {
+            t.a = g.a + i0 * g.rsa + k0 * g.csa;
+          }
+          kernel(t);
+        }
+      }
     }
   }
 }
