@@ -105,6 +105,10 @@ void column_sum(const float* a, int64_t rows, int64_t cols, float* out, int thre
 #ifdef FFN_HAVE_OPENBLAS
 std::vector<double> run_openblas(const Case& c) {
   openblas_set_num_threads(c.threads);
+  // The bias/activation loops run on one thread: OpenBLAS's own threads keep
+  // spinning after a call, and OpenMP threads next to them oversubscribe the
+  // two cores (measured at T=8, 2 threads: ~10 ms per call instead of ~1 ms).
+  const int loop_threads = 1;
   Tensors w(c);
   const int64_t T = c.T, d = c.d, F = c.F;
   std::vector<float> h(size_t(T * F)), y(size_t(T * d)), dz(size_t(T * F)), dx(size_t(T * d));
@@ -112,20 +116,20 @@ std::vector<double> run_openblas(const Case& c) {
   auto forward = [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, F, d, 1.0f, w.x.data(), d, w.w1.data(), d, 0.0f,
                 h.data(), F);
-    bias_act(h.data(), w.b1.data(), T, F, true, c.threads);
+    bias_act(h.data(), w.b1.data(), T, F, true, loop_threads);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, d, F, 1.0f, h.data(), F, w.w2.data(), F, 0.0f,
                 y.data(), d);
-    bias_act(y.data(), w.b2.data(), T, d, false, c.threads);
+    bias_act(y.data(), w.b2.data(), T, d, false, loop_threads);
   };
   auto backward = [&] {
-    column_sum(w.dy.data(), T, d, db2.data(), c.threads);
+    column_sum(w.dy.data(), T, d, db2.data(), loop_threads);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, F, T, 1.0f, w.dy.data(), d, h.data(), F, 0.0f,
                 dw2.data(), F);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, F, d, 1.0f, w.dy.data(), d, w.w2.data(), F, 0.0f,
                 dz.data(), F);
-#pragma omp parallel for num_threads(c.threads) schedule(static)
+#pragma omp parallel for num_threads(loop_threads) schedule(static)
     for (int64_t i = 0; i < T * F; ++i) dz[size_t(i)] = h[size_t(i)] > 0.0f ? dz[size_t(i)] : 0.0f;
-    column_sum(dz.data(), T, F, db1.data(), c.threads);
+    column_sum(dz.data(), T, F, db1.data(), loop_threads);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, F, d, T, 1.0f, dz.data(), F, w.x.data(), d, 0.0f,
                 dw1.data(), d);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, F, 1.0f, dz.data(), F, w.w1.data(), d, 0.0f,
