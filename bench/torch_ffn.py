@@ -5,9 +5,8 @@ Prints one JSON object with median_s, min_s, max_s, gflops.
 """
 import argparse
 import json
+import os
 import time
-
-import torch
 
 p = argparse.ArgumentParser()
 p.add_argument("--tokens", type=int, default=4096)
@@ -19,6 +18,12 @@ p.add_argument("--warmup", type=int, default=2)
 p.add_argument("--backward", action="store_true")
 p.add_argument("--json", action="store_true")
 a = p.parse_args()
+
+# The BLAS under PyTorch keeps its own thread pool, which torch.set_num_threads
+# does not limit; fix every pool's size before torch is imported.
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = str(a.threads)
+import torch  # noqa: E402
 
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)

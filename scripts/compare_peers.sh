@@ -9,19 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libdnnl-dev libopenblas-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "compare_peers: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
-scripts/setup.sh
+scripts/setup.sh libdnnl-dev libopenblas-dev
 [ -x build/bin/ffn_peers ] || { echo "compare_peers: ffn_peers was not built (oneDNN/OpenBLAS not found by CMake)" >&2; exit 2; }
 
 # OpenBLAS picks its kernels from the CPU it detects; under some hypervisors it

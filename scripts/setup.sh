@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need from Debian's packages, only
 # what is missing (safe to run again), then configures and builds into build/.
+#   scripts/setup.sh [more Debian packages to install first]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake make libgomp1 googletest libgtest-dev nlohmann-json3-dev libcli11-dev)
+packages=(g++ cmake make libgomp1 googletest libgtest-dev nlohmann-json3-dev libcli11-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -54,6 +54,28 @@ void column_sum(const float* a, const float* b, int64_t rows, int64_t cols, floa
   });
 }
 
+// C[m, n] (+)= Aᵀ·B for row-major A [k, m] and B [k, n] (a weight gradient:
+// k = tokens, summed in token order).
+GemmArgs at_b(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c) {
+  GemmArgs p;
+  p.m = m; p.n = n; p.k = k;
+  p.a = a; p.rsa = 1; p.csa = m;
+  p.b = b; p.ldb = n; p.psb = kPanel;
+  p.c = c; p.ldc = n;
+  return p;
+}
+
+// C[m, n] (+)= A·B for row-major A [m, k] and B packed as panels of [k, n].
+GemmArgs a_bpacked(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c, bool accumulate) {
+  GemmArgs p;
+  p.m = m; p.n = n; p.k = k;
+  p.a = a; p.rsa = k; p.csa = 1;
+  p.b = b; p.ldb = kPanel; p.psb = k * kPanel;
+  p.c = c; p.ldc = n;
+  p.accumulate = accumulate;
+  return p;
+}
+
 // dv[d] from dout[d] through out = γ·xhat + β:
 //   g = dout·γ; LayerNorm: dv = rstd (g − mean(g) − xhat·mean(g·xhat)); RMSNorm: without mean(g).
 void norm_backward_row(NormType type, const float* dout, const float* xhat, float rstd, int64_t d,
@@ -152,19 +174,8 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     }
   });
   // 3. dW2 = dOᵀ · H;  dH = dO · W2 (into dz1).
-  GemmArgs p;
-  p = {};
-  p.m = d; p.n = F; p.k = n;
-  p.a = dout; p.rsa = 1; p.csa = d;
-  p.b = h; p.ldb = F; p.psb = kPanel;
-  p.c = g.w2; p.ldc = F;
-  gemm(kernel, p, threads);
-  p = {};
-  p.m = n; p.n = F; p.k = d;
-  p.a = dout; p.rsa = d; p.csa = 1;
-  p.b = bw.w2.data(); p.ldb = kPanel; p.psb = d * kPanel;
-  p.c = dz1; p.ldc = F;
-  gemm(kernel, p, threads);
+  gemm(kernel, at_b(d, F, n, dout, h, g.w2), threads);
+  gemm(kernel, a_bpacked(n, F, d, dout, bw.w2.data(), dz1, false), threads);
 
   // 4. Through the hidden dropout and the activation.
   parallel_rows(n, threads, F, [&](int64_t t0, int64_t t1) {
@@ -209,32 +220,13 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     });
     in = in_buf;
   }
-  p = {};
-  p.m = F; p.n = d; p.k = n;
-  p.a = dz1; p.rsa = 1; p.csa = F;
-  p.b = in; p.ldb = d; p.psb = kPanel;
-  p.c = g.w1; p.ldc = d;
-  gemm(kernel, p, threads);
-  if (gated) {
-    p.a = dzg;
-    p.c = g.wg;
-    gemm(kernel, p, threads);
-  }
+  gemm(kernel, at_b(F, d, n, dz1, in, g.w1), threads);
+  if (gated) gemm(kernel, at_b(F, d, n, dzg, in, g.wg), threads);
 
   // 6. dIn = dZ1 · W1 (+ dZg · Wg), then dX.
   float* din = scratch.get(Scratch::kDin, size_t(n * d));
-  p = {};
-  p.m = n; p.n = d; p.k = F;
-  p.a = dz1; p.rsa = F; p.csa = 1;
-  p.b = bw.w1.data(); p.ldb = kPanel; p.psb = F * kPanel;
-  p.c = din; p.ldc = d;
-  gemm(kernel, p, threads);
-  if (gated) {
-    p.a = dzg;
-    p.b = bw.wg.data();
-    p.accumulate = true;
-    gemm(kernel, p, threads);
-  }
+  gemm(kernel, a_bpacked(n, d, F, dz1, bw.w1.data(), din, false), threads);
+  if (gated) gemm(kernel, a_bpacked(n, d, F, dzg, bw.wg.data(), din, true), threads);
   if (cfg.norm == NormPlacement::pre) {
     column_sum(din, xhat, n, d, g.gamma, threads);
     column_sum(din, nullptr, n, d, g.beta, threads);

@@ -91,12 +91,13 @@ struct Forward {
 
   int64_t chunk_begin(int64_t g) const { return chunks * g / groups; }
 
-  // Per-thread buffers: the block's FFN input, the hidden chunk(s), one row.
+  // Per-thread buffers for blocks of up to `rows` tokens: the block's FFN
+  // input, the hidden chunk(s), one row.
   struct Work {
     std::vector<float> in, z, zg, row;
-    explicit Work(const Forward& f)
-        : in(size_t(kTokenBlock * f.d)), z(size_t(kTokenBlock * kChunk)),
-          zg(f.gated ? size_t(kTokenBlock * kChunk) : 0), row(size_t(f.d)) {}
+    Work(const Forward& f, int64_t rows)
+        : in(size_t(rows * f.d)), z(size_t(rows * kChunk)), zg(f.gated ? size_t(rows * kChunk) : 0),
+          row(size_t(f.d)) {}
   };
 
   // FFN input rows of tokens [t0, t0 + m): x, or Norm(x) for pre-LN.
@@ -214,12 +215,13 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
     threads = int(std::min<int64_t>(threads, blocks));
 #pragma omp parallel num_threads(threads)
     {
-      Forward::Work wk(f);
-      std::vector<float> acc(size_t(f.groups * kTokenBlock * d));
-      float* parts[kMaxGroups];
-      for (int64_t g = 0; g < f.groups; ++g) parts[g] = acc.data() + g * kTokenBlock * d;
       const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
       const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+      const int64_t rows = std::min(kTokenBlock, end - begin);
+      Forward::Work wk(f, rows);
+      std::vector<float> acc(size_t(f.groups * rows * d));
+      float* parts[kMaxGroups];
+      for (int64_t g = 0; g < f.groups; ++g) parts[g] = acc.data() + g * rows * d;
       for (int64_t t0 = begin; t0 < end; t0 += kTokenBlock) {
         const int64_t m = std::min(kTokenBlock, end - t0);
         f.input_rows(t0, m, wk, true);
@@ -231,12 +233,13 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
   }
   // Few blocks: one work item per (block, half of d_ff), then the sums.
   const int64_t items = blocks * f.groups;
-  std::vector<float> acc(size_t(items * kTokenBlock * d));
-  auto part = [&](int64_t blk, int64_t g) { return acc.data() + (blk * f.groups + g) * kTokenBlock * d; };
+  const int64_t rows = std::min(kTokenBlock, n);
+  std::vector<float> acc(size_t(items * rows * d));
+  auto part = [&](int64_t blk, int64_t g) { return acc.data() + (blk * f.groups + g) * rows * d; };
   threads = int(std::min<int64_t>(threads, items));
 #pragma omp parallel num_threads(threads)
   {
-    Forward::Work wk(f);
+    Forward::Work wk(f, rows);
 #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t blk = it / f.groups, g = it % f.groups;

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <memory>
 
 namespace ffn::nn {
 
@@ -27,8 +28,13 @@ void run_range(GemmBlockFn kernel, const GemmArgs& g, int64_t m0, int64_t m1, in
     return;
   }
   const bool pack_b = g.ldb != kPanel, pack_a = g.csa != 1;
+  // Packing buffers sized to this call (a small product must not pay for a
+  // large buffer), left uninitialized: every element read is written first.
+  const int64_t kmax = std::min(kKc, g.k);
+  const int64_t nmax = std::min(kNc, panels(n1 - n0) * kPanel);
   const int64_t rows = std::min(kPackRows, m1 - m0);
-  std::vector<float> bpack(pack_b ? size_t(kKc * kNc) : 0), apack(pack_a ? size_t(rows * kKc) : 0);
+  std::unique_ptr<float[]> bpack(pack_b ? new float[size_t(kmax * nmax)] : nullptr);
+  std::unique_ptr<float[]> apack(pack_a ? new float[size_t(rows * kmax)] : nullptr);
   for (int64_t k0 = 0; k0 < g.k; k0 += kKc) {
     const int64_t kb = std::min(kKc, g.k - k0);
     for (int64_t r0 = m0; r0 < m1; r0 += kPackRows) {
@@ -48,14 +54,14 @@ void run_range(GemmBlockFn kernel, const GemmArgs& g, int64_t m0, int64_t m1, in
         if (pack_b) {
           for (int64_t q = 0; q < panels(nb); ++q) {
             const int64_t w = std::min(kPanel, nb - q * kPanel);
-            float* dst = bpack.data() + q * kb * kPanel;
+            float* dst = bpack.get() + q * kb * kPanel;
             const float* src = s.b + q * g.psb;
             for (int64_t p = 0; p < kb; ++p) {
               std::copy(src + p * g.ldb, src + p * g.ldb + w, dst + p * kPanel);
               std::fill(dst + p * kPanel + w, dst + (p + 1) * kPanel, 0.0f);
             }
           }
-          s.b = bpack.data();
+          s.b = bpack.get();
           s.ldb = kPanel;
           s.psb = kb * kPanel;
         }
@@ -64,7 +70,7 @@ void run_range(GemmBlockFn kernel, const GemmArgs& g, int64_t m0, int64_t m1, in
           t.m = std::min(kMc, r1 - i0);
           t.c = g.c + i0 * g.ldc + j0;
           if (pack_a) {
-            t.a = apack.data() + (i0 - r0) * kb;
+            t.a = apack.get() + (i0 - r0) * kb;
             t.rsa = kb;
             t.csa = 1;
           } else {
