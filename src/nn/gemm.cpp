@@ -28,6 +28,25 @@ void run_range(GemmBlockFn kernel, const GemmArgs& g, int64_t m0, int64_t m1, in
     return;
   }
   const bool pack_b = g.ldb != kPanel, pack_a = g.csa != 1;
+  if (!pack_a && !pack_b) {
+    // Operands already in kernel layout: finish each C block over all of k
+    // before moving on, so C is read and written once from L2, not once per
+    // k block from memory.
+    for (int64_t j0 = n0; j0 < n1; j0 += kNc)
+      for (int64_t i0 = m0; i0 < m1; i0 += kMc)
+        for (int64_t k0 = 0; k0 < g.k; k0 += kKc) {
+          GemmArgs t = g;
+          t.m = std::min(kMc, m1 - i0);
+          t.n = std::min(kNc, n1 - j0);
+          t.k = std::min(kKc, g.k - k0);
+          t.a = g.a + i0 * g.rsa + k0 * g.csa;
+          t.b = g.b + (j0 / kPanel) * g.psb + k0 * g.ldb;
+          t.c = g.c + i0 * g.ldc + j0;
+          t.accumulate = g.accumulate || k0 > 0;
+          kernel(t);
+        }
+    return;
+  }
   // Packing buffers sized to this call (a small product must not pay for a
   // large buffer), left uninitialized: every element read is written first.
   const int64_t kmax = std::min(kKc, g.k);

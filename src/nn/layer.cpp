@@ -299,16 +299,18 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
     c->training = opts.training;
     c->seed = opts.seed;
     c->pos = pos;
-    c->z1.assign(size_t(n * F), 0.0f);
-    c->zg.assign(gated ? size_t(n * F) : 0, 0.0f);
+    // resize, not assign: both paths write every saved element, and a cache
+    // reused across steps then costs no [T, d_ff] zero-fill.
+    c->z1.resize(size_t(n * F));
+    c->zg.resize(gated ? size_t(n * F) : 0);
     const bool norm = cfg_.norm != NormPlacement::none;
-    c->mean.assign(cfg_.norm == NormPlacement::pre ? size_t(n) : 0, 0.0f);
-    c->rstd.assign(norm ? size_t(n) : 0, 0.0f);
+    c->mean.resize(cfg_.norm == NormPlacement::pre ? size_t(n) : 0);
+    c->rstd.resize(norm ? size_t(n) : 0);
     c->cfg = cfg_;
     c->layout = shape.layout;
     c->batch = shape.batch;
     c->seq = shape.seq;
-    c->xhat.assign(cfg_.norm == NormPlacement::post ? size_t(n * d) : 0, 0.0f);
+    c->xhat.resize(cfg_.norm == NormPlacement::post ? size_t(n * d) : 0);
   }
   auto ptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
 
