@@ -363,17 +363,17 @@ void Layer::backward(const float* x, const float* dy, const Shape& shape, const 
   // paths overwrite every element); allocating 2·d·d_ff fresh zeroed floats per
   // call costs more than the arithmetic of a small batch.
   {
-    const size_t dF = size_t(cfg_.d_model * cfg_.d_ff), F = size_t(cfg_.d_ff), d = size_t(cfg_.d_model);
+    const size_t dF = size_t(cfg_.d_model * cfg_.d_ff), nF = size_t(cfg_.d_ff), nd = size_t(cfg_.d_model);
     const bool gated = is_gated(cfg_.activation), norm = cfg_.norm != NormPlacement::none;
     const std::pair<std::vector<float> Weights::*, size_t> fields[] = {
         {&Weights::w1, dF},
-        {&Weights::b1, cfg_.bias ? F : 0},
+        {&Weights::b1, cfg_.bias ? nF : 0},
         {&Weights::wg, gated ? dF : 0},
-        {&Weights::bg, gated && cfg_.bias ? F : 0},
+        {&Weights::bg, gated && cfg_.bias ? nF : 0},
         {&Weights::w2, dF},
-        {&Weights::b2, cfg_.bias ? d : 0},
-        {&Weights::norm_weight, norm ? d : 0},
-        {&Weights::norm_bias, norm && cfg_.norm_type == NormType::layernorm ? d : 0}};
+        {&Weights::b2, cfg_.bias ? nd : 0},
+        {&Weights::norm_weight, norm ? nd : 0},
+        {&Weights::norm_bias, norm && cfg_.norm_type == NormType::layernorm ? nd : 0}};
     for (const auto& [f, size] : fields) {
       if ((grads.*f).size() != size) (grads.*f).assign(size, 0.0f);
       if (n == 0) std::fill((grads.*f).begin(), (grads.*f).end(), 0.0f);
