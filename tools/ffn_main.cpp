@@ -1,4 +1,5 @@
-// ffn — command-line program: run, grad, init, bench.
+// ffn — command-line program: run, grad, init, bench (here), train and demo
+// (tools/train_cmd.cpp, tools/demo_cmd.cpp).
 // Exit status: 0 success, 2 bad input (one line on stderr naming the file,
 // tensor or flag), 1 internal error or a failed self-check.
 #include <omp.h>
@@ -16,6 +17,7 @@
 
 #include <unistd.h>
 
+#include "commands.hpp"
 #include "common/compare.hpp"
 #include "common/format.hpp"
 #include "ffn/ffn.hpp"
@@ -428,10 +430,14 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--backward", bench.backward, "time forward + backward");
   bench_cmd->add_flag("--json", bench.json, "print one JSON object");
 
+  const ffn::cli::Command train_cmd = ffn::cli::add_train(app);
+  const ffn::cli::Command demo_cmd = ffn::cli::add_demo(app);
+
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
-    if (cmd != "run" && cmd != "grad" && cmd != "init" && cmd != "bench") {
-      std::cerr << "ffn: error: unknown command '" << cmd << "', expected run, grad, init or bench (see ffn --help)\n";
+    if (cmd != "run" && cmd != "grad" && cmd != "init" && cmd != "bench" && cmd != "train" && cmd != "demo") {
+      std::cerr << "ffn: error: unknown command '" << cmd
+                << "', expected run, grad, init, bench, train or demo (see ffn --help)\n";
       return 2;
     }
   }
@@ -452,6 +458,8 @@ int main(int argc, char** argv) {
     else if (*grad_cmd) cmd_grad(grad);
     else if (*init_cmd) cmd_init(init);
     else if (*bench_cmd) return cmd_bench(bench);
+    else if (*train_cmd.app) return train_cmd.run();
+    else if (*demo_cmd.app) return demo_cmd.run();
     return 0;
   } catch (const Error& e) {
     std::cerr << "ffn: error: " << e.what() << "\n";

@@ -166,6 +166,8 @@ struct LoadOptions {
   float dropout_output = 0.0f;
 };
 
+struct SafetensorsFile;
+
 class Layer {
  public:
   // Deterministic PyTorch-style initialization: nn.Linear weights and biases
@@ -183,6 +185,8 @@ class Layer {
   // Writes this project's format (F32) with the settings in __metadata__,
   // atomically (temporary file + rename).
   void save(const std::string& path) const;
+  // What save writes, for callers that add tensors (e.g. an output head).
+  SafetensorsFile to_safetensors() const;
   // Writes gradients under the names the weights were loaded from.
   void save_gradients(const std::string& path, const Weights& grads) const;
 

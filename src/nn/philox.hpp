@@ -26,7 +26,7 @@ inline std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::arr
 }
 
 // Streams keep the different uses of one seed independent.
-enum class Stream : uint32_t { dropout_hidden = 1, dropout_output = 2, init = 3 };
+enum class Stream : uint32_t { dropout_hidden = 1, dropout_output = 2, init = 3, shuffle = 4, data = 5 };
 
 // 32 random bits for element `index` of `stream` under `seed`: element i uses
 // word i % 4 of the block with counter (i / 4, stream).

@@ -225,9 +225,9 @@ SafetensorsFile to_file(const Config& cfg, const TensorNames& names, const Weigh
 
 }  // namespace
 
-void Layer::save(const std::string& path) const {
-  write_safetensors(path, to_file(cfg_, TensorNames::native(cfg_), w_));
-}
+SafetensorsFile Layer::to_safetensors() const { return to_file(cfg_, TensorNames::native(cfg_), w_); }
+
+void Layer::save(const std::string& path) const { write_safetensors(path, to_safetensors()); }
 
 void Layer::save_gradients(const std::string& path, const Weights& grads) const {
   write_safetensors(path, to_file(cfg_, names_, grads));

@@ -1,0 +1,133 @@
+// ffn — training: optimizers, losses and the output head.
+//
+//   Optimizer     SGD (momentum, weight decay), Adam (L2 weight decay) and
+//                 AdamW (decoupled weight decay), with PyTorch's update rules,
+//                 so a run matches torch.optim step for step.
+//   mse_loss      mean over all elements of (y - target)², as nn.MSELoss.
+//   OutputHead    softmax(y W_vocabᵀ + b_vocab) with the cross-entropy against
+//                 integer labels, averaged over tokens, as nn.CrossEntropyLoss
+//                 on the logits; computed with log-sum-exp (no overflow for any
+//                 finite logits), forward and backward.
+//   Trainer       one optimizer step = forward, loss, backward, update, over
+//                 the layer's parameters and the head's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "ffn/ffn.hpp"
+
+namespace ffn {
+
+enum class OptimizerKind { sgd, adam, adamw };
+std::string_view to_string(OptimizerKind k);
+OptimizerKind parse_optimizer(std::string_view s, std::string_view what = "optimizer");
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::adam;
+  float lr = 1e-3f;
+  float momentum = 0.0f;      // SGD only
+  float weight_decay = 0.0f;  // SGD and Adam: added to the gradient (L2); AdamW: decoupled
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // Adam and AdamW
+
+  // Throws Error naming the field if a value is out of range.
+  void validate() const;
+};
+
+// A parameter tensor and its gradient, as flat float arrays of equal size.
+struct ParamRef {
+  float* value;
+  const float* grad;
+  size_t size;
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(const OptimizerConfig& cfg);
+  // Updates every parameter in place from its gradient. The list must name the
+  // same tensors (same sizes, same order) at every call: the state (momentum,
+  // moments) is kept per position.
+  void step(std::span<const ParamRef> params);
+  void set_lr(float lr) { cfg_.lr = lr; }
+  const OptimizerConfig& config() const { return cfg_; }
+  int64_t steps() const { return t_; }
+
+ private:
+  OptimizerConfig cfg_;
+  int64_t t_ = 0;
+  std::vector<std::vector<float>> m_, v_;  // momentum buffer (SGD) or first moment; second moment
+};
+
+// The layer's parameters and their gradients, paired in a fixed order
+// (w1, b1, wg, bg, w2, b2, γ, β), absent ones skipped.
+std::vector<ParamRef> param_refs(Weights& values, const Weights& grads);
+
+// Mean squared error over n elements; writes dL/dy into dy when it is not null.
+double mse_loss(const float* y, const float* target, int64_t n, float* dy);
+
+// The output layer that turns the model's vectors into probabilities over a
+// vocabulary: p = softmax(y Wᵀ + b), W [vocab, d_model], b [vocab].
+struct OutputHead {
+  int64_t vocab = 0, d_model = 0;
+  std::vector<float> weight, bias;
+
+  // nn.Linear's initialization, U(-1/√d_model, 1/√d_model), deterministic in seed.
+  static OutputHead init(int64_t vocab, int64_t d_model, uint64_t seed);
+  // Zero-filled head of the same sizes (for gradients).
+  OutputHead zeros_like() const;
+
+  // Mean over the t tokens of -log p[label]. Labels must lie in [0, vocab)
+  // (throws Error naming the first one that does not). With dy, writes
+  // dL/dy [t, d_model]; with grads, overwrites them with dL/dW and dL/db.
+  // logits, when not null, receives y Wᵀ + b [t, vocab].
+  double cross_entropy(const float* y, const int64_t* labels, int64_t t, float* dy, OutputHead* grads,
+                       int threads = 0, float* logits = nullptr) const;
+  // Predicted class (arg max of the logits) per token.
+  std::vector<int64_t> predict(const float* y, int64_t t, int threads = 0) const;
+};
+
+enum class LossKind { mse, xent };
+std::string_view to_string(LossKind k);
+LossKind parse_loss(std::string_view s, std::string_view what = "loss");
+
+// A batch: x [n, d_model]; targets [n, d_model] for mse, labels [n] for xent.
+struct Batch {
+  const float* x = nullptr;
+  const float* targets = nullptr;
+  const int64_t* labels = nullptr;
+  int64_t n = 0;
+};
+
+// Trains a layer (and, for cross-entropy, its head) in place.
+class Trainer {
+ public:
+  // head is required for LossKind::xent and ignored for mse.
+  Trainer(Layer& layer, std::optional<OutputHead> head, LossKind loss, const OptimizerConfig& opt,
+          int threads = 0);
+  // Forward (training mode: dropout on, masks from dropout_seed), loss,
+  // backward and one optimizer update. Returns the batch's loss before the update.
+  double step(const Batch& b, uint64_t dropout_seed);
+  // The loss on a batch in inference mode (no dropout, no update).
+  double evaluate(const Batch& b) const;
+  void set_lr(float lr) { opt_.set_lr(lr); }
+  const Layer& layer() const { return layer_; }
+  const std::optional<OutputHead>& head() const { return head_; }
+  int64_t steps() const { return opt_.steps(); }
+
+ private:
+  Layer& layer_;
+  std::optional<OutputHead> head_;
+  LossKind loss_;
+  Optimizer opt_;
+  int threads_;
+  // Reused between steps.
+  Weights params_, grads_;
+  std::optional<OutputHead> head_grads_;
+  std::vector<float> y_, dy_, dx_;
+  ForwardCache cache_;
+};
+
+}  // namespace ffn

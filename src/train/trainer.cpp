@@ -1,0 +1,63 @@
+// One training step: forward (training mode), loss, backward, optimizer
+// update of the layer's parameters and the head's.
+#include "ffn/train.hpp"
+
+namespace ffn {
+
+Trainer::Trainer(Layer& layer, std::optional<OutputHead> head, LossKind loss, const OptimizerConfig& opt,
+                 int threads)
+    : layer_(layer), head_(std::move(head)), loss_(loss), opt_(opt), threads_(threads) {
+  if (loss_ == LossKind::xent) {
+    if (!head_) throw Error("loss xent: needs an output head (vocab)");
+    if (head_->d_model != layer_.config().d_model)
+      throw Error("output head: d_model " + std::to_string(head_->d_model) + " differs from the layer's " +
+                  std::to_string(layer_.config().d_model));
+  } else {
+    head_.reset();
+  }
+}
+
+double Trainer::step(const Batch& b, uint64_t dropout_seed) {
+  const int64_t d = layer_.config().d_model;
+  const size_t n = size_t(b.n * d);
+  y_.resize(n);
+  dy_.resize(n);
+  dx_.resize(n);
+  RunOptions ro;
+  ro.training = true;
+  ro.seed = dropout_seed;
+  ro.threads = threads_;
+  const Shape shape = Shape::tokens(b.n);
+  layer_.forward(b.x, y_.data(), shape, ro, &cache_);
+
+  double loss;
+  if (loss_ == LossKind::mse) {
+    loss = mse_loss(y_.data(), b.targets, int64_t(n), dy_.data());
+  } else {
+    if (!head_grads_) head_grads_ = head_->zeros_like();
+    loss = head_->cross_entropy(y_.data(), b.labels, b.n, dy_.data(), &*head_grads_, threads_);
+  }
+  layer_.backward(b.x, dy_.data(), shape, cache_, dx_.data(), grads_, ro);
+
+  params_ = layer_.weights();  // reuses params_' storage
+  std::vector<ParamRef> refs = param_refs(params_, grads_);
+  if (head_) {
+    refs.push_back({head_->weight.data(), head_grads_->weight.data(), head_->weight.size()});
+    refs.push_back({head_->bias.data(), head_grads_->bias.data(), head_->bias.size()});
+  }
+  opt_.step(refs);
+  layer_.set_weights(params_);
+  return loss;
+}
+
+double Trainer::evaluate(const Batch& b) const {
+  const int64_t d = layer_.config().d_model;
+  std::vector<float> y(size_t(b.n * d));
+  RunOptions ro;
+  ro.threads = threads_;
+  layer_.forward(b.x, y.data(), Shape::tokens(b.n), ro);
+  if (loss_ == LossKind::mse) return mse_loss(y.data(), b.targets, b.n * d, nullptr);
+  return head_->cross_entropy(y.data(), b.labels, b.n, nullptr, nullptr, threads_);
+}
+
+}  // namespace ffn

@@ -1,0 +1,143 @@
+// ffn demo approximate | interaction: the seeds' claims, measured, with SVG plots.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "commands.hpp"
+#include "common/format.hpp"
+#include "demo/demos.hpp"
+#include "io/file_util.hpp"
+#include "plot/svg.hpp"
+
+namespace ffn::cli {
+namespace {
+
+struct ApproxArgs {
+  demo::ApproximateOptions o;
+  std::string interval = "-1,1", save, plot = "approximate.svg", sweep_plot = "approximate_sweep.svg";
+  bool sweep = false;
+};
+
+std::pair<double, double> parse_interval(const std::string& s) {
+  const size_t comma = s.find(',');
+  try {
+    if (comma == std::string::npos) throw std::invalid_argument("no comma");
+    size_t u1 = 0, u2 = 0;
+    const std::string l = s.substr(0, comma), r = s.substr(comma + 1);
+    const double a = std::stod(l, &u1), b = std::stod(r, &u2);
+    if (u1 != l.size() || u2 != r.size()) throw std::invalid_argument("trailing");
+    if (!(std::isfinite(a) && std::isfinite(b) && a < b)) throw std::invalid_argument("order");
+    return {a, b};
+  } catch (const std::exception&) {
+    throw Error("--interval: expected A,B with finite A < B (e.g. -1,1), got '" + s + "'");
+  }
+}
+
+int cmd_approximate(ApproxArgs& a) {
+  std::tie(a.o.a, a.o.b) = parse_interval(a.interval);
+  io::check_writable_target(a.plot);
+  if (a.sweep) io::check_writable_target(a.sweep_plot);
+  if (!a.save.empty()) io::check_writable_target(a.save);
+  if (a.o.threads < 0) throw Error("--threads: expected an integer >= 0, got " + std::to_string(a.o.threads));
+
+  const demo::ApproximateResult r = demo::approximate(a.o);
+  const double L = a.o.b - a.o.a;
+  std::printf("ffn demo approximate: f(x) = %s on [%g, %g] by a 1 -> %lld -> 1 ReLU FFN (%s start, %lld Adam steps)\n",
+              a.o.function.c_str(), a.o.a, a.o.b, (long long)a.o.neurons, a.o.init.c_str(), (long long)a.o.steps);
+  std::printf("  max error on the interval     %.6g   (at the start: %.6g)\n", r.max_error, r.start_error);
+  if (std::isfinite(r.best_error))
+    std::printf("  best possible with %lld kinks   %.6g   = L^2/(8(N+1)^2), L = %g; ratio %.2f\n",
+                (long long)a.o.neurons, r.best_error, L, r.max_error / r.best_error);
+  std::printf("  kinks inside the interval     %lld of %lld units\n", (long long)r.kinks_inside, (long long)a.o.neurons);
+  std::printf("  outside the interval (beyond the last kink the model is one straight line):\n");
+  for (const auto& [x, f, m] : r.outside)
+    std::printf("    x = %-6g f(x) = %-10.6g model = %-10.6g error %.6g\n", x, f, m, std::abs(f - m));
+  plot::write_svg(a.plot, plot::render(r.chart));
+  std::printf("  wrote %s\n", a.plot.c_str());
+  if (!a.save.empty()) {
+    r.layer.save(a.save);
+    std::printf("  wrote %s (d_model 1, d_ff %lld, relu, norm none: check with ffn run)\n", a.save.c_str(),
+                (long long)a.o.neurons);
+  }
+  if (a.sweep) {
+    const demo::SweepResult s = demo::approximate_sweep(a.o, {2, 4, 8, 16, 32, 64});
+    std::printf("  sweep:   N   max error     best possible  ratio  kinks inside\n");
+    for (size_t i = 0; i < s.neurons.size(); ++i)
+      std::printf("         %3lld   %-12.6g  %-13.6g  %5.2f  %lld\n", (long long)s.neurons[i], s.max_error[i],
+                  s.best_error[i], s.max_error[i] / s.best_error[i], (long long)s.kinks_inside[i]);
+    std::printf("  fitted log-log slope of error against N: %.3f (theory: -2)\n", s.slope);
+    plot::write_svg(a.sweep_plot, plot::render(s.chart));
+    std::printf("  wrote %s\n", a.sweep_plot.c_str());
+  }
+  return 0;
+}
+
+struct InteractionArgs {
+  demo::InteractionOptions o;
+  std::string save, plot = "interaction.svg";
+};
+
+int cmd_interaction(InteractionArgs& a) {
+  io::check_writable_target(a.plot);
+  if (!a.save.empty()) io::check_writable_target(a.save);
+  if (a.o.threads < 0) throw Error("--threads: expected an integer >= 0, got " + std::to_string(a.o.threads));
+  if (!(a.o.lr > 0.0f) || !std::isfinite(a.o.lr)) throw Error("--lr: expected a positive number, got " + num(a.o.lr));
+  const demo::InteractionResult r = demo::interaction(a.o);
+  std::printf("ffn demo interaction: a, b uniform in [-1, 1]; %lld training and %lld test points\n",
+              (long long)a.o.train, (long long)a.o.test);
+  std::printf("  linear model: least squares on (a, b, 1); FFN: 2 -> %lld -> 2 ReLU, Adam, %lld epochs\n",
+              (long long)a.o.d_ff, (long long)a.o.epochs);
+  std::printf("                                linear      FFN\n");
+  std::printf("  a*b: R^2 on the test set      %-10.4f  %.4f\n", r.linear_r2, r.ffn_r2);
+  std::printf("  a>0.5 and b>0.5: accuracy     %-10.4f  %.4f   (always answering 'no': %.4f)\n", r.linear_accuracy,
+              r.ffn_accuracy, r.majority_accuracy);
+  std::printf("  linear a*b fit: %.4f a + %.4f b + %.4f (a*b is uncorrelated with a, b and 1)\n", r.linear_product[0],
+              r.linear_product[1], r.linear_product[2]);
+  plot::write_svg(a.plot, plot::render(r.maps, 2, "A linear map cannot compute a·b; a ReLU FFN can"));
+  std::printf("  wrote %s\n", a.plot.c_str());
+  if (!a.save.empty()) {
+    r.layer.save(a.save);
+    std::printf("  wrote %s (input [a, b]; output feature 0 is a*b, feature 1 the threshold score; norm none)\n",
+                a.save.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_demo(CLI::App& app) {
+  CLI::App* d = app.add_subcommand("demo", "the seeds' demonstrations: approximate, interaction");
+  d->require_subcommand(1);
+
+  auto ap = std::make_shared<ApproxArgs>();
+  CLI::App* a = d->add_subcommand("approximate", "fit x^2 with N ReLU units; error against the best possible");
+  a->add_option("--function", ap->o.function, "square (default), sin (sin(pi x)) or abs");
+  a->add_option("--neurons", ap->o.neurons, "N, hidden ReLU units (default 8)");
+  a->add_option("--interval", ap->interval, "A,B (default -1,1)");
+  a->add_option("--init", ap->o.init, "spread (default: kinks evenly spaced, output by least squares) or random");
+  a->add_option("--steps", ap->o.steps, "Adam steps, full batch (default 3000)");
+  a->add_option("--lr", ap->o.lr, "Adam learning rate, cosine-annealed (default 3e-3)");
+  a->add_option("--seed", ap->o.seed, "seed of the random start (default 0)")->check(CLI::NonNegativeNumber);
+  a->add_option("--threads", ap->o.threads, "threads (default 1)");
+  a->add_flag("--sweep", ap->sweep, "also run N = 2, 4, 8, 16, 32, 64 and fit the log-log slope");
+  a->add_option("--save", ap->save, "write the trained layer (.safetensors)");
+  a->add_option("--plot", ap->plot, "SVG of the target, the fit and its kinks (default approximate.svg)");
+  a->add_option("--sweep-plot", ap->sweep_plot, "SVG of error against N (default approximate_sweep.svg)");
+
+  auto ip = std::make_shared<InteractionArgs>();
+  CLI::App* i = d->add_subcommand("interaction", "a*b and a threshold: linear least squares against an FFN");
+  i->add_option("--d-ff", ip->o.d_ff, "hidden ReLU units (default 64)");
+  i->add_option("--train", ip->o.train, "training points (default 8192)");
+  i->add_option("--test", ip->o.test, "test points (default 4096)");
+  i->add_option("--epochs", ip->o.epochs, "default 100");
+  i->add_option("--batch", ip->o.batch, "default 64");
+  i->add_option("--lr", ip->o.lr, "Adam learning rate, cosine-annealed (default 1e-2)");
+  i->add_option("--seed", ip->o.seed, "data, initialization and shuffling (default 0)")->check(CLI::NonNegativeNumber);
+  i->add_option("--threads", ip->o.threads, "threads (default 1)");
+  i->add_option("--save", ip->save, "write the trained layer (.safetensors)");
+  i->add_option("--plot", ip->plot, "SVG of both models over the (a, b) plane (default interaction.svg)");
+
+  return {d, [ap, ip, a, i] { return *a ? cmd_approximate(*ap) : cmd_interaction(*ip); }};
+}
+
+}  // namespace ffn::cli

@@ -1,0 +1,347 @@
+// ffn train: fits a layer (and, for cross-entropy, an output head) to data.
+//
+// Shuffled minibatches, a held-out split, progress on a terminal (plain lines
+// otherwise), a checkpoint written atomically after every epoch, a loss-curve
+// SVG, and Ctrl-C (SIGINT) or SIGTERM stopping after the current step with the
+// weights of the last complete step written (exit status 130).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <memory>
+
+#include "commands.hpp"
+#include "common/format.hpp"
+#include "ffn/ffn.hpp"
+#include "ffn/train.hpp"
+#include "io/file_util.hpp"
+#include "plot/svg.hpp"
+#include "train/fit.hpp"
+
+namespace ffn::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_signal(int sig) {
+  g_stop.store(true);
+  signal(sig, SIG_DFL);  // a second Ctrl-C ends the program at once
+}
+
+struct TrainArgs {
+  std::string data, targets, loss = "mse", init, activation = "relu", norm = "post", norm_type = "layernorm";
+  std::string optimizer = "adam", schedule = "constant", output, plot;
+  int64_t vocab = 0, d_ff = 0, epochs = 10, batch = 64;
+  float lr = 1e-3f, momentum = 0.0f, weight_decay = 0.0f, dropout = 0.0f, eps = 1e-5f;
+  double val_fraction = 0.1;
+  bool no_bias = false;
+  uint64_t seed = 0;
+  int threads = 0;
+};
+
+std::string default_plot_path(const std::string& output) {
+  fs::path p(output);
+  if (p.extension() == ".safetensors") p.replace_extension("");
+  return p.string() + ".loss.svg";
+}
+
+// A .npy of rows: [N, d] or [B, S, d] flattened to N = B·S rows.
+int64_t rows_of(const std::vector<int64_t>& shape, const std::string& path, const char* what) {
+  if (shape.size() != 2 && shape.size() != 3)
+    throw Error(path + ": " + what + " has shape " + shape_str(shape) + ", expected [N, d_model] or [B, S, d_model]");
+  return shape.size() == 2 ? shape[0] : shape[0] * shape[1];
+}
+
+OutputHead head_from_file(const SafetensorsFile& f, const std::string& path, int64_t d) {
+  auto w = f.tensors.find("head.weight");
+  auto b = f.tensors.find("head.bias");
+  if (w == f.tensors.end() || b == f.tensors.end())
+    throw Error(path + ": no output head (tensors 'head.weight' and 'head.bias'), needed by --loss xent without --vocab");
+  if (w->second.shape.size() != 2 || w->second.shape[1] != d || b->second.shape != std::vector<int64_t>{w->second.shape[0]})
+    throw Error(path + ": head.weight " + shape_str(w->second.shape) + " and head.bias " + shape_str(b->second.shape) +
+                " do not fit, expected [V, " + std::to_string(d) + "] and [V]");
+  OutputHead h;
+  h.vocab = w->second.shape[0];
+  h.d_model = d;
+  h.weight = w->second.data;
+  h.bias = b->second.data;
+  return h;
+}
+
+void save(const Layer& layer, const std::optional<OutputHead>& head, const std::string& path) {
+  SafetensorsFile f = layer.to_safetensors();
+  if (head) {
+    f.tensors["head.weight"] = NamedTensor{{head->vocab, head->d_model}, head->weight};
+    f.tensors["head.bias"] = NamedTensor{{head->vocab}, head->bias};
+    f.metadata["ffn.head"] = "softmax";
+  }
+  write_safetensors(path, f);
+}
+
+// One status line on a terminal, rewritten in place.
+class Progress {
+ public:
+  Progress() : tty_(isatty(STDERR_FILENO)) {}
+  void step(const train::StepReport& s) {
+    if (!tty_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (s.step != s.steps_per_epoch && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const int width = 30;
+    const int filled = int(double(width) * double(s.step) / double(s.steps_per_epoch));
+    std::string bar(size_t(filled), '#');
+    bar.resize(size_t(width), '.');
+    std::fprintf(stderr, "\r\033[Kepoch %lld/%lld [%s] %3.0f%%  loss %.6g  %.0f tokens/s", (long long)s.epoch,
+                 (long long)s.epochs, bar.c_str(), 100.0 * double(s.step) / double(s.steps_per_epoch), s.loss,
+                 s.tokens_per_s);
+    std::fflush(stderr);
+    dirty_ = true;
+  }
+  void clear() {
+    if (dirty_) std::fprintf(stderr, "\r\033[K");
+    dirty_ = false;
+  }
+
+ private:
+  bool tty_;
+  bool dirty_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+plot::LineChart loss_chart(const train::FitResult& r, int64_t steps_per_epoch, const std::string& loss) {
+  plot::LineChart c;
+  c.title = "ffn train: " + loss + " loss";
+  c.xlabel = "epoch";
+  c.ylabel = loss + " loss";
+  plot::Series steps{"training batches", {}, {}, "#c7c7c7"}, train{"training (epoch mean)", {}, {}, "#1f77b4"},
+      held{"held-out", {}, {}, "#d62728"};
+  train.markers = held.markers = true;
+  for (size_t i = 0; i < r.step_losses.size(); ++i) {
+    steps.x.push_back(double(i + 1) / double(steps_per_epoch));
+    steps.y.push_back(r.step_losses[i]);
+  }
+  bool any_held = false;
+  for (const auto& e : r.epochs) {
+    train.x.push_back(double(e.epoch));
+    train.y.push_back(e.train_loss);
+    if (std::isfinite(e.val_loss)) {
+      held.x.push_back(double(e.epoch));
+      held.y.push_back(e.val_loss);
+      any_held = true;
+    }
+  }
+  bool positive = true;
+  for (double v : r.step_losses) positive = positive && v > 0;
+  c.log_y = positive;
+  c.series = {steps, train};
+  if (any_held) c.series.push_back(held);
+  return c;
+}
+
+int cmd_train(const TrainArgs& a) {
+  // Options first: every flag is checked before any file is read.
+  const LossKind loss = parse_loss(a.loss, "--loss");
+  OptimizerConfig oc;
+  oc.kind = parse_optimizer(a.optimizer, "--optimizer");
+  oc.lr = a.lr;
+  oc.momentum = a.momentum;
+  oc.weight_decay = a.weight_decay;
+  try {
+    oc.validate();
+  } catch (const Error& e) {
+    throw Error(std::string("--lr/--momentum/--weight-decay: ") + e.what());
+  }
+  if (a.momentum != 0.0f && oc.kind != OptimizerKind::sgd) throw Error("--momentum: applies to --optimizer sgd only");
+  if (a.schedule != "constant" && a.schedule != "cosine")
+    throw Error("--lr-schedule: expected constant or cosine, got '" + a.schedule + "'");
+  if (a.epochs < 1) throw Error("--epochs: expected a positive integer, got " + std::to_string(a.epochs));
+  if (a.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(a.batch));
+  if (!(a.val_fraction >= 0.0 && a.val_fraction < 1.0))
+    throw Error("--val-fraction: expected a number in [0, 1), got " + num(a.val_fraction));
+  if (!(a.dropout >= 0.0f && a.dropout < 1.0f)) throw Error("--dropout: expected a probability in [0, 1), got " + num(a.dropout));
+  if (a.threads < 0 || a.threads > kMaxThreads) throw Error("--threads: expected 0.." + std::to_string(kMaxThreads));
+  if (loss == LossKind::mse && a.vocab != 0) throw Error("--vocab: applies to --loss xent only");
+  if (a.vocab < 0) throw Error("--vocab: expected a positive integer, got " + std::to_string(a.vocab));
+  if (a.d_ff < 0) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
+  const std::string plot_path = a.plot.empty() ? default_plot_path(a.output) : a.plot;
+  io::check_writable_target(a.output);
+  io::check_writable_target(plot_path);
+  std::error_code ec;
+  for (const auto& [flag, in] : {std::pair{"--data", a.data}, {"--targets", a.targets}, {"--init", a.init}}) {
+    for (const auto& [oflag, out] : {std::pair{"--output", a.output}, {"--plot", plot_path}}) {
+      if (!in.empty() && fs::exists(out, ec) && fs::equivalent(out, in, ec))
+        throw Error(std::string(oflag) + " " + out + " is the same file as " + flag + "; refusing to overwrite an input");
+    }
+  }
+
+  // Data.
+  train::Dataset data;
+  Array x = read_npy(a.data);
+  data.n = rows_of(x.shape, a.data, "data");
+  data.d = x.shape.back();
+  if (data.n < 1) throw Error(a.data + ": data has shape " + shape_str(x.shape) + ", expected at least one row");
+  data.x = std::move(x.data);
+  if (loss == LossKind::mse) {
+    Array y = read_npy(a.targets);
+    if (y.shape != x.shape)
+      throw Error(a.targets + ": targets have shape " + shape_str(y.shape) + ", expected the data's shape " +
+                  shape_str(x.shape) + " (--loss mse)");
+    data.targets = std::move(y.data);
+  } else {
+    std::vector<int64_t> lshape;
+    data.labels = read_npy_int(a.targets, &lshape);
+    const std::vector<int64_t> want(x.shape.begin(), x.shape.end() - 1);
+    if (lshape != want)
+      throw Error(a.targets + ": labels have shape " + shape_str(lshape) + ", expected " + shape_str(want) +
+                  " (one class index per row of " + a.data + ", --loss xent)");
+  }
+
+  // Layer (and head).
+  std::optional<Layer> layer;
+  std::optional<OutputHead> head;
+  if (!a.init.empty()) {
+    LoadOptions lo;
+    lo.dropout_hidden = lo.dropout_output = a.dropout;
+    layer = Layer::load(a.init, lo);
+    if (layer->config().d_model != data.d)
+      throw Error(a.data + ": rows have " + std::to_string(data.d) + " features, expected d_model=" +
+                  std::to_string(layer->config().d_model) + " (from " + a.init + ")");
+    if (loss == LossKind::xent) {
+      const SafetensorsFile f = read_safetensors(a.init);
+      if (f.tensors.count("head.weight")) {
+        head = head_from_file(f, a.init, data.d);
+        if (a.vocab && a.vocab != head->vocab)
+          throw Error("--vocab " + std::to_string(a.vocab) + " differs from the head in " + a.init + " (vocab " +
+                      std::to_string(head->vocab) + ")");
+      }
+    }
+  } else {
+    Config cfg;
+    cfg.d_model = data.d;
+    cfg.d_ff = a.d_ff ? a.d_ff : 4 * data.d;
+    cfg.activation = parse_activation(a.activation, "--activation");
+    cfg.norm = parse_norm_placement(a.norm, "--norm");
+    cfg.norm_type = parse_norm_type(a.norm_type, "--norm-type");
+    cfg.bias = !a.no_bias;
+    if (!(a.eps > 0.0f) || !std::isfinite(a.eps)) throw Error("--eps: expected a positive number, got " + num(a.eps));
+    cfg.eps = a.eps;
+    cfg.dropout_hidden = cfg.dropout_output = a.dropout;
+    layer.emplace(cfg, a.seed);
+  }
+  if (loss == LossKind::xent && !head) {
+    if (a.vocab < 1) throw Error("--vocab: required with --loss xent (number of classes)");
+    head = OutputHead::init(a.vocab, data.d, a.seed);
+  }
+  if (head) {
+    for (size_t i = 0; i < data.labels.size(); ++i) {
+      if (data.labels[i] < 0 || data.labels[i] >= head->vocab)
+        throw Error(a.targets + ": label " + std::to_string(data.labels[i]) + " at row " + std::to_string(i) +
+                    " is outside 0.." + std::to_string(head->vocab - 1) + " (vocab " + std::to_string(head->vocab) + ")");
+    }
+  }
+
+  std::vector<int64_t> train_rows, val_rows;
+  train::split(data.n, a.val_fraction, a.seed, train_rows, val_rows);
+  Trainer trainer(*layer, head, loss, oc, a.threads);
+  train::FitOptions fo;
+  fo.epochs = a.epochs;
+  fo.batch = a.batch;
+  fo.lr = a.lr;
+  fo.cosine = a.schedule == "cosine";
+  fo.seed = a.seed;
+  const int64_t steps_per_epoch = (int64_t(train_rows.size()) + a.batch - 1) / a.batch;
+
+  std::printf("ffn train: %lld rows (%zu training, %zu held out), %lld -> %lld %s, norm %s, %s loss%s, %s lr %g, "
+              "batch %lld, %lld epochs\n",
+              (long long)data.n, train_rows.size(), val_rows.size(), (long long)layer->config().d_model,
+              (long long)layer->config().d_ff, std::string(to_string(layer->config().activation)).c_str(),
+              std::string(to_string(layer->config().norm)).c_str(), a.loss.c_str(),
+              head ? (" over a " + std::to_string(head->vocab) + "-way softmax head").c_str() : "",
+              a.optimizer.c_str(), double(a.lr), (long long)a.batch, (long long)a.epochs);
+  std::fflush(stdout);
+
+  g_stop.store(false);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  struct Restore {
+    struct sigaction i, t;
+    ~Restore() {
+      sigaction(SIGINT, &i, nullptr);
+      sigaction(SIGTERM, &t, nullptr);
+    }
+  } restore{old_int, old_term};
+
+  Progress progress;
+  train::FitCallbacks cb;
+  cb.stop = &g_stop;
+  cb.on_step = [&](const train::StepReport& s) { progress.step(s); };
+  cb.on_epoch = [&](const train::EpochReport& e) {
+    progress.clear();
+    save(trainer.layer(), trainer.head(), a.output);  // checkpoint: the file is always a complete epoch or step
+    std::printf("epoch %lld/%lld  training loss %.6g  held-out loss %.6g  %.0f tokens/s  %.2f s\n",
+                (long long)e.epoch, (long long)e.epochs, e.train_loss, e.val_loss, e.tokens_per_s, e.seconds);
+    std::fflush(stdout);
+  };
+  const train::FitResult r = train::fit(trainer, data, train_rows, val_rows, fo, cb);
+  progress.clear();
+  if (!r.step_losses.empty()) plot::write_svg(plot_path, plot::render(loss_chart(r, steps_per_epoch, a.loss)));
+  if (r.interrupted) {
+    const int64_t done = int64_t(r.step_losses.size());
+    if (done > 0 && done % steps_per_epoch != 0) save(trainer.layer(), trainer.head(), a.output);
+    std::printf("interrupted after %lld steps (epoch %lld, step %lld of %lld): %s\n", (long long)done,
+                (long long)(done / steps_per_epoch + 1), (long long)(done % steps_per_epoch),
+                (long long)steps_per_epoch,
+                done > 0 ? ("wrote " + a.output + " (the weights after the last complete step) and " + plot_path).c_str()
+                         : "no step completed, nothing written");
+    return 130;
+  }
+  std::printf("wrote %s and %s\n", a.output.c_str(), plot_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* c = app.add_subcommand("train", "train a layer (and an output head) on data: --data X.npy --targets Y.npy");
+  c->add_option("--data", a->data, "inputs (.npy float32): [N, d_model] or [B, S, d_model]")->required();
+  c->add_option("--targets", a->targets,
+                "targets: float32, the data's shape (--loss mse); int32/int64 class indices [N] or [B, S] (--loss xent)")
+      ->required();
+  c->add_option("--loss", a->loss, "mse (default) or xent (cross-entropy over an output head)");
+  c->add_option("--vocab", a->vocab, "classes of the output head (--loss xent)");
+  c->add_option("--init", a->init, "start from this weights file (and its head) instead of a fresh layer");
+  c->add_option("--d-ff", a->d_ff, "hidden width of a fresh layer (default 4 x d_model)");
+  c->add_option("--activation", a->activation, "relu (default), gelu, gelu_tanh, silu, swiglu, geglu, reglu");
+  c->add_flag("--no-bias", a->no_bias, "no b1, bg, b2");
+  c->add_option("--norm", a->norm, "post (default), pre or none");
+  c->add_option("--norm-type", a->norm_type, "layernorm (default) or rmsnorm");
+  c->add_option("--eps", a->eps, "norm epsilon (default 1e-5)");
+  c->add_option("--dropout", a->dropout, "dropout p after the activation and after W2 (default 0)");
+  c->add_option("--epochs", a->epochs, "passes over the training rows (default 10)");
+  c->add_option("--batch", a->batch, "rows per step (default 64)");
+  c->add_option("--lr", a->lr, "learning rate (default 1e-3)");
+  c->add_option("--lr-schedule", a->schedule, "constant (default) or cosine (annealed to 0 over the run)");
+  c->add_option("--optimizer", a->optimizer, "adam (default), adamw or sgd");
+  c->add_option("--momentum", a->momentum, "SGD momentum (default 0)");
+  c->add_option("--weight-decay", a->weight_decay, "L2 (sgd, adam) or decoupled (adamw) weight decay (default 0)");
+  c->add_option("--val-fraction", a->val_fraction, "rows held out for the held-out loss (default 0.1)");
+  c->add_option("--seed", a->seed, "initialization, split, shuffling and dropout (default 0)")->check(CLI::NonNegativeNumber);
+  c->add_option("--threads", a->threads, "threads (default: all)");
+  c->add_option("--output", a->output, "weights file to write (.safetensors), after every epoch")->required();
+  c->add_option("--plot", a->plot, "loss-curve SVG (default: the output's name with .loss.svg)");
+  return {c, [a] { return cmd_train(*a); }};
+}
+
+}  // namespace ffn::cli
