@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/compare.hpp"
+#include "cli_util.hpp"
 #include "golden.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"
@@ -27,46 +28,9 @@ fs::path temp_dir() {
   return d;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-Result ffn_cli(const std::string& args) {
-  const fs::path out = temp_dir() / "stdout.txt", err = temp_dir() / "stderr.txt";
-  const std::string cmd = std::string(FFN_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
-  const int rc = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+Result ffn_cli(const std::string& args) { return run_ffn(args, temp_dir()); }
 
 std::string tmp(const std::string& name) { return (temp_dir() / name).string(); }
-
-void write_int_npy(const std::string& path, const std::vector<int64_t>& v, const char* descr = "<i8") {
-  std::string h = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" +
-                  std::to_string(v.size()) + ",), }";
-  h += std::string(64 - (10 + h.size() + 1) % 64, ' ') + "\n";
-  std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + char(h.size() & 0xff) + char(h.size() >> 8) + h;
-  if (std::string(descr) == "<i8") {
-    bytes += std::string(reinterpret_cast<const char*>(v.data()), v.size() * 8);
-  } else {
-    for (int64_t e : v) {
-      int32_t i = int32_t(e);
-      bytes += std::string(reinterpret_cast<const char*>(&i), 4);
-    }
-  }
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 // The options that make the CLI load case c like the golden test does.
 std::string case_flags(const GoldenCase& c, const std::string& x_path) {

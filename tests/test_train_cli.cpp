@@ -1,0 +1,237 @@
+// `ffn train` and `ffn demo` end to end: same seed, same file; the file loads
+// in `ffn run`; plain progress lines when not on a terminal; bad input is one
+// line naming the flag or file, exit status 2, nothing written; and SIGINT at
+// random moments leaves either the previous file or a complete new one.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <pugixml.hpp>
+#include <random>
+#include <thread>
+
+#include "cli_util.hpp"
+#include "ffn/ffn.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using namespace ffn;
+using namespace ffn::test;
+
+extern char** environ;
+
+namespace {
+
+fs::path dir() {
+  static const fs::path d = scratch_dir("train_cli");
+  return d;
+}
+std::string tmp(const std::string& name) { return (dir() / name).string(); }
+Result ffn_cli(const std::string& args) { return run_ffn(args, dir()); }
+
+// rows × d inputs, targets tanh of the reversed row, labels from signs.
+void make_data(int64_t rows, int64_t d) {
+  Array x{{rows, d}, {}}, y{{rows, d}, {}};
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < d; ++j) x.data.push_back(float(std::sin(0.37 * double(i * d + j))));
+    for (int64_t j = 0; j < d; ++j) y.data.push_back(std::tanh(x.data[size_t(i * d + d - 1 - j)]));
+    labels.push_back((x.data[size_t(i * d)] > 0) + 2 * (x.data[size_t(i * d + 1)] > 0));
+  }
+  write_npy(tmp("x.npy"), x);
+  write_npy(tmp("y.npy"), y);
+  write_int_npy(tmp("labels.npy"), labels);
+}
+
+std::string base_flags() { return "--data " + tmp("x.npy") + " --targets " + tmp("y.npy") + " --epochs 3 --d-ff 24 --threads 2"; }
+
+int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+}  // namespace
+
+TEST(TrainCli, SameSeedSameFileAndItRuns) {
+  make_data(300, 8);
+  ASSERT_EQ(ffn_cli("train " + base_flags() + " --seed 3 --dropout 0.1 --output " + tmp("a.safetensors")).status, 0);
+  const Result r = ffn_cli("train " + base_flags() + " --seed 3 --dropout 0.1 --output " + tmp("b.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(slurp(tmp("a.safetensors")), slurp(tmp("b.safetensors")));
+  ASSERT_EQ(ffn_cli("train " + base_flags() + " --seed 4 --output " + tmp("c.safetensors")).status, 0);
+  EXPECT_NE(slurp(tmp("a.safetensors")), slurp(tmp("c.safetensors")));
+
+  // Not a terminal: one plain line per epoch, no carriage returns.
+  EXPECT_NE(r.out.find("epoch 3/3  training loss"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("held-out loss"), std::string::npos);
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);
+  EXPECT_EQ(r.out.find('\r'), std::string::npos);
+
+  // The loss curve is an SVG with the three series.
+  pugi::xml_document doc;
+  ASSERT_TRUE(doc.load_file(tmp("b.loss.svg").c_str()));
+  EXPECT_TRUE(doc.select_node("//polyline[@data-name='held-out']"));
+  EXPECT_TRUE(doc.select_node("//polyline[@data-name='training (epoch mean)']"));
+
+  // ffn run loads it.
+  const Result run = ffn_cli("run --weights " + tmp("b.safetensors") + " --input " + tmp("x.npy") + " --output " + tmp("out.npy"));
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(read_npy(tmp("out.npy")).shape, (std::vector<int64_t>{300, 8}));
+}
+
+TEST(TrainCli, CrossEntropyWritesAHeadAndLearns) {
+  make_data(400, 8);
+  const Result r = ffn_cli("train --data " + tmp("x.npy") + " --targets " + tmp("labels.npy") +
+                       " --loss xent --vocab 4 --epochs 8 --lr 3e-3 --output " + tmp("x.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const SafetensorsFile f = read_safetensors(tmp("x.safetensors"));
+  EXPECT_EQ(f.tensors.at("head.weight").shape, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(f.tensors.at("head.bias").shape, (std::vector<int64_t>{4}));
+  // The loss falls from about log 4 = 1.39.
+  const size_t first = r.out.find("training loss "), last = r.out.rfind("training loss ");
+  const double l0 = std::stod(r.out.substr(first + 14)), l1 = std::stod(r.out.substr(last + 14));
+  EXPECT_LT(l1, 0.8 * l0) << r.out;
+  // Continue from it (head included).
+  const Result more = ffn_cli("train --data " + tmp("x.npy") + " --targets " + tmp("labels.npy") + " --loss xent --init " +
+                          tmp("x.safetensors") + " --epochs 1 --output " + tmp("x2.safetensors"));
+  EXPECT_EQ(more.status, 0) << more.err;
+  EXPECT_EQ(ffn_cli("run --weights " + tmp("x2.safetensors") + " --input " + tmp("x.npy") + " --output " + tmp("o.npy")).status, 0);
+}
+
+TEST(TrainCli, BadInputIsOneLineExitTwoNothingWritten) {
+  make_data(50, 8);
+  Array other{{50, 5}, std::vector<float>(250, 0.0f)};
+  write_npy(tmp("y5.npy"), other);
+  const std::string out = tmp("never.safetensors");
+  const std::string xy = "--data " + tmp("x.npy") + " --targets " + tmp("y.npy");
+  const std::string xl = "--data " + tmp("x.npy") + " --targets " + tmp("labels.npy") + " --loss xent";
+  struct Case {
+    std::string args, must_name;
+  } cases[] = {
+      {"--data " + tmp("x.npy") + " --targets " + tmp("y5.npy"), "y5.npy"},
+      {"--data " + tmp("missing.npy") + " --targets " + tmp("y.npy"), "missing.npy"},
+      {xl, "--vocab"},
+      {xl + " --vocab 3", "labels.npy"},  // labels go up to 3
+      {"--data " + tmp("x.npy") + " --targets " + tmp("y.npy") + " --loss xent --vocab 4", "y.npy"},  // float labels
+      {xy + " --optimizer lamb", "--optimizer"},
+      {xy + " --lr -1", "--lr"},
+      {xy + " --lr-schedule step", "--lr-schedule"},
+      {xy + " --val-fraction 1", "--val-fraction"},
+      {xy + " --momentum 0.9", "--momentum"},
+      {xy + " --vocab 4", "--vocab"},
+      {xy + " --loss hinge", "--loss"},
+      {xy + " --epochs 0", "--epochs"},
+      {xy + " --batch 0", "--batch"},
+      {xy + " --dropout 1.5", "--dropout"},
+      {xy + " --activation tanh", "--activation"},
+      {xy + " --init " + tmp("x.npy"), "x.npy"},
+  };
+  for (const Case& c : cases) {
+    const Result r = ffn_cli("train " + c.args + " --output " + out);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(c.must_name), std::string::npos) << c.args << " -> " << r.err;
+    EXPECT_FALSE(fs::exists(out)) << c.args;
+  }
+  // An input named as the output is refused and left as it was.
+  const std::string before = slurp(tmp("y.npy"));
+  const Result r = ffn_cli("train " + xy + " --output " + tmp("y.npy"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(slurp(tmp("y.npy")), before);
+}
+
+// SIGINT at random moments: exit 130 (or 0 if it finished first), and the
+// output is then the old file or a complete new one; no temporary files stay.
+TEST(TrainCli, InterruptLeavesOldOrCompleteFile) {
+  make_data(4000, 32);
+  const std::string out = tmp("int.safetensors");
+  ASSERT_EQ(ffn_cli("train --data " + tmp("x.npy") + " --targets " + tmp("y.npy") + " --epochs 1 --output " + out).status, 0);
+  const std::string old = slurp(out);
+  std::mt19937 rng(12345);
+  int interrupted = 0, wrote_new = 0;
+  for (int round = 0; round < 6; ++round) {
+    const std::string args = std::string(FFN_BINARY) + " train --data " + tmp("x.npy") + " --targets " + tmp("y.npy") +
+                             " --epochs 200 --d-ff 128 --batch 16 --threads 1 --output " + out;
+    std::vector<std::string> argv_s;
+    for (std::istringstream in(args); in;) {
+      std::string w;
+      if (in >> w) argv_s.push_back(w);
+    }
+    std::vector<char*> argv;
+    for (auto& s : argv_s) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    // Round 0 signals at once: before the handler is installed the default
+    // action ends the program, and the old file must be intact.
+    const int delay_ms = round == 0 ? 0 : std::uniform_int_distribution<int>(1, 400)(rng);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    kill(pid, round % 2 ? SIGTERM : SIGINT);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const std::string now = slurp(out);
+    if (WIFSIGNALED(status)) {
+      EXPECT_EQ(now, old) << "killed by signal " << WTERMSIG(status) << " after " << delay_ms << " ms";
+      ++interrupted;
+      continue;
+    }
+    const int code = WEXITSTATUS(status);
+    EXPECT_EQ(code, 130) << "after " << delay_ms << " ms";
+    interrupted += code == 130;
+    if (now != old) {
+      ++wrote_new;
+      EXPECT_NO_THROW(Layer::load(out));  // complete and valid
+    }
+    for (const auto& e : fs::directory_iterator(dir()))
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+  EXPECT_EQ(interrupted, 6);
+  std::printf("[ measured ] %d of 6 runs interrupted, %d replaced the file\n", interrupted, wrote_new);
+}
+
+TEST(DemoCli, SavedLayersReproduceTheirClaimsInFfnRun) {
+  const Result r = ffn_cli("demo approximate --neurons 8 --steps 300 --save " + tmp("sq.safetensors") + " --plot " +
+                       tmp("sq.svg"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const size_t at = r.out.find("max error on the interval");
+  ASSERT_NE(at, std::string::npos);
+  const double reported = std::stod(r.out.substr(at + 25));
+  Array x{{2001, 1}, {}};
+  for (int i = 0; i <= 2000; ++i) x.data.push_back(float(-1.0 + i * 0.001));
+  write_npy(tmp("grid.npy"), x);
+  ASSERT_EQ(ffn_cli("run --weights " + tmp("sq.safetensors") + " --input " + tmp("grid.npy") + " --output " + tmp("g.npy")).status, 0);
+  const Array y = read_npy(tmp("g.npy"));
+  double e = 0;
+  for (int i = 0; i <= 2000; ++i) e = std::max(e, std::abs(double(y.data[size_t(i)]) - double(x.data[size_t(i)]) * x.data[size_t(i)]));
+  EXPECT_NEAR(e, reported, 0.05 * reported);
+  pugi::xml_document doc;
+  EXPECT_TRUE(doc.load_file(tmp("sq.svg").c_str()));
+
+  const Result i = ffn_cli("demo interaction --epochs 30 --save " + tmp("ab.safetensors") + " --plot " + tmp("ab.svg"));
+  ASSERT_EQ(i.status, 0) << i.err;
+  Array ab{{3, 2}, {0.3f, 0.4f, -0.6f, 0.5f, 0.8f, 0.9f}};
+  write_npy(tmp("ab.npy"), ab);
+  ASSERT_EQ(ffn_cli("run --weights " + tmp("ab.safetensors") + " --input " + tmp("ab.npy") + " --output " + tmp("abo.npy")).status, 0);
+  const Array o = read_npy(tmp("abo.npy"));
+  EXPECT_NEAR(o.data[0], 0.12, 0.05);
+  EXPECT_NEAR(o.data[2], -0.30, 0.05);
+  EXPECT_NEAR(o.data[4], 0.72, 0.05);
+  EXPECT_GT(o.data[5], 0.5f);  // (0.8, 0.9) passes the threshold
+  EXPECT_LT(o.data[1], 0.5f);
+
+  for (const char* bad : {"demo approximate --interval 1,0", "demo approximate --neurons 0",
+                                 "demo approximate --function cube", "demo interaction --d-ff 0", "demo bogus"}) {
+    const Result b = ffn_cli(std::string(bad) + " --plot " + tmp("never.svg"));
+    EXPECT_EQ(b.status, 2) << bad;
+    EXPECT_EQ(count_lines(b.err), 1) << b.err;
+    EXPECT_FALSE(fs::exists(tmp("never.svg"))) << bad;
+  }
+}
