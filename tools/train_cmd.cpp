@@ -289,8 +289,10 @@ int cmd_train(const TrainArgs& a) {
   cb.on_epoch = [&](const train::EpochReport& e) {
     progress.clear();
     save(trainer.layer(), trainer.head(), a.output);  // checkpoint: the file is always a complete epoch or step
-    std::printf("epoch %lld/%lld  training loss %.6g  held-out loss %.6g  %.0f tokens/s  %.2f s\n",
-                (long long)e.epoch, (long long)e.epochs, e.train_loss, e.val_loss, e.tokens_per_s, e.seconds);
+    char held[48] = "";
+    if (std::isfinite(e.val_loss)) std::snprintf(held, sizeof held, "  held-out loss %.6g", e.val_loss);
+    std::printf("epoch %lld/%lld  training loss %.6g%s  %.0f tokens/s  %.2f s\n", (long long)e.epoch,
+                (long long)e.epochs, e.train_loss, held, e.tokens_per_s, e.seconds);
     std::fflush(stdout);
   };
   const train::FitResult r = train::fit(trainer, data, train_rows, val_rows, fo, cb);

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -195,6 +196,9 @@ class Layer {
   const TensorNames& names() const { return names_; }
   // Replace the parameters (same sizes), e.g. after an optimizer step.
   void set_weights(Weights w);
+  // Edit the parameters in place (e.g. an optimizer step), then re-pack them
+  // for the fast path. Throws Error if `edit` changed a size.
+  void update_weights(const std::function<void(Weights&)>& edit);
   // Change dropout probabilities (validated).
   void set_dropout(float hidden, float output);
 

@@ -49,8 +49,9 @@ class Optimizer {
   explicit Optimizer(const OptimizerConfig& cfg);
   // Updates every parameter in place from its gradient. The list must name the
   // same tensors (same sizes, same order) at every call: the state (momentum,
-  // moments) is kept per position.
-  void step(std::span<const ParamRef> params);
+  // moments) is kept per position. Elementwise, so the result is the same for
+  // any number of threads (0: all).
+  void step(std::span<const ParamRef> params, int threads = 1);
   void set_lr(float lr) { cfg_.lr = lr; }
   const OptimizerConfig& config() const { return cfg_; }
   int64_t steps() const { return t_; }
@@ -124,7 +125,7 @@ class Trainer {
   Optimizer opt_;
   int threads_;
   // Reused between steps.
-  Weights params_, grads_;
+  Weights grads_;
   std::optional<OutputHead> head_grads_;
   std::vector<float> y_, dy_, dx_;
   ForwardCache cache_;

@@ -179,6 +179,12 @@ void Layer::set_weights(Weights w) {
   prepare();
 }
 
+void Layer::update_weights(const std::function<void(Weights&)>& edit) {
+  edit(w_);
+  check_weights(cfg_, w_);
+  prepare();
+}
+
 void Layer::set_dropout(float hidden, float output) {
   Config c = cfg_;
   c.dropout_hidden = hidden;

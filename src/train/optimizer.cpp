@@ -1,12 +1,18 @@
 // SGD, Adam and AdamW with torch.optim's update rules (PyTorch 1.13,
 // single-tensor implementations), so that the same gradients give the same
 // parameters step for step.
+#include <omp.h>
+
 #include <cmath>
 
 #include "common/format.hpp"
 #include "ffn/train.hpp"
 
 namespace ffn {
+namespace {
+// Tensors smaller than this are updated on one thread (a team costs more).
+constexpr size_t kParallelFrom = 1 << 16;
+}  // namespace
 
 std::string_view to_string(OptimizerKind k) {
   switch (k) {
@@ -35,7 +41,7 @@ void OptimizerConfig::validate() const {
 
 Optimizer::Optimizer(const OptimizerConfig& cfg) : cfg_(cfg) { cfg_.validate(); }
 
-void Optimizer::step(std::span<const ParamRef> params) {
+void Optimizer::step(std::span<const ParamRef> params, int threads) {
   if (m_.empty()) {
     m_.resize(params.size());
     v_.resize(params.size());
@@ -48,11 +54,13 @@ void Optimizer::step(std::span<const ParamRef> params) {
   ++t_;
   const float lr = cfg_.lr, wd = cfg_.weight_decay;
 
+  const int team = threads > 0 ? threads : omp_get_max_threads();
   if (cfg_.kind == OptimizerKind::sgd) {
     const float mu = cfg_.momentum;
     for (size_t i = 0; i < params.size(); ++i) {
       const ParamRef& p = params[i];
       float* buf = m_[i].data();
+#pragma omp parallel for num_threads(team) schedule(static) if (p.size >= kParallelFrom)
       for (size_t j = 0; j < p.size; ++j) {
         float g = p.grad[j];
         if (wd != 0.0f) g += wd * p.value[j];
@@ -77,6 +85,7 @@ void Optimizer::step(std::span<const ParamRef> params) {
     const ParamRef& p = params[i];
     float* m = m_[i].data();
     float* v = v_[i].data();
+#pragma omp parallel for num_threads(team) schedule(static) if (p.size >= kParallelFrom)
     for (size_t j = 0; j < p.size; ++j) {
       float g = p.grad[j];
       if (decoupled) p.value[j] *= 1.0f - lr * wd;

@@ -39,14 +39,14 @@ double Trainer::step(const Batch& b, uint64_t dropout_seed) {
   }
   layer_.backward(b.x, dy_.data(), shape, cache_, dx_.data(), grads_, ro);
 
-  params_ = layer_.weights();  // reuses params_' storage
-  std::vector<ParamRef> refs = param_refs(params_, grads_);
-  if (head_) {
-    refs.push_back({head_->weight.data(), head_grads_->weight.data(), head_->weight.size()});
-    refs.push_back({head_->bias.data(), head_grads_->bias.data(), head_->bias.size()});
-  }
-  opt_.step(refs);
-  layer_.set_weights(params_);
+  layer_.update_weights([&](Weights& params) {
+    std::vector<ParamRef> refs = param_refs(params, grads_);
+    if (head_) {
+      refs.push_back({head_->weight.data(), head_grads_->weight.data(), head_->weight.size()});
+      refs.push_back({head_->bias.data(), head_grads_->bias.data(), head_->bias.size()});
+    }
+    opt_.step(refs, threads_);
+  });
   return loss;
 }
 
