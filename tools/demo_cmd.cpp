@@ -65,7 +65,8 @@ int cmd_approximate(ApproxArgs& a) {
     for (size_t i = 0; i < s.neurons.size(); ++i)
       std::printf("         %3lld   %-12.6g  %-13.6g  %5.2f  %lld\n", (long long)s.neurons[i], s.max_error[i],
                   s.best_error[i], s.max_error[i] / s.best_error[i], (long long)s.kinks_inside[i]);
-    std::printf("  fitted log-log slope of error against N: %.3f (theory: -2)\n", s.slope);
+    std::printf("  fitted log-log slope of error against N: %.3f (theory: -2 as N grows; the best-possible\n"
+                "  column's own slope over these N, where N+1 is not yet N: %.3f)\n", s.slope, s.best_slope);
     plot::write_svg(a.sweep_plot, plot::render(s.chart));
     std::printf("  wrote %s\n", a.sweep_plot.c_str());
   }

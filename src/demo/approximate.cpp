@@ -205,9 +205,26 @@ ApproximateResult approximate(const ApproximateOptions& o) {
   return r;
 }
 
+namespace {
+
+// Least-squares slope of log(y) against log(x).
+double log_log_slope(const std::vector<int64_t>& x, const std::vector<double>& y) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double lx = std::log(double(x[i])), ly = std::log(y[i]);
+    sx += lx;
+    sy += ly;
+    sxx += lx * lx;
+    sxy += lx * ly;
+  }
+  const double k = double(x.size());
+  return (k * sxy - sx * sy) / (k * sxx - sx * sx);
+}
+
+}  // namespace
+
 SweepResult approximate_sweep(const ApproximateOptions& base, const std::vector<int64_t>& neurons) {
   SweepResult s;
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (int64_t n : neurons) {
     ApproximateOptions o = base;
     o.neurons = n;
@@ -216,14 +233,9 @@ SweepResult approximate_sweep(const ApproximateOptions& base, const std::vector<
     s.max_error.push_back(r.max_error);
     s.best_error.push_back(r.best_error);
     s.kinks_inside.push_back(r.kinks_inside);
-    const double lx = std::log(double(n)), ly = std::log(r.max_error);
-    sx += lx;
-    sy += ly;
-    sxx += lx * lx;
-    sxy += lx * ly;
   }
-  const double k = double(neurons.size());
-  s.slope = (k * sxy - sx * sy) / (k * sxx - sx * sx);
+  s.slope = log_log_slope(s.neurons, s.max_error);
+  s.best_slope = log_log_slope(s.neurons, s.best_error);
 
   plot::Series trained{"trained FFN: max error", {}, {}, "#d62728"};
   trained.markers = true;

@@ -47,7 +47,8 @@ struct SweepResult {
   std::vector<int64_t> neurons;
   std::vector<double> max_error, best_error;
   std::vector<int64_t> kinks_inside;
-  double slope = 0;  // least-squares slope of log(max error) against log(N)
+  double slope = 0;       // least-squares slope of log(max error) against log(N)
+  double best_slope = 0;  // the same for the best possible error (square only; NaN otherwise)
   plot::LineChart chart;
 };
 SweepResult approximate_sweep(const ApproximateOptions& base, const std::vector<int64_t>& neurons);
