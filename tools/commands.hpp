@@ -4,9 +4,38 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <functional>
+#include <string>
+
+#include "common/format.hpp"
+#include "ffn/ffn.hpp"
 
 namespace ffn::cli {
+
+// The flags that shape a fresh layer (ffn init, ffn train).
+struct ArchitectureArgs {
+  std::string activation = "relu", norm = "post", norm_type = "layernorm";
+  bool no_bias = false;
+  float eps = 1e-5f;
+
+  void add(CLI::App* app) {
+    app->add_option("--activation", activation, "relu (default), gelu, gelu_tanh, silu, swiglu, geglu, reglu");
+    app->add_flag("--no-bias", no_bias, "no b1, bg, b2");
+    app->add_option("--norm", norm, "post (default), pre or none");
+    app->add_option("--norm-type", norm_type, "layernorm (default) or rmsnorm");
+    app->add_option("--eps", eps, "norm epsilon (default 1e-5)");
+  }
+  // Sets cfg's activation, norm, norm type, bias and eps; throws Error naming the flag.
+  void apply(Config& cfg) const {
+    cfg.activation = parse_activation(activation, "--activation");
+    cfg.norm = parse_norm_placement(norm, "--norm");
+    cfg.norm_type = parse_norm_type(norm_type, "--norm-type");
+    cfg.bias = !no_bias;
+    if (!(eps > 0.0f) || !std::isfinite(eps)) throw Error("--eps: expected a positive number, got " + num(eps));
+    cfg.eps = eps;
+  }
+};
 
 struct Command {
   CLI::App* app = nullptr;

@@ -241,9 +241,8 @@ void cmd_grad(const GradArgs& a) {
 
 struct InitArgs {
   int64_t d_model = 512, d_ff = 2048;
-  std::string activation = "relu", norm = "post", norm_type = "layernorm", output;
-  bool no_bias = false;
-  float eps = 1e-5f;
+  cli::ArchitectureArgs arch;
+  std::string output;
   uint64_t seed = 0;
 };
 
@@ -253,12 +252,7 @@ void cmd_init(const InitArgs& a) {
   cfg.d_ff = a.d_ff;
   if (a.d_model < 1) throw Error("--d-model: expected a positive integer, got " + std::to_string(a.d_model));
   if (a.d_ff < 1) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
-  cfg.activation = parse_activation(a.activation, "--activation");
-  cfg.norm = parse_norm_placement(a.norm, "--norm");
-  cfg.norm_type = parse_norm_type(a.norm_type, "--norm-type");
-  cfg.bias = !a.no_bias;
-  if (!(a.eps > 0.0f) || !std::isfinite(a.eps)) throw Error("--eps: expected a positive number, got " + num(a.eps));
-  cfg.eps = a.eps;
+  a.arch.apply(cfg);
   io::check_writable_target(a.output);
   check_memory(4.0 * (is_gated(cfg.activation) ? 3 : 2) * double(a.d_model) * double(a.d_ff), "--d-model x --d-ff");
   Layer layer(cfg, a.seed);
@@ -406,11 +400,7 @@ int main(int argc, char** argv) {
   CLI::App* init_cmd = app.add_subcommand("init", "write a freshly initialized layer (PyTorch nn.Linear distribution)");
   init_cmd->add_option("--d-model", init.d_model, "model width (default 512)");
   init_cmd->add_option("--d-ff", init.d_ff, "hidden width (default 2048)");
-  init_cmd->add_option("--activation", init.activation, "relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu");
-  init_cmd->add_flag("--no-bias", init.no_bias, "no b1, bg, b2");
-  init_cmd->add_option("--norm", init.norm, "post (default), pre or none");
-  init_cmd->add_option("--norm-type", init.norm_type, "layernorm (default) or rmsnorm");
-  init_cmd->add_option("--eps", init.eps, "norm epsilon (default 1e-5)");
+  init.arch.add(init_cmd);
   init_cmd->add_option("--seed", init.seed, "seed (default 0)")->check(CLI::NonNegativeNumber);
   init_cmd->add_option("--output", init.output, "weights file to write (.safetensors)")->required();
 

@@ -36,12 +36,12 @@ extern "C" void on_signal(int sig) {
 }
 
 struct TrainArgs {
-  std::string data, targets, loss = "mse", init, activation = "relu", norm = "post", norm_type = "layernorm";
+  std::string data, targets, loss = "mse", init;
+  ArchitectureArgs arch;
   std::string optimizer = "adam", schedule = "constant", output, plot;
   int64_t vocab = 0, d_ff = 0, epochs = 10, batch = 64;
-  float lr = 1e-3f, momentum = 0.0f, weight_decay = 0.0f, dropout = 0.0f, eps = 1e-5f;
+  float lr = 1e-3f, momentum = 0.0f, weight_decay = 0.0f, dropout = 0.0f;
   double val_fraction = 0.1;
-  bool no_bias = false;
   uint64_t seed = 0;
   int threads = 0;
 };
@@ -226,12 +226,7 @@ int cmd_train(const TrainArgs& a) {
     Config cfg;
     cfg.d_model = data.d;
     cfg.d_ff = a.d_ff ? a.d_ff : 4 * data.d;
-    cfg.activation = parse_activation(a.activation, "--activation");
-    cfg.norm = parse_norm_placement(a.norm, "--norm");
-    cfg.norm_type = parse_norm_type(a.norm_type, "--norm-type");
-    cfg.bias = !a.no_bias;
-    if (!(a.eps > 0.0f) || !std::isfinite(a.eps)) throw Error("--eps: expected a positive number, got " + num(a.eps));
-    cfg.eps = a.eps;
+    a.arch.apply(cfg);
     cfg.dropout_hidden = cfg.dropout_output = a.dropout;
     layer.emplace(cfg, a.seed);
   }
@@ -325,11 +320,7 @@ Command add_train(CLI::App& app) {
   c->add_option("--vocab", a->vocab, "classes of the output head (--loss xent)");
   c->add_option("--init", a->init, "start from this weights file (and its head) instead of a fresh layer");
   c->add_option("--d-ff", a->d_ff, "hidden width of a fresh layer (default 4 x d_model)");
-  c->add_option("--activation", a->activation, "relu (default), gelu, gelu_tanh, silu, swiglu, geglu, reglu");
-  c->add_flag("--no-bias", a->no_bias, "no b1, bg, b2");
-  c->add_option("--norm", a->norm, "post (default), pre or none");
-  c->add_option("--norm-type", a->norm_type, "layernorm (default) or rmsnorm");
-  c->add_option("--eps", a->eps, "norm epsilon (default 1e-5)");
+  a->arch.add(c);
   c->add_option("--dropout", a->dropout, "dropout p after the activation and after W2 (default 0)");
   c->add_option("--epochs", a->epochs, "passes over the training rows (default 10)");
   c->add_option("--batch", a->batch, "rows per step (default 64)");
