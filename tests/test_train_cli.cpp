@@ -129,6 +129,7 @@ TEST(TrainCli, BadInputIsOneLineExitTwoNothingWritten) {
       {xy + " --dropout 1.5", "--dropout"},
       {xy + " --activation tanh", "--activation"},
       {xy + " --init " + tmp("x.npy"), "x.npy"},
+      {xy + " --plot " + out, "--plot"},
   };
   for (const Case& c : cases) {
     const Result r = ffn_cli("train " + c.args + " --output " + out);
@@ -227,9 +228,11 @@ TEST(DemoCli, SavedLayersReproduceTheirClaimsInFfnRun) {
   EXPECT_GT(o.data[5], 0.5f);  // (0.8, 0.9) passes the threshold
   EXPECT_LT(o.data[1], 0.5f);
 
-  for (const char* bad : {"demo approximate --interval 1,0", "demo approximate --neurons 0",
-                                 "demo approximate --function cube", "demo interaction --d-ff 0", "demo bogus"}) {
-    const Result b = ffn_cli(std::string(bad) + " --plot " + tmp("never.svg"));
+  const std::vector<std::string> bad_cases = {
+      "demo approximate --interval 1,0", "demo approximate --neurons 0", "demo approximate --function cube",
+      "demo interaction --d-ff 0", "demo bogus", "demo interaction --save " + tmp("never.svg")};
+  for (const std::string& bad : bad_cases) {
+    const Result b = ffn_cli(bad + " --plot " + tmp("never.svg"));
     EXPECT_EQ(b.status, 2) << bad;
     EXPECT_EQ(count_lines(b.err), 1) << b.err;
     EXPECT_FALSE(fs::exists(tmp("never.svg"))) << bad;

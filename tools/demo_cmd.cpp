@@ -1,6 +1,7 @@
 // ffn demo approximate | interaction: the seeds' claims, measured, with SVG plots.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "commands.hpp"
@@ -33,8 +34,19 @@ std::pair<double, double> parse_interval(const std::string& s) {
   }
 }
 
+// Refuses two outputs with the same path (the second would replace the first).
+void check_distinct(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  namespace fs = std::filesystem;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (!outputs[i].second.empty() && !outputs[j].second.empty() &&
+          fs::absolute(outputs[i].second).lexically_normal() == fs::absolute(outputs[j].second).lexically_normal())
+        throw Error(outputs[j].first + " " + outputs[j].second + " is the same file as " + outputs[i].first);
+}
+
 int cmd_approximate(ApproxArgs& a) {
   std::tie(a.o.a, a.o.b) = parse_interval(a.interval);
+  check_distinct({{"--plot", a.plot}, {"--sweep-plot", a.sweep ? a.sweep_plot : ""}, {"--save", a.save}});
   io::check_writable_target(a.plot);
   if (a.sweep) io::check_writable_target(a.sweep_plot);
   if (!a.save.empty()) io::check_writable_target(a.save);
@@ -79,6 +91,7 @@ struct InteractionArgs {
 };
 
 int cmd_interaction(InteractionArgs& a) {
+  check_distinct({{"--plot", a.plot}, {"--save", a.save}});
   io::check_writable_target(a.plot);
   if (!a.save.empty()) io::check_writable_target(a.save);
   if (a.o.threads < 0) throw Error("--threads: expected an integer >= 0, got " + std::to_string(a.o.threads));

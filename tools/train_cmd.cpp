@@ -173,6 +173,8 @@ int cmd_train(const TrainArgs& a) {
   const std::string plot_path = a.plot.empty() ? default_plot_path(a.output) : a.plot;
   io::check_writable_target(a.output);
   io::check_writable_target(plot_path);
+  if (fs::absolute(plot_path).lexically_normal() == fs::absolute(a.output).lexically_normal())
+    throw Error("--plot " + plot_path + " is the same file as --output; give them different names");
   std::error_code ec;
   for (const auto& [flag, in] : {std::pair{"--data", a.data}, {"--targets", a.targets}, {"--init", a.init}}) {
     for (const auto& [oflag, out] : {std::pair{"--output", a.output}, {"--plot", plot_path}}) {
