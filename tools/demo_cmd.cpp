@@ -151,7 +151,7 @@ Command add_demo(CLI::App& app) {
   i->add_option("--save", ip->save, "write the trained layer (.safetensors)");
   i->add_option("--plot", ip->plot, "SVG of both models over the (a, b) plane (default interaction.svg)");
 
-  return {d, [ap, ip, a, i] { return *a ? cmd_approximate(*ap) : cmd_interaction(*ip); }};
+  return {d, [ap, ip, a] { return *a ? cmd_approximate(*ap) : cmd_interaction(*ip); }};
 }
 
 }  // namespace ffn::cli

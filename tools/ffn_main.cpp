@@ -376,7 +376,9 @@ int cmd_bench(const BenchArgs& a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// The program's entry, callable in-process (the fuzz target for `ffn run`
+// calls it); main() below is the executable's.
+int ffn_main(int argc, char** argv) {
   CLI::App app{"ffn: the Transformer's position-wise feed-forward sublayer"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every command");
@@ -462,3 +464,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+#ifndef FFN_NO_MAIN
+int main(int argc, char** argv) { return ffn_main(argc, argv); }
+#endif
