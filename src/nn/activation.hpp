@@ -1,7 +1,7 @@
 // Scalar activation functions and their derivatives, as PyTorch defines them.
 // Used by the reference path (T = float or double) and by the fast paths'
 // scalar epilogues.
-//   relu(z)      = max(0, z)                          relu'(z) = z > 0 ? 1 : 0
+//   relu(z)      = max(0, z), NaN for NaN (torch.relu) relu'(z) = z > 0 ? 1 : 0
 //   gelu(z)      = z/2 (1 + erf(z/√2))                 (exact, nn.GELU())
 //   gelu_tanh(z) = z/2 (1 + tanh(√(2/π)(z + 0.044715 z³)))   (nn.GELU('tanh'))
 //   silu(z)      = z σ(z)
@@ -30,7 +30,7 @@ inline Unit unit_of(Activation a) {
 template <typename T>
 inline T act(Unit u, T z) {
   switch (u) {
-    case Unit::relu: return z > T(0) ? z : T(0);
+    case Unit::relu: return z < T(0) ? T(0) : z;  // NaN stays NaN, as torch.relu
     case Unit::gelu: return T(0.5) * z * (T(1) + std::erf(z * T(0.70710678118654752440)));
     case Unit::gelu_tanh: {
       const T k = T(0.79788456080286535588);  // √(2/π)

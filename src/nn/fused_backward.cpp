@@ -164,7 +164,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
       if (gated)
         for (int64_t j = 0; j < F; ++j) ht[j] = act(unit, zg[j]) * z1[j];
       else if (unit == Unit::relu)
-        for (int64_t j = 0; j < F; ++j) ht[j] = z1[j] > 0.0f ? z1[j] : 0.0f;
+        for (int64_t j = 0; j < F; ++j) ht[j] = z1[j] < 0.0f ? 0.0f : z1[j];  // NaN stays NaN
       else
         for (int64_t j = 0; j < F; ++j) ht[j] = act(unit, z1[j]);
       if (hid_rule.active()) {

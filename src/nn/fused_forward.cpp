@@ -68,7 +68,7 @@ void activate(Unit u, float* z, const float* g, int64_t n) {
   if (g) {
     for (int64_t j = 0; j < n; ++j) z[j] = act(u, g[j]) * z[j];
   } else if (u == Unit::relu) {
-    for (int64_t j = 0; j < n; ++j) z[j] = z[j] > 0.0f ? z[j] : 0.0f;
+    for (int64_t j = 0; j < n; ++j) z[j] = z[j] < 0.0f ? 0.0f : z[j];  // NaN stays NaN
   } else {
     for (int64_t j = 0; j < n; ++j) z[j] = act(u, z[j]);
   }
