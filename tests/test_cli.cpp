@@ -402,3 +402,65 @@ TEST(CliBadInput, ExistingFilesAreNeverLost) {
   expect_bad("output dir missing", "run --weights " + f.w + " --input " + f.x + " --output " + tmp("no/such/y.npy"),
              {"no/such", "does not exist"});
 }
+
+// --check-finite: the first NaN or Inf of the input, a weight or a result is
+// reported with its position; exit 2; nothing written. Without it, NaN and Inf
+// propagate (exit 0).
+TEST(CliBadInput, CheckFinite) {
+  Config cfg;
+  cfg.d_model = 4;
+  cfg.d_ff = 6;
+  cfg.norm = NormPlacement::none;
+  const Layer layer(cfg, 3);
+  const std::string w = tmp("cf_w.safetensors"), out = tmp("cf_y.npy");
+  layer.save(w);
+  Array x{{2, 3, 4}, std::vector<float>(24, 0.5f)};
+  x.data[size_t((1 * 3 + 2) * 4 + 3)] = -INFINITY;
+  write_npy(tmp("cf_x.npy"), x);
+  auto expect_fail = [&](const std::string& args, const std::string& needle) {
+    fs::remove(out);
+    const Result r = ffn_cli(args + " --check-finite");
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(out));
+  };
+  const std::string run = "run --weights " + w + " --output " + out + " --input ";
+  expect_fail(run + tmp("cf_x.npy"), "input is -Inf at sequence 1, position 2, feature 3");
+  // Without the flag the Inf propagates.
+  ASSERT_EQ(ffn_cli(run + tmp("cf_x.npy")).status, 0);
+  const Array y = read_npy(out);
+  EXPECT_FALSE(std::isfinite(y.data[size_t((1 * 3 + 2) * 4)]));
+  EXPECT_TRUE(std::isfinite(y.data[0]));
+  // Padding is never read, so a NaN there is not an error.
+  Array xp{{2, 3, 4}, std::vector<float>(24, 0.5f)};
+  xp.data[size_t((1 * 3 + 2) * 4 + 1)] = NAN;
+  write_npy(tmp("cf_xp.npy"), xp);
+  write_int_npy(tmp("cf_len.npy"), {3, 2});
+  EXPECT_EQ(ffn_cli(run + tmp("cf_xp.npy") + " --lengths " + tmp("cf_len.npy") + " --check-finite").status, 0);
+  expect_fail(run + tmp("cf_xp.npy"), "input is NaN at sequence 1, position 2, feature 1");
+  // A weight.
+  Weights bad = layer.weights();
+  bad.w2[size_t(2 * 6 + 5)] = NAN;
+  Layer(cfg, bad).save(tmp("cf_bad.safetensors"));
+  Array ok{{3, 4}, std::vector<float>(12, 0.25f)};
+  write_npy(tmp("cf_ok.npy"), ok);
+  expect_fail("run --weights " + tmp("cf_bad.safetensors") + " --output " + out + " --input " + tmp("cf_ok.npy"),
+              "tensor 'linear2.weight' is NaN at [2, 5]");
+  // A finite input whose result overflows.
+  Weights huge = layer.weights();
+  for (float& v : huge.w1) v = 1e30f;
+  for (float& v : huge.w2) v = 1e30f;
+  Layer(cfg, huge).save(tmp("cf_huge.safetensors"));
+  expect_fail("run --weights " + tmp("cf_huge.safetensors") + " --output " + out + " --input " + tmp("cf_ok.npy"),
+              "output is +Inf at token 0, feature 0");
+  // grad: the grad-output is checked too, and neither file is written.
+  Array dy{{3, 4}, std::vector<float>(12, 1.0f)};
+  dy.data[7] = NAN;
+  write_npy(tmp("cf_dy.npy"), dy);
+  const Result g = ffn_cli("grad --weights " + w + " --input " + tmp("cf_ok.npy") + " --grad-output " + tmp("cf_dy.npy") +
+                           " --output-dir " + tmp("cf_grads") + " --check-finite");
+  EXPECT_EQ(g.status, 2);
+  EXPECT_NE(g.err.find("grad-output is NaN at token 1, feature 3"), std::string::npos) << g.err;
+  EXPECT_FALSE(fs::exists(tmp("cf_grads") + "/grad_input.npy"));
+}

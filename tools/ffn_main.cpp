@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -58,6 +59,7 @@ struct LayerArgs {
   std::string weights, prefix, input, lengths, activation, norm, norm_type, layout = "tokens";
   std::optional<float> eps;
   int threads = 0;
+  bool check_finite = false;
 
   void add(CLI::App* app) {
     app->add_option("--weights", weights, "weights file (safetensors)")->required();
@@ -71,6 +73,8 @@ struct LayerArgs {
     app->add_option("--layout", layout, "tokens (default) or ncw (channels first, Conv1d view)");
     app->add_option("--lengths", lengths, "int32/int64 .npy of B sequence lengths; positions past them are padding");
     app->add_option("--threads", threads, "threads (default: all)");
+    app->add_flag("--check-finite", check_finite,
+                  "fail (exit 2, nothing written) at the first NaN or Inf in the input, weights or results");
   }
 
   LoadOptions load_options(float p_hidden, float p_output) const {
@@ -127,6 +131,48 @@ Input read_input(const LayerArgs& a, const Config& cfg) {
   return in;
 }
 
+// ---- --check-finite ------------------------------------------------------------
+
+const char* kind_of(float v) { return std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf"; }
+
+// The first NaN or Inf of an array in the input's shape and layout, at a
+// position that is not padding, as "<what> is NaN at token t, feature j"
+// (or "sequence b, position s, feature j" for [B, S, d] inputs).
+void check_finite_tokens(const float* v, const Shape& shape, int64_t d, bool three_d, const std::string& what) {
+  const int64_t S = shape.seq;
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    const int64_t len = shape.lengths.empty() ? S : shape.lengths[size_t(b)];
+    for (int64_t s = 0; s < len; ++s) {
+      for (int64_t j = 0; j < d; ++j) {
+        const size_t i = size_t(shape.layout == Layout::tokens ? (b * S + s) * d + j : (b * d + j) * S + s);
+        if (std::isfinite(v[i])) continue;
+        const std::string where = three_d ? "sequence " + std::to_string(b) + ", position " + std::to_string(s)
+                                          : "token " + std::to_string(b * S + s);
+        throw Error(what + " is " + kind_of(v[i]) + " at " + where + ", feature " + std::to_string(j) +
+                    " (--check-finite)");
+      }
+    }
+  }
+}
+
+// The first NaN or Inf of any parameter (or gradient), with its index.
+void check_finite_weights(const Config& cfg, const Weights& w, const TensorNames& names, const std::string& what) {
+  const std::pair<const std::vector<float>*, const std::string*> tensors[] = {
+      {&w.w1, &names.w1}, {&w.b1, &names.b1}, {&w.wg, &names.wg}, {&w.bg, &names.bg},
+      {&w.w2, &names.w2}, {&w.b2, &names.b2}, {&w.norm_weight, &names.norm_weight}, {&w.norm_bias, &names.norm_bias}};
+  for (const auto& [v, name] : tensors) {
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (std::isfinite((*v)[i])) continue;
+      // 2-D tensors are the projections: [d_ff, d_model] or [d_model, d_ff].
+      const bool matrix = v == &w.w1 || v == &w.wg || v == &w.w2;
+      const int64_t cols = v == &w.w2 ? cfg.d_ff : cfg.d_model;
+      const std::string at = matrix ? "[" + std::to_string(int64_t(i) / cols) + ", " + std::to_string(int64_t(i) % cols) + "]"
+                                    : "[" + std::to_string(i) + "]";
+      throw Error(what + ": tensor '" + *name + "' is " + kind_of((*v)[i]) + " at " + at + " (--check-finite)");
+    }
+  }
+}
+
 int threads_or_throw(int t) {
   if (t < 0 || t > kMaxThreads)
     throw Error("--threads: expected 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(t));
@@ -150,7 +196,13 @@ void cmd_run(const RunArgs& a) {
   y.data.resize(in.x.data.size());
   RunOptions ro;
   ro.threads = threads;
+  const bool three_d = in.x.shape.size() == 3;
+  if (a.check_finite) {
+    check_finite_weights(layer.config(), layer.weights(), layer.names(), a.weights);
+    check_finite_tokens(in.x.data.data(), in.shape, layer.config().d_model, three_d, a.input + ": input");
+  }
   layer.forward(in.x.data.data(), y.data.data(), in.shape, ro);
+  if (a.check_finite) check_finite_tokens(y.data.data(), in.shape, layer.config().d_model, three_d, "output");
   write_npy(a.output, y);
 }
 
@@ -205,6 +257,16 @@ void cmd_grad(const GradArgs& a) {
   dx.data.resize(in.x.data.size());
   Weights grads;
   layer.backward(in.x.data.data(), dy.data.data(), in.shape, cache, dx.data.data(), grads, ro);
+  if (a.check_finite) {
+    const bool three_d = in.x.shape.size() == 3;
+    const int64_t d = layer.config().d_model;
+    check_finite_weights(layer.config(), layer.weights(), layer.names(), a.weights);
+    check_finite_tokens(in.x.data.data(), in.shape, d, three_d, a.input + ": input");
+    check_finite_tokens(dy.data.data(), in.shape, d, three_d, a.grad_output + ": grad-output");
+    check_finite_tokens(y.data.data(), in.shape, d, three_d, "output");
+    check_finite_tokens(dx.data.data(), in.shape, d, three_d, "grad_input");
+    check_finite_weights(layer.config(), grads, layer.names(), "gradient");
+  }
 
   // Both files are written completely into a staging directory inside D,
   // then renamed into place: a failure leaves neither a new file nor a
