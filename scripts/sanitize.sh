@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The test suite under sanitizers:
+#   address+undefined  every test (GCC, build-asan/)
+#   thread             the threaded tests (clang with libomp and its Archer
+#                      tool, which tells ThreadSanitizer about OpenMP's
+#                      synchronization; build-tsan/)
+#   scripts/sanitize.sh [asan] [tsan]     (default: both)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=("$@")
+((${#jobs[@]})) || jobs=(asan tsan)
+
+scripts/setup.sh clang libclang-rt-14-dev libomp-14-dev >/dev/null
+for job in "${jobs[@]}"; do
+  case "$job" in
+    asan)
+      cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFFN_SANITIZE=address,undefined \
+        -DFFN_BUILD_PEERS=OFF >/dev/null
+      cmake --build build-asan -j "$(nproc)" >/dev/null
+      echo "sanitize: AddressSanitizer + UndefinedBehaviorSanitizer, every test"
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        ctest --test-dir build-asan -j "$(nproc)" --output-on-failure | tail -n 4
+      ;;
+    tsan)
+      cmake -S . -B build-tsan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFFN_SANITIZE=thread \
+        -DFFN_BUILD_PEERS=OFF >/dev/null
+      cmake --build build-tsan -j "$(nproc)" --target ffn_tests >/dev/null
+      echo "sanitize: ThreadSanitizer, the threaded tests"
+      OMP_TOOL_LIBRARIES="$(ls /usr/lib/llvm-14/lib/libarcher.so)" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1 \
+        build-tsan/bin/ffn_tests --gtest_brief=1 \
+        --gtest_filter='Threads.*:*BitwiseIdentical*:*TokenResultIndependent*:Fit.PermutationSplitAndDeterminism'
+      ;;
+    *) echo "sanitize.sh: unknown job '$job' (expected asan or tsan)" >&2; exit 2 ;;
+  esac
+done
