@@ -238,3 +238,57 @@ TEST(DemoCli, SavedLayersReproduceTheirClaimsInFfnRun) {
     EXPECT_FALSE(fs::exists(tmp("never.svg"))) << bad;
   }
 }
+
+// `ffn run` killed (SIGINT or SIGTERM) at random moments while it computes and
+// writes a 100 MB output: the output is then the previous file or the complete
+// new one, and no temporary file stays behind.
+TEST(RunCli, KilledAtRandomMomentsLeavesOldOrCompleteOutput) {
+  const int64_t t = 400000, d = 64;
+  Config cfg;
+  cfg.d_model = d;
+  cfg.d_ff = 32;
+  cfg.norm = NormPlacement::none;
+  Layer(cfg, 1).save(tmp("k_w.safetensors"));
+  Array x{{t, d}, std::vector<float>(size_t(t * d))};
+  for (size_t i = 0; i < x.data.size(); ++i) x.data[i] = float(int(i % 97) - 48) * 0.01f;
+  write_npy(tmp("k_x.npy"), x);
+  const std::string out = tmp("k_y.npy");
+  ASSERT_EQ(ffn_cli("run --weights " + tmp("k_w.safetensors") + " --input " + tmp("k_x.npy") + " --output " + out).status, 0);
+  const std::string complete = slurp(out);
+  Array old{{1, 1}, {42.0f}};
+  std::mt19937 rng(99);
+  int killed = 0;
+  for (int round = 0; round < 8; ++round) {
+    write_npy(out, old);
+    const std::string before = slurp(out);
+    std::vector<std::string> argv_s = {FFN_BINARY, "run", "--weights", tmp("k_w.safetensors"), "--input", tmp("k_x.npy"),
+                                       "--output", out, "--threads", "1"};
+    std::vector<char*> argv;
+    for (auto& s : argv_s) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    if (round % 2 == 0) {
+      // Half the rounds signal while the output is being written: as soon as
+      // its temporary file appears.
+      auto has_tmp = [&] {
+        for (const auto& e : fs::directory_iterator(dir()))
+          if (e.path().filename().string().find(".tmp-") != std::string::npos) return true;
+        return false;
+      };
+      for (int i = 0; i < 20000 && !has_tmp(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(250));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
+    }
+    kill(pid, round % 4 < 2 ? SIGTERM : SIGINT);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    killed += WIFSIGNALED(status);
+    const std::string now = slurp(out);
+    EXPECT_TRUE(now == before || now == complete) << "round " << round << ": " << now.size() << " bytes";
+    for (const auto& e : fs::directory_iterator(dir()))
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << "round " << round << ": " << e.path();
+  }
+  std::printf("[ measured ] %d of 8 runs killed before finishing\n", killed);
+  EXPECT_GT(killed, 0);
+}

@@ -441,6 +441,7 @@ int cmd_bench(const BenchArgs& a) {
 // The program's entry, callable in-process (the fuzz target for `ffn run`
 // calls it); main() below is the executable's.
 int ffn_main(int argc, char** argv) {
+  ffn::io::remove_temporaries_on_signals();
   CLI::App app{"ffn: the Transformer's position-wise feed-forward sublayer"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every command");

@@ -30,9 +30,11 @@ namespace fs = std::filesystem;
 
 std::atomic<bool> g_stop{false};
 
-extern "C" void on_signal(int sig) {
+extern "C" void on_signal(int) {
   g_stop.store(true);
-  signal(sig, SIG_DFL);  // a second Ctrl-C ends the program at once
+  // A second Ctrl-C ends the program at once (removing a temporary file
+  // being written, as outside training).
+  io::remove_temporaries_on_signals();
 }
 
 struct TrainArgs {
@@ -268,16 +270,11 @@ int cmd_train(const TrainArgs& a) {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {};
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   struct Restore {
-    struct sigaction i, t;
-    ~Restore() {
-      sigaction(SIGINT, &i, nullptr);
-      sigaction(SIGTERM, &t, nullptr);
-    }
-  } restore{old_int, old_term};
+    ~Restore() { io::remove_temporaries_on_signals(); }
+  } restore;
 
   Progress progress;
   train::FitCallbacks cb;

@@ -1,6 +1,7 @@
 #include "io/file_util.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,6 +37,31 @@ Error::Error(const std::string& message) : std::runtime_error(one_line(message))
 }  // namespace ffn
 
 namespace ffn::io {
+
+namespace {
+// The temporary file being written, for the signal handler (one at a time:
+// writes happen on the calling thread).
+char g_pending[4096];
+volatile sig_atomic_t g_has_pending = 0;
+
+void clear_pending() { g_has_pending = 0; }
+
+extern "C" void remove_pending_and_reraise(int sig) {
+  if (g_has_pending) ::unlink(g_pending);  // async-signal-safe
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+}  // namespace
+
+void remove_temporaries_on_signals() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction sa {};
+    sa.sa_handler = remove_pending_and_reraise;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -95,11 +121,22 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
   if (dir.empty()) dir = ".";
   if (!fs::is_directory(dir, ec)) throw Error(path + ": cannot write: directory '" + dir.string() + "' does not exist");
   std::string tmpl = (dir / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  // mkstemp writes the file's name into its template before it creates the
+  // file, so with the signal handler's buffer as the template there is no
+  // moment when the file exists and the handler does not know its name.
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
-  int fd = mkstemp(name.data());
+  const bool registered = name.size() <= sizeof g_pending;
+  if (registered) {
+    std::memcpy(g_pending, name.data(), name.size());
+    g_has_pending = 1;
+  }
+  struct Clear {
+    ~Clear() { clear_pending(); }
+  } clear_on_exit;
+  int fd = mkstemp(registered ? g_pending : name.data());
   if (fd < 0) throw Error(path + ": cannot create a temporary file in '" + dir.string() + "': " + errno_text());
-  std::string tmp(name.data());
+  std::string tmp(registered ? g_pending : name.data());
   std::FILE* f = fdopen(fd, "wb");
   if (!f) {
     ::close(fd);

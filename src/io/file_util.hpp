@@ -39,6 +39,11 @@ class InputFile {
 // not a regular file (directory, FIFO, device) is refused.
 void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& body);
 
+// Installs SIGINT, SIGTERM and SIGHUP handlers that remove the temporary file
+// of a write_file_atomic in progress, then end the program as the signal
+// would have (the target is never touched: it stays the old file).
+void remove_temporaries_on_signals();
+
 // Throws Error if `path` exists and is not a regular file (or a symlink to one).
 void check_writable_target(const std::string& path);
 
