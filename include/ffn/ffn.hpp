@@ -169,6 +169,11 @@ struct LoadOptions {
 
 struct SafetensorsFile;
 
+// Thread safety: forward and backward are const and may run on one Layer from
+// several threads at once (each caller with its own x, y, cache, gradient
+// buffers); results are bitwise those of sequential calls
+// (tests/test_threads.cpp, also run under ThreadSanitizer). set_weights,
+// update_weights and set_dropout must not run concurrently with anything.
 class Layer {
  public:
   // Deterministic PyTorch-style initialization: nn.Linear weights and biases
