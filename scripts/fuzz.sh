@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan + UBSan) into build-fuzz/ and runs
 # each on the committed seed corpus for a fixed time.
-#   scripts/fuzz.sh [--seconds 60] [--jobs 1] [--keep DIR] [target ...]
+#   scripts/fuzz.sh [--seconds 60] [--keep DIR] [target ...]
 # targets: safetensors npy run (default: all). New inputs the fuzzer finds go
 # to a scratch corpus (or DIR/<target> with --keep), never into the repository;
 # a crash leaves its input as build-fuzz/crash-* and fails the script.

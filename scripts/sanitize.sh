@@ -26,7 +26,9 @@ for job in "${jobs[@]}"; do
         -DFFN_BUILD_PEERS=OFF >/dev/null
       cmake --build build-tsan -j "$(nproc)" --target ffn_tests >/dev/null
       echo "sanitize: ThreadSanitizer, the threaded tests"
-      OMP_TOOL_LIBRARIES="$(ls /usr/lib/llvm-14/lib/libarcher.so)" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1 \
+      archer=/usr/lib/llvm-14/lib/libarcher.so
+      [ -f "$archer" ] || { echo "sanitize.sh: $archer not found (libomp-14-dev)" >&2; exit 1; }
+      OMP_TOOL_LIBRARIES="$archer" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1 \
         build-tsan/bin/ffn_tests --gtest_brief=1 \
         --gtest_filter='Threads.*:*BitwiseIdentical*:*TokenResultIndependent*:Fit.PermutationSplitAndDeterminism'
       ;;

@@ -284,6 +284,30 @@ TEST(LeastSquares, RecoversAnExactSolutionAndR2) {
   const std::vector<double> c2 = train::least_squares(a2, 50, 4, y, 1);
   EXPECT_NEAR(c2[0] + c2[1], 2.0, 1e-10);
   EXPECT_NEAR(c2[2], -3.0, 1e-10);
+
+  // A dependent column before an independent one must not cost the later
+  // column its row: columns (1,0,0), (1,0,0), (1,1,0), b = (1,1,0) fit exactly.
+  const std::vector<double> c3 = train::least_squares({1, 1, 1, 0, 0, 1, 0, 0, 0}, 3, 3, {1, 1, 0}, 1);
+  EXPECT_NEAR(c3[0] + c3[1] + c3[2], 1.0, 1e-12);  // row 0
+  EXPECT_NEAR(c3[2], 1.0, 1e-12);                  // row 1
+
+  // Noisy targets: the solution satisfies the normal equations Aᵀ(Ax - y) = 0.
+  std::vector<double> a4, y4;
+  for (int i = 0; i < 40; ++i) {
+    const double u = std::sin(i * 0.9), v = std::cos(i * 2.1);
+    a4.insert(a4.end(), {u, u, v, 1.0});  // column 1 duplicates column 0
+    y4.push_back(std::sin(i * 7.7) + u * v);
+  }
+  const std::vector<double> c4 = train::least_squares(a4, 40, 4, y4, 1);
+  for (int col = 0; col < 4; ++col) {
+    double g = 0.0;
+    for (int i = 0; i < 40; ++i) {
+      double p = 0.0;
+      for (int l = 0; l < 4; ++l) p += a4[size_t(4 * i + l)] * c4[size_t(l)];
+      g += a4[size_t(4 * i + col)] * (p - y4[size_t(i)]);
+    }
+    EXPECT_NEAR(g, 0.0, 1e-10) << "column " << col;
+  }
 }
 
 TEST(Fit, PermutationSplitAndDeterminism) {

@@ -3,6 +3,8 @@
 // returns the exit status and throws ffn::Error for bad input.
 #pragma once
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <functional>
@@ -12,6 +14,15 @@
 #include "ffn/ffn.hpp"
 
 namespace ffn::cli {
+
+// Refuses a job whose buffers would not fit in this machine's memory, naming the flags.
+inline void check_memory(double bytes, const std::string& flags) {
+  const double phys = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (bytes > phys) {
+    throw Error(flags + ": needs " + num(bytes / double(1ull << 30)) + " GiB, more than this machine's " +
+                num(phys / double(1ull << 30)) + " GiB of memory");
+  }
+}
 
 // The flags that shape a fresh layer (ffn init, ffn train).
 struct ArchitectureArgs {

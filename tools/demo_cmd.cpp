@@ -50,8 +50,6 @@ int cmd_approximate(ApproxArgs& a) {
   io::check_writable_target(a.plot);
   if (a.sweep) io::check_writable_target(a.sweep_plot);
   if (!a.save.empty()) io::check_writable_target(a.save);
-  if (a.o.threads < 0) throw Error("--threads: expected an integer >= 0, got " + std::to_string(a.o.threads));
-
   const demo::ApproximateResult r = demo::approximate(a.o);
   const double L = a.o.b - a.o.a;
   std::printf("ffn demo approximate: f(x) = %s on [%g, %g] by a 1 -> %lld -> 1 ReLU FFN (%s start, %lld Adam steps)\n",
@@ -94,8 +92,6 @@ int cmd_interaction(InteractionArgs& a) {
   check_distinct({{"--plot", a.plot}, {"--save", a.save}});
   io::check_writable_target(a.plot);
   if (!a.save.empty()) io::check_writable_target(a.save);
-  if (a.o.threads < 0) throw Error("--threads: expected an integer >= 0, got " + std::to_string(a.o.threads));
-  if (!(a.o.lr > 0.0f) || !std::isfinite(a.o.lr)) throw Error("--lr: expected a positive number, got " + num(a.o.lr));
   const demo::InteractionResult r = demo::interaction(a.o);
   std::printf("ffn demo interaction: a, b uniform in [-1, 1]; %lld training and %lld test points\n",
               (long long)a.o.train, (long long)a.o.test);

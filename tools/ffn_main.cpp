@@ -33,16 +33,6 @@ using namespace ffn;
 namespace fs = std::filesystem;
 
 
-// Refuses a job whose buffers would not fit in this machine's memory, naming the flags.
-void check_memory(double bytes, const std::string& flags) {
-  const double phys = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  if (bytes > phys) {
-    throw Error(flags + ": needs " + num(bytes / double(1ull << 30)) + " GiB, more than this machine's " +
-                num(phys / double(1ull << 30)) + " GiB of memory");
-  }
-}
-
-
 // Refuses an output path that names one of the inputs (the user's file would be replaced).
 void check_not_an_input(const std::string& out, const std::string& flag,
                         const std::vector<std::pair<std::string, std::string>>& inputs) {
@@ -316,7 +306,7 @@ void cmd_init(const InitArgs& a) {
   if (a.d_ff < 1) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
   a.arch.apply(cfg);
   io::check_writable_target(a.output);
-  check_memory(4.0 * (is_gated(cfg.activation) ? 3 : 2) * double(a.d_model) * double(a.d_ff), "--d-model x --d-ff");
+  cli::check_memory(4.0 * (is_gated(cfg.activation) ? 3 : 2) * double(a.d_model) * double(a.d_ff), "--d-model x --d-ff");
   Layer layer(cfg, a.seed);
   layer.save(a.output);
 }
@@ -349,7 +339,7 @@ int cmd_bench(const BenchArgs& a) {
   if (a.d_ff < 1) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
   // Weights (twice: the packed copy), and x, y, dx, dy plus, with --backward, the saved pre-activations.
   const double d = double(a.d_model), f = double(a.d_ff), t = double(a.tokens);
-  check_memory(4.0 * (6 * d * f + 4 * t * d + (a.backward ? 2 * t * f : 0)), "--tokens, --d-model, --d-ff");
+  cli::check_memory(4.0 * (6 * d * f + 4 * t * d + (a.backward ? 2 * t * f : 0)), "--tokens, --d-model, --d-ff");
   Config cfg;
   cfg.d_model = a.d_model;
   cfg.d_ff = a.d_ff;

@@ -29,8 +29,10 @@ namespace {
 namespace fs = std::filesystem;
 
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};
 
-extern "C" void on_signal(int) {
+extern "C" void on_signal(int sig) {
+  g_signal.store(sig);
   g_stop.store(true);
   // A second Ctrl-C ends the program at once (removing a temporary file
   // being written, as outside training).
@@ -42,7 +44,8 @@ struct TrainArgs {
   ArchitectureArgs arch;
   std::string optimizer = "adam", schedule = "constant", output, plot;
   int64_t vocab = 0, d_ff = 0, epochs = 10, batch = 64;
-  float lr = 1e-3f, momentum = 0.0f, weight_decay = 0.0f, dropout = 0.0f;
+  double lr = 1e-3, momentum = 0.0, weight_decay = 0.0;
+  float dropout = 0.0f;
   double val_fraction = 0.1;
   uint64_t seed = 0;
   int threads = 0;
@@ -160,7 +163,7 @@ int cmd_train(const TrainArgs& a) {
   } catch (const Error& e) {
     throw Error(std::string("--lr/--momentum/--weight-decay: ") + e.what());
   }
-  if (a.momentum != 0.0f && oc.kind != OptimizerKind::sgd) throw Error("--momentum: applies to --optimizer sgd only");
+  if (a.momentum != 0.0 && oc.kind != OptimizerKind::sgd) throw Error("--momentum: applies to --optimizer sgd only");
   if (a.schedule != "constant" && a.schedule != "cosine")
     throw Error("--lr-schedule: expected constant or cosine, got '" + a.schedule + "'");
   if (a.epochs < 1) throw Error("--epochs: expected a positive integer, got " + std::to_string(a.epochs));
@@ -170,7 +173,8 @@ int cmd_train(const TrainArgs& a) {
   if (!(a.dropout >= 0.0f && a.dropout < 1.0f)) throw Error("--dropout: expected a probability in [0, 1), got " + num(a.dropout));
   if (a.threads < 0 || a.threads > kMaxThreads) throw Error("--threads: expected 0.." + std::to_string(kMaxThreads));
   if (loss == LossKind::mse && a.vocab != 0) throw Error("--vocab: applies to --loss xent only");
-  if (a.vocab < 0) throw Error("--vocab: expected a positive integer, got " + std::to_string(a.vocab));
+  if (a.vocab < 0 || a.vocab > 10'000'000)
+    throw Error("--vocab: expected a positive integer up to 10000000, got " + std::to_string(a.vocab));
   if (a.d_ff < 0) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
   const std::string plot_path = a.plot.empty() ? default_plot_path(a.output) : a.plot;
   io::check_writable_target(a.output);
@@ -190,7 +194,8 @@ int cmd_train(const TrainArgs& a) {
   Array x = read_npy(a.data);
   data.n = rows_of(x.shape, a.data, "data");
   data.d = x.shape.back();
-  if (data.n < 1) throw Error(a.data + ": data has shape " + shape_str(x.shape) + ", expected at least one row");
+  if (data.n < 1 || data.d < 1)
+    throw Error(a.data + ": data has shape " + shape_str(x.shape) + ", expected at least one row of at least one feature");
   data.x = std::move(x.data);
   if (loss == LossKind::mse) {
     Array y = read_npy(a.targets);
@@ -230,12 +235,17 @@ int cmd_train(const TrainArgs& a) {
     Config cfg;
     cfg.d_model = data.d;
     cfg.d_ff = a.d_ff ? a.d_ff : 4 * data.d;
+    // Weights, gradients, two optimizer moments and the packed copies.
+    check_memory(6.0 * 4.0 * 3.0 * double(cfg.d_model) * double(cfg.d_ff), "--d-ff with d_model " + std::to_string(data.d));
     a.arch.apply(cfg);
     cfg.dropout_hidden = cfg.dropout_output = a.dropout;
     layer.emplace(cfg, a.seed);
   }
   if (loss == LossKind::xent && !head) {
     if (a.vocab < 1) throw Error("--vocab: required with --loss xent (number of classes)");
+    // Head, its gradient and two moments, plus a batch of logits and their gradient.
+    check_memory(4.0 * double(a.vocab) * (4.0 * double(data.d) + 2.0 * double(a.batch)),
+                 "--vocab x d_model, --batch");
     head = OutputHead::init(a.vocab, data.d, a.seed);
   }
   if (head) {
@@ -300,7 +310,7 @@ int cmd_train(const TrainArgs& a) {
                 (long long)steps_per_epoch,
                 done > 0 ? ("wrote " + a.output + " (the weights after the last complete step) and " + plot_path).c_str()
                          : "no step completed, nothing written");
-    return 130;
+    return 128 + (g_signal.load() ? g_signal.load() : SIGINT);  // 130 for Ctrl-C, 143 for SIGTERM
   }
   std::printf("wrote %s and %s\n", a.output.c_str(), plot_path.c_str());
   return 0;

@@ -26,12 +26,14 @@ enum class OptimizerKind { sgd, adam, adamw };
 std::string_view to_string(OptimizerKind k);
 OptimizerKind parse_optimizer(std::string_view s, std::string_view what = "optimizer");
 
+// Hyperparameters are doubles, as torch.optim's Python floats: 1 - beta and
+// the bias corrections are formed in double, then used in float32 updates.
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adam;
-  float lr = 1e-3f;
-  float momentum = 0.0f;      // SGD only
-  float weight_decay = 0.0f;  // SGD and Adam: added to the gradient (L2); AdamW: decoupled
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // Adam and AdamW
+  double lr = 1e-3;
+  double momentum = 0.0;      // SGD only
+  double weight_decay = 0.0;  // SGD and Adam: added to the gradient (L2); AdamW: decoupled
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam and AdamW
 
   // Throws Error naming the field if a value is out of range.
   void validate() const;
@@ -52,7 +54,7 @@ class Optimizer {
   // moments) is kept per position. Elementwise, so the result is the same for
   // any number of threads (0: all).
   void step(std::span<const ParamRef> params, int threads = 1);
-  void set_lr(float lr) { cfg_.lr = lr; }
+  void set_lr(double lr) { cfg_.lr = lr; }
   const OptimizerConfig& config() const { return cfg_; }
   int64_t steps() const { return t_; }
 
@@ -113,7 +115,7 @@ class Trainer {
   double step(const Batch& b, uint64_t dropout_seed);
   // The loss on a batch in inference mode (no dropout, no update).
   double evaluate(const Batch& b) const;
-  void set_lr(float lr) { opt_.set_lr(lr); }
+  void set_lr(double lr) { opt_.set_lr(lr); }
   const Layer& layer() const { return layer_; }
   const std::optional<OutputHead>& head() const { return head_; }
   int64_t steps() const { return opt_.steps(); }

@@ -91,14 +91,23 @@ std::string slope_text(double v, const char* format = "%.2f") {
 
 ApproximateResult approximate(const ApproximateOptions& o) {
   target_function(o.function, 0.0);  // validates the name
-  if (o.neurons < 1 || o.neurons > 100000)
-    throw Error("--neurons: expected an integer in 1..100000, got " + std::to_string(o.neurons));
+  // The start solves about 2N least-squares problems of points × (N + 1): N
+  // up to 256 takes seconds.
+  if (o.neurons < 1 || o.neurons > 256)
+    throw Error("--neurons: expected an integer in 1..256, got " + std::to_string(o.neurons));
   if (!(std::isfinite(o.a) && std::isfinite(o.b) && o.a < o.b))
     throw Error("--interval: expected A,B with A < B, got " + num(o.a) + "," + num(o.b));
+  if (o.b - o.a < 1e-3 * std::max({1.0, std::abs(o.a), std::abs(o.b)}))
+    throw Error("--interval: " + num(o.a) + "," + num(o.b) + " is too narrow for float32 (width at least 1e-3 of the larger end)");
+  if (std::max(std::abs(o.a), std::abs(o.b)) > 1e6)
+    throw Error("--interval: expected ends within [-1e6, 1e6], got " + num(o.a) + "," + num(o.b));
+  if (!(o.lr > 0.0f) || !std::isfinite(o.lr)) throw Error("--lr: expected a positive number, got " + num(o.lr));
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    throw Error("--threads: expected 0.." + std::to_string(kMaxThreads) + ", got " + std::to_string(o.threads));
   if (o.init != "spread" && o.init != "random")
     throw Error("--init: expected spread or random, got '" + o.init + "'");
   if (o.steps < 0) throw Error("--steps: expected an integer >= 0, got " + std::to_string(o.steps));
-  if (o.points < 2) throw Error("--points: expected an integer >= 2, got " + std::to_string(o.points));
+  if (o.points < 2 * o.neurons + 2) throw Error("--points: expected at least 2N + 2, got " + std::to_string(o.points));
 
   const int64_t n = o.neurons;
   const double L = o.b - o.a;

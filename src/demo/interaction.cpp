@@ -55,7 +55,12 @@ double linear(const std::array<double, 3>& c, double a, double b) { return c[0] 
 
 InteractionResult interaction(const InteractionOptions& o) {
   if (o.train < 8) throw Error("--train: expected at least 8 points, got " + std::to_string(o.train));
-  if (o.test < 1) throw Error("--test: expected at least 1 point, got " + std::to_string(o.test));
+  if (o.test < 2) throw Error("--test: expected at least 2 points, got " + std::to_string(o.test));
+  if (o.train > 10'000'000 || o.test > 10'000'000) throw Error("--train/--test: expected at most 10000000 points");
+  if (o.d_ff > 65536) throw Error("--d-ff: expected at most 65536, got " + std::to_string(o.d_ff));
+  if (!(o.lr > 0.0f) || !std::isfinite(o.lr)) throw Error("--lr: expected a positive number, got " + num(o.lr));
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    throw Error("--threads: expected 0.." + std::to_string(kMaxThreads) + ", got " + std::to_string(o.threads));
   if (o.d_ff < 1) throw Error("--d-ff: expected a positive integer, got " + std::to_string(o.d_ff));
   if (o.epochs < 1) throw Error("--epochs: expected a positive integer, got " + std::to_string(o.epochs));
   if (o.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(o.batch));

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -39,12 +40,19 @@ Error::Error(const std::string& message) : std::runtime_error(one_line(message))
 namespace ffn::io {
 
 namespace {
-// The temporary file being written, for the signal handler (one at a time:
-// writes happen on the calling thread).
+// The temporary file being written, for the signal handler. One slot: the
+// first writer claims it (other threads writing at the same time are not
+// registered, and still remove their file on every error path).
 char g_pending[4096];
 volatile sig_atomic_t g_has_pending = 0;
+std::atomic<bool> g_slot_taken{false};
 
-void clear_pending() { g_has_pending = 0; }
+void clear_pending(bool owner) {
+  if (!owner) return;
+  g_has_pending = 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g_slot_taken.store(false);
+}
 
 extern "C" void remove_pending_and_reraise(int sig) {
   if (g_has_pending) ::unlink(g_pending);  // async-signal-safe
@@ -126,14 +134,17 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
   // moment when the file exists and the handler does not know its name.
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
-  const bool registered = name.size() <= sizeof g_pending;
+  bool expected = false;
+  const bool registered = name.size() <= sizeof g_pending && g_slot_taken.compare_exchange_strong(expected, true);
   if (registered) {
     std::memcpy(g_pending, name.data(), name.size());
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the name is complete before the flag says so
     g_has_pending = 1;
   }
   struct Clear {
-    ~Clear() { clear_pending(); }
-  } clear_on_exit;
+    bool owner;
+    ~Clear() { clear_pending(owner); }
+  } clear_on_exit{registered};
   int fd = mkstemp(registered ? g_pending : name.data());
   if (fd < 0) throw Error(path + ": cannot create a temporary file in '" + dir.string() + "': " + errno_text());
   std::string tmp(registered ? g_pending : name.data());

@@ -38,8 +38,12 @@ std::vector<double> linear_ticks(double lo, double hi) {
     if (span / step <= 7.0) break;
   }
   std::vector<double> t;
-  for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + 1e-9 * span; v += step)
+  const double k0 = std::ceil(lo / step - 1e-9), k1 = std::floor(hi / step + 1e-9);
+  if (!(k1 - k0 < 20)) return {lo, hi};  // a span float cannot step through
+  for (double k = k0; k <= k1; k += 1) {
+    const double v = k * step;
     t.push_back(std::abs(v) < 1e-12 * span ? 0.0 : v);
+  }
   return t;
 }
 

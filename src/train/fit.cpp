@@ -31,9 +31,9 @@ void split(int64_t n, double fraction, uint64_t seed, std::vector<int64_t>& trai
   held_out.assign(p.end() - h, p.end());
 }
 
-float cosine_lr(float lr, int64_t step, int64_t total) {
+double cosine_lr(double lr, int64_t step, int64_t total) {
   if (total <= 0) return lr;
-  return float(0.5 * double(lr) * (1.0 + std::cos(std::numbers::pi * double(step) / double(total))));
+  return 0.5 * lr * (1.0 + std::cos(std::numbers::pi * double(step) / double(total)));
 }
 
 namespace {

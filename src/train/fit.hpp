@@ -27,11 +27,11 @@ std::vector<int64_t> permutation(int64_t n, uint64_t seed, uint64_t round);
 void split(int64_t n, double fraction, uint64_t seed, std::vector<int64_t>& train, std::vector<int64_t>& held_out);
 
 // Cosine annealing from lr to 0 over `total` steps (torch's CosineAnnealingLR, eta_min 0).
-float cosine_lr(float lr, int64_t step, int64_t total);
+double cosine_lr(double lr, int64_t step, int64_t total);
 
 struct FitOptions {
   int64_t epochs = 10, batch = 64;
-  float lr = 1e-3f;
+  double lr = 1e-3;
   bool cosine = false;
   uint64_t seed = 0;  // shuffling and dropout masks
 };

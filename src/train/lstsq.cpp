@@ -1,52 +1,57 @@
 #include "train/lstsq.hpp"
 
 #include <cmath>
-#include <stdexcept>
+#include <string>
+
+#include "ffn/ffn.hpp"
 
 namespace ffn::train {
 
 std::vector<double> least_squares(std::vector<double> a, int64_t m, int64_t n, std::vector<double> b, int64_t k) {
-  if (m < n) throw std::invalid_argument("least_squares: fewer rows than columns");
+  if (m < n) throw Error("least squares: " + std::to_string(m) + " rows for " + std::to_string(n) + " unknowns");
   auto A = [&](int64_t i, int64_t j) -> double& { return a[size_t(i * n + j)]; };
   auto B = [&](int64_t i, int64_t j) -> double& { return b[size_t(i * k + j)]; };
   double scale = 0.0;
   for (double v : a) scale = std::max(scale, std::abs(v));
-  std::vector<bool> dependent(size_t(n), false);
 
-  // Householder: column j's reflector zeroes A[j+1.., j]; applied to A's
-  // remaining columns and to B.
-  for (int64_t j = 0; j < n; ++j) {
+  // Householder QR without column pivoting: each independent column gets the
+  // next pivot row r (its reflector zeroes A[r+1.., j]), applied to the
+  // remaining columns and to B. A column with nothing left below row r is
+  // dependent on the previous ones: it gets no pivot row and coefficient 0.
+  std::vector<int64_t> pivot_row(size_t(n), -1);
+  int64_t r = 0;
+  for (int64_t j = 0; j < n && r < m; ++j) {
     double norm = 0.0;
-    for (int64_t i = j; i < m; ++i) norm += A(i, j) * A(i, j);
+    for (int64_t i = r; i < m; ++i) norm += A(i, j) * A(i, j);
     norm = std::sqrt(norm);
-    if (norm <= 1e-12 * scale * std::sqrt(double(m))) {
-      dependent[size_t(j)] = true;
-      continue;
-    }
-    const double alpha = A(j, j) > 0 ? -norm : norm;
-    std::vector<double> v(size_t(m - j));
-    for (int64_t i = j; i < m; ++i) v[size_t(i - j)] = A(i, j);
+    if (norm <= 1e-12 * scale * std::sqrt(double(m))) continue;
+    const double alpha = A(r, j) > 0 ? -norm : norm;
+    std::vector<double> v(size_t(m - r));
+    for (int64_t i = r; i < m; ++i) v[size_t(i - r)] = A(i, j);
     v[0] -= alpha;
     double vv = 0.0;
     for (double x : v) vv += x * x;
-    if (vv == 0.0) continue;
     auto reflect = [&](auto&& at, int64_t col) {
       double dot = 0.0;
-      for (int64_t i = j; i < m; ++i) dot += v[size_t(i - j)] * at(i, col);
+      for (int64_t i = r; i < m; ++i) dot += v[size_t(i - r)] * at(i, col);
       const double f = 2.0 * dot / vv;
-      for (int64_t i = j; i < m; ++i) at(i, col) -= f * v[size_t(i - j)];
+      for (int64_t i = r; i < m; ++i) at(i, col) -= f * v[size_t(i - r)];
     };
-    for (int64_t c = j; c < n; ++c) reflect(A, c);
-    for (int64_t c = 0; c < k; ++c) reflect(B, c);
+    if (vv > 0.0) {
+      for (int64_t c = j; c < n; ++c) reflect(A, c);
+      for (int64_t c = 0; c < k; ++c) reflect(B, c);
+    }
+    pivot_row[size_t(j)] = r++;
   }
-  // Back substitution R X = (Qᵀ B)[:n].
+  // Back substitution over the independent columns: row pivot_row[j] of R X = (Qᵀ B).
   std::vector<double> x(size_t(n * k), 0.0);
   for (int64_t j = n - 1; j >= 0; --j) {
-    if (dependent[size_t(j)] || std::abs(A(j, j)) <= 1e-12 * scale) continue;
+    const int64_t pr = pivot_row[size_t(j)];
+    if (pr < 0) continue;
     for (int64_t c = 0; c < k; ++c) {
-      double s = B(j, c);
-      for (int64_t l = j + 1; l < n; ++l) s -= A(j, l) * x[size_t(l * k + c)];
-      x[size_t(j * k + c)] = s / A(j, j);
+      double s = B(pr, c);
+      for (int64_t l = j + 1; l < n; ++l) s -= A(pr, l) * x[size_t(l * k + c)];
+      x[size_t(j * k + c)] = s / A(pr, j);
     }
   }
   return x;

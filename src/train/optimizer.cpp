@@ -30,10 +30,10 @@ OptimizerKind parse_optimizer(std::string_view s, std::string_view what) {
 }
 
 void OptimizerConfig::validate() const {
-  auto in = [](float v, float lo, float hi) { return std::isfinite(v) && v >= lo && v <= hi; };
-  if (!(in(lr, 0, 1e6f) && lr > 0)) throw Error("learning rate: expected a positive number, got " + num(lr));
+  auto in = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
+  if (!(in(lr, 0, 1e6) && lr > 0)) throw Error("learning rate: expected a positive number, got " + num(lr));
   if (!in(momentum, 0, 1) || momentum == 1) throw Error("momentum: expected a number in [0, 1), got " + num(momentum));
-  if (!in(weight_decay, 0, 1e6f)) throw Error("weight decay: expected a number >= 0, got " + num(weight_decay));
+  if (!in(weight_decay, 0, 1e6)) throw Error("weight decay: expected a number >= 0, got " + num(weight_decay));
   if (!in(beta1, 0, 1) || beta1 == 1) throw Error("beta1: expected a number in [0, 1), got " + num(beta1));
   if (!in(beta2, 0, 1) || beta2 == 1) throw Error("beta2: expected a number in [0, 1), got " + num(beta2));
   if (!(in(eps, 0, 1) && eps > 0)) throw Error("adam eps: expected a number in (0, 1], got " + num(eps));
@@ -52,11 +52,11 @@ void Optimizer::step(std::span<const ParamRef> params, int threads) {
   }
   if (params.size() != m_.size()) throw Error("optimizer: the parameter list changed between steps");
   ++t_;
-  const float lr = cfg_.lr, wd = cfg_.weight_decay;
+  const float lr = float(cfg_.lr), wd = float(cfg_.weight_decay);
 
   const int team = threads > 0 ? threads : omp_get_max_threads();
   if (cfg_.kind == OptimizerKind::sgd) {
-    const float mu = cfg_.momentum;
+    const float mu = float(cfg_.momentum);
     for (size_t i = 0; i < params.size(); ++i) {
       const ParamRef& p = params[i];
       float* buf = m_[i].data();
@@ -75,10 +75,13 @@ void Optimizer::step(std::span<const ParamRef> params, int threads) {
   }
 
   // Adam / AdamW.
-  const float b1 = cfg_.beta1, b2 = cfg_.beta2;
-  const double bc1 = 1.0 - std::pow(double(b1), double(t_));
-  const double bc2 = 1.0 - std::pow(double(b2), double(t_));
-  const float step_size = float(double(lr) / bc1);
+  const float b1 = float(cfg_.beta1), b2 = float(cfg_.beta2);
+  const float one_minus_b1 = float(1.0 - cfg_.beta1), one_minus_b2 = float(1.0 - cfg_.beta2);
+  const float eps = float(cfg_.eps);
+  const float decay = float(1.0 - cfg_.lr * cfg_.weight_decay);  // AdamW: p *= 1 - lr·wd
+  const double bc1 = 1.0 - std::pow(cfg_.beta1, double(t_));
+  const double bc2 = 1.0 - std::pow(cfg_.beta2, double(t_));
+  const float step_size = float(cfg_.lr / bc1);
   const float bc2_sqrt = float(std::sqrt(bc2));
   const bool decoupled = cfg_.kind == OptimizerKind::adamw;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -88,11 +91,11 @@ void Optimizer::step(std::span<const ParamRef> params, int threads) {
 #pragma omp parallel for num_threads(team) schedule(static) if (p.size >= kParallelFrom)
     for (size_t j = 0; j < p.size; ++j) {
       float g = p.grad[j];
-      if (decoupled) p.value[j] *= 1.0f - lr * wd;
+      if (decoupled) p.value[j] *= decay;
       else if (wd != 0.0f) g += wd * p.value[j];
-      m[j] = m[j] * b1 + (1.0f - b1) * g;
-      v[j] = v[j] * b2 + (1.0f - b2) * g * g;
-      const float denom = std::sqrt(v[j]) / bc2_sqrt + cfg_.eps;
+      m[j] = m[j] * b1 + one_minus_b1 * g;
+      v[j] = v[j] * b2 + one_minus_b2 * g * g;
+      const float denom = std::sqrt(v[j]) / bc2_sqrt + eps;
       p.value[j] -= step_size * (m[j] / denom);
     }
   }
