@@ -295,3 +295,45 @@ TEST(RunCli, KilledAtRandomMomentsLeavesOldOrCompleteOutput) {
   std::printf("[ measured ] %d of 8 runs killed before finishing\n", killed);
   EXPECT_GT(killed, 0);
 }
+
+// `ffn grad` signalled while it writes its two files into the staging
+// directory: nothing of it stays behind — no staging directory, no new file,
+// and no --output-dir if this run created it.
+TEST(RunCli, GradKilledWhileWritingLeavesNothing) {
+  const int64_t t = 300000, d = 32;
+  Config cfg;
+  cfg.d_model = d;
+  cfg.d_ff = 16;
+  cfg.norm = NormPlacement::none;
+  Layer(cfg, 2).save(tmp("g_w.safetensors"));
+  Array x{{t, d}, std::vector<float>(size_t(t * d), 0.25f)};
+  write_npy(tmp("g_x.npy"), x);
+  write_npy(tmp("g_dy.npy"), x);
+  int caught = 0;
+  for (int round = 0; round < 4; ++round) {
+    const fs::path out = dir() / ("g_out" + std::to_string(round));
+    std::vector<std::string> argv_s = {FFN_BINARY, "grad", "--weights", tmp("g_w.safetensors"), "--input", tmp("g_x.npy"),
+                                       "--grad-output", tmp("g_dy.npy"), "--output-dir", out.string(), "--threads", "1"};
+    std::vector<char*> argv;
+    for (auto& s : argv_s) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    bool staging = false;
+    for (int i = 0; i < 40000 && !staging; ++i) {
+      std::error_code ec;
+      if (fs::exists(out, ec))
+        for (const auto& e : fs::directory_iterator(out, ec))
+          staging = staging || e.path().filename().string().rfind(".ffn-grad-", 0) == 0;
+      if (!staging) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    kill(pid, round % 2 ? SIGTERM : SIGINT);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFSIGNALED(status)) continue;  // it finished first: nothing to check
+    ++caught;
+    EXPECT_FALSE(fs::exists(out)) << "round " << round << ": the run created it and was killed";
+  }
+  std::printf("[ measured ] %d of 4 grad runs killed while staging\n", caught);
+  EXPECT_GT(caught, 0);
+}

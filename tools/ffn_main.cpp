@@ -261,6 +261,9 @@ void cmd_grad(const GradArgs& a) {
   // Both files are written completely into a staging directory inside D,
   // then renamed into place: a failure leaves neither a new file nor a
   // mismatched pair (nor a directory this run created).
+  // SIGINT/SIGTERM/SIGHUP wait until the directories made below are registered
+  // for removal, so no signal can leave one behind.
+  std::optional<io::SignalBlock> hold(std::in_place);
   const bool created = !fs::exists(a.output_dir, ec);
   if (created) {
     fs::create_directories(a.output_dir, ec);
@@ -275,6 +278,13 @@ void cmd_grad(const GradArgs& a) {
     throw Error("--output-dir " + a.output_dir + ": cannot write: " + why);
   }
   const fs::path stage(buf.data());
+  // A signal from here on removes the staging directory (and D if this run made it).
+  io::remove_on_signal({(stage / "grad_input.npy").string(), (stage / "grads.safetensors").string(), stage.string(),
+                        created ? a.output_dir : std::string()});
+  struct Unregister {
+    ~Unregister() { io::remove_on_signal({}); }
+  } unregister;
+  hold.reset();  // a signal that arrived meanwhile is handled now
   try {
     write_npy((stage / "grad_input.npy").string(), dx);
     layer.save_gradients((stage / "grads.safetensors").string(), grads);

@@ -54,12 +54,41 @@ void clear_pending(bool owner) {
   g_slot_taken.store(false);
 }
 
+// Paths removed, in order, if a signal ends the program (files with unlink,
+// then directories with rmdir, which only removes them when empty).
+constexpr int kMaxCleanup = 4;
+char g_cleanup[kMaxCleanup][4096];
+volatile sig_atomic_t g_cleanup_count = 0;
+
 extern "C" void remove_pending_and_reraise(int sig) {
   if (g_has_pending) ::unlink(g_pending);  // async-signal-safe
+  for (int i = 0; i < g_cleanup_count; ++i)
+    if (::unlink(g_cleanup[i]) != 0) ::rmdir(g_cleanup[i]);
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
 }  // namespace
+
+void remove_on_signal(const std::vector<std::string>& paths) {
+  g_cleanup_count = 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  int n = 0;
+  for (const std::string& p : paths) {
+    if (n == kMaxCleanup || p.size() >= sizeof g_cleanup[0]) break;
+    std::memcpy(g_cleanup[n++], p.c_str(), p.size() + 1);
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g_cleanup_count = n;
+}
+
+SignalBlock::SignalBlock() {
+  sigset_t block;
+  sigemptyset(&block);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&block, sig);
+  pthread_sigmask(SIG_BLOCK, &block, &old_);
+}
+
+SignalBlock::~SignalBlock() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
 
 void remove_temporaries_on_signals() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {

@@ -4,10 +4,13 @@
 // complete and a failed write leaves nothing behind.
 #pragma once
 
+#include <signal.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace ffn::io {
 
@@ -43,6 +46,22 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
 // of a write_file_atomic in progress, then end the program as the signal
 // would have (the target is never touched: it stays the old file).
 void remove_temporaries_on_signals();
+// Also remove these paths (files, then empty directories, in order) if such a
+// signal ends the program; an empty list clears them. For a program's own
+// staging files; at most 4 paths.
+void remove_on_signal(const std::vector<std::string>& paths);
+
+// Holds SIGINT, SIGTERM and SIGHUP back (they stay pending) while it lives.
+class SignalBlock {
+ public:
+  SignalBlock();
+  ~SignalBlock();
+  SignalBlock(const SignalBlock&) = delete;
+  SignalBlock& operator=(const SignalBlock&) = delete;
+
+ private:
+  sigset_t old_;  // the previous mask
+};
 
 // Throws Error if `path` exists and is not a regular file (or a symlink to one).
 void check_writable_target(const std::string& path);
