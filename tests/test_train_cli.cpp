@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <pugixml.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "cli_util.hpp"
@@ -48,6 +49,23 @@ void make_data(int64_t rows, int64_t d) {
   write_npy(tmp("x.npy"), x);
   write_npy(tmp("y.npy"), y);
   write_int_npy(tmp("labels.npy"), labels);
+}
+
+// Starts `ffn <args>` (space-separated) without waiting; stdout goes to /dev/null.
+pid_t spawn_ffn(const std::string& args) {
+  std::vector<std::string> words = {FFN_BINARY};
+  std::istringstream in(args);
+  for (std::string w; in >> w;) words.push_back(w);
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
 }
 
 std::string base_flags() { return "--data " + tmp("x.npy") + " --targets " + tmp("y.npy") + " --epochs 3 --d-ff 24 --threads 2"; }
@@ -156,22 +174,9 @@ TEST(TrainCli, InterruptLeavesOldOrCompleteFile) {
   std::mt19937 rng(12345);
   int interrupted = 0, wrote_new = 0;
   for (int round = 0; round < 6; ++round) {
-    const std::string args = std::string(FFN_BINARY) + " train --data " + tmp("x.npy") + " --targets " + tmp("y.npy") +
-                             " --epochs 200 --d-ff 128 --batch 16 --threads 1 --output " + out;
-    std::vector<std::string> argv_s;
-    for (std::istringstream in(args); in;) {
-      std::string w;
-      if (in >> w) argv_s.push_back(w);
-    }
-    std::vector<char*> argv;
-    for (auto& s : argv_s) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    const pid_t pid = spawn_ffn("train --data " + tmp("x.npy") + " --targets " + tmp("y.npy") +
+                                " --epochs 200 --d-ff 128 --batch 16 --threads 1 --output " + out);
+    ASSERT_GT(pid, 0);
     // Round 0 signals at once: before the handler is installed the default
     // action ends the program, and the old file must be intact.
     const int delay_ms = round == 0 ? 0 : std::uniform_int_distribution<int>(1, 400)(rng);
@@ -264,13 +269,9 @@ TEST(RunCli, KilledAtRandomMomentsLeavesOldOrCompleteOutput) {
   for (int round = 0; round < 8; ++round) {
     write_npy(out, old);
     const std::string before = slurp(out);
-    std::vector<std::string> argv_s = {FFN_BINARY, "run", "--weights", tmp("k_w.safetensors"), "--input", tmp("k_x.npy"),
-                                       "--output", out, "--threads", "1"};
-    std::vector<char*> argv;
-    for (auto& s : argv_s) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    const pid_t pid = spawn_ffn("run --weights " + tmp("k_w.safetensors") + " --input " + tmp("k_x.npy") + " --output " +
+                                out + " --threads 1");
+    ASSERT_GT(pid, 0);
     if (round % 2 == 0) {
       // Half the rounds signal while the output is being written: as soon as
       // its temporary file appears.
@@ -312,13 +313,9 @@ TEST(RunCli, GradKilledWhileWritingLeavesNothing) {
   int caught = 0;
   for (int round = 0; round < 4; ++round) {
     const fs::path out = dir() / ("g_out" + std::to_string(round));
-    std::vector<std::string> argv_s = {FFN_BINARY, "grad", "--weights", tmp("g_w.safetensors"), "--input", tmp("g_x.npy"),
-                                       "--grad-output", tmp("g_dy.npy"), "--output-dir", out.string(), "--threads", "1"};
-    std::vector<char*> argv;
-    for (auto& s : argv_s) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    const pid_t pid = spawn_ffn("grad --weights " + tmp("g_w.safetensors") + " --input " + tmp("g_x.npy") +
+                                " --grad-output " + tmp("g_dy.npy") + " --output-dir " + out.string() + " --threads 1");
+    ASSERT_GT(pid, 0);
     bool staging = false;
     for (int i = 0; i < 40000 && !staging; ++i) {
       std::error_code ec;
