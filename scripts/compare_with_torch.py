@@ -104,15 +104,7 @@ def random_case(rng):
 def run_case(c, ffn, tmp, gen):
     d, f, B, S = c["d_model"], c["d_ff"], c["batch"], c["seq"]
     gated = c["activation"] in G.GATED
-    p = {"w1": torch.nn.Linear(d, f, bias=c["bias"]), "w2": torch.nn.Linear(f, d, bias=c["bias"])}
-    params = {"w1": p["w1"].weight, "w2": p["w2"].weight}
-    if c["bias"]:
-        params["b1"], params["b2"] = p["w1"].bias, p["w2"].bias
-    if gated:
-        g = torch.nn.Linear(d, f, bias=c["bias"])
-        params["wg"] = g.weight
-        if c["bias"]:
-            params["bg"] = g.bias
+    params = G.linear_params(d, f, c["bias"], gated)
     if c["norm"] != "none":
         params["gamma"] = 1 + 0.1 * torch.randn(d, generator=gen)
         if c["norm_type"] == "layernorm":

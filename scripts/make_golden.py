@@ -128,21 +128,29 @@ NAMES = {
 }
 
 
+def linear_params(d, f, bias, gated):
+    """W1, W2 (and Wg) with nn.Linear's initialization, created in the order
+    linear1, linear2, gate (the order fixes the random draws): {"w1", "w2",
+    "b1", "b2", "wg", "bg"} as present."""
+    lin1 = torch.nn.Linear(d, f, bias=bias)
+    lin2 = torch.nn.Linear(f, d, bias=bias)
+    p = {"w1": lin1.weight, "w2": lin2.weight}
+    if bias:
+        p["b1"], p["b2"] = lin1.bias, lin2.bias
+    if gated:
+        gate = torch.nn.Linear(d, f, bias=bias)
+        p["wg"] = gate.weight
+        if bias:
+            p["bg"] = gate.bias
+    return p
+
+
 def make_case(idx, c, gen, out, meta):
     d, f = c["d_model"], c["d_ff"]
     B, S = c["batch"], c["seq"]
     gated = c["activation"] in GATED
     # Parameters: nn.Linear's distribution, a norm with non-trivial γ, β.
-    lin1 = torch.nn.Linear(d, f, bias=c["bias"])
-    lin2 = torch.nn.Linear(f, d, bias=c["bias"])
-    p = {"w1": lin1.weight, "w2": lin2.weight}
-    if c["bias"]:
-        p["b1"], p["b2"] = lin1.bias, lin2.bias
-    if gated:
-        ling = torch.nn.Linear(d, f, bias=c["bias"])
-        p["wg"] = ling.weight
-        if c["bias"]:
-            p["bg"] = ling.bias
+    p = linear_params(d, f, c["bias"], gated)
     module = None
     if c["naming"] == "torch":
         module = torch.nn.TransformerEncoderLayer(d, 1, dim_feedforward=f, dropout=0.0,

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_golden import sublayer, write_safetensors  # noqa: E402
+from make_golden import linear_params, sublayer, write_safetensors  # noqa: E402
 
 NATIVE = dict(w1="linear1.weight", b1="linear1.bias", wg="gate.weight", bg="gate.bias", w2="linear2.weight",
               b2="linear2.bias", gamma="norm.weight", beta="norm.bias")
@@ -64,15 +64,7 @@ def run_case(i, c, out, meta):
     torch.manual_seed(100 + i)
     cfg = dict(c, eps=1e-5)
     gated = c["activation"] in ("swiglu", "geglu", "reglu")
-    lin1, lin2 = torch.nn.Linear(D, DFF, bias=c["bias"]), torch.nn.Linear(DFF, D, bias=c["bias"])
-    p = {"w1": lin1.weight, "w2": lin2.weight}
-    if c["bias"]:
-        p["b1"], p["b2"] = lin1.bias, lin2.bias
-    if gated:
-        gate = torch.nn.Linear(D, DFF, bias=c["bias"])
-        p["wg"] = gate.weight
-        if c["bias"]:
-            p["bg"] = gate.bias
+    p = linear_params(D, DFF, c["bias"], gated)
     if c["norm"] != "none":
         p["gamma"] = torch.nn.Parameter(1 + 0.1 * torch.randn(D))
         if c["norm_type"] == "layernorm":

@@ -7,8 +7,11 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/format.hpp"
 #include "ffn/ffn.hpp"
@@ -22,6 +25,28 @@ inline void check_memory(double bytes, const std::string& flags) {
     throw Error(flags + ": needs " + num(bytes / double(1ull << 30)) + " GiB, more than this machine's " +
                 num(phys / double(1ull << 30)) + " GiB of memory");
   }
+}
+
+// (flag, path) pairs, e.g. {"--input", "x.npy"}; empty paths are skipped.
+using Flags = std::vector<std::pair<std::string, std::string>>;
+
+// Refuses an output path that names one of the inputs (the user's file would be replaced).
+inline void check_not_an_input(const std::string& out, const std::string& flag, const Flags& inputs) {
+  std::error_code ec;
+  if (!std::filesystem::exists(out, ec)) return;
+  for (const auto& [in_flag, in] : inputs) {
+    if (!in.empty() && std::filesystem::equivalent(out, in, ec))
+      throw Error(flag + " " + out + " is the same file as " + in_flag + "; refusing to overwrite an input");
+  }
+}
+
+// Refuses two outputs with the same path (the second would replace the first).
+inline void check_distinct(const Flags& outputs) {
+  auto norm = [](const std::string& p) { return std::filesystem::absolute(p).lexically_normal(); };
+  for (size_t i = 0; i < outputs.size(); ++i)
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (!outputs[i].second.empty() && !outputs[j].second.empty() && norm(outputs[i].second) == norm(outputs[j].second))
+        throw Error(outputs[j].first + " " + outputs[j].second + " is the same file as " + outputs[i].first);
 }
 
 // The flags that shape a fresh layer (ffn init, ffn train).

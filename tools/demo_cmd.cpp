@@ -1,7 +1,6 @@
 // ffn demo approximate | interaction: the seeds' claims, measured, with SVG plots.
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 
 #include "commands.hpp"
@@ -32,16 +31,6 @@ std::pair<double, double> parse_interval(const std::string& s) {
   } catch (const std::exception&) {
     throw Error("--interval: expected A,B with finite A < B (e.g. -1,1), got '" + s + "'");
   }
-}
-
-// Refuses two outputs with the same path (the second would replace the first).
-void check_distinct(const std::vector<std::pair<std::string, std::string>>& outputs) {
-  namespace fs = std::filesystem;
-  for (size_t i = 0; i < outputs.size(); ++i)
-    for (size_t j = i + 1; j < outputs.size(); ++j)
-      if (!outputs[i].second.empty() && !outputs[j].second.empty() &&
-          fs::absolute(outputs[i].second).lexically_normal() == fs::absolute(outputs[j].second).lexically_normal())
-        throw Error(outputs[j].first + " " + outputs[j].second + " is the same file as " + outputs[i].first);
 }
 
 int cmd_approximate(ApproxArgs& a) {

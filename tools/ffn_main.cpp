@@ -33,17 +33,6 @@ using namespace ffn;
 namespace fs = std::filesystem;
 
 
-// Refuses an output path that names one of the inputs (the user's file would be replaced).
-void check_not_an_input(const std::string& out, const std::string& flag,
-                        const std::vector<std::pair<std::string, std::string>>& inputs) {
-  std::error_code ec;
-  if (!fs::exists(out, ec)) return;
-  for (const auto& [in_flag, in] : inputs) {
-    if (!in.empty() && fs::equivalent(out, in, ec))
-      throw Error(flag + " " + out + " is the same file as " + in_flag + "; refusing to overwrite an input");
-  }
-}
-
 // Options shared by run and grad.
 struct LayerArgs {
   std::string weights, prefix, input, lengths, activation, norm, norm_type, layout = "tokens";
@@ -180,7 +169,7 @@ void cmd_run(const RunArgs& a) {
   const int threads = threads_or_throw(a.threads);
   const Layer layer = Layer::load(a.weights, a.load_options(0, 0));
   const Input in = read_input(a, layer.config());
-  check_not_an_input(a.output, "--output", {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}});
+  cli::check_not_an_input(a.output, "--output", {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}});
   Array y;
   y.shape = in.x.shape;
   y.data.resize(in.x.data.size());
@@ -229,8 +218,8 @@ void cmd_grad(const GradArgs& a) {
   const std::string gw_path = (fs::path(a.output_dir) / "grads.safetensors").string();
   const std::vector<std::pair<std::string, std::string>> inputs = {
       {"--input", a.input}, {"--weights", a.weights}, {"--grad-output", a.grad_output}, {"--lengths", a.lengths}};
-  check_not_an_input(gx_path, "--output-dir", inputs);
-  check_not_an_input(gw_path, "--output-dir", inputs);
+  cli::check_not_an_input(gx_path, "--output-dir", inputs);
+  cli::check_not_an_input(gw_path, "--output-dir", inputs);
   io::check_writable_target(gx_path);
   io::check_writable_target(gw_path);
 

@@ -179,15 +179,10 @@ int cmd_train(const TrainArgs& a) {
   const std::string plot_path = a.plot.empty() ? default_plot_path(a.output) : a.plot;
   io::check_writable_target(a.output);
   io::check_writable_target(plot_path);
-  if (fs::absolute(plot_path).lexically_normal() == fs::absolute(a.output).lexically_normal())
-    throw Error("--plot " + plot_path + " is the same file as --output; give them different names");
-  std::error_code ec;
-  for (const auto& [flag, in] : {std::pair{"--data", a.data}, {"--targets", a.targets}, {"--init", a.init}}) {
-    for (const auto& [oflag, out] : {std::pair{"--output", a.output}, {"--plot", plot_path}}) {
-      if (!in.empty() && fs::exists(out, ec) && fs::equivalent(out, in, ec))
-        throw Error(std::string(oflag) + " " + out + " is the same file as " + flag + "; refusing to overwrite an input");
-    }
-  }
+  check_distinct({{"--output", a.output}, {"--plot", plot_path}});
+  const Flags inputs = {{"--data", a.data}, {"--targets", a.targets}, {"--init", a.init}};
+  check_not_an_input(a.output, "--output", inputs);
+  check_not_an_input(plot_path, "--plot", inputs);
 
   // Data.
   train::Dataset data;

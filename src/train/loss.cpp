@@ -84,7 +84,12 @@ double OutputHead::cross_entropy(const float* y, const int64_t* labels, int64_t 
       throw Error("label " + std::to_string(labels[i]) + " of token " + std::to_string(i) + " is outside 0.." +
                   std::to_string(V - 1) + " (vocab " + std::to_string(V) + ")");
   }
-  if (grads) *grads = zeros_like();
+  if (grads) {  // zeroed in place: a trainer passes the same head every step
+    grads->vocab = vocab;
+    grads->d_model = d_model;
+    grads->weight.assign(weight.size(), 0.0f);
+    grads->bias.assign(bias.size(), 0.0f);
+  }
   if (t == 0) return 0.0;
   std::vector<float> own;
   float* logits = logits_out;
