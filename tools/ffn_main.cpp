@@ -1,4 +1,4 @@
-// ffn — command-line program: run, grad, init, bench (here), train and demo
+// ffn — command-line program: run, grad, init, quantize, bench (here), train and demo
 // (tools/train_cmd.cpp, tools/demo_cmd.cpp).
 // Exit status: 0 success, 2 bad input (one line on stderr naming the file,
 // tensor or flag), 1 internal error or a failed self-check.
@@ -161,13 +161,15 @@ int threads_or_throw(int t) {
 // ---- run ----------------------------------------------------------------------
 
 struct RunArgs : LayerArgs {
-  std::string output;
+  std::string output, dtype;
 };
 
 void cmd_run(const RunArgs& a) {
   io::check_writable_target(a.output);
   const int threads = threads_or_throw(a.threads);
-  const Layer layer = Layer::load(a.weights, a.load_options(0, 0));
+  LoadOptions lo = a.load_options(0, 0);
+  if (!a.dtype.empty()) lo.weight_dtype = parse_weight_dtype(a.dtype, "--dtype");
+  const Layer layer = Layer::load(a.weights, lo);
   const Input in = read_input(a, layer.config());
   cli::check_not_an_input(a.output, "--output", {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}});
   Array y;
@@ -205,7 +207,9 @@ void cmd_grad(const GradArgs& a) {
   const bool training = a.dropout || a.dropout_hidden || a.dropout_output;
   const int threads = threads_or_throw(a.threads);
 
-  const Layer layer = Layer::load(a.weights, a.load_options(p_hidden, p_output));
+  LoadOptions lo = a.load_options(p_hidden, p_output);
+  lo.weight_dtype = WeightDtype::fp32;  // a quantized file: gradients at the values it stores
+  const Layer layer = Layer::load(a.weights, lo);
   const Input in = read_input(a, layer.config());
   const Array dy = read_npy(a.grad_output);
   if (dy.shape != in.x.shape)
@@ -310,11 +314,27 @@ void cmd_init(const InitArgs& a) {
   layer.save(a.output);
 }
 
+// ---- quantize -------------------------------------------------------------------
+
+struct QuantizeArgs {
+  std::string weights, prefix, dtype, output;
+};
+
+void cmd_quantize(const QuantizeArgs& a) {
+  io::check_writable_target(a.output);
+  const WeightDtype dtype = parse_weight_dtype(a.dtype, "--dtype");
+  cli::check_not_an_input(a.output, "--output", {{"--weights", a.weights}});
+  LoadOptions lo;
+  lo.prefix = a.prefix;
+  lo.weight_dtype = dtype;
+  Layer::load(a.weights, lo).save(a.output);
+}
+
 // ---- bench --------------------------------------------------------------------
 
 struct BenchArgs {
   int64_t tokens = 4096, d_model = 512, d_ff = 2048;
-  std::string activation = "relu", norm = "post", norm_type = "layernorm", isa = "auto";
+  std::string activation = "relu", norm = "post", norm_type = "layernorm", isa = "auto", dtype = "fp32";
   int threads = 0, repeats = 10, warmup = 2;
   uint64_t seed = 0;
   bool backward = false, json = false;
@@ -326,9 +346,23 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Tolerance of the bench's check: the fused fp32 path against the reference
-// (double accumulation); see tests/README.md for the derivation.
+// Tolerance of the bench's check: the fused path against the reference path
+// of the same dtype (double accumulation; for int8 the integer reference, which
+// differs only in the order of the final float sums); see tests/README.md.
 constexpr double kBenchTolerance = 1e-5;
+constexpr double kBenchToleranceInt8 = 1e-4;
+
+// ‖got − want‖ / ‖want‖ and the cosine of the angle between them.
+std::pair<double, double> rel_rms_and_cosine(const std::vector<float>& got, const std::vector<float>& want) {
+  double e = 0, w = 0, g = 0, gw = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    e += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    w += double(want[i]) * want[i];
+    g += double(got[i]) * got[i];
+    gw += double(got[i]) * want[i];
+  }
+  return {std::sqrt(e / w), gw / std::sqrt(g * w)};
+}
 
 int cmd_bench(const BenchArgs& a) {
   if (a.tokens < 1) throw Error("--tokens: expected a positive integer, got " + std::to_string(a.tokens));
@@ -345,7 +379,11 @@ int cmd_bench(const BenchArgs& a) {
   cfg.activation = parse_activation(a.activation, "--activation");
   cfg.norm = parse_norm_placement(a.norm, "--norm");
   cfg.norm_type = parse_norm_type(a.norm_type, "--norm-type");
-  const Layer layer(cfg, a.seed);
+  const WeightDtype dtype = parse_weight_dtype(a.dtype, "--dtype");
+  if (a.backward && dtype != WeightDtype::fp32)
+    throw Error("--backward: needs --dtype fp32 (low-precision layers are for inference only)");
+  const Layer layer32(cfg, a.seed);
+  const Layer layer = layer32.converted(dtype);
   const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
 
   // Input: uniform in [-1, 1) from the same generator as init (another seed).
@@ -361,6 +399,9 @@ int cmd_bench(const BenchArgs& a) {
 
   // The machine's peak on this many threads, measured now (see nn/peak.hpp).
   const nn::Peak peak = nn::measure_peak(threads);
+  const bool int8 = dtype == WeightDtype::int8;
+  const nn::Peak peak_int = int8 ? nn::measure_peak(threads, nn::PeakKind::int16) : nn::Peak{};
+  const nn::Peak peak_u8s8 = int8 ? nn::measure_peak(threads, nn::PeakKind::u8s8) : nn::Peak{};
 
   std::vector<double> times;
   ForwardCache cache;
@@ -391,7 +432,17 @@ int cmd_bench(const BenchArgs& a) {
   ref.path = Path::reference;
   layer.forward(xs.data(), yref.data(), Shape::tokens(k), ref);
   const Comparison cmp = compare(ys.data(), yref.data(), ys.size());
-  const bool ok = cmp.ok(kBenchTolerance);
+  const double tol = dtype == WeightDtype::int8 ? kBenchToleranceInt8 : kBenchTolerance;
+  const bool ok = cmp.ok(tol);
+  // A low-precision layer's error against the fp32 layer on the same tokens.
+  std::pair<double, double> vs_fp32{0.0, 1.0};
+  if (dtype != WeightDtype::fp32) {
+    std::vector<float> y32(xs.size());
+    RunOptions fast;
+    fast.threads = threads;
+    layer32.forward(xs.data(), y32.data(), Shape::tokens(k), fast);
+    vs_fp32 = rel_rms_and_cosine(ys, y32);
+  }
 
   const double med = median(times);
   const double flops = layer.forward_flops(a.tokens) * (a.backward ? 3.0 : 1.0);
@@ -403,24 +454,42 @@ int cmd_bench(const BenchArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"d_model", a.d_model}, {"d_ff", a.d_ff}, {"tokens", a.tokens},
                         {"activation", a.activation}, {"norm", a.norm}, {"norm_type", a.norm_type},
-                        {"threads", threads}, {"isa", isa_name}, {"backward", a.backward}, {"repeats", a.repeats},
+                        {"threads", threads}, {"isa", isa_name}, {"dtype", a.dtype}, {"backward", a.backward},
+                        {"repeats", a.repeats},
                         {"median_s", med}, {"min_s", tmin}, {"max_s", tmax},
                         {"tokens_per_s", tokens_per_s}, {"gflops", gflops},
                         {"peak_gflops", peak.gflops}, {"peak_isa", to_string(peak.isa)},
                         {"percent_of_peak", percent_of_peak},
                         {"check_tokens", k}, {"check_max_error", cmp.max_error},
-                        {"check_tolerance", kBenchTolerance}, {"check_ok", ok}};
+                        {"check_tolerance", tol}, {"check_ok", ok}};
+    if (dtype != WeightDtype::fp32) {
+      j["vs_fp32_rel_rms"] = vs_fp32.first;
+      j["vs_fp32_cosine"] = vs_fp32.second;
+    }
+    if (dtype == WeightDtype::int8) {
+      j["int16_madd_peak_gops"] = peak_int.gflops;
+      j["u8s8_maddubs_peak_gops"] = peak_u8s8.gflops;
+      j["percent_of_int_peak"] = 100.0 * gflops / peak_int.gflops;
+    }
     std::cout << j.dump() << "\n";
   } else {
-    std::printf("ffn bench: %lld -> %lld %s, norm %s %s, %lld tokens, %d threads, fp32 %s, %s\n",
+    std::printf("ffn bench: %lld -> %lld %s, norm %s %s, %lld tokens, %d threads, %s weights, %s, %s\n",
                 (long long)a.d_model, (long long)a.d_ff, a.activation.c_str(), a.norm.c_str(), a.norm_type.c_str(),
-                (long long)a.tokens, threads, isa_name.c_str(), a.backward ? "forward+backward" : "forward");
+                (long long)a.tokens, threads, a.dtype.c_str(), isa_name.c_str(),
+                a.backward ? "forward+backward" : "forward");
     std::printf("  time per call  median %.3f ms  (min %.3f, max %.3f; %d calls)\n", med * 1e3, tmin * 1e3,
                 tmax * 1e3, a.repeats);
     std::printf("  throughput     %.0f tokens/s, %.1f GFLOP/s = %.1f%% of the measured peak %.1f GFLOP/s (%s FMA loop)\n",
                 tokens_per_s, gflops, percent_of_peak, peak.gflops, std::string(to_string(peak.isa)).c_str());
+    if (dtype == WeightDtype::int8)
+      std::printf("  int8           %.1f GOP/s = %.1f%% of the measured vpmaddwd peak %.1f GOP/s "
+                  "(vpmaddubsw+vpmaddwd: %.1f)\n", gflops, 100.0 * gflops / peak_int.gflops, peak_int.gflops,
+                  peak_u8s8.gflops);
     std::printf("  check          %lld tokens against the reference path: %s (tolerance %.0e)  %s\n",
-                (long long)k, cmp.describe().c_str(), kBenchTolerance, ok ? "OK" : "FAILED");
+                (long long)k, cmp.describe().c_str(), tol, ok ? "OK" : "FAILED");
+    if (dtype != WeightDtype::fp32)
+      std::printf("  vs fp32        relative RMS error %.2e, cosine similarity %.7f (same tokens, fp32 weights)\n",
+                  vs_fp32.first, vs_fp32.second);
   }
   return ok ? 0 : 1;
 }
@@ -439,6 +508,7 @@ int ffn_main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "forward pass: --input X.npy -> --output Y.npy");
   run.add(run_cmd);
   run_cmd->add_option("--output", run.output, "output array (.npy), same shape as the input")->required();
+  run_cmd->add_option("--dtype", run.dtype, "weights as fp32, bf16, fp16 or int8 (quantized on load; default: the file's)");
 
   GradArgs grad;
   CLI::App* grad_cmd = app.add_subcommand("grad", "backward pass: gradients of the input and of every parameter");
@@ -458,6 +528,13 @@ int ffn_main(int argc, char** argv) {
   init_cmd->add_option("--seed", init.seed, "seed (default 0)")->check(CLI::NonNegativeNumber);
   init_cmd->add_option("--output", init.output, "weights file to write (.safetensors)")->required();
 
+  QuantizeArgs quant;
+  CLI::App* quant_cmd = app.add_subcommand("quantize", "write the layer with bf16, fp16 or int8 weight matrices");
+  quant_cmd->add_option("--weights", quant.weights, "weights file (safetensors)")->required();
+  quant_cmd->add_option("--prefix", quant.prefix, "tensor name prefix, e.g. encoder.layers.0.");
+  quant_cmd->add_option("--dtype", quant.dtype, "int8, bf16, fp16 (or fp32)")->required();
+  quant_cmd->add_option("--output", quant.output, "weights file to write (.safetensors)")->required();
+
   BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "time the layer (default: the paper's sublayer on 8 x 512 tokens)");
   bench_cmd->add_option("--tokens", bench.tokens, "tokens per call (default 4096)");
@@ -471,6 +548,7 @@ int ffn_main(int argc, char** argv) {
   bench_cmd->add_option("--warmup", bench.warmup, "untimed calls first (default 2)");
   bench_cmd->add_option("--seed", bench.seed, "weights and input seed")->check(CLI::NonNegativeNumber);
   bench_cmd->add_option("--isa", bench.isa, "auto (default: FFN_ISA, else the best), scalar, avx2, avx512");
+  bench_cmd->add_option("--dtype", bench.dtype, "weight matrices as fp32 (default), bf16, fp16 or int8");
   bench_cmd->add_flag("--backward", bench.backward, "time forward + backward");
   bench_cmd->add_flag("--json", bench.json, "print one JSON object");
 
@@ -479,9 +557,10 @@ int ffn_main(int argc, char** argv) {
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
-    if (cmd != "run" && cmd != "grad" && cmd != "init" && cmd != "bench" && cmd != "train" && cmd != "demo") {
+    if (cmd != "run" && cmd != "grad" && cmd != "init" && cmd != "quantize" && cmd != "bench" && cmd != "train" &&
+        cmd != "demo") {
       std::cerr << "ffn: error: unknown command '" << cmd
-                << "', expected run, grad, init, bench, train or demo (see ffn --help)\n";
+                << "', expected run, grad, init, quantize, bench, train or demo (see ffn --help)\n";
       return 2;
     }
   }
@@ -501,6 +580,7 @@ int ffn_main(int argc, char** argv) {
     if (*run_cmd) cmd_run(run);
     else if (*grad_cmd) cmd_grad(grad);
     else if (*init_cmd) cmd_init(init);
+    else if (*quant_cmd) cmd_quantize(quant);
     else if (*bench_cmd) return cmd_bench(bench);
     else if (*train_cmd.app) return train_cmd.run();
     else if (*demo_cmd.app) return demo_cmd.run();

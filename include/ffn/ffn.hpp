@@ -16,6 +16,11 @@
 // Weights use PyTorch nn.Linear layout (W1 is [d_ff, d_model], W2 is
 // [d_model, d_ff]) and all tensors are float32, row-major (C order).
 //
+// Low precision (inference only; see WeightDtype): the three weight matrices
+// may be stored as bf16 or fp16 (fp32 arithmetic) or int8 (integer
+// arithmetic with activations quantized per token); biases and the norm stay
+// float32.
+//
 // Every error caused by the caller's input (shapes, files, options) is thrown
 // as ffn::Error with a one-line message naming the file, tensor or option and
 // what was expected.
@@ -61,6 +66,19 @@ NormType parse_norm_type(std::string_view s, std::string_view what = "norm type"
 Layout parse_layout(std::string_view s, std::string_view what = "layout");
 // swiglu, geglu and reglu have a gate projection Wg.
 bool is_gated(Activation a);
+
+// How the weight matrices (W1, Wg, W2) are stored and multiplied.
+//   fp32  float32 (the default; training needs it)
+//   bf16  bfloat16, round to nearest even; arithmetic in float32
+//   fp16  IEEE binary16, round to nearest even; arithmetic in float32
+//         (a weight beyond ±65504 is refused)
+//   int8  symmetric int8 per output channel, scale = max|w| / 127; the
+//         activations entering each matrix product are quantized per token
+//         (asymmetric 8-bit, see src/nn/quantize.hpp), int32 accumulation,
+//         dequantization + bias + activation fused.
+enum class WeightDtype { fp32, bf16, fp16, int8 };
+std::string_view to_string(WeightDtype t);
+WeightDtype parse_weight_dtype(std::string_view s, std::string_view what = "dtype");
 
 struct Config {
   int64_t d_model = 512;
@@ -163,6 +181,9 @@ struct LoadOptions {
   std::optional<NormPlacement> norm;
   std::optional<NormType> norm_type;
   std::optional<float> eps;
+  // Store the weights in this type (quantizing on load). Unset: the file's
+  // own (__metadata__ ffn.weights_dtype, written by `ffn quantize`), else fp32.
+  std::optional<WeightDtype> weight_dtype;
   float dropout_hidden = 0.0f;
   float dropout_output = 0.0f;
 };
@@ -180,7 +201,14 @@ class Layer {
   // ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), γ = 1, β = 0. Same seed, same weights.
   Layer(const Config& cfg, uint64_t seed);
   // Takes the given weights; throws Error if a size does not match cfg.
-  Layer(const Config& cfg, Weights weights);
+  // With a dtype other than fp32 the weight matrices are converted (quantized)
+  // and weights() then holds the values actually used (dequantized).
+  Layer(const Config& cfg, Weights weights, WeightDtype dtype = WeightDtype::fp32);
+
+  // A copy of this layer with its weight matrices stored as `dtype`
+  // (converted from this layer's values).
+  Layer converted(WeightDtype dtype) const;
+  WeightDtype weight_dtype() const { return dtype_; }
 
   // Reads a safetensors file: this project's names, PyTorch
   // TransformerEncoderLayer names (linear1, linear2, norm2) or Hugging Face
@@ -188,8 +216,11 @@ class Layer {
   // post_attention_layernorm). d_model, d_ff, gated and bias come from the
   // shapes; activation, norm and eps from __metadata__ unless overridden.
   static Layer load(const std::string& path, const LoadOptions& opts = {});
-  // Writes this project's format (F32) with the settings in __metadata__,
-  // atomically (temporary file + rename).
+  // Writes this project's format with the settings in __metadata__,
+  // atomically (temporary file + rename): F32 tensors, or for a low-precision
+  // layer BF16/F16 matrices, or I8 matrices each with an F32 per-row scale
+  // tensor named after it ("linear1.weight_scale"), and the method in
+  // __metadata__ (ffn.weights_dtype, ffn.quantization).
   void save(const std::string& path) const;
   // What save writes, for callers that add tensors (e.g. an output head).
   SafetensorsFile to_safetensors() const;
@@ -199,7 +230,8 @@ class Layer {
   const Config& config() const { return cfg_; }
   const Weights& weights() const { return w_; }
   const TensorNames& names() const { return names_; }
-  // Replace the parameters (same sizes), e.g. after an optimizer step.
+  // Replace the parameters (same sizes), e.g. after an optimizer step; a
+  // low-precision layer converts them to its dtype.
   void set_weights(Weights w);
   // Edit the parameters in place (e.g. an optimizer step), then re-pack them
   // for the fast path. Throws Error if `edit` changed a size.
@@ -214,6 +246,8 @@ class Layer {
                ForwardCache* cache = nullptr) const;
   // Given the forward's x, its cache and dL/dy, writes dL/dx into dx (same
   // layout as x) and overwrites every field of grads with dL/dparameter.
+  // Needs fp32 weights (throws Error for a low-precision layer, as does a
+  // training-mode forward).
   void backward(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
                 float* dx, Weights& grads, const RunOptions& opts = {}) const;
 
@@ -224,7 +258,11 @@ class Layer {
   Config cfg_;
   Weights w_;
   TensorNames names_;
+  WeightDtype dtype_ = WeightDtype::fp32;
+  std::shared_ptr<const void> quant_;   // nn::QuantizedWeights of a low-precision layer
   std::shared_ptr<const void> packed_;  // fast-path weight layout, built once
+  // A low-precision layer from its stored matrices (a quantized file).
+  Layer(const Config& cfg, Weights weights, WeightDtype dtype, std::shared_ptr<const void> quant);
   void prepare();
 };
 
@@ -243,18 +281,23 @@ std::vector<int64_t> read_npy_int(const std::string& path, std::vector<int64_t>*
 // Atomic write (temporary file in the same directory, then rename).
 void write_npy(const std::string& path, const Array& a);
 
-// A tensor of a safetensors file, converted to float32.
+// A tensor of a safetensors file, converted to float32. For writing, a tensor
+// may instead carry raw little-endian bytes of another dtype ("I8", "BF16",
+// "F16"): dtype names it and raw holds the bytes (data is then ignored).
 struct NamedTensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
+  std::string dtype = "F32";
+  std::vector<uint8_t> raw;
 };
 struct SafetensorsFile {
   std::map<std::string, NamedTensor> tensors;
   std::map<std::string, std::string> metadata;
 };
-// Reads every tensor (F32, F16, BF16, F64 are converted to float32).
+// Reads every tensor (F32, F16, BF16, F64 are converted to float32; an I8
+// tensor is read as its integer values).
 SafetensorsFile read_safetensors(const std::string& path);
-// Writes F32 tensors and metadata, atomically.
+// Writes the tensors (F32, or the raw dtype given) and metadata, atomically.
 void write_safetensors(const std::string& path, const SafetensorsFile& f);
 
 }  // namespace ffn

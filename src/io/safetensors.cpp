@@ -145,6 +145,15 @@ void SafetensorsReader::require_float(const std::string& name) const {
     throw Error(path() + ": tensor '" + name + "' has dtype " + t.dtype + ", expected F32, BF16, F16 or F64");
 }
 
+std::vector<uint8_t> SafetensorsReader::read_raw(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  if (dtype_size(t.dtype) == 0) throw Error(path() + ": tensor '" + name + "' has unknown dtype '" + t.dtype + "'");
+  std::vector<uint8_t> out(t.end - t.begin);
+  const std::string what = "tensor '" + name + "'";
+  file_.read_at(data_start_ + t.begin, out.data(), out.size(), what.c_str());
+  return out;
+}
+
 std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {
   require_float(name);
   const TensorInfo& t = info(name);
@@ -176,7 +185,16 @@ SafetensorsFile read_safetensors(const std::string& path) {
   io::SafetensorsReader r(path);
   SafetensorsFile f;
   f.metadata = r.metadata();
-  for (const auto& [name, info] : r.tensors()) f.tensors[name] = NamedTensor{info.shape, r.read_f32(name)};
+  for (const auto& [name, info] : r.tensors()) {
+    if (info.dtype == "I8") {
+      const std::vector<uint8_t> raw = r.read_raw(name);
+      std::vector<float> v(raw.size());
+      for (size_t i = 0; i < raw.size(); ++i) v[i] = float(int8_t(raw[i]));
+      f.tensors[name] = NamedTensor{info.shape, std::move(v)};
+    } else {
+      f.tensors[name] = NamedTensor{info.shape, r.read_f32(name)};
+    }
+  }
   return f;
 }
 
@@ -187,9 +205,13 @@ void write_safetensors(const std::string& path, const SafetensorsFile& f) {
     if (name == "__metadata__") throw Error(path + ": '__metadata__' cannot be a tensor name");
     uint64_t numel = 1;
     for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
-    if (numel != t.data.size()) throw Error(path + ": tensor '" + name + "' data does not match its shape");
-    header[name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + numel * 4}}};
-    offset += numel * 4;
+    const int size = io::dtype_size(t.dtype);
+    if (size == 0) throw Error(path + ": tensor '" + name + "' has unknown dtype '" + t.dtype + "'");
+    const uint64_t bytes = t.dtype == "F32" ? t.data.size() * 4 : t.raw.size();
+    if (numel * uint64_t(size) != bytes)
+      throw Error(path + ": tensor '" + name + "' data does not match its shape");
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   if (!f.metadata.empty()) header["__metadata__"] = f.metadata;
   std::string text = header.dump();
@@ -200,7 +222,10 @@ void write_safetensors(const std::string& path, const SafetensorsFile& f) {
     for (int i = 0; i < 8; ++i) len8[i] = static_cast<unsigned char>(n >> (8 * i));
     io::write_all(out, len8, 8, path);
     io::write_all(out, text.data(), text.size(), path);
-    for (const auto& [name, t] : f.tensors) io::write_all(out, t.data.data(), t.data.size() * 4, path);
+    for (const auto& [name, t] : f.tensors) {
+      if (t.dtype == "F32") io::write_all(out, t.data.data(), t.data.size() * 4, path);
+      else io::write_all(out, t.raw.data(), t.raw.size(), path);
+    }
   });
 }
 

@@ -33,6 +33,8 @@ class SafetensorsReader {
   const TensorInfo& info(const std::string& name) const;
   // The tensor converted to float32 (from F32, F16, BF16 or F64); throws Error otherwise.
   std::vector<float> read_f32(const std::string& name) const;
+  // The tensor's bytes as stored (little endian), any known dtype.
+  std::vector<uint8_t> read_raw(const std::string& name) const;
   // Throws Error unless the tensor's dtype is one read_f32 converts.
   void require_float(const std::string& name) const;
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }

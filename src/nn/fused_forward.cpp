@@ -13,9 +13,26 @@
 
 namespace ffn::nn {
 
-std::shared_ptr<PackedWeights> PackedWeights::make(const Config& cfg, const Weights& w) {
+std::shared_ptr<PackedWeights> PackedWeights::make(const Config& cfg, const Weights& w, const QuantizedWeights* q) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   auto p = std::make_shared<PackedWeights>();
+  if (q && q->dtype != WeightDtype::fp32) {
+    p->dtype = q->dtype;
+    const bool gated = is_gated(cfg.activation);
+    if (q->dtype == WeightDtype::int8) {
+      p->q1 = pack_panels_s8(q->w1.q, d, F);
+      p->s1 = q->w1.scale;
+      if (gated) p->qg = pack_panels_s8(q->wg.q, d, F), p->sg = q->wg.scale;
+      p->q2 = pack_panels_s8(q->w2.q, F, d);
+      p->s2 = q->w2.scale;
+    } else {
+      const bool bf = q->dtype == WeightDtype::bf16;
+      p->h1 = pack_panels_16(q->w1.h, d, F, bf);
+      if (gated) p->hg = pack_panels_16(q->wg.h, d, F, bf);
+      p->h2 = pack_panels_16(q->w2.h, F, d, bf);
+    }
+    return p;
+  }
   // W1 is [F, d]: B(k = i, n = f) = W1[f, i] is n-major; W2 is [d, F]: B(k = f, n = o) = W2[o, f].
   p->w1 = pack_panels(w.w1.data(), d, F, true);
   if (is_gated(cfg.activation)) p->wg = pack_panels(w.wg.data(), d, F, true);
@@ -78,7 +95,7 @@ struct Forward {
   const Config& cfg;
   const Weights& w;
   const PackedWeights& pw;
-  GemmBlockFn kernel;
+  Isa isa;  // resolved
   const float* x;
   const int64_t* pos;
   uint64_t seed;
@@ -95,10 +112,24 @@ struct Forward {
   // input, the hidden chunk(s), one row.
   struct Work {
     std::vector<float> in, z, zg, row;
+    // int8: quantized input (+ scales), int32 products, quantized hidden chunk (+ scales)
+    std::vector<int16_t> xq, hq;
+    std::vector<float> xs, hs;
+    std::vector<int32_t> zi, oi;
     Work(const Forward& f, int64_t rows)
         : in(size_t(rows * f.d)), z(size_t(rows * kChunk)), zg(f.gated ? size_t(rows * kChunk) : 0),
-          row(size_t(f.d)) {}
+          row(size_t(f.d)) {
+      if (f.pw.dtype == WeightDtype::int8) {
+        xq.resize(size_t(rows * f.dpad()));
+        xs.resize(size_t(rows));
+        zi.resize(size_t(rows * kChunk));
+        hq.resize(size_t(rows * kChunk));
+        hs.resize(size_t(rows));
+        oi.resize(size_t(rows * panels(f.d) * kPanel));
+      }
+    }
   };
+  int64_t dpad() const { return (d + 1) / 2 * 2; }
 
   // FFN input rows of tokens [t0, t0 + m): x, or Norm(x) for pre-LN.
   void input_rows(int64_t t0, int64_t m, Work& wk, bool save_stats) const {
@@ -112,49 +143,122 @@ struct Forward {
       } else {
         std::copy(xr, xr + d, wk.in.data() + r * d);
       }
+      if (pw.dtype == WeightDtype::int8)
+        wk.xs[size_t(r)] = int8_kernels(isa).quantize_row(wk.in.data() + r * d, d, wk.xq.data() + r * dpad());
     }
   }
 
-  // acc[m, d] = Σ over the chunks of group g of act(in · W1[c]ᵀ + b1[c]) · W2[:, c]ᵀ.
   void group_partial(int64_t t0, int64_t m, int64_t g, Work& wk, float* acc) const {
-    const int64_t c_end = chunk_begin(g + 1);
-    for (int64_t c = chunk_begin(g); c < c_end; ++c) {
+    switch (pw.dtype) {
+      case WeightDtype::fp32:
+        group_partial_f(t0, m, g, wk, acc, pw.w1.data(), pw.wg.data(), pw.w2.data());
+        break;
+      case WeightDtype::bf16:
+        group_partial_f(t0, m, g, wk, acc, reinterpret_cast<const bf16_t*>(pw.h1.data()),
+                        reinterpret_cast<const bf16_t*>(pw.hg.data()), reinterpret_cast<const bf16_t*>(pw.h2.data()));
+        break;
+      case WeightDtype::fp16:
+        group_partial_f(t0, m, g, wk, acc, reinterpret_cast<const fp16_t*>(pw.h1.data()),
+                        reinterpret_cast<const fp16_t*>(pw.hg.data()), reinterpret_cast<const fp16_t*>(pw.h2.data()));
+        break;
+      case WeightDtype::int8:
+        group_partial_int8(m, g, wk, acc);
+        break;
+    }
+  }
+
+  // Bias, save, activation (and gate) and hidden dropout of rows [0, m) of the
+  // chunk at f0 (fc units) in wk.z / wk.zg.
+  void chunk_epilogue(int64_t t0, int64_t m, int64_t f0, int64_t fc, Work& wk) const {
+    for (int64_t r = 0; r < m; ++r) {
+      float* z = wk.z.data() + r * kChunk;
+      float* zg = gated ? wk.zg.data() + r * kChunk : nullptr;
+      if (!w.b1.empty())
+        for (int64_t j = 0; j < fc; ++j) z[j] += w.b1[f0 + j];
+      if (zg && !w.bg.empty())
+        for (int64_t j = 0; j < fc; ++j) zg[j] += w.bg[f0 + j];
+      if (saved) {
+        std::copy(z, z + fc, saved->z1 + (t0 + r) * F + f0);
+        if (zg) std::copy(zg, zg + fc, saved->zg + (t0 + r) * F + f0);
+      }
+      activate(unit, z, zg, fc);
+      if (hid_rule.active()) {
+        const uint64_t base = uint64_t(pos[t0 + r] * F + f0);
+        for (int64_t j = 0; j < fc; ++j) z[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
+      }
+    }
+  }
+
+  // int8 (inference): acc[m, d] as group_partial, with the integer products
+  // and the hidden chunk re-quantized per token (src/nn/quantize.hpp).
+  void group_partial_int8(int64_t m, int64_t g, Work& wk, float* acc) const {
+    const Int8Kernels& ik = int8_kernels(isa);
+    const int64_t kpd = (d + 1) / 2, kpf = (F + 1) / 2, ldo = panels(d) * kPanel;
+    const int64_t c_begin = chunk_begin(g), c_end = chunk_begin(g + 1);
+    for (int64_t c = c_begin; c < c_end; ++c) {
       const int64_t f0 = c * kChunk, fc = std::min(kChunk, F - f0);
-      GemmArgs g1;
-      g1.m = m; g1.n = fc; g1.k = d;
-      g1.a = wk.in.data(); g1.rsa = d; g1.csa = 1;
-      g1.b = pw.w1.data() + (f0 / kPanel) * d * kPanel; g1.ldb = kPanel; g1.psb = d * kPanel;
-      g1.c = wk.z.data(); g1.ldc = kChunk;
-      gemm(kernel, g1, 1);
+      IGemmArgs g1;
+      g1.m = m; g1.n = fc; g1.kp = kpd;
+      g1.a = wk.xq.data(); g1.lda = dpad();
+      g1.psb = kpd * 32;
+      g1.c = wk.zi.data(); g1.ldc = kChunk;
+      const float* b1 = w.b1.empty() ? nullptr : w.b1.data() + f0;
+      const float* bg = w.bg.empty() ? nullptr : w.bg.data() + f0;
+      g1.b = pw.q1.data() + (f0 / kPanel) * g1.psb;
+      ik.igemm(g1);
+      for (int64_t r = 0; r < m; ++r)
+        ik.dequant(wk.zi.data() + r * kChunk, fc, wk.xs[size_t(r)], pw.s1.data() + f0, b1, wk.z.data() + r * kChunk);
       if (gated) {
-        g1.b = pw.wg.data() + (f0 / kPanel) * d * kPanel;
-        g1.c = wk.zg.data();
-        gemm(kernel, g1, 1);
+        g1.b = pw.qg.data() + (f0 / kPanel) * g1.psb;
+        ik.igemm(g1);
+        for (int64_t r = 0; r < m; ++r)
+          ik.dequant(wk.zi.data() + r * kChunk, fc, wk.xs[size_t(r)], pw.sg.data() + f0, bg, wk.zg.data() + r * kChunk);
       }
       for (int64_t r = 0; r < m; ++r) {
         float* z = wk.z.data() + r * kChunk;
-        float* zg = gated ? wk.zg.data() + r * kChunk : nullptr;
-        if (!w.b1.empty())
-          for (int64_t j = 0; j < fc; ++j) z[j] += w.b1[f0 + j];
-        if (zg && !w.bg.empty())
-          for (int64_t j = 0; j < fc; ++j) zg[j] += w.bg[f0 + j];
-        if (saved) {
-          std::copy(z, z + fc, saved->z1 + (t0 + r) * F + f0);
-          if (zg) std::copy(zg, zg + fc, saved->zg + (t0 + r) * F + f0);
-        }
-        activate(unit, z, zg, fc);
-        if (hid_rule.active()) {
-          const uint64_t base = uint64_t(pos[t0 + r] * F + f0);
-          for (int64_t j = 0; j < fc; ++j) z[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
-        }
+        activate(unit, z, gated ? wk.zg.data() + r * kChunk : nullptr, fc);
+        wk.hs[size_t(r)] = ik.quantize_row(z, fc, wk.hq.data() + r * kChunk);
       }
-      GemmArgs g2;
+      IGemmArgs g2;
+      g2.m = m; g2.n = d; g2.kp = (fc + 1) / 2;
+      g2.a = wk.hq.data(); g2.lda = kChunk;
+      g2.b = pw.q2.data() + (f0 / 2) * 32; g2.psb = kpf * 32;
+      g2.c = wk.oi.data(); g2.ldc = ldo;
+      ik.igemm(g2);
+      for (int64_t r = 0; r < m; ++r)
+        ik.dequant(wk.oi.data() + r * ldo, d, wk.hs[size_t(r)], pw.s2.data(), c > c_begin ? acc + r * d : nullptr,
+                   acc + r * d);
+    }
+  }
+
+  // acc[m, d] = Σ over the chunks of group g of act(in · W1[c]ᵀ + b1[c]) · W2[:, c]ᵀ,
+  // with float32 arithmetic on float32 or 16-bit (widened) weight panels.
+  template <typename TB>
+  void group_partial_f(int64_t t0, int64_t m, int64_t g, Work& wk, float* acc, const TB* p1, const TB* pg,
+                       const TB* p2) const {
+    const GemmBlockFnT<TB> kernel = gemm_kernel_for<TB>(isa);
+    const int64_t c_end = chunk_begin(g + 1);
+    for (int64_t c = chunk_begin(g); c < c_end; ++c) {
+      const int64_t f0 = c * kChunk, fc = std::min(kChunk, F - f0);
+      GemmArgsT<TB> g1;
+      g1.m = m; g1.n = fc; g1.k = d;
+      g1.a = wk.in.data(); g1.rsa = d; g1.csa = 1;
+      g1.b = p1 + (f0 / kPanel) * d * kPanel; g1.ldb = kPanel; g1.psb = d * kPanel;
+      g1.c = wk.z.data(); g1.ldc = kChunk;
+      gemm_packed(kernel, g1);
+      if (gated) {
+        g1.b = pg + (f0 / kPanel) * d * kPanel;
+        g1.c = wk.zg.data();
+        gemm_packed(kernel, g1);
+      }
+      chunk_epilogue(t0, m, f0, fc, wk);
+      GemmArgsT<TB> g2;
       g2.m = m; g2.n = d; g2.k = fc;
       g2.a = wk.z.data(); g2.rsa = kChunk; g2.csa = 1;
-      g2.b = pw.w2.data() + f0 * kPanel; g2.ldb = kPanel; g2.psb = F * kPanel;
+      g2.b = p2 + f0 * kPanel; g2.ldb = kPanel; g2.psb = F * kPanel;
       g2.c = acc; g2.ldc = d;
       g2.accumulate = c > chunk_begin(g);
-      gemm(kernel, g2, 1);
+      gemm_packed(kernel, g2);
     }
   }
 
@@ -203,7 +307,7 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
                    const FusedSaved* saved) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   const int64_t chunks = (F + kChunk - 1) / kChunk;
-  const Forward f{cfg, w, pw, gemm_kernel(resolve_isa(isa)), x, pos, seed, saved, y, d, F, chunks,
+  const Forward f{cfg, w, pw, resolve_isa(isa), x, pos, seed, saved, y, d, F, chunks,
                   std::min<int64_t>(kMaxGroups, chunks), is_gated(cfg.activation), unit_of(cfg.activation),
                   DropoutRule::make(training ? cfg.dropout_hidden : 0.0f),
                   DropoutRule::make(training ? cfg.dropout_output : 0.0f)};

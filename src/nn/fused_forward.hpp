@@ -21,15 +21,22 @@
 
 #include "ffn/ffn.hpp"
 #include "nn/gemm.hpp"
+#include "nn/quantize.hpp"
 
 namespace ffn::nn {
 
 // Weights re-laid-out once at load as B panels (see pack_panels).
 struct PackedWeights {
-  // forward
+  WeightDtype dtype = WeightDtype::fp32;
+  // forward, fp32
   std::vector<float> w1;  // B = W1ᵀ [d_model, d_ff]
   std::vector<float> wg;  // B = Wgᵀ [d_model, d_ff] (gated)
   std::vector<float> w2;  // B = W2ᵀ [d_ff, d_model]
+  // forward, bf16 / fp16: the same panels with 16-bit elements
+  std::vector<uint16_t> h1, hg, h2;
+  // forward, int8: panels of k pairs and the per-output-channel scales
+  std::vector<int8_t> q1, qg, q2;
+  std::vector<float> s1, sg, s2;
   // backward, packed on first use
   struct Backward {
     std::vector<float> w2;  // B = W2 [d_model, d_ff]   (dH = dO · W2)
@@ -38,7 +45,8 @@ struct PackedWeights {
   };
   const Backward& backward(const Config& cfg, const Weights& w) const;
 
-  static std::shared_ptr<PackedWeights> make(const Config& cfg, const Weights& w);
+  // fp32 panels from w, or the low-precision panels from q when given.
+  static std::shared_ptr<PackedWeights> make(const Config& cfg, const Weights& w, const QuantizedWeights* q = nullptr);
 
  private:
   mutable std::once_flag backward_once_;

@@ -103,6 +103,30 @@ void run_range(GemmBlockFn kernel, const GemmArgs& g, int64_t m0, int64_t m1, in
 }
 }  // namespace
 
+template <typename TB>
+void gemm_packed(GemmBlockFnT<TB> kernel, const GemmArgsT<TB>& g) {
+  for (int64_t j0 = 0; j0 < g.n; j0 += kNc)
+    for (int64_t i0 = 0; i0 < g.m; i0 += kMc)
+      for (int64_t k0 = 0; k0 < g.k; k0 += kKc) {
+        GemmArgsT<TB> t = g;
+        t.m = std::min(kMc, g.m - i0);
+        t.n = std::min(kNc, g.n - j0);
+        t.k = std::min(kKc, g.k - k0);
+        t.a = g.a + i0 * g.rsa + k0;
+        t.b = g.b + (j0 / kPanel) * g.psb + k0 * g.ldb;
+        t.c = g.c + i0 * g.ldc + j0;
+        t.accumulate = g.accumulate || k0 > 0;
+        kernel(t);
+      }
+}
+template void gemm_packed<float>(GemmBlockFnT<float>, const GemmArgsT<float>&);
+template void gemm_packed<bf16_t>(GemmBlockFnT<bf16_t>, const GemmArgsT<bf16_t>&);
+template void gemm_packed<fp16_t>(GemmBlockFnT<fp16_t>, const GemmArgsT<fp16_t>&);
+
+const Int8Kernels& int8_kernels(Isa resolved) {
+  return resolved == Isa::avx2 ? avx2::int8_kernels : scalar::int8_kernels;
+}
+
 GemmBlockFn gemm_kernel(Isa resolved) {
   switch (resolved) {
     case Isa::avx2: return &avx2::gemm_block;

@@ -25,23 +25,81 @@ namespace ffn::nn {
 
 constexpr int64_t kPanel = 16;  // columns per B panel
 
-struct GemmArgs {
+// 16-bit weight elements (bits), widened to float32 inside the micro-kernel.
+// A bf16 panel row interleaves its columns as 0, 8, 1, 9, …, 7, 15 (so one
+// shift and one mask widen a 32-byte row into columns 0–7 and 8–15); an fp16
+// panel row is in column order. Only packed, whole panels (ldb = 16).
+struct bf16_t { uint16_t bits; };
+struct fp16_t { uint16_t bits; };
+inline int64_t bf16_slot(int64_t j) { return j < 8 ? 2 * j : 2 * (j - 8) + 1; }
+
+template <typename TB>
+struct GemmArgsT {
   int64_t m = 0, n = 0, k = 0;
   const float* a = nullptr;
   int64_t rsa = 0, csa = 1;
-  const float* b = nullptr;
+  const TB* b = nullptr;
   int64_t ldb = kPanel, psb = 0;
   float* c = nullptr;
   int64_t ldc = 0;
   bool accumulate = false;
 };
+using GemmArgs = GemmArgsT<float>;
 
 // One cache block (any m, n, k ≥ 1), single-threaded.
-using GemmBlockFn = void (*)(const GemmArgs&);
-namespace scalar { void gemm_block(const GemmArgs& g); }
-namespace avx2 { void gemm_block(const GemmArgs& g); }
+template <typename TB>
+using GemmBlockFnT = void (*)(const GemmArgsT<TB>&);
+using GemmBlockFn = GemmBlockFnT<float>;
+namespace scalar {
+void gemm_block(const GemmArgs& g);
+void gemm_block(const GemmArgsT<bf16_t>& g);
+void gemm_block(const GemmArgsT<fp16_t>& g);
+}  // namespace scalar
+namespace avx2 {
+void gemm_block(const GemmArgs& g);
+void gemm_block(const GemmArgsT<bf16_t>& g);
+void gemm_block(const GemmArgsT<fp16_t>& g);
+}  // namespace avx2
 
 GemmBlockFn gemm_kernel(Isa resolved);
+template <typename TB>
+GemmBlockFnT<TB> gemm_kernel_for(Isa resolved) {
+  if (resolved == Isa::avx2) return static_cast<GemmBlockFnT<TB>>(&avx2::gemm_block);
+  return static_cast<GemmBlockFnT<TB>>(&scalar::gemm_block);
+}
+// A product whose B is packed panels (ldb = 16) and whose A is row-major
+// (csa = 1), blocked for the caches, on the calling thread.
+template <typename TB>
+void gemm_packed(GemmBlockFnT<TB> kernel, const GemmArgsT<TB>& g);
+
+// ---- int8 -------------------------------------------------------------------
+// C[m, 16·panels(n)] (int32) = A[m, 2·kp] (int16) · B[2·kp, n] (int8), exact.
+//   A(i, p) = a[i·lda + p]  (lda even; an odd k is padded with a zero column)
+//   B(p, j) = b[(j / 16)·psb + (p / 2)·32 + (j % 16)·2 + p % 2]   (psb = 32·kp)
+//   C(i, j) = c[i·ldc + j] for every column of every panel (ldc ≥ 16·panels(n))
+// so one 32-byte B row holds two k for 16 columns: vpmovsxbw widens each half
+// to the int16 pairs vpmaddwd multiplies with the broadcast pair (A(i, p), A(i, p+1)).
+struct IGemmArgs {
+  int64_t m = 0, n = 0, kp = 0;
+  const int16_t* a = nullptr;
+  int64_t lda = 0;
+  const int8_t* b = nullptr;
+  int64_t psb = 0;
+  int32_t* c = nullptr;
+  int64_t ldc = 0;
+};
+// The int8 kernels of one ISA; each matches the portable definition in
+// src/nn/quantize.hpp bit for bit.
+struct Int8Kernels {
+  void (*igemm)(const IGemmArgs&);
+  // quantize_row_ref's contract.
+  float (*quantize_row)(const float* v, int64_t n, int16_t* a);
+  // out[j] = fma(float(acc[j]), s_a · s_w[j], prev ? prev[j] : 0) for j < n (prev may be out).
+  void (*dequant)(const int32_t* acc, int64_t n, float s_a, const float* s_w, const float* prev, float* out);
+};
+namespace scalar { extern const Int8Kernels int8_kernels; }
+namespace avx2 { extern const Int8Kernels int8_kernels; }
+const Int8Kernels& int8_kernels(Isa resolved);
 
 // The whole product, blocked for the caches and split over `threads` (by rows
 // or by column panels; each C element is computed by one thread).

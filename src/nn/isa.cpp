@@ -28,7 +28,7 @@ bool isa_supported(Isa i) {
     case Isa::scalar:
       return true;
     case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case Isa::avx512:
       return false;  // no AVX-512 kernels in this build yet
   }

@@ -12,6 +12,8 @@
 #include "nn/forward_cache.hpp"
 #include "nn/fused_forward.hpp"
 #include "nn/init.hpp"
+#include "nn/quantize.hpp"
+#include "reference/ffn_int8_reference.hpp"
 #include "nn/philox.hpp"
 #include "reference/ffn_reference.hpp"
 
@@ -38,6 +40,8 @@ constexpr std::pair<const char*, NormPlacement> kPlacements[] = {
 constexpr std::pair<const char*, NormType> kNormTypes[] = {{"layernorm", NormType::layernorm},
                                                            {"rmsnorm", NormType::rmsnorm}};
 constexpr std::pair<const char*, Layout> kLayouts[] = {{"tokens", Layout::tokens}, {"ncw", Layout::ncw}};
+constexpr std::pair<const char*, WeightDtype> kDtypes[] = {{"fp32", WeightDtype::fp32}, {"int8", WeightDtype::int8},
+                                                           {"bf16", WeightDtype::bf16}, {"fp16", WeightDtype::fp16}};
 
 template <typename E, size_t N>
 std::string_view name_of(E v, const std::pair<const char*, E> (&table)[N]) {
@@ -57,6 +61,8 @@ NormPlacement parse_norm_placement(std::string_view s, std::string_view what) {
 }
 NormType parse_norm_type(std::string_view s, std::string_view what) { return parse_enum(s, what, kNormTypes); }
 Layout parse_layout(std::string_view s, std::string_view what) { return parse_enum(s, what, kLayouts); }
+std::string_view to_string(WeightDtype t) { return name_of(t, kDtypes); }
+WeightDtype parse_weight_dtype(std::string_view s, std::string_view what) { return parse_enum(s, what, kDtypes); }
 
 bool is_gated(Activation a) {
   return a == Activation::swiglu || a == Activation::geglu || a == Activation::reglu;
@@ -162,26 +168,70 @@ Layer::Layer(const Config& cfg, uint64_t seed) : cfg_(cfg) {
   prepare();
 }
 
-Layer::Layer(const Config& cfg, Weights weights) : cfg_(cfg), w_(std::move(weights)) {
+Layer::Layer(const Config& cfg, Weights weights, WeightDtype dtype) : cfg_(cfg), w_(std::move(weights)), dtype_(dtype) {
   cfg_.validate();
   check_weights(cfg_, w_);
   names_ = TensorNames::native(cfg_);
   prepare();
 }
 
+Layer::Layer(const Config& cfg, Weights weights, WeightDtype dtype, std::shared_ptr<const void> quant)
+    : cfg_(cfg), w_(std::move(weights)), dtype_(dtype), quant_(std::move(quant)) {
+  cfg_.validate();
+  check_weights(cfg_, w_);
+  names_ = TensorNames::native(cfg_);
+  prepare();
+}
+
+Layer Layer::converted(WeightDtype dtype) const {
+  Layer l = *this;
+  l.dtype_ = dtype;
+  l.prepare();
+  return l;
+}
+
+// int32 sums of a · q stay exact: |a| ≤ 255, |q| ≤ 127 over d_model terms.
+constexpr int64_t kMaxInt8DModel = 65536;
+
 void Layer::prepare() {
-  packed_ = nn::PackedWeights::make(cfg_, w_);
+  if (dtype_ == WeightDtype::fp32) {
+    quant_.reset();
+    packed_ = nn::PackedWeights::make(cfg_, w_);
+    return;
+  }
+  if (dtype_ == WeightDtype::int8 && cfg_.d_model > kMaxInt8DModel)
+    throw Error("int8: d_model must be <= " + std::to_string(kMaxInt8DModel) + " (exact int32 sums), got " +
+                std::to_string(cfg_.d_model));
+  // Convert from w_ unless quant_ already holds this dtype's matrices (a
+  // quantized file), then make w_ the values actually used.
+  auto q = std::static_pointer_cast<const nn::QuantizedWeights>(quant_);
+  if (!q || q->dtype != dtype_) {
+    auto fresh = std::make_shared<nn::QuantizedWeights>();
+    fresh->dtype = dtype_;
+    const int64_t d = cfg_.d_model, F = cfg_.d_ff;
+    fresh->w1 = nn::quantize_matrix(w_.w1, F, d, dtype_, names_.w1);
+    if (!w_.wg.empty()) fresh->wg = nn::quantize_matrix(w_.wg, F, d, dtype_, names_.wg);
+    fresh->w2 = nn::quantize_matrix(w_.w2, d, F, dtype_, names_.w2);
+    q = fresh;
+    quant_ = fresh;
+  }
+  w_.w1 = nn::dequantize(q->w1, dtype_);
+  if (!w_.wg.empty()) w_.wg = nn::dequantize(q->wg, dtype_);
+  w_.w2 = nn::dequantize(q->w2, dtype_);
+  packed_ = nn::PackedWeights::make(cfg_, w_, q.get());
 }
 
 void Layer::set_weights(Weights w) {
   check_weights(cfg_, w);
   w_ = std::move(w);
+  quant_.reset();
   prepare();
 }
 
 void Layer::update_weights(const std::function<void(Weights&)>& edit) {
   edit(w_);
   check_weights(cfg_, w_);
+  quant_.reset();
   prepare();
 }
 
@@ -297,6 +347,9 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
   const int64_t d = cfg_.d_model, F = cfg_.d_ff;
   const bool gated = is_gated(cfg_.activation);
   if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
+  if (dtype_ != WeightDtype::fp32 && (opts.training || cache))
+    throw Error("forward: a layer with " + std::string(to_string(dtype_)) +
+                " weights is for inference only (training needs fp32 weights)");
 
   // Saved tensors live in the cache; see ForwardCache in ffn.hpp.
   ForwardCache::Data* c = cache ? &cache->data() : nullptr;
@@ -333,7 +386,10 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
     yr = yout.data();
   }
   if (n > 0) {
-    if (opts.path == Path::reference) {
+    if (opts.path == Path::reference && dtype_ == WeightDtype::int8) {
+      const auto& q = *static_cast<const nn::QuantizedWeights*>(quant_.get());
+      reference::forward_int8(cfg_, q, params_of(w_), xr, n, yr);
+    } else if (opts.path == Path::reference) {
       reference::Saved<float> s;
       if (c) s = {ptr(c->z1), ptr(c->zg), ptr(c->mean), ptr(c->rstd), ptr(c->xhat)};
       reference::forward(cfg_, params_of(w_), xr, n, pos.data(), {opts.training, opts.seed}, yr, c ? &s : nullptr);
@@ -350,6 +406,9 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
 
 void Layer::backward(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
                      Weights& grads, const RunOptions& opts) const {
+  if (dtype_ != WeightDtype::fp32)
+    throw Error("backward: a layer with " + std::string(to_string(dtype_)) +
+                " weights is for inference only (training needs fp32 weights)");
   const ForwardCache::Data& c = cache.data();
   if (!c.filled) throw Error("backward: the cache was not filled by forward");
   const std::vector<int64_t> pos = valid_positions(shape);

@@ -23,10 +23,13 @@ double fma_loop(int64_t iters, float seed) {
 }
 }  // namespace scalar
 
-Peak measure_peak(int threads) {
+Peak measure_peak(int threads, PeakKind kind) {
   Peak p;
   p.isa = resolve_isa(Isa::automatic) == Isa::avx2 ? Isa::avx2 : Isa::scalar;
+  if (kind != PeakKind::fp32 && p.isa != Isa::avx2) return p;
   auto loop = p.isa == Isa::avx2 ? &avx2::fma_loop : &scalar::fma_loop;
+  if (kind == PeakKind::int16) loop = &avx2::madd_loop;
+  if (kind == PeakKind::u8s8) loop = &avx2::maddubs_loop;
   const int64_t iters = p.isa == Isa::avx2 ? 4'000'000 : 2'000'000;  // ~25 ms per round; the best of 10 rounds
   for (int round = 0; round < 10; ++round) {
     double flops = 0;

@@ -10,9 +10,19 @@ struct Peak {
   double gflops = 0;  // best of several short rounds
   Isa isa = Isa::scalar;
 };
-Peak measure_peak(int threads);
+enum class PeakKind {
+  fp32,   // FMA
+  int16,  // vpmaddwd + vpaddd: the int8 path's instruction pair on AVX2
+  u8s8,   // vpmaddubsw + vpmaddwd + vpaddd: the other AVX2 int8 idiom, for comparison
+};
+// Ops counted as FLOPs are: 2 per multiply-add. int16 and u8s8 need AVX2 (else 0).
+Peak measure_peak(int threads, PeakKind kind = PeakKind::fp32);
 
-namespace avx2 { double fma_loop(int64_t iters, float seed); }
+namespace avx2 {
+double fma_loop(int64_t iters, float seed);
+double madd_loop(int64_t iters, float seed);
+double maddubs_loop(int64_t iters, float seed);
+}  // namespace avx2
 namespace scalar { double fma_loop(int64_t iters, float seed); }
 
 }  // namespace ffn::nn

@@ -2,11 +2,13 @@
 // schemes (this project's, PyTorch TransformerEncoderLayer's, Hugging Face
 // LLaMA's) and the settings in __metadata__.
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "ffn/ffn.hpp"
 #include "common/format.hpp"
 #include "io/safetensors.hpp"
+#include "nn/quantize.hpp"
 
 namespace ffn {
 namespace {
@@ -16,6 +18,23 @@ constexpr const char* kMetaActivation = "ffn.activation";
 constexpr const char* kMetaNorm = "ffn.norm";
 constexpr const char* kMetaNormType = "ffn.norm_type";
 constexpr const char* kMetaEps = "ffn.eps";
+constexpr const char* kMetaDtype = "ffn.weights_dtype";        // fp32, bf16, fp16, int8
+constexpr const char* kMetaQuantization = "ffn.quantization";  // the method, in words
+constexpr const char* kScaleSuffix = "_scale";                 // int8: "<matrix name>_scale", F32 [rows]
+
+// What ffn.quantization says for each dtype (see src/nn/quantize.hpp).
+const char* method_of(WeightDtype t) {
+  switch (t) {
+    case WeightDtype::bf16: return "bf16 weight matrices (round to nearest even from float32); float32 arithmetic";
+    case WeightDtype::fp16: return "fp16 weight matrices (IEEE binary16, round to nearest even from float32); float32 arithmetic";
+    case WeightDtype::int8:
+      return "int8 weight matrices, symmetric per output channel: scale = max|w|/127 (F32 tensor <name>_scale), "
+             "q = round_half_even(w/scale) in [-127, 127]; activations quantized at run time per token "
+             "(asymmetric 8-bit; the hidden activation per 256 units), int32 accumulation";
+    case WeightDtype::fp32: break;
+  }
+  return "";
+}
 
 // One naming scheme: the unprefixed names of each parameter.
 struct Scheme {
@@ -69,7 +88,7 @@ Layer Layer::load(const std::string& path, const LoadOptions& opts) {
   const std::string prefix = normalize_prefix(opts.prefix);
   auto has = [&](const char* n) {
     if (!r.has(prefix + n)) return false;
-    r.require_float(prefix + n);  // an unusable dtype is reported before any shape
+    if (r.info(prefix + n).dtype != "I8") r.require_float(prefix + n);  // an unusable dtype is reported before any shape
     return true;
   };
 
@@ -173,16 +192,64 @@ Layer Layer::load(const std::string& path, const LoadOptions& opts) {
     throw Error(path + ": " + e.what());
   }
 
-  // 4. Read the tensors (converted to float32) under the names found.
+  // 4. The weight matrices' storage: the option, else the file's own.
+  WeightDtype stored = WeightDtype::fp32;
+  if (auto v = meta_get(kMetaDtype)) stored = parse_weight_dtype(*v, meta_where + kMetaDtype);
+  else if (r.info(w1).dtype == "I8") stored = WeightDtype::int8;
+  const WeightDtype dtype = opts.weight_dtype.value_or(stored);
+  const char* want = stored == WeightDtype::int8 ? "I8" : stored == WeightDtype::bf16 ? "BF16"
+                     : stored == WeightDtype::fp16 ? "F16" : nullptr;
+  std::vector<std::string> matrices = {w1, w2};
+  if (gated) matrices.push_back(prefix + s.wg);
+  for (const std::string& m : matrices) {
+    const std::string& dt = r.info(m).dtype;
+    if (want && dt != want)
+      throw Error(path + ": " + m + " has dtype " + dt + " but __metadata__ " + kMetaDtype + " is " +
+                  std::string(to_string(stored)) + " (expected " + want + ")");
+    if (!want && dt == "I8")
+      throw Error(path + ": " + m + " has dtype I8 but __metadata__ " + kMetaDtype + " is fp32");
+  }
+
+  // 5. Read the tensors under the names found: float32 (converted), and for
+  // an int8 file the I8 matrices with their scales.
   TensorNames names;
   Weights w;
+  auto q = std::make_shared<nn::QuantizedWeights>();
+  q->dtype = stored;
   auto take = [&](std::string& name_out, std::vector<float>& dst, const std::string& name) {
     name_out = name;
     dst = r.read_f32(name);
   };
-  take(names.w1, w.w1, w1);
-  take(names.w2, w.w2, w2);
-  if (gated) take(names.wg, w.wg, prefix + s.wg);
+  auto take_matrix = [&](std::string& name_out, std::vector<float>& dst, nn::QMatrix& qm, const std::string& name) {
+    name_out = name;
+    const auto& info = r.info(name);
+    qm.rows = info.shape[0];
+    qm.cols = info.shape[1];
+    if (stored == WeightDtype::int8) {
+      const std::string sname = name + kScaleSuffix;
+      if (!r.has(sname)) throw Error(path + ": tensor '" + sname + "' not found (the scales of the I8 tensor " + name + ")");
+      expect_shape(sname, {qm.rows});
+      const std::vector<uint8_t> raw = r.read_raw(name);
+      qm.q.resize(raw.size());
+      std::memcpy(qm.q.data(), raw.data(), raw.size());
+      qm.scale = r.read_f32(sname);
+      for (size_t i = 0; i < qm.scale.size(); ++i)
+        if (!(qm.scale[i] >= 0.0f) || !std::isfinite(qm.scale[i]))
+          throw Error(path + ": " + sname + "[" + std::to_string(i) + "] = " + num(qm.scale[i]) +
+                      ", expected a finite scale >= 0");
+      dst = nn::dequantize(qm, stored);
+    } else if (want) {
+      const std::vector<uint8_t> raw = r.read_raw(name);
+      qm.h.resize(raw.size() / 2);
+      std::memcpy(qm.h.data(), raw.data(), raw.size());
+      dst = nn::dequantize(qm, stored);
+    } else {
+      dst = r.read_f32(name);
+    }
+  };
+  take_matrix(names.w1, w.w1, q->w1, w1);
+  take_matrix(names.w2, w.w2, q->w2, w2);
+  if (gated) take_matrix(names.wg, w.wg, q->wg, prefix + s.wg);
   if (cfg.bias) {
     take(names.b1, w.b1, prefix + s.b1);
     take(names.b2, w.b2, prefix + s.b2);
@@ -192,24 +259,49 @@ Layer Layer::load(const std::string& path, const LoadOptions& opts) {
     take(names.norm_weight, w.norm_weight, prefix + s.norm_weight);
     if (cfg.norm_type == NormType::layernorm) take(names.norm_bias, w.norm_bias, prefix + s.norm_bias);
   }
-  Layer layer(cfg, std::move(w));
-  layer.names_ = names;
-  return layer;
+  try {
+    Layer layer = stored != WeightDtype::fp32 && dtype == stored ? Layer(cfg, std::move(w), dtype, std::move(q))
+                                                                 : Layer(cfg, std::move(w), dtype);
+    layer.names_ = names;
+    return layer;
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
 }
 
 namespace {
 
-SafetensorsFile to_file(const Config& cfg, const TensorNames& names, const Weights& w) {
+// The layer's tensors; q (non-null for a low-precision layer) supplies the matrices.
+SafetensorsFile to_file(const Config& cfg, const TensorNames& names, const Weights& w,
+                        const nn::QuantizedWeights* q = nullptr) {
   SafetensorsFile f;
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   auto put = [&](const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
     if (!name.empty() && !v.empty()) f.tensors[name] = NamedTensor{std::move(shape), v};
   };
-  put(names.w1, w.w1, {F, d});
+  auto put_matrix = [&](const std::string& name, const std::vector<float>& v, const nn::QMatrix* m,
+                        std::vector<int64_t> shape) {
+    if (name.empty() || v.empty()) return;
+    if (!q) return put(name, v, std::move(shape));
+    NamedTensor t;
+    t.shape = shape;
+    if (q->dtype == WeightDtype::int8) {
+      t.dtype = "I8";
+      t.raw.resize(m->q.size());
+      std::memcpy(t.raw.data(), m->q.data(), m->q.size());
+      f.tensors[name + kScaleSuffix] = NamedTensor{{shape[0]}, m->scale};
+    } else {
+      t.dtype = q->dtype == WeightDtype::bf16 ? "BF16" : "F16";
+      t.raw.resize(m->h.size() * 2);
+      std::memcpy(t.raw.data(), m->h.data(), t.raw.size());
+    }
+    f.tensors[name] = std::move(t);
+  };
+  put_matrix(names.w1, w.w1, q ? &q->w1 : nullptr, {F, d});
   put(names.b1, w.b1, {F});
-  put(names.wg, w.wg, {F, d});
+  put_matrix(names.wg, w.wg, q ? &q->wg : nullptr, {F, d});
   put(names.bg, w.bg, {F});
-  put(names.w2, w.w2, {d, F});
+  put_matrix(names.w2, w.w2, q ? &q->w2 : nullptr, {d, F});
   put(names.b2, w.b2, {d});
   put(names.norm_weight, w.norm_weight, {d});
   put(names.norm_bias, w.norm_bias, {d});
@@ -220,12 +312,18 @@ SafetensorsFile to_file(const Config& cfg, const TensorNames& names, const Weigh
                 {kMetaNorm, std::string(to_string(cfg.norm))},
                 {kMetaNormType, std::string(to_string(cfg.norm_type))},
                 {kMetaEps, eps}};
+  if (q) {
+    f.metadata[kMetaDtype] = std::string(to_string(q->dtype));
+    f.metadata[kMetaQuantization] = method_of(q->dtype);
+  }
   return f;
 }
 
 }  // namespace
 
-SafetensorsFile Layer::to_safetensors() const { return to_file(cfg_, TensorNames::native(cfg_), w_); }
+SafetensorsFile Layer::to_safetensors() const {
+  return to_file(cfg_, TensorNames::native(cfg_), w_, static_cast<const nn::QuantizedWeights*>(quant_.get()));
+}
 
 void Layer::save(const std::string& path) const { write_safetensors(path, to_safetensors()); }
 

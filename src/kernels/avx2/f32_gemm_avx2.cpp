@@ -1,5 +1,9 @@
-// f32 GEMM block for AVX2 + FMA (compiled with -mavx2 -mfma). Contract:
-// src/nn/gemm.hpp.
+// f32 GEMM block for AVX2 + FMA + F16C (compiled with -mavx2 -mfma -mf16c),
+// with float32, bf16 or fp16 B. Contract: src/nn/gemm.hpp.
+//
+// 16-bit B is widened in registers as it is loaded: bf16 by a shift and a
+// mask (the panel row interleaves columns j and j + 8 in one 32-bit lane),
+// fp16 by vcvtph2ps. Packed panels are whole, so those loads are never masked.
 //
 // Micro-kernel: an MR × (NP·16) tile of C lives in MR·NP·2 ymm accumulators;
 // per k step it loads NP·2 vectors of B, broadcasts MR values of A and issues
@@ -23,8 +27,31 @@ inline __m256i mask_hi(int valid) {
                     : _mm256_setzero_si256();
 }
 
-template <int MR, int NP, bool Tail>
-inline void tile(const GemmArgs& g, int64_t row, int64_t panel, int valid) {
+// The 16 floats of B row `b` (columns 0–7, 8–15); masked only for a float tail.
+template <bool Tail>
+inline void load_b(const float* b, __m256i ml, __m256i mh, __m256& lo, __m256& hi) {
+  if constexpr (Tail) {
+    lo = _mm256_maskload_ps(b, ml);
+    hi = _mm256_maskload_ps(b + 8, mh);
+  } else {
+    lo = _mm256_loadu_ps(b);
+    hi = _mm256_loadu_ps(b + 8);
+  }
+}
+template <bool Tail>
+inline void load_b(const bf16_t* b, __m256i, __m256i, __m256& lo, __m256& hi) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+  lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  hi = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int32_t(0xffff0000u))));
+}
+template <bool Tail>
+inline void load_b(const fp16_t* b, __m256i, __m256i, __m256& lo, __m256& hi) {
+  lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 8)));
+}
+
+template <int MR, int NP, bool Tail, typename TB>
+inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid) {
   __m256 acc[MR][NP][2];
   __m256i ml = _mm256_setzero_si256(), mh = _mm256_setzero_si256();
   if constexpr (Tail) {
@@ -49,21 +76,15 @@ inline void tile(const GemmArgs& g, int64_t row, int64_t panel, int valid) {
       }
     }
   const float* a = g.a + row * g.rsa;
-  const float* b = g.b + panel * g.psb;
+  const TB* b = g.b + panel * g.psb;
   const int64_t rsa = g.rsa, csa = g.csa, ldb = g.ldb, psb = g.psb, k = g.k;
 #pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p) {
     __m256 bv[NP][2];
 #pragma GCC unroll 8
     for (int q = 0; q < NP; ++q) {
-      const float* bq = b + q * psb;
-      if (Tail && q == NP - 1) {
-        bv[q][0] = _mm256_maskload_ps(bq, ml);
-        bv[q][1] = _mm256_maskload_ps(bq + 8, mh);
-      } else {
-        bv[q][0] = _mm256_loadu_ps(bq);
-        bv[q][1] = _mm256_loadu_ps(bq + 8);
-      }
+      if (Tail && q == NP - 1) load_b<true>(b + q * psb, ml, mh, bv[q][0], bv[q][1]);
+      else load_b<false>(b + q * psb, ml, mh, bv[q][0], bv[q][1]);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
@@ -94,17 +115,16 @@ inline void tile(const GemmArgs& g, int64_t row, int64_t panel, int valid) {
 
 // Rows [row, row + MR) across every panel: NP panels at a time, then single
 // panels, then the partial panel.
-template <int MR, int NP>
-void row_strip(const GemmArgs& g, int64_t row, int64_t full, int tail_valid) {
+template <int MR, int NP, typename TB>
+void row_strip(const GemmArgsT<TB>& g, int64_t row, int64_t full, int tail_valid) {
   int64_t q = 0;
   for (; q + NP <= full; q += NP) tile<MR, NP, false>(g, row, q, kPanel);
   for (; q < full; ++q) tile<MR, 1, false>(g, row, q, kPanel);
   if (tail_valid) tile<MR, 1, true>(g, row, full, tail_valid);
 }
 
-}  // namespace
-
-void gemm_block(const GemmArgs& g) {
+template <typename TB>
+void block(const GemmArgsT<TB>& g) {
   const int64_t np = panels(g.n);
   const int last = int(g.n - (np - 1) * kPanel);  // columns in the last panel, 1..16
   const int tail_valid = last == kPanel ? 0 : last;
@@ -124,5 +144,11 @@ void gemm_block(const GemmArgs& g) {
     default: break;
   }
 }
+
+}  // namespace
+
+void gemm_block(const GemmArgs& g) { block(g); }
+void gemm_block(const GemmArgsT<bf16_t>& g) { block(g); }
+void gemm_block(const GemmArgsT<fp16_t>& g) { block(g); }
 
 }  // namespace ffn::nn::avx2

@@ -1,0 +1,99 @@
+// Low-precision weights (bf16, fp16, int8) and the int8 scheme.
+//
+// int8, as computed by the fast path and by the integer reference
+// (src/reference/ffn_int8_reference.cpp), which must agree bit for bit on
+// every quantized value and int32 sum:
+//
+//   weights   each output channel (a row of W1, Wg, W2 in PyTorch layout)
+//             s = max|w| / 127 (1 for an all-zero row), q = round(w / s)
+//             in [-127, 127], round half to even.
+//   activations  each token's row v entering a matrix product (the FFN input
+//             x for W1/Wg; the hidden activation for W2, per 256-unit chunk
+//             of d_ff — the chunk the fused path holds in L1/L2):
+//             lo = min(0, min v), hi = max(0, max v), s = hi/255 − lo/255
+//             (1 if the row is zero), zp = round(−lo / s), u = clamp(round(v · (1/s)) + zp,
+//             0, 255), and the product uses a = u − zp ∈ [−255, 255].
+//             A row holding NaN or ±Inf gets s = NaN (its outputs are NaN).
+//   products  acc = Σ a · q in int32 (exact); z = fma(float(acc), s_a · s_w,
+//             prev) with prev = bias (first product) or the running sum of
+//             the earlier chunks (second product), in chunk order.
+//
+// Why asymmetric 8-bit activations and 16-bit operands: this project's CPUs
+// without VNNI (AVX2) multiply with vpmaddwd on int16, so a = u − zp is
+// formed once while quantizing and no zero-point compensation term is
+// needed; vpmaddubsw (u8 × s8) would be no faster (it needs a vpmaddwd to
+// widen its int16 sums anyway) and saturates at ±32767. A ReLU hidden row
+// (lo = 0) gets all 256 levels over [0, max].
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "ffn/ffn.hpp"
+
+namespace ffn::nn {
+
+constexpr int64_t kQuantChunk = 256;  // hidden units per activation scale (int8)
+
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+inline float bf16_to_float(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t float_to_fp16(float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+inline float fp16_to_float(uint16_t b) {
+  _Float16 h;
+  std::memcpy(&h, &b, 2);
+  return static_cast<float>(h);
+}
+
+// One weight matrix [rows, cols] in PyTorch layout (rows = output channels).
+struct QMatrix {
+  int64_t rows = 0, cols = 0;
+  std::vector<int8_t> q;      // int8: values
+  std::vector<float> scale;   // int8: one per row
+  std::vector<uint16_t> h;    // bf16 / fp16: bits
+  bool empty() const { return rows == 0; }
+};
+
+struct QuantizedWeights {
+  WeightDtype dtype = WeightDtype::fp32;
+  QMatrix w1, wg, w2;
+};
+
+// Converts w [rows, cols]; `name` for errors (an fp16 overflow names the
+// element). Throws Error for a non-finite weight (int8) or one beyond fp16's range.
+QMatrix quantize_matrix(const std::vector<float>& w, int64_t rows, int64_t cols, WeightDtype dtype,
+                        const std::string& name);
+// The float32 values the low-precision matrix stands for.
+std::vector<float> dequantize(const QMatrix& m, WeightDtype dtype);
+
+// Quantizes one activation row v[n] (see above): a[0, n) and, when n is odd,
+// a[n] = 0; returns s. Portable; the fast path's per-ISA versions match it.
+float quantize_row_ref(const float* v, int64_t n, int16_t* a);
+
+}  // namespace ffn::nn
+
+namespace ffn::nn {
+
+// Panels for the fast path from a PyTorch-layout matrix m [N rows, K cols]
+// (B(k, n) = m[n, k]), as src/nn/gemm.hpp describes: 16-bit (bf16 rows
+// interleaved, fp16 in order) and int8 (pairs of k).
+std::vector<uint16_t> pack_panels_16(const std::vector<uint16_t>& m, int64_t K, int64_t N, bool bf16);
+std::vector<int8_t> pack_panels_s8(const std::vector<int8_t>& m, int64_t K, int64_t N);
+
+}  // namespace ffn::nn

@@ -1,0 +1,89 @@
+#include "reference/ffn_int8_reference.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "nn/activation.hpp"
+
+namespace ffn::reference {
+
+void igemm_int8(const int16_t* a, const int8_t* b, int64_t m, int64_t n, int64_t k, int32_t* c) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      int32_t s = 0;
+      for (int64_t p = 0; p < k; ++p) s += int32_t(a[i * k + p]) * int32_t(b[j * k + p]);
+      c[i * n + j] = s;
+    }
+}
+
+namespace {
+
+// out = Norm(v) with statistics in double.
+void norm_row(const Config& cfg, const float* v, const Params<float>& p, float* out) {
+  const int64_t d = cfg.d_model;
+  double mean = 0.0, var = 0.0;
+  if (cfg.norm_type == NormType::layernorm) {
+    for (int64_t j = 0; j < d; ++j) mean += v[j];
+    mean /= double(d);
+  }
+  for (int64_t j = 0; j < d; ++j) var += (v[j] - mean) * (v[j] - mean);
+  const double rstd = 1.0 / std::sqrt(var / double(d) + double(cfg.eps));
+  for (int64_t j = 0; j < d; ++j)
+    out[j] = float((v[j] - mean) * rstd * double(p.gamma[j]) + (p.beta ? double(p.beta[j]) : 0.0));
+}
+
+}  // namespace
+
+void forward_int8(const Config& cfg, const nn::QuantizedWeights& q, const Params<float>& p, const float* x,
+                  int64_t n, float* y) {
+  const int64_t d = cfg.d_model, F = cfg.d_ff;
+  const bool gated = is_gated(cfg.activation);
+  const nn::Unit unit = nn::unit_of(cfg.activation);
+  const size_t ud = static_cast<size_t>(d), uF = static_cast<size_t>(F);
+  std::vector<float> in(ud), h(uF), o(ud), row(ud);
+  std::vector<int16_t> xa(ud + 1), ha(static_cast<size_t>(nn::kQuantChunk) + 1);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * d;
+    if (cfg.norm == NormPlacement::pre) norm_row(cfg, xt, p, in.data());
+    else std::copy(xt, xt + d, in.begin());
+    const float sx = nn::quantize_row_ref(in.data(), d, xa.data());
+    for (int64_t f = 0; f < F; ++f) {
+      int32_t a1 = 0, ag = 0;
+      for (int64_t k = 0; k < d; ++k) {
+        a1 += int32_t(xa[size_t(k)]) * int32_t(q.w1.q[size_t(f * d + k)]);
+        if (gated) ag += int32_t(xa[size_t(k)]) * int32_t(q.wg.q[size_t(f * d + k)]);
+      }
+      const float z = std::fma(float(a1), sx * q.w1.scale[size_t(f)], p.b1 ? p.b1[f] : 0.0f);
+      if (gated) {
+        const float zg = std::fma(float(ag), sx * q.wg.scale[size_t(f)], p.bg ? p.bg[f] : 0.0f);
+        h[size_t(f)] = nn::act(unit, zg) * z;
+      } else {
+        h[size_t(f)] = nn::act(unit, z);
+      }
+    }
+    std::fill(o.begin(), o.end(), 0.0f);
+    for (int64_t f0 = 0; f0 < F; f0 += nn::kQuantChunk) {
+      const int64_t fc = std::min(nn::kQuantChunk, F - f0);
+      const float sh = nn::quantize_row_ref(h.data() + f0, fc, ha.data());
+      for (int64_t j = 0; j < d; ++j) {
+        int32_t s = 0;
+        for (int64_t f = 0; f < fc; ++f) s += int32_t(ha[size_t(f)]) * int32_t(q.w2.q[size_t(j * F + f0 + f)]);
+        o[size_t(j)] = std::fma(float(s), sh * q.w2.scale[size_t(j)], o[size_t(j)]);
+      }
+    }
+    float* yt = y + t * d;
+    for (int64_t j = 0; j < d; ++j) o[size_t(j)] += p.b2 ? p.b2[j] : 0.0f;
+    switch (cfg.norm) {
+      case NormPlacement::none: std::copy(o.begin(), o.end(), yt); break;
+      case NormPlacement::pre:
+        for (int64_t j = 0; j < d; ++j) yt[j] = xt[j] + o[size_t(j)];
+        break;
+      case NormPlacement::post:
+        for (int64_t j = 0; j < d; ++j) row[size_t(j)] = xt[j] + o[size_t(j)];
+        norm_row(cfg, row.data(), p, yt);
+        break;
+    }
+  }
+}
+
+}  // namespace ffn::reference
