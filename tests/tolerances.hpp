@@ -21,6 +21,14 @@ constexpr double kVsTorchDw = 1e-5;  // parameter gradients: K = tokens (and d_m
 // The fused float32 path against the reference path (double accumulation).
 constexpr double kFusedVsReference = 1e-5;
 
+// The int8 fast path against the int8 reference (src/reference/ffn_int8_reference.cpp):
+// every quantized value and int32 sum is the same (the kernels are tested bit
+// for bit); what differs is the order of the float sums of W2's partial
+// products (the fast path adds two halves of d_ff, ~√2·u) and the norm's
+// statistics (float here, double there) — rounding differences of a few
+// float32 ulps, as for the fp32 path.
+constexpr double kInt8VsReference = 1e-5;
+
 // Finite differences in double, central, step h = 1e-6: truncation ~h² ≈ 1e-12
 // and cancellation ~1e-16/h ≈ 1e-10, far below 1e-6.
 constexpr double kFiniteDifference = 1e-6;
