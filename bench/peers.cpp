@@ -4,8 +4,8 @@
 // (bench/torch_ffn.py) — each case in its own process, alternating, and prints
 // one table. Benchmark-only: the library never links oneDNN or OpenBLAS.
 //
-//   ffn_peers run --impl onednn|openblas --tokens T --threads N [--backward] --json
-//   ffn_peers compare [--rounds 3] [--tokens 1,8,64,512,4096] [--threads 1,2]
+//   ffn_peers run --impl onednn|openblas|onednn_s8|onednn_bf16 --tokens T --threads N [--backward] --json
+//   ffn_peers compare [--rounds 3] [--tokens 1,8,64,512,4096] [--threads 1,2] [--impls ffn,ffn_int8,onednn_s8,...]
 //
 // FLOPs: 4·T·d·F forward, 12·T·d·F forward + backward (every implementation
 // does the same products). Time per call: median over the calls of one
@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -233,6 +234,55 @@ std::vector<double> run_onednn(const Case& c) {
     s.wait();
   });
 }
+
+// Low precision through oneDNN's matmul (forward only), the idiomatic static
+// way: s8: x as s8 [T, d] (quantized once, outside the timing) × W1 s8 →
+// bias, ReLU and output scale fused → hidden u8 [T, F] → × W2 s8 → f32 out;
+// bf16: x, W1, W2 bf16, hidden bf16, out f32. Returns {} if this oneDNN has no
+// implementation for the CPU (its error is printed).
+std::vector<double> run_onednn_lowp(const Case& c, bool s8) {
+  using namespace dnnl;
+  using tag = memory::format_tag;
+  using dt = memory::data_type;
+  omp_set_num_threads(c.threads);
+  const int64_t T = c.T, d = c.d, F = c.F;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  try {
+    const dt src_t = s8 ? dt::s8 : dt::bf16, w_t = s8 ? dt::s8 : dt::bf16, hid_t = s8 ? dt::u8 : dt::bf16;
+    post_ops relu;
+    relu.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
+    primitive_attr a1, a2;
+    a1.set_post_ops(relu);
+    if (s8) {
+      a1.set_output_scales(0, {0.01f});
+      a2.set_output_scales(0, {0.001f});
+    }
+    matmul::primitive_desc p1(matmul::desc(memory::desc({T, d}, src_t, tag::ab), memory::desc({d, F}, w_t, tag::any),
+                                           memory::desc({1, F}, dt::f32, tag::ab), memory::desc({T, F}, hid_t, tag::ab)),
+                              a1, eng);
+    matmul::primitive_desc p2(matmul::desc(memory::desc({T, F}, hid_t, tag::ab), memory::desc({F, d}, w_t, tag::any),
+                                           memory::desc({1, d}, dt::f32, tag::ab), memory::desc({T, d}, dt::f32, tag::ab)),
+                              a2, eng);
+    memory x(p1.src_desc(), eng), h(p1.dst_desc(), eng), y(p2.dst_desc(), eng);
+    memory w1(p1.weights_desc(), eng), w2(p2.weights_desc(), eng), b1(p1.bias_desc(), eng), b2(p2.bias_desc(), eng);
+    // Contents: small integers / bf16 ones are enough for timing (no data-dependent paths).
+    auto fill = [](memory& m, uint8_t v) {
+      std::memset(m.get_data_handle(), v, m.get_desc().get_size());
+    };
+    fill(x, 1), fill(w1, 1), fill(w2, 1), fill(b1, 0), fill(b2, 0);
+    matmul m1(p1), m2(p2);
+    std::printf("# oneDNN %s: %s / %s\n", s8 ? "s8" : "bf16", p1.impl_info_str(), p2.impl_info_str());
+    return time_calls(c, [&] {
+      m1.execute(s, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w1}, {DNNL_ARG_BIAS, b1}, {DNNL_ARG_DST, h}});
+      m2.execute(s, {{DNNL_ARG_SRC, h}, {DNNL_ARG_WEIGHTS, w2}, {DNNL_ARG_BIAS, b2}, {DNNL_ARG_DST, y}});
+      s.wait();
+    });
+  } catch (const dnnl::error& e) {
+    std::fprintf(stderr, "ffn_peers: oneDNN %s: %s\n", s8 ? "s8" : "bf16", e.what());
+    return {};
+  }
+}
 #endif
 
 // ---- compare: the driver ------------------------------------------------------
@@ -284,8 +334,11 @@ int compare(const std::string& self, const std::string& ffn, const std::string& 
                                    " --repeats " + std::to_string(repeats) + " --warmup " +
                                    std::to_string(warmup) + (backward ? " --backward" : "") + " --json";
           for (const std::string& impl : impls) {
+            const bool lowp = impl.find('_') != std::string::npos;
+            if (backward && lowp) continue;  // low precision: inference only
             std::string cmd;
             if (impl == "ffn") cmd = ffn + " bench --norm none" + args;
+            else if (impl.rfind("ffn_", 0) == 0) cmd = ffn + " bench --norm none --dtype " + impl.substr(4) + args;
             else if (impl == "torch") cmd = python + " " + torch + args;
             else cmd = self + " run --impl " + impl + args;
             const double m = median_of(run_process(cmd + " 2>/dev/null"));
@@ -331,7 +384,9 @@ int main(int argc, char** argv) {
   std::string impl;
   bool json = false;
   auto* run = app.add_subcommand("run", "time one implementation in this process");
-  run->add_option("--impl", impl, "onednn or openblas")->required()->check(CLI::IsMember({"onednn", "openblas"}));
+  run->add_option("--impl", impl, "onednn, openblas, onednn_s8 or onednn_bf16")
+      ->required()
+      ->check(CLI::IsMember({"onednn", "openblas", "onednn_s8", "onednn_bf16"}));
   run->add_option("--tokens", c.T)->check(CLI::PositiveNumber);
   run->add_option("--d-model", c.d)->check(CLI::PositiveNumber);
   run->add_option("--d-ff", c.F)->check(CLI::PositiveNumber);
@@ -344,6 +399,7 @@ int main(int argc, char** argv) {
   std::string ffn = "build/bin/ffn", python = "/usr/bin/python3", torch = "bench/torch_ffn.py";
   std::vector<int64_t> tokens = {1, 8, 64, 512, 4096};
   std::vector<int> threads = {1, 2};
+  // Also: ffn_int8, ffn_bf16, ffn_fp16 (ffn bench --dtype), onednn_s8, onednn_bf16.
   std::vector<std::string> impls = {"ffn", "onednn", "openblas", "torch"};
   int rounds = 3;
   auto* cmp = app.add_subcommand("compare", "run every implementation, alternating, and print the table");
@@ -360,7 +416,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> use;
     for (const auto& i : impls) {
 #ifndef FFN_HAVE_DNNL
-      if (i == "onednn") continue;
+      if (i.rfind("onednn", 0) == 0) continue;
 #endif
 #ifndef FFN_HAVE_OPENBLAS
       if (i == "openblas") continue;
@@ -372,9 +428,9 @@ int main(int argc, char** argv) {
     return compare(argv[0], ffn, python, torch, tokens, threads, rounds, use);
   }
   std::vector<double> t;
-  if (impl == "onednn") {
+  if (impl == "onednn" || impl == "onednn_s8" || impl == "onednn_bf16") {
 #ifdef FFN_HAVE_DNNL
-    t = run_onednn(c);
+    t = impl == "onednn" ? run_onednn(c) : run_onednn_lowp(c, impl == "onednn_s8");
 #endif
   } else {
 #ifdef FFN_HAVE_OPENBLAS
