@@ -259,6 +259,24 @@ TEST(Quantize, SixteenBitConversionsRoundToNearestEven) {
   EXPECT_EQ(nn::float_to_fp16(1.0f), 0x3c00);
   EXPECT_EQ(nn::float_to_fp16(65504.0f), 0x7bff);
   EXPECT_EQ(nn::fp16_to_float(nn::float_to_fp16(1.0f + 1.0f / 2048)), 1.0f);  // halfway: to even
+  // Every half value: widening agrees with the file reader's conversion and
+  // narrowing gives the same bits back; halfway cases between halves round to even.
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = nn::fp16_to_float(uint16_t(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(io::half_to_float(uint16_t(h))));
+      continue;
+    }
+    ASSERT_EQ(f, io::half_to_float(uint16_t(h))) << h;
+    ASSERT_EQ(nn::float_to_fp16(f), h) << h;
+    if ((h & 0x7fffu) < 0x7bffu) {
+      const float next = nn::fp16_to_float(uint16_t(h + 1));
+      const uint16_t mid = nn::float_to_fp16(0.5f * f + 0.5f * next);
+      ASSERT_EQ(mid, (h % 2 == 0) ? h : h + 1) << h;
+    }
+  }
+  EXPECT_EQ(nn::float_to_fp16(65519.0f), 0x7bff);
+  EXPECT_EQ(nn::float_to_fp16(65520.0f), 0x7c00);
   std::vector<float> w(6, 0.5f);
   w[4] = 7e4f;
   try {
