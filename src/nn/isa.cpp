@@ -1,5 +1,7 @@
 #include "nn/isa.hpp"
 
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -22,13 +24,21 @@ Isa parse_isa(std::string_view s, std::string_view what) {
   throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected auto, scalar, avx2 or avx512");
 }
 
+namespace {
+// F16C (CPUID leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports has no "f16c".
+bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+}
+}  // namespace
+
 bool isa_supported(Isa i) {
   switch (i) {
     case Isa::automatic:
     case Isa::scalar:
       return true;
     case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case Isa::avx512:
       return false;  // no AVX-512 kernels in this build yet
   }
