@@ -20,13 +20,7 @@ using namespace ffn;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& e : v) e = d(rng);
-  return v;
-}
+using test::randn;
 
 // A layer with non-trivial norm parameters (init gives γ=1, β=0).
 Layer make_layer(Config cfg, uint64_t seed) {

@@ -24,27 +24,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<float> gaussian(size_t n, uint64_t seed, float sigma = 1.0f) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+std::vector<float> gaussian(size_t n, uint64_t seed, float sigma = 1.0f) { return test::randn(n, seed, sigma); }
 
 // ‖got − want‖ / ‖want‖ and cos∠(got, want): the accuracy measures.
-struct Accuracy {
-  double rel_rms = 0, cosine = 0;
-};
+using Accuracy = Agreement;
 Accuracy accuracy(const std::vector<float>& got, const std::vector<float>& want) {
-  double e = 0, w = 0, g = 0, gw = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    e += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    w += double(want[i]) * want[i];
-    g += double(got[i]) * got[i];
-    gw += double(got[i]) * want[i];
-  }
-  return {std::sqrt(e / w), gw / std::sqrt(g * w)};
+  return agreement(got.data(), want.data(), got.size());
 }
 
 std::vector<float> run(const Layer& l, const std::vector<float>& x, Isa isa = Isa::automatic,

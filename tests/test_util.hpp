@@ -3,11 +3,22 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <random>
 #include <vector>
 #include <string>
 
 namespace ffn::test {
+
+// n samples of N(0, scale²), reproducible from the seed.
+inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& e : v) e = d(rng);
+  return v;
+}
 
 // A scratch directory per suite and process: /tmp/ffn_test_<tag>_<pid>.
 // The directory is removed (with its contents) when the test program exits.

@@ -352,18 +352,6 @@ double median(std::vector<double> v) {
 constexpr double kBenchTolerance = 1e-5;
 constexpr double kBenchToleranceInt8 = 1e-4;
 
-// ‖got − want‖ / ‖want‖ and the cosine of the angle between them.
-std::pair<double, double> rel_rms_and_cosine(const std::vector<float>& got, const std::vector<float>& want) {
-  double e = 0, w = 0, g = 0, gw = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    e += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    w += double(want[i]) * want[i];
-    g += double(got[i]) * got[i];
-    gw += double(got[i]) * want[i];
-  }
-  return {std::sqrt(e / w), gw / std::sqrt(g * w)};
-}
-
 int cmd_bench(const BenchArgs& a) {
   if (a.tokens < 1) throw Error("--tokens: expected a positive integer, got " + std::to_string(a.tokens));
   if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
@@ -435,13 +423,13 @@ int cmd_bench(const BenchArgs& a) {
   const double tol = dtype == WeightDtype::int8 ? kBenchToleranceInt8 : kBenchTolerance;
   const bool ok = cmp.ok(tol);
   // A low-precision layer's error against the fp32 layer on the same tokens.
-  std::pair<double, double> vs_fp32{0.0, 1.0};
+  Agreement vs_fp32{0.0, 1.0};
   if (dtype != WeightDtype::fp32) {
     std::vector<float> y32(xs.size());
     RunOptions fast;
     fast.threads = threads;
     layer32.forward(xs.data(), y32.data(), Shape::tokens(k), fast);
-    vs_fp32 = rel_rms_and_cosine(ys, y32);
+    vs_fp32 = agreement(ys.data(), y32.data(), ys.size());
   }
 
   const double med = median(times);
@@ -463,8 +451,8 @@ int cmd_bench(const BenchArgs& a) {
                         {"check_tokens", k}, {"check_max_error", cmp.max_error},
                         {"check_tolerance", tol}, {"check_ok", ok}};
     if (dtype != WeightDtype::fp32) {
-      j["vs_fp32_rel_rms"] = vs_fp32.first;
-      j["vs_fp32_cosine"] = vs_fp32.second;
+      j["vs_fp32_rel_rms"] = vs_fp32.rel_rms;
+      j["vs_fp32_cosine"] = vs_fp32.cosine;
     }
     if (dtype == WeightDtype::int8) {
       j["int16_madd_peak_gops"] = peak_int.gflops;
@@ -489,7 +477,7 @@ int cmd_bench(const BenchArgs& a) {
                 (long long)k, cmp.describe().c_str(), tol, ok ? "OK" : "FAILED");
     if (dtype != WeightDtype::fp32)
       std::printf("  vs fp32        relative RMS error %.2e, cosine similarity %.7f (same tokens, fp32 weights)\n",
-                  vs_fp32.first, vs_fp32.second);
+                  vs_fp32.rel_rms, vs_fp32.cosine);
   }
   return ok ? 0 : 1;
 }

@@ -52,6 +52,24 @@ Comparison compare(const A* got, const B* want, size_t n) {
   return c;
 }
 
+// How far a low-precision result is from the full-precision one, as a whole:
+// ‖got − want‖ / ‖want‖ and the cosine of the angle between them.
+struct Agreement {
+  double rel_rms = 0, cosine = 0;
+};
+template <typename A, typename B>
+Agreement agreement(const A* got, const B* want, size_t n) {
+  double e = 0, w = 0, g = 0, gw = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double a = double(got[i]), b = double(want[i]);
+    e += (a - b) * (a - b);
+    w += b * b;
+    g += a * a;
+    gw += a * b;
+  }
+  return {std::sqrt(e / w), gw / std::sqrt(g * w)};
+}
+
 // Fraction of elements that are not zero: a check whose expected values are
 // mostly zeros proves little (oneDNN's benchdnn refuses such checks).
 template <typename T>
