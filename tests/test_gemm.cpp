@@ -13,6 +13,7 @@
 #include "ffn/ffn.hpp"
 #include "nn/gemm.hpp"
 #include "nn/isa.hpp"
+#include "nn/kernel_config.hpp"
 
 using namespace ffn;
 using namespace ffn::nn;
@@ -60,7 +61,7 @@ GemmArgs args(const Problem& p, const Data& d, float* c) {
 
 std::vector<float> run(Isa isa, const Problem& p, const Data& d, int threads) {
   std::vector<float> c = d.c0;
-  gemm(gemm_kernel(isa), args(p, d, c.data()), threads);
+  gemm(kernel_config(isa).f32, args(p, d, c.data()), threads);
   return c;
 }
 

@@ -14,6 +14,7 @@
 #include "io/safetensors.hpp"
 #include "nn/gemm.hpp"
 #include "nn/isa.hpp"
+#include "nn/kernel_config.hpp"
 #include "nn/quantize.hpp"
 #include "reference/ffn_int8_reference.hpp"
 #include "test_util.hpp"
@@ -52,7 +53,7 @@ class Int8PerIsa : public ::testing::TestWithParam<Isa> {
     if (!isa_supported(GetParam())) GTEST_SKIP() << to_string(GetParam()) << " not supported here";
   }
   // avx512 has no int8 kernels of its own: it would resolve to avx2's.
-  const nn::Int8Kernels& kernels() const { return nn::int8_kernels(nn::resolve_isa(GetParam())); }
+  const nn::Int8Kernels& kernels() const { return *nn::kernel_config(nn::resolve_isa(GetParam())).int8; }
 };
 
 // C = A · Bᵀ through the packed kernel, bit for bit against the integer reference.

@@ -24,6 +24,7 @@
 #include "ffn/ffn.hpp"
 #include "io/file_util.hpp"
 #include "nn/isa.hpp"
+#include "nn/kernel_config.hpp"
 #include "nn/peak.hpp"
 #include "nn/init.hpp"
 
@@ -384,11 +385,19 @@ int cmd_bench(const BenchArgs& a) {
   ro.threads = threads;
   ro.isa = nn::resolve_isa(parse_isa(a.isa, "--isa"));
   const std::string isa_name(to_string(ro.isa));
+  const nn::KernelConfig& kcfg = nn::kernel_config(ro.isa);
+  // Which kernels the matrix products of this run use.
+  char products[160];
+  if (dtype == WeightDtype::int8)
+    std::snprintf(products, sizeof products, "int8 products on %s (%s)", isa_name.c_str(), kcfg.int8_instr);
+  else
+    std::snprintf(products, sizeof products, "fp32 products on %s, %dx%d tiles%s", isa_name.c_str(), kcfg.mr,
+                  kcfg.nr, dtype == WeightDtype::fp32 ? "" : " (16-bit weights widened in registers)");
 
   // The machine's peak on this many threads, measured now (see nn/peak.hpp).
   const nn::Peak peak = nn::measure_peak(threads);
   const bool int8 = dtype == WeightDtype::int8;
-  const nn::Peak peak_int = int8 ? nn::measure_peak(threads, nn::PeakKind::int16) : nn::Peak{};
+  const nn::Peak peak_int = int8 ? nn::measure_peak(threads, nn::PeakKind::int8) : nn::Peak{};
   const nn::Peak peak_u8s8 = int8 ? nn::measure_peak(threads, nn::PeakKind::u8s8) : nn::Peak{};
 
   std::vector<double> times;
@@ -446,7 +455,8 @@ int cmd_bench(const BenchArgs& a) {
                         {"repeats", a.repeats},
                         {"median_s", med}, {"min_s", tmin}, {"max_s", tmax},
                         {"tokens_per_s", tokens_per_s}, {"gflops", gflops},
-                        {"peak_gflops", peak.gflops}, {"peak_isa", to_string(peak.isa)},
+                        {"products", products},
+                        {"peak_gflops", peak.gflops}, {"peak_isa", to_string(peak.isa)}, {"peak_instr", peak.instr},
                         {"percent_of_peak", percent_of_peak},
                         {"check_tokens", k}, {"check_max_error", cmp.max_error},
                         {"check_tolerance", tol}, {"check_ok", ok}};
@@ -455,7 +465,8 @@ int cmd_bench(const BenchArgs& a) {
       j["vs_fp32_cosine"] = vs_fp32.cosine;
     }
     if (dtype == WeightDtype::int8) {
-      j["int16_madd_peak_gops"] = peak_int.gflops;
+      j["int8_peak_gops"] = peak_int.gflops;
+      j["int8_peak_instr"] = peak_int.instr;
       j["u8s8_maddubs_peak_gops"] = peak_u8s8.gflops;
       j["percent_of_int_peak"] = 100.0 * gflops / peak_int.gflops;
     }
@@ -465,14 +476,15 @@ int cmd_bench(const BenchArgs& a) {
                 (long long)a.d_model, (long long)a.d_ff, a.activation.c_str(), a.norm.c_str(), a.norm_type.c_str(),
                 (long long)a.tokens, threads, a.dtype.c_str(), isa_name.c_str(),
                 a.backward ? "forward+backward" : "forward");
+    std::printf("  kernels        %s\n", products);
     std::printf("  time per call  median %.3f ms  (min %.3f, max %.3f; %d calls)\n", med * 1e3, tmin * 1e3,
                 tmax * 1e3, a.repeats);
-    std::printf("  throughput     %.0f tokens/s, %.1f GFLOP/s = %.1f%% of the measured peak %.1f GFLOP/s (%s FMA loop)\n",
-                tokens_per_s, gflops, percent_of_peak, peak.gflops, std::string(to_string(peak.isa)).c_str());
+    std::printf("  throughput     %.0f tokens/s, %.1f GFLOP/s = %.1f%% of the measured peak %.1f GFLOP/s (%s loop)\n",
+                tokens_per_s, gflops, percent_of_peak, peak.gflops, peak.instr);
     if (dtype == WeightDtype::int8)
-      std::printf("  int8           %.1f GOP/s = %.1f%% of the measured vpmaddwd peak %.1f GOP/s "
-                  "(vpmaddubsw+vpmaddwd: %.1f)\n", gflops, 100.0 * gflops / peak_int.gflops, peak_int.gflops,
-                  peak_u8s8.gflops);
+      std::printf("  int8           %.1f GOP/s = %.1f%% of the measured %s peak %.1f GOP/s "
+                  "(vpmaddubsw+vpmaddwd: %.1f)\n", gflops, 100.0 * gflops / peak_int.gflops, peak_int.instr,
+                  peak_int.gflops, peak_u8s8.gflops);
     std::printf("  check          %lld tokens against the reference path: %s (tolerance %.0e)  %s\n",
                 (long long)k, cmp.describe().c_str(), tol, ok ? "OK" : "FAILED");
     if (dtype != WeightDtype::fp32)

@@ -16,6 +16,7 @@
 #include "nn/activation.hpp"
 #include "nn/fused_forward.hpp"
 #include "nn/isa.hpp"
+#include "nn/kernel_config.hpp"
 #include "nn/philox.hpp"
 
 namespace ffn::nn {
@@ -116,7 +117,7 @@ class Scratch {
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
                     float* dx, const FusedGrads& g, int threads, Isa isa) {
-  const GemmBlockFn kernel = gemm_kernel(resolve_isa(isa));
+  const F32Gemm& kernel = kernel_config(resolve_isa(isa)).f32;
   const PackedWeights::Backward& bw = pw.backward(cfg, w);
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   const bool gated = is_gated(cfg.activation);

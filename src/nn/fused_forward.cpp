@@ -9,6 +9,7 @@
 
 #include "nn/activation.hpp"
 #include "nn/isa.hpp"
+#include "nn/kernel_config.hpp"
 #include "nn/philox.hpp"
 
 namespace ffn::nn {
@@ -52,7 +53,6 @@ const PackedWeights::Backward& PackedWeights::backward(const Config& cfg, const 
 
 namespace {
 
-constexpr int64_t kTokenBlock = 96;  // tokens per block (16 micro-tiles of 6 rows)
 constexpr int64_t kChunk = 256;      // hidden units per chunk (a multiple of kPanel)
 constexpr int kMaxGroups = 2;        // fixed split of d_ff (see fused_forward.hpp)
 static_assert(kChunk % kPanel == 0);
@@ -95,7 +95,7 @@ struct Forward {
   const Config& cfg;
   const Weights& w;
   const PackedWeights& pw;
-  Isa isa;  // resolved
+  const KernelConfig& kc;  // of the resolved ISA
   const float* x;
   const int64_t* pos;
   uint64_t seed;
@@ -144,7 +144,7 @@ struct Forward {
         std::copy(xr, xr + d, wk.in.data() + r * d);
       }
       if (pw.dtype == WeightDtype::int8)
-        wk.xs[size_t(r)] = int8_kernels(isa).quantize_row(wk.in.data() + r * d, d, wk.xq.data() + r * dpad());
+        wk.xs[size_t(r)] = kc.int8->quantize_row(wk.in.data() + r * d, d, wk.xq.data() + r * dpad());
     }
   }
 
@@ -192,7 +192,7 @@ struct Forward {
   // int8 (inference): acc[m, d] as group_partial, with the integer products
   // and the hidden chunk re-quantized per token (src/nn/quantize.hpp).
   void group_partial_int8(int64_t m, int64_t g, Work& wk, float* acc) const {
-    const Int8Kernels& ik = int8_kernels(isa);
+    const Int8Kernels& ik = *kc.int8;
     const int64_t kpd = (d + 1) / 2, kpf = (F + 1) / 2, ldo = panels(d) * kPanel;
     const int64_t c_begin = chunk_begin(g), c_end = chunk_begin(g + 1);
     for (int64_t c = c_begin; c < c_end; ++c) {
@@ -236,7 +236,7 @@ struct Forward {
   template <typename TB>
   void group_partial_f(int64_t t0, int64_t m, int64_t g, Work& wk, float* acc, const TB* p1, const TB* pg,
                        const TB* p2) const {
-    const GemmBlockFnT<TB> kernel = gemm_kernel_for<TB>(isa);
+    const F32Gemm& kernel = kc.f32;
     const int64_t c_end = chunk_begin(g + 1);
     for (int64_t c = chunk_begin(g); c < c_end; ++c) {
       const int64_t f0 = c * kChunk, fc = std::min(kChunk, F - f0);
@@ -307,10 +307,11 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
                    const FusedSaved* saved) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   const int64_t chunks = (F + kChunk - 1) / kChunk;
-  const Forward f{cfg, w, pw, resolve_isa(isa), x, pos, seed, saved, y, d, F, chunks,
+  const Forward f{cfg, w, pw, kernel_config(resolve_isa(isa)), x, pos, seed, saved, y, d, F, chunks,
                   std::min<int64_t>(kMaxGroups, chunks), is_gated(cfg.activation), unit_of(cfg.activation),
                   DropoutRule::make(training ? cfg.dropout_hidden : 0.0f),
                   DropoutRule::make(training ? cfg.dropout_output : 0.0f)};
+  const int64_t kTokenBlock = f.kc.token_block;  // tokens per block
   const int64_t blocks = (n + kTokenBlock - 1) / kTokenBlock;
   threads = std::max(1, threads);
 

@@ -9,17 +9,16 @@
 namespace ffn::nn {
 
 namespace {
-constexpr int64_t kKc = 256;  // k per block: a 16-wide B panel block is 16 KiB (L1)
-constexpr int64_t kMc = 48;   // rows per block: A block 48 KiB, stays in L2
-constexpr int64_t kNc = 512;  // columns per block: a packed B block is 512 KiB (L2)
-constexpr int64_t kPackRows = 2048;  // rows of A packed at once (2 MiB at kKc)
+constexpr int64_t kPackRows = 2048;  // rows of A packed at once (2 MiB at k = 256)
 
 // C rows [m0, m1) × panels [p0, p1), all of k, on the calling thread.
 // Operands the micro-kernel would read with long strides are copied first
 // into the layouts it streams best (copying changes no arithmetic): a B given
 // as a plain row-major matrix into 16-column panels, an A given column-major
 // (csa ≠ 1) into row-major blocks.
-void run_range(GemmBlockFn kernel, const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+void run_range(const F32Gemm& gk, const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  const GemmBlockFn kernel = gk.f32;
+  const int64_t kMc = gk.blocking.mc, kKc = gk.blocking.kc, kNc = gk.blocking.nc;
   const int64_t n0 = p0 * kPanel, n1 = std::min(g.n, p1 * kPanel);
   if (m0 >= m1 || n0 >= n1) return;
   if (g.k == 0) {
@@ -104,7 +103,9 @@ void run_range(GemmBlockFn kernel, const GemmArgs& g, int64_t m0, int64_t m1, in
 }  // namespace
 
 template <typename TB>
-void gemm_packed(GemmBlockFnT<TB> kernel, const GemmArgsT<TB>& g) {
+void gemm_packed(const F32Gemm& gk, const GemmArgsT<TB>& g) {
+  const GemmBlockFnT<TB> kernel = gk.block<TB>();
+  const int64_t kMc = gk.blocking.mc, kKc = gk.blocking.kc, kNc = gk.blocking.nc;
   for (int64_t j0 = 0; j0 < g.n; j0 += kNc)
     for (int64_t i0 = 0; i0 < g.m; i0 += kMc)
       for (int64_t k0 = 0; k0 < g.k; k0 += kKc) {
@@ -119,22 +120,11 @@ void gemm_packed(GemmBlockFnT<TB> kernel, const GemmArgsT<TB>& g) {
         kernel(t);
       }
 }
-template void gemm_packed<float>(GemmBlockFnT<float>, const GemmArgsT<float>&);
-template void gemm_packed<bf16_t>(GemmBlockFnT<bf16_t>, const GemmArgsT<bf16_t>&);
-template void gemm_packed<fp16_t>(GemmBlockFnT<fp16_t>, const GemmArgsT<fp16_t>&);
+template void gemm_packed<float>(const F32Gemm&, const GemmArgsT<float>&);
+template void gemm_packed<bf16_t>(const F32Gemm&, const GemmArgsT<bf16_t>&);
+template void gemm_packed<fp16_t>(const F32Gemm&, const GemmArgsT<fp16_t>&);
 
-const Int8Kernels& int8_kernels(Isa resolved) {
-  return resolved == Isa::avx2 ? avx2::int8_kernels : scalar::int8_kernels;
-}
-
-GemmBlockFn gemm_kernel(Isa resolved) {
-  switch (resolved) {
-    case Isa::avx2: return &avx2::gemm_block;
-    default: return &scalar::gemm_block;
-  }
-}
-
-void gemm(GemmBlockFn kernel, const GemmArgs& g, int threads) {
+void gemm(const F32Gemm& kernel, const GemmArgs& g, int threads) {
   const int64_t np = panels(g.n);
   // Split the longer side; tiny products stay on one thread.
   const bool by_rows = g.m >= np * kPanel;

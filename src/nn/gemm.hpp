@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "ffn/ffn.hpp"
@@ -60,17 +61,37 @@ void gemm_block(const GemmArgs& g);
 void gemm_block(const GemmArgsT<bf16_t>& g);
 void gemm_block(const GemmArgsT<fp16_t>& g);
 }  // namespace avx2
+namespace avx512 {
+void gemm_block(const GemmArgs& g);
+void gemm_block(const GemmArgsT<bf16_t>& g);
+void gemm_block(const GemmArgsT<fp16_t>& g);
+}  // namespace avx512
 
-GemmBlockFn gemm_kernel(Isa resolved);
-template <typename TB>
-GemmBlockFnT<TB> gemm_kernel_for(Isa resolved) {
-  if (resolved == Isa::avx2) return static_cast<GemmBlockFnT<TB>>(&avx2::gemm_block);
-  return static_cast<GemmBlockFnT<TB>>(&scalar::gemm_block);
-}
+// Cache blocking of one ISA's block kernel (a property of the kernel, kept in
+// its KernelConfig, src/nn/kernel_config.hpp).
+struct Blocking {
+  int64_t mc;  // rows of A per block (a multiple of the kernel's MR)
+  int64_t kc;  // k per block (the B panels of one block stay in L1)
+  int64_t nc;  // columns per block (a multiple of 16)
+};
+// The fp32-arithmetic block kernels of one ISA, for each B element type.
+struct F32Gemm {
+  GemmBlockFnT<float> f32;
+  GemmBlockFnT<bf16_t> bf16;
+  GemmBlockFnT<fp16_t> fp16;
+  Blocking blocking;
+  template <typename TB>
+  GemmBlockFnT<TB> block() const {
+    if constexpr (std::is_same_v<TB, bf16_t>) return bf16;
+    else if constexpr (std::is_same_v<TB, fp16_t>) return fp16;
+    else return f32;
+  }
+};
+
 // A product whose B is packed panels (ldb = 16) and whose A is row-major
 // (csa = 1), blocked for the caches, on the calling thread.
 template <typename TB>
-void gemm_packed(GemmBlockFnT<TB> kernel, const GemmArgsT<TB>& g);
+void gemm_packed(const F32Gemm& kernel, const GemmArgsT<TB>& g);
 
 // ---- int8 -------------------------------------------------------------------
 // C[m, 16·panels(n)] (int32) = A[m, 2·kp] (int16) · B[2·kp, n] (int8), exact.
@@ -99,11 +120,10 @@ struct Int8Kernels {
 };
 namespace scalar { extern const Int8Kernels int8_kernels; }
 namespace avx2 { extern const Int8Kernels int8_kernels; }
-const Int8Kernels& int8_kernels(Isa resolved);
 
 // The whole product, blocked for the caches and split over `threads` (by rows
 // or by column panels; each C element is computed by one thread).
-void gemm(GemmBlockFn kernel, const GemmArgs& g, int threads);
+void gemm(const F32Gemm& kernel, const GemmArgs& g, int threads);
 
 // B packed as panels: out[(j/16)·K·16 + p·16 + j%16] = B(p, j), zero-padded
 // to a whole panel. B(p, j) = src[j·K + p] when n_major, else src[p·N + j].

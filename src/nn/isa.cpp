@@ -1,6 +1,6 @@
 #include "nn/isa.hpp"
 
-#include <cpuid.h>
+#include "nn/kernel_config.hpp"
 
 #include <cstdlib>
 #include <string>
@@ -24,28 +24,26 @@ Isa parse_isa(std::string_view s, std::string_view what) {
   throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected auto, scalar, avx2 or avx512");
 }
 
-namespace {
-// F16C (CPUID leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports has no "f16c".
-bool has_f16c() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
-}
-}  // namespace
-
 bool isa_supported(Isa i) {
+  const nn::CpuFeatures& f = nn::cpu_features();
   switch (i) {
     case Isa::automatic:
     case Isa::scalar:
       return true;
     case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
+      return f.avx2 && f.fma && f.f16c;
     case Isa::avx512:
-      return false;  // no AVX-512 kernels in this build yet
+      return f.avx512;
   }
   return false;
 }
 
-Isa best_isa() { return isa_supported(Isa::avx2) ? Isa::avx2 : Isa::scalar; }
+// Best first: avx512 → avx2 → scalar.
+Isa best_isa() {
+  for (Isa i : {Isa::avx512, Isa::avx2})
+    if (isa_supported(i)) return i;
+  return Isa::scalar;
+}
 
 namespace nn {
 

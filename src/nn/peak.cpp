@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "nn/isa.hpp"
+#include "nn/kernel_config.hpp"
 
 namespace ffn::nn {
 
@@ -25,12 +26,17 @@ double fma_loop(int64_t iters, float seed) {
 
 Peak measure_peak(int threads, PeakKind kind) {
   Peak p;
-  p.isa = resolve_isa(Isa::automatic) == Isa::avx2 ? Isa::avx2 : Isa::scalar;
-  if (kind != PeakKind::fp32 && p.isa != Isa::avx2) return p;
-  auto loop = p.isa == Isa::avx2 ? &avx2::fma_loop : &scalar::fma_loop;
-  if (kind == PeakKind::int16) loop = &avx2::madd_loop;
-  if (kind == PeakKind::u8s8) loop = &avx2::maddubs_loop;
-  const int64_t iters = p.isa == Isa::avx2 ? 4'000'000 : 2'000'000;  // ~25 ms per round; the best of 10 rounds
+  p.isa = best_isa();
+  const KernelConfig& kc = kernel_config(p.isa);
+  PeakLoop loop = kc.fma_peak;
+  p.instr = kc.fma_instr;
+  if (kind == PeakKind::int8) loop = kc.int8_peak, p.instr = kc.int8_instr;
+  if (kind == PeakKind::u8s8) {
+    loop = kc.int8_peak ? &avx2::maddubs_loop : nullptr;
+    p.instr = "vpmaddubsw + vpmaddwd";
+  }
+  if (!loop) return p;
+  const int64_t iters = p.isa == Isa::scalar ? 2'000'000 : 4'000'000;  // ~25 ms per round; the best of 10 rounds
   for (int round = 0; round < 10; ++round) {
     double flops = 0;
     const auto t0 = std::chrono::steady_clock::now();

@@ -1,0 +1,131 @@
+// f32 GEMM block for AVX-512 F (compiled with -mavx512f -mavx512bw -mavx512vl
+// -mavx512dq -mfma -mf16c), with float32, bf16 or fp16 B. Contract: src/nn/gemm.hpp.
+//
+// One 16-column B panel row is exactly one zmm. Micro-kernel: an MR × (NP·16)
+// tile of C lives in MR·NP zmm accumulators; per k step it loads NP panel rows
+// of B, broadcasts MR values of A and issues MR·NP FMAs, each C element one
+// fma chain over k in order, as on every ISA (so results are bitwise those of
+// the AVX2 kernel). Shapes: 12×32 for the bulk (24 accumulators + 2 B + 1–2
+// broadcasts of the 32 registers; 14 loads per 24 FMAs, under the two load
+// ports' rate at two FMAs per cycle), and for the last rows of a block 1×128,
+// 2×64, 3×48 and 4..11×32, so every tile keeps ≥ 8 independent chains in
+// flight (FMA latency 4 cycles × 2 pipes). A partial last panel uses k-masks
+// (__mmask16) on its B loads and its C loads and stores: no mask tables.
+//
+// 16-bit B is widened in registers as it is loaded: fp16 by vcvtph2ps, bf16
+// (panel rows interleave columns j and j + 8 in one 32-bit lane, the AVX2
+// layout) by a shift, a mask and one insert.
+#include <immintrin.h>
+
+#include "nn/gemm.hpp"
+
+namespace ffn::nn::avx512 {
+namespace {
+
+inline __m512 load_b(const float* b, __mmask16 m, bool masked) {
+  return masked ? _mm512_maskz_loadu_ps(m, b) : _mm512_loadu_ps(b);
+}
+inline __m512 load_b(const bf16_t* b, __mmask16, bool) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+  const __m256i lo = _mm256_slli_epi32(v, 16);                                 // columns 0–7
+  const __m256i hi = _mm256_and_si256(v, _mm256_set1_epi32(int32_t(0xffff0000u)));  // columns 8–15
+  return _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+}
+inline __m512 load_b(const fp16_t* b, __mmask16, bool) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
+}
+
+// MR rows × NP panels at (row, panel); the last of the NP panels has `valid`
+// columns (16 unless Tail).
+template <int MR, int NP, bool Tail, typename TB>
+inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid) {
+  const __mmask16 mask = Tail ? __mmask16((1u << valid) - 1u) : __mmask16(0xffff);
+  __m512 acc[MR][NP];
+  float* c = g.c + row * g.ldc + panel * kPanel;
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) {
+      float* cq = c + r * g.ldc + q * kPanel;
+      if (!g.accumulate) acc[r][q] = _mm512_setzero_ps();
+      else if (Tail && q == NP - 1) acc[r][q] = _mm512_maskz_loadu_ps(mask, cq);
+      else acc[r][q] = _mm512_loadu_ps(cq);
+    }
+  const float* a = g.a + row * g.rsa;
+  const TB* b = g.b + panel * g.psb;
+  const int64_t rsa = g.rsa, csa = g.csa, ldb = g.ldb, psb = g.psb, k = g.k;
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < k; ++p) {
+    __m512 bv[NP];
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) bv[q] = load_b(b + q * psb, mask, Tail && q == NP - 1);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r * rsa]);
+#pragma GCC unroll 8
+      for (int q = 0; q < NP; ++q) acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
+    }
+    a += csa;
+    b += ldb;
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) {
+      float* cq = c + r * g.ldc + q * kPanel;
+      if (Tail && q == NP - 1) _mm512_mask_storeu_ps(cq, mask, acc[r][q]);
+      else _mm512_storeu_ps(cq, acc[r][q]);
+    }
+}
+
+// Rows [row, row + MR) across every panel: NP at a time, then one at a time,
+// then the partial panel.
+template <int MR, int NP, typename TB>
+void row_strip(const GemmArgsT<TB>& g, int64_t row, int64_t full, int tail_valid) {
+  int64_t q = 0;
+  for (; q + NP <= full; q += NP) tile<MR, NP, false>(g, row, q, kPanel);
+  for (; q < full; ++q) tile<MR, 1, false>(g, row, q, kPanel);
+  if (tail_valid) tile<MR, 1, true>(g, row, full, tail_valid);
+}
+
+constexpr int kMr = 12;  // bulk tile rows (KernelConfig::mr)
+
+template <typename TB>
+void block(const GemmArgsT<TB>& g) {
+  const int64_t np = panels(g.n);
+  const int last = int(g.n - (np - 1) * kPanel);  // columns in the last panel, 1..16
+  const int tail_valid = last == kPanel ? 0 : last;
+  const int64_t full = tail_valid ? np - 1 : np;
+  const int64_t mb = g.m / kMr * kMr;
+  // Bulk: a pair of panels at a time (32 KiB of B at k = 256 stays in L1),
+  // 12 rows at a time.
+  int64_t q = 0;
+  for (; q + 2 <= full; q += 2)
+    for (int64_t r = 0; r < mb; r += kMr) tile<kMr, 2, false>(g, r, q, kPanel);
+  if (q < full)
+    for (int64_t r = 0; r < mb; r += kMr) tile<kMr, 1, false>(g, r, q, kPanel);
+  if (tail_valid)
+    for (int64_t r = 0; r < mb; r += kMr) tile<kMr, 1, true>(g, r, full, tail_valid);
+  switch (g.m - mb) {
+    case 1: row_strip<1, 8>(g, mb, full, tail_valid); break;
+    case 2: row_strip<2, 4>(g, mb, full, tail_valid); break;
+    case 3: row_strip<3, 3>(g, mb, full, tail_valid); break;
+    case 4: row_strip<4, 2>(g, mb, full, tail_valid); break;
+    case 5: row_strip<5, 2>(g, mb, full, tail_valid); break;
+    case 6: row_strip<6, 2>(g, mb, full, tail_valid); break;
+    case 7: row_strip<7, 2>(g, mb, full, tail_valid); break;
+    case 8: row_strip<8, 2>(g, mb, full, tail_valid); break;
+    case 9: row_strip<9, 2>(g, mb, full, tail_valid); break;
+    case 10: row_strip<10, 2>(g, mb, full, tail_valid); break;
+    case 11: row_strip<11, 2>(g, mb, full, tail_valid); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void gemm_block(const GemmArgs& g) { block(g); }
+void gemm_block(const GemmArgsT<bf16_t>& g) { block(g); }
+void gemm_block(const GemmArgsT<fp16_t>& g) { block(g); }
+
+}  // namespace ffn::nn::avx512

@@ -1,0 +1,44 @@
+// One kernel configuration per ISA, filled once (XNNPACK's gemm configs):
+// which micro-kernels a fast path calls, the tile each computes, the cache
+// blocking around it, the fused forward's token block, and the loops that
+// measure the ISA's peak. Operators only ever call through a KernelConfig;
+// adding an ISA means one kernel folder (src/kernels/<isa>/) and one entry in
+// src/nn/kernel_config.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "ffn/ffn.hpp"
+#include "nn/gemm.hpp"
+
+namespace ffn::nn {
+
+// What the CPU and the OS offer (CPUID, and XCR0 for the register state the
+// OS saves: ymm for AVX/AVX2, opmask + zmm for AVX-512, tiles for AMX).
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;             // with OS ymm state
+  bool avx512 = false;                                      // F + BW + VL + DQ, with OS zmm state
+  bool avx512_vnni = false, avx512_bf16 = false, avx_vnni = false;
+  bool amx = false;                                         // AMX-TILE + BF16 + INT8, with OS tile state
+};
+const CpuFeatures& cpu_features();
+
+// Returns the operations done (2 per multiply-add).
+using PeakLoop = double (*)(int64_t iters, float seed);
+
+struct KernelConfig {
+  Isa isa;
+  F32Gemm f32;            // fp32 arithmetic: fp32, bf16- or fp16-stored B
+  int mr, nr;             // the f32 kernel's bulk tile (rows × columns)
+  const Int8Kernels* int8;
+  const char* int8_instr; // the int8 product's instruction, for reports
+  int64_t token_block;    // fused forward: tokens per block (a multiple of mr)
+  PeakLoop fma_peak;      // the fp32 FMA loop of this ISA
+  const char* fma_instr;
+  PeakLoop int8_peak;     // the int8 product's instruction mix (null: none)
+};
+
+// The configuration of a resolved ISA (never Isa::automatic).
+const KernelConfig& kernel_config(Isa resolved);
+
+}  // namespace ffn::nn
