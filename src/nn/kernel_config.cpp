@@ -65,14 +65,17 @@ const KernelConfig kAvx2{
     &avx2::madd_loop,
 };
 
-// 12×32 tiles of zmm (24 accumulators): 48 rows per block (4 tiles), k 256
-// (a pair of panels is 32 KiB, L1), 512 columns.
+// 12×32 tiles of zmm (24 accumulators), k 256 (a pair of panels is 32 KiB,
+// L1), 512 columns; 144 rows per block and per fused-forward token block, so
+// each weight panel pair fetched from L3 serves 12 row tiles (measured on the
+// Zen 5, 2 threads, T = 4096, alternating: 96 rows 399, 144 rows 405, 192
+// rows 380 GFLOP/s; see bench/results/2026-11-23-avx512.md).
 const KernelConfig kAvx512{
     Isa::avx512,
-    {&avx512::gemm_block, &avx512::gemm_block, &avx512::gemm_block, {48, 256, 512}},
+    {&avx512::gemm_block, &avx512::gemm_block, &avx512::gemm_block, {144, 256, 512}},
     12, 32,
     &avx2::int8_kernels, "vpmaddwd",
-    96,
+    144,
     &avx512::fma_loop, "AVX-512 vfmadd231ps zmm",
     &avx2::madd_loop,
 };

@@ -37,8 +37,12 @@ inline __m512 load_b(const fp16_t* b, __mmask16, bool) {
 
 // MR rows × NP panels at (row, panel); the last of the NP panels has `valid`
 // columns (16 unless Tail).
+// When `next` is given, the tile also prefetches into L1 the NP panels that
+// start there, one row of each per k step (the next tile column's B, fetched
+// while the last row tile of this column computes; the lines it evicts are
+// this column's rows that the tile has already used).
 template <int MR, int NP, bool Tail, typename TB>
-inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid) {
+inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid, const TB* next = nullptr) {
   const __mmask16 mask = Tail ? __mmask16((1u << valid) - 1u) : __mmask16(0xffff);
   __m512 acc[MR][NP];
   float* c = g.c + row * g.ldc + panel * kPanel;
@@ -51,7 +55,12 @@ inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid) 
       else if (Tail && q == NP - 1) acc[r][q] = _mm512_maskz_loadu_ps(mask, cq);
       else acc[r][q] = _mm512_loadu_ps(cq);
     }
-  const float* a = g.a + row * g.rsa;
+  // Rows are addressed as base[r / 3] + (r % 3)·rsa: one index register and
+  // MR/3 pointers (x86 scales 1 and 2), instead of MR pointers that spill.
+  constexpr int kGroups = (MR + 2) / 3;
+  const float* base[kGroups];
+#pragma GCC unroll 8
+  for (int i = 0; i < kGroups; ++i) base[i] = g.a + (row + 3 * i) * g.rsa;
   const TB* b = g.b + panel * g.psb;
   const int64_t rsa = g.rsa, csa = g.csa, ldb = g.ldb, psb = g.psb, k = g.k;
 #pragma GCC unroll 2
@@ -59,13 +68,19 @@ inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid) 
     __m512 bv[NP];
 #pragma GCC unroll 8
     for (int q = 0; q < NP; ++q) bv[q] = load_b(b + q * psb, mask, Tail && q == NP - 1);
+    if (next) {
+#pragma GCC unroll 8
+      for (int q = 0; q < NP; ++q) _mm_prefetch(reinterpret_cast<const char*>(next + q * psb), _MM_HINT_T0);
+      next += ldb;
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const __m512 av = _mm512_set1_ps(a[r * rsa]);
+      const __m512 av = _mm512_set1_ps(base[r / 3][(r % 3) * rsa]);
 #pragma GCC unroll 8
       for (int q = 0; q < NP; ++q) acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
     }
-    a += csa;
+#pragma GCC unroll 8
+    for (int i = 0; i < kGroups; ++i) base[i] += csa;
     b += ldb;
   }
 #pragma GCC unroll 16
@@ -88,7 +103,26 @@ void row_strip(const GemmArgsT<TB>& g, int64_t row, int64_t full, int tail_valid
   if (tail_valid) tile<MR, 1, true>(g, row, full, tail_valid);
 }
 
-constexpr int kMr = 12;  // bulk tile rows (KernelConfig::mr)
+constexpr int kMr = 12;  // tallest tile (KernelConfig::mr)
+
+// One row tile of height H (4..12) over a pair of panels, one panel, or the
+// partial panel; as tables indexed by H so that a block of any height is cut
+// into tiles of nearly equal height (64 rows: 11, 11, 10, 11, 11, 10), each
+// with ≥ 8 independent chains, rather than 12-row tiles plus a thin rest.
+template <typename TB>
+using PairFn = void (*)(const GemmArgsT<TB>&, int64_t, int64_t, int, const TB*);
+template <typename TB>
+struct Tiles {
+  static constexpr PairFn<TB> pair[] = {&tile<4, 2, false, TB>, &tile<5, 2, false, TB>, &tile<6, 2, false, TB>,
+                                        &tile<7, 2, false, TB>, &tile<8, 2, false, TB>, &tile<9, 2, false, TB>,
+                                        &tile<10, 2, false, TB>, &tile<11, 2, false, TB>, &tile<12, 2, false, TB>};
+  static constexpr PairFn<TB> one[] = {&tile<4, 1, false, TB>, &tile<5, 1, false, TB>, &tile<6, 1, false, TB>,
+                                       &tile<7, 1, false, TB>, &tile<8, 1, false, TB>, &tile<9, 1, false, TB>,
+                                       &tile<10, 1, false, TB>, &tile<11, 1, false, TB>, &tile<12, 1, false, TB>};
+  static constexpr PairFn<TB> tail[] = {&tile<4, 1, true, TB>, &tile<5, 1, true, TB>, &tile<6, 1, true, TB>,
+                                        &tile<7, 1, true, TB>, &tile<8, 1, true, TB>, &tile<9, 1, true, TB>,
+                                        &tile<10, 1, true, TB>, &tile<11, 1, true, TB>, &tile<12, 1, true, TB>};
+};
 
 template <typename TB>
 void block(const GemmArgsT<TB>& g) {
@@ -96,30 +130,27 @@ void block(const GemmArgsT<TB>& g) {
   const int last = int(g.n - (np - 1) * kPanel);  // columns in the last panel, 1..16
   const int tail_valid = last == kPanel ? 0 : last;
   const int64_t full = tail_valid ? np - 1 : np;
-  const int64_t mb = g.m / kMr * kMr;
-  // Bulk: a pair of panels at a time (32 KiB of B at k = 256 stays in L1),
-  // 12 rows at a time.
-  int64_t q = 0;
-  for (; q + 2 <= full; q += 2)
-    for (int64_t r = 0; r < mb; r += kMr) tile<kMr, 2, false>(g, r, q, kPanel);
-  if (q < full)
-    for (int64_t r = 0; r < mb; r += kMr) tile<kMr, 1, false>(g, r, q, kPanel);
-  if (tail_valid)
-    for (int64_t r = 0; r < mb; r += kMr) tile<kMr, 1, true>(g, r, full, tail_valid);
-  switch (g.m - mb) {
-    case 1: row_strip<1, 8>(g, mb, full, tail_valid); break;
-    case 2: row_strip<2, 4>(g, mb, full, tail_valid); break;
-    case 3: row_strip<3, 3>(g, mb, full, tail_valid); break;
-    case 4: row_strip<4, 2>(g, mb, full, tail_valid); break;
-    case 5: row_strip<5, 2>(g, mb, full, tail_valid); break;
-    case 6: row_strip<6, 2>(g, mb, full, tail_valid); break;
-    case 7: row_strip<7, 2>(g, mb, full, tail_valid); break;
-    case 8: row_strip<8, 2>(g, mb, full, tail_valid); break;
-    case 9: row_strip<9, 2>(g, mb, full, tail_valid); break;
-    case 10: row_strip<10, 2>(g, mb, full, tail_valid); break;
-    case 11: row_strip<11, 2>(g, mb, full, tail_valid); break;
+  switch (g.m) {  // fewer than 4 rows: wide strips keep ≥ 8 chains
+    case 0: return;
+    case 1: row_strip<1, 8>(g, 0, full, tail_valid); return;
+    case 2: row_strip<2, 4>(g, 0, full, tail_valid); return;
+    case 3: row_strip<3, 3>(g, 0, full, tail_valid); return;
     default: break;
   }
+  const int64_t tiles = (g.m + kMr - 1) / kMr;
+  auto row0 = [&](int64_t t) { return g.m * t / tiles; };
+  auto height = [&](int64_t t) { return int(row0(t + 1) - row0(t)); };  // 4..12
+  // Bulk: a pair of panels at a time (32 KiB of B at k = 256 stays in L1),
+  // every row tile; the last row tile prefetches the next pair.
+  int64_t q = 0;
+  for (; q + 2 <= full; q += 2)
+    for (int64_t t = 0; t < tiles; ++t)
+      Tiles<TB>::pair[height(t) - 4](g, row0(t), q, kPanel,
+                                     t + 1 == tiles && q + 4 <= full ? g.b + (q + 2) * g.psb : nullptr);
+  if (q < full)
+    for (int64_t t = 0; t < tiles; ++t) Tiles<TB>::one[height(t) - 4](g, row0(t), q, kPanel, nullptr);
+  if (tail_valid)
+    for (int64_t t = 0; t < tiles; ++t) Tiles<TB>::tail[height(t) - 4](g, row0(t), full, tail_valid, nullptr);
 }
 
 }  // namespace
