@@ -52,7 +52,7 @@ class Int8PerIsa : public ::testing::TestWithParam<Isa> {
   void SetUp() override {
     if (!isa_supported(GetParam())) GTEST_SKIP() << to_string(GetParam()) << " not supported here";
   }
-  // avx512 has no int8 kernels of its own: it would resolve to avx2's.
+  // avx512: vpdpbusd (u8 × s8) kernels where the CPU has AVX512_VNNI, else AVX2's.
   const nn::Int8Kernels& kernels() const { return *nn::kernel_config(nn::resolve_isa(GetParam())).int8; }
 };
 
@@ -63,28 +63,43 @@ TEST_P(Int8PerIsa, ProductMatchesIntegerReferenceBitForBit) {
   for (int64_t m : {1, 2, 5, 6, 7, 13, 97})
     for (int64_t n : {1, 15, 16, 17, 40})
       for (int64_t k : {1, 2, 3, 64, 513, 600}) {
-        const int64_t lda = (k + 1) / 2 * 2;
+        const int64_t lda = (k + 1) / 2 * 2, lda4 = (k + 3) / 4 * 4;
         std::vector<int16_t> a(size_t(m * lda), 0), a_plain(size_t(m * k));
+        std::vector<uint8_t> u(size_t(m * lda4), 0);  // the u8 form: u = a + zp
+        std::vector<int32_t> zps(static_cast<size_t>(m));
         std::vector<int8_t> b(size_t(n * k));
         // Mostly random, some rows at the extremes (|a| = 255, |q| = 127) so a
         // saturating or overflowing kernel would show.
-        for (int64_t i = 0; i < m; ++i)
+        for (int64_t i = 0; i < m; ++i) {
+          zps[size_t(i)] = i % 5 == 1 ? 0 : i % 5 == 2 ? 255 : int(g() % 256);
           for (int64_t p = 0; p < k; ++p) {
-            const int16_t v = i % 5 == 1 ? int16_t(255) : i % 5 == 2 ? int16_t(-255) : int16_t(int(g() % 511) - 255);
-            a[size_t(i * lda + p)] = a_plain[size_t(i * k + p)] = v;
+            const int v = i % 5 == 1 ? 255 : i % 5 == 2 ? 0 : int(g() % 256);
+            u[size_t(i * lda4 + p)] = uint8_t(v);
+            a[size_t(i * lda + p)] = a_plain[size_t(i * k + p)] = int16_t(v - zps[size_t(i)]);
           }
+        }
         for (int64_t j = 0; j < n; ++j)
           for (int64_t p = 0; p < k; ++p)
             b[size_t(j * k + p)] = j % 4 == 1 ? int8_t(127) : j % 4 == 2 ? int8_t(-127) : int8_t(int(g() % 255) - 127);
-        const std::vector<int8_t> packed = nn::pack_panels_s8(b, k, n);
         const int64_t ldc = nn::panels(n) * nn::kPanel;
         std::vector<int32_t> c(size_t(m * ldc), -1), want(size_t(m * n));
-        nn::IGemmArgs args;
-        args.m = m; args.n = n; args.kp = lda / 2;
-        args.a = a.data(); args.lda = lda;
-        args.b = packed.data(); args.psb = args.kp * 32;
-        args.c = c.data(); args.ldc = ldc;
-        kernels().igemm(args);
+        const std::vector<int8_t> packed = nn::pack_panels_s8(b, k, n);
+        const nn::S8Quads quads = nn::pack_panels_s8_quads(b, k, n, k);
+        if (kernels().igemm) {
+          nn::IGemmArgs args;
+          args.m = m; args.n = n; args.kp = lda / 2;
+          args.a = a.data(); args.lda = lda;
+          args.b = packed.data(); args.psb = args.kp * 32;
+          args.c = c.data(); args.ldc = ldc;
+          kernels().igemm(args);
+        } else {
+          nn::U8GemmArgs args;
+          args.m = m; args.n = n; args.kq = lda4 / 4;
+          args.a = u.data(); args.lda = lda4; args.zp = zps.data();
+          args.b = quads.b.data(); args.psb = args.kq * 64; args.colsum = quads.colsum.data();
+          args.c = c.data(); args.ldc = ldc;
+          kernels().igemm_u8(args);
+        }
         reference::igemm_int8(a_plain.data(), b.data(), m, n, k, want.data());
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j)
@@ -116,14 +131,30 @@ TEST_P(Int8PerIsa, QuantizeRowMatchesDefinitionBitForBit) {
   for (const auto& v : rows) {
     const int64_t n = int64_t(v.size());
     std::vector<int16_t> got(size_t(n + 1), 7), want(size_t(n + 1), 7);
-    const float s_got = kernels().quantize_row(v.data(), n, got.data());
     const float s_want = nn::quantize_row_ref(v.data(), n, want.data());
+    // The u8 form (levels and zero point) of the same definition: u − zp = a.
+    std::vector<uint8_t> u_want(size_t(n + 3), 7);
+    int32_t zp_want = -1;
+    const float s_u8 = nn::quantize_row_u8_ref(v.data(), n, u_want.data(), &zp_want);
+    ASSERT_TRUE(s_u8 == s_want || (std::isnan(s_u8) && std::isnan(s_want)));
+    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(int(u_want[size_t(j)]) - zp_want, want[size_t(j)]) << "n=" << n;
+    for (int64_t j = n; j < (n + 3) / 4 * 4; ++j) ASSERT_EQ(u_want[size_t(j)], 0) << "padding, n=" << n;
+    float s_got;
+    if (kernels().quantize_row) {
+      s_got = kernels().quantize_row(v.data(), n, got.data());
+      for (int64_t j = 0; j < n + (n % 2); ++j) ASSERT_EQ(got[size_t(j)], want[size_t(j)]) << "n=" << n << " j=" << j;
+    } else {
+      std::vector<uint8_t> u(size_t(n + 3), 7);
+      int32_t zp = -1;
+      s_got = kernels().quantize_row_u8(v.data(), n, u.data(), &zp);
+      ASSERT_EQ(zp, zp_want) << "n=" << n;
+      for (int64_t j = 0; j < (n + 3) / 4 * 4; ++j) ASSERT_EQ(u[size_t(j)], u_want[size_t(j)]) << "n=" << n << " j=" << j;
+    }
     if (std::isnan(s_want)) {
       EXPECT_TRUE(std::isnan(s_got));
     } else {
       EXPECT_EQ(s_got, s_want) << "n=" << n;
     }
-    for (int64_t j = 0; j < n + (n % 2); ++j) ASSERT_EQ(got[size_t(j)], want[size_t(j)]) << "n=" << n << " j=" << j;
   }
 }
 

@@ -21,6 +21,8 @@ std::shared_ptr<PackedWeights> PackedWeights::make(const Config& cfg, const Weig
     p->dtype = q->dtype;
     const bool gated = is_gated(cfg.activation);
     if (q->dtype == WeightDtype::int8) {
+      p->d_model_ = d, p->d_ff_ = F;
+      p->w1q_ = q->w1.q, p->wgq_ = q->wg.q, p->w2q_ = q->w2.q;
       p->q1 = pack_panels_s8(q->w1.q, d, F);
       p->s1 = q->w1.scale;
       if (gated) p->qg = pack_panels_s8(q->wg.q, d, F), p->sg = q->wg.scale;
@@ -41,6 +43,21 @@ std::shared_ptr<PackedWeights> PackedWeights::make(const Config& cfg, const Weig
   return p;
 }
 
+const PackedWeights::S8Quads& PackedWeights::quads() const {
+  std::call_once(quads_once_, [&] {
+    const int64_t d = d_model_, F = d_ff_;
+    nn::S8Quads a = pack_panels_s8_quads(w1q_, d, F, d);
+    quads_.q1 = std::move(a.b), quads_.c1 = std::move(a.colsum);
+    if (!wgq_.empty()) {
+      nn::S8Quads g = pack_panels_s8_quads(wgq_, d, F, d);
+      quads_.qg = std::move(g.b), quads_.cg = std::move(g.colsum);
+    }
+    nn::S8Quads b = pack_panels_s8_quads(w2q_, F, d, kQuantChunk);
+    quads_.q2 = std::move(b.b), quads_.c2 = std::move(b.colsum);
+  });
+  return quads_;
+}
+
 const PackedWeights::Backward& PackedWeights::backward(const Config& cfg, const Weights& w) const {
   std::call_once(backward_once_, [&] {
     const int64_t d = cfg.d_model, F = cfg.d_ff;
@@ -56,6 +73,7 @@ namespace {
 constexpr int64_t kChunk = 256;      // hidden units per chunk (a multiple of kPanel)
 constexpr int kMaxGroups = 2;        // fixed split of d_ff (see fused_forward.hpp)
 static_assert(kChunk % kPanel == 0);
+static_assert(kChunk == kQuantChunk);  // int8: one activation scale per hidden chunk
 
 // out[d] = Norm(v[d]) with γ, β; writes xhat/mean/rstd when asked.
 void normalize_row(NormType type, const float* v, int64_t d, float eps, const float* gamma, const float* beta,
@@ -116,10 +134,22 @@ struct Forward {
     std::vector<int16_t> xq, hq;
     std::vector<float> xs, hs;
     std::vector<int32_t> zi, oi;
+    // int8 on u8 × s8 kernels: u8 levels and zero points of the input and hidden rows
+    std::vector<uint8_t> xu, hu;
+    std::vector<int32_t> xzp, hzp;
     Work(const Forward& f, int64_t rows)
         : in(size_t(rows * f.d)), z(size_t(rows * kChunk)), zg(f.gated ? size_t(rows * kChunk) : 0),
           row(size_t(f.d)) {
-      if (f.pw.dtype == WeightDtype::int8) {
+      if (f.pw.dtype == WeightDtype::int8 && f.kc.int8->igemm_u8) {
+        xu.resize(size_t(rows * f.dpad4()));
+        xzp.resize(size_t(rows));
+        hu.resize(size_t(rows * kChunk));
+        hzp.resize(size_t(rows));
+        xs.resize(size_t(rows));
+        hs.resize(size_t(rows));
+        zi.resize(size_t(rows * kChunk));
+        oi.resize(size_t(rows * panels(f.d) * kPanel));
+      } else if (f.pw.dtype == WeightDtype::int8) {
         xq.resize(size_t(rows * f.dpad()));
         xs.resize(size_t(rows));
         zi.resize(size_t(rows * kChunk));
@@ -130,6 +160,7 @@ struct Forward {
     }
   };
   int64_t dpad() const { return (d + 1) / 2 * 2; }
+  int64_t dpad4() const { return (d + 3) / 4 * 4; }
 
   // FFN input rows of tokens [t0, t0 + m): x, or Norm(x) for pre-LN.
   void input_rows(int64_t t0, int64_t m, Work& wk, bool save_stats) const {
@@ -143,7 +174,10 @@ struct Forward {
       } else {
         std::copy(xr, xr + d, wk.in.data() + r * d);
       }
-      if (pw.dtype == WeightDtype::int8)
+      if (pw.dtype == WeightDtype::int8 && kc.int8->igemm_u8)
+        wk.xs[size_t(r)] =
+            kc.int8->quantize_row_u8(wk.in.data() + r * d, d, wk.xu.data() + r * dpad4(), wk.xzp.data() + r);
+      else if (pw.dtype == WeightDtype::int8)
         wk.xs[size_t(r)] = kc.int8->quantize_row(wk.in.data() + r * d, d, wk.xq.data() + r * dpad());
     }
   }
@@ -162,7 +196,8 @@ struct Forward {
                         reinterpret_cast<const fp16_t*>(pw.hg.data()), reinterpret_cast<const fp16_t*>(pw.h2.data()));
         break;
       case WeightDtype::int8:
-        group_partial_int8(m, g, wk, acc);
+        if (kc.int8->igemm_u8) group_partial_u8(m, g, wk, acc);
+        else group_partial_int8(m, g, wk, acc);
         break;
     }
   }
@@ -225,6 +260,52 @@ struct Forward {
       g2.b = pw.q2.data() + (f0 / 2) * 32; g2.psb = kpf * 32;
       g2.c = wk.oi.data(); g2.ldc = ldo;
       ik.igemm(g2);
+      for (int64_t r = 0; r < m; ++r)
+        ik.dequant(wk.oi.data() + r * ldo, d, wk.hs[size_t(r)], pw.s2.data(), c > c_begin ? acc + r * d : nullptr,
+                   acc + r * d);
+    }
+  }
+
+  // The same on u8 × s8 kernels (VNNI): the same quantized values and int32
+  // sums, formed as Σ u·q − zp·Σq (src/nn/gemm.hpp, U8GemmArgs).
+  void group_partial_u8(int64_t m, int64_t g, Work& wk, float* acc) const {
+    const Int8Kernels& ik = *kc.int8;
+    const PackedWeights::S8Quads& pq = pw.quads();
+    const int64_t kqd = (d + 3) / 4, kqf = (F + 3) / 4, ldo = panels(d) * kPanel;
+    const int64_t c_begin = chunk_begin(g), c_end = chunk_begin(g + 1);
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int64_t f0 = c * kChunk, fc = std::min(kChunk, F - f0);
+      U8GemmArgs g1;
+      g1.m = m; g1.n = fc; g1.kq = kqd;
+      g1.a = wk.xu.data(); g1.lda = dpad4(); g1.zp = wk.xzp.data();
+      g1.psb = kqd * 64;
+      g1.c = wk.zi.data(); g1.ldc = kChunk;
+      const float* b1 = w.b1.empty() ? nullptr : w.b1.data() + f0;
+      const float* bg = w.bg.empty() ? nullptr : w.bg.data() + f0;
+      g1.b = pq.q1.data() + (f0 / kPanel) * g1.psb;
+      g1.colsum = pq.c1.data() + f0;
+      ik.igemm_u8(g1);
+      for (int64_t r = 0; r < m; ++r)
+        ik.dequant(wk.zi.data() + r * kChunk, fc, wk.xs[size_t(r)], pw.s1.data() + f0, b1, wk.z.data() + r * kChunk);
+      if (gated) {
+        g1.b = pq.qg.data() + (f0 / kPanel) * g1.psb;
+        g1.colsum = pq.cg.data() + f0;
+        ik.igemm_u8(g1);
+        for (int64_t r = 0; r < m; ++r)
+          ik.dequant(wk.zi.data() + r * kChunk, fc, wk.xs[size_t(r)], pw.sg.data() + f0, bg, wk.zg.data() + r * kChunk);
+      }
+      for (int64_t r = 0; r < m; ++r) {
+        float* z = wk.z.data() + r * kChunk;
+        activate(unit, z, gated ? wk.zg.data() + r * kChunk : nullptr, fc);
+        wk.hs[size_t(r)] = ik.quantize_row_u8(z, fc, wk.hu.data() + r * kChunk, wk.hzp.data() + r);
+      }
+      U8GemmArgs g2;
+      g2.m = m; g2.n = d; g2.kq = (fc + 3) / 4;
+      g2.a = wk.hu.data(); g2.lda = kChunk; g2.zp = wk.hzp.data();
+      g2.b = pq.q2.data() + (f0 / 4) * 64; g2.psb = kqf * 64;
+      g2.colsum = pq.c2.data() + c * ldo;
+      g2.c = wk.oi.data(); g2.ldc = ldo;
+      ik.igemm_u8(g2);
       for (int64_t r = 0; r < m; ++r)
         ik.dequant(wk.oi.data() + r * ldo, d, wk.hs[size_t(r)], pw.s2.data(), c > c_begin ? acc + r * d : nullptr,
                    acc + r * d);

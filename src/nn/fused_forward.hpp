@@ -37,6 +37,13 @@ struct PackedWeights {
   // forward, int8: panels of k pairs and the per-output-channel scales
   std::vector<int8_t> q1, qg, q2;
   std::vector<float> s1, sg, s2;
+  // forward, int8 for u8 × s8 kernels (VNNI), packed on first use: quads of
+  // k and the column sums (W1, Wg: over d_model; W2: per hidden chunk)
+  struct S8Quads {
+    std::vector<int8_t> q1, qg, q2;
+    std::vector<int32_t> c1, cg, c2;
+  };
+  const S8Quads& quads() const;
   // backward, packed on first use
   struct Backward {
     std::vector<float> w2;  // B = W2 [d_model, d_ff]   (dH = dO · W2)
@@ -49,8 +56,11 @@ struct PackedWeights {
   static std::shared_ptr<PackedWeights> make(const Config& cfg, const Weights& w, const QuantizedWeights* q = nullptr);
 
  private:
-  mutable std::once_flag backward_once_;
+  mutable std::once_flag backward_once_, quads_once_;
   mutable Backward backward_;
+  mutable S8Quads quads_;
+  int64_t d_model_ = 0, d_ff_ = 0;
+  std::vector<int8_t> w1q_, wgq_, w2q_;  // int8: the PyTorch-layout values, for quads()
 };
 
 struct FusedSaved {

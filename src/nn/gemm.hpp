@@ -109,17 +109,40 @@ struct IGemmArgs {
   int32_t* c = nullptr;
   int64_t ldc = 0;
 };
+// With VNNI (vpdpbusd: 4 u8 × s8 products summed into each int32 lane, no
+// saturation) A holds the u8 levels u = a + zp and the product subtracts the
+// zero-point term, precomputed per column when B was packed:
+// C[m, 16·panels(n)] (int32) = Σ_p A(i, p) B(p, j) − zp[i] · colsum[j], exact
+// (equal to the int16 form's Σ_p a(i, p) B(p, j)).
+//   A(i, p) = a[i·lda + p]  (u8; lda a multiple of 4, zero-padded)
+//   B(p, j) = b[(j / 16)·psb + (p / 4)·64 + (j % 16)·4 + p % 4]   (psb = 64·kq)
+//   colsum[j] = Σ_p B(p, j) over the same k, for every column of every panel
+struct U8GemmArgs {
+  int64_t m = 0, n = 0, kq = 0;
+  const uint8_t* a = nullptr;
+  int64_t lda = 0;
+  const int32_t* zp = nullptr;  // [m]
+  const int8_t* b = nullptr;
+  int64_t psb = 0;
+  const int32_t* colsum = nullptr;
+  int32_t* c = nullptr;
+  int64_t ldc = 0;
+};
 // The int8 kernels of one ISA; each matches the portable definition in
-// src/nn/quantize.hpp bit for bit.
+// src/nn/quantize.hpp bit for bit. One of the two product forms is set.
 struct Int8Kernels {
-  void (*igemm)(const IGemmArgs&);
-  // quantize_row_ref's contract.
+  void (*igemm)(const IGemmArgs&);          // int16 × int8 pairs (vpmaddwd), or null
+  void (*igemm_u8)(const U8GemmArgs&);      // u8 × s8 quads (vpdpbusd), or null
+  // quantize_row_ref's contract (for igemm).
   float (*quantize_row)(const float* v, int64_t n, int16_t* a);
+  // quantize_row_u8_ref's contract (for igemm_u8).
+  float (*quantize_row_u8)(const float* v, int64_t n, uint8_t* u, int32_t* zp);
   // out[j] = fma(float(acc[j]), s_a · s_w[j], prev ? prev[j] : 0) for j < n (prev may be out).
   void (*dequant)(const int32_t* acc, int64_t n, float s_a, const float* s_w, const float* prev, float* out);
 };
 namespace scalar { extern const Int8Kernels int8_kernels; }
 namespace avx2 { extern const Int8Kernels int8_kernels; }
+namespace avx512 { extern const Int8Kernels int8_kernels_vnni; }
 
 // The whole product, blocked for the caches and split over `threads` (by rows
 // or by column panels; each C element is computed by one thread).

@@ -59,7 +59,7 @@ const KernelConfig kAvx2{
     Isa::avx2,
     {&avx2::gemm_block, &avx2::gemm_block, &avx2::gemm_block, {48, 256, 512}},
     6, 16,
-    &avx2::int8_kernels, "vpmaddwd",
+    &avx2::int8_kernels, "AVX2 vpmaddwd ymm",
     96,
     &avx2::fma_loop, "AVX2 vfmadd231ps ymm",
     &avx2::madd_loop,
@@ -70,15 +70,19 @@ const KernelConfig kAvx2{
 // each weight panel pair fetched from L3 serves 12 row tiles (measured on the
 // Zen 5, 2 threads, T = 4096, alternating: 96 rows 399, 144 rows 405, 192
 // rows 380 GFLOP/s; see bench/results/2026-11-23-avx512.md).
-const KernelConfig kAvx512{
+KernelConfig make_avx512() {
+  // int8 on vpdpbusd where the CPU has AVX512_VNNI, else on AVX2's vpmaddwd.
+  const bool vnni = detect().avx512_vnni;
+  return KernelConfig{
     Isa::avx512,
     {&avx512::gemm_block, &avx512::gemm_block, &avx512::gemm_block, {144, 256, 512}},
     12, 32,
-    &avx2::int8_kernels, "vpmaddwd",
+    vnni ? &avx512::int8_kernels_vnni : &avx2::int8_kernels, vnni ? "AVX-512 vpdpbusd zmm" : "vpmaddwd",
     144,
     &avx512::fma_loop, "AVX-512 vfmadd231ps zmm",
-    &avx2::madd_loop,
-};
+    vnni ? &avx512::dpbusd_loop : &avx2::madd_loop,
+  };
+}
 
 }  // namespace
 
@@ -89,7 +93,10 @@ const CpuFeatures& cpu_features() {
 
 const KernelConfig& kernel_config(Isa resolved) {
   switch (resolved) {
-    case Isa::avx512: return kAvx512;
+    case Isa::avx512: {
+      static const KernelConfig avx512 = make_avx512();
+      return avx512;
+    }
     case Isa::avx2: return kAvx2;
     default: return kScalar;
   }

@@ -76,22 +76,32 @@ float quantize_row_ref(const float* v, int64_t n, int16_t* a) {
     hi = std::max(hi, v[j]);
   }
   if (n % 2) a[n] = 0;
-  if (!finite) {
+  const ActScale q = act_scale(lo, hi, finite);
+  if (!q.levels) {
     std::fill(a, a + n, int16_t(0));
-    return std::numeric_limits<float>::quiet_NaN();
+    return q.s;
   }
-  const float s = hi / 255.0f - lo / 255.0f;  // (hi − lo) / 255 without overflow
-  if (!(s > 0.0f) || !std::isfinite(1.0f / s)) {  // all zero (or all below 1e-36)
-    std::fill(a, a + n, int16_t(0));
-    return 1.0f;
-  }
-  const float inv = 1.0f / s;
-  const float zp = std::clamp(std::nearbyint(-lo * inv), 0.0f, 255.0f);
+  for (int64_t j = 0; j < n; ++j) a[j] = int16_t(q.level(v[j]) - q.zp);
+  return q.s;
+}
+
+float quantize_row_u8_ref(const float* v, int64_t n, uint8_t* u, int32_t* zp) {
+  float lo = 0.0f, hi = 0.0f;
+  bool finite = true;
   for (int64_t j = 0; j < n; ++j) {
-    const float u = std::clamp(std::nearbyint(v[j] * inv) + zp, 0.0f, 255.0f);
-    a[j] = int16_t(u - zp);
+    if (!std::isfinite(v[j])) finite = false;
+    lo = std::min(lo, v[j]);
+    hi = std::max(hi, v[j]);
   }
-  return s;
+  std::fill(u + n, u + (n + 3) / 4 * 4, uint8_t(0));
+  const ActScale q = act_scale(lo, hi, finite);
+  *zp = int32_t(q.zp);
+  if (!q.levels) {
+    std::fill(u, u + n, uint8_t(0));
+    return q.s;
+  }
+  for (int64_t j = 0; j < n; ++j) u[j] = uint8_t(q.level(v[j]));
+  return q.s;
 }
 
 }  // namespace ffn::nn
@@ -104,6 +114,22 @@ std::vector<uint16_t> pack_panels_16(const std::vector<uint16_t>& m, int64_t K, 
   for (int64_t n = 0; n < N; ++n) {
     const int64_t q = n / 16, j = n % 16, slot = bf16 ? (j < 8 ? 2 * j : 2 * (j - 8) + 1) : j;
     for (int64_t k = 0; k < K; ++k) out[size_t((q * K + k) * 16 + slot)] = m[size_t(n * K + k)];
+  }
+  return out;
+}
+
+S8Quads pack_panels_s8_quads(const std::vector<int8_t>& m, int64_t K, int64_t N, int64_t k_group) {
+  const int64_t np = (N + 15) / 16, kq = (K + 3) / 4, groups = (K + k_group - 1) / k_group;
+  S8Quads out;
+  out.b.assign(size_t(np * kq * 64), 0);
+  out.colsum.assign(size_t(groups * np * 16), 0);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t q = n / 16, j = n % 16;
+    for (int64_t k = 0; k < K; ++k) {
+      const int8_t w = m[size_t(n * K + k)];
+      out.b[size_t(q * kq * 64 + (k / 4) * 64 + j * 4 + k % 4)] = w;
+      out.colsum[size_t((k / k_group) * np * 16 + n)] += w;
+    }
   }
   return out;
 }

@@ -27,7 +27,10 @@
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "ffn/ffn.hpp"
@@ -109,9 +112,37 @@ QMatrix quantize_matrix(const std::vector<float>& w, int64_t rows, int64_t cols,
 // The float32 values the low-precision matrix stands for.
 std::vector<float> dequantize(const QMatrix& m, WeightDtype dtype);
 
+// The scale and zero point of an activation row from lo = min(0, min v),
+// hi = max(0, max v) and whether every element is finite (see above); every
+// quantizer of every ISA goes through it. levels is false for a row whose
+// values all quantize to zero (s = NaN for a non-finite row, 1 for a zero row).
+struct ActScale {
+  float s = 1.0f, inv = 1.0f, zp = 0.0f;
+  bool levels = false;
+  // u = clamp(round(v · (1/s)) + zp, 0, 255), as a float
+  float level(float v) const { return std::clamp(std::nearbyint(v * inv) + zp, 0.0f, 255.0f); }
+};
+inline ActScale act_scale(float lo, float hi, bool finite) {
+  ActScale q;
+  if (!finite) {
+    q.s = std::numeric_limits<float>::quiet_NaN();
+    return q;
+  }
+  const float s = hi / 255.0f - lo / 255.0f;  // (hi − lo) / 255 without overflow
+  if (!(s > 0.0f) || !std::isfinite(1.0f / s)) return q;  // all zero (or all below 1e-36)
+  q.s = s;
+  q.inv = 1.0f / s;
+  q.zp = std::clamp(std::nearbyint(-lo * q.inv), 0.0f, 255.0f);
+  q.levels = true;
+  return q;
+}
+
 // Quantizes one activation row v[n] (see above): a[0, n) and, when n is odd,
 // a[n] = 0; returns s. Portable; the fast path's per-ISA versions match it.
 float quantize_row_ref(const float* v, int64_t n, int16_t* a);
+// The same quantization as the u8 levels and zero point that u8 × s8 products
+// (vpdpbusd) take: u[j] = a[j] + zp for j < n, u zero-padded to a multiple of 4.
+float quantize_row_u8_ref(const float* v, int64_t n, uint8_t* u, int32_t* zp);
 
 }  // namespace ffn::nn
 
@@ -122,5 +153,13 @@ namespace ffn::nn {
 // interleaved, fp16 in order) and int8 (pairs of k).
 std::vector<uint16_t> pack_panels_16(const std::vector<uint16_t>& m, int64_t K, int64_t N, bool bf16);
 std::vector<int8_t> pack_panels_s8(const std::vector<int8_t>& m, int64_t K, int64_t N);
+// The u8 × s8 layout (src/nn/gemm.hpp, U8GemmArgs): quads of k, and the
+// column sums Σ_k B(k, n) per group of k_group rows of k ([groups][panels·16],
+// zero-padded), which the zero-point compensation subtracts.
+struct S8Quads {
+  std::vector<int8_t> b;
+  std::vector<int32_t> colsum;
+};
+S8Quads pack_panels_s8_quads(const std::vector<int8_t>& m, int64_t K, int64_t N, int64_t k_group);
 
 }  // namespace ffn::nn

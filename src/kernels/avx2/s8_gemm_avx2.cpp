@@ -167,6 +167,6 @@ void dequant(const int32_t* acc, int64_t n, float s_a, const float* s_w, const f
 
 }  // namespace
 
-const Int8Kernels int8_kernels{&igemm, &quantize_row, &dequant};
+const Int8Kernels int8_kernels{&igemm, nullptr, &quantize_row, nullptr, &dequant};
 
 }  // namespace ffn::nn::avx2
