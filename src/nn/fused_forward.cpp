@@ -97,18 +97,6 @@ void normalize_row(NormType type, const float* v, int64_t d, float eps, const fl
   if (rstd_out) *rstd_out = rstd;
 }
 
-// z[j] = act(z[j]), or act(g[j])·z[j] when gated; one loop per unit so the
-// compiler can vectorize the simple ones.
-void activate(Unit u, float* z, const float* g, int64_t n) {
-  if (g) {
-    for (int64_t j = 0; j < n; ++j) z[j] = act(u, g[j]) * z[j];
-  } else if (u == Unit::relu) {
-    for (int64_t j = 0; j < n; ++j) z[j] = z[j] < 0.0f ? 0.0f : z[j];  // NaN stays NaN
-  } else {
-    for (int64_t j = 0; j < n; ++j) z[j] = act(u, z[j]);
-  }
-}
-
 struct Forward {
   const Config& cfg;
   const Weights& w;
@@ -216,7 +204,7 @@ struct Forward {
         std::copy(z, z + fc, saved->z1 + (t0 + r) * F + f0);
         if (zg) std::copy(zg, zg + fc, saved->zg + (t0 + r) * F + f0);
       }
-      activate(unit, z, zg, fc);
+      kc.activate(unit, z, zg, fc);
       if (hid_rule.active()) {
         const uint64_t base = uint64_t(pos[t0 + r] * F + f0);
         for (int64_t j = 0; j < fc; ++j) z[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
@@ -251,7 +239,7 @@ struct Forward {
       }
       for (int64_t r = 0; r < m; ++r) {
         float* z = wk.z.data() + r * kChunk;
-        activate(unit, z, gated ? wk.zg.data() + r * kChunk : nullptr, fc);
+        kc.activate(unit, z, gated ? wk.zg.data() + r * kChunk : nullptr, fc);
         wk.hs[size_t(r)] = ik.quantize_row(z, fc, wk.hq.data() + r * kChunk);
       }
       IGemmArgs g2;
@@ -296,7 +284,7 @@ struct Forward {
       }
       for (int64_t r = 0; r < m; ++r) {
         float* z = wk.z.data() + r * kChunk;
-        activate(unit, z, gated ? wk.zg.data() + r * kChunk : nullptr, fc);
+        kc.activate(unit, z, gated ? wk.zg.data() + r * kChunk : nullptr, fc);
         wk.hs[size_t(r)] = ik.quantize_row_u8(z, fc, wk.hu.data() + r * kChunk, wk.hzp.data() + r);
       }
       U8GemmArgs g2;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "ffn/ffn.hpp"
+#include "nn/activation.hpp"
 #include "nn/gemm.hpp"
 
 namespace ffn::nn {
@@ -23,6 +24,13 @@ struct CpuFeatures {
 };
 const CpuFeatures& cpu_features();
 
+// The activation epilogue (src/nn/activation_simd.hpp) per ISA: z[j] = act(z[j]),
+// or act(g[j])·z[j] when g is given.
+using ActivateFn = void (*)(Unit u, float* z, const float* g, int64_t n);
+namespace scalar { void activate(Unit u, float* z, const float* g, int64_t n); }
+namespace avx2 { void activate(Unit u, float* z, const float* g, int64_t n); }
+namespace avx512 { void activate(Unit u, float* z, const float* g, int64_t n); }
+
 // Returns the operations done (2 per multiply-add).
 using PeakLoop = double (*)(int64_t iters, float seed);
 
@@ -32,6 +40,7 @@ struct KernelConfig {
   int mr, nr;             // the f32 kernel's bulk tile (rows × columns)
   const Int8Kernels* int8;
   const char* int8_instr; // the int8 product's instruction, for reports
+  ActivateFn activate;    // bias-added pre-activations → activations, vectorized
   int64_t token_block;    // fused forward: tokens per block (a multiple of mr)
   PeakLoop fma_peak;      // the fp32 FMA loop of this ISA
   const char* fma_instr;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "nn/activation.hpp"
+#include "nn/activation_simd.hpp"
 
 namespace ffn::reference {
 
@@ -56,9 +57,9 @@ void forward_int8(const Config& cfg, const nn::QuantizedWeights& q, const Params
       const float z = std::fma(float(a1), sx * q.w1.scale[size_t(f)], p.b1 ? p.b1[f] : 0.0f);
       if (gated) {
         const float zg = std::fma(float(ag), sx * q.wg.scale[size_t(f)], p.bg ? p.bg[f] : 0.0f);
-        h[size_t(f)] = nn::act(unit, zg) * z;
+        h[size_t(f)] = nn::simd::act_approx(unit, zg) * z;
       } else {
-        h[size_t(f)] = nn::act(unit, z);
+        h[size_t(f)] = nn::simd::act_approx(unit, z);
       }
     }
     std::fill(o.begin(), o.end(), 0.0f);

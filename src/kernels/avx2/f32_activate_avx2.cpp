@@ -1,0 +1,6 @@
+// The activation epilogue (src/nn/activation_simd.hpp) compiled for avx2.
+#include "nn/activation_simd.hpp"
+
+namespace ffn::nn::avx2 {
+void activate(Unit u, float* z, const float* g, int64_t n) { simd::activate_rows(u, z, g, n); }
+}  // namespace ffn::nn::avx2

@@ -1,0 +1,6 @@
+// The activation epilogue (src/nn/activation_simd.hpp) compiled for scalar.
+#include "nn/activation_simd.hpp"
+
+namespace ffn::nn::scalar {
+void activate(Unit u, float* z, const float* g, int64_t n) { simd::activate_rows(u, z, g, n); }
+}  // namespace ffn::nn::scalar
