@@ -70,11 +70,7 @@ std::vector<float> dequantize(const QMatrix& m, WeightDtype dtype) {
 float quantize_row_ref(const float* v, int64_t n, int16_t* a) {
   float lo = 0.0f, hi = 0.0f;
   bool finite = true;
-  for (int64_t j = 0; j < n; ++j) {
-    if (!std::isfinite(v[j])) finite = false;
-    lo = std::min(lo, v[j]);
-    hi = std::max(hi, v[j]);
-  }
+  extend_range(v, n, lo, hi, finite);
   if (n % 2) a[n] = 0;
   const ActScale q = act_scale(lo, hi, finite);
   if (!q.levels) {
@@ -88,11 +84,7 @@ float quantize_row_ref(const float* v, int64_t n, int16_t* a) {
 float quantize_row_u8_ref(const float* v, int64_t n, uint8_t* u, int32_t* zp) {
   float lo = 0.0f, hi = 0.0f;
   bool finite = true;
-  for (int64_t j = 0; j < n; ++j) {
-    if (!std::isfinite(v[j])) finite = false;
-    lo = std::min(lo, v[j]);
-    hi = std::max(hi, v[j]);
-  }
+  extend_range(v, n, lo, hi, finite);
   std::fill(u + n, u + (n + 3) / 4 * 4, uint8_t(0));
   const ActScale q = act_scale(lo, hi, finite);
   *zp = int32_t(q.zp);

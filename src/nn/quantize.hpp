@@ -122,6 +122,14 @@ struct ActScale {
   // u = clamp(round(v · (1/s)) + zp, 0, 255), as a float
   float level(float v) const { return std::clamp(std::nearbyint(v * inv) + zp, 0.0f, 255.0f); }
 };
+// Folds v[0, n) into the running range (lo, hi) and finiteness.
+inline void extend_range(const float* v, int64_t n, float& lo, float& hi, bool& finite) {
+  for (int64_t j = 0; j < n; ++j) {
+    if (!std::isfinite(v[j])) finite = false;
+    lo = std::min(lo, v[j]);
+    hi = std::max(hi, v[j]);
+  }
+}
 inline ActScale act_scale(float lo, float hi, bool finite) {
   ActScale q;
   if (!finite) {

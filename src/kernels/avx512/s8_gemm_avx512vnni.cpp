@@ -118,11 +118,7 @@ float quantize_row_u8(const float* v, int64_t n, uint8_t* u, int32_t* zp_out) {
   }
   float lo = std::min(0.0f, _mm512_reduce_min_ps(lo16)), hi = std::max(0.0f, _mm512_reduce_max_ps(hi16));
   bool finite = bad == 0;
-  for (int64_t t = j; t < n; ++t) {
-    if (!std::isfinite(v[t])) finite = false;
-    lo = std::min(lo, v[t]);
-    hi = std::max(hi, v[t]);
-  }
+  extend_range(v + j, n - j, lo, hi, finite);
   std::fill(u + n, u + (n + 3) / 4 * 4, uint8_t(0));
   const ActScale q = act_scale(lo, hi, finite);
   *zp_out = int32_t(q.zp);
