@@ -162,7 +162,7 @@ int threads_or_throw(int t) {
 // ---- run ----------------------------------------------------------------------
 
 struct RunArgs : LayerArgs {
-  std::string output, dtype;
+  std::string output, dtype, compute = "fp32";
 };
 
 void cmd_run(const RunArgs& a) {
@@ -170,7 +170,10 @@ void cmd_run(const RunArgs& a) {
   const int threads = threads_or_throw(a.threads);
   LoadOptions lo = a.load_options(0, 0);
   if (!a.dtype.empty()) lo.weight_dtype = parse_weight_dtype(a.dtype, "--dtype");
+  const Compute compute = parse_compute(a.compute, "--compute");
   const Layer layer = Layer::load(a.weights, lo);
+  if (compute == Compute::bf16 && layer.weight_dtype() == WeightDtype::int8)
+    throw Error("--compute bf16: needs fp32, bf16 or fp16 weights (" + a.weights + " holds int8 weights)");
   const Input in = read_input(a, layer.config());
   cli::check_not_an_input(a.output, "--output", {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}});
   Array y;
@@ -178,6 +181,7 @@ void cmd_run(const RunArgs& a) {
   y.data.resize(in.x.data.size());
   RunOptions ro;
   ro.threads = threads;
+  ro.compute = compute;
   const bool three_d = in.x.shape.size() == 3;
   if (a.check_finite) {
     check_finite_weights(layer.config(), layer.weights(), layer.names(), a.weights);
@@ -336,6 +340,7 @@ void cmd_quantize(const QuantizeArgs& a) {
 struct BenchArgs {
   int64_t tokens = 4096, d_model = 512, d_ff = 2048;
   std::string activation = "relu", norm = "post", norm_type = "layernorm", isa = "auto", dtype = "fp32";
+  std::string compute = "fp32";
   int threads = 0, repeats = 10, warmup = 2;
   uint64_t seed = 0;
   bool backward = false, json = false;
@@ -352,6 +357,12 @@ double median(std::vector<double> v) {
 // differs only in the order of the final float sums); see tests/README.md.
 constexpr double kBenchTolerance = 1e-5;
 constexpr double kBenchToleranceInt8 = 1e-4;
+// bf16 compute against its reference (operands rounded to bf16, double sums):
+// the fp32 sums differ by ~1e-6, and a hidden value that lies within them of
+// a bf16 rounding boundary rounds one bf16 step (2^-8 relative) the other
+// way, moving an output by up to 2^-8·|h·w2| (≈ 1e-4 of the output's scale
+// at the paper's sizes); tests/README.md.
+constexpr double kBenchToleranceBf16 = 1e-3;
 
 int cmd_bench(const BenchArgs& a) {
   if (a.tokens < 1) throw Error("--tokens: expected a positive integer, got " + std::to_string(a.tokens));
@@ -369,8 +380,13 @@ int cmd_bench(const BenchArgs& a) {
   cfg.norm = parse_norm_placement(a.norm, "--norm");
   cfg.norm_type = parse_norm_type(a.norm_type, "--norm-type");
   const WeightDtype dtype = parse_weight_dtype(a.dtype, "--dtype");
+  const Compute compute = parse_compute(a.compute, "--compute");
   if (a.backward && dtype != WeightDtype::fp32)
     throw Error("--backward: needs --dtype fp32 (low-precision layers are for inference only)");
+  if (a.backward && compute != Compute::fp32)
+    throw Error("--backward: needs --compute fp32 (the bf16 compute mode is for inference only)");
+  if (compute == Compute::bf16 && dtype == WeightDtype::int8)
+    throw Error("--compute bf16: needs --dtype fp32, bf16 or fp16 (int8 weights have their own integer products)");
   const Layer layer32(cfg, a.seed);
   const Layer layer = layer32.converted(dtype);
   const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
@@ -384,12 +400,17 @@ int cmd_bench(const BenchArgs& a) {
   RunOptions ro;
   ro.threads = threads;
   ro.isa = nn::resolve_isa(parse_isa(a.isa, "--isa"));
+  ro.compute = compute;
   const std::string isa_name(to_string(ro.isa));
   const nn::KernelConfig& kcfg = nn::kernel_config(ro.isa);
   // Which kernels the matrix products of this run use.
   char products[160];
+  const bool bf16 = compute == Compute::bf16;
   if (dtype == WeightDtype::int8)
     std::snprintf(products, sizeof products, "int8 products on %s (%s)", isa_name.c_str(), kcfg.int8_instr);
+  else if (bf16)
+    std::snprintf(products, sizeof products, "bf16 products on %s (%s), fp32 sums", isa_name.c_str(),
+                  kcfg.bf16->instr);
   else
     std::snprintf(products, sizeof products, "fp32 products on %s, %dx%d tiles%s", isa_name.c_str(), kcfg.mr,
                   kcfg.nr, dtype == WeightDtype::fp32 ? "" : " (16-bit weights widened in registers)");
@@ -399,6 +420,7 @@ int cmd_bench(const BenchArgs& a) {
   const bool int8 = dtype == WeightDtype::int8;
   const nn::Peak peak_int = int8 ? nn::measure_peak(threads, nn::PeakKind::int8) : nn::Peak{};
   const nn::Peak peak_u8s8 = int8 ? nn::measure_peak(threads, nn::PeakKind::u8s8) : nn::Peak{};
+  const nn::Peak peak_bf16 = bf16 ? nn::measure_peak(threads, nn::PeakKind::bf16) : nn::Peak{};
 
   std::vector<double> times;
   ForwardCache cache;
@@ -427,13 +449,15 @@ int cmd_bench(const BenchArgs& a) {
   }
   RunOptions ref;
   ref.path = Path::reference;
+  ref.compute = compute;
   layer.forward(xs.data(), yref.data(), Shape::tokens(k), ref);
   const Comparison cmp = compare(ys.data(), yref.data(), ys.size());
-  const double tol = dtype == WeightDtype::int8 ? kBenchToleranceInt8 : kBenchTolerance;
+  const double tol = dtype == WeightDtype::int8 ? kBenchToleranceInt8 : bf16 ? kBenchToleranceBf16 : kBenchTolerance;
   const bool ok = cmp.ok(tol);
   // A low-precision layer's error against the fp32 layer on the same tokens.
   Agreement vs_fp32{0.0, 1.0};
-  if (dtype != WeightDtype::fp32) {
+  const bool lowp = dtype != WeightDtype::fp32 || bf16;
+  if (lowp) {
     std::vector<float> y32(xs.size());
     RunOptions fast;
     fast.threads = threads;
@@ -451,7 +475,8 @@ int cmd_bench(const BenchArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"d_model", a.d_model}, {"d_ff", a.d_ff}, {"tokens", a.tokens},
                         {"activation", a.activation}, {"norm", a.norm}, {"norm_type", a.norm_type},
-                        {"threads", threads}, {"isa", isa_name}, {"dtype", a.dtype}, {"backward", a.backward},
+                        {"threads", threads}, {"isa", isa_name}, {"dtype", a.dtype}, {"compute", a.compute},
+                        {"backward", a.backward},
                         {"repeats", a.repeats},
                         {"median_s", med}, {"min_s", tmin}, {"max_s", tmax},
                         {"tokens_per_s", tokens_per_s}, {"gflops", gflops},
@@ -460,7 +485,12 @@ int cmd_bench(const BenchArgs& a) {
                         {"percent_of_peak", percent_of_peak},
                         {"check_tokens", k}, {"check_max_error", cmp.max_error},
                         {"check_tolerance", tol}, {"check_ok", ok}};
-    if (dtype != WeightDtype::fp32) {
+    if (bf16 && peak_bf16.gflops > 0) {
+      j["bf16_peak_gflops"] = peak_bf16.gflops;
+      j["bf16_peak_instr"] = peak_bf16.instr;
+      j["percent_of_bf16_peak"] = 100.0 * gflops / peak_bf16.gflops;
+    }
+    if (lowp) {
       j["vs_fp32_rel_rms"] = vs_fp32.rel_rms;
       j["vs_fp32_cosine"] = vs_fp32.cosine;
     }
@@ -472,9 +502,9 @@ int cmd_bench(const BenchArgs& a) {
     }
     std::cout << j.dump() << "\n";
   } else {
-    std::printf("ffn bench: %lld -> %lld %s, norm %s %s, %lld tokens, %d threads, %s weights, %s, %s\n",
+    std::printf("ffn bench: %lld -> %lld %s, norm %s %s, %lld tokens, %d threads, %s weights, %s compute, %s, %s\n",
                 (long long)a.d_model, (long long)a.d_ff, a.activation.c_str(), a.norm.c_str(), a.norm_type.c_str(),
-                (long long)a.tokens, threads, a.dtype.c_str(), isa_name.c_str(),
+                (long long)a.tokens, threads, a.dtype.c_str(), a.compute.c_str(), isa_name.c_str(),
                 a.backward ? "forward+backward" : "forward");
     std::printf("  kernels        %s\n", products);
     std::printf("  time per call  median %.3f ms  (min %.3f, max %.3f; %d calls)\n", med * 1e3, tmin * 1e3,
@@ -485,10 +515,13 @@ int cmd_bench(const BenchArgs& a) {
       std::printf("  int8           %.1f GOP/s = %.1f%% of the measured %s peak %.1f GOP/s "
                   "(vpmaddubsw+vpmaddwd: %.1f)\n", gflops, 100.0 * gflops / peak_int.gflops, peak_int.instr,
                   peak_int.gflops, peak_u8s8.gflops);
+    if (bf16 && peak_bf16.gflops > 0)
+      std::printf("  bf16           %.1f GFLOP/s = %.1f%% of the measured %s peak %.1f GFLOP/s\n", gflops,
+                  100.0 * gflops / peak_bf16.gflops, peak_bf16.instr, peak_bf16.gflops);
     std::printf("  check          %lld tokens against the reference path: %s (tolerance %.0e)  %s\n",
                 (long long)k, cmp.describe().c_str(), tol, ok ? "OK" : "FAILED");
-    if (dtype != WeightDtype::fp32)
-      std::printf("  vs fp32        relative RMS error %.2e, cosine similarity %.7f (same tokens, fp32 weights)\n",
+    if (lowp)
+      std::printf("  vs fp32        relative RMS error %.2e, cosine similarity %.7f (same tokens, fp32 weights and compute)\n",
                   vs_fp32.rel_rms, vs_fp32.cosine);
   }
   return ok ? 0 : 1;
@@ -509,6 +542,8 @@ int ffn_main(int argc, char** argv) {
   run.add(run_cmd);
   run_cmd->add_option("--output", run.output, "output array (.npy), same shape as the input")->required();
   run_cmd->add_option("--dtype", run.dtype, "weights as fp32, bf16, fp16 or int8 (quantized on load; default: the file's)");
+  run_cmd->add_option("--compute", run.compute,
+                      "products in fp32 (default) or bf16 (operands rounded to bf16, fp32 sums; not with int8 weights)");
 
   GradArgs grad;
   CLI::App* grad_cmd = app.add_subcommand("grad", "backward pass: gradients of the input and of every parameter");
@@ -547,8 +582,9 @@ int ffn_main(int argc, char** argv) {
   bench_cmd->add_option("--repeats", bench.repeats, "timed calls (default 10)");
   bench_cmd->add_option("--warmup", bench.warmup, "untimed calls first (default 2)");
   bench_cmd->add_option("--seed", bench.seed, "weights and input seed")->check(CLI::NonNegativeNumber);
-  bench_cmd->add_option("--isa", bench.isa, "auto (default: FFN_ISA, else the best), scalar, avx2, avx512");
+  bench_cmd->add_option("--isa", bench.isa, "auto (default: FFN_ISA, else the best), scalar, avx2, avx512, amx");
   bench_cmd->add_option("--dtype", bench.dtype, "weight matrices as fp32 (default), bf16, fp16 or int8");
+  bench_cmd->add_option("--compute", bench.compute, "products in fp32 (default) or bf16 (operands rounded to bf16)");
   bench_cmd->add_flag("--backward", bench.backward, "time forward + backward");
   bench_cmd->add_flag("--json", bench.json, "print one JSON object");
 

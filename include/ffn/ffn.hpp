@@ -135,12 +135,27 @@ enum class Path { automatic, reference };
 constexpr int kMaxThreads = 1024;
 
 // Instruction set of the fast path. automatic: the environment variable
-// FFN_ISA (auto, scalar, avx2, avx512) if set, else the best the CPU supports.
-enum class Isa { automatic, scalar, avx2, avx512 };
+// FFN_ISA (auto, scalar, avx2, avx512, amx) if set, else the best the CPU
+// supports, in the order amx, avx512, avx2, scalar. amx is avx512 with the
+// bf16-compute and int8 products on AMX tiles (fp32 products stay AVX-512).
+enum class Isa { automatic, scalar, avx2, avx512, amx };
 std::string_view to_string(Isa i);
 Isa parse_isa(std::string_view s, std::string_view what = "isa");
 bool isa_supported(Isa i);  // by this CPU and this build
 Isa best_isa();
+
+// The arithmetic of the two matrix products (inference), apart from how the
+// weights are stored (WeightDtype):
+//   fp32  float32 operands and sums (the default; the only mode for training)
+//   bf16  the operands of both products rounded to bfloat16 (the FFN input
+//         after a pre-norm, the weights, the hidden activation), exact
+//         products summed in float32 (vdpbf16ps, AMX tdpbf16ps); bias,
+//         activation, residual and norm in float32: what PyTorch's bf16
+//         autocast does on CPU. Weights stored as fp32, bf16 or fp16 (not
+//         int8). Without AVX512_BF16 or AMX it runs a portable kernel.
+enum class Compute { fp32, bf16 };
+std::string_view to_string(Compute c);
+Compute parse_compute(std::string_view s, std::string_view what = "compute");
 
 struct RunOptions {
   bool training = false;  // dropout active (and a ForwardCache may be filled)
@@ -148,6 +163,7 @@ struct RunOptions {
   int threads = 0;        // 0: all hardware threads; at most kMaxThreads
   Path path = Path::automatic;
   Isa isa = Isa::automatic;  // fast path only; throws Error if unsupported
+  Compute compute = Compute::fp32;  // bf16: inference only (throws Error with training or a cache)
 };
 
 // What forward saves for backward (filled when a cache is passed to forward):

@@ -68,12 +68,23 @@ const PackedWeights::Backward& PackedWeights::backward(const Config& cfg, const 
   return backward_;
 }
 
+const PackedWeights::Bf16Pairs& PackedWeights::bf16_pairs(const Config& cfg, const Weights& w) const {
+  std::call_once(bf16_once_, [&] {
+    const int64_t d = cfg.d_model, F = cfg.d_ff;
+    bf16_.w1 = pack_panels_bf16(w.w1.data(), d, F);
+    if (is_gated(cfg.activation)) bf16_.wg = pack_panels_bf16(w.wg.data(), d, F);
+    bf16_.w2 = pack_panels_bf16(w.w2.data(), F, d);
+  });
+  return bf16_;
+}
+
 namespace {
 
 constexpr int64_t kChunk = 256;      // hidden units per chunk (a multiple of kPanel)
 constexpr int kMaxGroups = 2;        // fixed split of d_ff (see fused_forward.hpp)
 static_assert(kChunk % kPanel == 0);
 static_assert(kChunk == kQuantChunk);  // int8: one activation scale per hidden chunk
+static_assert(kChunk % kBf16K == 0);   // bf16: every chunk but the last starts a whole k step
 
 // out[d] = Norm(v[d]) with γ, β; writes xhat/mean/rstd when asked.
 void normalize_row(NormType type, const float* v, int64_t d, float eps, const float* gamma, const float* beta,
@@ -111,6 +122,9 @@ struct Forward {
   bool gated;
   Unit unit;
   DropoutRule hid_rule, out_rule;
+  Compute compute;
+  const PackedWeights::Bf16Pairs* pairs;  // compute bf16
+  int64_t dk() const { return bf16_kpad(d); }  // bf16 input row stride (zero-padded)
 
   int64_t chunk_begin(int64_t g) const { return chunks * g / groups; }
 
@@ -125,10 +139,15 @@ struct Forward {
     // int8 on u8 × s8 kernels: u8 levels and zero points of the input and hidden rows
     std::vector<uint8_t> xu, hu;
     std::vector<int32_t> xzp, hzp;
+    // bf16 compute: the input rows and the hidden chunk rounded to bf16 (zero-padded k)
+    std::vector<uint16_t> xb, hb;
     Work(const Forward& f, int64_t rows)
         : in(size_t(rows * f.d)), z(size_t(rows * kChunk)), zg(f.gated ? size_t(rows * kChunk) : 0),
           row(size_t(f.d)) {
-      if (f.pw.dtype == WeightDtype::int8 && f.kc.int8->igemm_u8) {
+      if (f.compute == Compute::bf16) {
+        xb.resize(size_t(rows * f.dk()));
+        hb.resize(size_t(rows * kChunk));
+      } else if (f.pw.dtype == WeightDtype::int8 && f.kc.int8->igemm_u8) {
         xu.resize(size_t(rows * f.dpad4()));
         xzp.resize(size_t(rows));
         hu.resize(size_t(rows * kChunk));
@@ -162,7 +181,9 @@ struct Forward {
       } else {
         std::copy(xr, xr + d, wk.in.data() + r * d);
       }
-      if (pw.dtype == WeightDtype::int8 && kc.int8->igemm_u8)
+      if (compute == Compute::bf16)
+        kc.bf16->to_bf16(wk.in.data() + r * d, d, wk.xb.data() + r * dk());
+      else if (pw.dtype == WeightDtype::int8 && kc.int8->igemm_u8)
         wk.xs[size_t(r)] =
             kc.int8->quantize_row_u8(wk.in.data() + r * d, d, wk.xu.data() + r * dpad4(), wk.xzp.data() + r);
       else if (pw.dtype == WeightDtype::int8)
@@ -171,6 +192,10 @@ struct Forward {
   }
 
   void group_partial(int64_t t0, int64_t m, int64_t g, Work& wk, float* acc) const {
+    if (compute == Compute::bf16) {
+      group_partial_bf16(t0, m, g, wk, acc);
+      return;
+    }
     switch (pw.dtype) {
       case WeightDtype::fp32:
         group_partial_f(t0, m, g, wk, acc, pw.w1.data(), pw.wg.data(), pw.w2.data());
@@ -300,6 +325,42 @@ struct Forward {
     }
   }
 
+  // bf16 compute: acc[m, d] as group_partial_f, with the input rows, the
+  // weights and each hidden chunk (after activation and dropout) rounded to
+  // bf16 and the products summed in fp32 (src/nn/gemm.hpp, Bf16GemmArgs).
+  void group_partial_bf16(int64_t t0, int64_t m, int64_t g, Work& wk, float* acc) const {
+    const Bf16Kernels& bk = *kc.bf16;
+    const int64_t c_end = chunk_begin(g + 1), Fk = bf16_kpad(F);
+    for (int64_t c = chunk_begin(g); c < c_end; ++c) {
+      const int64_t f0 = c * kChunk, fc = std::min(kChunk, F - f0), fk = bf16_kpad(fc);
+      Bf16GemmArgs g1;
+      g1.m = m; g1.n = fc; g1.kp = dk() / 2;
+      g1.a = wk.xb.data(); g1.lda = dk();
+      g1.psb = 16 * dk();
+      g1.b = pairs->w1.data() + (f0 / kPanel) * g1.psb;
+      g1.c = wk.z.data(); g1.ldc = kChunk;
+      bk.gemm(g1);
+      if (gated) {
+        g1.b = pairs->wg.data() + (f0 / kPanel) * g1.psb;
+        g1.c = wk.zg.data();
+        bk.gemm(g1);
+      }
+      chunk_epilogue(t0, m, f0, fc, wk);
+      for (int64_t r = 0; r < m; ++r) {
+        uint16_t* h = wk.hb.data() + r * kChunk;
+        bk.to_bf16(wk.z.data() + r * kChunk, fc, h);
+        std::fill(h + fc, h + fk, uint16_t(0));  // the last chunk's k padding
+      }
+      Bf16GemmArgs g2;
+      g2.m = m; g2.n = d; g2.kp = fk / 2;
+      g2.a = wk.hb.data(); g2.lda = kChunk;
+      g2.b = pairs->w2.data() + (f0 / 2) * 32; g2.psb = 16 * Fk;
+      g2.c = acc; g2.ldc = d;
+      g2.accumulate = c > chunk_begin(g);
+      bk.gemm(g2);
+    }
+  }
+
   // acc[m, d] = Σ over the chunks of group g of act(in · W1[c]ᵀ + b1[c]) · W2[:, c]ᵀ,
   // with float32 arithmetic on float32 or 16-bit (widened) weight panels.
   template <typename TB>
@@ -373,13 +434,14 @@ struct Forward {
 
 void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                    const int64_t* pos, bool training, uint64_t seed, int threads, Isa isa, float* y,
-                   const FusedSaved* saved) {
+                   const FusedSaved* saved, Compute compute) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   const int64_t chunks = (F + kChunk - 1) / kChunk;
   const Forward f{cfg, w, pw, kernel_config(resolve_isa(isa)), x, pos, seed, saved, y, d, F, chunks,
                   std::min<int64_t>(kMaxGroups, chunks), is_gated(cfg.activation), unit_of(cfg.activation),
                   DropoutRule::make(training ? cfg.dropout_hidden : 0.0f),
-                  DropoutRule::make(training ? cfg.dropout_output : 0.0f)};
+                  DropoutRule::make(training ? cfg.dropout_output : 0.0f), compute,
+                  compute == Compute::bf16 ? &pw.bf16_pairs(cfg, w) : nullptr};
   const int64_t kTokenBlock = f.kc.token_block;  // tokens per block
   const int64_t blocks = (n + kTokenBlock - 1) / kTokenBlock;
   threads = std::max(1, threads);

@@ -51,13 +51,21 @@ struct PackedWeights {
     std::vector<float> wg;  // B = Wg [d_ff, d_model]
   };
   const Backward& backward(const Config& cfg, const Weights& w) const;
+  // the bf16 compute mode, packed on first use from the float weights
+  // (pack_panels_bf16: bf16 pairs of k, k padded to bf16_kpad)
+  struct Bf16Pairs {
+    std::vector<uint16_t> w1, wg;  // B = W1ᵀ, Wgᵀ [d_model, d_ff]
+    std::vector<uint16_t> w2;      // B = W2ᵀ [d_ff, d_model]
+  };
+  const Bf16Pairs& bf16_pairs(const Config& cfg, const Weights& w) const;
 
   // fp32 panels from w, or the low-precision panels from q when given.
   static std::shared_ptr<PackedWeights> make(const Config& cfg, const Weights& w, const QuantizedWeights* q = nullptr);
 
  private:
-  mutable std::once_flag backward_once_, quads_once_;
+  mutable std::once_flag backward_once_, quads_once_, bf16_once_;
   mutable Backward backward_;
+  mutable Bf16Pairs bf16_;
   mutable S8Quads quads_;
   int64_t d_model_ = 0, d_ff_ = 0;
   std::vector<int8_t> w1q_, wgq_, w2q_;  // int8: the PyTorch-layout values, for quads()
@@ -72,10 +80,11 @@ struct FusedSaved {
 };
 
 // y[n, d_model] from x[n, d_model] (valid tokens, contiguous); pos[i] is token
-// i's global position (dropout key). saved may be null.
+// i's global position (dropout key). saved may be null. Compute::bf16 (fp32,
+// bf16 or fp16 weights) rounds the operands of both products to bf16.
 void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                    const int64_t* pos, bool training, uint64_t seed, int threads, Isa isa, float* y,
-                   const FusedSaved* saved);
+                   const FusedSaved* saved, Compute compute = Compute::fp32);
 
 // Gradients of the fast path (same contract as reference::backward, float
 // accumulation): dx[n, d_model] and every gradient (overwritten). Weight

@@ -144,6 +144,45 @@ namespace scalar { extern const Int8Kernels int8_kernels; }
 namespace avx2 { extern const Int8Kernels int8_kernels; }
 namespace avx512 { extern const Int8Kernels int8_kernels_vnni; }
 
+// ---- bf16 compute (vdpbf16ps, AMX TDPBF16PS) -------------------------------
+// C[m, n] (fp32) = (accumulate ? C : 0) + Σ_p A(i, p) B(p, j), with bf16
+// operands (exact products) summed in fp32:
+//   A(i, p) = a[i·lda + p]   (bf16 bits; lda ≥ 2·kp, even)
+//   B(p, j) = b[(j / 16)·psb + (p / 2)·32 + (j % 16)·2 + p % 2]   (psb ≥ 32·kp)
+//   C(i, j) = c[i·ldc + j] for j < n
+// k = 2·kp, a multiple of kBf16K: callers zero-pad A's columns and B's rows
+// (pack_panels_bf16) so every kernel, AMX's 32-deep tiles included, runs
+// whole steps. One 64-byte B row holds a pair of k for 16 columns: the
+// layout of vdpbf16ps's and of an AMX B tile's rows alike. The fp32 order of
+// the sums is the kernel's own (fixed per row: a row's result never depends
+// on the other rows of the call), not the fp32 kernels' order.
+constexpr int64_t kBf16K = 32;  // k granularity (AMX: 16 pairs per tile row)
+inline int64_t bf16_kpad(int64_t k) { return (k + kBf16K - 1) / kBf16K * kBf16K; }
+struct Bf16GemmArgs {
+  int64_t m = 0, n = 0, kp = 0;
+  const uint16_t* a = nullptr;
+  int64_t lda = 0;
+  const uint16_t* b = nullptr;
+  int64_t psb = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;
+};
+struct Bf16Kernels {
+  void (*gemm)(const Bf16GemmArgs&);
+  // out[j] = bf16(v[j]) (round to nearest even; NaN stays NaN) for j < n.
+  void (*to_bf16)(const float* v, int64_t n, uint16_t* out);
+  const char* instr;  // for reports
+};
+namespace scalar { extern const Bf16Kernels bf16_kernels; }
+namespace avx512 { extern const Bf16Kernels bf16_kernels; }  // AVX512_BF16
+// AMX: the bf16 product, and the u8 × s8 product (igemm_u8's contract) that
+// replaces AVX-512 VNNI's in an otherwise AVX-512 int8 kernel set.
+namespace amx {
+extern const Bf16Kernels bf16_kernels;
+void igemm_u8(const U8GemmArgs& g);
+}
+
 // The whole product, blocked for the caches and split over `threads` (by rows
 // or by column panels; each C element is computed by one thread).
 void gemm(const F32Gemm& kernel, const GemmArgs& g, int threads);

@@ -9,7 +9,7 @@ namespace ffn {
 
 namespace {
 constexpr std::pair<const char*, Isa> kIsas[] = {
-    {"auto", Isa::automatic}, {"scalar", Isa::scalar}, {"avx2", Isa::avx2}, {"avx512", Isa::avx512}};
+    {"auto", Isa::automatic}, {"scalar", Isa::scalar}, {"avx2", Isa::avx2}, {"avx512", Isa::avx512}, {"amx", Isa::amx}};
 }
 
 std::string_view to_string(Isa i) {
@@ -21,7 +21,7 @@ std::string_view to_string(Isa i) {
 Isa parse_isa(std::string_view s, std::string_view what) {
   for (const auto& [name, v] : kIsas)
     if (s == name) return v;
-  throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected auto, scalar, avx2 or avx512");
+  throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected auto, scalar, avx2, avx512 or amx");
 }
 
 bool isa_supported(Isa i) {
@@ -34,15 +34,25 @@ bool isa_supported(Isa i) {
       return f.avx2 && f.fma && f.f16c;
     case Isa::avx512:
       return f.avx512;
+    case Isa::amx:
+      return f.amx;
   }
   return false;
 }
 
-// Best first: avx512 → avx2 → scalar.
+// Best first: amx → avx512 → avx2 → scalar.
 Isa best_isa() {
-  for (Isa i : {Isa::avx512, Isa::avx2})
+  for (Isa i : {Isa::amx, Isa::avx512, Isa::avx2})
     if (isa_supported(i)) return i;
   return Isa::scalar;
+}
+
+std::string_view to_string(Compute c) { return c == Compute::bf16 ? "bf16" : "fp32"; }
+
+Compute parse_compute(std::string_view s, std::string_view what) {
+  if (s == "fp32") return Compute::fp32;
+  if (s == "bf16") return Compute::bf16;
+  throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected fp32 or bf16");
 }
 
 namespace nn {

@@ -2,6 +2,10 @@
 #include "nn/kernel_config.hpp"
 
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "nn/peak.hpp"
 
@@ -13,6 +17,18 @@ uint64_t xgetbv0() {
   uint32_t lo = 0, hi = 0;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   return (uint64_t(hi) << 32) | lo;
+}
+
+// Linux hands out the AMX tile data state only on request, per process
+// (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); without it the first
+// tile instruction faults. True when granted (or already held).
+bool request_amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 
 CpuFeatures detect() {
@@ -39,9 +55,19 @@ CpuFeatures detect() {
   f.avx512_vnni = f.avx512 && ((c7 >> 11) & 1u);
   f.avx512_bf16 = f.avx512 && ((a71 >> 5) & 1u);
   f.avx_vnni = f.avx2 && ((a71 >> 4) & 1u);
-  f.amx = f.avx512 && os_tile && ((d7 >> 24) & 1u) && ((d7 >> 22) & 1u) && ((d7 >> 25) & 1u);
+  f.amx = f.avx512 && f.avx512_vnni && f.avx512_bf16 && os_tile && ((d7 >> 24) & 1u) && ((d7 >> 22) & 1u) &&
+          ((d7 >> 25) & 1u) && request_amx_permission();
   return f;
 }
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+namespace {
 
 const KernelConfig kScalar{
     Isa::scalar,
@@ -52,6 +78,7 @@ const KernelConfig kScalar{
     96,
     &scalar::fma_loop, "portable multiply-add",
     nullptr,
+    &scalar::bf16_kernels, nullptr, "",
 };
 
 // 6×16 tiles of ymm (12 accumulators): rows per block 48 (A block 48 KiB in
@@ -65,6 +92,7 @@ const KernelConfig kAvx2{
     96,
     &avx2::fma_loop, "AVX2 vfmadd231ps ymm",
     &avx2::madd_loop,
+    &scalar::bf16_kernels, nullptr, "",
 };
 
 // 12×32 tiles of zmm (24 accumulators), k 256 (a pair of panels is 32 KiB,
@@ -73,8 +101,9 @@ const KernelConfig kAvx2{
 // Zen 5, 2 threads, T = 4096, alternating: 96 rows 399, 144 rows 405, 192
 // rows 380 GFLOP/s; see bench/results/2026-11-23-avx512.md).
 KernelConfig make_avx512() {
-  // int8 on vpdpbusd where the CPU has AVX512_VNNI, else on AVX2's vpmaddwd.
-  const bool vnni = detect().avx512_vnni;
+  // int8 on vpdpbusd where the CPU has AVX512_VNNI, else on AVX2's vpmaddwd;
+  // bf16 compute on vdpbf16ps where it has AVX512_BF16, else portable.
+  const bool vnni = cpu_features().avx512_vnni, bf16 = cpu_features().avx512_bf16;
   return KernelConfig{
     Isa::avx512,
     {&avx512::gemm_block, &avx512::gemm_block, &avx512::gemm_block, {144, 256, 512}},
@@ -84,18 +113,40 @@ KernelConfig make_avx512() {
     144,
     &avx512::fma_loop, "AVX-512 vfmadd231ps zmm",
     vnni ? &avx512::dpbusd_loop : &avx2::madd_loop,
+    bf16 ? &avx512::bf16_kernels : &scalar::bf16_kernels,
+    bf16 ? &avx512::dpbf16_loop : nullptr, bf16 ? "AVX-512 vdpbf16ps zmm" : "",
   };
+}
+
+// AVX-512 (fp32 products, quantizers, epilogues) with the bf16 and u8 × s8
+// products on AMX tiles; only where cpu_features().amx (which implies
+// AVX512_VNNI and AVX512_BF16).
+KernelConfig make_amx() {
+  static const Int8Kernels int8 = [] {
+    Int8Kernels k = avx512::int8_kernels_vnni;
+    k.igemm_u8 = &amx::igemm_u8;
+    return k;
+  }();
+  KernelConfig k = make_avx512();
+  k.isa = Isa::amx;
+  k.int8 = &int8;
+  k.int8_instr = "AMX tdpbusd";
+  k.int8_peak = &amx::tdpbusd_loop;
+  k.bf16 = &amx::bf16_kernels;
+  k.bf16_peak = &amx::tdpbf16_loop;
+  k.bf16_peak_instr = "AMX tdpbf16ps";
+  return k;
 }
 
 }  // namespace
 
-const CpuFeatures& cpu_features() {
-  static const CpuFeatures f = detect();
-  return f;
-}
 
 const KernelConfig& kernel_config(Isa resolved) {
   switch (resolved) {
+    case Isa::amx: {
+      static const KernelConfig amx = make_amx();
+      return amx;
+    }
     case Isa::avx512: {
       static const KernelConfig avx512 = make_avx512();
       return avx512;

@@ -20,7 +20,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;             // with OS ymm state
   bool avx512 = false;                                      // F + BW + VL + DQ, with OS zmm state
   bool avx512_vnni = false, avx512_bf16 = false, avx_vnni = false;
-  bool amx = false;                                         // AMX-TILE + BF16 + INT8, with OS tile state
+  bool amx = false;  // AMX-TILE + BF16 + INT8, with OS tile state and Linux's permission for it
 };
 const CpuFeatures& cpu_features();
 
@@ -45,6 +45,9 @@ struct KernelConfig {
   PeakLoop fma_peak;      // the fp32 FMA loop of this ISA
   const char* fma_instr;
   PeakLoop int8_peak;     // the int8 product's instruction mix (null: none)
+  const Bf16Kernels* bf16;  // the bf16 compute mode's product
+  PeakLoop bf16_peak;     // its instruction (null: none)
+  const char* bf16_peak_instr;
 };
 
 // The configuration of a resolved ISA (never Isa::automatic).

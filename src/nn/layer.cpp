@@ -11,6 +11,7 @@
 #include "ffn/ffn.hpp"
 #include "nn/forward_cache.hpp"
 #include "nn/fused_forward.hpp"
+#include "reference/ffn_bf16_reference.hpp"
 #include "nn/init.hpp"
 #include "nn/quantize.hpp"
 #include "reference/ffn_int8_reference.hpp"
@@ -350,6 +351,10 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
   if (dtype_ != WeightDtype::fp32 && (opts.training || cache))
     throw Error("forward: a layer with " + std::string(to_string(dtype_)) +
                 " weights is for inference only (training needs fp32 weights)");
+  if (opts.compute == Compute::bf16 && (opts.training || cache))
+    throw Error("forward: compute bf16 is for inference only (training and a forward cache need compute fp32)");
+  if (opts.compute == Compute::bf16 && dtype_ == WeightDtype::int8)
+    throw Error("forward: compute bf16 needs fp32, bf16 or fp16 weights (this layer's are int8)");
 
   // Saved tensors live in the cache; see ForwardCache in ffn.hpp.
   ForwardCache::Data* c = cache ? &cache->data() : nullptr;
@@ -386,7 +391,9 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
     yr = yout.data();
   }
   if (n > 0) {
-    if (opts.path == Path::reference && dtype_ == WeightDtype::int8) {
+    if (opts.path == Path::reference && opts.compute == Compute::bf16) {
+      reference::forward_bf16(cfg_, params_of(w_), xr, n, yr);
+    } else if (opts.path == Path::reference && dtype_ == WeightDtype::int8) {
       const auto& q = *static_cast<const nn::QuantizedWeights*>(quant_.get());
       reference::forward_int8(cfg_, q, params_of(w_), xr, n, yr);
     } else if (opts.path == Path::reference) {
@@ -398,7 +405,7 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
       if (c) s = {ptr(c->z1), ptr(c->zg), ptr(c->mean), ptr(c->rstd), ptr(c->xhat)};
       const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
       nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, threads, opts.isa, yr,
-                        c ? &s : nullptr);
+                        c ? &s : nullptr, opts.compute);
     }
   }
   if (!direct) scatter(yout.data(), addr, pos, shape.positions(), y);

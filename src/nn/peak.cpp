@@ -31,6 +31,7 @@ Peak measure_peak(int threads, PeakKind kind) {
   PeakLoop loop = kc.fma_peak;
   p.instr = kc.fma_instr;
   if (kind == PeakKind::int8) loop = kc.int8_peak, p.instr = kc.int8_instr;
+  if (kind == PeakKind::bf16) loop = kc.bf16_peak, p.instr = kc.bf16_peak_instr;
   if (kind == PeakKind::u8s8) {
     loop = kc.int8_peak ? &avx2::maddubs_loop : nullptr;
     p.instr = "vpmaddubsw + vpmaddwd";

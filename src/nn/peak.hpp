@@ -16,6 +16,7 @@ enum class PeakKind {
   fp32,   // FMA
   int8,   // the int8 product's instruction on that ISA (vpmaddwd + vpaddd on AVX2, vpdpbusd with VNNI)
   u8s8,   // vpmaddubsw + vpmaddwd + vpaddd: the other AVX2 int8 idiom, for comparison
+  bf16,   // the bf16 compute mode's instruction (vdpbf16ps, AMX tdpbf16ps); 0 where none
 };
 // Ops counted as FLOPs are: 2 per multiply-add. int8 and u8s8 need AVX2 (else 0).
 Peak measure_peak(int threads, PeakKind kind = PeakKind::fp32);
@@ -30,6 +31,10 @@ double fma_loop(int64_t iters, float seed);
 double dpbusd_loop(int64_t iters, float seed);
 double dpbf16_loop(int64_t iters, float seed);
 }  // namespace avx512
+namespace amx {
+double tdpbf16_loop(int64_t iters, float seed);
+double tdpbusd_loop(int64_t iters, float seed);
+}  // namespace amx
 namespace scalar { double fma_loop(int64_t iters, float seed); }
 
 }  // namespace ffn::nn

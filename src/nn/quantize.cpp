@@ -1,6 +1,8 @@
 // Weight conversion and the portable activation quantizer (see quantize.hpp).
 #include "nn/quantize.hpp"
 
+#include "nn/gemm.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -132,6 +134,17 @@ std::vector<int8_t> pack_panels_s8(const std::vector<int8_t>& m, int64_t K, int6
   for (int64_t n = 0; n < N; ++n) {
     const int64_t q = n / 16, j = n % 16;
     for (int64_t k = 0; k < K; ++k) out[size_t(q * kp * 32 + (k / 2) * 32 + j * 2 + k % 2)] = m[size_t(n * K + k)];
+  }
+  return out;
+}
+
+std::vector<uint16_t> pack_panels_bf16(const float* m, int64_t K, int64_t N) {
+  const int64_t np = panels(N), kp = bf16_kpad(K) / 2;
+  std::vector<uint16_t> out(size_t(np * kp * 32), 0);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t q = n / kPanel, j = n % kPanel;
+    for (int64_t k = 0; k < K; ++k)
+      out[size_t(q * kp * 32 + (k / 2) * 32 + j * 2 + k % 2)] = float_to_bf16(m[n * K + k]);
   }
   return out;
 }

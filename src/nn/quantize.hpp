@@ -169,5 +169,9 @@ struct S8Quads {
   std::vector<int32_t> colsum;
 };
 S8Quads pack_panels_s8_quads(const std::vector<int8_t>& m, int64_t K, int64_t N, int64_t k_group);
+// The bf16 compute layout (src/nn/gemm.hpp, Bf16GemmArgs) from a float
+// PyTorch-layout matrix m [N, K]: values rounded to bf16, pairs of k, K
+// zero-padded to bf16_kpad(K), N to whole panels.
+std::vector<uint16_t> pack_panels_bf16(const float* m, int64_t K, int64_t N);
 
 }  // namespace ffn::nn

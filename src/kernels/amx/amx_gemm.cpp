@@ -1,0 +1,304 @@
+// AMX kernels (compiled with the AVX-512 flags and -mamx-tile -mamx-bf16
+// -mamx-int8): the bf16 × bf16 → fp32 product of src/nn/gemm.hpp
+// (Bf16GemmArgs) on TDPBF16PS and the u8 × s8 → int32 product (U8GemmArgs)
+// on TDPBUSD. Chosen only where CPUID shows AMX-TILE/BF16/INT8, XCR0 has the
+// tile state and Linux granted this process the tile data
+// (arch_prctl(ARCH_REQ_XCOMP_PERM), src/nn/kernel_config.cpp).
+//
+// Tiles: every tile is 16 rows × 64 bytes. tmm0–3 hold a 32 × 32 block of C
+// (2 row tiles × 2 column panels, fp32 or int32), tmm4–5 the two A tiles
+// (16 rows × 32 bf16 or 64 u8: one k step), tmm6–7 the two B tiles (16 rows
+// of the packed panel: 16 pairs or quads of k × 16 columns, the layout the
+// vdpbf16ps and vpdpbusd kernels read too). Per k step: 4 tile loads, 4 tile
+// products of 16 × 16 × 32 (bf16) or × 64 (int8) multiply-adds.
+//
+// Edges. bf16: a partial last row tile reads its A rows from a zero-padded
+// copy, and a tile of C with fewer than 16 valid rows or columns goes
+// through a 16 × 16 scratch; each row's sums are the same whichever tile it
+// falls in (the tile product's order is fixed per element). int8: the sums
+// are exact integers, so rows past the last whole 16 and a k that is not a
+// multiple of 64 are left to the AVX-512 VNNI kernel, bit for bit the same.
+// The tile configuration is loaded at the start of each call and released
+// at its end: a thread never holds tile state between calls.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "nn/gemm.hpp"
+
+namespace ffn::nn::avx512 {
+void to_bf16(const float* v, int64_t n, uint16_t* out);
+}
+
+namespace ffn::nn::amx {
+namespace {
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};  // tmm0–7: 64 bytes per row
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};    // 16 rows
+};
+// A constant in memory: GCC 12 does not see ldtilecfg's read of a local
+// object and dropped the stores that filled one (the tiles then stayed
+// unconfigured, and the first tile instruction raised SIGILL).
+constexpr TileConfig kTileConfig{};
+
+// Eight 16 × 64-byte tiles, for the duration of a call.
+struct TileScope {
+  TileScope() { _tile_loadconfig(&kTileConfig); }
+  ~TileScope() { _tile_release(); }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
+
+// A 16 × 16 tile of C in memory: in place, or a scratch copy of an edge tile.
+template <typename T>
+struct CTile {
+  T* p;           // where the tile is loaded from and stored to
+  int64_t ld;     // its row stride (elements)
+};
+
+// ---- bf16 -------------------------------------------------------------------
+
+// RT row tiles × CT column panels of C over all k (kp / 16 steps).
+template <int RT, int CT>
+inline void block_bf16(const uint16_t* const a[2], const int64_t lda[2], const uint16_t* b0, const uint16_t* b1,
+                       int64_t steps, const CTile<float> (&c)[2][2], bool accumulate) {
+  if (accumulate) {
+    _tile_loadd(0, c[0][0].p, c[0][0].ld * 4);
+    if constexpr (CT == 2) _tile_loadd(1, c[0][1].p, c[0][1].ld * 4);
+    if constexpr (RT == 2) _tile_loadd(2, c[1][0].p, c[1][0].ld * 4);
+    if constexpr (RT == 2 && CT == 2) _tile_loadd(3, c[1][1].p, c[1][1].ld * 4);
+  } else {
+    _tile_zero(0);
+    if constexpr (CT == 2) _tile_zero(1);
+    if constexpr (RT == 2) _tile_zero(2);
+    if constexpr (RT == 2 && CT == 2) _tile_zero(3);
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    _tile_loadd(4, a[0] + s * 32, lda[0] * 2);
+    _tile_loadd(6, b0 + s * 512, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (CT == 2) {
+      _tile_loadd(7, b1 + s * 512, 64);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (RT == 2) {
+      _tile_loadd(5, a[1] + s * 32, lda[1] * 2);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (CT == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c[0][0].p, c[0][0].ld * 4);
+  if constexpr (CT == 2) _tile_stored(1, c[0][1].p, c[0][1].ld * 4);
+  if constexpr (RT == 2) _tile_stored(2, c[1][0].p, c[1][0].ld * 4);
+  if constexpr (RT == 2 && CT == 2) _tile_stored(3, c[1][1].p, c[1][1].ld * 4);
+}
+
+void gemm_bf16(const Bf16GemmArgs& g) {
+  if (g.m <= 0 || g.n <= 0) return;
+  const int64_t steps = g.kp / 16;  // kp is a multiple of 16 (gemm.hpp: k a multiple of kBf16K)
+  const int64_t mt = (g.m + 15) / 16, np = panels(g.n);
+  const int rows_last = int(g.m - (mt - 1) * 16), cols_last = int(g.n - (np - 1) * kPanel);
+  // The partial last row tile's A rows, zero-padded to 16.
+  thread_local std::vector<uint16_t> a_edge;
+  const int64_t lda_edge = 2 * g.kp;
+  if (rows_last != 16) {
+    a_edge.assign(size_t(16 * lda_edge), 0);
+    for (int r = 0; r < rows_last; ++r)
+      std::memcpy(a_edge.data() + r * lda_edge, g.a + ((mt - 1) * 16 + r) * g.lda, size_t(lda_edge) * 2);
+  }
+  alignas(64) float c_edge[2][2][16 * 16];
+  const TileScope tiles;
+  for (int64_t q = 0; q < np; q += 2) {
+    const int ct = q + 1 < np ? 2 : 1;
+    for (int64_t t = 0; t < mt; t += 2) {
+      const int rt = t + 1 < mt ? 2 : 1;
+      const uint16_t* a[2];
+      int64_t lda[2];
+      CTile<float> c[2][2];
+      int valid_rows[2], valid_cols[2];
+      for (int i = 0; i < rt; ++i) {
+        const bool edge = t + i == mt - 1 && rows_last != 16;
+        a[i] = edge ? a_edge.data() : g.a + (t + i) * 16 * g.lda;
+        lda[i] = edge ? lda_edge : g.lda;
+        valid_rows[i] = t + i == mt - 1 ? rows_last : 16;
+      }
+      for (int j = 0; j < ct; ++j) valid_cols[j] = q + j == np - 1 ? cols_last : int(kPanel);
+      for (int i = 0; i < rt; ++i)
+        for (int j = 0; j < ct; ++j) {
+          float* direct = g.c + (t + i) * 16 * g.ldc + (q + j) * kPanel;
+          if (valid_rows[i] == 16 && valid_cols[j] == 16) {
+            c[i][j] = {direct, g.ldc};
+            continue;
+          }
+          float* s = c_edge[i][j];
+          std::fill(s, s + 256, 0.0f);
+          if (g.accumulate)
+            for (int r = 0; r < valid_rows[i]; ++r) std::copy(direct + r * g.ldc, direct + r * g.ldc + valid_cols[j], s + r * 16);
+          c[i][j] = {s, 16};
+        }
+      const uint16_t* b0 = g.b + q * g.psb;
+      const uint16_t* b1 = ct == 2 ? g.b + (q + 1) * g.psb : nullptr;
+      if (rt == 2 && ct == 2) block_bf16<2, 2>(a, lda, b0, b1, steps, c, g.accumulate);
+      else if (rt == 2) block_bf16<2, 1>(a, lda, b0, b1, steps, c, g.accumulate);
+      else if (ct == 2) block_bf16<1, 2>(a, lda, b0, b1, steps, c, g.accumulate);
+      else block_bf16<1, 1>(a, lda, b0, b1, steps, c, g.accumulate);
+      for (int i = 0; i < rt; ++i)
+        for (int j = 0; j < ct; ++j) {
+          if (c[i][j].p != c_edge[i][j]) continue;
+          float* direct = g.c + (t + i) * 16 * g.ldc + (q + j) * kPanel;
+          for (int r = 0; r < valid_rows[i]; ++r)
+            std::copy(c_edge[i][j] + r * 16, c_edge[i][j] + r * 16 + valid_cols[j], direct + r * g.ldc);
+        }
+    }
+  }
+}
+
+// ---- int8 -------------------------------------------------------------------
+
+template <int CT>
+inline void block_u8(const uint8_t* a0, const uint8_t* a1, int64_t lda, const int8_t* b0, const int8_t* b1,
+                     int64_t steps, int32_t* c, int64_t ldc) {
+  _tile_zero(0);
+  _tile_zero(2);
+  if constexpr (CT == 2) {
+    _tile_zero(1);
+    _tile_zero(3);
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    _tile_loadd(4, a0 + s * 64, lda);
+    _tile_loadd(6, b0 + s * 1024, 64);
+    _tile_dpbusd(0, 4, 6);
+    if constexpr (CT == 2) {
+      _tile_loadd(7, b1 + s * 1024, 64);
+      _tile_dpbusd(1, 4, 7);
+    }
+    _tile_loadd(5, a1 + s * 64, lda);
+    _tile_dpbusd(2, 5, 6);
+    if constexpr (CT == 2) _tile_dpbusd(3, 5, 7);
+  }
+  _tile_stored(0, c, ldc * 4);
+  _tile_stored(2, c + 16 * ldc, ldc * 4);
+  if constexpr (CT == 2) {
+    _tile_stored(1, c + kPanel, ldc * 4);
+    _tile_stored(3, c + 16 * ldc + kPanel, ldc * 4);
+  }
+}
+
+template <int CT>
+inline void block_u8_one_row_tile(const uint8_t* a0, int64_t lda, const int8_t* b0, const int8_t* b1, int64_t steps,
+                                  int32_t* c, int64_t ldc) {
+  _tile_zero(0);
+  if constexpr (CT == 2) _tile_zero(1);
+  for (int64_t s = 0; s < steps; ++s) {
+    _tile_loadd(4, a0 + s * 64, lda);
+    _tile_loadd(6, b0 + s * 1024, 64);
+    _tile_dpbusd(0, 4, 6);
+    if constexpr (CT == 2) {
+      _tile_loadd(7, b1 + s * 1024, 64);
+      _tile_dpbusd(1, 4, 7);
+    }
+  }
+  _tile_stored(0, c, ldc * 4);
+  if constexpr (CT == 2) _tile_stored(1, c + kPanel, ldc * 4);
+}
+
+// C rows [r0, r0 + rows) × panels [q, q + ct): subtract zp[i]·colsum[j].
+inline void subtract_zero_point(const U8GemmArgs& g, int64_t r0, int rows, int64_t q, int ct) {
+  for (int r = 0; r < rows; ++r) {
+    const __m512i zp = _mm512_set1_epi32(g.zp[r0 + r]);
+    for (int j = 0; j < ct; ++j) {
+      int32_t* c = g.c + (r0 + r) * g.ldc + (q + j) * kPanel;
+      const __m512i cs = _mm512_loadu_si512(g.colsum + (q + j) * kPanel);
+      _mm512_storeu_si512(c, _mm512_sub_epi32(_mm512_loadu_si512(c), _mm512_mullo_epi32(zp, cs)));
+    }
+  }
+}
+
+}  // namespace
+
+void igemm_u8(const U8GemmArgs& g) {
+  const auto& vnni = avx512::int8_kernels_vnni;
+  if (g.m <= 0 || g.n <= 0) return;
+  const int64_t m16 = g.kq % 16 == 0 ? g.m / 16 * 16 : 0;  // rows on AMX
+  if (m16 > 0) {
+    const int64_t steps = g.kq / 16, np = panels(g.n), mt = m16 / 16;
+    const TileScope tiles;
+    for (int64_t q = 0; q < np; q += 2) {
+      const int ct = q + 1 < np ? 2 : 1;
+      const int8_t* b0 = g.b + q * g.psb;
+      const int8_t* b1 = ct == 2 ? g.b + (q + 1) * g.psb : nullptr;
+      int64_t t = 0;
+      for (; t + 2 <= mt; t += 2) {
+        const uint8_t* a0 = g.a + t * 16 * g.lda;
+        int32_t* c = g.c + t * 16 * g.ldc + q * kPanel;
+        if (ct == 2) block_u8<2>(a0, a0 + 16 * g.lda, g.lda, b0, b1, steps, c, g.ldc);
+        else block_u8<1>(a0, a0 + 16 * g.lda, g.lda, b0, b1, steps, c, g.ldc);
+        subtract_zero_point(g, t * 16, 32, q, ct);
+      }
+      if (t < mt) {
+        const uint8_t* a0 = g.a + t * 16 * g.lda;
+        int32_t* c = g.c + t * 16 * g.ldc + q * kPanel;
+        if (ct == 2) block_u8_one_row_tile<2>(a0, g.lda, b0, b1, steps, c, g.ldc);
+        else block_u8_one_row_tile<1>(a0, g.lda, b0, b1, steps, c, g.ldc);
+        subtract_zero_point(g, t * 16, 16, q, ct);
+      }
+    }
+  }
+  if (m16 < g.m) {
+    U8GemmArgs rest = g;
+    rest.m = g.m - m16;
+    rest.a = g.a + m16 * g.lda;
+    rest.zp = g.zp + m16;
+    rest.c = g.c + m16 * g.ldc;
+    vnni.igemm_u8(rest);
+  }
+}
+
+const Bf16Kernels bf16_kernels{&gemm_bf16, &avx512::to_bf16, "AMX tdpbf16ps"};
+
+inline void zero_all_tiles() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_zero(7);
+}
+
+// Peak loops: four independent tile products per iteration (C in tmm0–3), on
+// operands already in tiles; iters / 8 iterations (a tile product is 16–32×
+// the work of one vector instruction). Return the operations done.
+double tdpbf16_loop(int64_t iters, float) {
+  const TileScope tiles;
+  zero_all_tiles();
+  const int64_t n = iters / 8;
+  for (int64_t i = 0; i < n; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  return double(n) * 4 * 16 * 16 * 32 * 2;
+}
+
+double tdpbusd_loop(int64_t iters, float) {
+  const TileScope tiles;
+  zero_all_tiles();
+  const int64_t n = iters / 8;
+  for (int64_t i = 0; i < n; ++i) {
+    _tile_dpbusd(0, 4, 6);
+    _tile_dpbusd(1, 4, 7);
+    _tile_dpbusd(2, 5, 6);
+    _tile_dpbusd(3, 5, 7);
+  }
+  return double(n) * 4 * 16 * 16 * 64 * 2;
+}
+
+}  // namespace ffn::nn::amx
