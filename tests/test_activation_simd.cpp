@@ -130,5 +130,5 @@ TEST_P(ActivationPerIsa, GatedFormAndSameBitsAsScalar) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, ActivationPerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+INSTANTIATE_TEST_SUITE_P(Isas, ActivationPerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx),
                          [](const auto& info) { return std::string(to_string(info.param)); });

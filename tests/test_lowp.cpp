@@ -60,9 +60,9 @@ class Int8PerIsa : public ::testing::TestWithParam<Isa> {
 TEST_P(Int8PerIsa, ProductMatchesIntegerReferenceBitForBit) {
   std::mt19937 g(7);
   int cases = 0;
-  for (int64_t m : {1, 2, 5, 6, 7, 13, 97})
+  for (int64_t m : {1, 2, 5, 6, 7, 13, 33, 97})
     for (int64_t n : {1, 15, 16, 17, 40})
-      for (int64_t k : {1, 2, 3, 64, 513, 600}) {
+      for (int64_t k : {1, 2, 3, 64, 256, 513, 600}) {
         const int64_t lda = (k + 1) / 2 * 2, lda4 = (k + 3) / 4 * 4;
         std::vector<int16_t> a(size_t(m * lda), 0), a_plain(size_t(m * k));
         std::vector<uint8_t> u(size_t(m * lda4), 0);  // the u8 form: u = a + zp
@@ -107,7 +107,7 @@ TEST_P(Int8PerIsa, ProductMatchesIntegerReferenceBitForBit) {
                 << "m=" << m << " n=" << n << " k=" << k << " at [" << i << ", " << j << "]";
         ++cases;
       }
-  EXPECT_EQ(cases, 7 * 5 * 6);
+  EXPECT_EQ(cases, 8 * 5 * 7);
 }
 
 TEST_P(Int8PerIsa, QuantizeRowMatchesDefinitionBitForBit) {
@@ -225,7 +225,7 @@ TEST_P(Int8PerIsa, SixteenBitLayersMatchFloatReference) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, Int8PerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+INSTANTIATE_TEST_SUITE_P(Isas, Int8PerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 // ---- the scheme's own properties ------------------------------------------------

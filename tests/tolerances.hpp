@@ -29,6 +29,21 @@ constexpr double kFusedVsReference = 1e-5;
 // float32 ulps, as for the fp32 path.
 constexpr double kInt8VsReference = 1e-5;
 
+// bf16 compute (RunOptions::compute = bf16) against its reference
+// (src/reference/ffn_bf16_reference.cpp: the same bf16 operands, double
+// sums). The fp32 sums differ by a few float32 ulps, as above; in addition a
+// hidden value lying within those ulps of a bf16 rounding boundary rounds one
+// bf16 step (≤ 2^-8 of its size) the other way and moves the outputs by up
+// to 2^-8·|h·w2|. Measured worst over tests/test_bf16.cpp's cases
+// (2026-11-23, printed by the test) ≈ 2e-4; a real mistake (a dropped k step,
+// a wrong panel, an unrounded operand) is 1e-2 or more, and the exact-data
+// test (small integers: every rounding exact) allows no difference at all.
+constexpr double kBf16VsReference = 1e-3;
+// The bf16 product kernels against double sums of the same bf16 operands:
+// elementwise |c − Σ a·b| ≤ k·u·Σ|a·b| (u = 2^-24, the worst case of k fp32
+// additions of exact products), with a factor 2 for the accumulate form.
+constexpr double kBf16SumUlps = 2.0;
+
 // Finite differences in double, central, step h = 1e-6: truncation ~h² ≈ 1e-12
 // and cancellation ~1e-16/h ≈ 1e-10, far below 1e-6.
 constexpr double kFiniteDifference = 1e-6;
