@@ -5,7 +5,7 @@
 // one table. Benchmark-only: the library never links oneDNN or OpenBLAS.
 //
 //   ffn_peers run --impl onednn|openblas|onednn_s8|onednn_bf16 --tokens T --threads N [--backward] --json
-//   ffn_peers compare [--rounds 3] [--tokens 1,8,64,512,4096] [--threads 1,2] [--impls ffn,ffn_int8,onednn_s8,...]
+//   ffn_peers compare [--rounds 3] [--tokens 1,8,64,512,4096] [--threads 1,2] [--impls ffn,ffn_int8,ffn_bf16c,onednn_s8,onednn_bf16,torch_bf16,...]
 //
 // FLOPs: 4·T·d·F forward, 12·T·d·F forward + backward (every implementation
 // does the same products). Time per call: median over the calls of one
@@ -338,6 +338,8 @@ int compare(const std::string& self, const std::string& ffn, const std::string& 
             if (backward && lowp) continue;  // low precision: inference only
             std::string cmd;
             if (impl == "ffn") cmd = ffn + " bench --norm none" + args;
+            else if (impl == "ffn_bf16c") cmd = ffn + " bench --norm none --compute bf16" + args;
+            else if (impl == "torch_bf16") cmd = python + " " + torch + " --autocast-bf16" + args;
             else if (impl.rfind("ffn_", 0) == 0) cmd = ffn + " bench --norm none --dtype " + impl.substr(4) + args;
             else if (impl == "torch") cmd = python + " " + torch + args;
             else cmd = self + " run --impl " + impl + args;
@@ -399,7 +401,8 @@ int main(int argc, char** argv) {
   std::string ffn = "build/bin/ffn", python = "/usr/bin/python3", torch = "bench/torch_ffn.py";
   std::vector<int64_t> tokens = {1, 8, 64, 512, 4096};
   std::vector<int> threads = {1, 2};
-  // Also: ffn_int8, ffn_bf16, ffn_fp16 (ffn bench --dtype), onednn_s8, onednn_bf16.
+  // Also: ffn_int8, ffn_bf16, ffn_fp16 (ffn bench --dtype), ffn_bf16c (ffn bench --compute bf16),
+  // onednn_s8, onednn_bf16, torch_bf16 (PyTorch's bf16 autocast on CPU).
   std::vector<std::string> impls = {"ffn", "onednn", "openblas", "torch"};
   int rounds = 3;
   auto* cmp = app.add_subcommand("compare", "run every implementation, alternating, and print the table");

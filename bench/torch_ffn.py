@@ -17,6 +17,7 @@ p.add_argument("--repeats", type=int, default=10)
 p.add_argument("--warmup", type=int, default=2)
 p.add_argument("--backward", action="store_true")
 p.add_argument("--json", action="store_true")
+p.add_argument("--autocast-bf16", action="store_true", help="forward under torch.autocast('cpu', bfloat16)")
 a = p.parse_args()
 
 # The BLAS under PyTorch keeps its own thread pool, which torch.set_num_threads
@@ -39,6 +40,9 @@ def call():
     if a.backward:
         y = l2(torch.relu(l1(x)))
         y.backward(dy)
+    elif a.autocast_bf16:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            l2(torch.relu(l1(x)))
     else:
         with torch.no_grad():
             l2(torch.relu(l1(x)))
@@ -55,6 +59,6 @@ times.sort()
 n = len(times)
 med = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
 flops = (12.0 if a.backward else 4.0) * a.tokens * a.d_model * a.d_ff
-print(json.dumps({"impl": "torch", "tokens": a.tokens, "threads": a.threads, "backward": a.backward,
+print(json.dumps({"impl": "torch_bf16" if a.autocast_bf16 else "torch", "tokens": a.tokens, "threads": a.threads, "backward": a.backward,
                   "median_s": med, "min_s": times[0], "max_s": times[-1], "gflops": flops / med * 1e-9,
                   "torch": torch.__version__}))
