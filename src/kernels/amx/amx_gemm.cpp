@@ -275,30 +275,28 @@ inline void zero_all_tiles() {
 // Peak loops: four independent tile products per iteration (C in tmm0–3), on
 // operands already in tiles; iters / 8 iterations (a tile product is 16–32×
 // the work of one vector instruction). Return the operations done.
-double tdpbf16_loop(int64_t iters, float) {
+template <bool Int8>
+double tile_product_loop(int64_t iters) {
   const TileScope tiles;
   zero_all_tiles();
   const int64_t n = iters / 8;
   for (int64_t i = 0; i < n; ++i) {
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    if constexpr (Int8) {
+      _tile_dpbusd(0, 4, 6);
+      _tile_dpbusd(1, 4, 7);
+      _tile_dpbusd(2, 5, 6);
+      _tile_dpbusd(3, 5, 7);
+    } else {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
   }
-  return double(n) * 4 * 16 * 16 * 32 * 2;
+  return double(n) * 4 * 16 * 16 * (Int8 ? 64 : 32) * 2;  // 16 × 16 outputs, 64 or 32 products each
 }
 
-double tdpbusd_loop(int64_t iters, float) {
-  const TileScope tiles;
-  zero_all_tiles();
-  const int64_t n = iters / 8;
-  for (int64_t i = 0; i < n; ++i) {
-    _tile_dpbusd(0, 4, 6);
-    _tile_dpbusd(1, 4, 7);
-    _tile_dpbusd(2, 5, 6);
-    _tile_dpbusd(3, 5, 7);
-  }
-  return double(n) * 4 * 16 * 16 * 64 * 2;
-}
+double tdpbf16_loop(int64_t iters, float) { return tile_product_loop<false>(iters); }
+double tdpbusd_loop(int64_t iters, float) { return tile_product_loop<true>(iters); }
 
 }  // namespace ffn::nn::amx
