@@ -52,7 +52,7 @@ Problem make_problem(int64_t m, int64_t n, int64_t k, int64_t lda_extra, int64_t
   p.a.assign(size_t(m * p.lda), 0);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t q = 0; q < k; ++q) p.a[size_t(i * p.lda + q)] = bf(value());
-  // Garbage beyond k in the stride (never read past kpad) — stays zero up to kpad.
+  // Garbage in the stride past kpad (pack_a_bf16 reads k columns only).
   for (int64_t i = 0; i < m; ++i)
     for (int64_t q = nn::bf16_kpad(k); q < p.lda; ++q) p.a[size_t(i * p.lda + q)] = bf(1e30f);
   p.bt.resize(size_t(n * k));
@@ -62,15 +62,22 @@ Problem make_problem(int64_t m, int64_t n, int64_t k, int64_t lda_extra, int64_t
   return p;
 }
 
-// c = (acc ? c0 : 0) + A·Bᵀ through the kernel.
+// c = (acc ? c0 : 0) + A·Bᵀ through the kernel, rows [row0, row0 + rows) of
+// A packed into the kernel's A layout by pack_a_bf16 (from the rows' float
+// values, read with the stride lda: exact, as they are bf16 values).
 std::vector<float> run_kernel(const nn::Bf16Kernels& kern, const Problem& p, bool accumulate, int64_t row0 = 0,
                               int64_t rows = -1) {
   if (rows < 0) rows = p.m;
   const std::vector<uint16_t> packed = nn::pack_panels_bf16(p.bt.data(), p.k, p.n);
+  const int64_t kpad = nn::bf16_kpad(p.k);
+  std::vector<float> af(p.a.size());
+  for (size_t i = 0; i < af.size(); ++i) af[i] = fl(p.a[i]);
+  std::vector<uint16_t> a(size_t(nn::bf16_a_size(kern, rows, kpad)), 0xffff);
+  nn::pack_a_bf16(kern, af.data() + row0 * p.lda, rows, p.k, p.lda, kpad, a.data());
   std::vector<float> c = p.c0;
   nn::Bf16GemmArgs g;
-  g.m = rows; g.n = p.n; g.kp = nn::bf16_kpad(p.k) / 2;
-  g.a = p.a.data() + row0 * p.lda; g.lda = p.lda;
+  g.m = rows; g.n = p.n; g.kp = kpad / 2;
+  g.a = a.data();
   g.b = packed.data(); g.psb = 32 * g.kp;
   g.c = c.data() + row0 * p.ldc; g.ldc = p.ldc;
   g.accumulate = accumulate;
@@ -140,6 +147,30 @@ TEST_P(Bf16PerIsa, RowResultsIndependentOfTheOtherRows) {
       for (int64_t i = row0; i < row0 + rows; ++i)
         for (int64_t j = 0; j < p.n; ++j)
           ASSERT_EQ(part[size_t(i * p.ldc + j)], all[size_t(i * p.ldc + j)]) << "row " << i << " of [" << row0 << ", +" << rows << ")";
+    }
+}
+
+// pack_a_bf16 writes the layout gemm.hpp defines for the kernel's a_rows:
+// every element rounded as float_to_bf16, the padding zero, nothing past
+// bf16_a_size.
+TEST_P(Bf16PerIsa, PackAMatchesLayout) {
+  const nn::Bf16Kernels& kern = kernels();
+  const int64_t R = kern.a_rows;
+  for (int64_t m : {1, 15, 16, 17, 33})
+    for (int64_t n : {1, 31, 32, 33, 70}) {
+      const int64_t k = nn::bf16_kpad(n), lds = n + 3;
+      const std::vector<float> src = test::randn(size_t(m * lds), uint64_t(m * 100 + n));
+      const int64_t size = nn::bf16_a_size(kern, m, k);
+      ASSERT_EQ(size, (m + R - 1) / R * R * k);
+      std::vector<uint16_t> dst(size_t(size) + 1, 0x1234);
+      nn::pack_a_bf16(kern, src.data(), m, n, lds, k, dst.data());
+      for (int64_t i = 0; i < (m + R - 1) / R * R; ++i)
+        for (int64_t p = 0; p < k; ++p) {
+          const uint16_t got = dst[size_t((i / R) * R * k + (p / 32) * 32 * R + (i % R) * 32 + p % 32)];
+          const uint16_t want = i < m && p < n ? bf(src[size_t(i * lds + p)]) : uint16_t(0);
+          ASSERT_EQ(got, want) << "m=" << m << " n=" << n << " at (" << i << ", " << p << ")";
+        }
+      ASSERT_EQ(dst[size_t(size)], 0x1234) << "wrote past bf16_a_size, m=" << m << " n=" << n;
     }
 }
 

@@ -145,8 +145,8 @@ struct Forward {
         : in(size_t(rows * f.d)), z(size_t(rows * kChunk)), zg(f.gated ? size_t(rows * kChunk) : 0),
           row(size_t(f.d)) {
       if (f.compute == Compute::bf16) {
-        xb.resize(size_t(rows * f.dk()));
-        hb.resize(size_t(rows * kChunk));
+        xb.resize(size_t(bf16_a_size(*f.kc.bf16, rows, f.dk())));
+        hb.resize(size_t(bf16_a_size(*f.kc.bf16, rows, kChunk)));
       } else if (f.pw.dtype == WeightDtype::int8 && f.kc.int8->igemm_u8) {
         xu.resize(size_t(rows * f.dpad4()));
         xzp.resize(size_t(rows));
@@ -182,13 +182,14 @@ struct Forward {
         std::copy(xr, xr + d, wk.in.data() + r * d);
       }
       if (compute == Compute::bf16)
-        kc.bf16->to_bf16(wk.in.data() + r * d, d, wk.xb.data() + r * dk());
-      else if (pw.dtype == WeightDtype::int8 && kc.int8->igemm_u8)
+        continue;  // packed below, all rows at once
+      if (pw.dtype == WeightDtype::int8 && kc.int8->igemm_u8)
         wk.xs[size_t(r)] =
             kc.int8->quantize_row_u8(wk.in.data() + r * d, d, wk.xu.data() + r * dpad4(), wk.xzp.data() + r);
       else if (pw.dtype == WeightDtype::int8)
         wk.xs[size_t(r)] = kc.int8->quantize_row(wk.in.data() + r * d, d, wk.xq.data() + r * dpad());
     }
+    if (compute == Compute::bf16) pack_a_bf16(*kc.bf16, wk.in.data(), m, d, d, dk(), wk.xb.data());
   }
 
   void group_partial(int64_t t0, int64_t m, int64_t g, Work& wk, float* acc) const {
@@ -335,7 +336,7 @@ struct Forward {
       const int64_t f0 = c * kChunk, fc = std::min(kChunk, F - f0), fk = bf16_kpad(fc);
       Bf16GemmArgs g1;
       g1.m = m; g1.n = fc; g1.kp = dk() / 2;
-      g1.a = wk.xb.data(); g1.lda = dk();
+      g1.a = wk.xb.data();
       g1.psb = 16 * dk();
       g1.b = pairs->w1.data() + (f0 / kPanel) * g1.psb;
       g1.c = wk.z.data(); g1.ldc = kChunk;
@@ -346,14 +347,10 @@ struct Forward {
         bk.gemm(g1);
       }
       chunk_epilogue(t0, m, f0, fc, wk);
-      for (int64_t r = 0; r < m; ++r) {
-        uint16_t* h = wk.hb.data() + r * kChunk;
-        bk.to_bf16(wk.z.data() + r * kChunk, fc, h);
-        std::fill(h + fc, h + fk, uint16_t(0));  // the last chunk's k padding
-      }
+      pack_a_bf16(bk, wk.z.data(), m, fc, kChunk, fk, wk.hb.data());  // zero-padded to fk
       Bf16GemmArgs g2;
       g2.m = m; g2.n = d; g2.kp = fk / 2;
-      g2.a = wk.hb.data(); g2.lda = kChunk;
+      g2.a = wk.hb.data();
       g2.b = pairs->w2.data() + (f0 / 2) * 32; g2.psb = 16 * Fk;
       g2.c = acc; g2.ldc = d;
       g2.accumulate = c > chunk_begin(g);

@@ -161,4 +161,25 @@ std::vector<float> pack_panels(const float* src, int64_t K, int64_t N, bool n_ma
   return out;
 }
 
+void pack_a_bf16(const Bf16Kernels& kern, const float* src, int64_t m, int64_t n, int64_t lds, int64_t k,
+                 uint16_t* dst) {
+  const int64_t R = kern.a_rows, mr = (m + R - 1) / R * R;
+  // Row i's columns [p, p + 32) lie at block(i) + (p / 32)·32·R + (i % R)·32.
+  for (int64_t i = 0; i < mr; ++i) {
+    uint16_t* row = dst + (i / R) * R * k + (i % R) * 32;
+    const int64_t valid = i < m ? n : 0;
+    if (R == 1) {  // contiguous: one call
+      kern.to_bf16(src + i * lds, valid, row);
+      std::fill(row + valid, row + k, uint16_t(0));
+      continue;
+    }
+    for (int64_t p = 0; p < k; p += kBf16K) {
+      uint16_t* seg = row + (p / kBf16K) * kBf16K * R;
+      const int64_t v = std::clamp<int64_t>(valid - p, 0, kBf16K);
+      if (v > 0) kern.to_bf16(src + i * lds + p, v, seg);
+      std::fill(seg + v, seg + kBf16K, uint16_t(0));
+    }
+  }
+}
+
 }  // namespace ffn::nn

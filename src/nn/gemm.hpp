@@ -146,22 +146,26 @@ namespace avx512 { extern const Int8Kernels int8_kernels_vnni; }
 
 // ---- bf16 compute (vdpbf16ps, AMX TDPBF16PS) -------------------------------
 // C[m, n] (fp32) = (accumulate ? C : 0) + Σ_p A(i, p) B(p, j), with bf16
-// operands (exact products) summed in fp32:
-//   A(i, p) = a[i·lda + p]   (bf16 bits; lda ≥ 2·kp, even)
+// operands (exact products) summed in fp32, k = 2·kp a multiple of kBf16K:
+//   A(i, p) = a[(i / R)·R·k + (p / 32)·32·R + (i % R)·32 + p % 32]
+//            (bf16 bits in the kernel set's A layout, R = Bf16Kernels::a_rows:
+//             R = 1 is plain rows of k; R = 16 is AMX A tiles, 16 rows × 32
+//             k contiguous. Made by pack_a_bf16, which zero-pads the columns
+//             to k and the rows to a multiple of R.)
 //   B(p, j) = b[(j / 16)·psb + (p / 2)·32 + (j % 16)·2 + p % 2]   (psb ≥ 32·kp)
 //   C(i, j) = c[i·ldc + j] for j < n
-// k = 2·kp, a multiple of kBf16K: callers zero-pad A's columns and B's rows
-// (pack_panels_bf16) so every kernel, AMX's 32-deep tiles included, runs
-// whole steps. One 64-byte B row holds a pair of k for 16 columns: the
-// layout of vdpbf16ps's and of an AMX B tile's rows alike. The fp32 order of
-// the sums is the kernel's own (fixed per row: a row's result never depends
-// on the other rows of the call), not the fp32 kernels' order.
+// Callers zero-pad B's rows (pack_panels_bf16) so every kernel, AMX's
+// 32-deep tiles included, runs whole steps. One 64-byte B row holds a pair of
+// k for 16 columns: the layout of vdpbf16ps's and of an AMX B tile's rows
+// alike. The fp32 order of the sums is the kernel's own (fixed per row: a
+// row's result never depends on the other rows of the call), not the fp32
+// kernels' order.
 constexpr int64_t kBf16K = 32;  // k granularity (AMX: 16 pairs per tile row)
 inline int64_t bf16_kpad(int64_t k) { return (k + kBf16K - 1) / kBf16K * kBf16K; }
+
 struct Bf16GemmArgs {
   int64_t m = 0, n = 0, kp = 0;
-  const uint16_t* a = nullptr;
-  int64_t lda = 0;
+  const uint16_t* a = nullptr;  // A, packed by pack_a_bf16 with k = 2·kp
   const uint16_t* b = nullptr;
   int64_t psb = 0;
   float* c = nullptr;
@@ -172,8 +176,18 @@ struct Bf16Kernels {
   void (*gemm)(const Bf16GemmArgs&);
   // out[j] = bf16(v[j]) (round to nearest even; NaN stays NaN) for j < n.
   void (*to_bf16)(const float* v, int64_t n, uint16_t* out);
+  int64_t a_rows;     // A's row blocking R (see above): 1 or 16
   const char* instr;  // for reports
 };
+// Elements of a packed A of m rows and k (a multiple of kBf16K) columns.
+inline int64_t bf16_a_size(const Bf16Kernels& kern, int64_t m, int64_t k) {
+  return (m + kern.a_rows - 1) / kern.a_rows * kern.a_rows * k;
+}
+// Rows [0, m) of src (n ≤ k floats each, row stride lds) rounded to bf16 into
+// the A layout of `kern` with k columns; the padding (columns n..k, rows up
+// to the multiple of a_rows) is zero. dst holds bf16_a_size(kern, m, k).
+void pack_a_bf16(const Bf16Kernels& kern, const float* src, int64_t m, int64_t n, int64_t lds, int64_t k,
+                 uint16_t* dst);
 namespace scalar { extern const Bf16Kernels bf16_kernels; }
 namespace avx512 { extern const Bf16Kernels bf16_kernels; }  // AVX512_BF16
 // AMX: the bf16 product, and the u8 × s8 product (igemm_u8's contract) that

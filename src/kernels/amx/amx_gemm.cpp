@@ -12,8 +12,16 @@
 // vdpbf16ps and vpdpbusd kernels read too). Per k step: 4 tile loads, 4 tile
 // products of 16 × 16 × 32 (bf16) or × 64 (int8) multiply-adds.
 //
-// Edges. bf16: a partial last row tile reads its A rows from a zero-padded
-// copy, and a tile of C with fewer than 16 valid rows or columns goes
+// bf16 blocking: A comes packed in row tiles (Bf16Kernels::a_rows = 16: 16
+// rows × 32 k contiguous per step, zero rows past m), k in blocks of 8 steps;
+// a pair of row tiles stays in L1 while the B panel pairs stream past it,
+// the next pair prefetched into L1 during the current one. Measured on the
+// Xeon of bench/results/2026-11-23-amx.md, one thread, 144 × 256 × 512 and
+// 144 × 512 × 256 (accumulating): rows with their stride and no blocking
+// 634 / 613 GFLOP/s; packed tiles + k blocks of 8 848 / 700; + prefetch
+// 912 / 840 (blocks of 4 or 16 steps: slower).
+//
+// Edges. bf16: a tile of C with fewer than 16 valid rows or columns goes
 // through a 16 × 16 scratch; each row's sums are the same whichever tile it
 // falls in (the tile product's order is fixed per element). int8: the sums
 // are exact integers, so rows past the last whole 16 and a k that is not a
@@ -23,8 +31,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
-#include <vector>
 
 #include "nn/gemm.hpp"
 
@@ -63,10 +69,11 @@ struct CTile {
 
 // ---- bf16 -------------------------------------------------------------------
 
-// RT row tiles × CT column panels of C over all k (kp / 16 steps).
+// RT row tiles × CT column panels of C over k steps [s0, s1). A row tile's
+// tiles are contiguous (a_rows = 16: 16 rows × 32 k per step, 1 KiB each).
 template <int RT, int CT>
-inline void block_bf16(const uint16_t* const a[2], const int64_t lda[2], const uint16_t* b0, const uint16_t* b1,
-                       int64_t steps, const CTile<float> (&c)[2][2], bool accumulate) {
+inline void block_bf16(const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uint16_t* b1, int64_t s0,
+                       int64_t s1, const CTile<float> (&c)[2][2], bool accumulate, const uint16_t* pf, int64_t psb) {
   if (accumulate) {
     _tile_loadd(0, c[0][0].p, c[0][0].ld * 4);
     if constexpr (CT == 2) _tile_loadd(1, c[0][1].p, c[0][1].ld * 4);
@@ -78,8 +85,16 @@ inline void block_bf16(const uint16_t* const a[2], const int64_t lda[2], const u
     if constexpr (RT == 2) _tile_zero(2);
     if constexpr (RT == 2 && CT == 2) _tile_zero(3);
   }
-  for (int64_t s = 0; s < steps; ++s) {
-    _tile_loadd(4, a[0] + s * 32, lda[0] * 2);
+  for (int64_t s = s0; s < s1; ++s) {
+    if (pf) {
+      const char* p0 = reinterpret_cast<const char*>(pf + s * 512);
+      const char* p1 = reinterpret_cast<const char*>(pf + psb + s * 512);
+      for (int l = 0; l < 1024; l += 64) {
+        _mm_prefetch(p0 + l, _MM_HINT_T0);
+        _mm_prefetch(p1 + l, _MM_HINT_T0);
+      }
+    }
+    _tile_loadd(4, a0 + s * 512, 64);
     _tile_loadd(6, b0 + s * 512, 64);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (CT == 2) {
@@ -87,7 +102,7 @@ inline void block_bf16(const uint16_t* const a[2], const int64_t lda[2], const u
       _tile_dpbf16ps(1, 4, 7);
     }
     if constexpr (RT == 2) {
-      _tile_loadd(5, a[1] + s * 32, lda[1] * 2);
+      _tile_loadd(5, a1 + s * 512, 64);
       _tile_dpbf16ps(2, 5, 6);
       if constexpr (CT == 2) _tile_dpbf16ps(3, 5, 7);
     }
@@ -98,62 +113,61 @@ inline void block_bf16(const uint16_t* const a[2], const int64_t lda[2], const u
   if constexpr (RT == 2 && CT == 2) _tile_stored(3, c[1][1].p, c[1][1].ld * 4);
 }
 
+// k steps per block of C: a pair of row tiles (16 KiB of A) stays in L1
+// while the B panel pairs stream past it; C is stored and reloaded between
+// k blocks (fp32 both ways: the sums' bits do not depend on the blocking).
+constexpr int64_t kStepsPerBlock = 8;
+
 void gemm_bf16(const Bf16GemmArgs& g) {
   if (g.m <= 0 || g.n <= 0) return;
   const int64_t steps = g.kp / 16;  // kp is a multiple of 16 (gemm.hpp: k a multiple of kBf16K)
   const int64_t mt = (g.m + 15) / 16, np = panels(g.n);
   const int rows_last = int(g.m - (mt - 1) * 16), cols_last = int(g.n - (np - 1) * kPanel);
-  // The partial last row tile's A rows, zero-padded to 16.
-  thread_local std::vector<uint16_t> a_edge;
-  const int64_t lda_edge = 2 * g.kp;
-  if (rows_last != 16) {
-    a_edge.assign(size_t(16 * lda_edge), 0);
-    for (int r = 0; r < rows_last; ++r)
-      std::memcpy(a_edge.data() + r * lda_edge, g.a + ((mt - 1) * 16 + r) * g.lda, size_t(lda_edge) * 2);
-  }
   alignas(64) float c_edge[2][2][16 * 16];
   const TileScope tiles;
-  for (int64_t q = 0; q < np; q += 2) {
-    const int ct = q + 1 < np ? 2 : 1;
+  for (int64_t s0 = 0; s0 < steps; s0 += kStepsPerBlock) {
+    const int64_t s1 = std::min(steps, s0 + kStepsPerBlock);
+    const bool accumulate = g.accumulate || s0 > 0;
     for (int64_t t = 0; t < mt; t += 2) {
       const int rt = t + 1 < mt ? 2 : 1;
-      const uint16_t* a[2];
-      int64_t lda[2];
-      CTile<float> c[2][2];
-      int valid_rows[2], valid_cols[2];
-      for (int i = 0; i < rt; ++i) {
-        const bool edge = t + i == mt - 1 && rows_last != 16;
-        a[i] = edge ? a_edge.data() : g.a + (t + i) * 16 * g.lda;
-        lda[i] = edge ? lda_edge : g.lda;
-        valid_rows[i] = t + i == mt - 1 ? rows_last : 16;
-      }
-      for (int j = 0; j < ct; ++j) valid_cols[j] = q + j == np - 1 ? cols_last : int(kPanel);
-      for (int i = 0; i < rt; ++i)
-        for (int j = 0; j < ct; ++j) {
-          float* direct = g.c + (t + i) * 16 * g.ldc + (q + j) * kPanel;
-          if (valid_rows[i] == 16 && valid_cols[j] == 16) {
-            c[i][j] = {direct, g.ldc};
-            continue;
+      const uint16_t* a0 = g.a + t * steps * 512;  // row tile t: steps tiles of 16 × 32
+      const uint16_t* a1 = a0 + steps * 512;
+      int valid_rows[2];
+      for (int i = 0; i < rt; ++i) valid_rows[i] = t + i == mt - 1 ? rows_last : 16;
+      for (int64_t q = 0; q < np; q += 2) {
+        const int ct = q + 1 < np ? 2 : 1;
+        int valid_cols[2];
+        for (int j = 0; j < ct; ++j) valid_cols[j] = q + j == np - 1 ? cols_last : int(kPanel);
+        CTile<float> c[2][2];
+        for (int i = 0; i < rt; ++i)
+          for (int j = 0; j < ct; ++j) {
+            float* direct = g.c + (t + i) * 16 * g.ldc + (q + j) * kPanel;
+            if (valid_rows[i] == 16 && valid_cols[j] == 16) {
+              c[i][j] = {direct, g.ldc};
+              continue;
+            }
+            float* e = c_edge[i][j];
+            std::fill(e, e + 256, 0.0f);
+            if (accumulate)
+              for (int r = 0; r < valid_rows[i]; ++r)
+                std::copy(direct + r * g.ldc, direct + r * g.ldc + valid_cols[j], e + r * 16);
+            c[i][j] = {e, 16};
           }
-          float* s = c_edge[i][j];
-          std::fill(s, s + 256, 0.0f);
-          if (g.accumulate)
-            for (int r = 0; r < valid_rows[i]; ++r) std::copy(direct + r * g.ldc, direct + r * g.ldc + valid_cols[j], s + r * 16);
-          c[i][j] = {s, 16};
-        }
-      const uint16_t* b0 = g.b + q * g.psb;
-      const uint16_t* b1 = ct == 2 ? g.b + (q + 1) * g.psb : nullptr;
-      if (rt == 2 && ct == 2) block_bf16<2, 2>(a, lda, b0, b1, steps, c, g.accumulate);
-      else if (rt == 2) block_bf16<2, 1>(a, lda, b0, b1, steps, c, g.accumulate);
-      else if (ct == 2) block_bf16<1, 2>(a, lda, b0, b1, steps, c, g.accumulate);
-      else block_bf16<1, 1>(a, lda, b0, b1, steps, c, g.accumulate);
-      for (int i = 0; i < rt; ++i)
-        for (int j = 0; j < ct; ++j) {
-          if (c[i][j].p != c_edge[i][j]) continue;
-          float* direct = g.c + (t + i) * 16 * g.ldc + (q + j) * kPanel;
-          for (int r = 0; r < valid_rows[i]; ++r)
-            std::copy(c_edge[i][j] + r * 16, c_edge[i][j] + r * 16 + valid_cols[j], direct + r * g.ldc);
-        }
+        const uint16_t* b0 = g.b + q * g.psb;
+        const uint16_t* b1 = ct == 2 ? g.b + (q + 1) * g.psb : nullptr;
+        const uint16_t* pfb = q + 3 < np ? g.b + (q + 2) * g.psb : nullptr;
+        if (rt == 2 && ct == 2) block_bf16<2, 2>(a0, a1, b0, b1, s0, s1, c, accumulate, pfb, g.psb);
+        else if (rt == 2) block_bf16<2, 1>(a0, a1, b0, b1, s0, s1, c, accumulate, pfb, g.psb);
+        else if (ct == 2) block_bf16<1, 2>(a0, a1, b0, b1, s0, s1, c, accumulate, pfb, g.psb);
+        else block_bf16<1, 1>(a0, a1, b0, b1, s0, s1, c, accumulate, pfb, g.psb);
+        for (int i = 0; i < rt; ++i)
+          for (int j = 0; j < ct; ++j) {
+            if (c[i][j].p != c_edge[i][j]) continue;
+            float* direct = g.c + (t + i) * 16 * g.ldc + (q + j) * kPanel;
+            for (int r = 0; r < valid_rows[i]; ++r)
+              std::copy(c_edge[i][j] + r * 16, c_edge[i][j] + r * 16 + valid_cols[j], direct + r * g.ldc);
+          }
+      }
     }
   }
 }
@@ -259,7 +273,7 @@ void igemm_u8(const U8GemmArgs& g) {
   }
 }
 
-const Bf16Kernels bf16_kernels{&gemm_bf16, &avx512::to_bf16, "AMX tdpbf16ps"};
+const Bf16Kernels bf16_kernels{&gemm_bf16, &avx512::to_bf16, 16, "AMX tdpbf16ps"};
 
 inline void zero_all_tiles() {
   _tile_zero(0);

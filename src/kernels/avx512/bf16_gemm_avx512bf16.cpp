@@ -38,12 +38,13 @@ inline void tile(const Bf16GemmArgs& g, int64_t row, int64_t panel, int last_val
       else if (masked && q == NP - 1) acc[r][q] = _mm512_maskz_loadu_ps(mask, cq);
       else acc[r][q] = _mm512_loadu_ps(cq);
     }
+  const int64_t lda = 2 * g.kp;  // A: plain rows (a_rows = 1)
   constexpr int kGroups = (MR + 2) / 3;  // rows as base[r / 3] + (r % 3)·lda (see f32_gemm_avx512.cpp)
   const uint16_t* base[kGroups];
 #pragma GCC unroll 8
-  for (int i = 0; i < kGroups; ++i) base[i] = g.a + (row + 3 * i) * g.lda;
+  for (int i = 0; i < kGroups; ++i) base[i] = g.a + (row + 3 * i) * lda;
   const uint16_t* b = g.b + panel * g.psb;
-  const int64_t lda = g.lda, psb = g.psb;
+  const int64_t psb = g.psb;
 #pragma GCC unroll 2
   for (int64_t p = 0; p < g.kp; ++p) {
     __m512i bv[NP];
@@ -123,6 +124,6 @@ void to_bf16(const float* v, int64_t n, uint16_t* out) {
   }
 }
 
-const Bf16Kernels bf16_kernels{&gemm_bf16, &to_bf16, "AVX-512 vdpbf16ps zmm"};
+const Bf16Kernels bf16_kernels{&gemm_bf16, &to_bf16, 1, "AVX-512 vdpbf16ps zmm"};
 
 }  // namespace ffn::nn::avx512

@@ -14,7 +14,7 @@ void gemm_bf16(const Bf16GemmArgs& g) {
   for (int64_t i = 0; i < g.m; ++i)
     for (int64_t j = 0; j < g.n; ++j) {
       const uint16_t* b = g.b + (j / kPanel) * g.psb + (j % kPanel) * 2;
-      const uint16_t* a = g.a + i * g.lda;
+      const uint16_t* a = g.a + i * 2 * g.kp;  // plain rows (a_rows = 1)
       float s = g.accumulate ? g.c[i * g.ldc + j] : 0.0f;
       for (int64_t p = 0; p < g.kp; ++p) {
         s = std::fma(bf16_to_float(a[2 * p]), bf16_to_float(b[p * 32]), s);
@@ -30,6 +30,6 @@ void to_bf16(const float* v, int64_t n, uint16_t* out) {
 
 }  // namespace
 
-const Bf16Kernels bf16_kernels{&gemm_bf16, &to_bf16, "portable fp32 multiply-add on bf16 values"};
+const Bf16Kernels bf16_kernels{&gemm_bf16, &to_bf16, 1, "portable fp32 multiply-add on bf16 values"};
 
 }  // namespace ffn::nn::scalar
