@@ -174,16 +174,31 @@ void gemm_bf16(const Bf16GemmArgs& g) {
 
 // ---- int8 -------------------------------------------------------------------
 
-template <int CT>
-inline void block_u8(const uint8_t* a0, const uint8_t* a1, int64_t lda, const int8_t* b0, const int8_t* b1,
-                     int64_t steps, int32_t* c, int64_t ldc) {
-  _tile_zero(0);
-  _tile_zero(2);
-  if constexpr (CT == 2) {
-    _tile_zero(1);
-    _tile_zero(3);
+// RT row tiles × CT column panels of C over k steps [s0, s1) (64 k each),
+// A rows a row stride apart; the next B panel pair (pf) prefetched into L1.
+template <int RT, int CT>
+inline void block_u8(const uint8_t* a0, int64_t lda, const int8_t* b0, const int8_t* b1, int64_t s0, int64_t s1,
+                     int32_t* c, int64_t ldc, bool accumulate, const int8_t* pf, int64_t psb) {
+  if (accumulate) {
+    _tile_loadd(0, c, ldc * 4);
+    if constexpr (CT == 2) _tile_loadd(1, c + kPanel, ldc * 4);
+    if constexpr (RT == 2) _tile_loadd(2, c + 16 * ldc, ldc * 4);
+    if constexpr (RT == 2 && CT == 2) _tile_loadd(3, c + 16 * ldc + kPanel, ldc * 4);
+  } else {
+    _tile_zero(0);
+    if constexpr (CT == 2) _tile_zero(1);
+    if constexpr (RT == 2) _tile_zero(2);
+    if constexpr (RT == 2 && CT == 2) _tile_zero(3);
   }
-  for (int64_t s = 0; s < steps; ++s) {
+  for (int64_t s = s0; s < s1; ++s) {
+    if (pf) {
+      const char* p0 = reinterpret_cast<const char*>(pf + s * 1024);
+      const char* p1 = reinterpret_cast<const char*>(pf + psb + s * 1024);
+      for (int l = 0; l < 1024; l += 64) {
+        _mm_prefetch(p0 + l, _MM_HINT_T0);
+        _mm_prefetch(p1 + l, _MM_HINT_T0);
+      }
+    }
     _tile_loadd(4, a0 + s * 64, lda);
     _tile_loadd(6, b0 + s * 1024, 64);
     _tile_dpbusd(0, 4, 6);
@@ -191,35 +206,20 @@ inline void block_u8(const uint8_t* a0, const uint8_t* a1, int64_t lda, const in
       _tile_loadd(7, b1 + s * 1024, 64);
       _tile_dpbusd(1, 4, 7);
     }
-    _tile_loadd(5, a1 + s * 64, lda);
-    _tile_dpbusd(2, 5, 6);
-    if constexpr (CT == 2) _tile_dpbusd(3, 5, 7);
-  }
-  _tile_stored(0, c, ldc * 4);
-  _tile_stored(2, c + 16 * ldc, ldc * 4);
-  if constexpr (CT == 2) {
-    _tile_stored(1, c + kPanel, ldc * 4);
-    _tile_stored(3, c + 16 * ldc + kPanel, ldc * 4);
-  }
-}
-
-template <int CT>
-inline void block_u8_one_row_tile(const uint8_t* a0, int64_t lda, const int8_t* b0, const int8_t* b1, int64_t steps,
-                                  int32_t* c, int64_t ldc) {
-  _tile_zero(0);
-  if constexpr (CT == 2) _tile_zero(1);
-  for (int64_t s = 0; s < steps; ++s) {
-    _tile_loadd(4, a0 + s * 64, lda);
-    _tile_loadd(6, b0 + s * 1024, 64);
-    _tile_dpbusd(0, 4, 6);
-    if constexpr (CT == 2) {
-      _tile_loadd(7, b1 + s * 1024, 64);
-      _tile_dpbusd(1, 4, 7);
+    if constexpr (RT == 2) {
+      _tile_loadd(5, a0 + 16 * lda + s * 64, lda);
+      _tile_dpbusd(2, 5, 6);
+      if constexpr (CT == 2) _tile_dpbusd(3, 5, 7);
     }
   }
   _tile_stored(0, c, ldc * 4);
   if constexpr (CT == 2) _tile_stored(1, c + kPanel, ldc * 4);
+  if constexpr (RT == 2) _tile_stored(2, c + 16 * ldc, ldc * 4);
+  if constexpr (RT == 2 && CT == 2) _tile_stored(3, c + 16 * ldc + kPanel, ldc * 4);
 }
+
+// int8: 8 steps are 512 k (blocks of 4: slower, measured at T = 4096).
+constexpr int64_t kStepsPerBlockU8 = 8;
 
 // C rows [r0, r0 + rows) × panels [q, q + ct): subtract zp[i]·colsum[j].
 inline void subtract_zero_point(const U8GemmArgs& g, int64_t r0, int rows, int64_t q, int ct) {
@@ -240,28 +240,32 @@ void igemm_u8(const U8GemmArgs& g) {
   if (g.m <= 0 || g.n <= 0) return;
   const int64_t m16 = g.kq % 16 == 0 ? g.m / 16 * 16 : 0;  // rows on AMX
   if (m16 > 0) {
+    // As gemm_bf16: k blocks of kStepsPerBlock, a pair of row tiles against
+    // every panel pair, the next pair prefetched; the zero-point term once
+    // the sums are whole.
     const int64_t steps = g.kq / 16, np = panels(g.n), mt = m16 / 16;
-    const TileScope tiles;
-    for (int64_t q = 0; q < np; q += 2) {
-      const int ct = q + 1 < np ? 2 : 1;
-      const int8_t* b0 = g.b + q * g.psb;
-      const int8_t* b1 = ct == 2 ? g.b + (q + 1) * g.psb : nullptr;
-      int64_t t = 0;
-      for (; t + 2 <= mt; t += 2) {
-        const uint8_t* a0 = g.a + t * 16 * g.lda;
-        int32_t* c = g.c + t * 16 * g.ldc + q * kPanel;
-        if (ct == 2) block_u8<2>(a0, a0 + 16 * g.lda, g.lda, b0, b1, steps, c, g.ldc);
-        else block_u8<1>(a0, a0 + 16 * g.lda, g.lda, b0, b1, steps, c, g.ldc);
-        subtract_zero_point(g, t * 16, 32, q, ct);
-      }
-      if (t < mt) {
-        const uint8_t* a0 = g.a + t * 16 * g.lda;
-        int32_t* c = g.c + t * 16 * g.ldc + q * kPanel;
-        if (ct == 2) block_u8_one_row_tile<2>(a0, g.lda, b0, b1, steps, c, g.ldc);
-        else block_u8_one_row_tile<1>(a0, g.lda, b0, b1, steps, c, g.ldc);
-        subtract_zero_point(g, t * 16, 16, q, ct);
+    {
+      const TileScope tiles;
+      for (int64_t s0 = 0; s0 < steps; s0 += kStepsPerBlockU8) {
+        const int64_t s1 = std::min(steps, s0 + kStepsPerBlockU8);
+        for (int64_t t = 0; t < mt; t += 2) {
+          const uint8_t* a0 = g.a + t * 16 * g.lda;
+          for (int64_t q = 0; q < np; q += 2) {
+            const bool two_rows = t + 1 < mt, two_cols = q + 1 < np;
+            const int8_t* b0 = g.b + q * g.psb;
+            const int8_t* b1 = two_cols ? b0 + g.psb : nullptr;
+            const int8_t* pf = q + 3 < np ? g.b + (q + 2) * g.psb : nullptr;
+            int32_t* c = g.c + t * 16 * g.ldc + q * kPanel;
+            const bool acc = s0 > 0;
+            if (two_rows && two_cols) block_u8<2, 2>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc, pf, g.psb);
+            else if (two_rows) block_u8<2, 1>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc, pf, g.psb);
+            else if (two_cols) block_u8<1, 2>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc, pf, g.psb);
+            else block_u8<1, 1>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc, pf, g.psb);
+          }
+        }
       }
     }
+    for (int64_t q = 0; q < np; q += 2) subtract_zero_point(g, 0, int(m16), q, q + 1 < np ? 2 : 1);
   }
   if (m16 < g.m) {
     U8GemmArgs rest = g;
