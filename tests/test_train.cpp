@@ -380,6 +380,51 @@ TEST(Fit, StopsBetweenSteps) {
   EXPECT_EQ(t.steps(), 11);
 }
 
+// A non-finite loss or gradient stops fit at that step, and the step is not
+// applied: the weights stay those of the step before (bitwise).
+TEST(Fit, StopsAtTheFirstNonFiniteLossOrGradientWithoutApplyingIt) {
+  Config cfg;
+  cfg.d_model = 4;
+  cfg.d_ff = 8;
+  cfg.norm = NormPlacement::none;
+  for (const bool nan_target : {true, false}) {
+    train::Dataset data;
+    data.n = 64;
+    data.d = 4;
+    data.x.assign(64 * 4, 0.5f);
+    data.targets.assign(64 * 4, 0.25f);
+    // Row 20: a NaN target makes the loss NaN, an infinite one Inf.
+    data.targets[20 * 4 + 1] = nan_target ? NAN : INFINITY;
+    Layer layer(cfg, 1);
+    Trainer t(layer, std::nullopt, LossKind::mse, OptimizerConfig{}, 1);
+    std::vector<int64_t> rows(64);
+    std::iota(rows.begin(), rows.end(), 0);
+    Weights before;
+    train::FitCallbacks cb;
+    train::FitOptions fo;
+    fo.epochs = 2;
+    fo.batch = 8;
+    // fit shuffles the rows; find the step that holds row 20.
+    const std::vector<int64_t> order = train::permutation(64, fo.seed, 0);
+    const int64_t pos = std::find(order.begin(), order.end(), 20) - order.begin();
+    const int64_t bad_step = pos / 8 + 1;
+    cb.on_step = [&](const train::StepReport& s) {
+      if (s.epoch == 1 && s.step == bad_step - 1) before = layer.weights();
+    };
+    if (bad_step == 1) before = layer.weights();
+    const train::FitResult r = train::fit(t, data, rows, {}, fo, cb);
+    ASSERT_FALSE(r.diverged.empty()) << "nan_target=" << nan_target;
+    EXPECT_EQ(r.diverged, nan_target ? "loss is nan" : "loss is inf");
+    EXPECT_EQ(r.diverged_epoch, 1);
+    EXPECT_EQ(r.diverged_step, bad_step);
+    EXPECT_EQ(int64_t(r.step_losses.size()), bad_step);
+    EXPECT_EQ(t.steps(), bad_step - 1);  // the optimizer never saw the bad step
+    EXPECT_EQ(layer.weights().w1, before.w1);
+    EXPECT_EQ(layer.weights().w2, before.w2);
+    EXPECT_EQ(layer.weights().b1, before.b1);
+  }
+}
+
 // Demonstration 1 (seed 000): N ReLU units approximate x² within 3× of the
 // best any continuous piecewise-linear function with N kinks can do, and the
 // error falls like N^-2.

@@ -166,6 +166,38 @@ TEST(TrainCli, BadInputIsOneLineExitTwoNothingWritten) {
 
 // SIGINT at random moments: exit 130 (or 0 if it finished first), and the
 // output is then the old file or a complete new one; no temporary files stay.
+// Divergence (SGD at lr 100 without a norm): one line on stderr naming the
+// step, the epoch and what went non-finite, with a hint; exit status 3; the
+// output holds the finite weights of the last applied step, never NaN.
+TEST(TrainCli, DivergenceStopsWithOneLineExitThreeAndFiniteWeights) {
+  make_data(300, 8);
+  const std::string out = tmp("diverged.safetensors");
+  fs::remove(out);
+  const Result r = ffn_cli("train " + base_flags() + " --norm none --optimizer sgd --lr 100 --output " + out);
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("diverged at step"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(epoch "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is nan"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("lower --lr"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("nan"), std::string::npos) << "a NaN loss was printed: " << r.out;
+  ASSERT_TRUE(fs::exists(out)) << r.err;
+  const Layer l = Layer::load(out);
+  for (const std::vector<float>* v : {&l.weights().w1, &l.weights().b1, &l.weights().w2, &l.weights().b2})
+    for (float e : *v) ASSERT_TRUE(std::isfinite(e)) << "non-finite weight written";
+  // The same settings at a sane rate train to the end.
+  EXPECT_EQ(ffn_cli("train " + base_flags() + " --norm none --optimizer sgd --lr 0.01 --output " + out).status, 0);
+}
+
+// The learning rate's bound is stated, with the flag's name.
+TEST(TrainCli, LearningRateOutOfRangeNamesTheBound) {
+  make_data(50, 4);
+  const Result r = ffn_cli("train " + base_flags() + " --lr 1e8 --output " + tmp("lr.safetensors"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--lr: learning rate: expected a number in (0, 1e6], got 1e+08"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(tmp("lr.safetensors")));
+}
+
 TEST(TrainCli, InterruptLeavesOldOrCompleteFile) {
   make_data(4000, 32);
   const std::string out = tmp("int.safetensors");

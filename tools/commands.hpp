@@ -18,6 +18,9 @@
 
 namespace ffn::cli {
 
+// Exit status of `ffn train` when a step's loss or gradient is NaN or Inf.
+constexpr int kExitDiverged = 3;
+
 // Refuses a job whose buffers would not fit in this machine's memory, naming the flags.
 inline void check_memory(double bytes, const std::string& flags) {
   const double phys = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));

@@ -1,7 +1,8 @@
 // ffn — command-line program: run, grad, init, quantize, bench (here), train and demo
 // (tools/train_cmd.cpp, tools/demo_cmd.cpp).
 // Exit status: 0 success, 2 bad input (one line on stderr naming the file,
-// tensor or flag), 1 internal error or a failed self-check.
+// tensor or flag), 1 internal error or a failed self-check, 3 `ffn train`
+// diverged (a NaN or Inf loss or gradient), 130/143 interrupted.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>

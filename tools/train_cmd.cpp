@@ -90,6 +90,19 @@ void save(const Layer& layer, const std::optional<OutputHead>& head, const std::
   write_safetensors(path, f);
 }
 
+// Every parameter of the layer and the head is finite.
+bool all_finite(const Trainer& t) {
+  const Weights& w = t.layer().weights();
+  for (const std::vector<float>* v : {&w.w1, &w.b1, &w.wg, &w.bg, &w.w2, &w.b2, &w.norm_weight, &w.norm_bias})
+    for (float e : *v)
+      if (!std::isfinite(e)) return false;
+  if (t.head())
+    for (const std::vector<float>* v : {&t.head()->weight, &t.head()->bias})
+      for (float e : *v)
+        if (!std::isfinite(e)) return false;
+  return true;
+}
+
 // One status line on a terminal, rewritten in place.
 class Progress {
  public:
@@ -161,7 +174,9 @@ int cmd_train(const TrainArgs& a) {
   try {
     oc.validate();
   } catch (const Error& e) {
-    throw Error(std::string("--lr/--momentum/--weight-decay: ") + e.what());
+    const std::string m = e.what();
+    const char* flag = m.rfind("learning rate", 0) == 0 ? "--lr" : m.rfind("momentum", 0) == 0 ? "--momentum" : "--weight-decay";
+    throw Error(flag + (": " + m));
   }
   if (a.momentum != 0.0 && oc.kind != OptimizerKind::sgd) throw Error("--momentum: applies to --optimizer sgd only");
   if (a.schedule != "constant" && a.schedule != "cosine")
@@ -287,16 +302,47 @@ int cmd_train(const TrainArgs& a) {
   cb.on_step = [&](const train::StepReport& s) { progress.step(s); };
   cb.on_epoch = [&](const train::EpochReport& e) {
     progress.clear();
-    save(trainer.layer(), trainer.head(), a.output);  // checkpoint: the file is always a complete epoch or step
+    // Checkpoint: the file is always a complete epoch or step, never non-finite weights.
+    if (all_finite(trainer)) save(trainer.layer(), trainer.head(), a.output);
     char held[48] = "";
     if (std::isfinite(e.val_loss)) std::snprintf(held, sizeof held, "  held-out loss %.6g", e.val_loss);
     std::printf("epoch %lld/%lld  training loss %.6g%s  %.0f tokens/s  %.2f s\n", (long long)e.epoch,
                 (long long)e.epochs, e.train_loss, held, e.tokens_per_s, e.seconds);
     std::fflush(stdout);
   };
-  const train::FitResult r = train::fit(trainer, data, train_rows, val_rows, fo, cb);
+  train::FitResult r = train::fit(trainer, data, train_rows, val_rows, fo, cb);
   progress.clear();
+  // Weights that overflowed in an update from finite gradients show up as a
+  // non-finite loss at the next step; after the last step, here.
+  if (r.diverged.empty() && !r.interrupted && !all_finite(trainer)) {
+    r.diverged = "the weights are not finite after the last step";
+    r.diverged_epoch = a.epochs;
+    r.diverged_step = steps_per_epoch;
+  }
+  if (!r.diverged.empty() && !r.step_losses.empty() && !std::isfinite(r.step_losses.back())) r.step_losses.pop_back();
   if (!r.step_losses.empty()) plot::write_svg(plot_path, plot::render(loss_chart(r, steps_per_epoch, a.loss)));
+  if (!r.diverged.empty()) {
+    // The step that diverged was not applied: the layer holds the weights of
+    // the step before, written unless they are not finite (then the last
+    // epoch's checkpoint, if any, stays).
+    const int64_t applied = (r.diverged_epoch - 1) * steps_per_epoch + r.diverged_step - 1;
+    std::string kept;
+    if (applied > 0 && all_finite(trainer)) {
+      save(trainer.layer(), trainer.head(), a.output);
+      kept = "wrote " + a.output + " (the weights after step " + std::to_string(applied) + ")";
+    } else if (fs::exists(a.output) && r.epochs.size() > 0) {
+      kept = "kept " + a.output + " (the checkpoint of epoch " + std::to_string(r.epochs.size()) + ")";
+    } else {
+      kept = "wrote no weights";
+    }
+    std::fprintf(stderr,
+                 "ffn train: diverged at step %lld (epoch %lld, step %lld of %lld): %s; %s; try a lower --lr "
+                 "(now %g)%s\n",
+                 (long long)((r.diverged_epoch - 1) * steps_per_epoch + r.diverged_step), (long long)r.diverged_epoch,
+                 (long long)r.diverged_step, (long long)steps_per_epoch, r.diverged.c_str(), kept.c_str(), a.lr,
+                 oc.kind == OptimizerKind::sgd ? " or --optimizer adam" : "");
+    return kExitDiverged;
+  }
   if (r.interrupted) {
     const int64_t done = int64_t(r.step_losses.size());
     if (done > 0 && done % steps_per_epoch != 0) save(trainer.layer(), trainer.head(), a.output);

@@ -112,7 +112,12 @@ class Trainer {
           int threads = 0);
   // Forward (training mode: dropout on, masks from dropout_seed), loss,
   // backward and one optimizer update. Returns the batch's loss before the update.
+  // A batch whose loss or any gradient is NaN or Inf is not applied: the
+  // weights stay as they were and diverged() says why until the next step.
   double step(const Batch& b, uint64_t dropout_seed);
+  // Empty, or what made the last step non-finite ("loss is nan",
+  // "gradient of linear1.weight is inf").
+  const std::string& diverged() const { return diverged_; }
   // The loss on a batch in inference mode (no dropout, no update).
   double evaluate(const Batch& b) const;
   void set_lr(double lr) { opt_.set_lr(lr); }
@@ -131,6 +136,7 @@ class Trainer {
   std::optional<OutputHead> head_grads_;
   std::vector<float> y_, dy_, dx_;
   ForwardCache cache_;
+  std::string diverged_;
 };
 
 }  // namespace ffn

@@ -100,6 +100,12 @@ FitResult fit(Trainer& trainer, const Dataset& data, const std::vector<int64_t>&
       const double loss = trainer.step(gather(data, rows.data() + s * opts.batch, b, x, t, l),
                                        /*dropout_seed=*/opts.seed ^ (uint64_t(global) * 0x9E3779B97F4A7C15ull));
       r.step_losses.push_back(loss);
+      if (!trainer.diverged().empty()) {
+        r.diverged = trainer.diverged();
+        r.diverged_epoch = e + 1;
+        r.diverged_step = s + 1;
+        return r;
+      }
       sum += loss * double(b);
       seen += b;
       if (cb.on_step) {

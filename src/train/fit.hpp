@@ -55,6 +55,10 @@ struct FitResult {
   std::vector<EpochReport> epochs;
   std::vector<double> step_losses;
   bool interrupted = false;
+  // Set when a step's loss or a gradient was NaN or Inf: that step was not
+  // applied and training stopped there (step_losses ends with its loss).
+  std::string diverged;
+  int64_t diverged_epoch = 0, diverged_step = 0;  // 1-based
 };
 
 FitResult fit(Trainer& trainer, const Dataset& data, const std::vector<int64_t>& train_rows,

@@ -31,9 +31,9 @@ OptimizerKind parse_optimizer(std::string_view s, std::string_view what) {
 
 void OptimizerConfig::validate() const {
   auto in = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
-  if (!(in(lr, 0, 1e6) && lr > 0)) throw Error("learning rate: expected a positive number, got " + num(lr));
+  if (!(in(lr, 0, 1e6) && lr > 0)) throw Error("learning rate: expected a number in (0, 1e6], got " + num(lr));
   if (!in(momentum, 0, 1) || momentum == 1) throw Error("momentum: expected a number in [0, 1), got " + num(momentum));
-  if (!in(weight_decay, 0, 1e6)) throw Error("weight decay: expected a number >= 0, got " + num(weight_decay));
+  if (!in(weight_decay, 0, 1e6)) throw Error("weight decay: expected a number in [0, 1e6], got " + num(weight_decay));
   if (!in(beta1, 0, 1) || beta1 == 1) throw Error("beta1: expected a number in [0, 1), got " + num(beta1));
   if (!in(beta2, 0, 1) || beta2 == 1) throw Error("beta2: expected a number in [0, 1), got " + num(beta2));
   if (!(in(eps, 0, 1) && eps > 0)) throw Error("adam eps: expected a number in (0, 1], got " + num(eps));

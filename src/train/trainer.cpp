@@ -1,5 +1,9 @@
 // One training step: forward (training mode), loss, backward, optimizer
 // update of the layer's parameters and the head's.
+#include <cmath>
+#include <string>
+#include <utility>
+
 #include "ffn/train.hpp"
 
 namespace ffn {
@@ -17,7 +21,21 @@ Trainer::Trainer(Layer& layer, std::optional<OutputHead> head, LossKind loss, co
   }
 }
 
+namespace {
+
+const char* nonfinite_kind(double v) { return std::isnan(v) ? "nan" : "inf"; }
+
+// The first non-finite element of v, as " is nan" / " is inf"; empty if none.
+std::string first_nonfinite(const float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i])) return std::string(" is ") + nonfinite_kind(v[i]);
+  return "";
+}
+
+}  // namespace
+
 double Trainer::step(const Batch& b, uint64_t dropout_seed) {
+  diverged_.clear();
   const int64_t d = layer_.config().d_model;
   const size_t n = size_t(b.n * d);
   y_.resize(n);
@@ -37,7 +55,34 @@ double Trainer::step(const Batch& b, uint64_t dropout_seed) {
     if (!head_grads_) head_grads_ = head_->zeros_like();
     loss = head_->cross_entropy(y_.data(), b.labels, b.n, dy_.data(), &*head_grads_, threads_);
   }
+  if (!std::isfinite(loss)) {
+    diverged_ = std::string("loss is ") + nonfinite_kind(loss);
+    return loss;
+  }
   layer_.backward(b.x, dy_.data(), shape, cache_, dx_.data(), grads_, ro);
+  {
+    const TensorNames& names = layer_.names();
+    const std::pair<const std::vector<float>*, const std::string*> g[] = {
+        {&grads_.w1, &names.w1}, {&grads_.b1, &names.b1}, {&grads_.wg, &names.wg}, {&grads_.bg, &names.bg},
+        {&grads_.w2, &names.w2}, {&grads_.b2, &names.b2}, {&grads_.norm_weight, &names.norm_weight},
+        {&grads_.norm_bias, &names.norm_bias}};
+    for (const auto& [v, name] : g) {
+      const std::string bad = first_nonfinite(v->data(), v->size());
+      if (!bad.empty()) {
+        diverged_ = "gradient of " + *name + bad;
+        return loss;
+      }
+    }
+    if (head_) {
+      for (const auto& [v, name] : {std::pair{&head_grads_->weight, "head.weight"}, std::pair{&head_grads_->bias, "head.bias"}}) {
+        const std::string bad = first_nonfinite(v->data(), v->size());
+        if (!bad.empty()) {
+          diverged_ = std::string("gradient of ") + name + bad;
+          return loss;
+        }
+      }
+    }
+  }
 
   layer_.update_weights([&](Weights& params) {
     std::vector<ParamRef> refs = param_refs(params, grads_);
