@@ -134,6 +134,70 @@ TEST(Cli, InitThenRunUsesTheFilesSettings) {
   EXPECT_EQ(read_npy(tmp("init_y.npy")).data, want);
 }
 
+// A file without ffn's __metadata__ (as a PyTorch state_dict saved to
+// safetensors): run, grad and quantize say on one stderr line which settings
+// they assumed and which flags set them; exit status unchanged. Nothing is
+// said when the flags or the metadata give every setting.
+TEST(Cli, SettingsTakenFromDefaultsAreNamedOnStderr) {
+  Config cfg;
+  cfg.d_model = 8;
+  cfg.d_ff = 16;
+  cfg.activation = Activation::gelu;
+  cfg.norm = NormPlacement::pre;
+  SafetensorsFile f = Layer(cfg, 4).to_safetensors();
+  const std::string with_meta = tmp("meta.safetensors"), bare = tmp("bare.safetensors");
+  write_safetensors(with_meta, f);
+  f.metadata.clear();
+  write_safetensors(bare, f);
+  write_npy(tmp("bare_x.npy"), Array{{2, 8}, test::randn(16, 5)});
+  const std::string io = " --input " + tmp("bare_x.npy") + " --output " + tmp("bare_y.npy");
+
+  Result r = ffn_cli("run --weights " + bare + io);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(bare + " does not record these settings; assumed activation relu, norm post, norm type "
+                             "layernorm, eps 1e-05 (set with --activation, --norm, --norm-type, --eps)"),
+            std::string::npos)
+      << r.err;
+  // Only what is still assumed is named.
+  r = ffn_cli("run --weights " + bare + io + " --activation gelu --norm pre");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("assumed norm type layernorm, eps 1e-05 (set with --norm-type, --eps)"), std::string::npos) << r.err;
+  r = ffn_cli("run --weights " + bare + io + " --activation gelu --norm none");  // no norm: its type and eps do not matter
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  r = ffn_cli("run --weights " + bare + io + " --activation gelu --norm pre --norm-type layernorm --eps 1e-5");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  r = ffn_cli("run --weights " + with_meta + io);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  // With the flags the result is the layer's own; without them it is not.
+  ASSERT_EQ(ffn_cli("run --weights " + with_meta + io).status, 0);
+  const std::vector<float> want = read_npy(tmp("bare_y.npy")).data;
+  ASSERT_EQ(ffn_cli("run --weights " + bare + io + " --activation gelu --norm pre").status, 0);
+  EXPECT_EQ(read_npy(tmp("bare_y.npy")).data, want);
+  ASSERT_EQ(ffn_cli("run --weights " + bare + io).status, 0);
+  EXPECT_NE(read_npy(tmp("bare_y.npy")).data, want);
+
+  write_npy(tmp("bare_dy.npy"), Array{{2, 8}, test::randn(16, 6)});
+  r = ffn_cli("grad --weights " + bare + " --input " + tmp("bare_x.npy") + " --grad-output " + tmp("bare_dy.npy") +
+              " --output-dir " + tmp("bare_grads"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("assumed activation relu"), std::string::npos) << r.err;
+  r = ffn_cli("quantize --weights " + bare + " --dtype int8 --output " + tmp("bare_q.safetensors"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("assumed activation relu"), std::string::npos) << r.err;
+  // quantize takes the same overrides, and writes them into the file.
+  r = ffn_cli("quantize --weights " + bare + " --dtype int8 --activation gelu --norm pre --norm-type layernorm --eps 1e-5 "
+              "--output " + tmp("bare_q2.safetensors"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const Layer q = Layer::load(tmp("bare_q2.safetensors"));
+  EXPECT_EQ(q.config().activation, Activation::gelu);
+  EXPECT_EQ(q.config().norm, NormPlacement::pre);
+}
+
 TEST(Cli, BenchPrintsJsonAndPassesItsCheck) {
   const Result r = ffn_cli("bench --tokens 40 --d-model 24 --d-ff 72 --repeats 3 --warmup 1 --threads 2 --json");
   ASSERT_EQ(r.status, 0) << r.err;

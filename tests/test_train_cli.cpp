@@ -198,6 +198,49 @@ TEST(TrainCli, LearningRateOutOfRangeNamesTheBound) {
   EXPECT_FALSE(fs::exists(tmp("lr.safetensors")));
 }
 
+// ffn train --init: settings flags override the file (as in ffn run), a
+// shape flag that contradicts it is refused naming both values, and
+// --prefix finds a layer stored under a prefix.
+TEST(TrainCli, InitTakesSettingFlagsRefusesContradictingShapesAndTakesPrefix) {
+  make_data(100, 8);
+  const std::string init = tmp("init.safetensors"), out = tmp("from_init.safetensors");
+  ASSERT_EQ(ffn_cli("init --d-model 8 --d-ff 24 --output " + init).status, 0);
+  const std::string flags = "train --data " + tmp("x.npy") + " --targets " + tmp("y.npy") + " --epochs 1 --init " + init;
+  fs::remove(out);
+  Result r = ffn_cli(flags + " --d-ff 32 --output " + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--d-ff 32 contradicts " + init + " (d_ff=24)"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  r = ffn_cli(flags + " --no-bias --output " + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--no-bias contradicts"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  // A --d-ff that agrees is fine; the settings flags apply.
+  r = ffn_cli(flags + " --d-ff 24 --activation gelu --norm none --output " + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("8 -> 24 gelu, norm none"), std::string::npos) << r.out;
+  const Layer l = Layer::load(out);
+  EXPECT_EQ(l.config().activation, Activation::gelu);
+  EXPECT_EQ(l.config().norm, NormPlacement::none);
+
+  // The layer under a prefix.
+  SafetensorsFile f = Layer::load(init).to_safetensors(), g;
+  for (auto& [name, t] : f.tensors) g.tensors["encoder.layers.0." + name] = t;
+  g.metadata = f.metadata;
+  const std::string prefixed = tmp("prefixed.safetensors");
+  write_safetensors(prefixed, g);
+  const std::string pflags = "train --data " + tmp("x.npy") + " --targets " + tmp("y.npy") + " --epochs 1 --init " + prefixed;
+  r = ffn_cli(pflags + " --output " + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--prefix 'encoder.layers.0.'"), std::string::npos) << r.err;
+  r = ffn_cli(pflags + " --prefix encoder.layers.0. --output " + out);
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = ffn_cli("train --data " + tmp("x.npy") + " --targets " + tmp("y.npy") + " --prefix a. --output " + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--prefix: applies with --init only"), std::string::npos) << r.err;
+}
+
 TEST(TrainCli, InterruptLeavesOldOrCompleteFile) {
   make_data(4000, 32);
   const std::string out = tmp("int.safetensors");

@@ -8,7 +8,9 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <filesystem>
+#include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,18 +54,62 @@ inline void check_distinct(const Flags& outputs) {
         throw Error(outputs[j].first + " " + outputs[j].second + " is the same file as " + outputs[i].first);
 }
 
+// Flags that override a weights file's settings (run, grad, quantize).
+struct SettingOverrides {
+  std::string activation, norm, norm_type;
+  std::optional<float> eps;
+
+  void add(CLI::App* app) {
+    app->add_option("--activation", activation, "relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu (default: from the file)");
+    app->add_option("--norm", norm, "post, pre or none (default: from the file)");
+    app->add_option("--norm-type", norm_type, "layernorm or rmsnorm (default: from the file)");
+    app->add_option("--eps", eps, "norm epsilon (default: from the file, else 1e-5)");
+  }
+  // Sets the options given; throws Error naming the flag.
+  void apply(LoadOptions& o) const {
+    if (!activation.empty()) o.activation = parse_activation(activation, "--activation");
+    if (!norm.empty()) o.norm = parse_norm_placement(norm, "--norm");
+    if (!norm_type.empty()) o.norm_type = parse_norm_type(norm_type, "--norm-type");
+    if (eps) {
+      if (!(*eps > 0.0f) || !std::isfinite(*eps)) throw Error("--eps: expected a positive number, got " + num(*eps));
+      o.eps = eps;
+    }
+  }
+};
+
+// Settings Layer::load took from a default or a guess (LoadOptions::assumed):
+// one line on stderr saying so and which flags set them. A PyTorch
+// state_dict carries no activation, norm placement or eps.
+using Assumed = std::vector<std::pair<std::string, std::string>>;
+inline void note_assumed(const std::string& path, const Assumed& assumed) {
+  if (assumed.empty()) return;
+  std::string what, flags;
+  for (const auto& [w, f] : assumed) {
+    what += (what.empty() ? "" : ", ") + w;
+    flags += (flags.empty() ? "" : ", ") + f;
+  }
+  std::fprintf(stderr, "ffn: note: %s does not record %s; assumed %s (set with %s)\n", path.c_str(),
+               assumed.size() == 1 ? "this setting" : "these settings", what.c_str(), flags.c_str());
+}
+
 // The flags that shape a fresh layer (ffn init, ffn train).
 struct ArchitectureArgs {
   std::string activation = "relu", norm = "post", norm_type = "layernorm";
   bool no_bias = false;
   float eps = 1e-5f;
+  // The options as registered, to tell a flag given from its default.
+  CLI::Option *o_activation = nullptr, *o_norm = nullptr, *o_norm_type = nullptr, *o_eps = nullptr,
+              *o_no_bias = nullptr;
 
   void add(CLI::App* app) {
-    app->add_option("--activation", activation, "relu (default), gelu, gelu_tanh, silu, swiglu, geglu, reglu");
-    app->add_flag("--no-bias", no_bias, "no b1, bg, b2");
-    app->add_option("--norm", norm, "post (default), pre or none");
-    app->add_option("--norm-type", norm_type, "layernorm (default) or rmsnorm");
-    app->add_option("--eps", eps, "norm epsilon (default 1e-5)");
+    o_activation = app->add_option("--activation", activation, "relu (default), gelu, gelu_tanh, silu, swiglu, geglu, reglu");
+    o_no_bias = app->add_flag("--no-bias", no_bias, "no b1, bg, b2");
+    o_norm = app->add_option("--norm", norm, "post (default), pre or none");
+    o_norm_type = app->add_option("--norm-type", norm_type, "layernorm (default) or rmsnorm");
+    o_eps = app->add_option("--eps", eps, "norm epsilon (default 1e-5)");
+  }
+  void check_eps() const {
+    if (!(eps > 0.0f) || !std::isfinite(eps)) throw Error("--eps: expected a positive number, got " + num(eps));
   }
   // Sets cfg's activation, norm, norm type, bias and eps; throws Error naming the flag.
   void apply(Config& cfg) const {
@@ -71,8 +117,19 @@ struct ArchitectureArgs {
     cfg.norm = parse_norm_placement(norm, "--norm");
     cfg.norm_type = parse_norm_type(norm_type, "--norm-type");
     cfg.bias = !no_bias;
-    if (!(eps > 0.0f) || !std::isfinite(eps)) throw Error("--eps: expected a positive number, got " + num(eps));
+    check_eps();
     cfg.eps = eps;
+  }
+  // For a layer loaded from a file: the settings given on the command line
+  // override the file's (as in ffn run).
+  void apply_given(LoadOptions& o) const {
+    if (o_activation && o_activation->count()) o.activation = parse_activation(activation, "--activation");
+    if (o_norm && o_norm->count()) o.norm = parse_norm_placement(norm, "--norm");
+    if (o_norm_type && o_norm_type->count()) o.norm_type = parse_norm_type(norm_type, "--norm-type");
+    if (o_eps && o_eps->count()) {
+      check_eps();
+      o.eps = eps;
+    }
   }
 };
 

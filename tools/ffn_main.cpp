@@ -37,8 +37,8 @@ namespace fs = std::filesystem;
 
 // Options shared by run and grad.
 struct LayerArgs {
-  std::string weights, prefix, input, lengths, activation, norm, norm_type, layout = "tokens";
-  std::optional<float> eps;
+  std::string weights, prefix, input, lengths, layout = "tokens";
+  cli::SettingOverrides settings;
   int threads = 0;
   bool check_finite = false;
 
@@ -47,10 +47,7 @@ struct LayerArgs {
     app->add_option("--prefix", prefix, "tensor name prefix, e.g. encoder.layers.0.");
     app->add_option("--input", input, "input array (.npy float32): [T, d_model], [B, S, d_model] or with --layout ncw [B, d_model, S]")
         ->required();
-    app->add_option("--activation", activation, "relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu (default: from the file)");
-    app->add_option("--norm", norm, "post, pre or none (default: from the file)");
-    app->add_option("--norm-type", norm_type, "layernorm or rmsnorm (default: from the file)");
-    app->add_option("--eps", eps, "norm epsilon (default: from the file, else 1e-5)");
+    settings.add(app);
     app->add_option("--layout", layout, "tokens (default) or ncw (channels first, Conv1d view)");
     app->add_option("--lengths", lengths, "int32/int64 .npy of B sequence lengths; positions past them are padding");
     app->add_option("--threads", threads, "threads (default: all)");
@@ -58,16 +55,11 @@ struct LayerArgs {
                   "fail (exit 2, nothing written) at the first NaN or Inf in the input, weights or results");
   }
 
-  LoadOptions load_options(float p_hidden, float p_output) const {
+  LoadOptions load_options(float p_hidden, float p_output, cli::Assumed* assumed) const {
     LoadOptions o;
     o.prefix = prefix;
-    if (!activation.empty()) o.activation = parse_activation(activation, "--activation");
-    if (!norm.empty()) o.norm = parse_norm_placement(norm, "--norm");
-    if (!norm_type.empty()) o.norm_type = parse_norm_type(norm_type, "--norm-type");
-    if (eps) {
-      if (!(*eps > 0.0f) || !std::isfinite(*eps)) throw Error("--eps: expected a positive number, got " + num(*eps));
-      o.eps = eps;
-    }
+    settings.apply(o);
+    o.assumed = assumed;
     o.dropout_hidden = p_hidden;
     o.dropout_output = p_output;
     return o;
@@ -169,10 +161,12 @@ struct RunArgs : LayerArgs {
 void cmd_run(const RunArgs& a) {
   io::check_writable_target(a.output);
   const int threads = threads_or_throw(a.threads);
-  LoadOptions lo = a.load_options(0, 0);
+  cli::Assumed assumed;
+  LoadOptions lo = a.load_options(0, 0, &assumed);
   if (!a.dtype.empty()) lo.weight_dtype = parse_weight_dtype(a.dtype, "--dtype");
   const Compute compute = parse_compute(a.compute, "--compute");
   const Layer layer = Layer::load(a.weights, lo);
+  cli::note_assumed(a.weights, assumed);
   if (compute == Compute::bf16 && layer.weight_dtype() == WeightDtype::int8)
     throw Error("--compute bf16: needs fp32, bf16 or fp16 weights (" + a.weights + " holds int8 weights)");
   const Input in = read_input(a, layer.config());
@@ -213,9 +207,11 @@ void cmd_grad(const GradArgs& a) {
   const bool training = a.dropout || a.dropout_hidden || a.dropout_output;
   const int threads = threads_or_throw(a.threads);
 
-  LoadOptions lo = a.load_options(p_hidden, p_output);
+  cli::Assumed assumed;
+  LoadOptions lo = a.load_options(p_hidden, p_output, &assumed);
   lo.weight_dtype = WeightDtype::fp32;  // a quantized file: gradients at the values it stores
   const Layer layer = Layer::load(a.weights, lo);
+  cli::note_assumed(a.weights, assumed);
   const Input in = read_input(a, layer.config());
   const Array dy = read_npy(a.grad_output);
   if (dy.shape != in.x.shape)
@@ -324,6 +320,7 @@ void cmd_init(const InitArgs& a) {
 
 struct QuantizeArgs {
   std::string weights, prefix, dtype, output;
+  cli::SettingOverrides settings;  // written into the output's __metadata__
 };
 
 void cmd_quantize(const QuantizeArgs& a) {
@@ -333,7 +330,12 @@ void cmd_quantize(const QuantizeArgs& a) {
   LoadOptions lo;
   lo.prefix = a.prefix;
   lo.weight_dtype = dtype;
-  Layer::load(a.weights, lo).save(a.output);
+  a.settings.apply(lo);
+  cli::Assumed assumed;
+  lo.assumed = &assumed;
+  const Layer layer = Layer::load(a.weights, lo);
+  cli::note_assumed(a.weights, assumed);
+  layer.save(a.output);
 }
 
 // ---- bench --------------------------------------------------------------------
@@ -570,6 +572,7 @@ int ffn_main(int argc, char** argv) {
   quant_cmd->add_option("--prefix", quant.prefix, "tensor name prefix, e.g. encoder.layers.0.");
   quant_cmd->add_option("--dtype", quant.dtype, "int8, bf16, fp16 (or fp32)")->required();
   quant_cmd->add_option("--output", quant.output, "weights file to write (.safetensors)")->required();
+  quant.settings.add(quant_cmd);
 
   BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "time the layer (default: the paper's sublayer on 8 x 512 tokens)");

@@ -40,7 +40,7 @@ extern "C" void on_signal(int sig) {
 }
 
 struct TrainArgs {
-  std::string data, targets, loss = "mse", init;
+  std::string data, targets, loss = "mse", init, prefix;
   ArchitectureArgs arch;
   std::string optimizer = "adam", schedule = "constant", output, plot;
   int64_t vocab = 0, d_ff = 0, epochs = 10, batch = 64;
@@ -191,6 +191,7 @@ int cmd_train(const TrainArgs& a) {
   if (a.vocab < 0 || a.vocab > 10'000'000)
     throw Error("--vocab: expected a positive integer up to 10000000, got " + std::to_string(a.vocab));
   if (a.d_ff < 0) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
+  if (!a.prefix.empty() && a.init.empty()) throw Error("--prefix: applies with --init only");
   const std::string plot_path = a.plot.empty() ? default_plot_path(a.output) : a.plot;
   io::check_writable_target(a.output);
   io::check_writable_target(plot_path);
@@ -227,8 +228,19 @@ int cmd_train(const TrainArgs& a) {
   std::optional<OutputHead> head;
   if (!a.init.empty()) {
     LoadOptions lo;
+    lo.prefix = a.prefix;
     lo.dropout_hidden = lo.dropout_output = a.dropout;
+    a.arch.apply_given(lo);
+    Assumed assumed;
+    lo.assumed = &assumed;
     layer = Layer::load(a.init, lo);
+    // Shape flags cannot change a file's layer: refuse one that contradicts it.
+    if (a.d_ff && a.d_ff != layer->config().d_ff)
+      throw Error("--d-ff " + std::to_string(a.d_ff) + " contradicts " + a.init + " (d_ff=" +
+                  std::to_string(layer->config().d_ff) + "); leave it out with --init");
+    if (a.arch.no_bias && layer->config().bias)
+      throw Error("--no-bias contradicts " + a.init + " (it has biases); leave it out with --init");
+    note_assumed(a.init, assumed);
     if (layer->config().d_model != data.d)
       throw Error(a.data + ": rows have " + std::to_string(data.d) + " features, expected d_model=" +
                   std::to_string(layer->config().d_model) + " (from " + a.init + ")");
@@ -369,6 +381,7 @@ Command add_train(CLI::App& app) {
   c->add_option("--loss", a->loss, "mse (default) or xent (cross-entropy over an output head)");
   c->add_option("--vocab", a->vocab, "classes of the output head (--loss xent)");
   c->add_option("--init", a->init, "start from this weights file (and its head) instead of a fresh layer");
+  c->add_option("--prefix", a->prefix, "with --init: the layer's tensor name prefix, e.g. encoder.layers.0.");
   c->add_option("--d-ff", a->d_ff, "hidden width of a fresh layer (default 4 x d_model)");
   a->arch.add(c);
   c->add_option("--dropout", a->dropout, "dropout p after the activation and after W2 (default 0)");

@@ -35,6 +35,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ffn {
@@ -202,6 +203,11 @@ struct LoadOptions {
   std::optional<WeightDtype> weight_dtype;
   float dropout_hidden = 0.0f;
   float dropout_output = 0.0f;
+  // When set, load appends each setting that came from neither these options
+  // nor the file's __metadata__ but from a default or a guess from the
+  // tensors (a PyTorch state_dict carries none): {"activation relu",
+  // "--activation"}. Only settings that change the result are listed.
+  std::vector<std::pair<std::string, std::string>>* assumed = nullptr;
 };
 
 struct SafetensorsFile;

@@ -184,6 +184,18 @@ Layer Layer::load(const std::string& path, const LoadOptions& opts) {
       expect_shape(prefix + s.norm_bias, {cfg.d_model});
     }
   }
+  if (opts.assumed) {
+    auto& a = *opts.assumed;
+    if (!opts.activation && !meta_get(kMetaActivation))
+      a.push_back({"activation " + std::string(to_string(cfg.activation)), "--activation"});
+    if (has_gamma && !opts.norm && !meta_get(kMetaNorm))
+      a.push_back({"norm " + std::string(to_string(cfg.norm)), "--norm"});
+    if (cfg.norm != NormPlacement::none) {
+      if (!opts.norm_type && !meta_get(kMetaNormType))
+        a.push_back({"norm type " + std::string(to_string(cfg.norm_type)), "--norm-type"});
+      if (!opts.eps && !meta_get(kMetaEps)) a.push_back({"eps " + num(cfg.eps), "--eps"});
+    }
+  }
   cfg.dropout_hidden = opts.dropout_hidden;
   cfg.dropout_output = opts.dropout_output;
   try {
