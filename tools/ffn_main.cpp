@@ -335,7 +335,7 @@ void cmd_quantize(const QuantizeArgs& a) {
   lo.assumed = &assumed;
   const Layer layer = Layer::load(a.weights, lo);
   cli::note_assumed(a.weights, assumed);
-  layer.save(a.output);
+  write_safetensors(a.output, layer.to_safetensors_with(a.weights));  // names kept, other tensors copied
 }
 
 // ---- bench --------------------------------------------------------------------

@@ -80,8 +80,10 @@ OutputHead head_from_file(const SafetensorsFile& f, const std::string& path, int
   return h;
 }
 
-void save(const Layer& layer, const std::optional<OutputHead>& head, const std::string& path) {
-  SafetensorsFile f = layer.to_safetensors();
+// The layer (under the --init file's names, with that file's other tensors,
+// e.g. attention weights, copied unchanged) and the head.
+void save(const Layer& layer, const std::optional<OutputHead>& head, const std::string& path, const std::string& init) {
+  SafetensorsFile f = init.empty() ? layer.to_safetensors() : layer.to_safetensors_with(init);
   if (head) {
     f.tensors["head.weight"] = NamedTensor{{head->vocab, head->d_model}, head->weight};
     f.tensors["head.bias"] = NamedTensor{{head->vocab}, head->bias};
@@ -315,7 +317,7 @@ int cmd_train(const TrainArgs& a) {
   cb.on_epoch = [&](const train::EpochReport& e) {
     progress.clear();
     // Checkpoint: the file is always a complete epoch or step, never non-finite weights.
-    if (all_finite(trainer)) save(trainer.layer(), trainer.head(), a.output);
+    if (all_finite(trainer)) save(trainer.layer(), trainer.head(), a.output, a.init);
     char held[48] = "";
     if (std::isfinite(e.val_loss)) std::snprintf(held, sizeof held, "  held-out loss %.6g", e.val_loss);
     std::printf("epoch %lld/%lld  training loss %.6g%s  %.0f tokens/s  %.2f s\n", (long long)e.epoch,
@@ -340,7 +342,7 @@ int cmd_train(const TrainArgs& a) {
     const int64_t applied = (r.diverged_epoch - 1) * steps_per_epoch + r.diverged_step - 1;
     std::string kept;
     if (applied > 0 && all_finite(trainer)) {
-      save(trainer.layer(), trainer.head(), a.output);
+      save(trainer.layer(), trainer.head(), a.output, a.init);
       kept = "wrote " + a.output + " (the weights after step " + std::to_string(applied) + ")";
     } else if (fs::exists(a.output) && r.epochs.size() > 0) {
       kept = "kept " + a.output + " (the checkpoint of epoch " + std::to_string(r.epochs.size()) + ")";
@@ -357,7 +359,7 @@ int cmd_train(const TrainArgs& a) {
   }
   if (r.interrupted) {
     const int64_t done = int64_t(r.step_losses.size());
-    if (done > 0 && done % steps_per_epoch != 0) save(trainer.layer(), trainer.head(), a.output);
+    if (done > 0 && done % steps_per_epoch != 0) save(trainer.layer(), trainer.head(), a.output, a.init);
     std::printf("interrupted after %lld steps (epoch %lld, step %lld of %lld): %s\n", (long long)done,
                 (long long)(done / steps_per_epoch + 1), (long long)(done % steps_per_epoch),
                 (long long)steps_per_epoch,

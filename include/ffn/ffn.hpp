@@ -245,7 +245,15 @@ class Layer {
   // __metadata__ (ffn.weights_dtype, ffn.quantization).
   void save(const std::string& path) const;
   // What save writes, for callers that add tensors (e.g. an output head).
+  // Tensors are named as in the file the layer was loaded from (its prefix
+  // and naming scheme kept: norm2.* stays norm2.*); this project's names for
+  // a layer made in memory.
   SafetensorsFile to_safetensors() const;
+  // to_safetensors, plus every tensor of the file `source` that the layer
+  // does not own (e.g. an encoder layer's attention weights and norm1),
+  // byte for byte in its own dtype, and source's __metadata__ entries other
+  // than ffn's: the result loads back into the module the source came from.
+  SafetensorsFile to_safetensors_with(const std::string& source) const;
   // Writes gradients under the names the weights were loaded from.
   void save_gradients(const std::string& path, const Weights& grads) const;
 

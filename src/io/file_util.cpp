@@ -217,4 +217,27 @@ uint64_t checked_product(const int64_t* dims, size_t n, uint64_t limit, const st
   return p;
 }
 
+FileKind sniff(const InputFile& f) {
+  unsigned char h[9] = {};
+  const uint64_t n = std::min<uint64_t>(f.size(), 9);
+  if (n > 0) f.read_at(0, h, n, "first bytes");
+  if (n >= 4 && std::memcmp(h, "PK\x03\x04", 4) == 0) return FileKind::torch_zip;
+  if (n >= 6 && std::memcmp(h, "\x93NUMPY", 6) == 0) return FileKind::npy;
+  if (n >= 9 && h[8] == '{') return FileKind::safetensors;  // before pickle: a header length can start 0x80 0x02
+  if (n >= 2 && h[0] == 0x80 && h[1] >= 2 && h[1] <= 5) return FileKind::pickle;  // PROTO 2–5
+  return FileKind::unknown;
+}
+
+std::string wrong_kind(FileKind k, const std::string& expected) {
+  const std::string torch_hint = "; save the state_dict as safetensors with scripts/torch_roundtrip.py (README: From PyTorch and back)";
+  switch (k) {
+    case FileKind::torch_zip: return "a PyTorch checkpoint (torch.save), not " + expected + torch_hint;
+    case FileKind::pickle: return "a pickle file (torch.save, legacy format), not " + expected + torch_hint;
+    case FileKind::npy: return "a NumPy .npy array, not " + expected + " (weights are .safetensors files)";
+    case FileKind::safetensors: return "a safetensors file, not " + expected + " (arrays are float32 .npy files)";
+    case FileKind::unknown: break;
+  }
+  return "";
+}
+
 }  // namespace ffn::io

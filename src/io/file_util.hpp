@@ -35,6 +35,15 @@ class InputFile {
   uint64_t size_ = 0;
 };
 
+// What a file is, from its first bytes (to explain a file of the wrong kind).
+enum class FileKind { unknown, torch_zip, pickle, npy, safetensors };
+FileKind sniff(const InputFile& f);
+// A one-line explanation for a file of kind k given where `expected` was
+// wanted ("safetensors" or ".npy"), e.g. "a PyTorch checkpoint (torch.save),
+// not safetensors; convert it with scripts/torch_roundtrip.py"; empty for
+// unknown kinds.
+std::string wrong_kind(FileKind k, const std::string& expected);
+
 // Calls body(file) on a new temporary file beside `path`, then flushes, syncs
 // and renames it over `path`. On any failure the temporary file is removed
 // and the original `path` (if any) is untouched. A symlink is followed (the

@@ -48,7 +48,10 @@ NpyHeader parse_header(const io::InputFile& f) {
   unsigned char pre[10];
   if (f.size() < 10) bad(path, "file is shorter than the 10-byte preamble");
   f.read_at(0, pre, 10, "preamble");
-  if (std::memcmp(pre, "\x93NUMPY", 6) != 0) bad(path, "missing \\x93NUMPY magic");
+  if (std::memcmp(pre, "\x93NUMPY", 6) != 0) {
+    if (const io::FileKind k = io::sniff(f); k != io::FileKind::unknown) throw Error(path + ": " + io::wrong_kind(k, ".npy"));
+    bad(path, "missing \\x93NUMPY magic");
+  }
   int major = pre[6];
   uint64_t hlen = 0, start = 0;
   if (major == 1) {

@@ -5,6 +5,7 @@
 
 #include "ffn/ffn.hpp"
 #include "common/format.hpp"
+#include "io/file_util.hpp"
 
 namespace ffn::io {
 namespace {
@@ -58,6 +59,8 @@ float bf16_to_float(uint16_t h) {
 }
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path) {
+  if (const FileKind k = sniff(file_); k != FileKind::safetensors && k != FileKind::unknown)
+    throw Error(path + ": " + wrong_kind(k, "safetensors"));
   if (file_.size() < 8) bad(path, "file is shorter than the 8-byte header length");
   unsigned char len8[8];
   file_.read_at(0, len8, 8, "header length");

@@ -334,7 +334,35 @@ SafetensorsFile to_file(const Config& cfg, const TensorNames& names, const Weigh
 }  // namespace
 
 SafetensorsFile Layer::to_safetensors() const {
-  return to_file(cfg_, TensorNames::native(cfg_), w_, static_cast<const nn::QuantizedWeights*>(quant_.get()));
+  return to_file(cfg_, names_, w_, static_cast<const nn::QuantizedWeights*>(quant_.get()));
+}
+
+SafetensorsFile Layer::to_safetensors_with(const std::string& source) const {
+  SafetensorsFile f = to_safetensors();
+  io::SafetensorsReader r(source);
+  std::set<std::string> owned;
+  for (const std::string* n : {&names_.w1, &names_.b1, &names_.wg, &names_.bg, &names_.w2, &names_.b2,
+                               &names_.norm_weight, &names_.norm_bias})
+    if (!n->empty()) owned.insert(*n);
+  for (const std::string* n : {&names_.w1, &names_.wg, &names_.w2})
+    if (!n->empty()) owned.insert(*n + kScaleSuffix);  // an int8 source's scales
+  for (const auto& [name, info] : r.tensors()) {
+    if (owned.count(name) || f.tensors.count(name)) continue;
+    NamedTensor t;
+    t.shape = info.shape;
+    t.dtype = info.dtype;
+    std::vector<uint8_t> raw = r.read_raw(name);
+    if (info.dtype == "F32") {
+      t.data.resize(raw.size() / 4);
+      std::memcpy(t.data.data(), raw.data(), t.data.size() * 4);
+    } else {
+      t.raw = std::move(raw);
+    }
+    f.tensors[name] = std::move(t);
+  }
+  for (const auto& [key, value] : r.metadata())
+    if (key.rfind("ffn.", 0) != 0 && !f.metadata.count(key)) f.metadata[key] = value;
+  return f;
 }
 
 void Layer::save(const std::string& path) const { write_safetensors(path, to_safetensors()); }
