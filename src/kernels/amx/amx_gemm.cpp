@@ -67,13 +67,9 @@ struct CTile {
   int64_t ld;     // its row stride (elements)
 };
 
-// ---- bf16 -------------------------------------------------------------------
-
-// RT row tiles × CT column panels of C over k steps [s0, s1). A row tile's
-// tiles are contiguous (a_rows = 16: 16 rows × 32 k per step, 1 KiB each).
-template <int RT, int CT>
-inline void block_bf16(const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uint16_t* b1, int64_t s0,
-                       int64_t s1, const CTile<float> (&c)[2][2], bool accumulate, const uint16_t* pf, int64_t psb) {
+// tmm0–3 (the C block's RT × CT tiles) from memory, or zero.
+template <int RT, int CT, typename T>
+inline void begin_c(const CTile<T> (&c)[2][2], bool accumulate) {
   if (accumulate) {
     _tile_loadd(0, c[0][0].p, c[0][0].ld * 4);
     if constexpr (CT == 2) _tile_loadd(1, c[0][1].p, c[0][1].ld * 4);
@@ -85,15 +81,34 @@ inline void block_bf16(const uint16_t* a0, const uint16_t* a1, const uint16_t* b
     if constexpr (RT == 2) _tile_zero(2);
     if constexpr (RT == 2 && CT == 2) _tile_zero(3);
   }
+}
+template <int RT, int CT, typename T>
+inline void store_c(const CTile<T> (&c)[2][2]) {
+  _tile_stored(0, c[0][0].p, c[0][0].ld * 4);
+  if constexpr (CT == 2) _tile_stored(1, c[0][1].p, c[0][1].ld * 4);
+  if constexpr (RT == 2) _tile_stored(2, c[1][0].p, c[1][0].ld * 4);
+  if constexpr (RT == 2 && CT == 2) _tile_stored(3, c[1][1].p, c[1][1].ld * 4);
+}
+// Two 1 KiB B tiles into L1.
+inline void prefetch_tiles(const void* t0, const void* t1) {
+  const char* p0 = static_cast<const char*>(t0);
+  const char* p1 = static_cast<const char*>(t1);
+  for (int l = 0; l < 1024; l += 64) {
+    _mm_prefetch(p0 + l, _MM_HINT_T0);
+    _mm_prefetch(p1 + l, _MM_HINT_T0);
+  }
+}
+
+// ---- bf16 -------------------------------------------------------------------
+
+// RT row tiles × CT column panels of C over k steps [s0, s1). A row tile's
+// tiles are contiguous (a_rows = 16: 16 rows × 32 k per step, 1 KiB each).
+template <int RT, int CT>
+inline void block_bf16(const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uint16_t* b1, int64_t s0,
+                       int64_t s1, const CTile<float> (&c)[2][2], bool accumulate, const uint16_t* pf, int64_t psb) {
+  begin_c<RT, CT>(c, accumulate);
   for (int64_t s = s0; s < s1; ++s) {
-    if (pf) {
-      const char* p0 = reinterpret_cast<const char*>(pf + s * 512);
-      const char* p1 = reinterpret_cast<const char*>(pf + psb + s * 512);
-      for (int l = 0; l < 1024; l += 64) {
-        _mm_prefetch(p0 + l, _MM_HINT_T0);
-        _mm_prefetch(p1 + l, _MM_HINT_T0);
-      }
-    }
+    if (pf) prefetch_tiles(pf + s * 512, pf + psb + s * 512);
     _tile_loadd(4, a0 + s * 512, 64);
     _tile_loadd(6, b0 + s * 512, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -107,10 +122,7 @@ inline void block_bf16(const uint16_t* a0, const uint16_t* a1, const uint16_t* b
       if constexpr (CT == 2) _tile_dpbf16ps(3, 5, 7);
     }
   }
-  _tile_stored(0, c[0][0].p, c[0][0].ld * 4);
-  if constexpr (CT == 2) _tile_stored(1, c[0][1].p, c[0][1].ld * 4);
-  if constexpr (RT == 2) _tile_stored(2, c[1][0].p, c[1][0].ld * 4);
-  if constexpr (RT == 2 && CT == 2) _tile_stored(3, c[1][1].p, c[1][1].ld * 4);
+  store_c<RT, CT>(c);
 }
 
 // k steps per block of C: a pair of row tiles (16 KiB of A) stays in L1
@@ -179,26 +191,10 @@ void gemm_bf16(const Bf16GemmArgs& g) {
 template <int RT, int CT>
 inline void block_u8(const uint8_t* a0, int64_t lda, const int8_t* b0, const int8_t* b1, int64_t s0, int64_t s1,
                      int32_t* c, int64_t ldc, bool accumulate, const int8_t* pf, int64_t psb) {
-  if (accumulate) {
-    _tile_loadd(0, c, ldc * 4);
-    if constexpr (CT == 2) _tile_loadd(1, c + kPanel, ldc * 4);
-    if constexpr (RT == 2) _tile_loadd(2, c + 16 * ldc, ldc * 4);
-    if constexpr (RT == 2 && CT == 2) _tile_loadd(3, c + 16 * ldc + kPanel, ldc * 4);
-  } else {
-    _tile_zero(0);
-    if constexpr (CT == 2) _tile_zero(1);
-    if constexpr (RT == 2) _tile_zero(2);
-    if constexpr (RT == 2 && CT == 2) _tile_zero(3);
-  }
+  const CTile<int32_t> ct[2][2] = {{{c, ldc}, {c + kPanel, ldc}}, {{c + 16 * ldc, ldc}, {c + 16 * ldc + kPanel, ldc}}};
+  begin_c<RT, CT>(ct, accumulate);
   for (int64_t s = s0; s < s1; ++s) {
-    if (pf) {
-      const char* p0 = reinterpret_cast<const char*>(pf + s * 1024);
-      const char* p1 = reinterpret_cast<const char*>(pf + psb + s * 1024);
-      for (int l = 0; l < 1024; l += 64) {
-        _mm_prefetch(p0 + l, _MM_HINT_T0);
-        _mm_prefetch(p1 + l, _MM_HINT_T0);
-      }
-    }
+    if (pf) prefetch_tiles(pf + s * 1024, pf + psb + s * 1024);
     _tile_loadd(4, a0 + s * 64, lda);
     _tile_loadd(6, b0 + s * 1024, 64);
     _tile_dpbusd(0, 4, 6);
@@ -212,10 +208,7 @@ inline void block_u8(const uint8_t* a0, int64_t lda, const int8_t* b0, const int
       if constexpr (CT == 2) _tile_dpbusd(3, 5, 7);
     }
   }
-  _tile_stored(0, c, ldc * 4);
-  if constexpr (CT == 2) _tile_stored(1, c + kPanel, ldc * 4);
-  if constexpr (RT == 2) _tile_stored(2, c + 16 * ldc, ldc * 4);
-  if constexpr (RT == 2 && CT == 2) _tile_stored(3, c + 16 * ldc + kPanel, ldc * 4);
+  store_c<RT, CT>(ct);
 }
 
 // int8: 8 steps are 512 k (blocks of 4: slower, measured at T = 4096).
