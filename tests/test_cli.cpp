@@ -198,6 +198,13 @@ TEST(Cli, SettingsTakenFromDefaultsAreNamedOnStderr) {
   EXPECT_EQ(q.config().norm, NormPlacement::pre);
 }
 
+TEST(Cli, VersionPrintsTheProjectVersion) {
+  const Result r = ffn_cli("--version");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("ffn ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find('.'), std::string::npos) << r.out;  // "ffn 0.1"
+}
+
 TEST(Cli, BenchPrintsJsonAndPassesItsCheck) {
   const Result r = ffn_cli("bench --tokens 40 --d-model 24 --d-ff 72 --repeats 3 --warmup 1 --threads 2 --json");
   ASSERT_EQ(r.status, 0) << r.err;

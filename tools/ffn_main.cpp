@@ -537,6 +537,7 @@ int cmd_bench(const BenchArgs& a) {
 int ffn_main(int argc, char** argv) {
   ffn::io::remove_temporaries_on_signals();
   CLI::App app{"ffn: the Transformer's position-wise feed-forward sublayer"};
+  app.set_version_flag("--version", std::string("ffn ") + FFN_VERSION);
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every command");
 
@@ -609,6 +610,8 @@ int ffn_main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
