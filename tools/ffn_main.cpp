@@ -130,10 +130,9 @@ void check_finite_tokens(const float* v, const Shape& shape, int64_t d, bool thr
 
 // The first NaN or Inf of any parameter (or gradient), with its index.
 void check_finite_weights(const Config& cfg, const Weights& w, const TensorNames& names, const std::string& what) {
-  const std::pair<const std::vector<float>*, const std::string*> tensors[] = {
-      {&w.w1, &names.w1}, {&w.b1, &names.b1}, {&w.wg, &names.wg}, {&w.bg, &names.bg},
-      {&w.w2, &names.w2}, {&w.b2, &names.b2}, {&w.norm_weight, &names.norm_weight}, {&w.norm_bias, &names.norm_bias}};
-  for (const auto& [v, name] : tensors) {
+  for (size_t t = 0; t < 8; ++t) {
+    const std::vector<float>* v = w.all()[t];
+    const std::string* name = names.all()[t];
     for (size_t i = 0; i < v->size(); ++i) {
       if (std::isfinite((*v)[i])) continue;
       // 2-D tensors are the projections: [d_ff, d_model] or [d_model, d_ff].
@@ -335,7 +334,7 @@ void cmd_quantize(const QuantizeArgs& a) {
   lo.assumed = &assumed;
   const Layer layer = Layer::load(a.weights, lo);
   cli::note_assumed(a.weights, assumed);
-  write_safetensors(a.output, layer.to_safetensors_with(a.weights));  // names kept, other tensors copied
+  write_safetensors(a.output, layer.to_safetensors(layer.unowned(a.weights)));  // names kept, other tensors copied
 }
 
 // ---- bench --------------------------------------------------------------------

@@ -80,10 +80,11 @@ OutputHead head_from_file(const SafetensorsFile& f, const std::string& path, int
   return h;
 }
 
-// The layer (under the --init file's names, with that file's other tensors,
-// e.g. attention weights, copied unchanged) and the head.
-void save(const Layer& layer, const std::optional<OutputHead>& head, const std::string& path, const std::string& init) {
-  SafetensorsFile f = init.empty() ? layer.to_safetensors() : layer.to_safetensors_with(init);
+// The layer (under the --init file's names), the --init file's other tensors
+// (`extra`, e.g. attention weights, unchanged) and the head.
+void save(const Layer& layer, const std::optional<OutputHead>& head, const std::string& path,
+          const SafetensorsFile& extra) {
+  SafetensorsFile f = layer.to_safetensors(extra);
   if (head) {
     f.tensors["head.weight"] = NamedTensor{{head->vocab, head->d_model}, head->weight};
     f.tensors["head.bias"] = NamedTensor{{head->vocab}, head->bias};
@@ -94,8 +95,7 @@ void save(const Layer& layer, const std::optional<OutputHead>& head, const std::
 
 // Every parameter of the layer and the head is finite.
 bool all_finite(const Trainer& t) {
-  const Weights& w = t.layer().weights();
-  for (const std::vector<float>* v : {&w.w1, &w.b1, &w.wg, &w.bg, &w.w2, &w.b2, &w.norm_weight, &w.norm_bias})
+  for (const std::vector<float>* v : t.layer().weights().all())
     for (float e : *v)
       if (!std::isfinite(e)) return false;
   if (t.head())
@@ -282,6 +282,8 @@ int cmd_train(const TrainArgs& a) {
 
   std::vector<int64_t> train_rows, val_rows;
   train::split(data.n, a.val_fraction, a.seed, train_rows, val_rows);
+  // The --init file's other tensors, read once, written with every checkpoint.
+  const SafetensorsFile extra = a.init.empty() ? SafetensorsFile{} : layer->unowned(a.init);
   Trainer trainer(*layer, head, loss, oc, a.threads);
   train::FitOptions fo;
   fo.epochs = a.epochs;
@@ -317,7 +319,7 @@ int cmd_train(const TrainArgs& a) {
   cb.on_epoch = [&](const train::EpochReport& e) {
     progress.clear();
     // Checkpoint: the file is always a complete epoch or step, never non-finite weights.
-    if (all_finite(trainer)) save(trainer.layer(), trainer.head(), a.output, a.init);
+    if (all_finite(trainer)) save(trainer.layer(), trainer.head(), a.output, extra);
     char held[48] = "";
     if (std::isfinite(e.val_loss)) std::snprintf(held, sizeof held, "  held-out loss %.6g", e.val_loss);
     std::printf("epoch %lld/%lld  training loss %.6g%s  %.0f tokens/s  %.2f s\n", (long long)e.epoch,
@@ -342,7 +344,7 @@ int cmd_train(const TrainArgs& a) {
     const int64_t applied = (r.diverged_epoch - 1) * steps_per_epoch + r.diverged_step - 1;
     std::string kept;
     if (applied > 0 && all_finite(trainer)) {
-      save(trainer.layer(), trainer.head(), a.output, a.init);
+      save(trainer.layer(), trainer.head(), a.output, extra);
       kept = "wrote " + a.output + " (the weights after step " + std::to_string(applied) + ")";
     } else if (fs::exists(a.output) && r.epochs.size() > 0) {
       kept = "kept " + a.output + " (the checkpoint of epoch " + std::to_string(r.epochs.size()) + ")";
@@ -359,7 +361,7 @@ int cmd_train(const TrainArgs& a) {
   }
   if (r.interrupted) {
     const int64_t done = int64_t(r.step_losses.size());
-    if (done > 0 && done % steps_per_epoch != 0) save(trainer.layer(), trainer.head(), a.output, a.init);
+    if (done > 0 && done % steps_per_epoch != 0) save(trainer.layer(), trainer.head(), a.output, extra);
     std::printf("interrupted after %lld steps (epoch %lld, step %lld of %lld): %s\n", (long long)done,
                 (long long)(done / steps_per_epoch + 1), (long long)(done % steps_per_epoch),
                 (long long)steps_per_epoch,

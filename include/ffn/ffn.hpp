@@ -26,6 +26,7 @@
 // what was expected.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -106,6 +107,11 @@ struct Weights {
 
   // Zero-filled parameters of the right sizes for `cfg` (e.g. for gradients).
   static Weights zeros(const Config& cfg);
+  // The eight in a fixed order (w1, b1, wg, bg, w2, b2, γ, β), that of
+  // TensorNames::all(); one the layer lacks is empty.
+  std::array<const std::vector<float>*, 8> all() const {
+    return {&w1, &b1, &wg, &bg, &w2, &b2, &norm_weight, &norm_bias};
+  }
 };
 
 // Where each parameter lives in a safetensors file (full names, prefix
@@ -114,6 +120,10 @@ struct TensorNames {
   std::string w1, b1, wg, bg, w2, b2, norm_weight, norm_bias;
   // Names of this project's own format: linear1.*, gate.*, linear2.*, norm.*.
   static TensorNames native(const Config& cfg, const std::string& prefix = "");
+  // In the order of Weights::all().
+  std::array<const std::string*, 8> all() const {
+    return {&w1, &b1, &wg, &bg, &w2, &b2, &norm_weight, &norm_bias};
+  }
 };
 
 // Describes the input buffer.
@@ -244,16 +254,19 @@ class Layer {
   // tensor named after it ("linear1.weight_scale"), and the method in
   // __metadata__ (ffn.weights_dtype, ffn.quantization).
   void save(const std::string& path) const;
-  // What save writes, for callers that add tensors (e.g. an output head).
+  // What save writes, for callers that add tensors (e.g. an output head),
+  // plus the tensors and metadata of `extra` the layer does not write itself.
   // Tensors are named as in the file the layer was loaded from (its prefix
   // and naming scheme kept: norm2.* stays norm2.*); this project's names for
   // a layer made in memory.
   SafetensorsFile to_safetensors() const;
-  // to_safetensors, plus every tensor of the file `source` that the layer
-  // does not own (e.g. an encoder layer's attention weights and norm1),
-  // byte for byte in its own dtype, and source's __metadata__ entries other
-  // than ffn's: the result loads back into the module the source came from.
-  SafetensorsFile to_safetensors_with(const std::string& source) const;
+  SafetensorsFile to_safetensors(const SafetensorsFile& extra) const;
+  // Every tensor of the file `source` that the layer does not own (e.g. an
+  // encoder layer's attention weights and norm1), byte for byte in its own
+  // dtype, and source's __metadata__ entries other than ffn's: with
+  // to_safetensors(unowned(source)) the result loads back into the module
+  // the source came from.
+  SafetensorsFile unowned(const std::string& source) const;
   // Writes gradients under the names the weights were loaded from.
   void save_gradients(const std::string& path, const Weights& grads) const;
 

@@ -333,21 +333,25 @@ SafetensorsFile to_file(const Config& cfg, const TensorNames& names, const Weigh
 
 }  // namespace
 
-SafetensorsFile Layer::to_safetensors() const {
-  return to_file(cfg_, names_, w_, static_cast<const nn::QuantizedWeights*>(quant_.get()));
+SafetensorsFile Layer::to_safetensors() const { return to_safetensors(SafetensorsFile{}); }
+
+SafetensorsFile Layer::to_safetensors(const SafetensorsFile& extra) const {
+  SafetensorsFile f = to_file(cfg_, names_, w_, static_cast<const nn::QuantizedWeights*>(quant_.get()));
+  for (const auto& [name, t] : extra.tensors) f.tensors.emplace(name, t);  // the layer's own win
+  for (const auto& [key, value] : extra.metadata) f.metadata.emplace(key, value);
+  return f;
 }
 
-SafetensorsFile Layer::to_safetensors_with(const std::string& source) const {
-  SafetensorsFile f = to_safetensors();
+SafetensorsFile Layer::unowned(const std::string& source) const {
   io::SafetensorsReader r(source);
   std::set<std::string> owned;
-  for (const std::string* n : {&names_.w1, &names_.b1, &names_.wg, &names_.bg, &names_.w2, &names_.b2,
-                               &names_.norm_weight, &names_.norm_bias})
+  for (const std::string* n : names_.all())
     if (!n->empty()) owned.insert(*n);
   for (const std::string* n : {&names_.w1, &names_.wg, &names_.w2})
     if (!n->empty()) owned.insert(*n + kScaleSuffix);  // an int8 source's scales
+  SafetensorsFile f;
   for (const auto& [name, info] : r.tensors()) {
-    if (owned.count(name) || f.tensors.count(name)) continue;
+    if (owned.count(name)) continue;
     NamedTensor t;
     t.shape = info.shape;
     t.dtype = info.dtype;
@@ -361,7 +365,7 @@ SafetensorsFile Layer::to_safetensors_with(const std::string& source) const {
     f.tensors[name] = std::move(t);
   }
   for (const auto& [key, value] : r.metadata())
-    if (key.rfind("ffn.", 0) != 0 && !f.metadata.count(key)) f.metadata[key] = value;
+    if (key.rfind("ffn.", 0) != 0) f.metadata[key] = value;
   return f;
 }
 

@@ -12,20 +12,6 @@ namespace {
 
 double bf16(float v) { return double(nn::bf16_to_float(nn::float_to_bf16(v))); }
 
-// out = Norm(v) with statistics in double.
-void norm_row(const Config& cfg, const double* v, const Params<float>& p, double* out) {
-  const int64_t d = cfg.d_model;
-  double mean = 0.0, var = 0.0;
-  if (cfg.norm_type == NormType::layernorm) {
-    for (int64_t j = 0; j < d; ++j) mean += v[j];
-    mean /= double(d);
-  }
-  for (int64_t j = 0; j < d; ++j) var += (v[j] - mean) * (v[j] - mean);
-  const double rstd = 1.0 / std::sqrt(var / double(d) + double(cfg.eps));
-  for (int64_t j = 0; j < d; ++j)
-    out[j] = (v[j] - mean) * rstd * double(p.gamma[j]) + (p.beta ? double(p.beta[j]) : 0.0);
-}
-
 }  // namespace
 
 void forward_bf16(const Config& cfg, const Params<float>& p, const float* x, int64_t n, float* y) {

@@ -17,24 +17,6 @@ void igemm_int8(const int16_t* a, const int8_t* b, int64_t m, int64_t n, int64_t
     }
 }
 
-namespace {
-
-// out = Norm(v) with statistics in double.
-void norm_row(const Config& cfg, const float* v, const Params<float>& p, float* out) {
-  const int64_t d = cfg.d_model;
-  double mean = 0.0, var = 0.0;
-  if (cfg.norm_type == NormType::layernorm) {
-    for (int64_t j = 0; j < d; ++j) mean += v[j];
-    mean /= double(d);
-  }
-  for (int64_t j = 0; j < d; ++j) var += (v[j] - mean) * (v[j] - mean);
-  const double rstd = 1.0 / std::sqrt(var / double(d) + double(cfg.eps));
-  for (int64_t j = 0; j < d; ++j)
-    out[j] = float((v[j] - mean) * rstd * double(p.gamma[j]) + (p.beta ? double(p.beta[j]) : 0.0));
-}
-
-}  // namespace
-
 void forward_int8(const Config& cfg, const nn::QuantizedWeights& q, const Params<float>& p, const float* x,
                   int64_t n, float* y) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;

@@ -7,6 +7,7 @@
 // token i's global position (b * S + s), the key of its dropout masks.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "ffn/ffn.hpp"
@@ -25,6 +26,22 @@ struct Params {
   const T* gamma = nullptr;  // [d_model]
   const T* beta = nullptr;   // [d_model]
 };
+
+// out = Norm(v) for one row of the low-precision references: statistics in
+// double, the result in T (float or double).
+template <typename T>
+void norm_row(const Config& cfg, const T* v, const Params<float>& p, T* out) {
+  const int64_t d = cfg.d_model;
+  double mean = 0.0, var = 0.0;
+  if (cfg.norm_type == NormType::layernorm) {
+    for (int64_t j = 0; j < d; ++j) mean += v[j];
+    mean /= double(d);
+  }
+  for (int64_t j = 0; j < d; ++j) var += (v[j] - mean) * (v[j] - mean);
+  const double rstd = 1.0 / std::sqrt(var / double(d) + double(cfg.eps));
+  for (int64_t j = 0; j < d; ++j)
+    out[j] = T((v[j] - mean) * rstd * double(p.gamma[j]) + (p.beta ? double(p.beta[j]) : 0.0));
+}
 
 template <typename T>
 struct Grads {

@@ -60,26 +60,18 @@ double Trainer::step(const Batch& b, uint64_t dropout_seed) {
     return loss;
   }
   layer_.backward(b.x, dy_.data(), shape, cache_, dx_.data(), grads_, ro);
-  {
-    const TensorNames& names = layer_.names();
-    const std::pair<const std::vector<float>*, const std::string*> g[] = {
-        {&grads_.w1, &names.w1}, {&grads_.b1, &names.b1}, {&grads_.wg, &names.wg}, {&grads_.bg, &names.bg},
-        {&grads_.w2, &names.w2}, {&grads_.b2, &names.b2}, {&grads_.norm_weight, &names.norm_weight},
-        {&grads_.norm_bias, &names.norm_bias}};
-    for (const auto& [v, name] : g) {
-      const std::string bad = first_nonfinite(v->data(), v->size());
-      if (!bad.empty()) {
-        diverged_ = "gradient of " + *name + bad;
-        return loss;
-      }
+  for (size_t t = 0; t < 8; ++t) {
+    const std::vector<float>& g = *grads_.all()[t];
+    if (const std::string bad = first_nonfinite(g.data(), g.size()); !bad.empty()) {
+      diverged_ = "gradient of " + *layer_.names().all()[t] + bad;
+      return loss;
     }
-    if (head_) {
-      for (const auto& [v, name] : {std::pair{&head_grads_->weight, "head.weight"}, std::pair{&head_grads_->bias, "head.bias"}}) {
-        const std::string bad = first_nonfinite(v->data(), v->size());
-        if (!bad.empty()) {
-          diverged_ = std::string("gradient of ") + name + bad;
-          return loss;
-        }
+  }
+  if (head_) {
+    for (const auto& [v, name] : {std::pair{&head_grads_->weight, "head.weight"}, std::pair{&head_grads_->bias, "head.bias"}}) {
+      if (const std::string bad = first_nonfinite(v->data(), v->size()); !bad.empty()) {
+        diverged_ = std::string("gradient of ") + name + bad;
+        return loss;
       }
     }
   }

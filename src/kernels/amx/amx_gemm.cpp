@@ -31,6 +31,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "nn/gemm.hpp"
 
@@ -89,6 +90,18 @@ inline void store_c(const CTile<T> (&c)[2][2]) {
   if constexpr (RT == 2) _tile_stored(2, c[1][0].p, c[1][0].ld * 4);
   if constexpr (RT == 2 && CT == 2) _tile_stored(3, c[1][1].p, c[1][1].ld * 4);
 }
+// Calls f(integral_constant RT, integral_constant CT) with the block shape
+// (1 or 2 row tiles × 1 or 2 column panels) as template arguments.
+template <typename F>
+inline void with_block_shape(bool two_rows, bool two_cols, F&& f) {
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  if (two_rows && two_cols) f(Two{}, Two{});
+  else if (two_rows) f(Two{}, One{});
+  else if (two_cols) f(One{}, Two{});
+  else f(One{}, One{});
+}
+
 // Two 1 KiB B tiles into L1.
 inline void prefetch_tiles(const void* t0, const void* t1) {
   const char* p0 = static_cast<const char*>(t0);
@@ -168,10 +181,9 @@ void gemm_bf16(const Bf16GemmArgs& g) {
         const uint16_t* b0 = g.b + q * g.psb;
         const uint16_t* b1 = ct == 2 ? g.b + (q + 1) * g.psb : nullptr;
         const uint16_t* pfb = q + 3 < np ? g.b + (q + 2) * g.psb : nullptr;
-        if (rt == 2 && ct == 2) block_bf16<2, 2>(a0, a1, b0, b1, s0, s1, c, accumulate, pfb, g.psb);
-        else if (rt == 2) block_bf16<2, 1>(a0, a1, b0, b1, s0, s1, c, accumulate, pfb, g.psb);
-        else if (ct == 2) block_bf16<1, 2>(a0, a1, b0, b1, s0, s1, c, accumulate, pfb, g.psb);
-        else block_bf16<1, 1>(a0, a1, b0, b1, s0, s1, c, accumulate, pfb, g.psb);
+        with_block_shape(rt == 2, ct == 2, [&](auto RT, auto CT) {
+          block_bf16<RT, CT>(a0, a1, b0, b1, s0, s1, c, accumulate, pfb, g.psb);
+        });
         for (int i = 0; i < rt; ++i)
           for (int j = 0; j < ct; ++j) {
             if (c[i][j].p != c_edge[i][j]) continue;
@@ -250,10 +262,9 @@ void igemm_u8(const U8GemmArgs& g) {
             const int8_t* pf = q + 3 < np ? g.b + (q + 2) * g.psb : nullptr;
             int32_t* c = g.c + t * 16 * g.ldc + q * kPanel;
             const bool acc = s0 > 0;
-            if (two_rows && two_cols) block_u8<2, 2>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc, pf, g.psb);
-            else if (two_rows) block_u8<2, 1>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc, pf, g.psb);
-            else if (two_cols) block_u8<1, 2>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc, pf, g.psb);
-            else block_u8<1, 1>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc, pf, g.psb);
+            with_block_shape(two_rows, two_cols, [&](auto RT, auto CT) {
+              block_u8<RT, CT>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc, pf, g.psb);
+            });
           }
         }
       }
