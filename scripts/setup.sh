@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake make libgomp1 googletest libgtest-dev nlohmann-json3-dev libcli11-dev libpugixml-dev "$@")
+packages=(g++ cmake make libgomp1 googletest libgtest-dev nlohmann-json3-dev libcli11-dev libpugixml-dev
+          python3-numpy python3-torch "$@")  # python3-*: for ctest torch_roundtrip
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
