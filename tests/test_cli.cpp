@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -217,6 +219,24 @@ TEST(Cli, BenchPrintsJsonAndPassesItsCheck) {
   const Result text = ffn_cli("bench --tokens 8 --d-model 16 --d-ff 32 --repeats 2 --backward");
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("GFLOP/s"), std::string::npos);
+}
+
+// A bench that would run for minutes is refused up front (exit 2, one line
+// with the estimate and the way out) unless --yes; 10002 calls on 20000
+// tokens take many minutes on any CPU we know, and the refusal comes after
+// one 512-token trial call.
+TEST(Cli, BenchRefusesALongRunWithoutYes) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Result r = ffn_cli("bench --tokens 20000 --repeats 10000 --threads 2");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  for (const char* needle : {"--tokens 20000", "10002 calls", "about", "--yes"})
+    EXPECT_NE(r.err.find(needle), std::string::npos) << needle << " in: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+  // --yes is accepted (a short run: nothing to confirm).
+  const Result yes = ffn_cli("bench --tokens 8 --d-model 16 --d-ff 32 --repeats 2 --yes");
+  EXPECT_EQ(yes.status, 0) << yes.err;
 }
 
 // ---- bad input ----------------------------------------------------------------

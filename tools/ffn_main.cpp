@@ -345,8 +345,11 @@ struct BenchArgs {
   std::string compute = "fp32";
   int threads = 0, repeats = 10, warmup = 2;
   uint64_t seed = 0;
-  bool backward = false, json = false;
+  bool backward = false, json = false, yes = false;
 };
+
+// Longest run `ffn bench` starts without --yes (estimated up front).
+constexpr double kBenchLimitSeconds = 60.0;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -393,16 +396,51 @@ int cmd_bench(const BenchArgs& a) {
   const Layer layer = layer32.converted(dtype);
   const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
 
+  RunOptions ro;
+  ro.threads = threads;
+  ro.isa = nn::resolve_isa(parse_isa(a.isa, "--isa"));
+  ro.compute = compute;
+
+  // Estimate the run's length from one call on 512 tokens (every token costs
+  // the same) before allocating or committing to it.
+  const int calls = a.warmup + a.repeats;
+  {
+    const int64_t trial = std::min<int64_t>(a.tokens, 512);
+    std::vector<float> tx(size_t(trial * a.d_model)), ty(tx.size()), tdx(tx.size()), tdy(tx.size(), 0.01f);
+    nn::fill_uniform(tx.data(), tx.size(), 1.0f, a.seed, /*tensor_id=*/100);
+    const auto call = [&] {
+      if (a.backward) {
+        ForwardCache c;
+        Weights g;
+        layer.forward(tx.data(), ty.data(), Shape::tokens(trial), ro, &c);
+        layer.backward(tx.data(), tdy.data(), Shape::tokens(trial), c, tdx.data(), g, ro);
+      } else {
+        layer.forward(tx.data(), ty.data(), Shape::tokens(trial), ro);
+      }
+    };
+    call();  // first touch, thread start-up
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    const double per_call = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
+                            double(a.tokens) / double(trial);
+    const double estimate = per_call * calls;
+    if (estimate > kBenchLimitSeconds && !a.yes) {
+      char msg[320];
+      std::snprintf(msg, sizeof msg,
+                    "--tokens %lld: %d calls would take about %s (%s each, estimated from a %lld-token call), "
+                    "over the %.0f s limit; pass --yes to run it anyway, or lower --tokens or --repeats",
+                    (long long)a.tokens, calls, duration_str(estimate).c_str(), duration_str(per_call).c_str(),
+                    (long long)trial, kBenchLimitSeconds);
+      throw Error(msg);
+    }
+  }
+
   // Input: uniform in [-1, 1) from the same generator as init (another seed).
   std::vector<float> x(size_t(a.tokens * a.d_model));
   nn::fill_uniform(x.data(), x.size(), 1.0f, a.seed, /*tensor_id=*/100);
   std::vector<float> y(x.size()), dx(x.size()), dy(x.size(), 0.0f);
   for (size_t i = 0; i < dy.size(); ++i) dy[i] = x[(i * 7919) % x.size()] * 0.01f;
   const Shape shape = Shape::tokens(a.tokens);
-  RunOptions ro;
-  ro.threads = threads;
-  ro.isa = nn::resolve_isa(parse_isa(a.isa, "--isa"));
-  ro.compute = compute;
   const std::string isa_name(to_string(ro.isa));
   const nn::KernelConfig& kcfg = nn::kernel_config(ro.isa);
   // Which kernels the matrix products of this run use.
@@ -427,7 +465,12 @@ int cmd_bench(const BenchArgs& a) {
   std::vector<double> times;
   ForwardCache cache;
   Weights grads;
-  for (int it = 0; it < a.warmup + a.repeats; ++it) {
+  const bool tty = isatty(STDERR_FILENO);
+  for (int it = 0; it < calls; ++it) {
+    if (tty) {
+      std::fprintf(stderr, "\r\033[Kffn bench: call %d/%d%s", it + 1, calls, it < a.warmup ? " (warm-up)" : "");
+      std::fflush(stderr);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     if (a.backward) {
       layer.forward(x.data(), y.data(), shape, ro, &cache);
@@ -438,6 +481,7 @@ int cmd_bench(const BenchArgs& a) {
     const auto t1 = std::chrono::steady_clock::now();
     if (it >= a.warmup) times.push_back(std::chrono::duration<double>(t1 - t0).count());
   }
+  if (tty) std::fprintf(stderr, "\r\033[K");
   if (a.backward) layer.forward(x.data(), y.data(), shape, ro);
 
   // Check: up to 64 evenly spaced tokens through the reference path (every
@@ -591,6 +635,7 @@ int ffn_main(int argc, char** argv) {
   bench_cmd->add_option("--compute", bench.compute, "products in fp32 (default) or bf16 (operands rounded to bf16)");
   bench_cmd->add_flag("--backward", bench.backward, "time forward + backward");
   bench_cmd->add_flag("--json", bench.json, "print one JSON object");
+  bench_cmd->add_flag("--yes", bench.yes, "run even if the estimated time is over a minute");
 
   const ffn::cli::Command train_cmd = ffn::cli::add_train(app);
   const ffn::cli::Command demo_cmd = ffn::cli::add_demo(app);
