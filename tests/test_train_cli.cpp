@@ -164,6 +164,27 @@ TEST(TrainCli, BadInputIsOneLineExitTwoNothingWritten) {
   EXPECT_EQ(slurp(tmp("y.npy")), before);
 }
 
+// Class labels given to the default mse loss (integer, or float one per row)
+// get a hint at --loss xent in the one-line error.
+TEST(TrainCli, MseWithClassLabelsHintsAtCrossEntropy) {
+  make_data(50, 8);
+  write_npy(tmp("per_row.npy"), Array{{50}, std::vector<float>(50, 1.0f)});
+  const std::string out = tmp("never.safetensors");
+  for (const std::string labels : {"labels.npy", "per_row.npy"}) {
+    const Result r = ffn_cli("train --data " + tmp("x.npy") + " --targets " + tmp(labels) + " --output " + out);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    for (const std::string& needle : {labels, std::string("--loss mse"), std::string("--loss xent")})
+      EXPECT_NE(r.err.find(needle), std::string::npos) << needle << " in: " << r.err;
+    EXPECT_FALSE(fs::exists(out));
+  }
+  // A target of the wrong width (not one per row) gets no such hint.
+  write_npy(tmp("y5.npy"), Array{{50, 5}, std::vector<float>(250, 0.0f)});
+  const Result r = ffn_cli("train --data " + tmp("x.npy") + " --targets " + tmp("y5.npy") + " --output " + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err.find("--loss xent"), std::string::npos) << r.err;
+}
+
 // SIGINT at random moments: exit 130 (or 0 if it finished first), and the
 // output is then the old file or a complete new one; no temporary files stay.
 // Divergence (SGD at lr 100 without a norm): one line on stderr naming the

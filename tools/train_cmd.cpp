@@ -211,10 +211,27 @@ int cmd_train(const TrainArgs& a) {
     throw Error(a.data + ": data has shape " + shape_str(x.shape) + ", expected at least one row of at least one feature");
   data.x = std::move(x.data);
   if (loss == LossKind::mse) {
-    Array y = read_npy(a.targets);
+    // Class labels given to the regression loss are the likely mistake behind
+    // integer targets or one target per row: say which flag they need.
+    const std::string xent_hint = "; class labels need --loss xent --vocab N";
+    Array y;
+    try {
+      y = read_npy(a.targets);
+    } catch (const Error&) {
+      std::vector<int64_t> lshape;
+      try {
+        read_npy_int(a.targets, &lshape);
+      } catch (const Error&) {
+        throw;  // neither float32 nor integer: the float32 reader's message
+      }
+      throw Error(a.targets + ": integer targets " + shape_str(lshape) +
+                  ", but --loss mse needs float32 targets of the data's shape " + shape_str(x.shape) +
+                  xent_hint);
+    }
+    const std::vector<int64_t> per_row(x.shape.begin(), x.shape.end() - 1);
     if (y.shape != x.shape)
       throw Error(a.targets + ": targets have shape " + shape_str(y.shape) + ", expected the data's shape " +
-                  shape_str(x.shape) + " (--loss mse)");
+                  shape_str(x.shape) + " (--loss mse)" + (y.shape == per_row ? xent_hint : ""));
     data.targets = std::move(y.data);
   } else {
     std::vector<int64_t> lshape;
