@@ -211,8 +211,9 @@ TEST(Cli, BenchPrintsJsonAndPassesItsCheck) {
   const Result r = ffn_cli("bench --tokens 40 --d-model 24 --d-ff 72 --repeats 3 --warmup 1 --threads 2 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  for (const char* k : {"median_s", "min_s", "max_s", "gflops", "tokens_per_s", "check_max_error"})
+  for (const char* k : {"median_s", "min_s", "max_s", "gflops", "tokens_per_s", "check_max_error", "cpu"})
     EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_FALSE(j["cpu"].get<std::string>().empty());  // the figures name their machine
   EXPECT_TRUE(j["check_ok"].get<bool>());
   EXPECT_LE(j["min_s"].get<double>(), j["median_s"].get<double>());
   EXPECT_GT(j["gflops"].get<double>(), 0.0);
@@ -237,6 +238,33 @@ TEST(Cli, BenchRefusesALongRunWithoutYes) {
   // --yes is accepted (a short run: nothing to confirm).
   const Result yes = ffn_cli("bench --tokens 8 --d-model 16 --d-ff 32 --repeats 2 --yes");
   EXPECT_EQ(yes.status, 0) << yes.err;
+}
+
+// The demos' console and SVG say the same: the interaction maps' titles carry
+// the R² and accuracies printed on the console, rounded alike; approximate
+// names sin as sin(pi x).
+TEST(Cli, DemoConsoleAndPlotAgree) {
+  const std::string svg = tmp("demo_i.svg");
+  const Result r = ffn_cli("demo interaction --epochs 2 --train 512 --test 256 --plot " + svg);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string plot = slurp(svg);
+  auto two_numbers = [&](const std::string& label) {
+    const size_t at = r.out.find(label);
+    EXPECT_NE(at, std::string::npos) << label;
+    std::istringstream in(r.out.substr(at + label.size()));
+    std::string a, b;
+    in >> a >> b;
+    return std::pair{a, b};
+  };
+  const auto [lin_r2, ffn_r2] = two_numbers("R^2 on the test set");
+  const auto [lin_acc, ffn_acc] = two_numbers("accuracy");
+  for (const std::string& t : {"(R² " + lin_r2 + ")", "(R² " + ffn_r2 + ")", "(accuracy " + lin_acc + ")",
+                               "(accuracy " + ffn_acc + ")"})
+    EXPECT_NE(plot.find(t), std::string::npos) << t;
+  const Result s = ffn_cli("demo approximate --function sin --neurons 3 --steps 10 --plot " + tmp("demo_a.svg"));
+  ASSERT_EQ(s.status, 0) << s.err;
+  EXPECT_NE(s.out.find("f(x) = sin(pi x) on [-1, 1]"), std::string::npos) << s.out;
+  EXPECT_NE(slurp(tmp("demo_a.svg")).find("sin(πx)"), std::string::npos);
 }
 
 // ---- bad input ----------------------------------------------------------------

@@ -100,6 +100,37 @@ TEST(Svg, ApproximateChartHoldsTheFitAndTheKinks) {
   EXPECT_EQ(r.kinks.size(), 5u);
 }
 
+// Every legend entry lies under the plot box, so none covers data; the
+// target's entry names the function (sin is sin(πx)).
+TEST(Svg, LegendSitsOutsideThePlotBox) {
+  demo::ApproximateOptions o;
+  o.function = "sin";
+  o.neurons = 4;
+  o.steps = 20;
+  const demo::ApproximateResult r = demo::approximate(o);
+  const pugi::xml_document doc = parse(plot::render(r.chart));
+  const pugi::xml_node chart = doc.select_node("//g[@class='chart']").node();
+  const Frame fr(chart);
+  const auto texts = chart.select_nodes(".//g[@class='legend']/text");
+  ASSERT_EQ(texts.size(), 4u);  // target, fit, kinks, interval
+  for (pugi::xpath_node t : texts) {
+    EXPECT_GT(t.node().attribute("y").as_double() - 12, fr.top + fr.h) << t.node().child_value();
+    EXPECT_LT(t.node().attribute("y").as_double(), 440.0) << t.node().child_value();
+  }
+  EXPECT_STREQ(texts[0].node().child_value(), "target f(x) = sin(πx)");
+  EXPECT_EQ(std::string(r.chart.title).rfind("f(x) = sin(πx) with 4 ReLU units", 0), 0u) << r.chart.title;
+  // Many long entries wrap onto more rows, and the plot box shrinks to make room.
+  plot::LineChart c;
+  for (int i = 0; i < 8; ++i) c.series.push_back({"a rather long series name " + std::to_string(i), {0, 1}, {0, 1}});
+  const pugi::xml_document d2 = parse(plot::render(c));
+  const Frame f2(d2.select_node("//g[@class='chart']").node());
+  EXPECT_LT(f2.h, fr.h);
+  for (pugi::xpath_node t : d2.select_nodes("//g[@class='legend']/text")) {
+    EXPECT_GT(t.node().attribute("y").as_double() - 12, f2.top + f2.h);
+    EXPECT_LT(t.node().attribute("y").as_double(), 440.0);
+  }
+}
+
 TEST(Svg, SweepChartHoldsTheErrorsOnLogAxes) {
   demo::ApproximateOptions o;
   o.steps = 50;
@@ -154,6 +185,36 @@ TEST(Svg, InteractionHeatmapsHoldBothModels) {
   const auto& p = r.linear_product;
   const double a = -1.0 + 0.5 * 2.0 / nx, b = 1.0 - 0.5 * 2.0 / ny;  // top-left cell
   EXPECT_EQ(std::string(lin[0].attribute("fill").value()), plot::colormap((p[0] * a + p[1] * b + p[2] + 1) / 2));
+}
+
+// Each heat map has a colour bar from its vmin (bottom) to its vmax (top),
+// banded in the map's own colours, labelled at both ends and the middle.
+TEST(Svg, HeatmapsHaveAColourBar) {
+  plot::Heatmap h;
+  h.title = "m";
+  h.nx = h.ny = 2;
+  h.v = {0, 1, 2, 3};
+  h.vmin = -0.5;
+  h.vmax = 1.5;
+  const pugi::xml_document doc = parse(plot::render({h, h}, 2, "t"));
+  const auto bars = doc.select_nodes("//g[@class='colorbar']");
+  ASSERT_EQ(bars.size(), 2u);
+  const pugi::xml_node bar = bars[0].node();
+  EXPECT_DOUBLE_EQ(bar.attribute("data-vmin").as_double(), -0.5);
+  EXPECT_DOUBLE_EQ(bar.attribute("data-vmax").as_double(), 1.5);
+  std::vector<pugi::xml_node> bands;
+  for (pugi::xpath_node n : bar.select_nodes("./rect[not(@fill='none')]")) bands.push_back(n.node());
+  ASSERT_EQ(bands.size(), 64u);
+  // Drawn bottom up: the first band is the lowest and has vmin's colour end.
+  EXPECT_GT(bands.front().attribute("y").as_double(), bands.back().attribute("y").as_double());
+  EXPECT_EQ(std::string(bands.front().attribute("fill").value()), plot::colormap(0.5 / 64));
+  EXPECT_EQ(std::string(bands.back().attribute("fill").value()), plot::colormap(63.5 / 64));
+  std::vector<std::string> ticks;
+  for (pugi::xpath_node n : bar.select_nodes("./text")) ticks.push_back(n.node().child_value());
+  EXPECT_EQ(ticks, (std::vector<std::string>{"-0.5", "0.5", "1.5"}));
+  // The bar sits beside the map, not on it.
+  const double map_right = doc.select_node("//g[@class='heatmap']/rect[@fill='none']").node().attribute("x").as_double() + 256;
+  EXPECT_GT(bands.front().attribute("x").as_double(), map_right);
 }
 
 TEST(Svg, TextIsEscapedAndColoursSpanTheMap) {

@@ -42,7 +42,7 @@ int cmd_approximate(ApproxArgs& a) {
   const demo::ApproximateResult r = demo::approximate(a.o);
   const double L = a.o.b - a.o.a;
   std::printf("ffn demo approximate: f(x) = %s on [%g, %g] by a 1 -> %lld -> 1 ReLU FFN (%s start, %lld Adam steps)\n",
-              a.o.function.c_str(), a.o.a, a.o.b, (long long)a.o.neurons, a.o.init.c_str(), (long long)a.o.steps);
+              demo::function_formula(a.o.function, false).c_str(), a.o.a, a.o.b, (long long)a.o.neurons, a.o.init.c_str(), (long long)a.o.steps);
   std::printf("  max error on the interval     %.6g   (at the start: %.6g)\n", r.max_error, r.start_error);
   if (std::isfinite(r.best_error))
     std::printf("  best possible with %lld kinks   %.6g   = L^2/(8(N+1)^2), L = %g; ratio %.2f\n",
@@ -109,7 +109,7 @@ Command add_demo(CLI::App& app) {
   d->require_subcommand(1);
 
   auto ap = std::make_shared<ApproxArgs>();
-  CLI::App* a = d->add_subcommand("approximate", "fit x^2 with N ReLU units; error against the best possible");
+  CLI::App* a = d->add_subcommand("approximate", "fit x^2 (or sin(pi x), |x|) with N ReLU units; error against the best possible");
   a->add_option("--function", ap->o.function, "square (default), sin (sin(pi x)) or abs");
   a->add_option("--neurons", ap->o.neurons, "N, hidden ReLU units (default 8)");
   a->add_option("--interval", ap->interval, "A,B (default -1,1)");
@@ -117,7 +117,7 @@ Command add_demo(CLI::App& app) {
   a->add_option("--steps", ap->o.steps, "Adam steps, full batch (default 3000)");
   a->add_option("--lr", ap->o.lr, "Adam learning rate, cosine-annealed (default 3e-3)");
   a->add_option("--seed", ap->o.seed, "seed of the random start (default 0)")->check(CLI::NonNegativeNumber);
-  a->add_option("--threads", ap->o.threads, "threads (default 1)");
+  a->add_option("--threads", ap->o.threads, "threads, 0 = all cores (default 1)");
   a->add_flag("--sweep", ap->sweep, "also run N = 2, 4, 8, 16, 32, 64 and fit the log-log slope");
   a->add_option("--save", ap->save, "write the trained layer (.safetensors)");
   a->add_option("--plot", ap->plot, "SVG of the target, the fit and its kinks (default approximate.svg)");
@@ -132,7 +132,7 @@ Command add_demo(CLI::App& app) {
   i->add_option("--batch", ip->o.batch, "default 64");
   i->add_option("--lr", ip->o.lr, "Adam learning rate, cosine-annealed (default 1e-2)");
   i->add_option("--seed", ip->o.seed, "data, initialization and shuffling (default 0)")->check(CLI::NonNegativeNumber);
-  i->add_option("--threads", ip->o.threads, "threads (default 1)");
+  i->add_option("--threads", ip->o.threads, "threads, 0 = all cores (default 1)");
   i->add_option("--save", ip->save, "write the trained layer (.safetensors)");
   i->add_option("--plot", ip->plot, "SVG of both models over the (a, b) plane (default interaction.svg)");
 

@@ -50,7 +50,7 @@ struct LayerArgs {
     settings.add(app);
     app->add_option("--layout", layout, "tokens (default) or ncw (channels first, Conv1d view)");
     app->add_option("--lengths", lengths, "int32/int64 .npy of B sequence lengths; positions past them are padding");
-    app->add_option("--threads", threads, "threads (default: all)");
+    app->add_option("--threads", threads, "threads, 0 = all cores (default 0)");
     app->add_flag("--check-finite", check_finite,
                   "fail (exit 2, nothing written) at the first NaN or Inf in the input, weights or results");
   }
@@ -521,7 +521,7 @@ int cmd_bench(const BenchArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"d_model", a.d_model}, {"d_ff", a.d_ff}, {"tokens", a.tokens},
                         {"activation", a.activation}, {"norm", a.norm}, {"norm_type", a.norm_type},
-                        {"threads", threads}, {"isa", isa_name}, {"dtype", a.dtype}, {"compute", a.compute},
+                        {"threads", threads}, {"cpu", nn::cpu_name()}, {"isa", isa_name}, {"dtype", a.dtype}, {"compute", a.compute},
                         {"backward", a.backward},
                         {"repeats", a.repeats},
                         {"median_s", med}, {"min_s", tmin}, {"max_s", tmax},
@@ -552,6 +552,7 @@ int cmd_bench(const BenchArgs& a) {
                 (long long)a.d_model, (long long)a.d_ff, a.activation.c_str(), a.norm.c_str(), a.norm_type.c_str(),
                 (long long)a.tokens, threads, a.dtype.c_str(), a.compute.c_str(), isa_name.c_str(),
                 a.backward ? "forward+backward" : "forward");
+    std::printf("  cpu            %s\n", nn::cpu_name().c_str());
     std::printf("  kernels        %s\n", products);
     std::printf("  time per call  median %.3f ms  (min %.3f, max %.3f; %d calls)\n", med * 1e3, tmin * 1e3,
                 tmax * 1e3, a.repeats);
@@ -597,9 +598,9 @@ int ffn_main(int argc, char** argv) {
   grad.add(grad_cmd);
   grad_cmd->add_option("--grad-output", grad.grad_output, "dL/dy (.npy), the input's shape")->required();
   grad_cmd->add_option("--output-dir", grad.output_dir, "writes grad_input.npy and grads.safetensors here")->required();
-  grad_cmd->add_option("--dropout", grad.dropout, "dropout p (hidden and output); enables training mode");
-  grad_cmd->add_option("--dropout-hidden", grad.dropout_hidden, "dropout p after the activation");
-  grad_cmd->add_option("--dropout-output", grad.dropout_output, "dropout p after W2");
+  grad_cmd->add_option("--dropout", grad.dropout, "dropout p at both sites (hidden and output) unless --dropout-hidden/--dropout-output set that site; enables training mode");
+  grad_cmd->add_option("--dropout-hidden", grad.dropout_hidden, "dropout p after the activation (overrides --dropout there)");
+  grad_cmd->add_option("--dropout-output", grad.dropout_output, "dropout p after W2 (overrides --dropout there)");
   grad_cmd->add_option("--seed", grad.seed, "dropout seed")->check(CLI::NonNegativeNumber);
 
   InitArgs init;
@@ -607,7 +608,7 @@ int ffn_main(int argc, char** argv) {
   init_cmd->add_option("--d-model", init.d_model, "model width (default 512)");
   init_cmd->add_option("--d-ff", init.d_ff, "hidden width (default 2048)");
   init.arch.add(init_cmd);
-  init_cmd->add_option("--seed", init.seed, "seed (default 0)")->check(CLI::NonNegativeNumber);
+  init_cmd->add_option("--seed", init.seed, "seed of the initialization (optional, default 0)")->check(CLI::NonNegativeNumber);
   init_cmd->add_option("--output", init.output, "weights file to write (.safetensors)")->required();
 
   QuantizeArgs quant;
@@ -626,7 +627,7 @@ int ffn_main(int argc, char** argv) {
   bench_cmd->add_option("--activation", bench.activation, "default relu");
   bench_cmd->add_option("--norm", bench.norm, "default post");
   bench_cmd->add_option("--norm-type", bench.norm_type, "default layernorm");
-  bench_cmd->add_option("--threads", bench.threads, "default: all");
+  bench_cmd->add_option("--threads", bench.threads, "threads, 0 = all cores (default 0)");
   bench_cmd->add_option("--repeats", bench.repeats, "timed calls (default 10)");
   bench_cmd->add_option("--warmup", bench.warmup, "untimed calls first (default 2)");
   bench_cmd->add_option("--seed", bench.seed, "weights and input seed")->check(CLI::NonNegativeNumber);

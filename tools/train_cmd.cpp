@@ -415,7 +415,7 @@ Command add_train(CLI::App& app) {
   c->add_option("--weight-decay", a->weight_decay, "L2 (sgd, adam) or decoupled (adamw) weight decay (default 0)");
   c->add_option("--val-fraction", a->val_fraction, "rows held out for the held-out loss (default 0.1)");
   c->add_option("--seed", a->seed, "initialization, split, shuffling and dropout (default 0)")->check(CLI::NonNegativeNumber);
-  c->add_option("--threads", a->threads, "threads (default: all)");
+  c->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
   c->add_option("--output", a->output, "weights file to write (.safetensors), after every epoch")->required();
   c->add_option("--plot", a->plot, "loss-curve SVG (default: the output's name with .loss.svg)");
   return {c, [a] { return cmd_train(*a); }};

@@ -27,6 +27,13 @@ double target_function(const std::string& name, double x) {
   throw Error("--function: unknown function '" + name + "', expected square, sin or abs");
 }
 
+std::string function_formula(const std::string& name, bool unicode) {
+  if (name == "square") return unicode ? "x²" : "x^2";
+  if (name == "sin") return unicode ? "sin(πx)" : "sin(pi x)";
+  if (name == "abs") return "|x|";
+  return name;
+}
+
 namespace {
 
 Config make_config(int64_t n) {
@@ -190,7 +197,7 @@ ApproximateResult approximate(const ApproximateOptions& o) {
   // Chart over [a - L/2, b + L/2].
   const std::vector<float> px = grid(o.a - L / 2, o.b + L / 2, 801);
   const std::vector<float> py = predict(layer, px, o.threads);
-  plot::Series target{"target f(x)", {}, {}, "#222222"}, fit{"FFN, " + std::to_string(n) + " ReLU units", {}, {}, "#d62728"};
+  plot::Series target{"target f(x) = " + function_formula(o.function, true), {}, {}, "#222222"}, fit{"FFN, " + std::to_string(n) + " ReLU units", {}, {}, "#d62728"};
   fit.dash = "6 3";
   for (size_t i = 0; i < px.size(); ++i) {
     target.x.push_back(px[i]);
@@ -199,7 +206,8 @@ ApproximateResult approximate(const ApproximateOptions& o) {
     fit.y.push_back(py[i]);
   }
   char title[200];
-  std::snprintf(title, sizeof title, "%s with %lld ReLU units: max error %.3g on [%g, %g]%s", o.function.c_str(),
+  std::snprintf(title, sizeof title, "f(x) = %s with %lld ReLU units: max error %.3g on [%g, %g]%s",
+                function_formula(o.function, true).c_str(),
                 (long long)n, r.max_error, o.a, o.b,
                 std::isnan(r.best_error) ? "" : (", best possible " + slope_text(r.best_error, "%.3g")).c_str());
   r.chart.title = title;
@@ -256,12 +264,11 @@ SweepResult approximate_sweep(const ApproximateOptions& base, const std::vector<
     best.x.push_back(double(s.neurons[i]));
     best.y.push_back(s.best_error[i]);
   }
-  s.chart.title = base.function + " on [" + num(base.a) + ", " + num(base.b) + "]: error against N, fitted slope " +
+  s.chart.title = function_formula(base.function, true) + " on [" + num(base.a) + ", " + num(base.b) + "]: error against N, fitted slope " +
                   slope_text(s.slope);
   s.chart.xlabel = "N (ReLU units)";
   s.chart.ylabel = "max |f - FFN| on the interval";
   s.chart.log_x = s.chart.log_y = true;
-  s.chart.legend_bottom = true;
   s.chart.series = {trained};
   if (base.function == "square") s.chart.series.push_back(best);
   return s;

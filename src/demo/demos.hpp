@@ -42,6 +42,9 @@ struct ApproximateResult {
 // Throws Error on a bad option (naming the flag).
 ApproximateResult approximate(const ApproximateOptions& opts);
 double target_function(const std::string& name, double x);
+// The function a --function name stands for: "x²", "sin(πx)", "|x|" (ASCII
+// "x^2", "sin(pi x)" when !unicode, for the console).
+std::string function_formula(const std::string& name, bool unicode);
 
 struct SweepResult {
   std::vector<int64_t> neurons;

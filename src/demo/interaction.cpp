@@ -137,7 +137,7 @@ InteractionResult interaction(const InteractionOptions& o) {
     return h;
   };
   char buf[160];
-  std::snprintf(buf, sizeof buf, "a·b, linear least squares (R² %.3f)", r.linear_r2);
+  std::snprintf(buf, sizeof buf, "a·b, linear least squares (R² %.4f)", r.linear_r2);
   plot::Heatmap m1 = map(buf, -1, 1, [&](int, double a, double b) { return linear(r.linear_product, a, b); });
   std::snprintf(buf, sizeof buf, "a·b, FFN with %lld ReLU units (R² %.4f)", (long long)o.d_ff, r.ffn_r2);
   plot::Heatmap m2 = map(buf, -1, 1, [&](int k, double, double) { return double(cy[size_t(2 * k)]); });

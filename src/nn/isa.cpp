@@ -3,6 +3,7 @@
 #include "nn/kernel_config.hpp"
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 namespace ffn {
@@ -68,6 +69,19 @@ Isa resolve_isa(Isa requested) {
     throw Error("isa " + std::string(to_string(i)) + ": not available on this CPU or in this build (best: " +
                 std::string(to_string(best_isa())) + ")");
   return i;
+}
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t b = line.find_first_not_of(" \t", colon + 1);
+    if (b == std::string::npos) break;
+    return line.substr(b, line.find_last_not_of(" \t\r") + 1 - b);
+  }
+  return "unknown CPU";
 }
 
 }  // namespace nn

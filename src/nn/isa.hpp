@@ -3,6 +3,8 @@
 // call with RunOptions::isa.
 #pragma once
 
+#include <string>
+
 #include "ffn/ffn.hpp"
 
 namespace ffn::nn {
@@ -11,5 +13,9 @@ namespace ffn::nn {
 // else the best this CPU supports. Throws Error for an ISA the CPU lacks or
 // that has no kernels in this build.
 Isa resolve_isa(Isa requested);
+
+// The CPU's name as the OS reports it (/proc/cpuinfo "model name"), or
+// "unknown CPU"; printed with benchmark figures so they name their machine.
+std::string cpu_name();
 
 }  // namespace ffn::nn

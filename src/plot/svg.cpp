@@ -16,6 +16,10 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 std::string px(double v) { return fmt("%.2f", v); }
+// Characters (not bytes) in UTF-8 text, for estimating its width.
+size_t utf8_length(std::string_view t) {
+  return size_t(std::count_if(t.begin(), t.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; }));
+}
 // Full precision for data values in attributes.
 std::string full(double v) { return fmt("%.17g", v); }
 
@@ -110,7 +114,34 @@ std::string chart_body(const LineChart& c, double ox, double oy, int width, int 
   if (!(xmin < xmax)) widen(xmin, xmax, false);
   if (!(ymin < ymax)) widen(ymin, ymax, false);
 
-  const Window win{xmin, xmax, ymin, ymax, ox + 78, oy + 40, width - 78.0 - 24, height - 40.0 - 58, c.log_x, c.log_y};
+  // The legend goes under the plot box (never over the data): entries left to
+  // right in rows as wide as the box, widths estimated from the text length.
+  struct Entry {
+    std::string name, color, dash;
+    bool band;
+  };
+  std::vector<Entry> entries;
+  for (const Series& se : c.series) entries.push_back({se.name, se.color, se.dash, false});
+  if (!c.vlines.empty() && !c.vlines_name.empty()) entries.push_back({c.vlines_name, "#999", "3 3", false});
+  if (c.band && !c.band_name.empty()) entries.push_back({c.band_name, "#ffe680", "", true});
+  const double box_left = ox + 78, box_w = width - 78.0 - 24;
+  std::vector<std::pair<double, int>> place;  // x offset in the row, row
+  {
+    double x = 0;
+    int row = 0;
+    for (const Entry& e : entries) {
+      const double w = 34 + 6.6 * double(utf8_length(e.name)) + 18;
+      if (x > 0 && x + w > box_w) {
+        x = 0;
+        ++row;
+      }
+      place.emplace_back(x, row);
+      x += w;
+    }
+  }
+  const int legend_rows = entries.empty() ? 0 : place.back().second + 1;
+  const double legend_h = 18.0 * legend_rows;
+  const Window win{xmin, xmax, ymin, ymax, box_left, oy + 40, box_w, height - 40.0 - 64 - legend_h, c.log_x, c.log_y};
   std::string s;
   s += "<g class=\"chart\" data-x-min=\"" + full(c.log_x ? std::pow(10, xmin) : xmin) + "\" data-x-max=\"" +
        full(c.log_x ? std::pow(10, xmax) : xmax) + "\" data-y-min=\"" + full(c.log_y ? std::pow(10, ymin) : ymin) +
@@ -140,7 +171,7 @@ std::string chart_body(const LineChart& c, double ox, double oy, int width, int 
     s += "<text x=\"" + px(win.left - 6) + "\" y=\"" + px(y + 4) + "\" text-anchor=\"end\" font-size=\"12\">" +
          tick_label(c.log_y ? std::pow(10, t) : t) + "</text>\n";
   }
-  s += "<text x=\"" + px(win.left + win.w / 2) + "\" y=\"" + px(oy + height - 14) +
+  s += "<text x=\"" + px(win.left + win.w / 2) + "\" y=\"" + px(win.top + win.h + 44) +
        "\" text-anchor=\"middle\" font-size=\"13\">" + xml_escape(c.xlabel) + "</text>\n";
   s += "<text transform=\"translate(" + px(ox + 16) + "," + px(win.top + win.h / 2) +
        ") rotate(-90)\" text-anchor=\"middle\" font-size=\"13\">" + xml_escape(c.ylabel) + "</text>\n";
@@ -179,24 +210,21 @@ std::string chart_body(const LineChart& c, double ox, double oy, int width, int 
   }
   s += "</g>\n";
 
-  // Legend.
-  const size_t entries = c.series.size() + (!c.vlines.empty() && !c.vlines_name.empty()) + (c.band && !c.band_name.empty());
-  double ly = c.legend_bottom ? win.top + win.h - 17.0 * double(entries) + 6 : win.top + 16;
-  auto entry = [&](const std::string& name, const std::string& color, const std::string& dash) {
-    s += "<line x1=\"" + px(win.left + 10) + "\" y1=\"" + px(ly - 4) + "\" x2=\"" + px(win.left + 34) + "\" y2=\"" +
-         px(ly - 4) + "\" stroke=\"" + color + "\" stroke-width=\"2\"" +
-         (dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"") + "/>\n";
-    s += "<text x=\"" + px(win.left + 40) + "\" y=\"" + px(ly) + "\" font-size=\"12\">" + xml_escape(name) +
-         "</text>\n";
-    ly += 17;
-  };
-  for (const Series& se : c.series) entry(se.name, se.color, se.dash);
-  if (!c.vlines.empty() && !c.vlines_name.empty()) entry(c.vlines_name, "#999", "3 3");
-  if (c.band && !c.band_name.empty()) {
-    s += "<rect x=\"" + px(win.left + 10) + "\" y=\"" + px(ly - 10) + "\" width=\"24\" height=\"10\" fill=\"#ffe680\" fill-opacity=\"0.3\"/>\n";
-    s += "<text x=\"" + px(win.left + 40) + "\" y=\"" + px(ly) + "\" font-size=\"12\">" + xml_escape(c.band_name) +
-         "</text>\n";
+  // Legend, under the x label.
+  s += "<g class=\"legend\">\n";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    const double x = win.left + place[i].first, y = win.top + win.h + 64 + 18.0 * place[i].second;
+    if (e.band)
+      s += "<rect x=\"" + px(x) + "\" y=\"" + px(y - 10) + "\" width=\"24\" height=\"10\" fill=\"" + e.color +
+           "\" fill-opacity=\"0.3\" stroke=\"#d4b000\"/>\n";
+    else
+      s += "<line x1=\"" + px(x) + "\" y1=\"" + px(y - 4) + "\" x2=\"" + px(x + 24) + "\" y2=\"" + px(y - 4) +
+           "\" stroke=\"" + e.color + "\" stroke-width=\"2\"" +
+           (e.dash.empty() ? "" : " stroke-dasharray=\"" + e.dash + "\"") + "/>\n";
+    s += "<text x=\"" + px(x + 30) + "\" y=\"" + px(y) + "\" font-size=\"12\">" + xml_escape(e.name) + "</text>\n";
   }
+  s += "</g>\n";
   s += "</g>\n";
   return s;
 }
@@ -251,7 +279,7 @@ std::string render(const std::vector<LineChart>& charts, int columns, int width,
 std::string render(const std::vector<Heatmap>& maps, int columns, const std::string& title, int cell_px) {
   columns = std::max(1, std::min<int>(columns, int(maps.size())));
   const int rows = int((maps.size() + size_t(columns) - 1) / size_t(columns));
-  const int pw = cell_px + 70, ph = cell_px + 80, top = 40;
+  const int pw = cell_px + 130, ph = cell_px + 80, top = 40;
   std::string s = header(pw * columns + 20, ph * rows + top);
   s += "<text x=\"" + std::to_string((pw * columns + 20) / 2) +
        "\" y=\"24\" text-anchor=\"middle\" font-size=\"17\">" + xml_escape(title) + "</text>\n";
@@ -293,10 +321,28 @@ std::string render(const std::vector<Heatmap>& maps, int columns, const std::str
            tick_label(fy) + "</text>\n";
     }
     s += "<text x=\"" + px(left + cell_px / 2.0) + "\" y=\"" + px(ptop + cell_px + 34) +
-         "\" text-anchor=\"middle\" font-size=\"12\">" + xml_escape(h.xlabel) + " (colour: " + tick_label(h.vmin) +
-         " blue … " + tick_label(h.vmax) + " red)</text>\n";
+         "\" text-anchor=\"middle\" font-size=\"12\">" + xml_escape(h.xlabel) + "</text>\n";
     s += "<text transform=\"translate(" + px(left - 38) + "," + px(ptop + cell_px / 2.0) +
          ") rotate(-90)\" text-anchor=\"middle\" font-size=\"12\">" + xml_escape(h.ylabel) + "</text>\n";
+    s += "</g>\n";
+    // Colour bar right of the map: vmin at the bottom, vmax at the top, in
+    // kBarSteps bands coloured at their centres, with three labelled ticks.
+    constexpr int kBarSteps = 64;
+    const double bx = left + cell_px + 14, bw = 14, bh = double(cell_px) / kBarSteps;
+    s += "<g class=\"colorbar\" data-vmin=\"" + full(h.vmin) + "\" data-vmax=\"" + full(h.vmax) +
+         "\" shape-rendering=\"crispEdges\">\n";
+    for (int k = 0; k < kBarSteps; ++k)
+      s += "<rect x=\"" + px(bx) + "\" y=\"" + px(ptop + cell_px - (k + 1) * bh) + "\" width=\"" + px(bw) +
+           "\" height=\"" + px(bh + 0.05) + "\" fill=\"" + colormap((k + 0.5) / kBarSteps) + "\"/>";
+    s += "\n<rect x=\"" + px(bx) + "\" y=\"" + px(ptop) + "\" width=\"" + px(bw) + "\" height=\"" +
+         std::to_string(cell_px) + "\" fill=\"none\" stroke=\"#444\"/>\n";
+    for (int k = 0; k <= 2; ++k) {
+      const double v = h.vmin + (h.vmax - h.vmin) * k / 2, y = ptop + cell_px - cell_px * k / 2.0;
+      s += "<line x1=\"" + px(bx + bw) + "\" y1=\"" + px(y) + "\" x2=\"" + px(bx + bw + 4) + "\" y2=\"" + px(y) +
+           "\" stroke=\"#444\"/>\n";
+      s += "<text class=\"colorbar-tick\" data-value=\"" + full(v) + "\" x=\"" + px(bx + bw + 7) + "\" y=\"" +
+           px(y + 4) + "\" font-size=\"11\">" + tick_label(v) + "</text>\n";
+    }
     s += "</g>\n";
   }
   return s + "</svg>\n";

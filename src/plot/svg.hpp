@@ -27,10 +27,9 @@ struct LineChart {
   bool log_x = false, log_y = false;
   std::vector<Series> series;
   std::vector<double> vlines;  // vertical marker lines (e.g. the kinks)
-  std::string vlines_name;     // their legend entry
+  std::string vlines_name;     // their legend entry (the legend sits under the plot box)
   std::optional<std::array<double, 2>> band;  // a shaded x interval (e.g. the training interval)
   std::string band_name;
-  bool legend_bottom = false;  // legend in the bottom-left corner instead of the top-left
   std::optional<std::array<double, 2>> x_range, y_range;  // default: the data's extent
 };
 
