@@ -1,0 +1,22 @@
+"""ffn: the Transformer's position-wise feed-forward sublayer, from Python.
+
+    FFN(x) = f(x W1^T + b1) W2^T + b2            (relu, gelu, gelu_tanh, silu)
+    FFN(x) = (act(x Wg^T + bg) * (x W1^T + b1)) W2^T + b2   (swiglu, geglu, reglu)
+
+wrapped post-LN (the paper), pre-LN or bare, with LayerNorm or RMSNorm, dropout
+in training mode, forward and backward; the C++ library's fast kernels.
+
+    import numpy as np, ffn
+    layer = ffn.init(ffn.Config(d_model=512, d_ff=2048, activation="gelu", norm="pre"), seed=0)
+    y = layer.forward(np.random.rand(64, 512).astype(np.float32))
+    dx, grads = layer.backward(x, dy)          # grads["linear1.weight"], ...
+    layer.save("w.safetensors"); ffn.Layer.load("w.safetensors")
+
+Arrays are float32 and C-contiguous and are read in place; anything else is
+refused with ffn.Error (a ValueError) saying what to pass. The PyTorch module
+is ffn.torch.FeedForward (import ffn.torch; needs PyTorch).
+"""
+
+from ._ffn import Cache, Config, Error, Layer, __version__, init
+
+__all__ = ["Cache", "Config", "Error", "Layer", "__version__", "init"]

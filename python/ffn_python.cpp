@@ -1,0 +1,392 @@
+// Python bindings (nanobind): module ffn._ffn, re-exported by python/ffn/__init__.py;
+// the PyTorch module is python/ffn/torch.py.
+//
+// Thin by design (shared/STYLE.md, nanobind): this file converts arguments and
+// forwards to the C++ library; every check on values lives there. Arrays:
+//   - inputs are read in place (no copy) when they are float32, C-contiguous
+//     and on the CPU; anything else is refused with ffn.Error (a ValueError)
+//     saying what to pass, never converted behind the caller's back;
+//   - outputs are new NumPy arrays that own their memory, or `out=` arrays the
+//     caller passes (then written in place).
+// The GIL is released while the layer computes.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ffn/ffn.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace ffn::python {
+namespace {
+
+using AnyArray = nb::ndarray<nb::ro, nb::device::cpu>;
+using AnyOutArray = nb::ndarray<nb::device::cpu>;
+using NumpyF32 = nb::ndarray<nb::numpy, float>;
+
+std::string shape_text(size_t ndim, const int64_t* shape) {
+  std::string t = "[";
+  for (size_t i = 0; i < ndim; ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
+  return t + "]";
+}
+
+std::string dtype_name(const nb::dlpack::dtype& t) {
+  const char* kind = t.code == uint8_t(nb::dlpack::dtype_code::Float)  ? "float"
+                     : t.code == uint8_t(nb::dlpack::dtype_code::Int)  ? "int"
+                     : t.code == uint8_t(nb::dlpack::dtype_code::UInt) ? "uint"
+                     : t.code == uint8_t(nb::dlpack::dtype_code::Bfloat) ? "bfloat"
+                                                                          : "other";
+  return std::string(kind) + std::to_string(t.bits);
+}
+
+bool c_contiguous(size_t ndim, const int64_t* shape, const int64_t* stride) {
+  int64_t want = 1;
+  for (size_t i = ndim; i-- > 0;) {
+    if (shape[i] != 1 && stride[i] != want) return false;
+    want *= shape[i];
+  }
+  return true;
+}
+
+// The float32 C-contiguous view of `a`, or ffn::Error naming `what`.
+template <class A>
+void check_f32(const A& a, const char* what) {
+  if (a.dtype() != nb::dtype<float>())
+    throw Error(std::string(what) + ": expected float32, got " + dtype_name(a.dtype()) +
+                " (convert with .astype(numpy.float32) or .float())");
+  if (!c_contiguous(a.ndim(), a.shape_ptr(), a.stride_ptr()))
+    throw Error(std::string(what) + ": expected a C-contiguous array, got strides that are not "
+                "(pass numpy.ascontiguousarray(a) or a.contiguous())");
+}
+
+const float* input_data(const AnyArray& a, const char* what) {
+  check_f32(a, what);
+  return static_cast<const float*>(a.data());
+}
+
+std::vector<int64_t> shape_of(const AnyArray& a) { return {a.shape_ptr(), a.shape_ptr() + a.ndim()}; }
+
+// A new NumPy float32 array of `shape` that owns its memory.
+NumpyF32 new_array(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= size_t(d);
+  float* data = new float[n > 0 ? n : 1];
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+  std::vector<size_t> s(shape.begin(), shape.end());
+  return NumpyF32(data, s.size(), s.data(), owner);
+}
+
+NumpyF32 to_numpy(const std::vector<float>& v, const std::vector<int64_t>& shape) {
+  NumpyF32 a = new_array(shape);
+  if (!v.empty()) std::memcpy(a.data(), v.data(), v.size() * sizeof(float));
+  return a;
+}
+
+// The Shape of an input array in `layout`: tokens [T, d] or [B, S, d]; ncw
+// [d, S] or [B, d, S].
+Shape shape_for(const Config& cfg, const std::vector<int64_t>& s, const std::string& layout_name,
+                const std::optional<std::vector<int64_t>>& lengths, const char* what) {
+  const Layout layout = parse_layout(layout_name, "layout");
+  Shape shape;
+  shape.layout = layout;
+  const int64_t d = cfg.d_model;
+  const bool ok = (s.size() == 2 || s.size() == 3) && (layout == Layout::tokens ? s.back() == d : s[s.size() - 2] == d);
+  if (!ok)
+    throw Error(std::string(what) + ": shape " + shape_text(s.size(), s.data()) + ", expected " +
+                (layout == Layout::tokens ? "[T, " + std::to_string(d) + "] or [B, S, " + std::to_string(d) + "]"
+                                          : "[" + std::to_string(d) + ", S] or [B, " + std::to_string(d) + ", S]") +
+                " (d_model " + std::to_string(d) + ", layout " + layout_name + ")");
+  shape.batch = s.size() == 3 ? s[0] : 1;
+  shape.seq = layout == Layout::tokens ? s[s.size() - 2] : s.back();
+  if (lengths) shape.lengths = *lengths;
+  return shape;
+}
+
+RunOptions run_options(std::optional<int> threads, bool training, uint64_t seed) {
+  RunOptions o;
+  if (threads) {
+    if (*threads < 0 || *threads > kMaxThreads)
+      throw Error("threads: expected 0.." + std::to_string(kMaxThreads) + " (0 = all cores), got " +
+                  std::to_string(*threads));
+    o.threads = *threads;
+  }
+  o.training = training;
+  o.seed = seed;
+  return o;
+}
+
+// Weights by the names of `names` (a name left empty: the layer lacks it).
+nb::dict weights_dict(const Weights& w, const TensorNames& names, const Config& cfg) {
+  const int64_t d = cfg.d_model, f = cfg.d_ff;
+  const std::array<std::vector<int64_t>, 8> shapes = {std::vector<int64_t>{f, d}, {f}, {f, d}, {f}, {d, f}, {d}, {d}, {d}};
+  const auto tensors = w.all();
+  const auto keys = names.all();
+  nb::dict out;
+  for (size_t i = 0; i < 8; ++i)
+    if (!keys[i]->empty() && !tensors[i]->empty()) out[keys[i]->c_str()] = to_numpy(*tensors[i], shapes[i]);
+  return out;
+}
+
+// A Weights from a dict named as `names`: every name present with its shape,
+// no other key. Copies (the layer keeps its own packed copy anyway).
+Weights weights_from_dict(const nb::dict& d, const TensorNames& names, const Config& cfg) {
+  const int64_t dm = cfg.d_model, f = cfg.d_ff;
+  const std::array<std::vector<int64_t>, 8> shapes = {std::vector<int64_t>{f, dm}, {f}, {f, dm}, {f}, {dm, f}, {dm}, {dm}, {dm}};
+  Weights w;
+  std::array<std::vector<float>*, 8> dst = {&w.w1, &w.b1, &w.wg, &w.bg, &w.w2, &w.b2, &w.norm_weight, &w.norm_bias};
+  const auto keys = names.all();
+  std::string expected;
+  for (const std::string* k : keys)
+    if (!k->empty()) expected += (expected.empty() ? "" : ", ") + *k;
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(nb::str(key));
+    bool known = false;
+    for (const std::string* n : keys) known = known || (!n->empty() && *n == k);
+    if (!known) throw Error("weights: unexpected tensor '" + k + "'; this layer's are " + expected);
+  }
+  for (size_t i = 0; i < 8; ++i) {
+    if (keys[i]->empty()) continue;
+    const char* name = keys[i]->c_str();
+    if (!d.contains(name)) throw Error("weights: missing tensor '" + *keys[i] + "'; this layer's are " + expected);
+    AnyArray a;
+    if (!nb::try_cast(d[name], a))
+      throw Error("weights['" + *keys[i] + "']: expected an array (NumPy, or anything with the buffer protocol)");
+    const std::string what = "weights['" + *keys[i] + "']";
+    const float* p = input_data(a, what.c_str());
+    if (shape_of(a) != shapes[i])
+      throw Error(what + ": shape " + shape_text(a.ndim(), a.shape_ptr()) + ", expected " +
+                  shape_text(shapes[i].size(), shapes[i].data()));
+    dst[i]->assign(p, p + a.size());
+  }
+  return w;
+}
+
+// The forward's saved state for backward, with the input's shape.
+struct Cache {
+  ForwardCache cache;
+  std::vector<int64_t> x_shape;
+  std::string layout;
+  std::optional<std::vector<int64_t>> lengths;
+  bool training = false;
+  uint64_t seed = 0;
+};
+
+float* output_data(std::optional<AnyOutArray>& out, const std::vector<int64_t>& shape, const char* what,
+                   const void* input) {
+  check_f32(*out, what);
+  if (shape_of(AnyArray(out->handle())) != shape)
+    throw Error(std::string(what) + ": shape " + shape_text(out->ndim(), out->shape_ptr()) + ", expected " +
+                shape_text(shape.size(), shape.data()));
+  if (out->data() == input) throw Error(std::string(what) + ": must not be the input array (no in-place forward)");
+  return static_cast<float*>(out->data());
+}
+
+nb::object forward(const Layer& layer, const AnyArray& x, std::optional<std::vector<int64_t>> lengths,
+                   const std::string& layout, std::optional<int> threads, bool training, uint64_t seed,
+                   std::optional<AnyOutArray> out, bool cache) {
+  const float* xp = input_data(x, "x");
+  const std::vector<int64_t> xs = shape_of(x);
+  const Shape shape = shape_for(layer.config(), xs, layout, lengths, "x");
+  const RunOptions ro = run_options(threads, training, seed);
+  nb::object y_obj;
+  float* yp;
+  if (out) {
+    yp = output_data(out, xs, "out", xp);
+    y_obj = nb::cast(*out);
+  } else {
+    NumpyF32 y = new_array(xs);
+    yp = y.data();
+    y_obj = nb::cast(y);
+  }
+  std::unique_ptr<Cache> c;
+  if (cache) c.reset(new Cache{ForwardCache(), xs, layout, lengths, training, seed});
+  {
+    nb::gil_scoped_release nogil;
+    layer.forward(xp, yp, shape, ro, c ? &c->cache : nullptr);
+  }
+  if (!cache) return y_obj;
+  return nb::make_tuple(y_obj, nb::cast(c.release(), nb::rv_policy::take_ownership));
+}
+
+nb::tuple backward(const Layer& layer, const AnyArray& x, const AnyArray& dy, Cache* cache,
+                   std::optional<std::vector<int64_t>> lengths, const std::string& layout,
+                   std::optional<int> threads, bool training, uint64_t seed) {
+  const float* xp = input_data(x, "x");
+  const float* dyp = input_data(dy, "dy");
+  const std::vector<int64_t> xs = shape_of(x);
+  if (shape_of(dy) != xs)
+    throw Error("dy: shape " + shape_text(dy.ndim(), dy.shape_ptr()) + ", expected x's shape " +
+                shape_text(xs.size(), xs.data()));
+  if (cache) {  // the forward's settings, not the arguments
+    if (cache->x_shape != xs)
+      throw Error("cache: from a forward on shape " + shape_text(cache->x_shape.size(), cache->x_shape.data()) +
+                  ", but x has shape " + shape_text(xs.size(), xs.data()));
+    lengths = cache->lengths;
+    training = cache->training;
+    seed = cache->seed;
+    if (layout != cache->layout) throw Error("layout: '" + layout + "', but the cache's forward used '" + cache->layout + "'");
+  }
+  const Shape shape = shape_for(layer.config(), xs, layout, lengths, "x");
+  const RunOptions ro = run_options(threads, training, seed);
+  NumpyF32 dx = new_array(xs);
+  Weights grads;
+  {
+    nb::gil_scoped_release nogil;
+    ForwardCache own;
+    const ForwardCache* c = cache ? &cache->cache : &own;
+    if (!cache) {
+      std::vector<float> y(size_t(shape.positions() * layer.config().d_model));
+      layer.forward(xp, y.data(), shape, ro, &own);
+    }
+    layer.backward(xp, dyp, shape, *c, dx.data(), grads, ro);
+  }
+  return nb::make_tuple(dx, weights_dict(grads, layer.names(), layer.config()));
+}
+
+Config make_config(int64_t d_model, int64_t d_ff, const std::string& activation, bool bias, const std::string& norm,
+                   const std::string& norm_type, double eps, double dropout_hidden, double dropout_output) {
+  Config c;
+  c.d_model = d_model;
+  c.d_ff = d_ff;
+  c.activation = parse_activation(activation, "activation");
+  c.bias = bias;
+  c.norm = parse_norm_placement(norm, "norm");
+  c.norm_type = parse_norm_type(norm_type, "norm_type");
+  c.eps = float(eps);
+  c.dropout_hidden = float(dropout_hidden);
+  c.dropout_output = float(dropout_output);
+  c.validate();
+  return c;
+}
+
+std::string config_repr(const Config& c) {
+  char eps[32];
+  std::snprintf(eps, sizeof eps, "%g", double(c.eps));
+  return "ffn.Config(d_model=" + std::to_string(c.d_model) + ", d_ff=" + std::to_string(c.d_ff) + ", activation='" +
+         std::string(to_string(c.activation)) + "', bias=" + (c.bias ? "True" : "False") + ", norm='" +
+         std::string(to_string(c.norm)) + "', norm_type='" + std::string(to_string(c.norm_type)) + "', eps=" + eps +
+         ")";
+}
+
+}  // namespace
+}  // namespace ffn::python
+
+NB_MODULE(_ffn, m) {
+  using namespace ffn;
+  using namespace ffn::python;
+  m.doc() = "ffn: the Transformer's position-wise feed-forward sublayer (C++ library bindings)";
+  m.attr("__version__") = FFN_VERSION;
+  nb::exception<Error>(m, "Error", PyExc_ValueError);
+
+  nb::class_<Config>(m, "Config",
+                     "Shape and settings of a layer: d_model -> d_ff -> d_model, activation (relu, gelu, gelu_tanh,\n"
+                     "silu, swiglu, geglu, reglu), biases, norm placement (post, pre, none) and type (layernorm,\n"
+                     "rmsnorm), eps, dropout probabilities (training mode only).")
+      .def(nb::new_(&make_config), "d_model"_a = 512, "d_ff"_a = 2048, "activation"_a = "relu", "bias"_a = true,
+           "norm"_a = "post", "norm_type"_a = "layernorm", "eps"_a = 1e-5, "dropout_hidden"_a = 0.0,
+           "dropout_output"_a = 0.0)
+      .def_ro("d_model", &Config::d_model)
+      .def_ro("d_ff", &Config::d_ff)
+      .def_prop_ro("activation", [](const Config& c) { return std::string(to_string(c.activation)); })
+      .def_ro("bias", &Config::bias)
+      .def_prop_ro("norm", [](const Config& c) { return std::string(to_string(c.norm)); })
+      .def_prop_ro("norm_type", [](const Config& c) { return std::string(to_string(c.norm_type)); })
+      .def_ro("eps", &Config::eps)
+      .def_ro("dropout_hidden", &Config::dropout_hidden)
+      .def_ro("dropout_output", &Config::dropout_output)
+      .def("__repr__", &config_repr);
+
+  nb::class_<Cache>(m, "Cache", "What forward(..., cache=True) saves for backward (opaque).")
+      .def_prop_ro("nbytes", [](const Cache& c) { return c.cache.bytes(); }, "Bytes held.");
+
+  nb::class_<Layer>(m, "Layer", "The FFN sublayer: weights packed once for the fast path; forward and backward.")
+      .def(
+          "__init__",
+          [](Layer* self, const Config& cfg, const nb::dict& weights, const std::string& dtype) {
+            const WeightDtype t = parse_weight_dtype(dtype, "dtype");
+            new (self) Layer(cfg, weights_from_dict(weights, TensorNames::native(cfg), cfg), t);
+          },
+          "config"_a, "weights"_a, "dtype"_a = "fp32",
+          "A layer from a dict of float32 arrays named linear1.weight [d_ff, d_model], linear1.bias,\n"
+          "gate.weight/gate.bias (gated activations), linear2.weight [d_model, d_ff], linear2.bias,\n"
+          "norm.weight, norm.bias (LayerNorm); copied. dtype: fp32, bf16, fp16 or int8 weight storage.")
+      .def_static(
+          "load",
+          [](const std::string& path, const std::string& prefix, std::optional<std::string> dtype,
+             std::optional<std::string> activation, std::optional<std::string> norm,
+             std::optional<std::string> norm_type, std::optional<double> eps) {
+            LoadOptions o;
+            o.prefix = prefix;
+            if (dtype) o.weight_dtype = parse_weight_dtype(*dtype, "dtype");
+            if (activation) o.activation = parse_activation(*activation, "activation");
+            if (norm) o.norm = parse_norm_placement(*norm, "norm");
+            if (norm_type) o.norm_type = parse_norm_type(*norm_type, "norm_type");
+            if (eps) o.eps = float(*eps);
+            std::vector<std::pair<std::string, std::string>> assumed;
+            o.assumed = &assumed;
+            Layer layer = [&] {
+              nb::gil_scoped_release nogil;
+              return Layer::load(path, o);
+            }();
+            // As the CLI's stderr line: a setting the file does not state is a
+            // warning, so a state_dict without ffn's metadata never runs as
+            // something else silently.
+            if (!assumed.empty()) {
+              std::string msg = path + ": no metadata for ";
+              for (size_t i = 0; i < assumed.size(); ++i) {
+                std::string kw = assumed[i].second.substr(assumed[i].second.find_first_not_of('-'));
+                std::replace(kw.begin(), kw.end(), '-', '_');
+                msg += (i ? ", " : "") + assumed[i].first + " (pass " + kw + "=)";
+              }
+              msg += "; assumed those";
+              if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) throw nb::python_error();
+            }
+            return layer;
+          },
+          "path"_a, "prefix"_a = "", "dtype"_a = nb::none(), "activation"_a = nb::none(), "norm"_a = nb::none(),
+          "norm_type"_a = nb::none(), "eps"_a = nb::none(),
+          "Reads a safetensors file (ffn's names, nn.TransformerEncoderLayer's linear1/linear2/norm2, or\n"
+          "LLaMA's mlp.gate_proj/up_proj/down_proj). Settings come from its metadata unless given here;\n"
+          "one taken from a default raises a UserWarning. dtype: None keeps the file's own storage.")
+      .def("save", [](const Layer& l, const std::string& path) { l.save(path); }, "path"_a,
+           "Writes a safetensors file atomically, with the settings in its metadata.")
+      .def("converted", &Layer::converted, "dtype"_a, "A copy with the weight matrices stored as dtype.")
+      .def_prop_ro("config", &Layer::config)
+      .def_prop_ro("dtype", [](const Layer& l) { return std::string(to_string(l.weight_dtype())); })
+      .def_prop_ro("weights", [](const Layer& l) { return weights_dict(l.weights(), l.names(), l.config()); },
+                   "Copies of the parameters (values actually used), named as in the file they came from.")
+      .def(
+          "set_weights",
+          [](Layer& l, const nb::dict& d) { l.set_weights(weights_from_dict(d, l.names(), l.config())); },
+          "weights"_a, "Replaces every parameter (same names and shapes as .weights) and re-packs.")
+      .def("forward_flops", &Layer::forward_flops, "tokens"_a)
+      .def("forward", &forward, "x"_a, "lengths"_a = nb::none(), "layout"_a = "tokens", "threads"_a = nb::none(),
+           "training"_a = false, "seed"_a = 0, "out"_a = nb::none(), "cache"_a = false,
+           "y = layer(x). x: float32, C-contiguous, [T, d_model] or [B, S, d_model] (layout 'ncw':\n"
+           "[d_model, S] or [B, d_model, S]); read in place. lengths: B sequence lengths (padding is\n"
+           "written as zeros). training: dropout on, masks keyed by seed. out: write y there instead of\n"
+           "a new array. cache=True returns (y, cache) for backward.")
+      .def("backward", &backward, "x"_a, "dy"_a, "cache"_a = nb::none(), "lengths"_a = nb::none(),
+           "layout"_a = "tokens", "threads"_a = nb::none(), "training"_a = false, "seed"_a = 0,
+           "(dx, grads): dL/dx and a dict of dL/dparameter named as .weights. With a cache from\n"
+           "forward(..., cache=True) its lengths, training and seed are used; without, forward is\n"
+           "recomputed with the ones given.");
+
+  m.def(
+      "init", [](const Config& cfg, uint64_t seed) { return Layer(cfg, seed); }, "config"_a, "seed"_a = 0,
+      "A layer initialized as nn.Linear does (U(-1/sqrt(fan_in), 1/sqrt(fan_in))), gamma 1, beta 0;\n"
+      "the same seed gives the same weights as `ffn init --seed`.");
+  m.def(
+      "_data_address", [](const AnyArray& a) { return reinterpret_cast<uintptr_t>(input_data(a, "array")); },
+      "array"_a, "The address the library reads an input array at (tests prove inputs are not copied).");
+}
