@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "ffn/ffn.hpp"
+#include "nn/fused_forward.hpp"
 
 using namespace ffn;
 
@@ -71,4 +72,32 @@ TEST(Threads, ConcurrentCallsOnOneLayerMatchSequentialOnes) {
     }
     EXPECT_NE(seq[0].y, seq[1].y);
   }
+}
+
+// Backward's per-thread scratch is bounded: a call on many tokens releases it
+// on return (a long-lived thread does not keep ~50 MB), a small call keeps its
+// buffers for the next one. Checked on a thread of its own and on this one.
+TEST(Threads, BackwardScratchIsBoundedAndReleased) {
+  Config cfg;
+  cfg.d_model = 64;
+  cfg.d_ff = 2048;
+  const Layer layer(cfg, 1);
+  auto run = [&](int64_t t) {
+    std::vector<float> x(size_t(t * cfg.d_model), 0.25f), y(x.size()), dy(x.size(), 1.0f), dx(x.size());
+    ForwardCache cache;
+    RunOptions ro;
+    ro.threads = 1;
+    layer.forward(x.data(), y.data(), Shape::tokens(t), ro, &cache);
+    Weights g;
+    layer.backward(x.data(), dy.data(), Shape::tokens(t), cache, dx.data(), g, ro);
+    return nn::backward_scratch_bytes();
+  };
+  // 2048 tokens x 2048 hidden x 4 bytes x 3 hidden-sized buffers = 48 MiB > the bound.
+  static_assert(size_t(2048) * 2048 * 4 * 3 > nn::kBackwardScratchKeepBytes);
+  std::thread([&] {
+    EXPECT_GT(run(16), 0u);  // small: kept
+    EXPECT_LE(run(2048), nn::kBackwardScratchKeepBytes);
+    EXPECT_EQ(nn::backward_scratch_bytes(), 0u);  // released
+  }).join();
+  EXPECT_LE(run(2048), nn::kBackwardScratchKeepBytes);
 }

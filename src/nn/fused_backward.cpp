@@ -93,10 +93,26 @@ void norm_backward_row(NormType type, const float* dout, const float* xhat, floa
 }
 
 // Scratch buffers of backward, kept per calling thread between calls and
-// never zero-filled (every element is written before it is read): at T=4096
-// they are ~70 MB, and fresh pages cost more than the arithmetic around them.
+// never zero-filled (every element is written before it is read), so small
+// batches (training steps) do not pay for fresh pages at every call. What a
+// thread keeps is bounded: after a call that needed more than
+// kBackwardScratchKeepBytes (T=4096 at 512 -> 2048 needs ~90 MB) the buffers
+// are released, so a long-lived thread (a Python or server process) holds at
+// most that much.
 class Scratch {
  public:
+  size_t bytes() const {
+    size_t b = 0;
+    for (size_t n : size_) b += n * sizeof(float);
+    return b;
+  }
+  void trim(size_t keep) {
+    if (bytes() <= keep) return;
+    for (int i = 0; i < kSlots; ++i) {
+      buf_[i].reset();
+      size_[i] = 0;
+    }
+  }
   enum Slot { kDv, kDout, kH, kDz1, kDzg, kIn, kXhat, kDin, kSlots };
   float* get(Slot s, size_t n) {
     if (n == 0) return nullptr;
@@ -112,7 +128,11 @@ class Scratch {
   size_t size_[kSlots] = {};
 };
 
+thread_local Scratch backward_scratch;
+
 }  // namespace
+
+size_t backward_scratch_bytes() { return backward_scratch.bytes(); }
 
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
@@ -128,7 +148,11 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   const float* beta = w.norm_bias.empty() ? nullptr : w.norm_bias.data();
 
   // 1. Through the norm (post) and the output dropout: dv = dL/d(x + o), dO.
-  thread_local Scratch scratch;
+  Scratch& scratch = backward_scratch;
+  struct Trim {  // also when an exception leaves
+    Scratch& s;
+    ~Trim() { s.trim(kBackwardScratchKeepBytes); }
+  } trim{scratch};
   float* dv = scratch.get(Scratch::kDv, cfg.norm == NormPlacement::post ? size_t(n * d) : 0);
   float* dout = scratch.get(Scratch::kDout, size_t(n * d));
   if (cfg.norm == NormPlacement::post) {

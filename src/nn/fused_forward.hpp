@@ -93,6 +93,11 @@ struct FusedGrads {
   float *w1 = nullptr, *b1 = nullptr, *wg = nullptr, *bg = nullptr;
   float *w2 = nullptr, *b2 = nullptr, *gamma = nullptr, *beta = nullptr;
 };
+// Bytes the calling thread's backward scratch holds between calls; at most
+// kBackwardScratchKeepBytes once a backward call has returned.
+constexpr size_t kBackwardScratchKeepBytes = size_t(32) << 20;
+size_t backward_scratch_bytes();
+
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
                     float* dx, const FusedGrads& g, int threads, Isa isa);
