@@ -360,7 +360,10 @@ NB_MODULE(_ffn, m) {
           "one taken from a default raises a UserWarning. dtype: None keeps the file's own storage.")
       .def("save", [](const Layer& l, const std::string& path) { l.save(path); }, "path"_a,
            "Writes a safetensors file atomically, with the settings in its metadata.")
-      .def("converted", &Layer::converted, "dtype"_a, "A copy with the weight matrices stored as dtype.")
+      .def(
+          "converted",
+          [](const Layer& l, const std::string& dtype) { return l.converted(parse_weight_dtype(dtype, "dtype")); },
+          "dtype"_a, "A copy with the weight matrices stored as dtype (fp32, bf16, fp16, int8).")
       .def_prop_ro("config", &Layer::config)
       .def_prop_ro("dtype", [](const Layer& l) { return std::string(to_string(l.weight_dtype())); })
       .def_prop_ro("weights", [](const Layer& l) { return weights_dict(l.weights(), l.names(), l.config()); },
