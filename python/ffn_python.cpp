@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ffn/ffn.hpp"
+#include "io/safetensors.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -389,6 +390,34 @@ NB_MODULE(_ffn, m) {
       "init", [](const Config& cfg, uint64_t seed) { return Layer(cfg, seed); }, "config"_a, "seed"_a = 0,
       "A layer initialized as nn.Linear does (U(-1/sqrt(fan_in), 1/sqrt(fan_in))), gamma 1, beta 0;\n"
       "the same seed gives the same weights as `ffn init --seed`.");
+  // The file readers, for the differential tests against the official
+  // safetensors and NumPy readers (tests/python/test_formats.py).
+  m.def(
+      "_safetensors_header",
+      [](const std::string& path) {
+        io::SafetensorsReader r(path);
+        nb::dict tensors;
+        for (const auto& [name, t] : r.tensors()) tensors[name.c_str()] = nb::make_tuple(t.dtype, t.shape);
+        nb::dict meta;
+        for (const auto& [k, v] : r.metadata()) meta[k.c_str()] = v;
+        return nb::make_tuple(tensors, meta);
+      },
+      "path"_a, "Validates a safetensors file: ({name: (dtype, shape)}, metadata); ffn.Error if invalid.");
+  m.def(
+      "_read_safetensors",
+      [](const std::string& path) {
+        const SafetensorsFile f = read_safetensors(path);
+        nb::dict out;
+        for (const auto& [name, t] : f.tensors) out[name.c_str()] = to_numpy(t.data, t.shape);
+        return out;
+      },
+      "path"_a, "Every tensor as float32 (F32, F16, BF16, F64 converted; I8 as its values).");
+  m.def(
+      "_read_npy", [](const std::string& path) {
+        Array a = read_npy(path);
+        return to_numpy(a.data, a.shape);
+      },
+      "path"_a, "A float32 .npy file as the program reads it.");
   m.def(
       "_data_address", [](const AnyArray& a) { return reinterpret_cast<uintptr_t>(input_data(a, "array")); },
       "array"_a, "The address the library reads an input array at (tests prove inputs are not copied).");

@@ -26,12 +26,14 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-python_requirements=("nanobind==2.4.0" "scikit-build-core==0.10.7")
+# Build requirements (as pyproject.toml), then the official safetensors reader
+# (a test dependency only: tests/python/test_formats.py).
+python_requirements=("nanobind==2.4.0" "scikit-build-core==0.10.7" "safetensors==0.4.5")
 python_ok=1
 if [ ! -x .venv/bin/python ]; then
   /usr/bin/python3 -m venv --system-site-packages .venv || python_ok=0
 fi
-if ((python_ok)) && ! .venv/bin/python -c 'import nanobind, scikit_build_core' 2>/dev/null; then
+if ((python_ok)) && ! .venv/bin/python -c 'import nanobind, scikit_build_core, safetensors' 2>/dev/null; then
   .venv/bin/pip install -q "${python_requirements[@]}" || python_ok=0
 fi
 python_args=()

@@ -437,7 +437,7 @@ TEST(CliBadInput, MoreCases) {
   // A tensor name with a newline in it still gives one line.
   const std::string nl = tmp("newline.safetensors");
   {
-    const std::string h = "{\"bad\\nname\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+    const std::string h = "{\"bad\\nname\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
     std::string bytes(8, '\0');
     for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char((h.size() >> (8 * i)) & 0xff);
     write_raw(nl, bytes + h + "x");

@@ -1,6 +1,8 @@
 #include "io/safetensors.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "ffn/ffn.hpp"
@@ -75,6 +77,9 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path) {
   data_start_ = 8 + n;
   const uint64_t data_size = file_.size() - data_start_;
 
+  // A raw NUL is never valid JSON (nlohmann's parser would stop there and
+  // accept a NUL-padded header the official reader refuses).
+  if (text.find('\0') != std::string::npos) bad(path, "header is not valid JSON (it contains a NUL byte)");
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) bad(path, "header is not valid JSON");
   if (!j.is_object()) bad(path, "header is not a JSON object");
@@ -82,6 +87,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path) {
     const std::string& name = it.key();
     const nlohmann::json& v = it.value();
     if (name == "__metadata__") {
+      if (v.is_null()) continue;  // as the official reader: an absent map
       if (!v.is_object()) bad(path, "__metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string()) bad(path, "__metadata__ value of '" + m.key() + "' is not a string");
@@ -97,10 +103,11 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path) {
       bad(path, where + " has no 'data_offsets' pair");
     TensorInfo t;
     t.dtype = v["dtype"].get<std::string>();
-    // A dtype this reader does not know is refused only when that tensor is
-    // read (other tensors of a checkpoint are none of our business); its
-    // offsets are still checked against the file.
+    // An unknown dtype makes the whole file invalid, as for the official
+    // reader (a known one this program cannot convert is refused only when
+    // that tensor is read).
     const int size = dtype_size(t.dtype);
+    if (size == 0) bad(path, where + " has unknown dtype '" + t.dtype + "'");
     if (v["shape"].size() > 64) bad(path, where + " has too many dimensions");
     for (const auto& d : v["shape"]) {
       if (!d.is_number_integer()) bad(path, where + " has a non-integer dimension");
@@ -124,15 +131,33 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path) {
       bad(path, where + " data_offsets end " + std::to_string(t.end) + " is past the data section (" +
                     std::to_string(data_size) + " bytes)");
     }
-    t.numel = checked_product(t.shape.data(), t.shape.size(), (1ull << 62) / uint64_t(size ? size : 8),
-                              path + ": " + where);
-    if (size && t.numel * uint64_t(size) != t.end - t.begin) {
+    t.numel = checked_product(t.shape.data(), t.shape.size(), (1ull << 62) / uint64_t(size), path + ": " + where);
+    if (t.numel * uint64_t(size) != t.end - t.begin) {
       bad(path, where + " shape " + shape_str(t.shape) + " x " + t.dtype + " needs " +
                     std::to_string(t.numel * uint64_t(size)) + " bytes, data_offsets give " +
                     std::to_string(t.end - t.begin));
     }
     tensors_[name] = std::move(t);
   }
+  // The tensors tile the data section exactly, as the official reader
+  // requires: sorted by offsets, each begins where the previous ended, no
+  // overlap, no gap, no trailing bytes.
+  std::vector<std::pair<const std::string*, const TensorInfo*>> order;
+  for (const auto& [name, t] : tensors_) order.emplace_back(&name, &t);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second->begin, a.second->end) < std::pair(b.second->begin, b.second->end);
+  });
+  uint64_t covered = 0;
+  for (const auto& [name, t] : order) {
+    if (t->begin != covered)
+      bad(path, "tensor '" + *name + "' data_offsets [" + std::to_string(t->begin) + ", " + std::to_string(t->end) +
+                    "] " + (t->begin < covered ? "overlap" : "leave a gap after") + " the tensor data before (which ends at " +
+                    std::to_string(covered) + ")");
+    covered = t->end;
+  }
+  if (covered != data_size)
+    bad(path, "the tensors end at byte " + std::to_string(covered) + " of the data section, which has " +
+                  std::to_string(data_size) + " (trailing bytes)");
 }
 
 const TensorInfo& SafetensorsReader::info(const std::string& name) const {
