@@ -106,8 +106,15 @@ TEST(Npy, Malformed) {
                "expected float32");
   expect_error("short.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", floats({1, 2})),
                "truncated");
-  expect_error("long.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", floats({1, 2})),
-               "trailing");
+  // Bytes after the data are ignored, as numpy.load does (tests/python/test_formats.py).
+  write_bytes(temp_dir() / "long.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", floats({1, 2})));
+  EXPECT_EQ(read_npy((temp_dir() / "long.npy").string()).data, std::vector<float>{1});
+  expect_error("extra_key.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", floats({1})),
+               "'x'");
+  expect_error("not_tuple.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1), }", floats({1})),
+               "tuple");
+  expect_error("minor.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", floats({1})).replace(7, 1, "\x01"),
+               "version 1.1");
   expect_error("huge.npy", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", ""),
                "too large");
   expect_error("overflow.npy",

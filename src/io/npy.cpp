@@ -2,6 +2,8 @@
 // Layout: "\x93NUMPY", major, minor, header length (u16 for 1.0, u32 after),
 // then a Python dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
 // padded with spaces and '\n', then the raw data.
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -12,7 +14,9 @@
 namespace ffn {
 namespace {
 
-constexpr uint64_t kMaxHeader = 1 << 20;        // real headers are < 1 KiB
+// numpy.load(allow_pickle=False) refuses headers longer than this
+// (numpy.lib.format._MAX_HEADER_SIZE); so do we.
+constexpr uint64_t kMaxHeader = 10000;
 constexpr uint64_t kMaxElements = 1ull << 40;   // far above memory; guards overflow
 
 struct NpyHeader {
@@ -27,21 +31,125 @@ struct NpyHeader {
   throw Error(path + ": not a valid .npy file: " + why);
 }
 
-// Finds the value text after 'key': in the dict literal.
-size_t find_key(const std::string& h, const std::string& key, const std::string& path) {
-  for (const char* q : {"'", "\""}) {
-    std::string k = std::string(q) + key + q;
-    size_t p = h.find(k);
-    if (p != std::string::npos) {
-      p = h.find(':', p + k.size());
-      if (p == std::string::npos) bad(path, "header key '" + key + "' has no value");
-      p++;
-      while (p < h.size() && h[p] == ' ') p++;
-      return p;
+// The header is a Python dict literal, which NumPy reads with
+// ast.literal_eval: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }.
+// This parses the subset NumPy accepts: string keys, the three keys exactly
+// (in any order), a string descr, True/False, a tuple of non-negative
+// integers; whitespace anywhere between tokens; nothing but whitespace after.
+class HeaderParser {
+ public:
+  HeaderParser(const std::string& text, const std::string& path) : s_(text), path_(path) {}
+
+  NpyHeader parse() {
+    NpyHeader h;
+    bool have_descr = false, have_fortran = false, have_shape = false;
+    expect('{');
+    while (true) {
+      skip_space();
+      if (peek() == '}') break;
+      const std::string key = string_literal("a key");
+      expect(':');
+      if (key == "descr") {
+        h.descr = string_literal("'descr'");
+        have_descr = true;
+      } else if (key == "fortran_order") {
+        h.fortran = bool_literal();
+        have_fortran = true;
+      } else if (key == "shape") {
+        h.shape = int_tuple();
+        have_shape = true;
+      } else {
+        bad(path_, "header has the key '" + key + "', expected only 'descr', 'fortran_order' and 'shape'");
+      }
+      skip_space();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      if (peek() != '}') fail("',' or '}'");
     }
+    ++i_;
+    skip_space();
+    if (i_ != s_.size()) fail("the end of the header");
+    if (!have_descr) bad(path_, "header has no 'descr'");
+    if (!have_fortran) bad(path_, "header has no 'fortran_order'");
+    if (!have_shape) bad(path_, "header has no 'shape'");
+    return h;
   }
-  bad(path, "header has no '" + key + "'");
-}
+
+ private:
+  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  void skip_space() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+  }
+  [[noreturn]] void fail(const std::string& wanted) {
+    bad(path_, "header is not a valid dict literal: expected " + wanted + " at byte " + std::to_string(i_));
+  }
+  void expect(char c) {
+    skip_space();
+    if (peek() != c) fail(std::string("'") + c + "'");
+    ++i_;
+  }
+  std::string string_literal(const std::string& what) {
+    skip_space();
+    const char q = peek();
+    if (q != '\'' && q != '"') fail(what + " as a quoted string");
+    const size_t end = s_.find(q, i_ + 1);
+    if (end == std::string::npos) fail("the closing quote of " + what);
+    std::string v = s_.substr(i_ + 1, end - i_ - 1);
+    if (v.find('\\') != std::string::npos || v.find('\n') != std::string::npos)
+      bad(path_, what + " has an escape or a line break");
+    i_ = end + 1;
+    return v;
+  }
+  bool bool_literal() {
+    skip_space();
+    if (s_.compare(i_, 4, "True") == 0 && !ident_char(i_ + 4)) {
+      i_ += 4;
+      return true;
+    }
+    if (s_.compare(i_, 5, "False") == 0 && !ident_char(i_ + 5)) {
+      i_ += 5;
+      return false;
+    }
+    bad(path_, "'fortran_order' is not True or False");
+  }
+  bool ident_char(size_t j) const {
+    return j < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[j])) || s_[j] == '_');
+  }
+  std::vector<int64_t> int_tuple() {
+    expect('(');
+    std::vector<int64_t> dims;
+    bool comma = false;  // a one-element tuple needs its trailing comma
+    while (true) {
+      skip_space();
+      if (peek() == ')') break;
+      if (peek() < '0' || peek() > '9') bad(path_, "'shape' is not a tuple of non-negative integers");
+      uint64_t v = 0;
+      while (peek() >= '0' && peek() <= '9') {
+        v = v * 10 + uint64_t(s_[i_++] - '0');
+        if (v > kMaxElements) bad(path_, "dimension too large in 'shape'");
+      }
+      if (ident_char(i_) || peek() == '.') bad(path_, "'shape' is not a tuple of non-negative integers");
+      dims.push_back(int64_t(v));
+      skip_space();
+      comma = peek() == ',';
+      if (comma) {
+        ++i_;
+        continue;
+      }
+      if (peek() != ')') fail("',' or ')' in 'shape'");
+    }
+    ++i_;
+    if (dims.size() == 1 && !comma) bad(path_, "'shape' is (n) rather than the tuple (n,)");
+    if (dims.size() > 32) bad(path_, "too many dimensions");
+    return dims;
+  }
+
+  const std::string& s_;
+  const std::string& path_;
+  size_t i_ = 0;
+};
 
 NpyHeader parse_header(const io::InputFile& f) {
   const std::string& path = f.path();
@@ -52,75 +160,72 @@ NpyHeader parse_header(const io::InputFile& f) {
     if (const io::FileKind k = io::sniff(f); k != io::FileKind::unknown) throw Error(path + ": " + io::wrong_kind(k, ".npy"));
     bad(path, "missing \\x93NUMPY magic");
   }
-  int major = pre[6];
+  const int major = pre[6], minor = pre[7];
   uint64_t hlen = 0, start = 0;
+  if (minor != 0 || major < 1 || major > 3)
+    bad(path, "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
+                  " (expected 1.0, 2.0 or 3.0)");
   if (major == 1) {
     hlen = pre[8] | (pre[9] << 8);
     start = 10;
-  } else if (major == 2 || major == 3) {
+  } else {
+    if (f.size() < 12) bad(path, "file is shorter than the 12-byte preamble");
     unsigned char l4[4];
     f.read_at(8, l4, 4, "header length");
     hlen = uint64_t(l4[0]) | (uint64_t(l4[1]) << 8) | (uint64_t(l4[2]) << 16) | (uint64_t(l4[3]) << 24);
     start = 12;
-  } else {
-    bad(path, "unsupported format version " + std::to_string(major));
   }
-  if (hlen > kMaxHeader || start + hlen > f.size()) bad(path, "header length " + std::to_string(hlen) + " out of range");
+  if (hlen > kMaxHeader)
+    bad(path, "header length " + std::to_string(hlen) + " exceeds NumPy's limit of " + std::to_string(kMaxHeader));
+  if (start + hlen > f.size()) bad(path, "header length " + std::to_string(hlen) + " is past the end of the file");
   std::string h(hlen, '\0');
   f.read_at(start, h.data(), hlen, "header");
-
-  NpyHeader out;
+  NpyHeader out = HeaderParser(h, path).parse();
   out.data_offset = start + hlen;
-  // descr
-  size_t p = find_key(h, "descr", path);
-  if (p >= h.size() || (h[p] != '\'' && h[p] != '"')) bad(path, "'descr' is not a string");
-  size_t e = h.find(h[p], p + 1);
-  if (e == std::string::npos) bad(path, "unterminated 'descr'");
-  out.descr = h.substr(p + 1, e - p - 1);
-  // fortran_order
-  p = find_key(h, "fortran_order", path);
-  if (h.compare(p, 4, "True") == 0) out.fortran = true;
-  else if (h.compare(p, 5, "False") == 0) out.fortran = false;
-  else bad(path, "'fortran_order' is not True or False");
-  // shape
-  p = find_key(h, "shape", path);
-  if (p >= h.size() || h[p] != '(') bad(path, "'shape' is not a tuple");
-  e = h.find(')', p);
-  if (e == std::string::npos) bad(path, "unterminated 'shape'");
-  std::string dims = h.substr(p + 1, e - p - 1);
-  size_t i = 0;
-  while (i < dims.size()) {
-    while (i < dims.size() && (dims[i] == ' ' || dims[i] == ',')) i++;
-    if (i >= dims.size()) break;
-    if (dims[i] < '0' || dims[i] > '9') bad(path, "'shape' has a non-integer entry");
-    uint64_t v = 0;
-    while (i < dims.size() && dims[i] >= '0' && dims[i] <= '9') {
-      v = v * 10 + uint64_t(dims[i] - '0');
-      if (v > kMaxElements) bad(path, "dimension too large in 'shape'");
-      i++;
-    }
-    if (i < dims.size() && dims[i] != ',' && dims[i] != ' ') bad(path, "'shape' has a non-integer entry");
-    out.shape.push_back(static_cast<int64_t>(v));
-  }
-  if (out.shape.size() > 32) bad(path, "too many dimensions");
   out.numel = io::checked_product(out.shape.data(), out.shape.size(), kMaxElements, path);
   return out;
 }
 
-int itemsize_of(const std::string& descr) {
-  if (descr.size() == 3 && (descr[0] == '<' || descr[0] == '|' || descr[0] == '=') &&
-      (descr[2] == '4' || descr[2] == '8' || descr[2] == '2' || descr[2] == '1'))
-    return descr[2] - '0';
-  return 0;
+// The element type a descr names, as NumPy reads it: a byte order
+// ('<' little, '>' big, '=' or '|' or none: native, little endian here) and
+// a type code ('f4' or 'f', 'i4', 'i8'), or a name ('float32', 'int32', 'int64').
+struct Elem {
+  char kind = 0;   // 'f' or 'i'; 0 unknown
+  int size = 0;
+  bool big_endian = false;
+};
+Elem parse_descr(const std::string& d) {
+  Elem e;
+  if (d == "float32") return {'f', 4, false};
+  if (d == "int32") return {'i', 4, false};
+  if (d == "int64") return {'i', 8, false};
+  std::string t = d;
+  if (!t.empty() && (t[0] == '<' || t[0] == '>' || t[0] == '=' || t[0] == '|')) {
+    e.big_endian = t[0] == '>';
+    t = t.substr(1);
+  }
+  if (t == "f4" || t == "f") return {'f', 4, e.big_endian};
+  if (t == "i4" || t == "i") return {'i', 4, e.big_endian};
+  if (t == "i8") return {'i', 8, e.big_endian};
+  return {};
+}
+
+template <typename T>
+void from_big_endian(std::vector<T>& v) {
+  for (T& x : v) {
+    unsigned char b[sizeof(T)];
+    std::memcpy(b, &x, sizeof(T));
+    std::reverse(b, b + sizeof(T));
+    std::memcpy(&x, b, sizeof(T));
+  }
 }
 
 void check_size(const io::InputFile& f, const NpyHeader& h, int itemsize) {
-  uint64_t need = h.numel * uint64_t(itemsize);
-  uint64_t have = f.size() - h.data_offset;
-  if (have != need) {
+  // Bytes after the data are ignored, as NumPy does.
+  const uint64_t need = h.numel * uint64_t(itemsize), have = f.size() - h.data_offset;
+  if (have < need)
     throw Error(f.path() + ": data is " + std::to_string(have) + " bytes, shape and dtype need " +
-                std::to_string(need) + (have < need ? " (file truncated)" : " (trailing bytes)"));
-  }
+                std::to_string(need) + " (file truncated)");
 }
 
 // Fortran (column-major) data → C order.
@@ -164,14 +269,15 @@ int64_t Array::numel() const {
 Array read_npy(const std::string& path) {
   io::InputFile f(path);
   NpyHeader h = parse_header(f);
-  if (h.descr != "<f4" && h.descr != "=f4") {
+  const Elem e = parse_descr(h.descr);
+  if (e.kind != 'f' || e.size != 4)
     throw Error(path + ": dtype '" + h.descr + "' not supported, expected float32 ('<f4')");
-  }
   check_size(f, h, 4);
   Array a;
   a.shape = h.shape;
   a.data.resize(h.numel);
   f.read_at(h.data_offset, a.data.data(), h.numel * 4, "array data");
+  if (e.big_endian) from_big_endian(a.data);
   if (h.fortran && h.shape.size() > 1) a.data = fortran_to_c(a.data, a.shape);
   return a;
 }
@@ -179,18 +285,19 @@ Array read_npy(const std::string& path) {
 std::vector<int64_t> read_npy_int(const std::string& path, std::vector<int64_t>* shape) {
   io::InputFile f(path);
   NpyHeader h = parse_header(f);
-  int size = itemsize_of(h.descr);
-  if (!(h.descr.size() == 3 && h.descr[1] == 'i' && (size == 4 || size == 8))) {
+  const Elem e = parse_descr(h.descr);
+  if (e.kind != 'i')
     throw Error(path + ": dtype '" + h.descr + "' not supported, expected int32 ('<i4') or int64 ('<i8')");
-  }
-  check_size(f, h, size);
+  check_size(f, h, e.size);
   std::vector<int64_t> out(h.numel);
-  if (size == 4) {
+  if (e.size == 4) {
     std::vector<int32_t> tmp(h.numel);
     f.read_at(h.data_offset, tmp.data(), h.numel * 4, "array data");
+    if (e.big_endian) from_big_endian(tmp);
     for (size_t i = 0; i < tmp.size(); ++i) out[i] = tmp[i];
   } else {
     f.read_at(h.data_offset, out.data(), h.numel * 8, "array data");
+    if (e.big_endian) from_big_endian(out);
   }
   if (h.fortran && h.shape.size() > 1) out = fortran_to_c(out, h.shape);
   if (shape) *shape = h.shape;

@@ -189,3 +189,114 @@ def test_files_ffn_writes_load_in_the_official_reader(dtype, tmp_path):
     values = _ffn._read_safetensors(path)
     for k, (_, _, v) in tensors.items():
         np.testing.assert_array_equal(values[k].reshape(-1).astype(np.float64), v.astype(np.float32), err_msg=k)
+
+
+# ---- .npy -----------------------------------------------------------------------
+
+def npy_raw(header, data=b"", version=(1, 0), pad=True):
+    h = header.encode("latin1" if version < (3, 0) else "utf8")
+    if pad:
+        pre = 10 if version == (1, 0) else 12
+        h += b" " * ((-(pre + len(h) + 1)) % 64) + b"\n"
+    length = struct.pack("<H", len(h)) if version == (1, 0) else struct.pack("<I", len(h))
+    return b"\x93NUMPY" + bytes(version) + length + h + data
+
+
+def npy_written(arr, version):
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, arr, version=version, allow_pickle=False)
+    return buf.getvalue()
+
+
+def npy_corpus():
+    a = (np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5) / 3
+    f4 = np.array([1.5, -2.0], dtype="<f4").tobytes()
+    cases = {}
+    for v in ((1, 0), (2, 0), (3, 0)):
+        cases[f"v{v[0]} 2-d"] = npy_written(a, v)
+    cases["3-d"] = npy_written(a.reshape(3, 2, 2), (1, 0))
+    cases["scalar"] = npy_written(np.float32(2.5).reshape(()), (1, 0))
+    cases["empty"] = npy_written(np.zeros((0, 4), np.float32), (1, 0))
+    cases["fortran order"] = npy_written(np.asfortranarray(a), (1, 0))
+    cases["big endian"] = npy_written(a.astype(">f4"), (1, 0))
+    cases["big endian fortran"] = npy_written(np.asfortranarray(a.astype(">f4")), (2, 0))
+    cases["float64 (not ours)"] = npy_written(a.astype(np.float64), (1, 0))
+    cases["int32 (not ours)"] = npy_written(np.arange(3, dtype=np.int32), (1, 0))
+    ok = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }"
+    cases["keys in another order"] = npy_raw("{'shape': (2,), 'fortran_order': False, 'descr': '<f4'}", f4)
+    cases["double quotes"] = npy_raw('{"descr": "<f4", "fortran_order": False, "shape": (2,)}', f4)
+    cases["descr |f4"] = npy_raw(ok.replace("<f4", "|f4"), f4)
+    cases["descr f4"] = npy_raw(ok.replace("<f4", "f4"), f4)
+    cases["descr float32"] = npy_raw(ok.replace("<f4", "float32"), f4)
+    cases["descr <f5"] = npy_raw(ok.replace("<f4", "<f5"), f4)
+    cases["descr object"] = npy_raw(ok.replace("<f4", "|O"), f4)
+    cases["no newline, no padding"] = npy_raw(ok, f4, pad=False)
+    cases["trailing bytes"] = npy_raw(ok, f4 + b"\0" * 4)
+    cases["truncated"] = npy_raw(ok, f4[:6])
+    cases["bad magic"] = b"\x93NUMPZ\x01\x00" + npy_raw(ok, f4)[8:]
+    cases["version 1.1"] = npy_raw(ok, f4, version=(1, 1))
+    cases["version 4.0"] = npy_raw(ok, f4, version=(4, 0))
+    cases["header length past the end"] = b"\x93NUMPY\x01\x00" + struct.pack("<H", 5000) + ok.encode()
+    cases["header over 10000 bytes"] = npy_raw(ok[:-1] + " " * 10050 + "}", f4, version=(2, 0))
+    cases["header not a dict"] = npy_raw("[1, 2]", f4)
+    cases["header not a literal"] = npy_raw("{'descr': '<f4', 'fortran_order': False, 'shape': (1+1,), }", f4)
+    cases["missing key"] = npy_raw("{'descr': '<f4', 'shape': (2,), }", f4)
+    cases["extra key"] = npy_raw("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", f4)
+    cases["fortran_order 1"] = npy_raw(ok.replace("False", "1"), f4)
+    cases["fortran_order 'False'"] = npy_raw(ok.replace("False", "'False'"), f4)
+    cases["shape a list"] = npy_raw(ok.replace("(2,)", "[2]"), f4)
+    cases["shape (2) not a tuple"] = npy_raw(ok.replace("(2,)", "(2)"), f4)
+    cases["shape negative"] = npy_raw(ok.replace("(2,)", "(-2,)"), f4)
+    cases["shape float"] = npy_raw(ok.replace("(2,)", "(2.0,)"), f4)
+    cases["shape empty tuple"] = npy_raw(ok.replace("(2,)", "()"), f4[:4])
+    cases["garbage after the dict"] = npy_raw(ok + " x", f4)
+    cases["a safetensors file"] = struct.pack("<Q", 2) + b"{}"
+    cases["empty file"] = b""
+    return cases
+
+
+NPY_CORPUS = npy_corpus()
+
+# Where ours refuses a file NumPy 1.24 reads, on purpose: a negative dimension
+# is a NumPy quirk (its count -1 means "read everything" and reshape infers the
+# length), not a shape anyone wrote.
+NPY_STRICTER_THAN_NUMPY = {"shape negative": "non-negative integers"}
+
+
+@pytest.mark.parametrize("name", list(NPY_CORPUS))
+def test_npy_reader_agrees_with_numpy(name, tmp_path):
+    path = str(tmp_path / "a.npy")
+    with open(path, "wb") as f:
+        f.write(NPY_CORPUS[name])
+    try:
+        want = np.load(path, allow_pickle=False)
+    except Exception as e:  # noqa: BLE001 - any refusal counts
+        want = e
+    try:
+        got = _ffn._read_npy(path)
+    except ffn.Error as e:
+        got = e
+    if name in NPY_STRICTER_THAN_NUMPY:
+        assert not isinstance(want, Exception), f"{name}: numpy now refuses it too; drop the exception"
+        assert isinstance(got, Exception) and NPY_STRICTER_THAN_NUMPY[name] in str(got), got
+        return
+    float32 = not isinstance(want, Exception) and want.dtype.kind == "f" and want.dtype.itemsize == 4
+    if not float32:
+        # Refused by NumPy, or a dtype this reader does not take: refused here,
+        # with one line naming the file (and the dtype where that is why).
+        assert isinstance(got, Exception), f"{name}: numpy gives {want!r}, ours accepts"
+        assert path in str(got) and "\n" not in str(got)
+        if not isinstance(want, Exception):
+            assert "expected float32" in str(got)
+        w = tmp_path / "w.safetensors"
+        ffn.init(ffn.Config(d_model=4, d_ff=8), seed=0).save(str(w))
+        y = tmp_path / "y.npy"
+        r = subprocess.run([FFN, "run", "--weights", str(w), "--input", path, "--output", str(y)],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and path in r.stderr, r.stderr
+        assert not y.exists()
+        return
+    assert not isinstance(got, Exception), f"{name}: numpy accepts, ours refuses: {got}"
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
