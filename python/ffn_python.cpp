@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -172,6 +174,12 @@ Weights weights_from_dict(const nb::dict& d, const TensorNames& names, const Con
   return w;
 }
 
+// Layer::set_weights must not run while another thread computes with the
+// layer (it frees the old packed weights). Python threads can do exactly that
+// once the GIL is released, so forward/backward hold this lock shared while
+// they compute and set_weights holds it exclusively (waiting without the GIL).
+std::shared_mutex weights_lock;
+
 // The forward's saved state for backward, with the input's shape.
 struct Cache {
   ForwardCache cache;
@@ -188,7 +196,11 @@ float* output_data(std::optional<AnyOutArray>& out, const std::vector<int64_t>& 
   if (shape_of(AnyArray(out->handle())) != shape)
     throw Error(std::string(what) + ": shape " + shape_text(out->ndim(), out->shape_ptr()) + ", expected " +
                 shape_text(shape.size(), shape.data()));
-  if (out->data() == input) throw Error(std::string(what) + ": must not be the input array (no in-place forward)");
+  const char* o = static_cast<const char*>(out->data());
+  const char* in = static_cast<const char*>(input);
+  const size_t bytes = out->nbytes();
+  if (bytes > 0 && o < in + bytes && in < o + bytes)
+    throw Error(std::string(what) + ": overlaps the input array (no in-place forward)");
   return static_cast<float*>(out->data());
 }
 
@@ -213,6 +225,7 @@ nb::object forward(const Layer& layer, const AnyArray& x, std::optional<std::vec
   if (cache) c.reset(new Cache{ForwardCache(), xs, layout, lengths, training, seed});
   {
     nb::gil_scoped_release nogil;
+    std::shared_lock lock(weights_lock);
     layer.forward(xp, yp, shape, ro, c ? &c->cache : nullptr);
   }
   if (!cache) return y_obj;
@@ -243,6 +256,7 @@ nb::tuple backward(const Layer& layer, const AnyArray& x, const AnyArray& dy, Ca
   Weights grads;
   {
     nb::gil_scoped_release nogil;
+    std::shared_lock lock(weights_lock);
     ForwardCache own;
     const ForwardCache* c = cache ? &cache->cache : &own;
     if (!cache) {
@@ -288,6 +302,9 @@ NB_MODULE(_ffn, m) {
   m.doc() = "ffn: the Transformer's position-wise feed-forward sublayer (C++ library bindings)";
   m.attr("__version__") = FFN_VERSION;
   nb::exception<Error>(m, "Error", PyExc_ValueError);
+  // An autograd graph alive at interpreter exit still holds a Cache; that is
+  // not a reference-counting bug, so no warning about it.
+  nb::set_leak_warnings(false);
 
   nb::class_<Config>(m, "Config",
                      "Shape and settings of a layer: d_model -> d_ff -> d_model, activation (relu, gelu, gelu_tanh,\n"
@@ -371,7 +388,12 @@ NB_MODULE(_ffn, m) {
                    "Copies of the parameters (values actually used), named as in the file they came from.")
       .def(
           "set_weights",
-          [](Layer& l, const nb::dict& d) { l.set_weights(weights_from_dict(d, l.names(), l.config())); },
+          [](Layer& l, const nb::dict& d) {
+            Weights w = weights_from_dict(d, l.names(), l.config());
+            nb::gil_scoped_release nogil;
+            std::unique_lock lock(weights_lock);
+            l.set_weights(std::move(w));
+          },
           "weights"_a, "Replaces every parameter (same names and shapes as .weights) and re-packs.")
       .def("forward_flops", &Layer::forward_flops, "tokens"_a)
       .def("forward", &forward, "x"_a, "lengths"_a = nb::none(), "layout"_a = "tokens", "threads"_a = nb::none(),

@@ -2,15 +2,16 @@
 # The installed C++ package: `cmake --install` into a fresh prefix, then
 # examples/example.cpp built out of tree against it, once with
 # find_package(ffn) (tests/install_consumer) and once with pkg-config, and run.
-#   tests/test_install.sh BUILD_DIR SOURCE_DIR
+#   tests/test_install.sh BUILD_DIR SOURCE_DIR [LIBDIR (CMAKE_INSTALL_LIBDIR, default lib)]
 # FFN_CONSUMER_FLAGS: extra compile and link flags (a sanitizer build's).
 set -euo pipefail
-build=$1 src=$2
+build=$1 src=$2 libdir_rel=${3:-lib}
 extra=${FFN_CONSUMER_FLAGS:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
-for f in include/ffn/ffn.hpp lib/cmake/ffn/ffnConfig.cmake lib/cmake/ffn/ffnConfigVersion.cmake lib/pkgconfig/ffn.pc; do
+for f in include/ffn/ffn.hpp $libdir_rel/cmake/ffn/ffnConfig.cmake $libdir_rel/cmake/ffn/ffnConfigVersion.cmake \
+         $libdir_rel/pkgconfig/ffn.pc; do
   [ -f "$work/prefix/$f" ] || { echo "test_install: $f not installed"; exit 1; }
 done
 [ ! -e "$work/prefix/ffn" ] || { echo "test_install: the Python module went into a C++ install"; exit 1; }
@@ -18,15 +19,16 @@ done
 
 # find_package(ffn)
 cmake -S "$src/tests/install_consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
-      -DFFN_EXAMPLE="$src/examples/example.cpp" -DCMAKE_CXX_FLAGS="$extra" >/dev/null
+      -DFFN_EXAMPLE="$src/examples/example.cpp" -DCMAKE_CXX_FLAGS="$extra" >/dev/null  # no C++ standard set here: ffn::ffn brings C++20
 cmake --build "$work/consumer" >/dev/null
 "$work/consumer/example" "$work/w.safetensors" "$work/g1.safetensors" | tee "$work/out1.txt"
 
 # pkg-config
-flags=$(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --cflags --libs ffn)
+export PKG_CONFIG_PATH="$work/prefix/$libdir_rel/pkgconfig"
+flags=$(pkg-config --cflags --libs ffn)
 echo "pkg-config --cflags --libs ffn: $flags"
 ${CXX:-c++} -std=c++20 $extra "$src/examples/example.cpp" $flags -o "$work/example_pc"
-libdir=$(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --variable=libdir ffn)
+libdir=$(pkg-config --variable=libdir ffn)
 LD_LIBRARY_PATH="$libdir" "$work/example_pc" "$work/w.safetensors" "$work/g2.safetensors" | tee "$work/out2.txt"
 
 # The two builds compute the same thing.

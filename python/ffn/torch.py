@@ -11,6 +11,8 @@ state_dict and load_state_dict work as usual and a state_dict saved as
 safetensors loads in `ffn run` and ffn.Layer.load. Forward and backward run in
 ffn's C++ kernels; the weights are re-packed when a parameter changed (an
 optimizer step, load_state_dict), detected by the tensors' version counters.
+A write through `p.data` bypasses those counters: call `refresh()` after one.
+Backward is once-differentiable (create_graph=True through it raises).
 
 Dropout (training mode) draws its masks from ffn's Philox generator keyed by a
 seed taken from PyTorch's generator at each call (so torch.manual_seed makes
@@ -60,6 +62,7 @@ class _Function(torch.autograd.Function):
         return torch.from_numpy(y).reshape(x.shape)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # no double backward: it raises instead of giving zeros
     def backward(ctx, dy):
         dy2 = dy.detach().to(torch.float32).contiguous().reshape(-1, ctx.x_shape[-1])
         (x2,) = ctx.saved_tensors
@@ -131,6 +134,12 @@ class FeedForward(nn.Module):
             if getattr(self.norm, "bias", None) is not None:
                 out.append(("norm.bias", self.norm.bias))
         return out
+
+    def refresh(self) -> None:
+        """Re-pack the weights at the next call. Needed only after writing a parameter
+        through `.data` (p.data.copy_(...)), which PyTorch does not count as a change;
+        optimizer steps and load_state_dict are detected by themselves."""
+        self._layer = None
 
     def ffn_layer(self) -> _ffn.Layer:
         """The ffn.Layer holding the current parameters (re-packed when any changed)."""
@@ -236,8 +245,9 @@ def _activation_name(act, what: str) -> str:
         return "gelu_tanh" if getattr(act, "approximate", "none") == "tanh" else "gelu"
     if act is F.silu or isinstance(act, nn.SiLU):
         return "silu"
-    name = type(act).__name__.lower()  # e.g. transformers' SiLUActivation
-    for key in ("silu", "relu"):
-        if key in name:
-            return key
+    # Hugging Face transformers' own activation classes, by exact name.
+    hf = {"SiLUActivation": "silu", "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh",
+          "GELUTanh": "gelu_tanh", "PytorchGELUTanh": "gelu_tanh"}
+    if type(act).__name__ in hf:
+        return hf[type(act).__name__]
     raise Error(f"from_torch: {what} is {act!r}; ffn has relu, gelu, gelu_tanh and silu")

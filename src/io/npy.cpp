@@ -38,7 +38,10 @@ struct NpyHeader {
 // integers; whitespace anywhere between tokens; nothing but whitespace after.
 class HeaderParser {
  public:
-  HeaderParser(const std::string& text, const std::string& path) : s_(text), path_(path) {}
+  // version: Python-2 long integers ((2L, 3L)) are read in versions 1.0 and
+  // 2.0, as NumPy does.
+  HeaderParser(const std::string& text, const std::string& path, int version)
+      : s_(text), path_(path), longs_(version < 3) {}
 
   NpyHeader parse() {
     NpyHeader h;
@@ -79,8 +82,19 @@ class HeaderParser {
 
  private:
   char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  // Whitespace as Python's tokenizer has it (form feed included), and
+  // comments to the end of the line.
   void skip_space() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+    while (i_ < s_.size()) {
+      const char c = s_[i_];
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f') {
+        ++i_;
+      } else if (c == '#') {
+        while (i_ < s_.size() && s_[i_] != '\n') ++i_;
+      } else {
+        break;
+      }
+    }
   }
   [[noreturn]] void fail(const std::string& wanted) {
     bad(path_, "header is not a valid dict literal: expected " + wanted + " at byte " + std::to_string(i_));
@@ -92,6 +106,8 @@ class HeaderParser {
   }
   std::string string_literal(const std::string& what) {
     skip_space();
+    if ((peek() == 'u' || peek() == 'U') && i_ + 1 < s_.size() && (s_[i_ + 1] == '\'' || s_[i_ + 1] == '"'))
+      ++i_;  // u'...' is the same str
     const char q = peek();
     if (q != '\'' && q != '"') fail(what + " as a quoted string");
     const size_t end = s_.find(q, i_ + 1);
@@ -126,10 +142,13 @@ class HeaderParser {
       if (peek() == ')') break;
       if (peek() < '0' || peek() > '9') bad(path_, "'shape' is not a tuple of non-negative integers");
       uint64_t v = 0;
+      const size_t first = i_;
       while (peek() >= '0' && peek() <= '9') {
         v = v * 10 + uint64_t(s_[i_++] - '0');
         if (v > kMaxElements) bad(path_, "dimension too large in 'shape'");
       }
+      if (s_[first] == '0' && i_ - first > 1) bad(path_, "'shape' has an integer with a leading zero");
+      if (longs_ && (peek() == 'L' || peek() == 'l') && !ident_char(i_ + 1)) ++i_;
       if (ident_char(i_) || peek() == '.') bad(path_, "'shape' is not a tuple of non-negative integers");
       dims.push_back(int64_t(v));
       skip_space();
@@ -148,6 +167,7 @@ class HeaderParser {
 
   const std::string& s_;
   const std::string& path_;
+  bool longs_;
   size_t i_ = 0;
 };
 
@@ -180,7 +200,7 @@ NpyHeader parse_header(const io::InputFile& f) {
   if (start + hlen > f.size()) bad(path, "header length " + std::to_string(hlen) + " is past the end of the file");
   std::string h(hlen, '\0');
   f.read_at(start, h.data(), hlen, "header");
-  NpyHeader out = HeaderParser(h, path).parse();
+  NpyHeader out = HeaderParser(h, path, major).parse();
   out.data_offset = start + hlen;
   out.numel = io::checked_product(out.shape.data(), out.shape.size(), kMaxElements, path);
   return out;

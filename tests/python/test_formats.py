@@ -251,6 +251,12 @@ def npy_corpus():
     cases["shape float"] = npy_raw(ok.replace("(2,)", "(2.0,)"), f4)
     cases["shape empty tuple"] = npy_raw(ok.replace("(2,)", "()"), f4[:4])
     cases["garbage after the dict"] = npy_raw(ok + " x", f4)
+    cases["shape with a leading zero"] = npy_raw(ok.replace("(2,)", "(02,)"), f4)
+    cases["Python 2 longs, v1"] = npy_raw(ok.replace("(2,)", "(2L,)"), f4)
+    cases["Python 2 longs, v3"] = npy_raw(ok.replace("(2,)", "(2L,)"), f4, version=(3, 0))
+    cases["u'' strings"] = npy_raw("{u'descr': u'<f4', u'fortran_order': False, u'shape': (2,)}", f4)
+    cases["a comment"] = npy_raw("{'descr': '<f4', # the dtype\n 'fortran_order': False, 'shape': (2,)}", f4)
+    cases["form feed"] = npy_raw(ok.replace(" 'shape'", "\f'shape'"), f4)
     cases["a safetensors file"] = struct.pack("<Q", 2) + b"{}"
     cases["empty file"] = b""
     return cases

@@ -153,10 +153,28 @@ def test_optimizer_steps_and_load_state_dict_repack():
     assert not torch.equal(before, after)  # the step reached ffn's packed weights
     ref.load_state_dict(ff.state_dict())
     assert rel(after, ref(x)) <= TOL
-    # load_state_dict back to the old weights: the old output again.
+    # load_state_dict into a module that has already run: re-packed.
     ff2 = FeedForward(8, 16, "gelu", norm="pre")
+    assert not torch.equal(ff2(x), after)
     ff2.load_state_dict(ff.state_dict())
     assert torch.equal(ff2(x), after)
+    # A write through .data is invisible to version counters: refresh() says so.
+    with torch.no_grad():
+        ff2.linear1.weight.data.mul_(2)
+    ff2.refresh()
+    ref.load_state_dict(ff2.state_dict())
+    assert rel(ff2(x), ref(x)) <= TOL
+
+
+def test_double_backward_raises_and_unsupported_activations_are_refused():
+    ff = FeedForward(8, 16)
+    x = torch.randn(3, 8, requires_grad=True)
+    (gx,) = torch.autograd.grad(ff(x).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate|does not require grad"):  # an error, never zeros
+        gx.pow(2).sum().backward()
+    for act in (nn.LeakyReLU(), nn.ReLU6(), nn.Tanh()):
+        with pytest.raises(ffn.Error, match="activation"):
+            FeedForward.from_torch(nn.Sequential(nn.Linear(4, 8), act, nn.Linear(8, 4)))
 
 
 def test_no_grad_inference_mode_and_dropout():
