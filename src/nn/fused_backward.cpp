@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
 
 #include "nn/activation.hpp"
 #include "nn/fused_forward.hpp"
@@ -92,26 +93,14 @@ void norm_backward_row(NormType type, const float* dout, const float* xhat, floa
   for (int64_t j = 0; j < d; ++j) dv[j] = rstd * (dout[j] * gamma[j] - mean_g - xhat[j] * mean_gx);
 }
 
-// Scratch buffers of backward, kept per calling thread between calls and
-// never zero-filled (every element is written before it is read), so small
-// batches (training steps) do not pay for fresh pages at every call. What a
-// thread keeps is bounded: after a call that needed more than
-// kBackwardScratchKeepBytes (T=4096 at 512 -> 2048 needs ~90 MB) the buffers
-// are released, so a long-lived thread (a Python or server process) holds at
-// most that much.
+// Scratch buffers of one backward call, never zero-filled (every element is
+// written before it is read).
 class Scratch {
  public:
   size_t bytes() const {
     size_t b = 0;
     for (size_t n : size_) b += n * sizeof(float);
     return b;
-  }
-  void trim(size_t keep) {
-    if (bytes() <= keep) return;
-    for (int i = 0; i < kSlots; ++i) {
-      buf_[i].reset();
-      size_[i] = 0;
-    }
   }
   enum Slot { kDv, kDout, kH, kDz1, kDzg, kIn, kXhat, kDin, kSlots };
   float* get(Slot s, size_t n) {
@@ -128,11 +117,52 @@ class Scratch {
   size_t size_[kSlots] = {};
 };
 
-thread_local Scratch backward_scratch;
+// Scratch sets kept between calls for the process, not per thread: a call
+// takes a set from the pool (or a new one) and gives it back, and the pool
+// then keeps at most kBackwardScratchKeepBytes in all, dropping the oldest
+// sets first. Repeated calls (training steps) reuse the pages instead of
+// faulting in fresh ones (at T = 4096 that was 8 % of fwd+bwd), while a
+// process with many threads holds one set's worth, not one per thread.
+class ScratchPool {
+ public:
+  std::unique_ptr<Scratch> take() {
+    std::lock_guard lock(mutex_);
+    if (free_.empty()) return std::make_unique<Scratch>();
+    std::unique_ptr<Scratch> s = std::move(free_.back());
+    free_.pop_back();
+    return s;
+  }
+  void give_back(std::unique_ptr<Scratch> s) {
+    std::lock_guard lock(mutex_);
+    if (s->bytes() > kBackwardScratchKeepBytes) return;  // too big to keep at all
+    free_.push_back(std::move(s));
+    size_t total = 0;
+    for (const auto& f : free_) total += f->bytes();
+    while (total > kBackwardScratchKeepBytes) {
+      total -= free_.front()->bytes();
+      free_.erase(free_.begin());
+    }
+  }
+  size_t bytes() {
+    std::lock_guard lock(mutex_);
+    size_t total = 0;
+    for (const auto& f : free_) total += f->bytes();
+    return total;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<Scratch>> free_;
+};
+
+ScratchPool& scratch_pool() {
+  static ScratchPool pool;  // never destroyed before a caller is done: function-local static
+  return pool;
+}
 
 }  // namespace
 
-size_t backward_scratch_bytes() { return backward_scratch.bytes(); }
+size_t backward_scratch_bytes() { return scratch_pool().bytes(); }
 
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
@@ -148,11 +178,11 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   const float* beta = w.norm_bias.empty() ? nullptr : w.norm_bias.data();
 
   // 1. Through the norm (post) and the output dropout: dv = dL/d(x + o), dO.
-  Scratch& scratch = backward_scratch;
-  struct Trim {  // also when an exception leaves
-    Scratch& s;
-    ~Trim() { s.trim(kBackwardScratchKeepBytes); }
-  } trim{scratch};
+  struct Lease {  // given back also when an exception leaves
+    std::unique_ptr<Scratch> s = scratch_pool().take();
+    ~Lease() { scratch_pool().give_back(std::move(s)); }
+  } lease;
+  Scratch& scratch = *lease.s;
   float* dv = scratch.get(Scratch::kDv, cfg.norm == NormPlacement::post ? size_t(n * d) : 0);
   float* dout = scratch.get(Scratch::kDout, size_t(n * d));
   if (cfg.norm == NormPlacement::post) {

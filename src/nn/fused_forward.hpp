@@ -93,9 +93,9 @@ struct FusedGrads {
   float *w1 = nullptr, *b1 = nullptr, *wg = nullptr, *bg = nullptr;
   float *w2 = nullptr, *b2 = nullptr, *gamma = nullptr, *beta = nullptr;
 };
-// Bytes the calling thread's backward scratch holds between calls; at most
-// kBackwardScratchKeepBytes once a backward call has returned.
-constexpr size_t kBackwardScratchKeepBytes = size_t(32) << 20;
+// Bytes of backward scratch the process keeps between calls (a pool shared
+// by all threads, src/nn/fused_backward.cpp): at most kBackwardScratchKeepBytes.
+constexpr size_t kBackwardScratchKeepBytes = size_t(128) << 20;
 size_t backward_scratch_bytes();
 
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
