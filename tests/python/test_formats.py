@@ -23,6 +23,14 @@ from safetensors import safe_open  # noqa: E402
 FFN = os.environ.get("FFN_BINARY", "build/bin/ffn")
 
 
+def assert_ffn_run_refuses(tmp, bad_path, weights, x):
+    """`ffn run` on a refused file: exit 2, one line naming it, no output file."""
+    y = os.path.join(tmp, "y.npy")
+    r = subprocess.run([FFN, "run", "--weights", weights, "--input", x, "--output", y], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and bad_path in r.stderr, r.stderr
+    assert not os.path.exists(y)
+
+
 # ---- safetensors ---------------------------------------------------------------
 
 def st_bytes(header, data=b"", raw_header=None):
@@ -146,11 +154,7 @@ def test_safetensors_reader_agrees_with_the_official_one(name, tmp_path):
         assert path in str(got) and "\n" not in str(got)
         x = tmp_path / "x.npy"
         np.save(x, np.zeros((2, 4), np.float32))
-        y = tmp_path / "y.npy"
-        r = subprocess.run([FFN, "run", "--weights", path, "--input", str(x), "--output", str(y)],
-                           capture_output=True, text=True)
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and path in r.stderr, r.stderr
-        assert not y.exists()
+        assert_ffn_run_refuses(str(tmp_path), path, weights=path, x=str(x))
         return
     assert not isinstance(got, Exception), f"{name}: official accepts, ours refuses: {got}"
     tensors, meta = want
@@ -297,11 +301,7 @@ def test_npy_reader_agrees_with_numpy(name, tmp_path):
             assert "expected float32" in str(got)
         w = tmp_path / "w.safetensors"
         ffn.init(ffn.Config(d_model=4, d_ff=8), seed=0).save(str(w))
-        y = tmp_path / "y.npy"
-        r = subprocess.run([FFN, "run", "--weights", str(w), "--input", path, "--output", str(y)],
-                           capture_output=True, text=True)
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and path in r.stderr, r.stderr
-        assert not y.exists()
+        assert_ffn_run_refuses(str(tmp_path), path, weights=str(w), x=path)
         return
     assert not isinstance(got, Exception), f"{name}: numpy accepts, ours refuses: {got}"
     assert got.shape == want.shape
