@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "ffn/ffn.hpp"
+#include "nn/buffer_pool.hpp"
 #include "nn/fused_forward.hpp"
 
 using namespace ffn;
@@ -106,4 +107,44 @@ TEST(Threads, BackwardScratchIsBoundedAndReleased) {
   for (auto& t : threads) t.join();
   EXPECT_GT(nn::backward_scratch_bytes(), 0u);
   EXPECT_LE(nn::backward_scratch_bytes(), nn::kBackwardScratchKeepBytes);
+}
+
+// The forward cache's buffers come from a bounded process-wide pool: a cache
+// destroyed gives its buffers back, the next cache of the same shape takes
+// them (the pool shrinks again), and the pool never keeps more than its bound.
+TEST(Threads, ForwardCacheBuffersAreReusedAndBounded) {
+  Config cfg;
+  cfg.d_model = 16;
+  cfg.d_ff = 96;
+  const Layer layer(cfg, 3);
+  const int64_t t = 512;
+  std::vector<float> x(size_t(t * cfg.d_model), 0.5f), y(x.size());
+  RunOptions ro;
+  ro.threads = 1;
+  {
+    ForwardCache c;
+    layer.forward(x.data(), y.data(), Shape::tokens(t), ro, &c);
+  }
+  const size_t kept = nn::pool_bytes();
+  EXPECT_GE(kept, size_t(t * cfg.d_ff) * 4);  // z1 came back
+  {
+    ForwardCache c;
+    layer.forward(x.data(), y.data(), Shape::tokens(t), ro, &c);
+    EXPECT_LE(nn::pool_bytes() + size_t(t * cfg.d_ff) * 4, kept);  // and was taken again
+  }
+  // Many caches alive at once from several threads, then all freed: bounded.
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&] {
+      std::vector<ForwardCache> caches(8);
+      std::vector<float> yy(y.size());
+      for (ForwardCache& c : caches) layer.forward(x.data(), yy.data(), Shape::tokens(t), ro, &c);
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_LE(nn::pool_bytes(), nn::kBufferPoolKeepBytes);
+  // A buffer larger than the bound is never kept.
+  void* big = nn::pool_take(nn::kBufferPoolKeepBytes + 64);
+  const size_t before = nn::pool_bytes();
+  nn::pool_give(big, nn::kBufferPoolKeepBytes + 64);
+  EXPECT_EQ(nn::pool_bytes(), before);
 }

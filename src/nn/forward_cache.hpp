@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ffn/ffn.hpp"
+#include "nn/buffer_pool.hpp"
 
 namespace ffn {
 
@@ -16,7 +17,10 @@ struct ForwardCache::Data {
   bool training = false;
   uint64_t seed = 0;
   std::vector<int64_t> pos;  // global positions of the valid tokens
-  std::vector<float> z1, zg, mean, rstd, xhat;
+  // From the process's buffer pool (src/nn/buffer_pool.hpp): a new cache at
+  // every training step reuses the last step's pages.
+  using Buffer = std::vector<float, nn::PoolAllocator<float>>;
+  Buffer z1, zg, mean, rstd, xhat;
 };
 
 }  // namespace ffn

@@ -376,7 +376,7 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
     c->seq = shape.seq;
     c->xhat.resize(cfg_.norm == NormPlacement::post ? size_t(n * d) : 0);
   }
-  auto ptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  auto ptr = [](auto& v) { return v.empty() ? nullptr : v.data(); };
 
   const bool direct = contiguous(shape, pos);
   std::vector<float> xin, yout;
@@ -468,7 +468,7 @@ void Layer::backward(const float* x, const float* dy, const Shape& shape, const 
     dyr = dyin.data();
     dxr = dxout.data();
   }
-  auto cptr = [](const std::vector<float>& v) { return v.empty() ? nullptr : const_cast<float*>(v.data()); };
+  auto cptr = [](const auto& v) { return v.empty() ? nullptr : const_cast<float*>(v.data()); };
   auto gptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   if (n > 0 && opts.path == Path::reference) {
     reference::Saved<float> s{cptr(c.z1), cptr(c.zg), cptr(c.mean), cptr(c.rstd), cptr(c.xhat)};
