@@ -107,6 +107,9 @@ def test_inputs_are_read_in_place_and_out_is_written_in_place(rng):
     assert ffn._ffn._data_address(x) == x.ctypes.data
     t = torch.from_numpy(x)  # a torch tensor through the buffer protocol / DLPack, no copy either
     assert ffn._ffn._data_address(t) == t.data_ptr()
+    mv = memoryview(x)  # any object with the buffer protocol
+    assert ffn._ffn._data_address(mv) == x.ctypes.data
+    np.testing.assert_array_equal(layer.forward(mv), layer.forward(x))
     out = np.empty_like(x)
     y = layer.forward(x, out=out)
     assert y.ctypes.data == out.ctypes.data
