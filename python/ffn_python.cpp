@@ -128,10 +128,15 @@ RunOptions run_options(std::optional<int> threads, bool training, uint64_t seed)
   return o;
 }
 
+// The shapes of the eight parameters, in the order of Weights::all().
+std::array<std::vector<int64_t>, 8> param_shapes(const Config& cfg) {
+  const int64_t d = cfg.d_model, f = cfg.d_ff;
+  return {std::vector<int64_t>{f, d}, {f}, {f, d}, {f}, {d, f}, {d}, {d}, {d}};
+}
+
 // Weights by the names of `names` (a name left empty: the layer lacks it).
 nb::dict weights_dict(const Weights& w, const TensorNames& names, const Config& cfg) {
-  const int64_t d = cfg.d_model, f = cfg.d_ff;
-  const std::array<std::vector<int64_t>, 8> shapes = {std::vector<int64_t>{f, d}, {f}, {f, d}, {f}, {d, f}, {d}, {d}, {d}};
+  const auto shapes = param_shapes(cfg);
   const auto tensors = w.all();
   const auto keys = names.all();
   nb::dict out;
@@ -143,8 +148,7 @@ nb::dict weights_dict(const Weights& w, const TensorNames& names, const Config& 
 // A Weights from a dict named as `names`: every name present with its shape,
 // no other key. Copies (the layer keeps its own packed copy anyway).
 Weights weights_from_dict(const nb::dict& d, const TensorNames& names, const Config& cfg) {
-  const int64_t dm = cfg.d_model, f = cfg.d_ff;
-  const std::array<std::vector<int64_t>, 8> shapes = {std::vector<int64_t>{f, dm}, {f}, {f, dm}, {f}, {dm, f}, {dm}, {dm}, {dm}};
+  const auto shapes = param_shapes(cfg);
   Weights w;
   std::array<std::vector<float>*, 8> dst = {&w.w1, &w.b1, &w.wg, &w.bg, &w.w2, &w.b2, &w.norm_weight, &w.norm_bias};
   const auto keys = names.all();

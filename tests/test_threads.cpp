@@ -97,10 +97,10 @@ TEST(Threads, BackwardScratchIsBoundedAndReleased) {
     layer.backward(x.data(), dy.data(), Shape::tokens(t), cache, dx.data(), g, ro);
     return nn::backward_scratch_bytes();
   };
-  const Layer small = make(64), big = make(4096);
+  const Layer small = make(64), big = make(8192);
   EXPECT_GT(run(small, 16), 0u);  // kept
-  // 3072 tokens x 4096 hidden x 4 bytes x 3 hidden-sized buffers = 144 MiB > the bound.
-  static_assert(size_t(3072) * 4096 * 4 * 3 > nn::kBackwardScratchKeepBytes);
+  // 3072 tokens x 8192 hidden x 4 bytes x 3 hidden-sized buffers = 288 MiB > the bound.
+  static_assert(size_t(3072) * 8192 * 4 * 3 > nn::kBackwardScratchKeepBytes);
   EXPECT_LE(run(big, 3072), nn::kBackwardScratchKeepBytes);
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { run(small, 64 + 16 * i); });

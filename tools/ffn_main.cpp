@@ -403,26 +403,28 @@ int cmd_bench(const BenchArgs& a) {
 
   // Estimate the run's length from one call on 512 tokens (every token costs
   // the same) before allocating or committing to it.
+  // One timed call: forward, or forward + backward; seconds.
+  ForwardCache cache;
+  Weights grads;
+  const auto timed_call = [&](const float* xp, float* yp, const float* dyp, float* dxp, int64_t tokens) {
+    const Shape s = Shape::tokens(tokens);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (a.backward) {
+      layer.forward(xp, yp, s, ro, &cache);
+      layer.backward(xp, dyp, s, cache, dxp, grads, ro);
+    } else {
+      layer.forward(xp, yp, s, ro);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   const int calls = a.warmup + a.repeats;
   {
     const int64_t trial = std::min<int64_t>(a.tokens, 512);
     std::vector<float> tx(size_t(trial * a.d_model)), ty(tx.size()), tdx(tx.size()), tdy(tx.size(), 0.01f);
     nn::fill_uniform(tx.data(), tx.size(), 1.0f, a.seed, /*tensor_id=*/100);
-    const auto call = [&] {
-      if (a.backward) {
-        ForwardCache c;
-        Weights g;
-        layer.forward(tx.data(), ty.data(), Shape::tokens(trial), ro, &c);
-        layer.backward(tx.data(), tdy.data(), Shape::tokens(trial), c, tdx.data(), g, ro);
-      } else {
-        layer.forward(tx.data(), ty.data(), Shape::tokens(trial), ro);
-      }
-    };
-    call();  // first touch, thread start-up
-    const auto t0 = std::chrono::steady_clock::now();
-    call();
-    const double per_call = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
-                            double(a.tokens) / double(trial);
+    timed_call(tx.data(), ty.data(), tdy.data(), tdx.data(), trial);  // first touch, thread start-up
+    const double per_call =
+        timed_call(tx.data(), ty.data(), tdy.data(), tdx.data(), trial) * double(a.tokens) / double(trial);
     const double estimate = per_call * calls;
     if (estimate > kBenchLimitSeconds && !a.yes) {
       char msg[320];
@@ -463,23 +465,14 @@ int cmd_bench(const BenchArgs& a) {
   const nn::Peak peak_bf16 = bf16 ? nn::measure_peak(threads, nn::PeakKind::bf16) : nn::Peak{};
 
   std::vector<double> times;
-  ForwardCache cache;
-  Weights grads;
   const bool tty = isatty(STDERR_FILENO);
   for (int it = 0; it < calls; ++it) {
     if (tty) {
       std::fprintf(stderr, "\r\033[Kffn bench: call %d/%d%s", it + 1, calls, it < a.warmup ? " (warm-up)" : "");
       std::fflush(stderr);
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    if (a.backward) {
-      layer.forward(x.data(), y.data(), shape, ro, &cache);
-      layer.backward(x.data(), dy.data(), shape, cache, dx.data(), grads, ro);
-    } else {
-      layer.forward(x.data(), y.data(), shape, ro);
-    }
-    const auto t1 = std::chrono::steady_clock::now();
-    if (it >= a.warmup) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+    const double t = timed_call(x.data(), y.data(), dy.data(), dx.data(), a.tokens);
+    if (it >= a.warmup) times.push_back(t);
   }
   if (tty) std::fprintf(stderr, "\r\033[K");
   if (a.backward) layer.forward(x.data(), y.data(), shape, ro);

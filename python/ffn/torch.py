@@ -141,9 +141,9 @@ class FeedForward(nn.Module):
         optimizer steps and load_state_dict are detected by themselves."""
         self._layer = None
 
-    def ffn_layer(self) -> _ffn.Layer:
+    def ffn_layer(self, named=None) -> _ffn.Layer:
         """The ffn.Layer holding the current parameters (re-packed when any changed)."""
-        named = self._named_params()
+        named = self._named_params() if named is None else named
         for name, p in named:
             _check_tensor(p, f"FeedForward parameter {name}")
         stamp = tuple((p.data_ptr(), p._version) for _, p in named)
@@ -160,11 +160,11 @@ class FeedForward(nn.Module):
         d = self.config.d_model
         if x.dim() < 1 or x.shape[-1] != d:
             raise Error(f"FeedForward input: shape {list(x.shape)}, expected [..., {d}] (d_model {d})")
-        layer = self.ffn_layer()
+        named = self._named_params()
+        layer = self.ffn_layer(named)
         threads = torch.get_num_threads() if self.threads is None else self.threads
         training = self.training and (self.config.dropout_hidden > 0 or self.config.dropout_output > 0)
         seed = int(torch.randint(0, 2**62, (), dtype=torch.int64)) if training else 0
-        named = self._named_params()
         if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for _, p in named)):
             return _Function.apply(x, layer, [n for n, _ in named], training, seed, threads, *[p for _, p in named])
         x2 = x.detach().contiguous().reshape(-1, d)

@@ -11,10 +11,9 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <memory>
-#include <mutex>
 
 #include "nn/activation.hpp"
+#include "nn/buffer_pool.hpp"
 #include "nn/fused_forward.hpp"
 #include "nn/isa.hpp"
 #include "nn/kernel_config.hpp"
@@ -94,75 +93,38 @@ void norm_backward_row(NormType type, const float* dout, const float* xhat, floa
 }
 
 // Scratch buffers of one backward call, never zero-filled (every element is
-// written before it is read).
+// written before it is read), taken from the process's buffer pool
+// (nn/buffer_pool.hpp) and given back when the call ends, also when an
+// exception leaves: repeated calls (training steps) reuse the pages instead
+// of faulting in fresh ones (at T = 4096 that was 8 % of fwd+bwd), and a
+// process with many threads keeps the pool's bound, not a set per thread.
 class Scratch {
  public:
-  size_t bytes() const {
-    size_t b = 0;
-    for (size_t n : size_) b += n * sizeof(float);
-    return b;
-  }
   enum Slot { kDv, kDout, kH, kDz1, kDzg, kIn, kXhat, kDin, kSlots };
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() {
+    for (int i = 0; i < kSlots; ++i) pool_give(buf_[i], size_[i] * sizeof(float));
+  }
   float* get(Slot s, size_t n) {
+    pool_give(buf_[s], size_[s] * sizeof(float));
+    buf_[s] = nullptr;
+    size_[s] = 0;
     if (n == 0) return nullptr;
-    if (size_[s] < n) {
-      buf_[s].reset(new float[n]);
-      size_[s] = n;
-    }
-    return buf_[s].get();
+    buf_[s] = static_cast<float*>(pool_take(n * sizeof(float)));
+    size_[s] = n;
+    return buf_[s];
   }
 
  private:
-  std::unique_ptr<float[]> buf_[kSlots];
+  float* buf_[kSlots] = {};
   size_t size_[kSlots] = {};
 };
 
-// Scratch sets kept between calls for the process, not per thread: a call
-// takes a set from the pool (or a new one) and gives it back, and the pool
-// then keeps at most kBackwardScratchKeepBytes in all, dropping the oldest
-// sets first. Repeated calls (training steps) reuse the pages instead of
-// faulting in fresh ones (at T = 4096 that was 8 % of fwd+bwd), while a
-// process with many threads holds one set's worth, not one per thread.
-class ScratchPool {
- public:
-  std::unique_ptr<Scratch> take() {
-    std::lock_guard lock(mutex_);
-    if (free_.empty()) return std::make_unique<Scratch>();
-    std::unique_ptr<Scratch> s = std::move(free_.back());
-    free_.pop_back();
-    return s;
-  }
-  void give_back(std::unique_ptr<Scratch> s) {
-    std::lock_guard lock(mutex_);
-    if (s->bytes() > kBackwardScratchKeepBytes) return;  // too big to keep at all
-    free_.push_back(std::move(s));
-    size_t total = 0;
-    for (const auto& f : free_) total += f->bytes();
-    while (total > kBackwardScratchKeepBytes) {
-      total -= free_.front()->bytes();
-      free_.erase(free_.begin());
-    }
-  }
-  size_t bytes() {
-    std::lock_guard lock(mutex_);
-    size_t total = 0;
-    for (const auto& f : free_) total += f->bytes();
-    return total;
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<Scratch>> free_;
-};
-
-ScratchPool& scratch_pool() {
-  static ScratchPool pool;  // never destroyed before a caller is done: function-local static
-  return pool;
-}
-
 }  // namespace
 
-size_t backward_scratch_bytes() { return scratch_pool().bytes(); }
+size_t backward_scratch_bytes() { return pool_bytes(); }
 
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
@@ -178,11 +140,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   const float* beta = w.norm_bias.empty() ? nullptr : w.norm_bias.data();
 
   // 1. Through the norm (post) and the output dropout: dv = dL/d(x + o), dO.
-  struct Lease {  // given back also when an exception leaves
-    std::unique_ptr<Scratch> s = scratch_pool().take();
-    ~Lease() { scratch_pool().give_back(std::move(s)); }
-  } lease;
-  Scratch& scratch = *lease.s;
+  Scratch scratch;
   float* dv = scratch.get(Scratch::kDv, cfg.norm == NormPlacement::post ? size_t(n * d) : 0);
   float* dout = scratch.get(Scratch::kDout, size_t(n * d));
   if (cfg.norm == NormPlacement::post) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ffn/ffn.hpp"
+#include "nn/buffer_pool.hpp"
 #include "nn/gemm.hpp"
 #include "nn/quantize.hpp"
 
@@ -93,9 +94,10 @@ struct FusedGrads {
   float *w1 = nullptr, *b1 = nullptr, *wg = nullptr, *bg = nullptr;
   float *w2 = nullptr, *b2 = nullptr, *gamma = nullptr, *beta = nullptr;
 };
-// Bytes of backward scratch the process keeps between calls (a pool shared
-// by all threads, src/nn/fused_backward.cpp): at most kBackwardScratchKeepBytes.
-constexpr size_t kBackwardScratchKeepBytes = size_t(128) << 20;
+// Backward's scratch comes from the process's buffer pool
+// (nn/buffer_pool.hpp); the bytes that pool keeps between calls, at most
+// kBackwardScratchKeepBytes (its bound).
+constexpr size_t kBackwardScratchKeepBytes = kBufferPoolKeepBytes;
 size_t backward_scratch_bytes();
 
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,

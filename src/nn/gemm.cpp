@@ -13,6 +13,7 @@
 namespace ffn::nn {
 
 namespace {
+constexpr int64_t kPackRows = 2048;  // rows of A packed at once (2 MiB at k = 256)
 
 // dst[i * k + p] = a[i * rsa + p * csa] for i < m, p < k: an A stored with
 // long row strides copied into row-major rows. The usual case is a
@@ -83,59 +84,55 @@ void run_range(const F32Gemm& gk, const GemmArgs& g, int64_t m0, int64_t m1, int
         }
     return;
   }
-  // Packing, in the order that keeps each C block in L2 for all of k (C is
-  // read and written once per k block; from L2 that is cheap, from memory
-  // each tile's first loads stall): for each block of nc columns, B is packed
-  // for all of k once (a weight gradient's B is the [tokens, n] activations),
-  // then each block of mc rows runs through every k block, its A packed per
-  // k block. Packing changes no arithmetic: each C element is still one sum
-  // over k blocks in order. Buffers are sized to this call and left
-  // uninitialized: every element read is written first.
+  // Packing buffers sized to this call (a small product must not pay for a
+  // large buffer), left uninitialized: every element read is written first.
+  // Each k block's A rows are packed once and serve every column block; each
+  // B block is packed once per row block of kPackRows. Packing changes no
+  // arithmetic.
   const int64_t kmax = std::min(kKc, g.k);
   const int64_t nmax = std::min(kNc, panels(n1 - n0) * kPanel);
-  std::unique_ptr<float[]> bpack(pack_b ? new float[size_t(g.k * nmax)] : nullptr);
-  std::unique_ptr<float[]> apack(pack_a ? new float[size_t(std::min(kMc, m1 - m0) * kmax)] : nullptr);
-  for (int64_t j0 = n0; j0 < n1; j0 += kNc) {
-    const int64_t nb = std::min(kNc, n1 - j0);
-    const float* b = g.b + (j0 / kPanel) * g.psb;
-    int64_t ldb = g.ldb, psb = g.psb;
-    if (pack_b) {  // panel q of this block: [k, 16] contiguous
-      for (int64_t q = 0; q < panels(nb); ++q) {
-        const int64_t w = std::min(kPanel, nb - q * kPanel);
-        float* dst = bpack.get() + q * g.k * kPanel;
-        const float* src = b + q * g.psb;
-        for (int64_t p = 0; p < g.k; ++p) {
-          std::copy(src + p * g.ldb, src + p * g.ldb + w, dst + p * kPanel);
-          std::fill(dst + p * kPanel + w, dst + (p + 1) * kPanel, 0.0f);
+  const int64_t rows = std::min(kPackRows, m1 - m0);
+  std::unique_ptr<float[]> bpack(pack_b ? new float[size_t(kmax * nmax)] : nullptr);
+  std::unique_ptr<float[]> apack(pack_a ? new float[size_t(rows * kmax)] : nullptr);
+  for (int64_t k0 = 0; k0 < g.k; k0 += kKc) {
+    const int64_t kb = std::min(kKc, g.k - k0);
+    for (int64_t r0 = m0; r0 < m1; r0 += kPackRows) {
+      const int64_t r1 = std::min(m1, r0 + kPackRows);
+      if (pack_a) pack_rows(g.a + r0 * g.rsa + k0 * g.csa, g.rsa, g.csa, r1 - r0, kb, apack.get());
+      for (int64_t j0 = n0; j0 < n1; j0 += kNc) {
+        const int64_t nb = std::min(kNc, n1 - j0);
+        GemmArgs s = g;
+        s.n = nb;
+        s.k = kb;
+        s.accumulate = g.accumulate || k0 > 0;
+        s.b = g.b + (j0 / kPanel) * g.psb + k0 * g.ldb;
+        if (pack_b) {
+          for (int64_t q = 0; q < panels(nb); ++q) {
+            const int64_t w = std::min(kPanel, nb - q * kPanel);
+            float* dst = bpack.get() + q * kb * kPanel;
+            const float* src = s.b + q * g.psb;
+            for (int64_t p = 0; p < kb; ++p) {
+              std::copy(src + p * g.ldb, src + p * g.ldb + w, dst + p * kPanel);
+              std::fill(dst + p * kPanel + w, dst + (p + 1) * kPanel, 0.0f);
+            }
+          }
+          s.b = bpack.get();
+          s.ldb = kPanel;
+          s.psb = kb * kPanel;
         }
-      }
-      b = bpack.get();
-      ldb = kPanel;
-      psb = g.k * kPanel;
-    }
-    for (int64_t i0 = m0; i0 < m1; i0 += kMc) {
-      const int64_t mb = std::min(kMc, m1 - i0);
-      for (int64_t k0 = 0; k0 < g.k; k0 += kKc) {
-        const int64_t kb = std::min(kKc, g.k - k0);
-        GemmArgs t = g;
-        t.m = mb;
-        t.n = nb;
-        t.k = kb;
-        t.accumulate = g.accumulate || k0 > 0;
-        t.b = b + k0 * ldb;
-        t.ldb = ldb;
-        t.psb = psb;
-        t.c = g.c + i0 * g.ldc + j0;
-        if (pack_a) {  // rows [i0, i0 + mb) of this k block, row-major with stride kb
-          float* dst = apack.get();
-          pack_rows(g.a + i0 * g.rsa + k0 * g.csa, g.rsa, g.csa, mb, kb, dst);
-          t.a = dst;
-          t.rsa = kb;
-          t.csa = 1;
-        } else {
-          t.a = g.a + i0 * g.rsa + k0 * g.csa;
+        for (int64_t i0 = r0; i0 < r1; i0 += kMc) {
+          GemmArgs t = s;
+          t.m = std::min(kMc, r1 - i0);
+          t.c = g.c + i0 * g.ldc + j0;
+          if (pack_a) {
+            t.a = apack.get() + (i0 - r0) * kb;
+            t.rsa = kb;
+            t.csa = 1;
+          } else {
+            t.a = g.a + i0 * g.rsa + k0 * g.csa;
+          }
+          kernel(t);
         }
-        kernel(t);
       }
     }
   }
