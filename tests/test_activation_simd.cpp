@@ -24,6 +24,7 @@
 
 #include "ffn/ffn.hpp"
 #include "nn/activation.hpp"
+#include "nn/activation_simd.hpp"
 #include "nn/kernel_config.hpp"
 #include "nn/isa.hpp"
 
@@ -132,3 +133,14 @@ TEST_P(ActivationPerIsa, GatedFormAndSameBitsAsScalar) {
 
 INSTANTIATE_TEST_SUITE_P(Isas, ActivationPerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx),
                          [](const auto& info) { return std::string(to_string(info.param)); });
+
+// The scalar approximations on NaN and ±Inf: NaN out for NaN in (the
+// conversion of a NaN exponent to int, undefined behaviour that UBSan caught
+// through the fuzzer, must not happen), the limits for ±Inf.
+TEST(ActivationScalar, NonFiniteInputs) {
+  EXPECT_TRUE(std::isnan(nn::simd::exp_approx(NAN)));
+  EXPECT_TRUE(std::isnan(nn::simd::exp_approx(-NAN)));
+  EXPECT_EQ(nn::simd::exp_approx(INFINITY), INFINITY);
+  EXPECT_EQ(nn::simd::exp_approx(-INFINITY), 0.0f);
+  EXPECT_TRUE(std::isnan(nn::simd::phi_approx(NAN)));
+}

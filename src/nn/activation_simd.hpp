@@ -38,8 +38,10 @@ inline float exp_approx(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  // 2^n as 2 · 2^(n−1): n ∈ [−126, 128], so n − 1 + 127 ∈ [0, 254].
-  const int32_t e = int32_t(n) + 126;
+  // 2^n as 2 · 2^(n−1): n ∈ [−126, 128], so n − 1 + 127 ∈ [0, 254]. A NaN n
+  // (x NaN) must not reach the int conversion (undefined behaviour); p is NaN
+  // then and makes y NaN whatever the scale.
+  const int32_t e = int32_t(n == n ? n : 0.0f) + 126;
   const float scale = std::bit_cast<float>(uint32_t(e < 0 ? 0 : e) << 23);
   float y = p * scale * 2.0f;
   y = x > 88.72283f ? std::bit_cast<float>(0x7f800000u) : y;
