@@ -44,6 +44,18 @@ constexpr double kBf16VsReference = 1e-3;
 // additions of exact products), with a factor 2 for the accumulate form.
 constexpr double kBf16SumUlps = 2.0;
 
+// The tiled attention (src/nn/attention.cpp) against the reference attention
+// (whole score rows, double sums). Forward: e^x from exp_approx (a few float
+// ulps) and fp32 sums over dh and over the keys, as the FFN's products:
+// kFusedVsReference holds (measured worst 8.9e-6 over the tile-edge cases,
+// 2026-11-23, printed by the test). Backward: dS = P (dP − D) takes the
+// difference of two float dot products over dh of similar size, so its
+// relative error grows where they nearly cancel, and dQ, dK then sum it over
+// up to S keys or queries: measured worst 1.3e-5 at S = 1500 (causal,
+// dropout). 1e-4 is 7x above; a wrong mask element, a dropped tile or a
+// stale running maximum moves whole rows by 1e-2 or more.
+constexpr double kAttentionBackwardVsReference = 1e-4;
+
 // Finite differences in double, central, step h = 1e-6: truncation ~h² ≈ 1e-12
 // and cancellation ~1e-16/h ≈ 1e-10, far below 1e-6.
 constexpr double kFiniteDifference = 1e-6;

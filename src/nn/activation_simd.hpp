@@ -99,4 +99,14 @@ inline void activate_rows(Unit u, float* z, const float* g, int64_t n) {
   }
 }
 
+// p[j] = e^(s[j]·scale − shift) for j < n; returns Σ p[j] (the softmax of
+// one attention score row, shifted by its running maximum). Two loops so the
+// first vectorizes; the sum's order is this ISA's, fixed per call.
+inline float exp_rows(const float* s, int64_t n, float scale, float shift, float* p) {
+  for (int64_t j = 0; j < n; ++j) p[j] = exp_approx(s[j] * scale - shift);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) sum += p[j];
+  return sum;
+}
+
 }  // namespace ffn::nn::simd

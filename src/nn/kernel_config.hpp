@@ -30,6 +30,11 @@ using ActivateFn = void (*)(Unit u, float* z, const float* g, int64_t n);
 namespace scalar { void activate(Unit u, float* z, const float* g, int64_t n); }
 namespace avx2 { void activate(Unit u, float* z, const float* g, int64_t n); }
 namespace avx512 { void activate(Unit u, float* z, const float* g, int64_t n); }
+// Attention's softmax rows (simd::exp_rows): p[j] = e^(s[j]·scale − shift), returns Σ p.
+using ExpRowsFn = float (*)(const float* s, int64_t n, float scale, float shift, float* p);
+namespace scalar { float exp_rows(const float* s, int64_t n, float scale, float shift, float* p); }
+namespace avx2 { float exp_rows(const float* s, int64_t n, float scale, float shift, float* p); }
+namespace avx512 { float exp_rows(const float* s, int64_t n, float scale, float shift, float* p); }
 
 // Returns the operations done (2 per multiply-add).
 using PeakLoop = double (*)(int64_t iters, float seed);
@@ -48,6 +53,7 @@ struct KernelConfig {
   const Bf16Kernels* bf16;  // the bf16 compute mode's product
   PeakLoop bf16_peak;     // its instruction (null: none)
   const char* bf16_peak_instr;
+  ExpRowsFn exp_rows;     // attention's softmax exponentials
 };
 
 // The configuration of a resolved ISA (never Isa::automatic).

@@ -26,7 +26,20 @@ inline std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::arr
 }
 
 // Streams keep the different uses of one seed independent.
-enum class Stream : uint32_t { dropout_hidden = 1, dropout_output = 2, init = 3, shuffle = 4, data = 5 };
+enum class Stream : uint32_t {
+  dropout_hidden = 1, dropout_output = 2, init = 3, shuffle = 4, data = 5,
+  attention = 6,        // the encoder's dropout on attention probabilities
+  attention_output = 7, // the encoder's dropout on the attention sublayer's output
+  sublayer_seed = 8,    // derive_seed: one seed per encoder layer and sublayer
+};
+
+// The seed of sublayer `sub` of encoder layer `layer`: stacked layers run with
+// one user seed must not drop the same elements, so each sublayer's masks
+// are keyed by a seed drawn from Philox(seed, (layer, sub)).
+inline uint64_t derive_seed(uint64_t seed, uint32_t layer, uint32_t sub) {
+  const auto r = philox4x32_10({layer, sub, uint32_t(Stream::sublayer_seed), 0u}, {uint32_t(seed), uint32_t(seed >> 32)});
+  return uint64_t(r[0]) | (uint64_t(r[1]) << 32);
+}
 
 // 32 random bits for element `index` of `stream` under `seed`: element i uses
 // word i % 4 of the block with counter (i / 4, stream).

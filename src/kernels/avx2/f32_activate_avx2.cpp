@@ -3,4 +3,7 @@
 
 namespace ffn::nn::avx2 {
 void activate(Unit u, float* z, const float* g, int64_t n) { simd::activate_rows(u, z, g, n); }
+float exp_rows(const float* s, int64_t n, float scale, float shift, float* p) {
+  return simd::exp_rows(s, n, scale, shift, p);
+}
 }  // namespace ffn::nn::avx2

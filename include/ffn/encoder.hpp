@@ -1,0 +1,146 @@
+// The Transformer encoder around the FFN sublayer (Vaswani et al., §3.1):
+//
+//   post-LN (the paper):  x = Norm1(x + Drop(MHA(x)));  x = Norm2(x + Drop(FFN(x)))
+//   pre-LN (norm_first):  x = x + Drop(MHA(Norm1(x)));  x = x + Drop(FFN(Norm2(x)))
+//
+// and a stack of N such layers with an optional final norm, as PyTorch's
+// nn.TransformerEncoderLayer / nn.TransformerEncoder with batch_first=True.
+// MHA is nn.MultiheadAttention's self-attention: Q, K, V = x W_inᵀ + b_in
+// (in_proj_weight [3d, d] packs W_q, W_k, W_v), `heads` heads of d/heads,
+// softmax(Q Kᵀ / √(d/heads)) V per head with a key padding mask from the
+// sequence lengths and an optional causal mask, heads concatenated, then
+// out_proj (W_O, b_O). The FFN sublayer is ffn::Layer (its fast paths, its
+// activations, gated ones included, LayerNorm or RMSNorm) with norm2 as its
+// norm. Dropout (training only) uses the one probability `dropout` at
+// PyTorch's four sites: the attention probabilities, the attention output,
+// the FFN's hidden activation and its output.
+//
+// Inputs are [B, S, d] (tokens layout) with optional lengths; padding
+// positions are never read and are written as zeros.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ffn/ffn.hpp"
+
+namespace ffn {
+
+struct EncoderConfig {
+  int64_t d_model = 512;
+  int64_t heads = 8;       // d_model must be a multiple of heads
+  int64_t d_ff = 2048;
+  int64_t layers = 1;
+  Activation activation = Activation::relu;
+  NormPlacement norm = NormPlacement::post;  // post or pre (PyTorch's norm_first)
+  NormType norm_type = NormType::layernorm;
+  float eps = 1e-5f;
+  bool bias = true;         // every projection's bias (in_proj, out_proj, linear1, linear2)
+  float dropout = 0.0f;     // training only, at PyTorch's four sites
+  bool final_norm = false;  // nn.TransformerEncoder's `norm` after the last layer
+
+  void validate() const;  // throws Error naming the field
+  // The FFN sublayer's configuration (norm2 as its norm).
+  Config ffn_config() const;
+};
+
+// One encoder layer's parameters, PyTorch layout and names (in comments).
+struct EncoderLayerWeights {
+  std::vector<float> in_proj_weight, in_proj_bias;    // self_attn.in_proj_*: [3d, d], [3d]
+  std::vector<float> out_proj_weight, out_proj_bias;  // self_attn.out_proj.*: [d, d], [d]
+  std::vector<float> norm1_weight, norm1_bias;        // norm1.*: [d] (no bias for RMSNorm)
+  Weights ffn;  // linear1.*, gate.* (gated), linear2.*, and norm2.* as the FFN's norm
+};
+struct EncoderWeights {
+  std::vector<EncoderLayerWeights> layers;
+  std::vector<float> norm_weight, norm_bias;  // the final norm (norm.*), when final_norm
+  // Zero-filled parameters of the right sizes (e.g. for gradients).
+  static EncoderWeights zeros(const EncoderConfig& cfg);
+};
+
+// Mask options of one call.
+struct EncoderRunOptions : RunOptions {
+  bool causal = false;  // query s attends to keys 0..s only
+};
+
+// What forward saves for backward; opaque.
+class EncoderCache {
+ public:
+  EncoderCache();
+  ~EncoderCache();
+  EncoderCache(EncoderCache&&) noexcept;
+  EncoderCache& operator=(EncoderCache&&) noexcept;
+  struct Data;
+  Data& data();
+  const Data& data() const;
+  size_t bytes() const;
+
+ private:
+  std::unique_ptr<Data> data_;
+};
+
+struct EncoderLoadOptions {
+  std::string prefix;                   // e.g. "encoder." (a trailing '.' is added if missing)
+  std::optional<int64_t> heads;         // required when the file's __metadata__ has no ffn.heads
+  std::optional<Activation> activation; // else __metadata__ ffn.activation, else relu
+  std::optional<NormPlacement> norm;    // else __metadata__ ffn.norm, else post
+  std::optional<NormType> norm_type;    // else __metadata__ ffn.norm_type, else layernorm
+  std::optional<float> eps;             // else __metadata__ ffn.eps, else 1e-5
+  float dropout = 0.0f;
+  // As LoadOptions::assumed: settings taken from a default (a PyTorch file carries none).
+  std::vector<std::pair<std::string, std::string>>* assumed = nullptr;
+};
+
+// forward and backward are const and may run concurrently on one Encoder.
+class Encoder {
+ public:
+  // PyTorch's initialization: in_proj_weight Xavier-uniform, in_proj_bias and
+  // out_proj.bias zero, out_proj.weight, linear1 and linear2 as nn.Linear,
+  // norms γ = 1, β = 0. Each layer draws its own values (PyTorch deep-copies
+  // one layer, so its layers start equal).
+  Encoder(const EncoderConfig& cfg, uint64_t seed);
+  // Takes the given weights; throws Error if a size does not match cfg.
+  Encoder(const EncoderConfig& cfg, EncoderWeights weights);
+
+  // Reads nn.TransformerEncoder's state_dict names (layers.N.self_attn.in_proj_weight,
+  // layers.N.linear1.weight, layers.N.norm1.weight, …, norm.weight), or one
+  // nn.TransformerEncoderLayer's (self_attn.in_proj_weight, …). Separate
+  // self_attn.{q,k,v}_proj_weight are accepted for in_proj_weight. Sizes,
+  // layer count, gating and bias come from the tensors; heads and the
+  // settings from __metadata__ unless given.
+  static Encoder load(const std::string& path, const EncoderLoadOptions& opts = {});
+  // Writes nn.TransformerEncoder's names (prefix kept) and the settings in
+  // __metadata__ (ffn.heads, ffn.layers, ffn.activation, ffn.norm, ...), atomically.
+  void save(const std::string& path) const;
+  // Gradients under the names the weights were loaded from.
+  void save_gradients(const std::string& path, const EncoderWeights& grads) const;
+
+  const EncoderConfig& config() const { return cfg_; }
+  const EncoderWeights& weights() const { return w_; }
+  void set_weights(EncoderWeights w);
+
+  // y = encoder(x); x, y: shape.positions() × d_model floats, tokens layout, not overlapping.
+  void forward(const float* x, float* y, const Shape& shape, const EncoderRunOptions& opts = {},
+               EncoderCache* cache = nullptr) const;
+  // dx and every gradient (overwritten) from dy and what forward saved.
+  void backward(const float* x, const float* dy, const Shape& shape, const EncoderCache& cache, float* dx,
+                EncoderWeights& grads, const EncoderRunOptions& opts = {}) const;
+
+  // Operations of one forward call (2 per multiply-add): projections, FFN and
+  // attention's two products over the keys each query sees.
+  double forward_flops(const Shape& shape, bool causal) const;
+
+ private:
+  EncoderConfig cfg_;
+  EncoderWeights w_;
+  std::string prefix_;         // of the file it was loaded from ("" for one made in memory)
+  bool single_ = false;        // names of one nn.TransformerEncoderLayer (no "layers.N.")
+  bool separate_qkv_ = false;  // loaded from self_attn.{q,k,v}_proj_weight: saved so
+  std::vector<Layer> ffn_;     // the FFN sublayers
+  std::shared_ptr<const void> packed_;  // fast-path layouts of the attention weights
+  void prepare();
+};
+
+}  // namespace ffn

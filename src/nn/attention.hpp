@@ -1,0 +1,35 @@
+// The fast multi-head self-attention core: for each sequence and head, tiles
+// of queries against tiles of keys with an online softmax (a running maximum
+// and sum per query, FlashAttention's forward), so the [heads, S, S] score
+// matrix is never stored: memory beyond the [n, 3d] projections grows
+// linearly in S. The products run on the ISA's fp32 block kernels
+// (KernelConfig::f32), the exponentials on its exp_rows.
+//
+// Same contract as the reference (src/reference/attention_reference.hpp):
+// rows are the valid tokens, sequence b is rows [off[b], off[b+1]), qkv is
+// [n, 3d], ctx is [n, d], the dropout rule and its index are the same.
+// Forward also writes lse[n, heads] = max + log Σ e^(s − max) per query and
+// head, from which backward recomputes each probability tile.
+//
+// Work is split over (sequence, head, query tile) units in forward and
+// (sequence, head) units in backward, each done by one thread in a fixed
+// order: results are bitwise the same for any thread count, and a
+// sequence's results do not depend on the other sequences of the batch.
+#pragma once
+
+#include <cstdint>
+
+#include "ffn/ffn.hpp"
+#include "reference/attention_reference.hpp"
+
+namespace ffn::nn {
+
+using reference::AttentionShape;
+
+void attention_forward(const AttentionShape& a, const float* qkv, float* ctx, float* lse, int threads, Isa isa);
+
+// dqkv [n, 3d] (overwritten) from dctx [n, d] and forward's ctx and lse.
+void attention_backward(const AttentionShape& a, const float* qkv, const float* ctx, const float* lse,
+                        const float* dctx, float* dqkv, int threads, Isa isa);
+
+}  // namespace ffn::nn

@@ -1,0 +1,77 @@
+// The norm as an op on rows (LayerNorm with γ, β and biased variance, as
+// PyTorch; RMSNorm with γ): forward saving mean and 1/σ, backward from them.
+// Statistics in double; used by the encoder's attention sublayer and final
+// norm. (The FFN's fused forward and backward keep their own copies fused
+// into their passes over the tokens.)
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "ffn/ffn.hpp"
+
+namespace ffn::nn {
+
+// out[n, d] = Norm(v[n, d]); mean, rstd: [n] (mean is 0 for RMSNorm).
+inline void norm_forward(NormType type, float eps, const float* v, int64_t n, int64_t d, const float* gamma,
+                         const float* beta, float* out, float* mean, float* rstd, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = v + i * d;
+    double mu = 0.0, var = 0.0;
+    if (type == NormType::layernorm) {
+      for (int64_t j = 0; j < d; ++j) mu += x[j];
+      mu /= double(d);
+    }
+    for (int64_t j = 0; j < d; ++j) var += (x[j] - mu) * (x[j] - mu);
+    const double r = 1.0 / std::sqrt(var / double(d) + double(eps));
+    for (int64_t j = 0; j < d; ++j)
+      out[i * d + j] = float((x[j] - mu) * r * double(gamma[j]) + (beta ? double(beta[j]) : 0.0));
+    mean[i] = float(mu);
+    rstd[i] = float(r);
+  }
+}
+
+// dv[n, d] (= or +=) from dout through out = γ·x̂ + β, x̂ = (v − mean)·rstd:
+//   g = dout·γ;  dv = rstd (g − mean(g) − x̂·mean(g·x̂))   (RMSNorm: no mean(g))
+// and dγ = Σ dout·x̂, dβ = Σ dout over the rows, in row order (overwritten).
+inline void norm_backward(NormType type, const float* v, const float* mean, const float* rstd, int64_t n,
+                          int64_t d, const float* gamma, const float* dout, float* dv, bool accumulate,
+                          float* dgamma, float* dbeta, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = v + i * d;
+    const float* g = dout + i * d;
+    const double mu = mean[i], r = rstd[i];
+    double mg = 0.0, mgx = 0.0;
+    for (int64_t j = 0; j < d; ++j) {
+      const double gj = double(g[j]) * double(gamma[j]);
+      mg += gj;
+      mgx += gj * (x[j] - mu) * r;
+    }
+    mg = type == NormType::rmsnorm ? 0.0 : mg / double(d);
+    mgx /= double(d);
+    for (int64_t j = 0; j < d; ++j) {
+      const double xh = (x[j] - mu) * r;
+      const float val = float(r * (double(g[j]) * double(gamma[j]) - mg - xh * mgx));
+      dv[i * d + j] = accumulate ? dv[i * d + j] + val : val;
+    }
+  }
+  std::vector<double> sg(size_t(d), 0.0), sb(size_t(d), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = v + i * d;
+    const float* g = dout + i * d;
+    const double mu = mean[i], r = rstd[i];
+    for (int64_t j = 0; j < d; ++j) {
+      sg[size_t(j)] += double(g[j]) * ((x[j] - mu) * r);
+      sb[size_t(j)] += double(g[j]);
+    }
+  }
+  for (int64_t j = 0; j < d; ++j) {
+    dgamma[j] = float(sg[size_t(j)]);
+    if (dbeta) dbeta[j] = float(sb[size_t(j)]);
+  }
+}
+
+}  // namespace ffn::nn

@@ -1,0 +1,490 @@
+// The encoder layer and multi-head attention against PyTorch
+// (tests/data/encoder_golden.safetensors, scripts/make_encoder_golden.py),
+// the tiled attention against the reference, finite differences of the
+// attention backward, and invariance over threads and batch composition.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common/compare.hpp"
+#include "ffn/encoder.hpp"
+#include "nn/attention.hpp"
+#include "nn/isa.hpp"
+#include "nn/philox.hpp"
+#include "reference/attention_reference.hpp"
+#include "test_util.hpp"
+#include "tolerances.hpp"
+
+namespace ffn {
+namespace {
+
+using test::randn;
+
+const SafetensorsFile& golden() {
+  static const SafetensorsFile f = read_safetensors(FFN_ENCODER_GOLDEN);
+  return f;
+}
+
+struct Case {
+  std::string prefix;
+  nlohmann::json meta;
+  const NamedTensor& t(const std::string& n) const { return golden().tensors.at(prefix + n); }
+  bool has(const std::string& n) const { return golden().tensors.count(prefix + n) != 0; }
+  Shape shape() const {
+    Shape s;
+    s.batch = meta["batch"];
+    s.seq = meta["seq"];
+    if (meta["has_lengths"].get<bool>())
+      for (float v : t("lengths").data) s.lengths.push_back(int64_t(v));
+    return s;
+  }
+};
+
+std::vector<Case> cases(const std::string& kind) {
+  std::vector<Case> out;
+  for (const auto& [key, value] : golden().metadata) {
+    if (key.rfind("case", 0) != 0 || key == "cases") continue;
+    Case c{key + ".", nlohmann::json::parse(value)};
+    if (c.meta["kind"] == kind) out.push_back(c);
+  }
+  return out;
+}
+
+// Values at the valid positions only (padding is NaN in the golden inputs
+// and must be zero in our outputs).
+std::vector<float> valid(const std::vector<float>& v, const Shape& s, int64_t d) {
+  std::vector<float> out;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t len = s.lengths.empty() ? s.seq : s.lengths[size_t(b)];
+    for (int64_t i = 0; i < len; ++i)
+      out.insert(out.end(), v.begin() + (b * s.seq + i) * d, v.begin() + (b * s.seq + i + 1) * d);
+  }
+  return out;
+}
+
+void expect_padding_zero(const std::vector<float>& v, const Shape& s, int64_t d, const std::string& what) {
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t len = s.lengths.empty() ? s.seq : s.lengths[size_t(b)];
+    for (int64_t i = len; i < s.seq; ++i)
+      for (int64_t j = 0; j < d; ++j) ASSERT_EQ(v[size_t((b * s.seq + i) * d + j)], 0.0f) << what;
+  }
+}
+
+std::vector<int64_t> offsets(const Shape& s) {
+  std::vector<int64_t> off{0};
+  for (int64_t b = 0; b < s.batch; ++b) off.push_back(off.back() + (s.lengths.empty() ? s.seq : s.lengths[size_t(b)]));
+  return off;
+}
+
+double worst_seen = 0;  // printed: the measured error behind the tolerances
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const Comparison c = compare(got.data(), want.data(), got.size());
+  worst_seen = std::max(worst_seen, c.max_error);
+  EXPECT_TRUE(c.ok(tol)) << what << ": " << c.describe();
+}
+
+// ---- nn.MultiheadAttention: projections in double here, the core ours ----
+
+void mha_case(const Case& c, Path path) {
+  const int64_t d = c.meta["d_model"], H = c.meta["heads"];
+  const Shape s = c.shape();
+  const std::vector<float> x = valid(c.t("x").data, s, d), dy = valid(c.t("dy").data, s, d);
+  const int64_t n = int64_t(x.size()) / d;
+  const auto& W = c.t("in_proj_weight").data;
+  const auto& bW = c.t("in_proj_bias").data;
+  const auto& O = c.t("out_proj.weight").data;
+  const auto& bO = c.t("out_proj.bias").data;
+  reference::AttentionShape a;
+  a.d = d;
+  a.heads = H;
+  a.S = s.seq;
+  a.off = offsets(s);
+  a.causal = c.meta["causal"];
+  std::vector<float> qkv(size_t(n * 3 * d)), ctx(size_t(n * d)), lse(size_t(n * H)), y(size_t(n * d));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < 3 * d; ++j) {
+      double acc = bW[size_t(j)];
+      for (int64_t p = 0; p < d; ++p) acc += double(x[size_t(i * d + p)]) * W[size_t(j * d + p)];
+      qkv[size_t(i * 3 * d + j)] = float(acc);
+    }
+  if (path == Path::reference) reference::attention_forward(a, qkv.data(), ctx.data(), lse.data());
+  else nn::attention_forward(a, qkv.data(), ctx.data(), lse.data(), 2, Isa::automatic);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      double acc = bO[size_t(j)];
+      for (int64_t p = 0; p < d; ++p) acc += double(ctx[size_t(i * d + p)]) * O[size_t(j * d + p)];
+      y[size_t(i * d + j)] = float(acc);
+    }
+  expect_close(y, valid(c.t("y").data, s, d), test::kVsTorchY, c.prefix + " y");
+  // Backward: dctx = dy O, the core, then dx = dqkv W and dW = dqkvᵀ x.
+  std::vector<float> dctx(size_t(n * d)), dqkv(size_t(n * 3 * d)), dx(size_t(n * d)), dW(size_t(3 * d * d));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < d; ++p) {
+      double acc = 0;
+      for (int64_t j = 0; j < d; ++j) acc += double(dy[size_t(i * d + j)]) * O[size_t(j * d + p)];
+      dctx[size_t(i * d + p)] = float(acc);
+    }
+  if (path == Path::reference) reference::attention_backward(a, qkv.data(), dctx.data(), dqkv.data());
+  else nn::attention_backward(a, qkv.data(), ctx.data(), lse.data(), dctx.data(), dqkv.data(), 2, Isa::automatic);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < d; ++p) {
+      double acc = 0;
+      for (int64_t j = 0; j < 3 * d; ++j) acc += double(dqkv[size_t(i * 3 * d + j)]) * W[size_t(j * d + p)];
+      dx[size_t(i * d + p)] = float(acc);
+    }
+  for (int64_t j = 0; j < 3 * d; ++j)
+    for (int64_t p = 0; p < d; ++p) {
+      double acc = 0;
+      for (int64_t i = 0; i < n; ++i) acc += double(dqkv[size_t(i * 3 * d + j)]) * x[size_t(i * d + p)];
+      dW[size_t(j * d + p)] = float(acc);
+    }
+  expect_close(dx, valid(c.t("grad_input").data, s, d), test::kVsTorchDx, c.prefix + " dx");
+  expect_close(dW, c.t("grad.in_proj_weight").data, test::kVsTorchDw, c.prefix + " d in_proj_weight");
+}
+
+TEST(Attention, MatchesTorchMultiheadAttention) {
+  const auto cs = cases("mha");
+  ASSERT_GE(cs.size(), 5u);
+  for (const Case& c : cs) {
+    SCOPED_TRACE(c.prefix + c.meta.dump());
+    mha_case(c, Path::reference);
+    mha_case(c, Path::automatic);
+  }
+  std::printf("[ measured ] attention vs PyTorch: worst scaled error %.2e (tolerance 1e-5)\n", worst_seen);
+}
+
+// ---- nn.TransformerEncoder -------------------------------------------------
+
+Encoder load_case(const Case& c) {
+  EncoderLoadOptions o;
+  o.prefix = c.prefix;
+  o.heads = c.meta["heads"].get<int64_t>();
+  o.activation = parse_activation(c.meta["activation"].get<std::string>());
+  o.norm = c.meta["norm_first"].get<bool>() ? NormPlacement::pre : NormPlacement::post;
+  o.eps = c.meta["eps"].get<float>();
+  return Encoder::load(FFN_ENCODER_GOLDEN, o);
+}
+
+TEST(Encoder, MatchesTorchTransformerEncoder) {
+  const auto cs = cases("encoder");
+  ASSERT_GE(cs.size(), 7u);
+  const auto dir = test::scratch_dir("encoder");
+  worst_seen = 0;
+  for (const Case& c : cs) {
+    SCOPED_TRACE(c.prefix + c.meta.dump());
+    const Encoder e = load_case(c);
+    EXPECT_EQ(e.config().layers, c.meta["layers"].get<int64_t>());
+    EXPECT_EQ(e.config().final_norm, c.meta["final_norm"].get<bool>());
+    const Shape s = c.shape();
+    const int64_t d = e.config().d_model;
+    for (Path path : {Path::reference, Path::automatic}) {
+      EncoderRunOptions ro;
+      ro.path = path;
+      ro.causal = c.meta["causal"];
+      ro.threads = 2;
+      std::vector<float> y(c.t("x").data.size(), -1.0f), dx(y.size(), -1.0f);
+      EncoderCache cache;
+      e.forward(c.t("x").data.data(), y.data(), s, ro, &cache);
+      expect_padding_zero(y, s, d, "y");
+      expect_close(valid(y, s, d), valid(c.t("y").data, s, d), test::kVsTorchY, c.prefix + " y");
+      EncoderWeights g;
+      e.backward(c.t("x").data.data(), c.t("dy").data.data(), s, cache, dx.data(), g, ro);
+      expect_padding_zero(dx, s, d, "dx");
+      expect_close(valid(dx, s, d), valid(c.t("grad_input").data, s, d), test::kVsTorchDx, c.prefix + " dx");
+      const std::string gp = (dir / "g.safetensors").string();
+      e.save_gradients(gp, g);
+      const SafetensorsFile gf = read_safetensors(gp);
+      size_t checked = 0;
+      for (const auto& [name, t] : gf.tensors) {
+        ASSERT_EQ(name.rfind(c.prefix, 0), 0u) << name;
+        const std::string want = c.prefix + "grad." + name.substr(c.prefix.size());
+        ASSERT_TRUE(golden().tensors.count(want)) << want;
+        expect_close(t.data, golden().tensors.at(want).data, test::kVsTorchDw, name);
+        ++checked;
+      }
+      size_t params = 0;
+      for (const auto& [name, t] : golden().tensors)
+        if (name.rfind(c.prefix + "grad.", 0) == 0) ++params;
+      EXPECT_EQ(checked, params) << "every parameter's gradient is compared";
+    }
+  }
+  std::printf("[ measured ] encoder vs PyTorch: worst scaled error %.2e (tolerance 1e-5)\n", worst_seen);
+}
+
+// ---- the tiled attention against the reference ----------------------------
+
+struct AttnData {
+  reference::AttentionShape a;
+  std::vector<float> qkv, dctx;
+};
+
+AttnData attn_data(int64_t d, int64_t H, std::vector<int64_t> lengths, bool causal, float dropout, uint64_t seed) {
+  AttnData t;
+  t.a.d = d;
+  t.a.heads = H;
+  t.a.off = {0};
+  for (int64_t l : lengths) {
+    t.a.off.push_back(t.a.off.back() + l);
+    t.a.S = std::max(t.a.S, l);
+  }
+  t.a.causal = causal;
+  t.a.dropout = dropout;
+  t.a.training = dropout > 0;
+  t.a.seed = seed;
+  const int64_t n = t.a.rows();
+  t.qkv = randn(size_t(n * 3 * d), seed, 1.5f);  // scores of a few units: a peaked softmax
+  t.dctx = randn(size_t(n * d), seed + 1);
+  return t;
+}
+
+void expect_tiled_matches_reference(const AttnData& t, bool backward, const std::string& what) {
+  const int64_t n = t.a.rows(), d = t.a.d, H = t.a.heads;
+  std::vector<float> ref(size_t(n * d)), got(size_t(n * d)), lse_r(size_t(n * H)), lse(size_t(n * H));
+  reference::attention_forward(t.a, t.qkv.data(), ref.data(), lse_r.data());
+  nn::attention_forward(t.a, t.qkv.data(), got.data(), lse.data(), 2, Isa::automatic);
+  expect_close(got, ref, test::kFusedVsReference, what + " ctx");
+  expect_close(lse, lse_r, test::kFusedVsReference, what + " lse");
+  if (!backward) return;
+  std::vector<float> dref(size_t(n * 3 * d)), dgot(size_t(n * 3 * d), NAN);
+  reference::attention_backward(t.a, t.qkv.data(), t.dctx.data(), dref.data());
+  nn::attention_backward(t.a, t.qkv.data(), got.data(), lse.data(), t.dctx.data(), dgot.data(), 2, Isa::automatic);
+  expect_close(dgot, dref, test::kAttentionBackwardVsReference, what + " dqkv");
+}
+
+TEST(Attention, TiledMatchesReferenceAtEveryTileEdge) {
+  worst_seen = 0;
+  // Query tiles of 64 and key tiles of 128: lengths around both.
+  for (int64_t len : {1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200, 257}) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE("len " + std::to_string(len) + (causal ? " causal" : ""));
+      expect_tiled_matches_reference(attn_data(24, 3, {len, 5, 1}, causal, 0.0f, uint64_t(len)), true, "tiles");
+    }
+  }
+  // Head dims that are not a multiple of the 16-column panel: 1, 7, 20, 33.
+  for (auto [d, H] : {std::pair<int64_t, int64_t>{4, 4}, {14, 2}, {40, 2}, {33, 1}})
+    expect_tiled_matches_reference(attn_data(d, H, {70, 3}, true, 0.0f, 7), true, "head dim " + std::to_string(d / H));
+  // Dropout on the probabilities: the same masks on both paths.
+  expect_tiled_matches_reference(attn_data(16, 2, {150, 9, 1}, false, 0.2f, 11), true, "dropout");
+  expect_tiled_matches_reference(attn_data(16, 2, {150, 9, 1}, true, 0.5f, 12), true, "dropout causal");
+  std::printf("[ measured ] tiled attention vs reference: worst scaled error %.2e (tolerances %.0e forward, %.0e backward)\n",
+              worst_seen, test::kFusedVsReference, test::kAttentionBackwardVsReference);
+}
+
+TEST(Attention, TiledMatchesReferenceOnLongSequences) {
+  expect_tiled_matches_reference(attn_data(16, 2, {4096}, false, 0.0f, 21), false, "S 4096");
+  expect_tiled_matches_reference(attn_data(16, 2, {4096}, true, 0.0f, 22), false, "S 4096 causal");
+  expect_tiled_matches_reference(attn_data(16, 2, {1500}, true, 0.1f, 23), true, "S 1500 causal dropout backward");
+}
+
+// ---- finite differences of the attention backward (double) ----------------
+
+TEST(Attention, BackwardMatchesFiniteDifferences) {
+  for (bool causal : {false, true}) {
+    AttnData t = attn_data(6, 2, {5, 1, 3}, causal, 0.3f, 31);
+    const int64_t n = t.a.rows(), d = t.a.d;
+    std::vector<double> qkv(t.qkv.begin(), t.qkv.end()), dctx(t.dctx.begin(), t.dctx.end());
+    std::vector<double> grad(qkv.size()), ctx(size_t(n * d));
+    reference::attention_backward(t.a, qkv.data(), dctx.data(), grad.data());
+    auto loss = [&](const std::vector<double>& v) {
+      reference::attention_forward(t.a, v.data(), ctx.data());
+      double l = 0;
+      for (size_t i = 0; i < ctx.size(); ++i) l += ctx[i] * dctx[i];
+      return l;
+    };
+    std::vector<double> fd(qkv.size());
+    const double h = 1e-6;
+    for (size_t e = 0; e < qkv.size(); ++e) {
+      std::vector<double> p = qkv, m = qkv;
+      p[e] += h;
+      m[e] -= h;
+      fd[e] = (loss(p) - loss(m)) / (2 * h);
+    }
+    const Comparison c = compare(grad.data(), fd.data(), fd.size());
+    EXPECT_TRUE(c.ok(test::kFiniteDifference)) << (causal ? "causal " : "") << c.describe();
+  }
+}
+
+// ---- invariance -------------------------------------------------------------
+
+EncoderConfig small_config() {
+  EncoderConfig cfg;
+  cfg.d_model = 40;
+  cfg.heads = 4;
+  cfg.d_ff = 72;
+  cfg.layers = 2;
+  cfg.activation = Activation::gelu;
+  cfg.final_norm = true;
+  return cfg;
+}
+
+TEST(Encoder, BitwiseSameForAnyThreadCount) {
+  for (NormPlacement norm : {NormPlacement::post, NormPlacement::pre}) {
+    EncoderConfig cfg = small_config();
+    cfg.norm = norm;
+    cfg.dropout = 0.1f;
+    const Encoder e(cfg, 5);
+    Shape s{3, 150, Layout::tokens, {150, 1, 77}};
+    const auto x = randn(size_t(s.positions() * cfg.d_model), 1), dy = randn(x.size(), 2);
+    std::vector<std::vector<float>> ys, dxs;
+    std::vector<EncoderWeights> gs;
+    for (int threads : {1, 2, 3}) {
+      EncoderRunOptions o;
+      o.threads = threads;
+      o.training = true;
+      o.seed = 99;
+      o.causal = true;
+      std::vector<float> y(x.size()), dx(x.size());
+      EncoderCache c;
+      e.forward(x.data(), y.data(), s, o, &c);
+      EncoderWeights g;
+      e.backward(x.data(), dy.data(), s, c, dx.data(), g, o);
+      ys.push_back(y);
+      dxs.push_back(dx);
+      gs.push_back(g);
+    }
+    for (size_t i = 1; i < ys.size(); ++i) {
+      EXPECT_EQ(ys[i], ys[0]);
+      EXPECT_EQ(dxs[i], dxs[0]);
+      EXPECT_EQ(gs[i].layers[0].in_proj_weight, gs[0].layers[0].in_proj_weight);
+      EXPECT_EQ(gs[i].layers[1].ffn.w1, gs[0].layers[1].ffn.w1);
+      EXPECT_EQ(gs[i].norm_weight, gs[0].norm_weight);
+    }
+  }
+}
+
+TEST(Encoder, ASequenceGivesTheSameBitsAloneOrInABatch) {
+  const EncoderConfig cfg = small_config();
+  const Encoder e(cfg, 6);
+  const int64_t d = cfg.d_model, S = 90;
+  Shape batch{3, S, Layout::tokens, {40, 90, 3}};
+  const auto x = randn(size_t(batch.positions() * d), 3);
+  std::vector<float> y(x.size());
+  e.forward(x.data(), y.data(), batch);
+  // Sequence 1 alone (its full length), and sequence 0 alone padded to another S.
+  Shape one{1, S, Layout::tokens, {}};
+  std::vector<float> y1(size_t(S * d));
+  e.forward(x.data() + S * d, y1.data(), one);
+  EXPECT_TRUE(std::equal(y1.begin(), y1.end(), y.begin() + S * d));
+  Shape zero{1, 40, Layout::tokens, {}};
+  std::vector<float> y0(size_t(40 * d));
+  e.forward(x.data(), y0.data(), zero);
+  EXPECT_TRUE(std::equal(y0.begin(), y0.end(), y.begin()));
+}
+
+TEST(Encoder, FastPathMatchesReferenceInTraining) {
+  for (NormPlacement norm : {NormPlacement::post, NormPlacement::pre}) {
+    EncoderConfig cfg = small_config();
+    cfg.norm = norm;
+    cfg.norm_type = norm == NormPlacement::pre ? NormType::rmsnorm : NormType::layernorm;
+    cfg.activation = norm == NormPlacement::pre ? Activation::swiglu : Activation::relu;
+    cfg.dropout = 0.2f;
+    const Encoder e(cfg, 8);
+    Shape s{2, 70, Layout::tokens, {70, 33}};
+    const auto x = randn(size_t(s.positions() * cfg.d_model), 4), dy = randn(x.size(), 5);
+    std::vector<std::vector<float>> ys, dxs;
+    std::vector<EncoderWeights> gs;
+    for (Path path : {Path::reference, Path::automatic}) {
+      EncoderRunOptions o;
+      o.path = path;
+      o.training = true;
+      o.seed = 3;
+      o.causal = norm == NormPlacement::pre;
+      std::vector<float> y(x.size()), dx(x.size());
+      EncoderCache c;
+      e.forward(x.data(), y.data(), s, o, &c);
+      EncoderWeights g;
+      e.backward(x.data(), dy.data(), s, c, dx.data(), g, o);
+      ys.push_back(y);
+      dxs.push_back(dx);
+      gs.push_back(g);
+    }
+    expect_close(ys[1], ys[0], test::kFusedVsReference, "y");
+    expect_close(dxs[1], dxs[0], test::kAttentionBackwardVsReference, "dx");
+    for (size_t l = 0; l < 2; ++l) {
+      expect_close(gs[1].layers[l].in_proj_weight, gs[0].layers[l].in_proj_weight, test::kAttentionBackwardVsReference, "dW_in");
+      expect_close(gs[1].layers[l].out_proj_bias, gs[0].layers[l].out_proj_bias, test::kAttentionBackwardVsReference, "db_O");
+      expect_close(gs[1].layers[l].norm1_weight, gs[0].layers[l].norm1_weight, test::kAttentionBackwardVsReference, "dγ1");
+      expect_close(gs[1].layers[l].ffn.wg, gs[0].layers[l].ffn.wg, test::kAttentionBackwardVsReference, "dWg");
+    }
+  }
+}
+
+TEST(Encoder, StackedLayersDropDifferentElements) {
+  // One user seed, two layers: each sublayer's masks come from its own seed.
+  std::set<uint64_t> seeds;
+  for (uint32_t l = 0; l < 4; ++l)
+    for (uint32_t sub = 0; sub < 2; ++sub) seeds.insert(nn::derive_seed(42, l, sub));
+  EXPECT_EQ(seeds.size(), 8u);
+  const auto rule = nn::DropoutRule::make(0.5f);
+  int same = 0;
+  for (uint64_t i = 0; i < 1000; ++i)
+    same += rule.factor(nn::derive_seed(42, 0, 0), nn::Stream::attention, i) ==
+            rule.factor(nn::derive_seed(42, 1, 0), nn::Stream::attention, i);
+  EXPECT_LT(same, 600) << "layer 0's and layer 1's masks agree on " << same << " of 1000 elements";
+}
+
+// ---- files ------------------------------------------------------------------
+
+TEST(Encoder, SaveAndLoadRoundTrip) {
+  const auto dir = test::scratch_dir("encoder_io");
+  EncoderConfig cfg = small_config();
+  cfg.norm = NormPlacement::pre;
+  cfg.eps = 1e-6f;
+  const Encoder e(cfg, 9);
+  const std::string p = (dir / "enc.safetensors").string();
+  e.save(p);
+  const Encoder back = Encoder::load(p);
+  EXPECT_EQ(back.config().heads, cfg.heads);
+  EXPECT_EQ(back.config().layers, cfg.layers);
+  EXPECT_EQ(back.config().norm, NormPlacement::pre);
+  EXPECT_EQ(back.config().activation, Activation::gelu);
+  EXPECT_EQ(back.config().eps, 1e-6f);
+  EXPECT_TRUE(back.config().final_norm);
+  EXPECT_EQ(back.weights().layers[1].in_proj_weight, e.weights().layers[1].in_proj_weight);
+  EXPECT_EQ(back.weights().layers[1].ffn.w2, e.weights().layers[1].ffn.w2);
+}
+
+TEST(Encoder, LoadErrorsNameTheTensorOrSetting) {
+  auto message = [](const std::string& path, const EncoderLoadOptions& o) {
+    try {
+      Encoder::load(path, o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const Case c = cases("encoder").at(0);
+  EncoderLoadOptions o;
+  o.prefix = c.prefix;
+  EXPECT_NE(message(FFN_ENCODER_GOLDEN, o).find("number of attention heads"), std::string::npos)
+      << message(FFN_ENCODER_GOLDEN, o);
+  o.heads = 3;  // does not divide 16
+  EXPECT_NE(message(FFN_ENCODER_GOLDEN, o).find("does not divide d_model"), std::string::npos);
+  o.prefix = "nothing.";
+  EXPECT_NE(message(FFN_ENCODER_GOLDEN, o).find("not an encoder's state_dict"), std::string::npos);
+  // A wrong shape and a missing tensor.
+  const auto dir = test::scratch_dir("encoder_err");
+  SafetensorsFile f;
+  for (const auto& [name, t] : golden().tensors)
+    if (name.rfind(c.prefix, 0) == 0 && name.find(".grad.") == std::string::npos && name.find("grad.") != c.prefix.size())
+      f.tensors[name.substr(c.prefix.size())] = t;
+  f.metadata["ffn.heads"] = "4";
+  auto broken = f;
+  broken.tensors["layers.0.linear2.bias"].shape = {1, broken.tensors["layers.0.linear2.bias"].shape[0]};
+  write_safetensors((dir / "shape.safetensors").string(), broken);
+  EXPECT_NE(message((dir / "shape.safetensors").string(), {}).find("layers.0.linear2.bias has shape [1, 16], expected [16]"),
+            std::string::npos) << message((dir / "shape.safetensors").string(), {});
+  broken = f;
+  broken.tensors.erase("layers.0.norm2.weight");
+  write_safetensors((dir / "missing.safetensors").string(), broken);
+  EXPECT_NE(message((dir / "missing.safetensors").string(), {}).find("missing tensor layers.0.norm2.weight"),
+            std::string::npos) << message((dir / "missing.safetensors").string(), {});
+}
+
+}  // namespace
+}  // namespace ffn
