@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/format.hpp"
+#include "ffn/encoder.hpp"
 #include "ffn/ffn.hpp"
 
 namespace ffn::cli {
@@ -140,5 +141,45 @@ struct Command {
 
 Command add_train(CLI::App& app);  // ffn train
 Command add_demo(CLI::App& app);   // ffn demo approximate | interaction
+Command add_encode(CLI::App& app);       // ffn encode
+Command add_encode_grad(CLI::App& app);  // ffn encode-grad
+
+// ---- shared by the commands (tools/ffn_main.cpp) ---------------------------
+
+// An input array and the shape it describes.
+struct Input {
+  Array x;
+  Shape shape;
+};
+// Reads --input ([T, d] or [B, S, d]; ncw: [d, S] or [B, d, S]) and --lengths,
+// checking the width against d (from `weights`).
+Input read_input(const std::string& input, const std::string& lengths, Layout layout, int64_t d,
+                 const std::string& weights);
+// "NaN", "+Inf" or "-Inf".
+const char* kind_of(float v);
+// Throws Error at the first NaN or Inf outside the padding, naming `what` and the position.
+void check_finite_tokens(const float* v, const Shape& shape, int64_t d, bool three_d, const std::string& what);
+// --threads checked: 0..kMaxThreads.
+int threads_or_throw(int t);
+
+// The two files of --output-dir (grad_input.npy, grads.safetensors), checked
+// before any work: not an input, writable.
+struct GradTargets {
+  std::string dir, grad_input, grads;
+};
+GradTargets grad_targets(const std::string& output_dir, const Flags& inputs);
+// Writes both files into a staging directory, then renames them into place:
+// a failure or a signal leaves neither (nor a directory this run created).
+void write_gradient_pair(const GradTargets& t, const Array& dx, const std::function<void(const std::string&)>& save_grads);
+
+// ffn bench --encoder and ffn init --encoder (tools/encoder_cmd.cpp).
+struct EncoderBenchArgs {
+  int64_t batch = 8, seq = 128;
+  bool causal = false;
+};
+void init_encoder(const EncoderConfig& cfg, uint64_t seed, const std::string& output);
+// Returns the exit status (1 when the check against the reference fails).
+int bench_encoder(const EncoderConfig& cfg, const EncoderBenchArgs& e, const RunOptions& base, bool backward,
+                  int repeats, int warmup, uint64_t seed, bool json);
 
 }  // namespace ffn::cli

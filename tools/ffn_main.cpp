@@ -1,5 +1,5 @@
 // ffn — command-line program: run, grad, init, quantize, bench (here), train and demo
-// (tools/train_cmd.cpp, tools/demo_cmd.cpp).
+// (tools/train_cmd.cpp, tools/demo_cmd.cpp), encode and encode-grad (tools/encoder_cmd.cpp).
 // Exit status: 0 success, 2 bad input (one line on stderr naming the file,
 // tensor or flag), 1 internal error or a failed self-check, 3 `ffn train`
 // diverged (a NaN or Inf loss or gradient), 130/143 interrupted.
@@ -29,10 +29,137 @@
 #include "nn/peak.hpp"
 #include "nn/init.hpp"
 
+namespace ffn::cli {
+
+namespace fs = std::filesystem;
+
+Input read_input(const std::string& input, const std::string& lengths, Layout layout, int64_t d,
+                 const std::string& weights) {
+  Input in;
+  in.x = read_npy(input);
+  const auto& s = in.x.shape;
+  const std::string expect = layout == Layout::tokens ? "[T, d_model] or [B, S, d_model]" : "[d_model, S] or [B, d_model, S]";
+  if (s.size() != 2 && s.size() != 3)
+    throw Error(input + ": input has shape " + shape_str(s) + " (" + std::to_string(s.size()) + "-D), expected " + expect);
+  const int64_t width = layout == Layout::tokens ? s.back() : s[s.size() - 2];
+  if (width != d)
+    throw Error(input + ": input has shape " + shape_str(s) + ", expected " + expect + " with d_model=" +
+                std::to_string(d) + " (from " + weights + ")");
+  in.shape.layout = layout;
+  in.shape.batch = s.size() == 3 ? s[0] : 1;
+  in.shape.seq = layout == Layout::tokens ? s[s.size() - 2] : s.back();
+  if (!lengths.empty()) {
+    std::vector<int64_t> lshape;
+    in.shape.lengths = read_npy_int(lengths, &lshape);
+    if (lshape.size() != 1 || lshape[0] != in.shape.batch)
+      throw Error(lengths + ": lengths have shape " + shape_str(lshape) + ", expected [" +
+                  std::to_string(in.shape.batch) + "] (one per sequence of " + input + ")");
+    for (size_t b = 0; b < in.shape.lengths.size(); ++b) {
+      const int64_t len = in.shape.lengths[b];
+      if (len < 0 || len > in.shape.seq)
+        throw Error(lengths + ": length " + std::to_string(len) + " of sequence " + std::to_string(b) +
+                    " is outside 0.." + std::to_string(in.shape.seq) + " (S of " + input + ")");
+    }
+  }
+  return in;
+}
+
+const char* kind_of(float v) { return std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf"; }
+
+// The first NaN or Inf of an array in the input's shape and layout, at a
+// position that is not padding, as "<what> is NaN at token t, feature j"
+// (or "sequence b, position s, feature j" for [B, S, d] inputs).
+void check_finite_tokens(const float* v, const Shape& shape, int64_t d, bool three_d, const std::string& what) {
+  const int64_t S = shape.seq;
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    const int64_t len = shape.lengths.empty() ? S : shape.lengths[size_t(b)];
+    for (int64_t s = 0; s < len; ++s) {
+      for (int64_t j = 0; j < d; ++j) {
+        const size_t i = size_t(shape.layout == Layout::tokens ? (b * S + s) * d + j : (b * d + j) * S + s);
+        if (std::isfinite(v[i])) continue;
+        const std::string where = three_d ? "sequence " + std::to_string(b) + ", position " + std::to_string(s)
+                                          : "token " + std::to_string(b * S + s);
+        throw Error(what + " is " + kind_of(v[i]) + " at " + where + ", feature " + std::to_string(j) +
+                    " (--check-finite)");
+      }
+    }
+  }
+}
+
+int threads_or_throw(int t) {
+  if (t < 0 || t > kMaxThreads)
+    throw Error("--threads: expected 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(t));
+  return t;
+}
+
+GradTargets grad_targets(const std::string& output_dir, const Flags& inputs) {
+  std::error_code ec;
+  if (fs::exists(output_dir, ec) && !fs::is_directory(output_dir, ec))
+    throw Error("--output-dir " + output_dir + ": exists and is not a directory");
+  GradTargets t;
+  t.dir = output_dir;
+  t.grad_input = (fs::path(output_dir) / "grad_input.npy").string();
+  t.grads = (fs::path(output_dir) / "grads.safetensors").string();
+  check_not_an_input(t.grad_input, "--output-dir", inputs);
+  check_not_an_input(t.grads, "--output-dir", inputs);
+  io::check_writable_target(t.grad_input);
+  io::check_writable_target(t.grads);
+  return t;
+}
+
+void write_gradient_pair(const GradTargets& t, const Array& dx, const std::function<void(const std::string&)>& save_grads) {
+  std::error_code ec;
+  // Both files are written completely into a staging directory inside D,
+  // then renamed into place: a failure leaves neither a new file nor a
+  // mismatched pair (nor a directory this run created).
+  // SIGINT/SIGTERM/SIGHUP wait until the directories made below are registered
+  // for removal, so no signal can leave one behind.
+  std::optional<io::SignalBlock> hold(std::in_place);
+  const bool created = !fs::exists(t.dir, ec);
+  if (created) {
+    fs::create_directories(t.dir, ec);
+    if (ec) throw Error("--output-dir " + t.dir + ": cannot create: " + ec.message());
+  }
+  std::string stage_tmpl = (fs::path(t.dir) / ".ffn-grad-XXXXXX").string();
+  std::vector<char> buf(stage_tmpl.begin(), stage_tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) {
+    const std::string why = io::errno_text();
+    if (created) fs::remove(t.dir, ec);
+    throw Error("--output-dir " + t.dir + ": cannot write: " + why);
+  }
+  const fs::path stage(buf.data());
+  // A signal from here on removes the staging directory (and D if this run made it).
+  io::remove_on_signal({(stage / "grad_input.npy").string(), (stage / "grads.safetensors").string(), stage.string(),
+                        created ? t.dir : std::string()});
+  struct Unregister {
+    ~Unregister() { io::remove_on_signal({}); }
+  } unregister;
+  hold.reset();  // a signal that arrived meanwhile is handled now
+  try {
+    write_npy((stage / "grad_input.npy").string(), dx);
+    save_grads((stage / "grads.safetensors").string());
+    fs::rename(stage / "grad_input.npy", t.grad_input);
+    fs::rename(stage / "grads.safetensors", t.grads);
+  } catch (const std::exception& e) {
+    fs::remove_all(stage, ec);
+    if (created) fs::remove(t.dir, ec);
+    if (dynamic_cast<const Error*>(&e)) throw;
+    throw Error("--output-dir " + t.dir + ": cannot write: " + e.what());
+  }
+  fs::remove_all(stage, ec);
+}
+
+}  // namespace ffn::cli
+
 namespace {
 
 using namespace ffn;
 namespace fs = std::filesystem;
+using cli::Input;
+using cli::check_finite_tokens;
+using cli::threads_or_throw;
+using cli::kind_of;
 
 
 // Options shared by run and grad.
@@ -66,67 +193,11 @@ struct LayerArgs {
   }
 };
 
-// The input array and the shape it describes.
-struct Input {
-  Array x;
-  Shape shape;
-};
-
 Input read_input(const LayerArgs& a, const Config& cfg) {
-  const Layout layout = parse_layout(a.layout, "--layout");
-  Input in;
-  in.x = read_npy(a.input);
-  const auto& s = in.x.shape;
-  const int64_t d = cfg.d_model;
-  const std::string expect = layout == Layout::tokens ? "[T, d_model] or [B, S, d_model]" : "[d_model, S] or [B, d_model, S]";
-  if (s.size() != 2 && s.size() != 3)
-    throw Error(a.input + ": input has shape " + shape_str(s) + " (" + std::to_string(s.size()) + "-D), expected " + expect);
-  const int64_t width = layout == Layout::tokens ? s.back() : s[s.size() - 2];
-  if (width != d)
-    throw Error(a.input + ": input has shape " + shape_str(s) + ", expected " + expect + " with d_model=" +
-                std::to_string(d) + " (from " + a.weights + ")");
-  in.shape.layout = layout;
-  in.shape.batch = s.size() == 3 ? s[0] : 1;
-  in.shape.seq = layout == Layout::tokens ? s[s.size() - 2] : s.back();
-  if (!a.lengths.empty()) {
-    std::vector<int64_t> lshape;
-    in.shape.lengths = read_npy_int(a.lengths, &lshape);
-    if (lshape.size() != 1 || lshape[0] != in.shape.batch)
-      throw Error(a.lengths + ": lengths have shape " + shape_str(lshape) + ", expected [" +
-                  std::to_string(in.shape.batch) + "] (one per sequence of " + a.input + ")");
-    for (size_t b = 0; b < in.shape.lengths.size(); ++b) {
-      const int64_t len = in.shape.lengths[b];
-      if (len < 0 || len > in.shape.seq)
-        throw Error(a.lengths + ": length " + std::to_string(len) + " of sequence " + std::to_string(b) +
-                    " is outside 0.." + std::to_string(in.shape.seq) + " (S of " + a.input + ")");
-    }
-  }
-  return in;
+  return cli::read_input(a.input, a.lengths, parse_layout(a.layout, "--layout"), cfg.d_model, a.weights);
 }
 
 // ---- --check-finite ------------------------------------------------------------
-
-const char* kind_of(float v) { return std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf"; }
-
-// The first NaN or Inf of an array in the input's shape and layout, at a
-// position that is not padding, as "<what> is NaN at token t, feature j"
-// (or "sequence b, position s, feature j" for [B, S, d] inputs).
-void check_finite_tokens(const float* v, const Shape& shape, int64_t d, bool three_d, const std::string& what) {
-  const int64_t S = shape.seq;
-  for (int64_t b = 0; b < shape.batch; ++b) {
-    const int64_t len = shape.lengths.empty() ? S : shape.lengths[size_t(b)];
-    for (int64_t s = 0; s < len; ++s) {
-      for (int64_t j = 0; j < d; ++j) {
-        const size_t i = size_t(shape.layout == Layout::tokens ? (b * S + s) * d + j : (b * d + j) * S + s);
-        if (std::isfinite(v[i])) continue;
-        const std::string where = three_d ? "sequence " + std::to_string(b) + ", position " + std::to_string(s)
-                                          : "token " + std::to_string(b * S + s);
-        throw Error(what + " is " + kind_of(v[i]) + " at " + where + ", feature " + std::to_string(j) +
-                    " (--check-finite)");
-      }
-    }
-  }
-}
 
 // The first NaN or Inf of any parameter (or gradient), with its index.
 void check_finite_weights(const Config& cfg, const Weights& w, const TensorNames& names, const std::string& what) {
@@ -143,12 +214,6 @@ void check_finite_weights(const Config& cfg, const Weights& w, const TensorNames
       throw Error(what + ": tensor '" + *name + "' is " + kind_of((*v)[i]) + " at " + at + " (--check-finite)");
     }
   }
-}
-
-int threads_or_throw(int t) {
-  if (t < 0 || t > kMaxThreads)
-    throw Error("--threads: expected 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(t));
-  return t;
 }
 
 // ---- run ----------------------------------------------------------------------
@@ -216,17 +281,8 @@ void cmd_grad(const GradArgs& a) {
   if (dy.shape != in.x.shape)
     throw Error(a.grad_output + ": grad-output has shape " + shape_str(dy.shape) + ", expected the input's shape " +
                 shape_str(in.x.shape));
-  std::error_code ec;
-  if (fs::exists(a.output_dir, ec) && !fs::is_directory(a.output_dir, ec))
-    throw Error("--output-dir " + a.output_dir + ": exists and is not a directory");
-  const std::string gx_path = (fs::path(a.output_dir) / "grad_input.npy").string();
-  const std::string gw_path = (fs::path(a.output_dir) / "grads.safetensors").string();
-  const std::vector<std::pair<std::string, std::string>> inputs = {
-      {"--input", a.input}, {"--weights", a.weights}, {"--grad-output", a.grad_output}, {"--lengths", a.lengths}};
-  cli::check_not_an_input(gx_path, "--output-dir", inputs);
-  cli::check_not_an_input(gw_path, "--output-dir", inputs);
-  io::check_writable_target(gx_path);
-  io::check_writable_target(gw_path);
+  const cli::GradTargets targets = cli::grad_targets(
+      a.output_dir, {{"--input", a.input}, {"--weights", a.weights}, {"--grad-output", a.grad_output}, {"--lengths", a.lengths}});
 
   RunOptions ro;
   ro.threads = threads;
@@ -252,45 +308,7 @@ void cmd_grad(const GradArgs& a) {
     check_finite_weights(layer.config(), grads, layer.names(), "gradient");
   }
 
-  // Both files are written completely into a staging directory inside D,
-  // then renamed into place: a failure leaves neither a new file nor a
-  // mismatched pair (nor a directory this run created).
-  // SIGINT/SIGTERM/SIGHUP wait until the directories made below are registered
-  // for removal, so no signal can leave one behind.
-  std::optional<io::SignalBlock> hold(std::in_place);
-  const bool created = !fs::exists(a.output_dir, ec);
-  if (created) {
-    fs::create_directories(a.output_dir, ec);
-    if (ec) throw Error("--output-dir " + a.output_dir + ": cannot create: " + ec.message());
-  }
-  std::string stage_tmpl = (fs::path(a.output_dir) / ".ffn-grad-XXXXXX").string();
-  std::vector<char> buf(stage_tmpl.begin(), stage_tmpl.end());
-  buf.push_back('\0');
-  if (!mkdtemp(buf.data())) {
-    const std::string why = io::errno_text();
-    if (created) fs::remove(a.output_dir, ec);
-    throw Error("--output-dir " + a.output_dir + ": cannot write: " + why);
-  }
-  const fs::path stage(buf.data());
-  // A signal from here on removes the staging directory (and D if this run made it).
-  io::remove_on_signal({(stage / "grad_input.npy").string(), (stage / "grads.safetensors").string(), stage.string(),
-                        created ? a.output_dir : std::string()});
-  struct Unregister {
-    ~Unregister() { io::remove_on_signal({}); }
-  } unregister;
-  hold.reset();  // a signal that arrived meanwhile is handled now
-  try {
-    write_npy((stage / "grad_input.npy").string(), dx);
-    layer.save_gradients((stage / "grads.safetensors").string(), grads);
-    fs::rename(stage / "grad_input.npy", gx_path);
-    fs::rename(stage / "grads.safetensors", gw_path);
-  } catch (const std::exception& e) {
-    fs::remove_all(stage, ec);
-    if (created) fs::remove(a.output_dir, ec);
-    if (dynamic_cast<const Error*>(&e)) throw;
-    throw Error("--output-dir " + a.output_dir + ": cannot write: " + e.what());
-  }
-  fs::remove_all(stage, ec);
+  cli::write_gradient_pair(targets, dx, [&](const std::string& path) { layer.save_gradients(path, grads); });
 }
 
 // ---- init ---------------------------------------------------------------------
@@ -300,7 +318,31 @@ struct InitArgs {
   cli::ArchitectureArgs arch;
   std::string output;
   uint64_t seed = 0;
+  // --encoder: a stack of encoder layers (attention + FFN) instead of one FFN sublayer.
+  bool encoder = false, final_norm = false;
+  int64_t layers = 1, heads = 8;
+  CLI::Option *o_layers = nullptr, *o_heads = nullptr, *o_final_norm = nullptr;
 };
+
+// The encoder settings of ffn init and ffn bench from the FFN's flags plus
+// --layers and --heads.
+EncoderConfig encoder_config(int64_t d_model, int64_t d_ff, const Config& ffn, int64_t layers, int64_t heads) {
+  if (layers < 1) throw Error("--layers: expected a positive integer, got " + std::to_string(layers));
+  if (heads < 1 || d_model % heads != 0)
+    throw Error("--heads: expected a divisor of --d-model " + std::to_string(d_model) + ", got " + std::to_string(heads));
+  if (ffn.norm == NormPlacement::none) throw Error("--norm: an encoder layer's norm is post or pre, got none");
+  EncoderConfig e;
+  e.d_model = d_model;
+  e.d_ff = d_ff;
+  e.layers = layers;
+  e.heads = heads;
+  e.activation = ffn.activation;
+  e.norm = ffn.norm;
+  e.norm_type = ffn.norm_type;
+  e.eps = ffn.eps;
+  e.bias = ffn.bias;
+  return e;
+}
 
 void cmd_init(const InitArgs& a) {
   Config cfg;
@@ -309,6 +351,15 @@ void cmd_init(const InitArgs& a) {
   if (a.d_model < 1) throw Error("--d-model: expected a positive integer, got " + std::to_string(a.d_model));
   if (a.d_ff < 1) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
   a.arch.apply(cfg);
+  if (!a.encoder) {
+    for (const CLI::Option* o : {a.o_layers, a.o_heads, a.o_final_norm})
+      if (o->count()) throw Error(o->get_name() + ": needs --encoder (a plain FFN layer has no attention)");
+  } else {
+    EncoderConfig e = encoder_config(a.d_model, a.d_ff, cfg, a.layers, a.heads);
+    e.final_norm = a.final_norm;
+    cli::init_encoder(e, a.seed, a.output);
+    return;
+  }
   io::check_writable_target(a.output);
   cli::check_memory(4.0 * (is_gated(cfg.activation) ? 3 : 2) * double(a.d_model) * double(a.d_ff), "--d-model x --d-ff");
   Layer layer(cfg, a.seed);
@@ -346,6 +397,11 @@ struct BenchArgs {
   int threads = 0, repeats = 10, warmup = 2;
   uint64_t seed = 0;
   bool backward = false, json = false, yes = false;
+  bool encoder = false;
+  int64_t layers = 1, heads = 8;
+  cli::EncoderBenchArgs enc;
+  CLI::Option *o_tokens = nullptr, *o_layers = nullptr, *o_heads = nullptr, *o_batch = nullptr, *o_seq = nullptr,
+              *o_causal = nullptr;
 };
 
 // Longest run `ffn bench` starts without --yes (estimated up front).
@@ -370,6 +426,26 @@ constexpr double kBenchToleranceInt8 = 1e-4;
 constexpr double kBenchToleranceBf16 = 1e-3;
 
 int cmd_bench(const BenchArgs& a) {
+  if (a.encoder) {
+    if (a.o_tokens->count()) throw Error("--tokens: with --encoder the shape is --batch and --seq");
+    if (parse_weight_dtype(a.dtype, "--dtype") != WeightDtype::fp32 || parse_compute(a.compute, "--compute") != Compute::fp32)
+      throw Error("--encoder: runs with --dtype fp32 and --compute fp32 (the low-precision modes are the FFN's)");
+    if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
+    if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
+    if (a.d_model < 1) throw Error("--d-model: expected a positive integer, got " + std::to_string(a.d_model));
+    if (a.d_ff < 1) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
+    Config ffn;
+    ffn.activation = parse_activation(a.activation, "--activation");
+    ffn.norm = parse_norm_placement(a.norm, "--norm");
+    ffn.norm_type = parse_norm_type(a.norm_type, "--norm-type");
+    const EncoderConfig e = encoder_config(a.d_model, a.d_ff, ffn, a.layers, a.heads);
+    RunOptions ro;
+    ro.threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+    ro.isa = nn::resolve_isa(parse_isa(a.isa, "--isa"));
+    return cli::bench_encoder(e, a.enc, ro, a.backward, a.repeats, a.warmup, a.seed, a.json);
+  }
+  for (const CLI::Option* o : {a.o_layers, a.o_heads, a.o_batch, a.o_seq, a.o_causal})
+    if (o->count()) throw Error(o->get_name() + ": needs --encoder (the FFN bench takes --tokens)");
   if (a.tokens < 1) throw Error("--tokens: expected a positive integer, got " + std::to_string(a.tokens));
   if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
   if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
@@ -603,6 +679,10 @@ int ffn_main(int argc, char** argv) {
   init.arch.add(init_cmd);
   init_cmd->add_option("--seed", init.seed, "seed of the initialization (optional, default 0)")->check(CLI::NonNegativeNumber);
   init_cmd->add_option("--output", init.output, "weights file to write (.safetensors)")->required();
+  init_cmd->add_flag("--encoder", init.encoder, "a stack of encoder layers (multi-head attention + this FFN), nn.TransformerEncoder names");
+  init.o_layers = init_cmd->add_option("--layers", init.layers, "--encoder: layers (default 1)");
+  init.o_heads = init_cmd->add_option("--heads", init.heads, "--encoder: attention heads, a divisor of --d-model (default 8)");
+  init.o_final_norm = init_cmd->add_flag("--final-norm", init.final_norm, "--encoder: a norm after the last layer (nn.TransformerEncoder's norm)");
 
   QuantizeArgs quant;
   CLI::App* quant_cmd = app.add_subcommand("quantize", "write the layer with bf16, fp16 or int8 weight matrices");
@@ -614,7 +694,13 @@ int ffn_main(int argc, char** argv) {
 
   BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "time the layer (default: the paper's sublayer on 8 x 512 tokens)");
-  bench_cmd->add_option("--tokens", bench.tokens, "tokens per call (default 4096)");
+  bench.o_tokens = bench_cmd->add_option("--tokens", bench.tokens, "tokens per call (default 4096)");
+  bench_cmd->add_flag("--encoder", bench.encoder, "time encoder layers (attention + FFN) on --batch x --seq instead");
+  bench.o_layers = bench_cmd->add_option("--layers", bench.layers, "--encoder: layers (default 1)");
+  bench.o_heads = bench_cmd->add_option("--heads", bench.heads, "--encoder: attention heads (default 8)");
+  bench.o_batch = bench_cmd->add_option("--batch", bench.enc.batch, "--encoder: sequences per call (default 8)");
+  bench.o_seq = bench_cmd->add_option("--seq", bench.enc.seq, "--encoder: positions per sequence (default 128)");
+  bench.o_causal = bench_cmd->add_flag("--causal", bench.enc.causal, "--encoder: causal mask");
   bench_cmd->add_option("--d-model", bench.d_model, "default 512");
   bench_cmd->add_option("--d-ff", bench.d_ff, "default 2048");
   bench_cmd->add_option("--activation", bench.activation, "default relu");
@@ -633,13 +719,15 @@ int ffn_main(int argc, char** argv) {
 
   const ffn::cli::Command train_cmd = ffn::cli::add_train(app);
   const ffn::cli::Command demo_cmd = ffn::cli::add_demo(app);
+  const ffn::cli::Command encode_cmd = ffn::cli::add_encode(app);
+  const ffn::cli::Command encode_grad_cmd = ffn::cli::add_encode_grad(app);
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd != "run" && cmd != "grad" && cmd != "init" && cmd != "quantize" && cmd != "bench" && cmd != "train" &&
-        cmd != "demo") {
+        cmd != "demo" && cmd != "encode" && cmd != "encode-grad") {
       std::cerr << "ffn: error: unknown command '" << cmd
-                << "', expected run, grad, init, quantize, bench, train or demo (see ffn --help)\n";
+                << "', expected run, grad, init, quantize, bench, train, demo, encode or encode-grad (see ffn --help)\n";
       return 2;
     }
   }
@@ -665,6 +753,8 @@ int ffn_main(int argc, char** argv) {
     else if (*bench_cmd) return cmd_bench(bench);
     else if (*train_cmd.app) return train_cmd.run();
     else if (*demo_cmd.app) return demo_cmd.run();
+    else if (*encode_cmd.app) return encode_cmd.run();
+    else if (*encode_grad_cmd.app) return encode_grad_cmd.run();
     return 0;
   } catch (const Error& e) {
     std::cerr << "ffn: error: " << e.what() << "\n";

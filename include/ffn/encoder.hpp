@@ -116,9 +116,13 @@ class Encoder {
   void save(const std::string& path) const;
   // Gradients under the names the weights were loaded from.
   void save_gradients(const std::string& path, const EncoderWeights& grads) const;
+  // What save writes (tensors and __metadata__), and gradients (or any
+  // parameter-shaped values) under the same names, without writing a file.
+  SafetensorsFile to_safetensors() const;
+  SafetensorsFile to_safetensors(const EncoderWeights& values) const;
 
   const EncoderConfig& config() const { return cfg_; }
-  const EncoderWeights& weights() const { return w_; }
+  EncoderWeights weights() const;  // a copy
   void set_weights(EncoderWeights w);
 
   // y = encoder(x); x, y: shape.positions() × d_model floats, tokens layout, not overlapping.
@@ -134,7 +138,7 @@ class Encoder {
 
  private:
   EncoderConfig cfg_;
-  EncoderWeights w_;
+  EncoderWeights w_;           // without the FFN parts, which ffn_ owns
   std::string prefix_;         // of the file it was loaded from ("" for one made in memory)
   bool single_ = false;        // names of one nn.TransformerEncoderLayer (no "layers.N.")
   bool separate_qkv_ = false;  // loaded from self_attn.{q,k,v}_proj_weight: saved so

@@ -108,10 +108,11 @@ int threads_of(const RunOptions& o) {
 }
 
 // Packed panels of one layer's attention weights (fast path).
+// Backward reads W_in and W_O as they are (row-major B, packed by the gemm
+// block by block), so inference holds one packed copy only.
 struct PackedAttention {
   std::vector<float> in_fwd;   // B(p, j) = W_in[j, p]  (x · W_inᵀ)
-  std::vector<float> in_bwd;   // B(p, j) = W_in[p, j]  (dqkv · W_in)
-  std::vector<float> out_fwd, out_bwd;
+  std::vector<float> out_fwd;  // B(p, j) = W_O[j, p]
 };
 using PackedEncoder = std::vector<PackedAttention>;
 
@@ -144,8 +145,8 @@ void linear_forward(const nn::KernelConfig& kc, bool reference, const float* x, 
 
 // dx[n, k] = dy W (or += when accumulate), dW[m, k] = dyᵀ x, db[m] = Σ dy.
 void linear_backward(const nn::KernelConfig& kc, bool reference, const float* x, int64_t n, int64_t k,
-                     const float* w, const std::vector<float>& packed_t, int64_t m, const float* dy, float* dx,
-                     bool accumulate, float* dw, float* db, int threads) {
+                     const float* w, int64_t m, const float* dy, float* dx, bool accumulate, float* dw, float* db,
+                     int threads) {
   if (reference) {
     for (int64_t i = 0; i < n; ++i)
       for (int64_t p = 0; p < k; ++p) {
@@ -163,7 +164,7 @@ void linear_backward(const nn::KernelConfig& kc, bool reference, const float* x,
     nn::GemmArgs g;  // dx = dy · W
     g.m = n; g.n = k; g.k = m;
     g.a = dy; g.rsa = m; g.csa = 1;
-    g.b = packed_t.data(); g.ldb = nn::kPanel; g.psb = m * nn::kPanel;
+    g.b = w; g.ldb = k; g.psb = nn::kPanel;
     g.c = dx; g.ldc = k;
     g.accumulate = accumulate;
     if (n > 0) nn::gemm(kc.f32, g, threads);
@@ -251,20 +252,27 @@ void Encoder::set_weights(EncoderWeights w) {
   prepare();
 }
 
+// The FFN sublayers own their weights (w_'s FFN parts are moved into them:
+// one copy in memory); weights() puts them back together.
 void Encoder::prepare() {
   const int64_t d = cfg_.d_model;
   ffn_.clear();
   auto packed = std::make_shared<PackedEncoder>();
-  for (const auto& l : w_.layers) {
-    ffn_.emplace_back(cfg_.ffn_config(), l.ffn);  // checks the FFN's sizes
+  for (auto& l : w_.layers) {
+    ffn_.emplace_back(cfg_.ffn_config(), std::move(l.ffn));  // checks the FFN's sizes
+    l.ffn = Weights{};
     PackedAttention p;
     p.in_fwd = nn::pack_panels(l.in_proj_weight.data(), d, 3 * d, true);
-    p.in_bwd = nn::pack_panels(l.in_proj_weight.data(), 3 * d, d, false);
     p.out_fwd = nn::pack_panels(l.out_proj_weight.data(), d, d, true);
-    p.out_bwd = nn::pack_panels(l.out_proj_weight.data(), d, d, false);
     packed->push_back(std::move(p));
   }
   packed_ = std::move(packed);
+}
+
+EncoderWeights Encoder::weights() const {
+  EncoderWeights w = w_;
+  for (size_t i = 0; i < w.layers.size(); ++i) w.layers[i].ffn = ffn_[i].weights();
+  return w;
 }
 
 double Encoder::forward_flops(const Shape& shape, bool causal) const {
@@ -325,31 +333,31 @@ reference::AttentionShape attention_shape(const EncoderConfig& cfg, const Rows& 
 
 // out = the attention sublayer of layer l applied to x (n rows):
 //   post: Norm1(x + Drop(MHA(x)))      pre: x + Drop(MHA(Norm1(x)))
-// saving in s what backward needs (x, u, r, statistics, qkv, ctx, lse).
+// s holds the intermediate tensors; with `save` also what backward needs and
+// forward could otherwise overwrite (copies of x and of the residual sum).
 namespace {
 using LayerSaved = EncoderCache::Data::LayerSaved;
 
 void attention_sublayer_forward(const EncoderConfig& cfg_, const EncoderLayerWeights& w, const PackedAttention& pk,
-                                int64_t l, const std::vector<float>& x, std::vector<float>& out, LayerSaved& s,
-                                const Rows& rows, int64_t S, const EncoderRunOptions& opts, int threads, bool ref,
+                                int64_t l, const float* x, float* out, LayerSaved& s, bool save, const Rows& rows,
+                                int64_t S, const EncoderRunOptions& opts, int threads, bool ref,
                                 const nn::KernelConfig& kc) {
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model, H = cfg_.heads;
   const uint64_t seed = nn::derive_seed(opts.seed, uint32_t(l), 0);
   const auto attn = attention_shape(cfg_, rows, S, opts.causal, opts.training, seed);
-  s.x = x;
+  if (save) s.x.assign(x, x + n * d);
   s.mean.resize(size_t(n));
   s.rstd.resize(size_t(n));
-  const float* ain = x.data();
+  const float* ain = x;
   if (cfg_.norm == NormPlacement::pre) {
     s.u.resize(size_t(n * d));
-    nn::norm_forward(cfg_.norm_type, cfg_.eps, x.data(), n, d, w.norm1_weight.data(), ptr_or_null(w.norm1_bias),
-                     s.u.data(), s.mean.data(), s.rstd.data(), threads);
+    nn::norm_forward(cfg_.norm_type, cfg_.eps, x, n, d, w.norm1_weight.data(), ptr_or_null(w.norm1_bias), s.u.data(),
+                     s.mean.data(), s.rstd.data(), threads);
     ain = s.u.data();
   }
   s.qkv.resize(size_t(n * 3 * d));
   s.ctx.resize(size_t(n * d));
   s.lse.resize(size_t(n * H));
-  std::vector<float> a(size_t(n * d));
   linear_forward(kc, ref, ain, n, d, w.in_proj_weight.data(), pk.in_fwd, ptr_or_null(w.in_proj_bias), 3 * d,
                  s.qkv.data(), threads);
   if (n > 0) {
@@ -359,19 +367,20 @@ void attention_sublayer_forward(const EncoderConfig& cfg_, const EncoderLayerWei
       nn::attention_forward(attn, s.qkv.data(), s.ctx.data(), s.lse.data(), threads, opts.isa);
   }
   linear_forward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), pk.out_fwd, ptr_or_null(w.out_proj_bias), d,
-                 a.data(), threads);
+                 out, threads);
   const auto rule = nn::DropoutRule::make(opts.training ? cfg_.dropout : 0.0f);
-  out.resize(size_t(n * d));
-  float* sum = cfg_.norm == NormPlacement::post ? (s.r.resize(size_t(n * d)), s.r.data()) : out.data();
 #pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < d; ++j) {
       const float f = rule.factor(seed, nn::Stream::attention_output, uint64_t(i * d + j));
-      sum[i * d + j] = x[size_t(i * d + j)] + a[size_t(i * d + j)] * f;
+      out[i * d + j] = x[i * d + j] + out[i * d + j] * f;
     }
-  if (cfg_.norm == NormPlacement::post)
-    nn::norm_forward(cfg_.norm_type, cfg_.eps, s.r.data(), n, d, w.norm1_weight.data(), ptr_or_null(w.norm1_bias),
-                     out.data(), s.mean.data(), s.rstd.data(), threads);
+  if (cfg_.norm == NormPlacement::post) {
+    if (save) s.r.assign(out, out + n * d);
+    // In place: each row's statistics are taken before any of it is written.
+    nn::norm_forward(cfg_.norm_type, cfg_.eps, out, n, d, w.norm1_weight.data(), ptr_or_null(w.norm1_bias), out,
+                     s.mean.data(), s.rstd.data(), threads);
+  }
 }
 
 // dx from dout through the attention sublayer of layer l; g receives the
@@ -399,7 +408,7 @@ void attention_sublayer_backward(const EncoderConfig& cfg_, const EncoderLayerWe
       for (int64_t j = 0; j < d; ++j)
         dr[size_t(i * d + j)] *= rule.factor(seed, nn::Stream::attention_output, uint64_t(i * d + j));
   std::vector<float> dctx(size_t(n * d)), dqkv(size_t(n * 3 * d));
-  linear_backward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), pk.out_bwd, d, dr.data(), dctx.data(),
+  linear_backward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), d, dr.data(), dctx.data(),
                   false, g.out_proj_weight.data(), ptr_or_null(g.out_proj_bias), threads);
   if (n > 0) {
     if (ref)
@@ -409,11 +418,11 @@ void attention_sublayer_backward(const EncoderConfig& cfg_, const EncoderLayerWe
   }
   const float* ain = post ? s.x.data() : s.u.data();
   if (post) {
-    linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), pk.in_bwd, 3 * d, dqkv.data(), dx, true,
+    linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), dx, true,
                     g.in_proj_weight.data(), ptr_or_null(g.in_proj_bias), threads);
   } else {
     std::vector<float> du(size_t(n * d));
-    linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), pk.in_bwd, 3 * d, dqkv.data(), du.data(), false,
+    linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), du.data(), false,
                     g.in_proj_weight.data(), ptr_or_null(g.in_proj_bias), threads);
     nn::norm_backward(cfg_.norm_type, s.x.data(), s.mean.data(), s.rstd.data(), n, d, w.norm1_weight.data(),
                       du.data(), dx, true, g.norm1_weight.data(), ptr_or_null(g.norm1_bias), threads);
@@ -444,35 +453,52 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
     c->seed = opts.seed;
     c->layers.resize(size_t(cfg_.layers));
   }
-  // The valid rows, contiguous.
-  std::vector<float> cur(size_t(n * d)), next(size_t(n * d));
-  for (int64_t i = 0; i < n; ++i) std::copy(x + rows.pos[size_t(i)] * d, x + (rows.pos[size_t(i)] + 1) * d, cur.data() + i * d);
-
+  // The valid rows, contiguous: x itself when it has no padding, else a
+  // gathered copy; likewise the last layer writes y directly when it can.
+  const bool direct = n == shape.positions();
+  std::vector<float> cur, next, hbuf(size_t(n * d));
+  auto buffer = [&](std::vector<float>& v) {
+    v.resize(size_t(n * d));
+    return v.data();
+  };
+  const float* in = x;
+  if (!direct) {
+    float* g = buffer(cur);
+    for (int64_t i = 0; i < n; ++i) std::copy(x + rows.pos[size_t(i)] * d, x + (rows.pos[size_t(i)] + 1) * d, g + i * d);
+    in = g;
+  }
+  EncoderCache::Data::LayerSaved scratch;  // reused by every layer in inference
   for (int64_t l = 0; l < cfg_.layers; ++l) {
-    EncoderCache::Data::LayerSaved scratch;
     EncoderCache::Data::LayerSaved& s = c ? c->layers[size_t(l)] : scratch;
-    attention_sublayer_forward(cfg_, w_.layers[size_t(l)], packed[size_t(l)], l, cur, next, s, rows, shape.seq, opts,
-                               threads, ref, kc);
-    if (c) s.h = next;
+    attention_sublayer_forward(cfg_, w_.layers[size_t(l)], packed[size_t(l)], l, in, hbuf.data(), s, c != nullptr, rows,
+                               shape.seq, opts, threads, ref, kc);
+    if (c) s.h = hbuf;
+    float* out = direct && l + 1 == cfg_.layers && !cfg_.final_norm ? y
+                 : in == cur.data() && !cur.empty()                   ? buffer(next)
+                                                                      : buffer(cur);
     // The FFN sublayer (Norm2 inside it), on the same rows.
     RunOptions fo = opts;
     fo.seed = nn::derive_seed(opts.seed, uint32_t(l), 1);
     fo.threads = threads;
-    ffn_[size_t(l)].forward(next.data(), cur.data(), Shape::tokens(n), fo, c ? &s.ffn : nullptr);
+    ffn_[size_t(l)].forward(hbuf.data(), out, Shape::tokens(n), fo, c ? &s.ffn : nullptr);
+    in = out;
   }
   if (cfg_.final_norm) {
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
-    nn::norm_forward(cfg_.norm_type, cfg_.eps, cur.data(), n, d, w_.norm_weight.data(), ptr_or_null(w_.norm_bias),
-                     next.data(), mean.data(), rstd.data(), threads);
+    float* out = direct ? y : hbuf.data();
+    nn::norm_forward(cfg_.norm_type, cfg_.eps, in, n, d, w_.norm_weight.data(), ptr_or_null(w_.norm_bias), out,
+                     mean.data(), rstd.data(), threads);
     if (c) {
-      c->last = cur;
+      c->last.assign(in, in + n * d);
       c->mean = std::move(mean);
       c->rstd = std::move(rstd);
     }
-    std::swap(cur, next);
+    in = out;
   }
-  std::fill(y, y + shape.positions() * d, 0.0f);
-  for (int64_t i = 0; i < n; ++i) std::copy(cur.data() + i * d, cur.data() + (i + 1) * d, y + rows.pos[size_t(i)] * d);
+  if (!direct) {
+    std::fill(y, y + shape.positions() * d, 0.0f);
+    for (int64_t i = 0; i < n; ++i) std::copy(in + i * d, in + (i + 1) * d, y + rows.pos[size_t(i)] * d);
+  }
 }
 
 void Encoder::backward(const float* x, const float* dy, const Shape& shape, const EncoderCache& cache, float* dx,

@@ -86,6 +86,18 @@ SafetensorsFile to_file(const EncoderConfig& cfg, const Naming& nm, const Encode
   return f;
 }
 
+// The slots read values.size() elements from each vector: refuse a wrong size.
+void check_sizes(const EncoderConfig& cfg, const EncoderWeights& values) {
+  const EncoderWeights want = EncoderWeights::zeros(cfg);
+  if (values.layers.size() != want.layers.size()) throw Error("encoder gradients: wrong number of layers");
+  const Naming nm;
+  const auto a = slots(cfg, nm, const_cast<EncoderWeights&>(want));
+  const auto b = slots(cfg, nm, const_cast<EncoderWeights&>(values));
+  if (a.size() != b.size()) throw Error("encoder gradients: a tensor is missing");
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].v->size() != b[i].v->size()) throw Error("encoder gradients: " + a[i].name + " has the wrong size");
+}
+
 }  // namespace
 
 Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
@@ -199,8 +211,13 @@ Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
   return e;
 }
 
-void Encoder::save(const std::string& path) const {
-  SafetensorsFile f = to_file(cfg_, Naming{prefix_, single_, separate_qkv_}, w_);
+SafetensorsFile Encoder::to_safetensors(const EncoderWeights& values) const {
+  check_sizes(cfg_, values);
+  return to_file(cfg_, Naming{prefix_, single_, separate_qkv_}, values);
+}
+
+SafetensorsFile Encoder::to_safetensors() const {
+  SafetensorsFile f = to_file(cfg_, Naming{prefix_, single_, separate_qkv_}, weights());
   f.metadata = {{kMetaKind, "encoder"},
                 {kMetaHeads, std::to_string(cfg_.heads)},
                 {kMetaLayers, std::to_string(cfg_.layers)},
@@ -208,11 +225,13 @@ void Encoder::save(const std::string& path) const {
                 {kMetaNorm, std::string(to_string(cfg_.norm))},
                 {kMetaNormType, std::string(to_string(cfg_.norm_type))},
                 {kMetaEps, num(cfg_.eps)}};
-  write_safetensors(path, f);
+  return f;
 }
 
+void Encoder::save(const std::string& path) const { write_safetensors(path, to_safetensors()); }
+
 void Encoder::save_gradients(const std::string& path, const EncoderWeights& grads) const {
-  write_safetensors(path, to_file(cfg_, Naming{prefix_, single_, separate_qkv_}, grads));
+  write_safetensors(path, to_safetensors(grads));
 }
 
 }  // namespace ffn
