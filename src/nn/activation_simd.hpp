@@ -99,14 +99,55 @@ inline void activate_rows(Unit u, float* z, const float* g, int64_t n) {
   }
 }
 
+// Sums and maxima over a row in kLanes interleaved partial results, combined
+// in a fixed order at the end: the loops vectorize (a single running float
+// sum would be one long dependency chain) and the result is the same for any
+// call with the same row, whatever the thread or tile.
+constexpr int kLanes = 16;
+
 // p[j] = e^(s[j]·scale − shift) for j < n; returns Σ p[j] (the softmax of
-// one attention score row, shifted by its running maximum). Two loops so the
-// first vectorizes; the sum's order is this ISA's, fixed per call.
+// one attention score row, shifted by its maximum; s and p may be the same).
 inline float exp_rows(const float* s, int64_t n, float scale, float shift, float* p) {
-  for (int64_t j = 0; j < n; ++j) p[j] = exp_approx(s[j] * scale - shift);
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float e = exp_approx(s[j + l] * scale - shift);
+      p[j + l] = e;
+      acc[l] += e;
+    }
+  for (int l = 0; j < n; ++j, ++l) {
+    p[j] = exp_approx(s[j] * scale - shift);
+    acc[l] += p[j];
+  }
   float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) sum += p[j];
+  for (int l = 0; l < kLanes; ++l) sum += acc[l];
   return sum;
+}
+
+// One step of the online softmax over a tile of a query's scores s[0, n):
+// the running maximum m (of the scaled scores) and sum l are updated,
+// s[j] becomes e^(s[j]·scale − m_new), and the factor e^(m_old − m_new) that
+// rescales what was accumulated so far is returned (0 when m_old = −∞).
+inline float softmax_step(float* s, int64_t n, float scale, float* m, float* l) {
+  float mx[kLanes];
+  for (int k = 0; k < kLanes; ++k) mx[k] = *m;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const float v = s[j + k] * scale;
+      mx[k] = v > mx[k] ? v : mx[k];
+    }
+  for (int k = 0; j < n; ++j, ++k) {
+    const float v = s[j] * scale;
+    mx[k] = v > mx[k] ? v : mx[k];
+  }
+  float m_new = mx[0];
+  for (int k = 1; k < kLanes; ++k) m_new = mx[k] > m_new ? mx[k] : m_new;
+  const float alpha = *m == -__builtin_inff() ? 0.0f : exp_approx(*m - m_new);
+  *l = *l * alpha + exp_rows(s, n, scale, m_new, s);
+  *m = m_new;
+  return alpha;
 }
 
 }  // namespace ffn::nn::simd

@@ -15,8 +15,8 @@
 namespace ffn::nn {
 namespace {
 
-constexpr int64_t kQueryTile = 64;  // query rows per tile
-constexpr int64_t kKeyTile = 128;   // keys per tile (a multiple of kPanel)
+constexpr int64_t kQueryTile = 96;  // query rows per tile
+constexpr int64_t kKeyTile = 256;   // keys per tile (a multiple of kPanel)
 
 struct Seq {
   int64_t base, len;
@@ -129,14 +129,7 @@ void attention_forward(const AttentionShape& a, const float* qkv, float* ctx, fl
         for (int64_t r = 0; r < rows; ++r) {
           float* srow = sbuf.data() + r * kKeyTile;
           const int64_t lim = std::clamp<int64_t>(visible(a, sq, s0 + r) - j0, 0, kn);
-          float m = mx[size_t(r)];
-          for (int64_t j = 0; j < lim; ++j) m = std::max(m, srow[j] * scale);
-          float alpha = 1.0f;
-          if (lim > 0) {
-            alpha = mx[size_t(r)] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(mx[size_t(r)] - m);
-            sum[size_t(r)] = sum[size_t(r)] * alpha + kc.exp_rows(srow, lim, scale, m, srow);
-            mx[size_t(r)] = m;
-          }
+          const float alpha = lim > 0 ? kc.softmax_step(srow, lim, scale, &mx[size_t(r)], &sum[size_t(r)]) : 1.0f;
           std::fill(srow + lim, srow + kn, 0.0f);
           if (rule.active()) {
             const uint64_t row = uint64_t(((sq.base + s0 + r) * H + h) * a.S + j0);

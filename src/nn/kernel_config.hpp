@@ -35,6 +35,11 @@ using ExpRowsFn = float (*)(const float* s, int64_t n, float scale, float shift,
 namespace scalar { float exp_rows(const float* s, int64_t n, float scale, float shift, float* p); }
 namespace avx2 { float exp_rows(const float* s, int64_t n, float scale, float shift, float* p); }
 namespace avx512 { float exp_rows(const float* s, int64_t n, float scale, float shift, float* p); }
+// The online softmax's step over a tile of one query's scores (simd::softmax_step).
+using SoftmaxStepFn = float (*)(float* s, int64_t n, float scale, float* m, float* l);
+namespace scalar { float softmax_step(float* s, int64_t n, float scale, float* m, float* l); }
+namespace avx2 { float softmax_step(float* s, int64_t n, float scale, float* m, float* l); }
+namespace avx512 { float softmax_step(float* s, int64_t n, float scale, float* m, float* l); }
 
 // Returns the operations done (2 per multiply-add).
 using PeakLoop = double (*)(int64_t iters, float seed);
@@ -54,6 +59,7 @@ struct KernelConfig {
   PeakLoop bf16_peak;     // its instruction (null: none)
   const char* bf16_peak_instr;
   ExpRowsFn exp_rows;     // attention's softmax exponentials
+  SoftmaxStepFn softmax_step;
 };
 
 // The configuration of a resolved ISA (never Isa::automatic).

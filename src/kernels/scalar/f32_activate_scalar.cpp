@@ -6,4 +6,7 @@ void activate(Unit u, float* z, const float* g, int64_t n) { simd::activate_rows
 float exp_rows(const float* s, int64_t n, float scale, float shift, float* p) {
   return simd::exp_rows(s, n, scale, shift, p);
 }
+float softmax_step(float* s, int64_t n, float scale, float* m, float* l) {
+  return simd::softmax_step(s, n, scale, m, l);
+}
 }  // namespace ffn::nn::scalar
