@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "nn/attention.hpp"
+#include "nn/buffer_pool.hpp"
 #include "nn/gemm.hpp"
 #include "nn/init.hpp"
 #include "nn/isa.hpp"
@@ -73,6 +74,10 @@ EncoderWeights EncoderWeights::zeros(const EncoderConfig& cfg) {
 }
 
 namespace {
+
+// Scratch of the backward pass from the process's buffer pool (fresh pages
+// each step would cost page faults; src/nn/buffer_pool.hpp).
+using Buffer = std::vector<float, nn::PoolAllocator<float>>;
 
 void check_size(const std::vector<float>& v, size_t want, const std::string& what) {
   if (v.size() != want)
@@ -394,7 +399,7 @@ void attention_sublayer_backward(const EncoderConfig& cfg_, const EncoderLayerWe
   const auto attn = attention_shape(cfg_, rows, S, c.causal, c.training, seed);
   const bool post = cfg_.norm == NormPlacement::post;
   // dr: the gradient of the residual sum x + Drop(a).
-  std::vector<float> dr(size_t(n * d));
+  Buffer dr(size_t(n * d));
   if (post)
     nn::norm_backward(cfg_.norm_type, s.r.data(), s.mean.data(), s.rstd.data(), n, d, w.norm1_weight.data(), dout,
                       dr.data(), false, g.norm1_weight.data(), ptr_or_null(g.norm1_bias), threads);
@@ -407,7 +412,7 @@ void attention_sublayer_backward(const EncoderConfig& cfg_, const EncoderLayerWe
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < d; ++j)
         dr[size_t(i * d + j)] *= rule.factor(seed, nn::Stream::attention_output, uint64_t(i * d + j));
-  std::vector<float> dctx(size_t(n * d)), dqkv(size_t(n * 3 * d));
+  Buffer dctx(size_t(n * d)), dqkv(size_t(n * 3 * d));
   linear_backward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), d, dr.data(), dctx.data(),
                   false, g.out_proj_weight.data(), ptr_or_null(g.out_proj_bias), threads);
   if (n > 0) {
@@ -421,7 +426,7 @@ void attention_sublayer_backward(const EncoderConfig& cfg_, const EncoderLayerWe
     linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), dx, true,
                     g.in_proj_weight.data(), ptr_or_null(g.in_proj_bias), threads);
   } else {
-    std::vector<float> du(size_t(n * d));
+    Buffer du(size_t(n * d));
     linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), du.data(), false,
                     g.in_proj_weight.data(), ptr_or_null(g.in_proj_bias), threads);
     nn::norm_backward(cfg_.norm_type, s.x.data(), s.mean.data(), s.rstd.data(), n, d, w.norm1_weight.data(),
@@ -519,9 +524,23 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
   const bool ref = opts.path == Path::reference;
   const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
   const auto& packed = *static_cast<const PackedEncoder*>(packed_.get());
-  grads = EncoderWeights::zeros(cfg_);
+  // Reuse the caller's gradient buffers when they have the right sizes: every
+  // element is overwritten (a fresh zeroed 4·d·(d + d_ff)·layers floats per
+  // step costs page faults and a memset).
+  {
+    const size_t d1 = size_t(d), ln = cfg_.norm_type == NormType::layernorm ? d1 : 0, b = cfg_.bias ? 1 : 0;
+    auto is = [](const std::vector<float>& v, size_t size) { return v.size() == size; };
+    bool ok = grads.layers.size() == size_t(cfg_.layers) && is(grads.norm_weight, cfg_.final_norm ? d1 : 0) &&
+              is(grads.norm_bias, cfg_.final_norm ? ln : 0);
+    for (size_t i = 0; ok && i < grads.layers.size(); ++i) {
+      const auto& a = grads.layers[i];
+      ok = is(a.in_proj_weight, 3 * d1 * d1) && is(a.in_proj_bias, 3 * d1 * b) && is(a.out_proj_weight, d1 * d1) &&
+           is(a.out_proj_bias, d1 * b) && is(a.norm1_weight, d1) && is(a.norm1_bias, ln);
+    }
+    if (!ok || n == 0) grads = EncoderWeights::zeros(cfg_);
+  }
 
-  std::vector<float> g(size_t(n * d)), gx(size_t(n * d));
+  Buffer g(size_t(n * d)), gx(size_t(n * d));
   for (int64_t i = 0; i < n; ++i) std::copy(dy + rows.pos[size_t(i)] * d, dy + (rows.pos[size_t(i)] + 1) * d, g.data() + i * d);
   if (cfg_.final_norm) {
     nn::norm_backward(cfg_.norm_type, c.last.data(), c.mean.data(), c.rstd.data(), n, d, w_.norm_weight.data(),
