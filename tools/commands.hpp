@@ -143,6 +143,7 @@ Command add_train(CLI::App& app);  // ffn train
 Command add_demo(CLI::App& app);   // ffn demo approximate | interaction
 Command add_encode(CLI::App& app);       // ffn encode
 Command add_encode_grad(CLI::App& app);  // ffn encode-grad
+Command add_embed(CLI::App& app);        // ffn embed (tools/embed_cmd.cpp)
 
 // ---- shared by the commands (tools/ffn_main.cpp) ---------------------------
 

@@ -1,5 +1,6 @@
 // ffn — command-line program: run, grad, init, quantize, bench (here), train and demo
-// (tools/train_cmd.cpp, tools/demo_cmd.cpp), encode and encode-grad (tools/encoder_cmd.cpp).
+// (tools/train_cmd.cpp, tools/demo_cmd.cpp), encode and encode-grad (tools/encoder_cmd.cpp), embed
+// (tools/embed_cmd.cpp).
 // Exit status: 0 success, 2 bad input (one line on stderr naming the file,
 // tensor or flag), 1 internal error or a failed self-check, 3 `ffn train`
 // diverged (a NaN or Inf loss or gradient), 130/143 interrupted.
@@ -721,13 +722,14 @@ int ffn_main(int argc, char** argv) {
   const ffn::cli::Command demo_cmd = ffn::cli::add_demo(app);
   const ffn::cli::Command encode_cmd = ffn::cli::add_encode(app);
   const ffn::cli::Command encode_grad_cmd = ffn::cli::add_encode_grad(app);
+  const ffn::cli::Command embed_cmd = ffn::cli::add_embed(app);
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd != "run" && cmd != "grad" && cmd != "init" && cmd != "quantize" && cmd != "bench" && cmd != "train" &&
-        cmd != "demo" && cmd != "encode" && cmd != "encode-grad") {
+        cmd != "demo" && cmd != "encode" && cmd != "encode-grad" && cmd != "embed") {
       std::cerr << "ffn: error: unknown command '" << cmd
-                << "', expected run, grad, init, quantize, bench, train, demo, encode or encode-grad (see ffn --help)\n";
+                << "', expected run, grad, init, quantize, bench, train, demo, encode, encode-grad or embed (see ffn --help)\n";
       return 2;
     }
   }
@@ -755,6 +757,7 @@ int ffn_main(int argc, char** argv) {
     else if (*demo_cmd.app) return demo_cmd.run();
     else if (*encode_cmd.app) return encode_cmd.run();
     else if (*encode_grad_cmd.app) return encode_grad_cmd.run();
+    else if (*embed_cmd.app) return embed_cmd.run();
     return 0;
   } catch (const Error& e) {
     std::cerr << "ffn: error: " << e.what() << "\n";

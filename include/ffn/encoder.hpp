@@ -122,6 +122,10 @@ class Encoder {
   SafetensorsFile to_safetensors(const EncoderWeights& values) const;
 
   const EncoderConfig& config() const { return cfg_; }
+  // A copy whose FFN sublayers store their weight matrices as `dtype`
+  // (inference only; attention stays fp32), and layer l's FFN sublayer.
+  Encoder converted(WeightDtype dtype) const;
+  const Layer& ffn_layer(int64_t l) const { return ffn_.at(size_t(l)); }
   EncoderWeights weights() const;  // a copy
   void set_weights(EncoderWeights w);
 

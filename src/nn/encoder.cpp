@@ -274,6 +274,12 @@ void Encoder::prepare() {
   packed_ = std::move(packed);
 }
 
+Encoder Encoder::converted(WeightDtype dtype) const {
+  Encoder e = *this;
+  for (auto& l : e.ffn_) l = l.converted(dtype);
+  return e;
+}
+
 EncoderWeights Encoder::weights() const {
   EncoderWeights w = w_;
   for (size_t i = 0; i < w.layers.size(); ++i) w.layers[i].ffn = ffn_[i].weights();

@@ -1,0 +1,72 @@
+// Sentence embeddings from a Hugging Face BERT checkpoint (e.g.
+// sentence-transformers' all-MiniLM-L6-v2) through ffn's encoder:
+//
+//   ids   = WordPiece(text): [CLS] pieces [SEP], at most max_tokens
+//   x     = LayerNorm(word[ids] + position[0..n) + token_type[0])
+//   h     = the encoder layers (post-LN: attention + Add & Norm, FFN + Add & Norm)
+//   e     = mean of h over the real tokens (or h[CLS]), as the model's
+//           1_Pooling/config.json says, then L2-normalized when modules.json
+//           has a Normalize module
+//
+// A model directory holds config.json, model.safetensors and vocab.txt (and,
+// from sentence-transformers, sentence_bert_config.json, modules.json and
+// 1_Pooling/config.json). Every error names the file, tensor or setting.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ffn/encoder.hpp"
+#include "ffn/ffn.hpp"
+
+namespace ffn {
+
+struct SentenceLoadOptions {
+  // Tokens per text, [CLS] and [SEP] included. Unset: the model's
+  // max_seq_length (sentence_bert_config.json), else max_position_embeddings.
+  // Never more than max_position_embeddings.
+  std::optional<int64_t> max_tokens;
+  WeightDtype dtype = WeightDtype::fp32;  // how the FFN sublayers store their weights
+};
+
+struct EmbedOptions {
+  int threads = 0;      // 0: all cores
+  int64_t batch = 32;   // texts per encoder call (padding has no effect on any result)
+  // Called after each batch with the texts done so far and the total.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+class SentenceEncoder {
+ public:
+  // $FFN_MODEL_DIR if set, else ~/.cache/ffn/all-MiniLM-L6-v2 (where
+  // scripts/setup.sh installs it).
+  static std::string default_model_dir();
+  static SentenceEncoder load(const std::string& dir, const SentenceLoadOptions& opts = {});
+  ~SentenceEncoder();
+  SentenceEncoder(SentenceEncoder&&) noexcept;
+  SentenceEncoder& operator=(SentenceEncoder&&) noexcept;
+
+  // Token ids as the model's tokenizer gives them ([CLS] … [SEP], truncated).
+  std::vector<int32_t> tokenize(const std::string& text) const;
+  // Unit-length (if the model normalizes) embeddings, [texts.size(), dim()].
+  Array embed(const std::vector<std::string>& texts, const EmbedOptions& opts = {}) const;
+  // The encoder's output for one tokenized text, [ids.size(), dim()] (before pooling).
+  std::vector<float> hidden(const std::vector<int32_t>& ids, int threads = 0) const;
+
+  int64_t dim() const;
+  int64_t max_tokens() const;
+  const Encoder& encoder() const;
+  const std::string& dir() const;
+
+  struct Impl;  // opaque
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  SentenceEncoder();
+};
+
+}  // namespace ffn

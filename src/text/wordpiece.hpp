@@ -1,0 +1,60 @@
+// BERT's tokenizer (uncased): the basic tokenizer, then WordPiece, as
+// Hugging Face's BertTokenizerFast (tokenizers' BertNormalizer,
+// BertPreTokenizer and WordPiece model) does it:
+//   1. clean: drop U+0000, U+FFFD and control characters (category C*,
+//      except \t \n \r); map white space (\t \n \r and Unicode White_Space)
+//      to ' ';
+//   2. put spaces around CJK ideographs (the CJK Unified Ideographs blocks
+//      and their extensions, and the compatibility ideographs);
+//   3. strip accents: canonical decomposition (NFD), then drop non-spacing
+//      marks (Mn);
+//   4. lower-case (simple case mapping);
+//   5. split on white space, and make every punctuation character (ASCII
+//      punctuation, and categories Pc Pd Pe Pf Pi Po Ps) a word of its own;
+//   6. WordPiece each word: greedy longest match from the vocabulary, pieces
+//      after the first prefixed "##"; a word with no full match, or longer
+//      than 100 characters, is [UNK];
+//   7. [CLS] pieces [SEP], truncated to max_tokens in all.
+// Character classes and the decomposition come from utf8proc (Debian's
+// libutf8proc), not from tables of our own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace ffn::text {
+
+class WordPiece {
+ public:
+  // vocab.txt: one token per line, its id the line number. Throws Error
+  // naming the file if it cannot be read or lacks [UNK], [CLS] or [SEP].
+  static WordPiece load(const std::string& vocab_path);
+
+  // Token ids of `text` (UTF-8) with [CLS] and [SEP], at most max_tokens
+  // (≥ 2) in all. Throws Error if text is not valid UTF-8 (naming `what`
+  // and the byte offset).
+  std::vector<int32_t> encode(std::string_view text, int64_t max_tokens, const std::string& what = "text") const;
+  // The word pieces of `text` (no [CLS]/[SEP], no truncation).
+  std::vector<std::string> pieces(std::string_view text, const std::string& what = "text") const;
+
+  int64_t vocab_size() const { return int64_t(tokens_.size()); }
+  const std::string& token(int32_t id) const { return tokens_.at(size_t(id)); }
+  int32_t unk() const { return unk_; }
+  int32_t cls() const { return cls_; }
+  int32_t sep() const { return sep_; }
+  int32_t pad() const { return pad_; }
+
+ private:
+  std::unordered_map<std::string, int32_t> ids_;
+  std::vector<std::string> tokens_;
+  int32_t unk_ = -1, cls_ = -1, sep_ = -1, pad_ = 0;
+  // Steps 1–5: the words of `text`, as code points.
+  std::vector<std::u32string> words(std::string_view text, const std::string& what) const;
+  // Step 6 for one word, appending ids.
+  void wordpiece(const std::u32string& word, std::vector<int32_t>& out) const;
+};
+
+}  // namespace ffn::text

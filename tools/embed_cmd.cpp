@@ -1,0 +1,128 @@
+// ffn embed: sentence embeddings from a BERT checkpoint (include/ffn/sentence.hpp),
+// by default the all-MiniLM-L6-v2 that scripts/setup.sh installs.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+
+#include "commands.hpp"
+#include "ffn/sentence.hpp"
+#include "io/file_util.hpp"
+
+namespace ffn::cli {
+namespace {
+
+struct EmbedArgs {
+  std::string model, input_file, output, dtype = "fp32";
+  std::vector<std::string> texts, similarity;
+  int64_t batch = 32;
+  std::optional<int64_t> max_tokens;
+  int threads = 0;
+};
+
+// Lines of a UTF-8 text file, one text each ("\r\n" or "\n"; a last line
+// without a newline counts).
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("--input-file " + path + ": cannot open: " + io::errno_text());
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(f, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(line);
+  }
+  if (f.bad()) throw Error("--input-file " + path + ": read error");
+  return lines;
+}
+
+void cmd_embed(const EmbedArgs& a) {
+  if (a.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(a.batch));
+  const int threads = threads_or_throw(a.threads);
+  const bool sim = !a.similarity.empty();
+  if (sim && a.similarity.size() != 2) throw Error("--similarity: expected two texts A B");
+  if (sim && (!a.texts.empty() || !a.input_file.empty() || !a.output.empty()))
+    throw Error("--similarity: takes its two texts alone (no other TEXT, --input-file or --output)");
+  if (!sim && a.texts.empty() == a.input_file.empty())
+    throw Error(a.texts.empty() ? "embed: give the texts (TEXT... or --input-file lines.txt)"
+                                : "embed: give TEXT... or --input-file, not both");
+  if (!a.output.empty()) {
+    io::check_writable_target(a.output);
+    check_not_an_input(a.output, "--output", {{"--input-file", a.input_file}});
+  }
+  SentenceLoadOptions lo;
+  lo.dtype = parse_weight_dtype(a.dtype, "--dtype");
+  if (lo.dtype == WeightDtype::fp16) throw Error("--dtype: expected fp32, bf16 or int8, got fp16");
+  lo.max_tokens = a.max_tokens;
+  const std::string dir = a.model.empty() ? SentenceEncoder::default_model_dir() : a.model;
+  const SentenceEncoder enc = SentenceEncoder::load(dir, lo);
+
+  std::vector<std::string> texts = sim ? a.similarity : a.texts;
+  if (!a.input_file.empty()) {
+    texts = read_lines(a.input_file);
+    for (size_t i = 0; i < texts.size(); ++i) {  // every line checked before any work
+      try {
+        enc.tokenize(texts[i]);
+      } catch (const Error& e) {
+        throw Error("--input-file " + a.input_file + ": line " + std::to_string(i + 1) + ": " + e.what());
+      }
+    }
+  }
+  EmbedOptions eo;
+  eo.threads = threads;
+  eo.batch = a.batch;
+  const bool tty = isatty(STDERR_FILENO);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (tty && int64_t(texts.size()) > a.batch) {
+    eo.progress = [&](int64_t done, int64_t total) {
+      const int width = 30, filled = int(width * done / total);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "\r\033[Kffn embed: [%s%s] %lld/%lld texts, %.0f/s", std::string(size_t(filled), '=').c_str(),
+                   std::string(size_t(width - filled), ' ').c_str(), (long long)done, (long long)total, double(done) / s);
+      if (done == total) std::fprintf(stderr, "\r\033[K");
+      std::fflush(stderr);
+    };
+  }
+  const Array e = enc.embed(texts, eo);
+  const int64_t d = enc.dim();
+  if (sim) {
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      dot += double(e.data[size_t(j)]) * e.data[size_t(d + j)];
+      na += double(e.data[size_t(j)]) * e.data[size_t(j)];
+      nb += double(e.data[size_t(d + j)]) * e.data[size_t(d + j)];
+    }
+    std::printf("%.6f\n", dot / std::sqrt(na * nb));
+  } else if (!a.output.empty()) {
+    write_npy(a.output, e);
+  } else {  // one line of d numbers per text
+    for (size_t i = 0; i < texts.size(); ++i) {
+      for (int64_t j = 0; j < d; ++j) std::printf(j ? " %.7g" : "%.7g", e.data[i * size_t(d) + size_t(j)]);
+      std::printf("\n");
+    }
+  }
+}
+
+}  // namespace
+
+Command add_embed(CLI::App& app) {
+  auto a = std::make_shared<EmbedArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "embed", "sentence embeddings (BERT, e.g. all-MiniLM-L6-v2): TEXT... or --input-file, or --similarity A B");
+  cmd->add_option("texts", a->texts, "texts to embed (one embedding per text)");
+  cmd->add_option("--model", a->model, "model directory (config.json, model.safetensors, vocab.txt); default: $FFN_MODEL_DIR, else ~/.cache/ffn/all-MiniLM-L6-v2");
+  cmd->add_option("--input-file", a->input_file, "UTF-8 text file, one text per line");
+  cmd->add_option("--output", a->output, "write the embeddings as .npy [texts, dim] (default: print one line per text)");
+  cmd->add_option("--similarity", a->similarity, "print the cosine similarity of the embeddings of A and B")->expected(2);
+  cmd->add_option("--batch", a->batch, "texts per call (default 32)");
+  cmd->add_option("--max-tokens", a->max_tokens, "tokens per text, [CLS] and [SEP] included (default: the model's max_seq_length)");
+  cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
+  cmd->add_option("--dtype", a->dtype, "FFN weights as fp32 (default), bf16 or int8");
+  return {cmd, [a] {
+            cmd_embed(*a);
+            return 0;
+          }};
+}
+
+}  // namespace ffn::cli
