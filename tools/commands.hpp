@@ -178,6 +178,12 @@ struct EncoderBenchArgs {
   int64_t batch = 8, seq = 128;
   bool causal = false;
 };
+// ffn bench --embed (tools/embed_cmd.cpp): texts per second of ffn embed.
+struct EmbedBenchArgs {
+  std::string model, input_file, text, dtype = "fp32";
+  int64_t batch = 32;
+};
+int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, bool json);
 void init_encoder(const EncoderConfig& cfg, uint64_t seed, const std::string& output);
 // Returns the exit status (1 when the check against the reference fails).
 int bench_encoder(const EncoderConfig& cfg, const EncoderBenchArgs& e, const RunOptions& base, bool backward,

@@ -2,6 +2,7 @@
 // by default the all-MiniLM-L6-v2 that scripts/setup.sh installs.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -104,7 +105,51 @@ void cmd_embed(const EmbedArgs& a) {
   }
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 }  // namespace
+
+int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, bool json) {
+  if (a.input_file.empty() == a.text.empty())
+    throw Error("--embed: give --input-file lines.txt (throughput) or --text T (latency of one text)");
+  if (a.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(a.batch));
+  SentenceLoadOptions lo;
+  lo.dtype = parse_weight_dtype(a.dtype, "--dtype");
+  const std::string dir = a.model.empty() ? SentenceEncoder::default_model_dir() : a.model;
+  const SentenceEncoder enc = SentenceEncoder::load(dir, lo);
+  const std::vector<std::string> texts = a.text.empty() ? read_lines(a.input_file) : std::vector<std::string>{a.text};
+  int64_t tokens = 0;
+  for (const auto& t : texts) tokens += int64_t(enc.tokenize(t).size());
+  EmbedOptions eo;
+  eo.threads = threads;
+  eo.batch = a.batch;
+  std::vector<double> times;
+  for (int i = 0; i < warmup + repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    enc.embed(texts, eo);
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) times.push_back(t);
+  }
+  const double med = median(times);
+  if (json) {
+    std::printf("{\"texts\": %zu, \"tokens\": %lld, \"batch\": %lld, \"threads\": %d, \"dtype\": \"%s\", "
+                "\"median_s\": %.9g, \"texts_per_s\": %.6g}\n",
+                texts.size(), (long long)tokens, (long long)a.batch, threads, a.dtype.c_str(), med,
+                double(texts.size()) / med);
+  } else {
+    std::printf("ffn bench --embed: %s, %zu text(s), %lld tokens, batch %lld, %d threads, FFN weights %s\n",
+                enc.dir().c_str(), texts.size(), (long long)tokens, (long long)a.batch, threads, a.dtype.c_str());
+    std::printf("  time per call  median %.3f ms (min %.3f, max %.3f; %d calls)\n", med * 1e3,
+                *std::min_element(times.begin(), times.end()) * 1e3, *std::max_element(times.begin(), times.end()) * 1e3,
+                repeats);
+    std::printf("  throughput     %.1f texts/s, %.0f tokens/s\n", double(texts.size()) / med, double(tokens) / med);
+  }
+  return 0;
+}
 
 Command add_embed(CLI::App& app) {
   auto a = std::make_shared<EmbedArgs>();

@@ -398,7 +398,8 @@ struct BenchArgs {
   int threads = 0, repeats = 10, warmup = 2;
   uint64_t seed = 0;
   bool backward = false, json = false, yes = false;
-  bool encoder = false;
+  bool encoder = false, embed = false;
+  cli::EmbedBenchArgs emb;
   int64_t layers = 1, heads = 8;
   cli::EncoderBenchArgs enc;
   CLI::Option *o_tokens = nullptr, *o_layers = nullptr, *o_heads = nullptr, *o_batch = nullptr, *o_seq = nullptr,
@@ -427,6 +428,15 @@ constexpr double kBenchToleranceInt8 = 1e-4;
 constexpr double kBenchToleranceBf16 = 1e-3;
 
 int cmd_bench(const BenchArgs& a) {
+  if (a.embed) {
+    if (a.encoder) throw Error("--embed: not with --encoder");
+    const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+    if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
+    if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
+    cli::EmbedBenchArgs e = a.emb;
+    e.dtype = a.dtype;
+    return cli::bench_embed(e, threads, a.repeats, a.warmup, a.json);
+  }
   if (a.encoder) {
     if (a.o_tokens->count()) throw Error("--tokens: with --encoder the shape is --batch and --seq");
     if (parse_weight_dtype(a.dtype, "--dtype") != WeightDtype::fp32 || parse_compute(a.compute, "--compute") != Compute::fp32)
@@ -702,6 +712,11 @@ int ffn_main(int argc, char** argv) {
   bench.o_batch = bench_cmd->add_option("--batch", bench.enc.batch, "--encoder: sequences per call (default 8)");
   bench.o_seq = bench_cmd->add_option("--seq", bench.enc.seq, "--encoder: positions per sequence (default 128)");
   bench.o_causal = bench_cmd->add_flag("--causal", bench.enc.causal, "--encoder: causal mask");
+  bench_cmd->add_flag("--embed", bench.embed, "time ffn embed: --input-file (texts/s) or --text (one text's latency)");
+  bench_cmd->add_option("--model", bench.emb.model, "--embed: model directory (default: the installed all-MiniLM-L6-v2)");
+  bench_cmd->add_option("--input-file", bench.emb.input_file, "--embed: texts, one per line");
+  bench_cmd->add_option("--text", bench.emb.text, "--embed: one text");
+  bench_cmd->add_option("--embed-batch", bench.emb.batch, "--embed: texts per call (default 32)");
   bench_cmd->add_option("--d-model", bench.d_model, "default 512");
   bench_cmd->add_option("--d-ff", bench.d_ff, "default 2048");
   bench_cmd->add_option("--activation", bench.activation, "default relu");

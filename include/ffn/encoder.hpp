@@ -124,7 +124,8 @@ class Encoder {
   const EncoderConfig& config() const { return cfg_; }
   // A copy whose FFN sublayers store their weight matrices as `dtype`
   // (inference only; attention stays fp32), and layer l's FFN sublayer.
-  Encoder converted(WeightDtype dtype) const;
+  // layers: which layers' FFNs to convert (empty: all).
+  Encoder converted(WeightDtype dtype, const std::vector<int64_t>& layers = {}) const;
   const Layer& ffn_layer(int64_t l) const { return ffn_.at(size_t(l)); }
   EncoderWeights weights() const;  // a copy
   void set_weights(EncoderWeights w);

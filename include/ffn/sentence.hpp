@@ -31,6 +31,7 @@ struct SentenceLoadOptions {
   // Never more than max_position_embeddings.
   std::optional<int64_t> max_tokens;
   WeightDtype dtype = WeightDtype::fp32;  // how the FFN sublayers store their weights
+  std::vector<int64_t> dtype_layers;      // the layers whose FFNs take `dtype` (empty: all)
 };
 
 struct EmbedOptions {

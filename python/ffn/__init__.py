@@ -15,8 +15,13 @@ in training mode, forward and backward; the C++ library's fast kernels.
 Arrays are float32 and C-contiguous and are read in place; anything else is
 refused with ffn.Error (a ValueError) saying what to pass. The PyTorch module
 is ffn.torch.FeedForward (import ffn.torch; needs PyTorch).
+
+Sentence embeddings (all-MiniLM-L6-v2, installed by scripts/setup.sh):
+
+    enc = ffn.SentenceEncoder.load()            # or load("path/to/bert-model-dir")
+    e = enc.embed(["A man is eating food.", "A man is eating bread."])   # float32 [2, 384]
 """
 
-from ._ffn import Cache, Config, Error, Layer, __version__, init
+from ._ffn import Cache, Config, Error, Layer, SentenceEncoder, __version__, init
 
-__all__ = ["Cache", "Config", "Error", "Layer", "__version__", "init"]
+__all__ = ["Cache", "Config", "Error", "Layer", "SentenceEncoder", "__version__", "init"]

@@ -274,9 +274,14 @@ void Encoder::prepare() {
   packed_ = std::move(packed);
 }
 
-Encoder Encoder::converted(WeightDtype dtype) const {
+Encoder Encoder::converted(WeightDtype dtype, const std::vector<int64_t>& layers) const {
   Encoder e = *this;
-  for (auto& l : e.ffn_) l = l.converted(dtype);
+  for (int64_t l : layers)
+    if (l < 0 || l >= cfg_.layers)
+      throw Error("layer " + std::to_string(l) + " does not exist (0.." + std::to_string(cfg_.layers - 1) + ")");
+  for (size_t i = 0; i < e.ffn_.size(); ++i)
+    if (layers.empty() || std::find(layers.begin(), layers.end(), int64_t(i)) != layers.end())
+      e.ffn_[i] = e.ffn_[i].converted(dtype);
   return e;
 }
 

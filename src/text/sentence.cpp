@@ -181,7 +181,7 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
     w.layers.push_back(std::move(L));
   }
   Encoder enc(ec_, std::move(w));
-  m.encoder.emplace(opts.dtype == WeightDtype::fp32 ? std::move(enc) : enc.converted(opts.dtype));
+  m.encoder.emplace(opts.dtype == WeightDtype::fp32 ? std::move(enc) : enc.converted(opts.dtype, opts.dtype_layers));
   return s;
 }
 

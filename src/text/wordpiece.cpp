@@ -2,6 +2,8 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 
 #include "ffn/ffn.hpp"
@@ -83,7 +85,62 @@ WordPiece WordPiece::load(const std::string& vocab_path) {
   w.cls_ = id("[CLS]");
   w.sep_ = id("[SEP]");
   w.pad_ = w.ids_.count("[PAD]") ? w.ids_.at("[PAD]") : 0;
+  std::vector<std::string> specials;
+  for (const char* t : {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"})
+    if (w.ids_.count(t)) specials.push_back(t);
+  w.set_special_tokens(specials, vocab_path);
   return w;
+}
+
+void WordPiece::set_special_tokens(const std::vector<std::string>& tokens, const std::string& what) {
+  specials_.clear();
+  for (const auto& t : tokens) {
+    auto it = ids_.find(t);
+    if (t.empty() || it == ids_.end()) throw Error(what + ": special token '" + t + "' is not in the vocabulary");
+    specials_.push_back({t, it->second});
+  }
+  std::stable_sort(specials_.begin(), specials_.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+}
+
+std::vector<std::pair<std::string_view, int32_t>> WordPiece::segments(std::string_view text) const {
+  std::vector<std::pair<std::string_view, int32_t>> out;
+  size_t start = 0;
+  for (size_t i = 0; i < text.size();) {
+    int32_t hit = -1;
+    size_t len = 0;
+    for (const auto& [tok, id] : specials_)
+      if (text.compare(i, tok.size(), tok) == 0) {
+        hit = id;
+        len = tok.size();
+        break;  // longest first
+      }
+    if (hit < 0) {
+      ++i;
+      continue;
+    }
+    if (i > start) out.push_back({text.substr(start, i - start), -1});
+    out.push_back({std::string_view(), hit});
+    i += len;
+    start = i;
+  }
+  if (start < text.size()) out.push_back({text.substr(start), -1});
+  return out;
+}
+
+void WordPiece::append_ids(std::string_view text, const std::string& what, std::vector<int32_t>& out,
+                           size_t limit) const {
+  for (const auto& [seg, special] : segments(text)) {
+    if (out.size() >= limit) return;
+    if (special >= 0) {
+      out.push_back(special);
+      continue;
+    }
+    for (const auto& w : words(seg, what)) {
+      wordpiece(w, out);
+      if (out.size() >= limit) return;
+    }
+  }
 }
 
 std::vector<std::u32string> WordPiece::words(std::string_view text, const std::string& what) const {
@@ -181,10 +238,7 @@ void WordPiece::wordpiece(const std::u32string& word, std::vector<int32_t>& out)
 std::vector<int32_t> WordPiece::encode(std::string_view text, int64_t max_tokens, const std::string& what) const {
   if (max_tokens < 2) throw Error("max_tokens: expected at least 2 ([CLS] and [SEP]), got " + std::to_string(max_tokens));
   std::vector<int32_t> ids{cls_};
-  for (const auto& w : words(text, what)) {
-    wordpiece(w, ids);
-    if (int64_t(ids.size()) >= max_tokens - 1) break;
-  }
+  append_ids(text, what, ids, size_t(max_tokens - 1));
   if (int64_t(ids.size()) > max_tokens - 1) ids.resize(size_t(max_tokens - 1));
   ids.push_back(sep_);
   return ids;
@@ -192,7 +246,7 @@ std::vector<int32_t> WordPiece::encode(std::string_view text, int64_t max_tokens
 
 std::vector<std::string> WordPiece::pieces(std::string_view text, const std::string& what) const {
   std::vector<int32_t> ids;
-  for (const auto& w : words(text, what)) wordpiece(w, ids);
+  append_ids(text, what, ids, SIZE_MAX);
   std::vector<std::string> out;
   for (int32_t id : ids) out.push_back(tokens_[size_t(id)]);
   return out;

@@ -15,6 +15,10 @@
 //      after the first prefixed "##"; a word with no full match, or longer
 //      than 100 characters, is [UNK];
 //   7. [CLS] pieces [SEP], truncated to max_tokens in all.
+// Before all that, the special tokens ([CLS], [SEP], [PAD], [MASK], [UNK]:
+// those of special_tokens_map.json) written in the text itself are cut out
+// where they appear verbatim (leftmost, longest first) and stand for their
+// own ids, as tokenizers' added tokens do.
 // Character classes and the decomposition come from utf8proc (Debian's
 // libutf8proc), not from tables of our own.
 #pragma once
@@ -32,6 +36,9 @@ class WordPiece {
   // vocab.txt: one token per line, its id the line number. Throws Error
   // naming the file if it cannot be read or lacks [UNK], [CLS] or [SEP].
   static WordPiece load(const std::string& vocab_path);
+  // The special tokens matched verbatim in the text (default: [CLS], [SEP],
+  // [PAD], [MASK], [UNK]); each must be in the vocabulary.
+  void set_special_tokens(const std::vector<std::string>& tokens, const std::string& what);
 
   // Token ids of `text` (UTF-8) with [CLS] and [SEP], at most max_tokens
   // (≥ 2) in all. Throws Error if text is not valid UTF-8 (naming `what`
@@ -51,6 +58,11 @@ class WordPiece {
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<std::string> tokens_;
   int32_t unk_ = -1, cls_ = -1, sep_ = -1, pad_ = 0;
+  std::vector<std::pair<std::string, int32_t>> specials_;  // longest first
+  // The text cut at its special tokens: (segment, -1) or ("", special id).
+  std::vector<std::pair<std::string_view, int32_t>> segments(std::string_view text) const;
+  // Steps 1–6 on the text, specials included, appending ids.
+  void append_ids(std::string_view text, const std::string& what, std::vector<int32_t>& out, size_t limit) const;
   // Steps 1–5: the words of `text`, as code points.
   std::vector<std::u32string> words(std::string_view text, const std::string& what) const;
   // Step 6 for one word, appending ids.

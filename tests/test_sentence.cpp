@@ -1,0 +1,291 @@
+// The BERT tokenizer and sentence embeddings against Hugging Face
+// (tests/data/minilm_golden.safetensors, scripts/make_minilm_golden.py), on
+// the all-MiniLM-L6-v2 that scripts/setup.sh installs (skipped, saying so,
+// where it is not installed); the WordPiece rules on a small vocabulary.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli_util.hpp"
+#include "common/compare.hpp"
+#include "ffn/sentence.hpp"
+#include "test_util.hpp"
+#include "text/wordpiece.hpp"
+#include "tolerances.hpp"
+
+namespace ffn {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- WordPiece on a small vocabulary ----------------------------------------
+
+text::WordPiece small_vocab() {
+  static const fs::path p = test::scratch_dir("wordpiece") / "vocab.txt";
+  std::ofstream f(p);
+  for (const char* t : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "un", "##aff", "##able", "cafe", "naive",
+                        "!", ",", ".", "$", "\xe4\xb8\x80" /* 一 */, "\xe4\xba\x8c" /* 二 */, "a", "##a", "s", "##s",
+                        "\xcf\x83" /* σ */})
+    f << t << "\n";
+  f.close();
+  return text::WordPiece::load(p.string());
+}
+
+std::vector<std::string> pieces(const std::string& s) { return small_vocab().pieces(s); }
+using V = std::vector<std::string>;
+
+TEST(WordPiece, SplitsWordsIntoTheLongestPieces) {
+  EXPECT_EQ(pieces("unaffable"), (V{"un", "##aff", "##able"}));
+  EXPECT_EQ(pieces("Hello, WORLD!"), (V{"hello", ",", "world", "!"}));
+  EXPECT_EQ(pieces("aaa"), (V{"a", "##a", "##a"}));
+  EXPECT_EQ(pieces("unknownword hello"), (V{"[UNK]", "hello"})) << "no full match: the whole word is [UNK]";
+  EXPECT_EQ(pieces(std::string(100, 'a')).size(), 100u);
+  EXPECT_EQ(pieces(std::string(101, 'a')), (V{"[UNK]"})) << "over 100 characters: [UNK]";
+}
+
+TEST(WordPiece, NormalizesAsBertDoes) {
+  EXPECT_EQ(pieces("Caf\xc3\xa9 na\xc3\xafve"), (V{"cafe", "naive"})) << "accents stripped (NFD, then no Mn)";
+  EXPECT_EQ(pieces("CAFE\xcc\x81"), (V{"cafe"})) << "a combining accent";
+  EXPECT_EQ(pieces("\xe4\xb8\x80\xe4\xba\x8c"), (V{"\xe4\xb8\x80", "\xe4\xba\x8c"})) << "CJK ideographs are words";
+  EXPECT_EQ(pieces("hello\tworld\r\nhello\xc2\xa0world"), (V{"hello", "world", "hello", "world"})) << "white space";
+  EXPECT_EQ(pieces("hel\xe2\x80\x8blo"), (V{"hello"})) << "a zero-width space (Cf) is dropped";
+  EXPECT_EQ(pieces(std::string("hel\x00lo", 7)), (V{"hello"})) << "NUL dropped";
+  EXPECT_EQ(pieces("hel\x0blo"), (V{"hello"})) << "a vertical tab is a control character: dropped";
+  EXPECT_EQ(pieces("$hello"), (V{"$", "hello"})) << "ASCII punctuation includes symbols";
+  EXPECT_EQ(pieces("\xce\xa3"), (V{"\xcf\x83"})) << "Σ lower-cases to σ";
+  EXPECT_EQ(pieces(""), V{});
+  EXPECT_EQ(pieces(" \t\n"), V{});
+}
+
+TEST(WordPiece, EncodeAddsClsSepAndTruncates) {
+  const auto w = small_vocab();
+  EXPECT_EQ(w.encode("hello world", 16), (std::vector<int32_t>{2, 4, 5, 3}));
+  EXPECT_EQ(w.encode("", 16), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(w.encode("hello world hello", 3), (std::vector<int32_t>{2, 4, 3}));
+  EXPECT_EQ(w.encode("unaffable", 4), (std::vector<int32_t>{2, 6, 7, 3})) << "truncation cuts inside a word, as tokenizers";
+  EXPECT_THROW(w.encode("x", 1), Error);
+  try {
+    w.encode("ok \xff", 8, "line 3");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "line 3: not valid UTF-8 at byte 3");
+  }
+}
+
+// ---- all-MiniLM-L6-v2 against Hugging Face --------------------------------
+
+const SafetensorsFile& golden() {
+  static const SafetensorsFile f = read_safetensors(FFN_MINILM_GOLDEN);
+  return f;
+}
+std::vector<std::string> sentences() {
+  return nlohmann::json::parse(golden().metadata.at("sentences")).get<std::vector<std::string>>();
+}
+std::string id3(size_t i) {
+  char b[8];
+  std::snprintf(b, sizeof b, "%03zu", i);
+  return b;
+}
+
+// The installed model, or null (the test then says it skipped and why).
+const SentenceEncoder* model(WeightDtype dtype = WeightDtype::fp32) {
+  static std::map<WeightDtype, std::unique_ptr<SentenceEncoder>> cache;
+  const std::string dir = SentenceEncoder::default_model_dir();
+  if (!fs::exists(fs::path(dir) / "model.safetensors")) return nullptr;
+  auto& m = cache[dtype];
+  if (!m) {
+    SentenceLoadOptions o;
+    o.dtype = dtype;
+    m = std::make_unique<SentenceEncoder>(SentenceEncoder::load(dir, o));
+  }
+  return m.get();
+}
+#define REQUIRE_MODEL(m)                                                                                     \
+  if (!(m)) GTEST_SKIP() << "all-MiniLM-L6-v2 is not installed at " << SentenceEncoder::default_model_dir() \
+                         << " (scripts/setup.sh installs it; FFN_MODEL_DIR overrides)"
+
+TEST(MiniLM, TokenIdsEqualHuggingFaces) {
+  const SentenceEncoder* m = model();
+  REQUIRE_MODEL(m);
+  const auto s = sentences();
+  ASSERT_GE(s.size(), 60u);
+  EXPECT_EQ(m->max_tokens(), std::stoll(golden().metadata.at("max_seq_length")));
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto& want = golden().tensors.at("ids." + id3(i)).data;
+    const auto got = m->tokenize(s[i]);
+    EXPECT_EQ(std::vector<float>(got.begin(), got.end()), want) << "sentence " << i << ": " << s[i];
+  }
+}
+
+double cosine(const float* a, const float* b, int64_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    ab += double(a[j]) * b[j];
+    aa += double(a[j]) * a[j];
+    bb += double(b[j]) * b[j];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+TEST(MiniLM, EachFfnSublayerMatchesTransformers) {
+  const SentenceEncoder* m = model();
+  REQUIRE_MODEL(m);
+  double worst = 0;
+  const auto which = nlohmann::json::parse(golden().metadata.at("ffn_sentences")).get<std::vector<int>>();
+  for (int64_t l = 0; l < m->encoder().config().layers; ++l)
+    for (int si : which) {
+      const auto& in = golden().tensors.at("ffn." + std::to_string(l) + ".input." + id3(size_t(si)));
+      const auto& want = golden().tensors.at("ffn." + std::to_string(l) + ".output." + id3(size_t(si)));
+      std::vector<float> y(in.data.size());
+      RunOptions o;
+      o.threads = 2;
+      m->encoder().ffn_layer(l).forward(in.data.data(), y.data(), Shape::tokens(in.shape[0]), o);
+      const Comparison c = compare(y.data(), want.data.data(), y.size());
+      worst = std::max(worst, c.max_error);
+      EXPECT_TRUE(c.ok(test::kVsTorchY)) << "layer " << l << " sentence " << si << ": " << c.describe();
+    }
+  std::printf("[ measured ] the six FFN sublayers against transformers: worst scaled error %.2e (tolerance %.0e)\n",
+              worst, test::kVsTorchY);
+}
+
+TEST(MiniLM, EmbeddingsMatchSentenceTransformers) {
+  const SentenceEncoder* m = model();
+  REQUIRE_MODEL(m);
+  const auto s = sentences();
+  const auto& want = golden().tensors.at("embeddings");
+  const int64_t d = m->dim();
+  ASSERT_EQ(want.shape, (std::vector<int64_t>{int64_t(s.size()), d}));
+  EmbedOptions o;
+  o.batch = 8;
+  o.threads = 2;
+  const Array e = m->embed(s, o);
+  double worst_cos = 1, worst_abs = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const float* g = e.data.data() + i * size_t(d);
+    const float* w = want.data.data() + i * size_t(d);
+    const double c = cosine(g, w, d);
+    double mx = 0;
+    for (int64_t j = 0; j < d; ++j) mx = std::max(mx, double(std::fabs(g[j] - w[j])));
+    worst_cos = std::min(worst_cos, c);
+    worst_abs = std::max(worst_abs, mx);
+    EXPECT_GE(c, 0.99999) << "sentence " << i;
+    EXPECT_LE(mx, 1e-5) << "sentence " << i;
+  }
+  std::printf("[ measured ] embeddings against sentence-transformers: worst cosine %.8f, max |difference| %.2e\n",
+              worst_cos, worst_abs);
+  // Padding has no effect: the same bits one text at a time.
+  o.batch = 1;
+  EXPECT_EQ(m->embed(s, o).data, e.data);
+  // The ranking of the pairs' similarities is the reference's.
+  const auto& pairs = golden().tensors.at("pairs");
+  std::vector<std::pair<double, double>> sims;  // (ours, reference)
+  for (int64_t p = 0; p < pairs.shape[0]; ++p) {
+    const size_t a = size_t(pairs.data[size_t(2 * p)]), b = size_t(pairs.data[size_t(2 * p + 1)]);
+    sims.push_back({cosine(e.data.data() + a * size_t(d), e.data.data() + b * size_t(d), d),
+                    cosine(want.data.data() + a * size_t(d), want.data.data() + b * size_t(d), d)});
+  }
+  for (size_t i = 0; i < sims.size(); ++i)
+    for (size_t j = 0; j < sims.size(); ++j)
+      EXPECT_EQ(sims[i].first < sims[j].first, sims[i].second < sims[j].second) << "pairs " << i << " and " << j;
+}
+
+// int8 and bf16 FFN weights on real activations: each FFN sublayer and the
+// embeddings against fp32 (rel RMS and cosine printed).
+TEST(MiniLM, LowPrecisionFfnsOnRealActivations) {
+  const SentenceEncoder* m32 = model();
+  REQUIRE_MODEL(m32);
+  const auto s = sentences();
+  EmbedOptions o;
+  o.threads = 2;
+  const Array ref = m32->embed(s, o);
+  const int64_t d = m32->dim();
+  const auto which = nlohmann::json::parse(golden().metadata.at("ffn_sentences")).get<std::vector<int>>();
+  for (auto [dtype, target] : {std::pair{WeightDtype::bf16, 0.9999}, std::pair{WeightDtype::int8, 0.999}}) {
+    const SentenceEncoder* m = model(dtype);
+    std::printf("[ measured ] FFN weights %s:", std::string(to_string(dtype)).c_str());
+    for (int64_t l = 0; l < m->encoder().config().layers; ++l) {
+      const auto& in = golden().tensors.at("ffn." + std::to_string(l) + ".input." + id3(size_t(which[0])));
+      std::vector<float> y(in.data.size()), y32(in.data.size());
+      m->encoder().ffn_layer(l).forward(in.data.data(), y.data(), Shape::tokens(in.shape[0]));
+      m32->encoder().ffn_layer(l).forward(in.data.data(), y32.data(), Shape::tokens(in.shape[0]));
+      const Agreement a = agreement(y.data(), y32.data(), y.size());
+      std::printf(" layer %lld rel RMS %.1e cos %.6f;", (long long)l, a.rel_rms, a.cosine);
+    }
+    const Array e = m->embed(s, o);
+    double worst = 1;
+    for (size_t i = 0; i < s.size(); ++i)
+      worst = std::min(worst, cosine(e.data.data() + i * size_t(d), ref.data.data() + i * size_t(d), d));
+    std::printf(" embeddings: worst cosine %.6f (target %.4f)\n", worst, target);
+    EXPECT_GE(worst, target) << to_string(dtype);
+  }
+}
+
+// ---- ffn embed ---------------------------------------------------------------
+
+TEST(EmbedCli, FileAndSimilarityAgreeWithTheLibrary) {
+  const SentenceEncoder* m = model();
+  REQUIRE_MODEL(m);
+  const fs::path dir = test::scratch_dir("embed_cli");
+  const std::vector<std::string> texts{"A man is eating food.", "", "Caf\xc3\xa9 \xe4\xb8\x80 \xf0\x9f\x98\x80!"};
+  {
+    std::ofstream f(dir / "in.txt", std::ios::binary);
+    f << texts[0] << "\r\n" << texts[1] << "\n" << texts[2];  // CRLF, an empty line, no final newline
+  }
+  const auto r = test::run_ffn("embed --input-file " + (dir / "in.txt").string() + " --output " + (dir / "e.npy").string() +
+                                   " --batch 2 --threads 2",
+                               dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Array e = read_npy((dir / "e.npy").string());
+  EXPECT_EQ(e.shape, (std::vector<int64_t>{3, m->dim()}));
+  EXPECT_EQ(e.data, m->embed(texts).data);
+  const auto s = test::run_ffn("embed --similarity \"A man is eating food.\" \"A man is eating a piece of bread.\"", dir);
+  ASSERT_EQ(s.status, 0) << s.err;
+  const Array two = m->embed({"A man is eating food.", "A man is eating a piece of bread."});
+  EXPECT_NEAR(std::stod(s.out), cosine(two.data.data(), two.data.data() + m->dim(), m->dim()), 1e-6);
+  const auto p = test::run_ffn("embed hello", dir);  // no --output: one line of dim numbers
+  ASSERT_EQ(p.status, 0);
+  EXPECT_EQ(std::count(p.out.begin(), p.out.end(), ' '), m->dim() - 1);
+}
+
+TEST(EmbedCli, BadInputIsOneLineExitTwoAndNothingWritten) {
+  const fs::path dir = test::scratch_dir("embed_bad");
+  std::ofstream(dir / "bad.txt", std::ios::binary) << "fine\nnot \xff utf-8\n";
+  const std::string out = (dir / "e.npy").string();
+  const bool have = model() != nullptr;
+  struct Bad {
+    std::string args, expect;
+    bool needs_model;
+  } cases[] = {
+      {"embed --model " + (dir / "none").string() + " x --output " + out, "not a model directory", false},
+      {"embed --input-file " + (dir / "bad.txt").string() + " --output " + out, "line 2: text: not valid UTF-8 at byte 4", true},
+      {"embed x --input-file " + (dir / "bad.txt").string(), "not both", false},
+      {"embed --output " + out, "give the texts", false},
+      {"embed --similarity a", "--similarity", false},
+      {"embed --similarity a b --output " + out, "--similarity", false},
+      {"embed x --max-tokens 600 --output " + out, "--max-tokens", true},
+      {"embed x --dtype fp16 --output " + out, "--dtype", false},
+      {"embed x --batch 0 --output " + out, "--batch", false},
+      {"embed --input-file " + (dir / "bad.txt").string() + " --output " + (dir / "bad.txt").string(), "refusing to overwrite", false},
+      {"embed --input-file " + (dir / "missing.txt").string() + " --output " + out, "missing.txt", true},
+  };
+  for (const Bad& b : cases) {
+    if (b.needs_model && !have) {
+      std::printf("[ skipped  ] %s: all-MiniLM-L6-v2 not installed\n", b.args.c_str());
+      continue;
+    }
+    const auto r = test::run_ffn(b.args, dir);
+    EXPECT_EQ(r.status, 2) << b.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(b.expect), std::string::npos) << b.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(out)) << b.args;
+  }
+  EXPECT_EQ(test::slurp(dir / "bad.txt"), "fine\nnot \xff utf-8\n") << "the input is untouched";
+}
+
+}  // namespace
+}  // namespace ffn
