@@ -42,12 +42,16 @@ positions do not depend on those padding values, and at the end reads the
 file back and recomputes every case's forward pass in plain numpy.
 """
 import json
+import os
 import math
 import struct
 import sys
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_golden import write_safetensors  # noqa: E402  (the one safetensors writer of the golden scripts)
 
 
 def causal_mask(S):
@@ -142,24 +146,6 @@ def make_case(idx, c, gen, out, meta):
     if c["kind"] == "encoder":
         keys += ["d_ff", "layers"]
     meta[f"case{idx:03d}"] = json.dumps({k: c[k] for k in keys}, sort_keys=True)
-
-
-def write_safetensors(path, tensors, metadata):
-    header, offset, blobs = {}, 0, []
-    for name in sorted(tensors):
-        a = tensors[name].detach().contiguous().numpy().astype("<f4")
-        b = a.tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
-        offset += len(b)
-        blobs.append(b)
-    header["__metadata__"] = metadata
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(h)))
-        fh.write(h)
-        for b in blobs:
-            fh.write(b)
 
 
 def cases():

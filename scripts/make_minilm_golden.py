@@ -67,6 +67,9 @@ import torch.nn.functional as F  # noqa: E402
 import transformers  # noqa: E402
 from transformers import BertModel, BertTokenizer, BertTokenizerFast  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_golden import write_safetensors  # noqa: E402  (the one safetensors writer of the golden scripts)
+
 try:
     import sentence_transformers
     from sentence_transformers import SentenceTransformer
@@ -198,24 +201,6 @@ PAIRS = [  # (a, b, similar)
 ]
 
 FFN_SENTENCES = [0, 1]
-
-
-def write_safetensors(path, tensors, metadata):
-    header, offset, blobs = {}, 0, []
-    for name in sorted(tensors):
-        a = tensors[name].detach().contiguous().numpy().astype("<f4")
-        b = a.tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
-        offset += len(b)
-        blobs.append(b)
-    header["__metadata__"] = metadata
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(h)))
-        fh.write(h)
-        for b in blobs:
-            fh.write(b)
 
 
 def mean_pool_normalize(hidden, mask):
