@@ -62,6 +62,18 @@ TEST(WordPiece, NormalizesAsBertDoes) {
   EXPECT_EQ(pieces(" \t\n"), V{});
 }
 
+TEST(WordPiece, FollowsTokenizersOnItsEdges) {
+  EXPECT_EQ(pieces("hello\xcd\xb8"), (V{"[UNK]"})) << "an unassigned code point (U+0378) is kept, so the word is [UNK]";
+  EXPECT_EQ(pieces("a\xf0\xab\xa0\xa0" "a"), (V{"[UNK]"})) << "U+2B820 is not one of tokenizers' CJK ranges";
+  EXPECT_EQ(pieces("a\xf0\xab\xa4\xa0" "a"), (V{"a", "[UNK]", "a"})) << "U+2B920 is";
+  EXPECT_EQ(pieces("[SEP]hello[MASK]"), (V{"[SEP]", "hello", "[UNK]", "[UNK]", "[UNK]"}))
+      << "[SEP] written in the text is the special token; [MASK], not in this vocabulary, is text: [ mask ]";
+  const fs::path p = test::scratch_dir("wordpiece_dup") / "vocab.txt";
+  std::ofstream(p) << "[UNK]\n[CLS]\n[SEP]\nhello \t\nhello\n";
+  const auto w = text::WordPiece::load(p.string());
+  EXPECT_EQ(w.encode("hello", 8), (std::vector<int32_t>{1, 4, 2})) << "trailing white space trimmed, the last duplicate wins";
+}
+
 TEST(WordPiece, EncodeAddsClsSepAndTruncates) {
   const auto w = small_vocab();
   EXPECT_EQ(w.encode("hello world", 16), (std::vector<int32_t>{2, 4, 5, 3}));
@@ -69,11 +81,77 @@ TEST(WordPiece, EncodeAddsClsSepAndTruncates) {
   EXPECT_EQ(w.encode("hello world hello", 3), (std::vector<int32_t>{2, 4, 3}));
   EXPECT_EQ(w.encode("unaffable", 4), (std::vector<int32_t>{2, 6, 7, 3})) << "truncation cuts inside a word, as tokenizers";
   EXPECT_THROW(w.encode("x", 1), Error);
-  try {
-    w.encode("ok \xff", 8, "line 3");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "line 3: not valid UTF-8 at byte 3");
+  auto error = [&](const std::string& text, int64_t max_tokens) {
+    try {
+      w.encode(text, max_tokens, "line 3");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error("ok \xff", 8), "line 3: not valid UTF-8 at byte 3");
+  EXPECT_EQ(error("[CLS]\xff", 8), "line 3: not valid UTF-8 at byte 5") << "offsets count from the start of the text";
+  EXPECT_EQ(error("hello world \xff", 3), "line 3: not valid UTF-8 at byte 12") << "also past the truncation";
+  std::string huge;
+  for (int i = 0; i < 200000; ++i) huge += "hello ";
+  EXPECT_EQ(w.encode(huge, 5).size(), 5u) << "a 1.2 MB text, truncated";
+}
+
+// ---- a model directory's files, checked --------------------------------------
+
+TEST(SentenceModelFiles, EachBadSettingIsNamed) {
+  const fs::path base = test::scratch_dir("model_files");
+  auto make = [&](const std::string& name, const nlohmann::json& config, const nlohmann::json& modules,
+                  const nlohmann::json& tokenizer) {
+    const fs::path d = base / name;
+    fs::create_directories(d);
+    std::ofstream(d / "config.json") << config.dump();
+    if (!modules.is_null()) std::ofstream(d / "modules.json") << modules.dump();
+    if (!tokenizer.is_null()) std::ofstream(d / "tokenizer_config.json") << tokenizer.dump();
+    std::ofstream v(d / "vocab.txt");
+    for (const char* t : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}) v << t << "\n";
+    v.close();
+    SafetensorsFile w;
+    w.tensors["embeddings.word_embeddings.weight"] = NamedTensor{{5, 7}, std::vector<float>(35, 0.0f)};
+    write_safetensors((d / "model.safetensors").string(), w);
+    return d.string();
+  };
+  const nlohmann::json good = {{"model_type", "bert"}, {"hidden_act", "gelu"}, {"hidden_size", 8},
+                               {"num_attention_heads", 2}, {"intermediate_size", 16}, {"num_hidden_layers", 1},
+                               {"max_position_embeddings", 16}, {"vocab_size", 5}, {"layer_norm_eps", 1e-12}};
+  auto message = [&](const std::string& dir) {
+    try {
+      SentenceEncoder::load(dir);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto with = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json c = good;
+    c[key] = value;
+    return c;
+  };
+  const nlohmann::json st = nlohmann::json::array(
+      {{{"type", "sentence_transformers.models.Transformer"}, {"path", ""}},
+       {{"type", "sentence_transformers.models.Dense"}, {"path", "2_Dense"}}});
+  struct Case {
+    std::string dir, expect;
+  } cases[] = {
+      {make("act", with("hidden_act", "swish"), nullptr, nullptr), "hidden_act 'swish' is not supported"},
+      {make("pos", with("position_embedding_type", "relative_key"), nullptr, nullptr),
+       "position_embedding_type 'relative_key' is not supported"},
+      {make("eps", with("layer_norm_eps", "1e-12"), nullptr, nullptr), "\"layer_norm_eps\" has the wrong type"},
+      {make("heads", with("num_attention_heads", 3), nullptr, nullptr), "heads must divide d_model"},
+      {make("vocab", with("vocab_size", 6), nullptr, nullptr), "5 tokens, but"},
+      {make("dense", good, st, nullptr), "module sentence_transformers.models.Dense is not supported"},
+      {make("cased", good, nullptr, {{"do_lower_case", false}}), "only the uncased BERT tokenizer"},
+      {make("weights", good, nullptr, nullptr), "tensor embeddings.word_embeddings.weight has shape [5, 7], expected [5, 8]"},
+  };
+  for (const Case& c : cases) {
+    const std::string m = message(c.dir);
+    EXPECT_NE(m.find(c.expect), std::string::npos) << m;
+    EXPECT_NE(m.find(c.dir), std::string::npos) << "the message names the file: " << m;
   }
 }
 

@@ -13,8 +13,10 @@
 //
 // Work is split over (sequence, head, query tile) units in forward and
 // (sequence, head) units in backward, each done by one thread in a fixed
-// order: results are bitwise the same for any thread count, and a
-// sequence's results do not depend on the other sequences of the batch.
+// order: results are bitwise the same for any thread count, and in
+// inference a sequence's results do not depend on the other sequences of the
+// batch. (In training the dropout masks are keyed by the valid-row index,
+// which counts the rows of the sequences before it.)
 #pragma once
 
 #include <cstdint>

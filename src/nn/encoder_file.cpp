@@ -128,10 +128,10 @@ Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
     return it->second;
   };
   {
-    const NamedTensor& w = tensor(l0 + (nm.separate_qkv ? "self_attn.q_proj_weight" : "self_attn.out_proj.weight"));
+    const std::string wname = l0 + "self_attn.out_proj.weight";
+    const NamedTensor& w = tensor(wname);
     if (w.shape.size() != 2 || w.shape[0] != w.shape[1] || w.shape[0] < 1)
-      throw Error(path + ": tensor " + l0 + "self_attn.out_proj.weight has shape " + shape_str(w.shape) +
-                  ", expected [d_model, d_model]");
+      throw Error(path + ": tensor " + wname + " has shape " + shape_str(w.shape) + ", expected [d_model, d_model]");
     cfg.d_model = w.shape[0];
     const NamedTensor& w1 = tensor(l0 + "linear1.weight");
     if (w1.shape.size() != 2 || w1.shape[0] < 1)
@@ -176,17 +176,29 @@ Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
     throw Error(path + ": activation " + std::string(to_string(cfg.activation)) +
                 (gated ? " is not gated, but the file has " + l0 + "gate.weight"
                        : " is gated, but the file has no " + l0 + "gate.weight"));
-  if (opts.norm) cfg.norm = *opts.norm;
-  else if (const std::string* v = meta(kMetaNorm)) cfg.norm = parse_norm_placement(*v, where + kMetaNorm);
-  else assume("norm post", "--norm");
-  if (cfg.norm == NormPlacement::none) throw Error(where + kMetaNorm + ": an encoder layer's norm is post or pre");
+  if (opts.norm) {
+    cfg.norm = *opts.norm;
+    if (cfg.norm == NormPlacement::none) throw Error("norm: an encoder layer's norm is post or pre, got none (--norm)");
+  } else if (const std::string* v = meta(kMetaNorm)) {
+    cfg.norm = parse_norm_placement(*v, where + kMetaNorm);
+    if (cfg.norm == NormPlacement::none) throw Error(where + kMetaNorm + ": an encoder layer's norm is post or pre");
+  } else {
+    assume("norm post", "--norm");
+  }
   if (opts.norm_type) cfg.norm_type = *opts.norm_type;
   else if (const std::string* v = meta(kMetaNormType)) cfg.norm_type = parse_norm_type(*v, where + kMetaNormType);
-  else cfg.norm_type = has(l0 + "norm1.bias") ? NormType::layernorm : NormType::rmsnorm;
+  else if (!has(l0 + "norm1.bias"))
+    // PyTorch ≥ 2.1's TransformerEncoderLayer(bias=False) drops the LayerNorms' β
+    // as well, which ffn's LayerNorm does not support; an RMSNorm file of
+    // ffn's own records ffn.norm_type.
+    throw Error(path + ": no tensor " + l0 + "norm1.bias: a LayerNorm without β (PyTorch's bias=False) is not "
+                "supported; if the model's norms are RMSNorm, say so (--norm-type rmsnorm)");
   if (opts.eps) cfg.eps = *opts.eps;
   else if (const std::string* v = meta(kMetaEps)) {
     try {
-      cfg.eps = std::stof(*v);
+      size_t used = 0;
+      cfg.eps = std::stof(*v, &used);
+      if (used != v->size()) throw std::invalid_argument("trailing");
     } catch (const std::exception&) {
       throw Error(where + kMetaEps + ": '" + *v + "' is not a number");
     }

@@ -42,12 +42,18 @@ nlohmann::json read_json(const fs::path& p) {
 
 template <typename T>
 T json_get(const nlohmann::json& j, const char* key, const fs::path& p) {
-  if (!j.contains(key)) throw Error(p.string() + ": no \"" + std::string(key) + "\"");
+  if (!j.is_object() || !j.contains(key)) throw Error(p.string() + ": no \"" + std::string(key) + "\"");
   try {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {
-    throw Error(p.string() + ": \"" + std::string(key) + "\" has the wrong type");
+    throw Error(p.string() + ": \"" + std::string(key) + "\" has the wrong type (" + j.at(key).dump() + ")");
   }
+}
+// The value at key, or `otherwise` when the key is absent (a present value of the wrong type is an error).
+template <typename T>
+T json_opt(const nlohmann::json& j, const char* key, T otherwise, const fs::path& p) {
+  if (!j.is_object() || !j.contains(key)) return otherwise;
+  return json_get<T>(j, key, p);
 }
 
 }  // namespace
@@ -75,15 +81,16 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
 
   const fs::path cfg_path = dir / "config.json";
   const nlohmann::json cfg = read_json(cfg_path);
-  if (cfg.contains("model_type") && cfg["model_type"] != "bert")
-    throw Error(cfg_path.string() + ": model_type '" + cfg["model_type"].dump() + "' is not supported (bert)");
+  if (!cfg.is_object()) throw Error(cfg_path.string() + ": expected a JSON object");
+  if (const std::string t = json_opt<std::string>(cfg, "model_type", "bert", cfg_path); t != "bert")
+    throw Error(cfg_path.string() + ": model_type '" + t + "' is not supported (bert)");
   const std::string act = json_get<std::string>(cfg, "hidden_act", cfg_path);
   Activation activation;
   if (act == "gelu") activation = Activation::gelu;  // erf
   else if (act == "gelu_new" || act == "gelu_pytorch_tanh") activation = Activation::gelu_tanh;
   else if (act == "relu") activation = Activation::relu;
   else throw Error(cfg_path.string() + ": hidden_act '" + act + "' is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu)");
-  const std::string pos_type = cfg.value("position_embedding_type", std::string("absolute"));
+  const std::string pos_type = json_opt<std::string>(cfg, "position_embedding_type", "absolute", cfg_path);
   if (pos_type != "absolute")
     throw Error(cfg_path.string() + ": position_embedding_type '" + pos_type + "' is not supported (absolute)");
   EncoderConfig ec_;
@@ -93,12 +100,13 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
   ec_.layers = json_get<int64_t>(cfg, "num_hidden_layers", cfg_path);
   ec_.activation = activation;
   ec_.norm = NormPlacement::post;
-  ec_.eps = float(cfg.value("layer_norm_eps", 1e-12));
+  ec_.eps = float(json_opt<double>(cfg, "layer_norm_eps", 1e-12, cfg_path));
+  if (!(ec_.eps > 0.0f)) throw Error(cfg_path.string() + ": layer_norm_eps must be positive");
   ec_.bias = true;
   m.eps = ec_.eps;
   m.positions = json_get<int64_t>(cfg, "max_position_embeddings", cfg_path);
   const int64_t vocab_size = json_get<int64_t>(cfg, "vocab_size", cfg_path);
-  const int64_t types = cfg.value("type_vocab_size", int64_t(2));
+  const int64_t types = json_opt<int64_t>(cfg, "type_vocab_size", 2, cfg_path);
   try {
     ec_.validate();
   } catch (const Error& e) {
@@ -110,33 +118,71 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
   // Tokens per text: sentence-transformers' max_seq_length, capped by the position table.
   m.max_tokens = m.positions;
   if (fs::exists(dir / "sentence_bert_config.json", ec)) {
-    const nlohmann::json sb = read_json(dir / "sentence_bert_config.json");
-    if (sb.contains("max_seq_length")) m.max_tokens = std::min(m.positions, sb["max_seq_length"].get<int64_t>());
+    const fs::path sp = dir / "sentence_bert_config.json";
+    const int64_t msl = json_opt<int64_t>(read_json(sp), "max_seq_length", m.positions, sp);
+    if (msl < 2) throw Error(sp.string() + ": max_seq_length must be at least 2, got " + std::to_string(msl));
+    m.max_tokens = std::min(m.positions, msl);
   }
   if (opts.max_tokens) {
     if (*opts.max_tokens < 2 || *opts.max_tokens > m.positions)
-      throw Error("--max-tokens: expected 2.." + std::to_string(m.positions) + " (the model's position table), got " +
-                  std::to_string(*opts.max_tokens));
+      throw Error("max tokens (--max-tokens): expected 2.." + std::to_string(m.positions) +
+                  " (the model's position table), got " + std::to_string(*opts.max_tokens));
     m.max_tokens = *opts.max_tokens;
   }
-  // Pooling and normalization as the sentence-transformers files say (mean
-  // pooling and normalization when they are absent: a plain BERT directory).
-  if (fs::exists(dir / "1_Pooling" / "config.json", ec)) {
-    const fs::path pp = dir / "1_Pooling" / "config.json";
-    const nlohmann::json pc = read_json(pp);
-    const bool mean = pc.value("pooling_mode_mean_tokens", false), cls = pc.value("pooling_mode_cls_token", false);
-    const bool other = pc.value("pooling_mode_max_tokens", false) || pc.value("pooling_mode_mean_sqrt_len_tokens", false);
+  // The sentence-transformers pipeline (modules.json): Transformer, Pooling,
+  // Normalize are what this reproduces; any other module is refused rather
+  // than skipped. Without modules.json (a plain BERT directory): mean
+  // pooling and normalization.
+  fs::path pooling = dir / "1_Pooling" / "config.json";
+  if (fs::exists(dir / "modules.json", ec)) {
+    const fs::path mp = dir / "modules.json";
+    const nlohmann::json mods = read_json(mp);
+    if (!mods.is_array()) throw Error(mp.string() + ": expected a JSON list of modules");
+    m.normalize = false;
+    pooling.clear();
+    for (const auto& mod : mods) {
+      const std::string type = json_get<std::string>(mod, "type", mp);
+      if (type == "sentence_transformers.models.Normalize") m.normalize = true;
+      else if (type == "sentence_transformers.models.Pooling") pooling = dir / json_get<std::string>(mod, "path", mp) / "config.json";
+      else if (type != "sentence_transformers.models.Transformer")
+        throw Error(mp.string() + ": module " + type + " is not supported (Transformer, Pooling, Normalize)");
+    }
+  }
+  if (!pooling.empty() && fs::exists(pooling, ec)) {
+    const nlohmann::json pc = read_json(pooling);
+    const bool mean = json_opt<bool>(pc, "pooling_mode_mean_tokens", false, pooling);
+    const bool cls = json_opt<bool>(pc, "pooling_mode_cls_token", false, pooling);
+    const bool other = json_opt<bool>(pc, "pooling_mode_max_tokens", false, pooling) ||
+                       json_opt<bool>(pc, "pooling_mode_mean_sqrt_len_tokens", false, pooling);
     if (mean == cls || other)
-      throw Error(pp.string() + ": pooling must be exactly one of pooling_mode_mean_tokens or pooling_mode_cls_token");
+      throw Error(pooling.string() + ": pooling must be exactly one of pooling_mode_mean_tokens or pooling_mode_cls_token");
     m.mean_pooling = mean;
   }
-  if (fs::exists(dir / "modules.json", ec)) {
-    const nlohmann::json mods = read_json(dir / "modules.json");
-    m.normalize = false;
-    for (const auto& mod : mods)
-      if (mod.value("type", std::string()) == "sentence_transformers.models.Normalize") m.normalize = true;
+  // The tokenizer this reproduces: uncased, accents stripped, CJK split.
+  if (fs::exists(dir / "tokenizer_config.json", ec)) {
+    const fs::path tp = dir / "tokenizer_config.json";
+    const nlohmann::json tc = read_json(tp);
+    const bool lower = json_opt<bool>(tc, "do_lower_case", true, tp);
+    const bool cjk = json_opt<bool>(tc, "tokenize_chinese_chars", true, tp);
+    const bool strip = tc.is_object() && tc.contains("strip_accents") && !tc["strip_accents"].is_null()
+                           ? json_get<bool>(tc, "strip_accents", tp) : lower;
+    if (!lower || !strip || !cjk)
+      throw Error(tp.string() + ": only the uncased BERT tokenizer is supported (do_lower_case, strip_accents and "
+                  "tokenize_chinese_chars on)");
   }
   m.vocab = text::WordPiece::load((dir / "vocab.txt").string());
+  if (fs::exists(dir / "special_tokens_map.json", ec)) {  // the tokens matched verbatim in the text
+    const fs::path sp = dir / "special_tokens_map.json";
+    const nlohmann::json st = read_json(sp);
+    if (!st.is_object()) throw Error(sp.string() + ": expected a JSON object");
+    std::vector<std::string> specials;
+    for (const auto& [key, v] : st.items()) {
+      if (v.is_string()) specials.push_back(v.get<std::string>());
+      else if (v.is_object() && v.contains("content") && v["content"].is_string()) specials.push_back(v["content"].get<std::string>());
+      else if (!v.is_array()) throw Error(sp.string() + ": \"" + key + "\" is neither a token nor {\"content\": token}");
+    }
+    m.vocab.set_special_tokens(specials, sp.string());
+  }
   if (m.vocab.vocab_size() != vocab_size)
     throw Error((dir / "vocab.txt").string() + ": " + std::to_string(m.vocab.vocab_size()) + " tokens, but " +
                 cfg_path.string() + " says vocab_size " + std::to_string(vocab_size));

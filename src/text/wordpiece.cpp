@@ -13,13 +13,13 @@ namespace {
 
 constexpr size_t kMaxCharsPerWord = 100;  // tokenizers' WordPiece max_input_chars_per_word
 
-bool is_other(int32_t c) {  // categories Cc, Cf, Cs, Co, Cn
+// tokenizers' is_other (the unicode_categories crate): Cc, Cf and Co. An
+// unassigned code point (Cn) is kept (and becomes [UNK]), as Hugging Face does.
+bool is_other(int32_t c) {
   switch (utf8proc_category(c)) {
     case UTF8PROC_CATEGORY_CC:
     case UTF8PROC_CATEGORY_CF:
-    case UTF8PROC_CATEGORY_CS:
     case UTF8PROC_CATEGORY_CO:
-    case UTF8PROC_CATEGORY_CN:
       return true;
     default:
       return false;
@@ -52,9 +52,10 @@ bool is_punctuation(int32_t c) {
   }
 }
 
+// tokenizers' ranges (the slow Python BertTokenizer starts one block at 0x2B820, not 0x2B920).
 bool is_cjk(int32_t c) {
   return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
-         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
@@ -72,8 +73,10 @@ WordPiece WordPiece::load(const std::string& vocab_path) {
   WordPiece w;
   std::string line;
   while (std::getline(f, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    w.ids_.emplace(line, int32_t(w.tokens_.size()));  // the first of duplicates wins, as tokenizers
+    // As tokenizers' WordPiece::read_file: trailing white space trimmed, the
+    // last of duplicate lines wins.
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    w.ids_[line] = int32_t(w.tokens_.size());
     w.tokens_.push_back(line);
   }
   auto id = [&](const char* t) {
@@ -128,17 +131,44 @@ std::vector<std::pair<std::string_view, int32_t>> WordPiece::segments(std::strin
   return out;
 }
 
+// Throws Error at the first byte of `text` that does not begin a valid UTF-8 sequence.
+static void check_utf8(std::string_view text, const std::string& what) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  utf8proc_ssize_t left = utf8proc_ssize_t(text.size());
+  size_t offset = 0;
+  while (left > 0) {
+    utf8proc_int32_t c;
+    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &c);
+    if (n < 0) throw Error(what + ": not valid UTF-8 at byte " + std::to_string(offset));
+    p += n;
+    left -= n;
+    offset += size_t(n);
+  }
+}
+
 void WordPiece::append_ids(std::string_view text, const std::string& what, std::vector<int32_t>& out,
                            size_t limit) const {
+  check_utf8(text, what);  // the whole text, also past the truncation
   for (const auto& [seg, special] : segments(text)) {
     if (out.size() >= limit) return;
     if (special >= 0) {
       out.push_back(special);
       continue;
     }
-    for (const auto& w : words(seg, what)) {
-      wordpiece(w, out);
-      if (out.size() >= limit) return;
+    // In pieces of about 4 KiB cut at ASCII white space (which no word or
+    // decomposition crosses), so a huge text costs memory in proportion to
+    // what truncation keeps, not to its length.
+    for (size_t p0 = 0; p0 < seg.size();) {
+      size_t p1 = seg.size();
+      if (seg.size() - p0 > 4096) {
+        const size_t cut = seg.find_first_of(" \n", p0 + 4096);
+        if (cut != std::string_view::npos) p1 = cut + 1;
+      }
+      for (const auto& w : words(seg.substr(p0, p1 - p0), what)) {
+        wordpiece(w, out);
+        if (out.size() >= limit) return;
+      }
+      p0 = p1;
     }
   }
 }
