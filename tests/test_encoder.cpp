@@ -17,6 +17,7 @@
 #include "nn/kernel_config.hpp"
 #include "nn/philox.hpp"
 #include "reference/attention_reference.hpp"
+#include "encoder_golden.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"
 
@@ -25,35 +26,9 @@ namespace {
 
 using test::randn;
 
-const SafetensorsFile& golden() {
-  static const SafetensorsFile f = read_safetensors(FFN_ENCODER_GOLDEN);
-  return f;
-}
-
-struct Case {
-  std::string prefix;
-  nlohmann::json meta;
-  const NamedTensor& t(const std::string& n) const { return golden().tensors.at(prefix + n); }
-  bool has(const std::string& n) const { return golden().tensors.count(prefix + n) != 0; }
-  Shape shape() const {
-    Shape s;
-    s.batch = meta["batch"];
-    s.seq = meta["seq"];
-    if (meta["has_lengths"].get<bool>())
-      for (float v : t("lengths").data) s.lengths.push_back(int64_t(v));
-    return s;
-  }
-};
-
-std::vector<Case> cases(const std::string& kind) {
-  std::vector<Case> out;
-  for (const auto& [key, value] : golden().metadata) {
-    if (key.rfind("case", 0) != 0 || key == "cases") continue;
-    Case c{key + ".", nlohmann::json::parse(value)};
-    if (c.meta["kind"] == kind) out.push_back(c);
-  }
-  return out;
-}
+const SafetensorsFile& golden() { return test::encoder_golden(); }
+using Case = test::EncoderCase;
+std::vector<Case> cases(const std::string& kind) { return test::encoder_cases(kind); }
 
 // Values at the valid positions only (padding is NaN in the golden inputs
 // and must be zero in our outputs).
@@ -376,6 +351,20 @@ EncoderConfig small_config() {
   return cfg;
 }
 
+// One forward + backward step: y, dx and the gradients.
+struct Step {
+  std::vector<float> y, dx;
+  EncoderWeights g;
+};
+Step step(const Encoder& e, const std::vector<float>& x, const std::vector<float>& dy, const Shape& s,
+          const EncoderRunOptions& o) {
+  Step r{std::vector<float>(x.size()), std::vector<float>(x.size()), {}};
+  EncoderCache c;
+  e.forward(x.data(), r.y.data(), s, o, &c);
+  e.backward(x.data(), dy.data(), s, c, r.dx.data(), r.g, o);
+  return r;
+}
+
 TEST(Encoder, BitwiseSameForAnyThreadCount) {
   for (NormPlacement norm : {NormPlacement::post, NormPlacement::pre}) {
     EncoderConfig cfg = small_config();
@@ -384,29 +373,21 @@ TEST(Encoder, BitwiseSameForAnyThreadCount) {
     const Encoder e(cfg, 5);
     Shape s{3, 150, Layout::tokens, {150, 1, 77}};
     const auto x = randn(size_t(s.positions() * cfg.d_model), 1), dy = randn(x.size(), 2);
-    std::vector<std::vector<float>> ys, dxs;
-    std::vector<EncoderWeights> gs;
+    std::vector<Step> r;
     for (int threads : {1, 2, 3}) {
       EncoderRunOptions o;
       o.threads = threads;
       o.training = true;
       o.seed = 99;
       o.causal = true;
-      std::vector<float> y(x.size()), dx(x.size());
-      EncoderCache c;
-      e.forward(x.data(), y.data(), s, o, &c);
-      EncoderWeights g;
-      e.backward(x.data(), dy.data(), s, c, dx.data(), g, o);
-      ys.push_back(y);
-      dxs.push_back(dx);
-      gs.push_back(g);
+      r.push_back(step(e, x, dy, s, o));
     }
-    for (size_t i = 1; i < ys.size(); ++i) {
-      EXPECT_EQ(ys[i], ys[0]);
-      EXPECT_EQ(dxs[i], dxs[0]);
-      EXPECT_EQ(gs[i].layers[0].in_proj_weight, gs[0].layers[0].in_proj_weight);
-      EXPECT_EQ(gs[i].layers[1].ffn.w1, gs[0].layers[1].ffn.w1);
-      EXPECT_EQ(gs[i].norm_weight, gs[0].norm_weight);
+    for (size_t i = 1; i < r.size(); ++i) {
+      EXPECT_EQ(r[i].y, r[0].y);
+      EXPECT_EQ(r[i].dx, r[0].dx);
+      EXPECT_EQ(r[i].g.layers[0].in_proj_weight, r[0].g.layers[0].in_proj_weight);
+      EXPECT_EQ(r[i].g.layers[1].ffn.w1, r[0].g.layers[1].ffn.w1);
+      EXPECT_EQ(r[i].g.norm_weight, r[0].g.norm_weight);
     }
   }
 }
@@ -440,25 +421,18 @@ TEST(Encoder, FastPathMatchesReferenceInTraining) {
     const Encoder e(cfg, 8);
     Shape s{2, 70, Layout::tokens, {70, 33}};
     const auto x = randn(size_t(s.positions() * cfg.d_model), 4), dy = randn(x.size(), 5);
-    std::vector<std::vector<float>> ys, dxs;
-    std::vector<EncoderWeights> gs;
+    std::vector<Step> r;
     for (Path path : {Path::reference, Path::automatic}) {
       EncoderRunOptions o;
       o.path = path;
       o.training = true;
       o.seed = 3;
       o.causal = norm == NormPlacement::pre;
-      std::vector<float> y(x.size()), dx(x.size());
-      EncoderCache c;
-      e.forward(x.data(), y.data(), s, o, &c);
-      EncoderWeights g;
-      e.backward(x.data(), dy.data(), s, c, dx.data(), g, o);
-      ys.push_back(y);
-      dxs.push_back(dx);
-      gs.push_back(g);
+      r.push_back(step(e, x, dy, s, o));
     }
-    expect_close(ys[1], ys[0], test::kAttentionForwardVsReference, "y");
-    expect_close(dxs[1], dxs[0], test::kAttentionBackwardVsReference, "dx");
+    std::vector<EncoderWeights> gs{r[0].g, r[1].g};
+    expect_close(r[1].y, r[0].y, test::kAttentionForwardVsReference, "y");
+    expect_close(r[1].dx, r[0].dx, test::kAttentionBackwardVsReference, "dx");
     for (size_t l = 0; l < 2; ++l) {
       expect_close(gs[1].layers[l].in_proj_weight, gs[0].layers[l].in_proj_weight, test::kAttentionBackwardVsReference, "dW_in");
       expect_close(gs[1].layers[l].out_proj_bias, gs[0].layers[l].out_proj_bias, test::kAttentionBackwardVsReference, "db_O");

@@ -8,6 +8,7 @@
 #include "cli_util.hpp"
 #include "common/compare.hpp"
 #include "ffn/encoder.hpp"
+#include "encoder_golden.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"
 
@@ -24,26 +25,9 @@ fs::path dir() {
 Result ffn_cli(const std::string& args) { return test::run_ffn(args, dir()); }
 std::string tmp(const std::string& name) { return (dir() / name).string(); }
 
-const SafetensorsFile& golden() {
-  static const SafetensorsFile f = read_safetensors(FFN_ENCODER_GOLDEN);
-  return f;
-}
-
-struct Case {
-  std::string prefix;
-  nlohmann::json meta;
-  const NamedTensor& t(const std::string& n) const { return golden().tensors.at(prefix + n); }
-};
-
-std::vector<Case> encoder_cases() {
-  std::vector<Case> out;
-  for (const auto& [key, value] : golden().metadata) {
-    if (key.rfind("case", 0) != 0 || key == "cases") continue;
-    Case c{key + ".", nlohmann::json::parse(value)};
-    if (c.meta["kind"] == "encoder") out.push_back(c);
-  }
-  return out;
-}
+const SafetensorsFile& golden() { return test::encoder_golden(); }
+using Case = test::EncoderCase;
+std::vector<Case> encoder_cases() { return test::encoder_cases("encoder"); }
 
 // The case's parameters as PyTorch's state_dict saved them (no __metadata__),
 // its input and dL/dy as .npy, and its lengths; returns the flags naming them.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <cstdio>
@@ -146,6 +147,14 @@ Command add_encode_grad(CLI::App& app);  // ffn encode-grad
 Command add_embed(CLI::App& app);        // ffn embed (tools/embed_cmd.cpp)
 
 // ---- shared by the commands (tools/ffn_main.cpp) ---------------------------
+
+// The median of the timed calls (the figure every bench prints).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 
 // An input array and the shape it describes.
 struct Input {

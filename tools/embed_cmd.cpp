@@ -105,12 +105,6 @@ void cmd_embed(const EmbedArgs& a) {
   }
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 }  // namespace
 
 int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, bool json) {

@@ -142,12 +142,6 @@ void cmd_encode_grad(const EncodeGradArgs& a) {
   write_gradient_pair(targets, dx, [&](const std::string& path) { enc.save_gradients(path, grads); });
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 }  // namespace
 
 Command add_encode(CLI::App& app) {

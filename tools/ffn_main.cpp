@@ -161,6 +161,7 @@ using cli::Input;
 using cli::check_finite_tokens;
 using cli::threads_or_throw;
 using cli::kind_of;
+using cli::median;
 
 
 // Options shared by run and grad.
@@ -408,12 +409,6 @@ struct BenchArgs {
 
 // Longest run `ffn bench` starts without --yes (estimated up front).
 constexpr double kBenchLimitSeconds = 60.0;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Tolerance of the bench's check: the fused path against the reference path
 // of the same dtype (double accumulation; for int8 the integer reference, which

@@ -22,6 +22,7 @@
 #include "nn/kernel_config.hpp"
 #include "nn/norm.hpp"
 #include "nn/philox.hpp"
+#include "nn/positions.hpp"
 #include "reference/attention_reference.hpp"
 
 namespace ffn {
@@ -106,11 +107,6 @@ void check_weights(const EncoderConfig& cfg, const EncoderWeights& w) {
 const float* ptr_or_null(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 float* ptr_or_null(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
-int threads_of(const RunOptions& o) {
-  if (o.threads < 0 || o.threads > kMaxThreads)
-    throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(o.threads));
-  return o.threads > 0 ? o.threads : omp_get_max_threads();
-}
 
 // Packed panels of one layer's attention weights (fast path).
 // Backward reads W_in and W_O as they are (row-major B, packed by the gemm
@@ -313,21 +309,9 @@ struct Rows {
 };
 
 Rows valid_rows(const Shape& s) {
-  if (s.batch < 0 || s.seq < 0) throw Error("shape: batch and seq must be ≥ 0");
   if (s.layout != Layout::tokens) throw Error("layout: the encoder takes the tokens layout [B, S, d_model]");
-  if (!s.lengths.empty() && int64_t(s.lengths.size()) != s.batch)
-    throw Error("lengths: expected " + std::to_string(s.batch) + " values (one per sequence), got " +
-                std::to_string(s.lengths.size()));
   Rows r;
-  r.off.push_back(0);
-  for (int64_t b = 0; b < s.batch; ++b) {
-    const int64_t len = s.lengths.empty() ? s.seq : s.lengths[size_t(b)];
-    if (len < 0 || len > s.seq)
-      throw Error("lengths: sequence " + std::to_string(b) + " has length " + std::to_string(len) + ", expected 0.." +
-                  std::to_string(s.seq));
-    for (int64_t i = 0; i < len; ++i) r.pos.push_back(b * s.seq + i);
-    r.off.push_back(r.off.back() + len);
-  }
+  r.pos = nn::valid_positions(s, &r.off);
   return r;
 }
 
@@ -450,7 +434,7 @@ void attention_sublayer_backward(const EncoderConfig& cfg_, const EncoderLayerWe
 void Encoder::forward(const float* x, float* y, const Shape& shape, const EncoderRunOptions& opts,
                       EncoderCache* cache) const {
   const Rows rows = valid_rows(shape);
-  const int threads = threads_of(opts);
+  const int threads = nn::thread_count(opts);
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
   if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
   if (opts.compute != Compute::fp32) throw Error("forward: the encoder computes in fp32 (--compute bf16 is the FFN's)");
@@ -530,7 +514,7 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
   if (c.batch != shape.batch || c.seq != shape.seq || c.pos != rows.pos)
     throw Error("backward: the cache comes from a forward call with another shape or lengths");
   if (shape.positions() > 0 && (!dy || !dx)) throw Error("backward: dy and dx must not be null");
-  const int threads = threads_of(opts);
+  const int threads = nn::thread_count(opts);
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
   const bool ref = opts.path == Path::reference;
   const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));

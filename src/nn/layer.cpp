@@ -16,6 +16,7 @@
 #include "nn/quantize.hpp"
 #include "reference/ffn_int8_reference.hpp"
 #include "nn/philox.hpp"
+#include "nn/positions.hpp"
 #include "reference/ffn_reference.hpp"
 
 namespace ffn {
@@ -265,10 +266,9 @@ size_t ForwardCache::bytes() const {
 
 // ---- forward and backward ----------------------------------------------------
 
-namespace {
+namespace nn {
 
-// Global positions (b * S + s) of the valid tokens, in order.
-std::vector<int64_t> valid_positions(const Shape& s) {
+std::vector<int64_t> valid_positions(const Shape& s, std::vector<int64_t>* offsets) {
   if (s.batch < 0) throw Error("shape: batch must be >= 0, got " + std::to_string(s.batch));
   if (s.seq < 0) throw Error("shape: sequence length must be >= 0, got " + std::to_string(s.seq));
   if (!s.lengths.empty() && int64_t(s.lengths.size()) != s.batch) {
@@ -277,6 +277,7 @@ std::vector<int64_t> valid_positions(const Shape& s) {
   }
   std::vector<int64_t> pos;
   pos.reserve(size_t(s.positions()));
+  if (offsets) offsets->assign(1, 0);
   for (int64_t b = 0; b < s.batch; ++b) {
     int64_t len = s.seq;
     if (!s.lengths.empty()) {
@@ -287,9 +288,22 @@ std::vector<int64_t> valid_positions(const Shape& s) {
       }
     }
     for (int64_t i = 0; i < len; ++i) pos.push_back(b * s.seq + i);
+    if (offsets) offsets->push_back(int64_t(pos.size()));
   }
   return pos;
 }
+
+int thread_count(const RunOptions& o) {
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(o.threads));
+  return o.threads > 0 ? o.threads : omp_get_max_threads();
+}
+
+}  // namespace nn
+
+
+namespace {
+
 
 // Offset and stride (in floats) of feature j of position p in the user's buffer.
 struct Addressing {
@@ -327,11 +341,6 @@ void scatter(const float* rows, const Addressing& a, const std::vector<int64_t>&
   }
 }
 
-int thread_count(const RunOptions& o) {
-  if (o.threads < 0 || o.threads > kMaxThreads)
-    throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(o.threads));
-  return o.threads > 0 ? o.threads : omp_get_max_threads();
-}
 
 reference::Params<float> params_of(const Weights& w) {
   auto p = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
@@ -342,8 +351,8 @@ reference::Params<float> params_of(const Weights& w) {
 
 void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptions& opts,
                     ForwardCache* cache) const {
-  const std::vector<int64_t> pos = valid_positions(shape);
-  const int threads = thread_count(opts);
+  const std::vector<int64_t> pos = nn::valid_positions(shape);
+  const int threads = nn::thread_count(opts);
   const int64_t n = int64_t(pos.size());
   const int64_t d = cfg_.d_model, F = cfg_.d_ff;
   const bool gated = is_gated(cfg_.activation);
@@ -418,7 +427,7 @@ void Layer::backward(const float* x, const float* dy, const Shape& shape, const 
                 " weights is for inference only (training needs fp32 weights)");
   const ForwardCache::Data& c = cache.data();
   if (!c.filled) throw Error("backward: the cache was not filled by forward");
-  const std::vector<int64_t> pos = valid_positions(shape);
+  const std::vector<int64_t> pos = nn::valid_positions(shape);
   const Config& f = c.cfg;
   if (f.d_model != cfg_.d_model || f.d_ff != cfg_.d_ff || f.activation != cfg_.activation ||
       f.bias != cfg_.bias || f.norm != cfg_.norm || f.norm_type != cfg_.norm_type || f.eps != cfg_.eps ||
@@ -428,7 +437,7 @@ void Layer::backward(const float* x, const float* dy, const Shape& shape, const 
   if (c.layout != shape.layout || c.batch != shape.batch || c.seq != shape.seq || c.pos != pos) {
     throw Error("backward: the cache comes from a forward call with another shape, layout or lengths");
   }
-  const int threads = thread_count(opts);
+  const int threads = nn::thread_count(opts);
   const int64_t n = int64_t(pos.size());
   const int64_t d = cfg_.d_model;
   // Reuse the caller's gradient buffers when they have the right sizes (both

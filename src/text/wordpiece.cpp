@@ -59,6 +59,24 @@ bool is_cjk(int32_t c) {
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
+// f(c) for each code point of `text`; Error naming `what` and the byte offset
+// at the first byte that does not begin a valid UTF-8 sequence.
+template <typename F>
+void for_each_code_point(std::string_view text, const std::string& what, F f) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  utf8proc_ssize_t left = utf8proc_ssize_t(text.size());
+  size_t offset = 0;
+  while (left > 0) {
+    utf8proc_int32_t c;
+    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &c);
+    if (n < 0) throw Error(what + ": not valid UTF-8 at byte " + std::to_string(offset));
+    p += n;
+    left -= n;
+    offset += size_t(n);
+    f(c);
+  }
+}
+
 void append_utf8(std::string& s, int32_t c) {
   uint8_t buf[4];
   const auto n = utf8proc_encode_char(c, buf);
@@ -131,24 +149,9 @@ std::vector<std::pair<std::string_view, int32_t>> WordPiece::segments(std::strin
   return out;
 }
 
-// Throws Error at the first byte of `text` that does not begin a valid UTF-8 sequence.
-static void check_utf8(std::string_view text, const std::string& what) {
-  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  utf8proc_ssize_t left = utf8proc_ssize_t(text.size());
-  size_t offset = 0;
-  while (left > 0) {
-    utf8proc_int32_t c;
-    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &c);
-    if (n < 0) throw Error(what + ": not valid UTF-8 at byte " + std::to_string(offset));
-    p += n;
-    left -= n;
-    offset += size_t(n);
-  }
-}
-
 void WordPiece::append_ids(std::string_view text, const std::string& what, std::vector<int32_t>& out,
                            size_t limit) const {
-  check_utf8(text, what);  // the whole text, also past the truncation
+  for_each_code_point(text, what, [](int32_t) {});  // the whole text is checked, also past the truncation
   for (const auto& [seg, special] : segments(text)) {
     if (out.size() >= limit) return;
     if (special >= 0) {
@@ -177,17 +180,8 @@ std::vector<std::u32string> WordPiece::words(std::string_view text, const std::s
   // 1–2: decode, clean, white space to ' ', spaces around CJK.
   std::string cleaned;
   cleaned.reserve(text.size() + 16);
-  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  utf8proc_ssize_t left = utf8proc_ssize_t(text.size());
-  size_t offset = 0;
-  while (left > 0) {
-    utf8proc_int32_t c;
-    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &c);
-    if (n < 0) throw Error(what + ": not valid UTF-8 at byte " + std::to_string(offset));
-    p += n;
-    left -= n;
-    offset += size_t(n);
-    if (c == 0 || c == 0xFFFD || is_control(c)) continue;
+  for_each_code_point(text, what, [&](int32_t c) {
+    if (c == 0 || c == 0xFFFD || is_control(c)) return;
     if (is_whitespace(c)) {
       cleaned += ' ';
     } else if (is_cjk(c)) {
@@ -197,7 +191,7 @@ std::vector<std::u32string> WordPiece::words(std::string_view text, const std::s
     } else {
       append_utf8(cleaned, c);
     }
-  }
+  });
   // 3: NFD (with canonical ordering), without non-spacing marks; 4: lower case.
   std::vector<utf8proc_int32_t> cps(cleaned.size() * 4 + 4);  // a code point decomposes into at most 4 here; grown below
   utf8proc_ssize_t m;
