@@ -204,6 +204,54 @@ TEST_P(Int8PerIsa, LayerMatchesInt8Reference) {
     }
 }
 
+// int8 with fp32 input channels (Int8Options): the channels left out of the
+// quantized row and their products summed in double, as the reference does.
+// Channels at both ends and inside, values 40× the others on them.
+TEST_P(Int8PerIsa, Fp32InputChannelsMatchInt8Reference) {
+  for (Activation act : {Activation::relu, Activation::swiglu})
+    for (NormPlacement norm : {NormPlacement::none, NormPlacement::pre, NormPlacement::post}) {
+      Config cfg;
+      cfg.d_model = 37;
+      cfg.d_ff = 301;
+      cfg.activation = act;
+      cfg.norm = norm;
+      const std::vector<int64_t> channels = {0, 5, 36};
+      const Layer layer = Layer(cfg, uint64_t(12)).converted(WeightDtype::int8, Int8Options{channels});
+      ASSERT_EQ(layer.fp32_input_channels(), channels);
+      for (int64_t t : {1, 13, 100}) {
+        std::vector<float> x = gaussian(size_t(t * cfg.d_model), uint64_t(t) + 7);
+        for (int64_t i = 0; i < t; ++i)
+          for (int64_t c : channels) x[size_t(i * cfg.d_model + c)] *= 40.0f;
+        const std::vector<float> got = run(layer, x, GetParam());
+        const std::vector<float> want = run(layer, x, Isa::automatic, Path::reference);
+        const Comparison c = compare(got.data(), want.data(), got.size());
+        EXPECT_TRUE(c.ok(test::kInt8VsReference)) << to_string(act) << " " << to_string(norm) << " T=" << t << ": "
+                                                  << c.describe();
+        if (norm == NormPlacement::none) {
+          const Comparison single = compare(run(layer, x, GetParam(), Path::automatic, 1).data(), want.data(), got.size());
+          EXPECT_TRUE(single.ok(test::kInt8VsReference)) << single.describe();
+        }
+      }
+    }
+}
+
+TEST_P(Int8PerIsa, Fp32PartMatchesDefinitionBitForBit) {
+  for (int64_t n : {1, 63, 64, 65, 256}) {
+    const int64_t k = 5, ld = 301;
+    const std::vector<float> xs = gaussian(size_t(k), uint64_t(n), 20.0f), wt = gaussian(size_t(k * ld), 2),
+                             b = gaussian(size_t(n), 3);
+    for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
+      std::vector<float> out(static_cast<size_t>(n));
+      kernels().fp32_part(xs.data(), k, wt.data() + 7, ld, bias, n, out.data());
+      for (int64_t j = 0; j < n; ++j) {
+        double want = bias ? double(bias[j]) : 0.0;
+        for (int64_t s = 0; s < k; ++s) want += double(xs[size_t(s)]) * double(wt[size_t(s * ld + 7 + j)]);
+        ASSERT_EQ(out[size_t(j)], float(want)) << "n=" << n << " j=" << j;
+      }
+    }
+  }
+}
+
 // 16-bit weights: fp32 arithmetic on the widened values, so the float
 // reference on the same (dequantized) weights is the oracle, at the fp32 tolerance.
 TEST_P(Int8PerIsa, SixteenBitLayersMatchFloatReference) {
@@ -265,6 +313,75 @@ TEST(Quantize, WeightsSymmetricPerChannel) {
     }
     EXPECT_EQ(qmax, 127);
   }
+}
+
+// W2's scales: one per output channel and 256-column group (the hidden
+// chunk), each group's largest |w| on ±127; a file's per-row scales regroup
+// to the same values.
+TEST(Quantize, WeightsPerChannelAndColumnGroup) {
+  const int64_t rows = 3, cols = 600;  // groups of 256, 256, 88
+  std::vector<float> w = gaussian(size_t(rows * cols), 4);
+  for (int64_t c = 256; c < 512; ++c) w[size_t(cols + c)] *= 50.0f;  // row 1, group 1: 50× the rest
+  for (int64_t c = 512; c < cols; ++c) w[size_t(2 * cols + c)] = 0.0f;  // row 2, group 2: zero
+  const nn::QMatrix q = nn::quantize_matrix(w, rows, cols, WeightDtype::int8, "w", nn::kQuantChunk);
+  ASSERT_EQ(q.groups(), 3);
+  ASSERT_EQ(q.scale.size(), size_t(rows * 3));
+  const std::vector<float> back = nn::dequantize(q, WeightDtype::int8);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < 3; ++g) {
+      int qmax = 0;
+      for (int64_t c = g * 256; c < std::min<int64_t>(cols, (g + 1) * 256); ++c) {
+        const size_t i = size_t(r * cols + c);
+        qmax = std::max(qmax, std::abs(int(q.q[i])));
+        EXPECT_LE(std::fabs(back[i] - w[i]), 0.5001f * q.scale_at(r, c));
+      }
+      EXPECT_EQ(qmax, r == 2 && g == 2 ? 0 : 127) << r << " " << g;
+    }
+  EXPECT_EQ(q.scale_at(2, 599), 1.0f);  // an all-zero group
+  EXPECT_GT(q.scale_at(1, 300), 20.0f * q.scale_at(1, 0));
+  // Per row, then regrouped: the same values.
+  nn::QMatrix p = nn::quantize_matrix(w, rows, cols, WeightDtype::int8, "w");
+  ASSERT_EQ(p.groups(), 1);
+  const std::vector<float> per_row = nn::dequantize(p, WeightDtype::int8);
+  nn::regroup_scales(p, nn::kQuantChunk);
+  EXPECT_EQ(p.groups(), 3);
+  EXPECT_EQ(nn::dequantize(p, WeightDtype::int8), per_row);
+}
+
+TEST(Quantize, Fp32InputChannelsAreValidatedAndChosen) {
+  Config cfg;
+  cfg.d_model = 8;
+  cfg.d_ff = 16;
+  const Layer base(cfg, uint64_t(3));
+  auto expect_error = [](const auto& fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected an error mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { base.converted(WeightDtype::int8, Int8Options{{8}}); }, "input channel 8 is outside [0, d_model = 8)");
+  expect_error([&] { base.converted(WeightDtype::int8, Int8Options{{-1}}); }, "input channel -1");
+  expect_error([&] { base.converted(WeightDtype::int8, Int8Options{{3, 3}}); }, "ascending and distinct, got 3 then 3");
+  expect_error([&] { base.converted(WeightDtype::bf16, Int8Options{{1}}); }, "only for int8 weights, not bf16");
+  // The layer's values: W1's fp32 columns exact, the rest int8 without them.
+  const Layer q = base.converted(WeightDtype::int8, Int8Options{{2, 6}});
+  for (int64_t f = 0; f < cfg.d_ff; ++f)
+    for (int64_t c : {2, 6}) EXPECT_EQ(q.weights().w1[size_t(f * 8 + c)], base.weights().w1[size_t(f * 8 + c)]);
+  EXPECT_TRUE(q.converted(WeightDtype::int8).fp32_input_channels() == (std::vector<int64_t>{2, 6}));
+  EXPECT_TRUE(q.converted(WeightDtype::int8, Int8Options{}).fp32_input_channels().empty());
+  EXPECT_TRUE(q.converted(WeightDtype::fp32).fp32_input_channels().empty());
+  // Calibration: max |x| per channel (after the norm for pre-LN), then the threshold and the cap.
+  std::vector<float> x(3 * 8, 0.5f), absmax;
+  x[1] = -9.0f, x[8 + 4] = 7.0f, x[16 + 7] = 6.0f;
+  base.input_absmax(x.data(), 3, absmax);
+  EXPECT_EQ(absmax, (std::vector<float>{0.5f, 9.0f, 0.5f, 0.5f, 7.0f, 0.5f, 0.5f, 6.0f}));
+  EXPECT_EQ(Int8Options::outliers(absmax).fp32_input_channels, (std::vector<int64_t>{1, 4}));  // 6 is not > 6
+  EXPECT_EQ(Int8Options::outliers(absmax, 6.0f, 1).fp32_input_channels, (std::vector<int64_t>{1}));  // the largest
+  EXPECT_EQ(Int8Options::outliers(absmax, 0.4f, 3).fp32_input_channels, (std::vector<int64_t>{1, 4, 7}));
+  std::vector<float> wrong(3);
+  expect_error([&] { base.input_absmax(x.data(), 3, wrong); }, "expected d_model = 8");
 }
 
 TEST(Quantize, SixteenBitConversionsRoundToNearestEven) {
@@ -399,10 +516,17 @@ TEST(LowPrecisionAccuracy, OutlierFeaturesAreReported) {
   const std::vector<float> y32 = run(c.layer, c.x);
   const Accuracy i8 = accuracy(run(c.layer.converted(WeightDtype::int8), c.x), y32);
   const Accuracy b16 = accuracy(run(c.layer.converted(WeightDtype::bf16), c.x), y32);
-  std::printf("  outliers (4 features x30): int8 rel RMS %.2e cos %.7f | bf16 %.2e\n", i8.rel_rms, i8.cosine,
-              b16.rel_rms);
+  // The same features kept in float32, as calibration finds them.
+  std::vector<float> absmax;
+  c.layer.input_absmax(c.x.data(), 256, absmax);
+  const Int8Options found = Int8Options::outliers(absmax);
+  EXPECT_EQ(found.fp32_input_channels, (std::vector<int64_t>{3, 100, 257, 411}));
+  const Accuracy kept = accuracy(run(c.layer.converted(WeightDtype::int8, found), c.x), y32);
+  std::printf("  outliers (4 features x30): int8 rel RMS %.2e cos %.7f | the 4 kept in fp32: %.2e cos %.7f | "
+              "bf16 %.2e\n", i8.rel_rms, i8.cosine, kept.rel_rms, kept.cosine, b16.rel_rms);
   EXPECT_LE(b16.rel_rms, 4e-3);
   EXPECT_GE(i8.cosine, 0.99);  // degraded, not broken
+  EXPECT_LE(kept.rel_rms, i8.rel_rms / 3);  // the decomposition's point
 }
 
 // ---- files, options, errors -------------------------------------------------------
@@ -441,6 +565,59 @@ TEST(LowPrecisionFiles, SavedLayerLoadsBackIdentically) {
     EXPECT_EQ(f.weight_dtype(), WeightDtype::fp32);
     EXPECT_EQ(f.weights().w2, q.weights().w2);
   }
+  // int8 with fp32 input channels: the channels and W1's and Wg's columns for them.
+  const Layer q = base.converted(WeightDtype::int8, Int8Options{{0, 9, 23}});
+  const std::string path = (dir / "int8_fp32_inputs.safetensors").string();
+  q.save(path);
+  const Layer back = Layer::load(path);
+  EXPECT_EQ(back.fp32_input_channels(), q.fp32_input_channels());
+  EXPECT_EQ(back.weights().w1, q.weights().w1);
+  EXPECT_EQ(back.weights().wg, q.weights().wg);
+  EXPECT_EQ(run(back, x), run(q, x));
+  io::SafetensorsReader r(path);
+  for (const char* m : {"linear1.weight", "gate.weight"}) {
+    EXPECT_EQ(r.info(std::string(m) + "_fp32_index").dtype, "I64");
+    EXPECT_EQ(r.info(std::string(m) + "_fp32_columns").shape, (std::vector<int64_t>{70, 3}));
+  }
+  EXPECT_FALSE(r.has("linear2.weight_fp32_index"));
+  EXPECT_EQ(r.info("linear2.weight_scale").shape, (std::vector<int64_t>{24}));  // d_ff 70: one group, [rows]
+  LoadOptions o;
+  o.weight_dtype = WeightDtype::fp32;  // the values, with the fp32 columns in place
+  EXPECT_EQ(Layer::load(path, o).weights().w1, q.weights().w1);
+}
+
+// A file written before W2 had a scale per 256-column group ([d_model], one
+// per row) reads as that scale repeated over the groups.
+TEST(LowPrecisionFiles, PerRowW2ScalesStillLoad) {
+  const fs::path dir = test::scratch_dir("lowp_old_scales");
+  Config cfg;
+  cfg.d_model = 9;
+  cfg.d_ff = 600;
+  const Layer q = Layer(cfg, uint64_t(6)).converted(WeightDtype::int8);
+  SafetensorsFile f = q.to_safetensors();
+  EXPECT_EQ(f.tensors.at("linear2.weight_scale").shape, (std::vector<int64_t>{3, 9}));
+  std::vector<float> per_row(9);
+  for (size_t r = 0; r < 9; ++r) per_row[r] = 0.01f + 0.001f * float(r);
+  f.tensors["linear2.weight_scale"] = NamedTensor{{9}, per_row};
+  const std::string path = (dir / "old.safetensors").string();
+  write_safetensors(path, f);
+  const Layer back = Layer::load(path);
+  io::SafetensorsReader r(path);
+  const std::vector<uint8_t> q2 = r.read_raw("linear2.weight");
+  for (size_t i = 0; i < q2.size(); ++i)
+    ASSERT_EQ(back.weights().w2[i], float(int8_t(q2[i])) * per_row[i / 600]) << i;
+  const std::vector<float> x = gaussian(size_t(5 * cfg.d_model), 2);
+  const Comparison c = compare(run(back, x).data(), run(back, x, Isa::automatic, Path::reference).data(), x.size());
+  EXPECT_TRUE(c.ok(test::kInt8VsReference)) << c.describe();
+  f.tensors["linear2.weight_scale"] = NamedTensor{{2, 9}, std::vector<float>(18, 0.01f)};  // wrong group count
+  write_safetensors(path, f);
+  try {
+    Layer::load(path);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("linear2.weight_scale has shape [2, 9], expected [3, 9]"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(LowPrecisionFiles, BadFilesAndUsesAreRefused) {
@@ -475,6 +652,21 @@ TEST(LowPrecisionFiles, BadFilesAndUsesAreRefused) {
   const std::string neg = (dir / "neg.safetensors").string();
   write_safetensors(neg, h);
   expect_error([&] { Layer::load(neg); }, "linear1.weight_scale[3]");
+  // fp32 input channels: columns without their index, an index out of range, W1 and Wg apart.
+  SafetensorsFile k = q.converted(WeightDtype::int8, Int8Options{{1, 5}}).to_safetensors();
+  const std::string bad_k = (dir / "fp32_inputs.safetensors").string();
+  SafetensorsFile k1 = k;
+  k1.tensors.erase("linear1.weight_fp32_index");
+  write_safetensors(bad_k, k1);
+  expect_error([&] { Layer::load(bad_k); }, "linear1.weight_fp32_index not found (it goes with linear1.weight_fp32_columns)");
+  SafetensorsFile k2 = k;
+  reinterpret_cast<int64_t*>(k2.tensors["linear1.weight_fp32_index"].raw.data())[1] = 8;
+  write_safetensors(bad_k, k2);
+  expect_error([&] { Layer::load(bad_k); }, "linear1.weight_fp32_index: input channel 8 is outside [0, d_model = 8)");
+  SafetensorsFile k3 = k;
+  k3.tensors["linear1.weight_fp32_columns"].shape = {2, 16};
+  write_safetensors(bad_k, k3);
+  expect_error([&] { Layer::load(bad_k); }, "linear1.weight_fp32_columns has shape [2, 16], expected [16, 2]");
   // Training needs fp32.
   std::vector<float> x(size_t(cfg.d_model)), y(x.size());
   RunOptions train;

@@ -4,6 +4,7 @@
 // where it is not installed); the WordPiece rules on a small vocabulary.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -171,14 +172,16 @@ std::string id3(size_t i) {
 }
 
 // The installed model, or null (the test then says it skipped and why).
-const SentenceEncoder* model(WeightDtype dtype = WeightDtype::fp32) {
-  static std::map<WeightDtype, std::unique_ptr<SentenceEncoder>> cache;
+// int8_outliers: SentenceLoadOptions::int8_outliers (int8 only).
+const SentenceEncoder* model(WeightDtype dtype = WeightDtype::fp32, bool int8_outliers = true) {
+  static std::map<std::pair<WeightDtype, bool>, std::unique_ptr<SentenceEncoder>> cache;
   const std::string dir = SentenceEncoder::default_model_dir();
   if (!fs::exists(fs::path(dir) / "model.safetensors")) return nullptr;
-  auto& m = cache[dtype];
+  auto& m = cache[{dtype, int8_outliers}];
   if (!m) {
     SentenceLoadOptions o;
     o.dtype = dtype;
+    o.int8_outliers = int8_outliers;
     m = std::make_unique<SentenceEncoder>(SentenceEncoder::load(dir, o));
   }
   return m.get();
@@ -294,13 +297,25 @@ TEST(MiniLM, LowPrecisionFfnsOnRealActivations) {
   const Array ref = m32->embed(s, o);
   const int64_t d = m32->dim();
   const auto which = nlohmann::json::parse(golden().metadata.at("ffn_sentences")).get<std::vector<int>>();
+  // The targets: embedding cosine >= 0.9999 (bf16), >= 0.999 (int8,
+  // with the outlier input channels kept in fp32; plain per-token int8 is
+  // measured too, and held to what it reached before: worst 0.9953).
   struct Target {
     WeightDtype dtype;
+    bool outliers;
     double worst, mean;
   };
-  for (const Target& t : {Target{WeightDtype::bf16, 0.9999, 0.9999}, Target{WeightDtype::int8, 0.994, 0.9985}}) {
-    const SentenceEncoder* m = model(t.dtype);
-    std::printf("[ measured ] FFN weights %s:", std::string(to_string(t.dtype)).c_str());
+  for (const Target& t : {Target{WeightDtype::bf16, false, 0.9999, 0.9999}, Target{WeightDtype::int8, true, 0.999, 0.9995},
+                          Target{WeightDtype::int8, false, 0.995, 0.999}}) {
+    const SentenceEncoder* m = model(t.dtype, t.outliers);
+    std::printf("[ measured ] FFN weights %s%s:", std::string(to_string(t.dtype)).c_str(),
+                t.dtype != WeightDtype::int8 ? "" : t.outliers ? " (outlier input channels in fp32)" : " (plain)");
+    if (t.dtype == WeightDtype::int8 && t.outliers)
+      for (const auto& c : m->fp32_input_channels()) {
+        std::printf(" {");
+        for (size_t i = 0; i < c.size(); ++i) std::printf(i ? ",%lld" : "%lld", (long long)c[i]);
+        std::printf("}");
+      }
     for (int64_t l = 0; l < m->encoder().config().layers; ++l) {
       const auto& in = golden().tensors.at("ffn." + std::to_string(l) + ".input." + id3(size_t(which[0])));
       std::vector<float> y(in.data.size()), y32(in.data.size());
@@ -317,9 +332,38 @@ TEST(MiniLM, LowPrecisionFfnsOnRealActivations) {
       mean += c / double(s.size());
     }
     std::printf(" embeddings: worst cosine %.6f, mean %.6f\n", worst, mean);
-    EXPECT_GE(worst, t.worst) << to_string(t.dtype);
-    EXPECT_GE(mean, t.mean) << to_string(t.dtype);
+    EXPECT_GE(worst, t.worst) << to_string(t.dtype) << " outliers " << t.outliers;
+    EXPECT_GE(mean, t.mean) << to_string(t.dtype) << " outliers " << t.outliers;
   }
+  // Every layer of all-MiniLM-L6-v2 has outlier input channels (4–5 of 384;
+  // channel 99 in each), so none may come back empty.
+  for (const auto& c : model(WeightDtype::int8)->fp32_input_channels()) {
+    EXPECT_GE(c.size(), 2u);
+    EXPECT_LE(c.size(), 16u);
+    EXPECT_TRUE(std::find(c.begin(), c.end(), 99) != c.end());
+  }
+}
+
+// EncoderRunOptions::ffn_input sees each FFN sublayer's input: the golden
+// files' inputs of Hugging Face's BertOutput (intermediate's input), layer by layer.
+TEST(MiniLM, FfnInputObserverSeesEachSublayerInput) {
+  const SentenceEncoder* m = model();
+  REQUIRE_MODEL(m);
+  const auto which = nlohmann::json::parse(golden().metadata.at("ffn_sentences")).get<std::vector<int>>();
+  const std::vector<int32_t> ids = m->tokenize(sentences()[size_t(which[0])]);
+  const std::vector<float> h = m->hidden(ids);  // for the embedding input, run the same way below
+  int64_t calls = 0;
+  EncoderRunOptions o;
+  o.ffn_input = [&](int64_t l, const float* x, int64_t n) {
+    EXPECT_EQ(l, calls++);
+    const auto& want = golden().tensors.at("ffn." + std::to_string(l) + ".input." + id3(size_t(which[0])));
+    ASSERT_EQ(n * m->dim(), int64_t(want.data.size()));
+    const Comparison c = compare(x, want.data.data(), want.data.size());
+    EXPECT_TRUE(c.ok(1e-5)) << "layer " << l << ": " << c.describe();
+  };
+  const std::vector<float> h2 = m->hidden(ids, 0, o);
+  EXPECT_EQ(calls, m->encoder().config().layers);
+  EXPECT_EQ(h2, h);
 }
 
 // ---- ffn embed ---------------------------------------------------------------

@@ -19,6 +19,7 @@
 // positions are never read and are written as zeros.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,10 @@ struct EncoderWeights {
 // Mask options of one call.
 struct EncoderRunOptions : RunOptions {
   bool causal = false;  // query s attends to keys 0..s only
+  // Called from the calling thread with each FFN sublayer's input (the
+  // valid tokens' rows, n × d_model floats) before the sublayer runs: for
+  // calibration (Layer::input_absmax) and inspection.
+  std::function<void(int64_t layer, const float* x, int64_t n)> ffn_input;
 };
 
 // What forward saves for backward; opaque.
@@ -124,8 +129,10 @@ class Encoder {
   const EncoderConfig& config() const { return cfg_; }
   // A copy whose FFN sublayers store their weight matrices as `dtype`
   // (inference only; attention stays fp32), and layer l's FFN sublayer.
-  // layers: which layers' FFNs to convert (empty: all).
-  Encoder converted(WeightDtype dtype, const std::vector<int64_t>& layers = {}) const;
+  // layers: which layers' FFNs to convert (empty: all); int8: layer l's
+  // Int8Options (empty: none).
+  Encoder converted(WeightDtype dtype, const std::vector<int64_t>& layers = {},
+                    const std::vector<Int8Options>& int8 = {}) const;
   const Layer& ffn_layer(int64_t l) const { return ffn_.at(size_t(l)); }
   EncoderWeights weights() const;  // a copy
   void set_weights(EncoderWeights w);

@@ -222,6 +222,22 @@ struct LoadOptions {
 
 struct SafetensorsFile;
 
+// int8 with outlier features kept in float32 (LLM.int8()'s decomposition,
+// Dettmers et al. 2022): trained transformers put a few input channels far
+// outside the rest (all-MiniLM-L6-v2: 4–5 of 384 reach |x| of 10–25 where the
+// others stay near 1), and per-token 8-bit levels spread over that range
+// leave the ordinary channels a handful of levels. The channels listed here
+// are taken out of the quantized row and their products with W1 (and Wg)
+// added in float32 (src/nn/quantize.hpp); W1's other columns are quantized
+// without them. The cost is k/d_model of W1's work in float32.
+struct Int8Options {
+  std::vector<int64_t> fp32_input_channels;  // ascending, distinct, < d_model
+  // The channels whose calibrated max |value| (Layer::input_absmax) exceeds
+  // threshold (LLM.int8()'s 6 for LayerNorm outputs), the largest first,
+  // at most max_channels of them; returned ascending.
+  static Int8Options outliers(const std::vector<float>& absmax, float threshold = 6.0f, int64_t max_channels = 16);
+};
+
 // Thread safety: forward and backward are const and may run on one Layer from
 // several threads at once (each caller with its own x, y, cache, gradient
 // buffers); results are bitwise those of sequential calls
@@ -240,7 +256,15 @@ class Layer {
   // A copy of this layer with its weight matrices stored as `dtype`
   // (converted from this layer's values).
   Layer converted(WeightDtype dtype) const;
+  // int8 with a few FFN input channels kept in float32 (Int8Options).
+  Layer converted(WeightDtype dtype, const Int8Options& int8) const;
   WeightDtype weight_dtype() const { return dtype_; }
+  // int8: the input channels kept in float32 (ascending; empty otherwise).
+  const std::vector<int64_t>& fp32_input_channels() const { return fp32_inputs_; }
+  // Calibration for Int8Options: folds max |value| of each channel entering
+  // W1 (x, or Norm(x) for a pre-norm layer) over n tokens of x (tokens
+  // layout, n × d_model floats) into absmax (resized to d_model if empty).
+  void input_absmax(const float* x, int64_t n, std::vector<float>& absmax) const;
 
   // Reads a safetensors file: this project's names, PyTorch
   // TransformerEncoderLayer names (linear1, linear2, norm2) or Hugging Face
@@ -302,6 +326,7 @@ class Layer {
   Weights w_;
   TensorNames names_;
   WeightDtype dtype_ = WeightDtype::fp32;
+  std::vector<int64_t> fp32_inputs_;    // int8: input channels kept in float32
   std::shared_ptr<const void> quant_;   // nn::QuantizedWeights of a low-precision layer
   std::shared_ptr<const void> packed_;  // fast-path weight layout, built once
   // A low-precision layer from its stored matrices (a quantized file).

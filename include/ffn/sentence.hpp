@@ -32,6 +32,13 @@ struct SentenceLoadOptions {
   std::optional<int64_t> max_tokens;
   WeightDtype dtype = WeightDtype::fp32;  // how the FFN sublayers store their weights
   std::vector<int64_t> dtype_layers;      // the layers whose FFNs take `dtype` (empty: all)
+  // int8: keep each layer's outlier input channels in float32 (Int8Options):
+  // the float32 model runs once over the calibration texts at load, and the
+  // channels whose max |value| exceeds the threshold are kept (4–5 of 384
+  // per layer for all-MiniLM-L6-v2). Off: plain per-token int8.
+  bool int8_outliers = true;
+  float outlier_threshold = 6.0f;
+  std::vector<std::string> calibration_texts;  // empty: built-in (src/text/calibration.cpp)
 };
 
 struct EmbedOptions {
@@ -56,12 +63,15 @@ class SentenceEncoder {
   // Unit-length (if the model normalizes) embeddings, [texts.size(), dim()].
   Array embed(const std::vector<std::string>& texts, const EmbedOptions& opts = {}) const;
   // The encoder's output for one tokenized text, [ids.size(), dim()] (before pooling).
-  std::vector<float> hidden(const std::vector<int32_t>& ids, int threads = 0) const;
+  // opts: the encoder call's run options (e.g. ffn_input), threads from `threads`.
+  std::vector<float> hidden(const std::vector<int32_t>& ids, int threads = 0, const EncoderRunOptions& opts = {}) const;
 
   int64_t dim() const;
   int64_t max_tokens() const;
   const Encoder& encoder() const;
   const std::string& dir() const;
+  // The FFN input channels each layer keeps in float32 (int8 with outliers).
+  std::vector<std::vector<int64_t>> fp32_input_channels() const;
 
   struct Impl;  // opaque
 

@@ -270,14 +270,22 @@ void Encoder::prepare() {
   packed_ = std::move(packed);
 }
 
-Encoder Encoder::converted(WeightDtype dtype, const std::vector<int64_t>& layers) const {
+Encoder Encoder::converted(WeightDtype dtype, const std::vector<int64_t>& layers,
+                           const std::vector<Int8Options>& int8) const {
   Encoder e = *this;
   for (int64_t l : layers)
     if (l < 0 || l >= cfg_.layers)
       throw Error("layer " + std::to_string(l) + " does not exist (0.." + std::to_string(cfg_.layers - 1) + ")");
+  if (!int8.empty() && int64_t(int8.size()) != cfg_.layers)
+    throw Error("int8 options for " + std::to_string(int8.size()) + " layers, expected " + std::to_string(cfg_.layers));
   for (size_t i = 0; i < e.ffn_.size(); ++i)
-    if (layers.empty() || std::find(layers.begin(), layers.end(), int64_t(i)) != layers.end())
-      e.ffn_[i] = e.ffn_[i].converted(dtype);
+    if (layers.empty() || std::find(layers.begin(), layers.end(), int64_t(i)) != layers.end()) {
+      try {
+        e.ffn_[i] = int8.empty() ? e.ffn_[i].converted(dtype) : e.ffn_[i].converted(dtype, int8[i]);
+      } catch (const Error& err) {
+        throw Error("layer " + std::to_string(i) + ": " + err.what());
+      }
+    }
   return e;
 }
 
@@ -480,6 +488,7 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
     RunOptions fo = opts;
     fo.seed = nn::derive_seed(opts.seed, uint32_t(l), 1);
     fo.threads = threads;
+    if (opts.ffn_input) opts.ffn_input(l, hbuf.data(), n);
     ffn_[size_t(l)].forward(hbuf.data(), out, Shape::tokens(n), fo, c ? &s.ffn : nullptr);
     in = out;
   }

@@ -27,7 +27,11 @@ std::shared_ptr<PackedWeights> PackedWeights::make(const Config& cfg, const Weig
       p->s1 = q->w1.scale;
       if (gated) p->qg = pack_panels_s8(q->wg.q, d, F), p->sg = q->wg.scale;
       p->q2 = pack_panels_s8(q->w2.q, F, d);
+      if (q->w2.groups() != (F + kQuantChunk - 1) / kQuantChunk)
+        throw Error("int8: W2 needs one scale per output channel and " + std::to_string(kQuantChunk) +
+                    "-column group");
       p->s2 = q->w2.scale;
+      p->x32 = q->fp32_inputs, p->w1_32 = q->w1_fp32, p->wg_32 = q->wg_fp32;
     } else {
       const bool bf = q->dtype == WeightDtype::bf16;
       p->h1 = pack_panels_16(q->w1.h, d, F, bf);
@@ -139,6 +143,8 @@ struct Forward {
     // int8 on u8 × s8 kernels: u8 levels and zero points of the input and hidden rows
     std::vector<uint8_t> xu, hu;
     std::vector<int32_t> xzp, hzp;
+    // int8 with fp32 input channels: each row's values of them
+    std::vector<float> x32;
     // bf16 compute: the input rows and the hidden chunk rounded to bf16 (zero-padded k)
     std::vector<uint16_t> xb, hb;
     Work(const Forward& f, int64_t rows)
@@ -164,6 +170,7 @@ struct Forward {
         hs.resize(size_t(rows));
         oi.resize(size_t(rows * panels(f.d) * kPanel));
       }
+      if (f.pw.dtype == WeightDtype::int8) x32.resize(size_t(rows) * f.pw.x32.size());
     }
   };
   int64_t dpad() const { return (d + 1) / 2 * 2; }
@@ -183,6 +190,12 @@ struct Forward {
       }
       if (compute == Compute::bf16)
         continue;  // packed below, all rows at once
+      if (pw.dtype == WeightDtype::int8)  // fp32 input channels: kept aside, left out of the quantized row
+        for (size_t s = 0, k = pw.x32.size(); s < k; ++s) {
+          float& v = wk.in[size_t(r * d + pw.x32[s])];
+          wk.x32[size_t(r) * k + s] = v;
+          v = 0.0f;
+        }
       if (pw.dtype == WeightDtype::int8 && kc.int8->igemm_u8)
         wk.xs[size_t(r)] =
             kc.int8->quantize_row_u8(wk.in.data() + r * d, d, wk.xu.data() + r * dpad4(), wk.xzp.data() + r);
@@ -238,6 +251,20 @@ struct Forward {
     }
   }
 
+  // int8: rows [0, m) of the hidden chunk at f0 (fc units) from W1's (or
+  // Wg's) int32 sums: out = fma(acc, s_x · s_w, prev), prev = the bias, plus
+  // the fp32 input channels' products when there are any (src/nn/quantize.hpp).
+  void dequant_hidden(int64_t m, int64_t f0, int64_t fc, const float* s_w, const std::vector<float>& bias,
+                      const std::vector<float>& w32, Work& wk, float* out) const {
+    const float* b = bias.empty() ? nullptr : bias.data() + f0;
+    const int64_t k = int64_t(pw.x32.size());
+    for (int64_t r = 0; r < m; ++r) {
+      float* o = out + r * kChunk;
+      if (k > 0) kc.int8->fp32_part(wk.x32.data() + r * k, k, w32.data() + f0, F, b, fc, o);
+      kc.int8->dequant(wk.zi.data() + r * kChunk, fc, wk.xs[size_t(r)], s_w + f0, k > 0 ? o : b, o);
+    }
+  }
+
   // int8 (inference): acc[m, d] as group_partial, with the integer products
   // and the hidden chunk re-quantized per token (src/nn/quantize.hpp).
   void group_partial_int8(int64_t m, int64_t g, Work& wk, float* acc) const {
@@ -251,17 +278,13 @@ struct Forward {
       g1.a = wk.xq.data(); g1.lda = dpad();
       g1.psb = kpd * 32;
       g1.c = wk.zi.data(); g1.ldc = kChunk;
-      const float* b1 = w.b1.empty() ? nullptr : w.b1.data() + f0;
-      const float* bg = w.bg.empty() ? nullptr : w.bg.data() + f0;
       g1.b = pw.q1.data() + (f0 / kPanel) * g1.psb;
       ik.igemm(g1);
-      for (int64_t r = 0; r < m; ++r)
-        ik.dequant(wk.zi.data() + r * kChunk, fc, wk.xs[size_t(r)], pw.s1.data() + f0, b1, wk.z.data() + r * kChunk);
+      dequant_hidden(m, f0, fc, pw.s1.data(), w.b1, pw.w1_32, wk, wk.z.data());
       if (gated) {
         g1.b = pw.qg.data() + (f0 / kPanel) * g1.psb;
         ik.igemm(g1);
-        for (int64_t r = 0; r < m; ++r)
-          ik.dequant(wk.zi.data() + r * kChunk, fc, wk.xs[size_t(r)], pw.sg.data() + f0, bg, wk.zg.data() + r * kChunk);
+        dequant_hidden(m, f0, fc, pw.sg.data(), w.bg, pw.wg_32, wk, wk.zg.data());
       }
       for (int64_t r = 0; r < m; ++r) {
         float* z = wk.z.data() + r * kChunk;
@@ -275,7 +298,7 @@ struct Forward {
       g2.c = wk.oi.data(); g2.ldc = ldo;
       ik.igemm(g2);
       for (int64_t r = 0; r < m; ++r)
-        ik.dequant(wk.oi.data() + r * ldo, d, wk.hs[size_t(r)], pw.s2.data(), c > c_begin ? acc + r * d : nullptr,
+        ik.dequant(wk.oi.data() + r * ldo, d, wk.hs[size_t(r)], pw.s2.data() + c * d, c > c_begin ? acc + r * d : nullptr,
                    acc + r * d);
     }
   }
@@ -294,19 +317,15 @@ struct Forward {
       g1.a = wk.xu.data(); g1.lda = dpad4(); g1.zp = wk.xzp.data();
       g1.psb = kqd * 64;
       g1.c = wk.zi.data(); g1.ldc = kChunk;
-      const float* b1 = w.b1.empty() ? nullptr : w.b1.data() + f0;
-      const float* bg = w.bg.empty() ? nullptr : w.bg.data() + f0;
       g1.b = pq.q1.data() + (f0 / kPanel) * g1.psb;
       g1.colsum = pq.c1.data() + f0;
       ik.igemm_u8(g1);
-      for (int64_t r = 0; r < m; ++r)
-        ik.dequant(wk.zi.data() + r * kChunk, fc, wk.xs[size_t(r)], pw.s1.data() + f0, b1, wk.z.data() + r * kChunk);
+      dequant_hidden(m, f0, fc, pw.s1.data(), w.b1, pw.w1_32, wk, wk.z.data());
       if (gated) {
         g1.b = pq.qg.data() + (f0 / kPanel) * g1.psb;
         g1.colsum = pq.cg.data() + f0;
         ik.igemm_u8(g1);
-        for (int64_t r = 0; r < m; ++r)
-          ik.dequant(wk.zi.data() + r * kChunk, fc, wk.xs[size_t(r)], pw.sg.data() + f0, bg, wk.zg.data() + r * kChunk);
+        dequant_hidden(m, f0, fc, pw.sg.data(), w.bg, pw.wg_32, wk, wk.zg.data());
       }
       for (int64_t r = 0; r < m; ++r) {
         float* z = wk.z.data() + r * kChunk;
@@ -321,7 +340,7 @@ struct Forward {
       g2.c = wk.oi.data(); g2.ldc = ldo;
       ik.igemm_u8(g2);
       for (int64_t r = 0; r < m; ++r)
-        ik.dequant(wk.oi.data() + r * ldo, d, wk.hs[size_t(r)], pw.s2.data(), c > c_begin ? acc + r * d : nullptr,
+        ik.dequant(wk.oi.data() + r * ldo, d, wk.hs[size_t(r)], pw.s2.data() + c * d, c > c_begin ? acc + r * d : nullptr,
                    acc + r * d);
     }
   }

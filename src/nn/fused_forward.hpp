@@ -37,7 +37,11 @@ struct PackedWeights {
   std::vector<uint16_t> h1, hg, h2;
   // forward, int8: panels of k pairs and the per-output-channel scales
   std::vector<int8_t> q1, qg, q2;
-  std::vector<float> s1, sg, s2;
+  std::vector<float> s1, sg;
+  std::vector<float> s2;  // [chunks, d_model]: one scale per output channel and hidden chunk
+  // int8 with fp32 input channels (QuantizedWeights::fp32_inputs)
+  std::vector<int64_t> x32;
+  std::vector<float> w1_32, wg_32;  // [x32.size(), d_ff]
   // forward, int8 for u8 × s8 kernels (VNNI), packed on first use: quads of
   // k and the column sums (W1, Wg: over d_model; W2: per hidden chunk)
   struct S8Quads {

@@ -139,6 +139,8 @@ struct Int8Kernels {
   float (*quantize_row_u8)(const float* v, int64_t n, uint8_t* u, int32_t* zp);
   // out[j] = fma(float(acc[j]), s_a · s_w[j], prev ? prev[j] : 0) for j < n (prev may be out).
   void (*dequant)(const int32_t* acc, int64_t n, float s_a, const float* s_w, const float* prev, float* out);
+  // fp32_input_part (src/nn/quantize.hpp) compiled for this ISA.
+  void (*fp32_part)(const float* xs, int64_t k, const float* wt, int64_t ld, const float* b, int64_t n, float* prev);
 };
 namespace scalar { extern const Int8Kernels int8_kernels; }
 namespace avx2 { extern const Int8Kernels int8_kernels; }

@@ -13,6 +13,7 @@
 #include "nn/fused_forward.hpp"
 #include "reference/ffn_bf16_reference.hpp"
 #include "nn/init.hpp"
+#include "nn/norm.hpp"
 #include "nn/quantize.hpp"
 #include "reference/ffn_int8_reference.hpp"
 #include "nn/philox.hpp"
@@ -188,8 +189,51 @@ Layer::Layer(const Config& cfg, Weights weights, WeightDtype dtype, std::shared_
 Layer Layer::converted(WeightDtype dtype) const {
   Layer l = *this;
   l.dtype_ = dtype;
+  if (dtype != WeightDtype::int8) l.fp32_inputs_.clear();
   l.prepare();
   return l;
+}
+
+Layer Layer::converted(WeightDtype dtype, const Int8Options& int8) const {
+  if (dtype != WeightDtype::int8 && !int8.fp32_input_channels.empty())
+    throw Error("fp32 input channels: only for int8 weights, not " + std::string(to_string(dtype)));
+  Layer l = *this;
+  l.dtype_ = dtype;
+  if (l.fp32_inputs_ != int8.fp32_input_channels) {
+    l.fp32_inputs_ = int8.fp32_input_channels;
+    l.quant_.reset();  // quantized again, from the values this layer uses
+  }
+  l.prepare();
+  return l;
+}
+
+void Layer::input_absmax(const float* x, int64_t n, std::vector<float>& absmax) const {
+  const int64_t d = cfg_.d_model;
+  if (absmax.empty()) absmax.assign(size_t(d), 0.0f);
+  if (int64_t(absmax.size()) != d)
+    throw Error("input_absmax: absmax has " + std::to_string(absmax.size()) + " entries, expected d_model = " +
+                std::to_string(d));
+  std::vector<float> row(static_cast<size_t>(d));
+  float mean, rstd;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* v = x + t * d;
+    if (cfg_.norm == NormPlacement::pre) {
+      nn::norm_forward(cfg_.norm_type, cfg_.eps, v, 1, d, w_.norm_weight.data(),
+                       w_.norm_bias.empty() ? nullptr : w_.norm_bias.data(), row.data(), &mean, &rstd, 1);
+      v = row.data();
+    }
+    for (int64_t j = 0; j < d; ++j) absmax[size_t(j)] = std::max(absmax[size_t(j)], std::fabs(v[j]));
+  }
+}
+
+Int8Options Int8Options::outliers(const std::vector<float>& absmax, float threshold, int64_t max_channels) {
+  std::vector<int64_t> c;
+  for (size_t j = 0; j < absmax.size(); ++j)
+    if (absmax[j] > threshold) c.push_back(int64_t(j));
+  std::stable_sort(c.begin(), c.end(), [&](int64_t a, int64_t b) { return absmax[size_t(a)] > absmax[size_t(b)]; });
+  if (int64_t(c.size()) > max_channels) c.resize(size_t(std::max<int64_t>(0, max_channels)));
+  std::sort(c.begin(), c.end());
+  return Int8Options{c};
 }
 
 // int32 sums of a · q stay exact: |a| ≤ 255, |q| ≤ 127 over d_model terms.
@@ -211,14 +255,20 @@ void Layer::prepare() {
     auto fresh = std::make_shared<nn::QuantizedWeights>();
     fresh->dtype = dtype_;
     const int64_t d = cfg_.d_model, F = cfg_.d_ff;
-    fresh->w1 = nn::quantize_matrix(w_.w1, F, d, dtype_, names_.w1);
-    if (!w_.wg.empty()) fresh->wg = nn::quantize_matrix(w_.wg, F, d, dtype_, names_.wg);
-    fresh->w2 = nn::quantize_matrix(w_.w2, d, F, dtype_, names_.w2);
+    std::vector<float> w1 = w_.w1, wg = w_.wg;
+    if (!fp32_inputs_.empty())
+      nn::split_fp32_inputs(*fresh, fp32_inputs_, w1, wg.empty() ? nullptr : &wg, d, F, "int8");
+    fresh->w1 = nn::quantize_matrix(w1, F, d, dtype_, names_.w1);
+    if (!wg.empty()) fresh->wg = nn::quantize_matrix(wg, F, d, dtype_, names_.wg);
+    // W2: a scale per output channel and hidden chunk (the activation's)
+    fresh->w2 = nn::quantize_matrix(w_.w2, d, F, dtype_, names_.w2, nn::kQuantChunk);
     q = fresh;
     quant_ = fresh;
   }
+  fp32_inputs_ = q->fp32_inputs;
   w_.w1 = nn::dequantize(q->w1, dtype_);
   if (!w_.wg.empty()) w_.wg = nn::dequantize(q->wg, dtype_);
+  nn::merge_fp32_inputs(*q, w_.w1, &w_.wg, cfg_.d_model, cfg_.d_ff);
   w_.w2 = nn::dequantize(q->w2, dtype_);
   packed_ = nn::PackedWeights::make(cfg_, w_, q.get());
 }

@@ -10,10 +10,11 @@
 namespace ffn::nn {
 
 QMatrix quantize_matrix(const std::vector<float>& w, int64_t rows, int64_t cols, WeightDtype dtype,
-                        const std::string& name) {
+                        const std::string& name, int64_t group) {
   QMatrix m;
   m.rows = rows;
   m.cols = cols;
+  m.group = group;
   const size_t n = size_t(rows * cols);
   auto where = [&](size_t i) {
     return name + "[" + std::to_string(int64_t(i) / cols) + ", " + std::to_string(int64_t(i) % cols) + "]";
@@ -36,19 +37,22 @@ QMatrix quantize_matrix(const std::vector<float>& w, int64_t rows, int64_t cols,
       break;
     case WeightDtype::int8:
       m.q.resize(n);
-      m.scale.resize(size_t(rows));
+      m.scale.resize(size_t(m.groups() * rows));
       for (int64_t r = 0; r < rows; ++r) {
         const float* row = w.data() + r * cols;
-        float mx = 0.0f;
-        for (int64_t c = 0; c < cols; ++c) {
-          if (!std::isfinite(row[c]))
-            throw Error("int8: weight " + where(size_t(r * cols + c)) + " is not finite");
-          mx = std::max(mx, std::fabs(row[c]));
+        for (int64_t g = 0, gc = m.group_cols(); g < m.groups(); ++g) {
+          const int64_t c0 = g * gc, c1 = std::min(cols, c0 + gc);
+          float mx = 0.0f;
+          for (int64_t c = c0; c < c1; ++c) {
+            if (!std::isfinite(row[c]))
+              throw Error("int8: weight " + where(size_t(r * cols + c)) + " is not finite");
+            mx = std::max(mx, std::fabs(row[c]));
+          }
+          const float s = mx > 0.0f ? mx / 127.0f : 1.0f;
+          m.scale[size_t(g * rows + r)] = s;
+          for (int64_t c = c0; c < c1; ++c)
+            m.q[size_t(r * cols + c)] = int8_t(std::clamp(std::nearbyint(row[c] / s), -127.0f, 127.0f));
         }
-        const float s = mx > 0.0f ? mx / 127.0f : 1.0f;
-        m.scale[size_t(r)] = s;
-        for (int64_t c = 0; c < cols; ++c)
-          m.q[size_t(r * cols + c)] = int8_t(std::clamp(std::nearbyint(row[c] / s), -127.0f, 127.0f));
       }
       break;
   }
@@ -62,11 +66,61 @@ std::vector<float> dequantize(const QMatrix& m, WeightDtype dtype) {
     switch (dtype) {
       case WeightDtype::bf16: w[i] = bf16_to_float(m.h[i]); break;
       case WeightDtype::fp16: w[i] = fp16_to_float(m.h[i]); break;
-      case WeightDtype::int8: w[i] = float(m.q[i]) * m.scale[i / size_t(m.cols)]; break;
+      case WeightDtype::int8:
+        w[i] = float(m.q[i]) * m.scale_at(int64_t(i) / m.cols, int64_t(i) % m.cols);
+        break;
       case WeightDtype::fp32: break;
     }
   }
   return w;
+}
+
+void regroup_scales(QMatrix& m, int64_t group) {
+  if (m.groups() != 1) return;
+  const std::vector<float> per_row = std::move(m.scale);
+  m.group = group;
+  m.scale.clear();
+  for (int64_t g = 0; g < m.groups(); ++g) m.scale.insert(m.scale.end(), per_row.begin(), per_row.end());
+}
+
+void check_fp32_inputs(const std::vector<int64_t>& channels, int64_t d_model, const std::string& what) {
+  for (size_t i = 0; i < channels.size(); ++i) {
+    if (channels[i] < 0 || channels[i] >= d_model)
+      throw Error(what + ": input channel " + std::to_string(channels[i]) + " is outside [0, d_model = " +
+                  std::to_string(d_model) + ")");
+    if (i > 0 && channels[i] <= channels[i - 1])
+      throw Error(what + ": input channels must be ascending and distinct, got " + std::to_string(channels[i - 1]) +
+                  " then " + std::to_string(channels[i]));
+  }
+}
+
+void split_fp32_inputs(QuantizedWeights& q, std::vector<int64_t> channels, std::vector<float>& w1,
+                       std::vector<float>* wg, int64_t d_model, int64_t d_ff, const std::string& what) {
+  check_fp32_inputs(channels, d_model, what);
+  const int64_t k = int64_t(channels.size());
+  auto take = [&](std::vector<float>& w, std::vector<float>& cols) {
+    cols.assign(size_t(k * d_ff), 0.0f);
+    for (int64_t s = 0; s < k; ++s)
+      for (int64_t f = 0; f < d_ff; ++f) {
+        float& v = w[size_t(f * d_model + q.fp32_inputs[size_t(s)])];
+        cols[size_t(s * d_ff + f)] = v;
+        v = 0.0f;
+      }
+  };
+  q.fp32_inputs = std::move(channels);
+  take(w1, q.w1_fp32);
+  if (wg) take(*wg, q.wg_fp32);
+}
+
+void merge_fp32_inputs(const QuantizedWeights& q, std::vector<float>& w1, std::vector<float>* wg, int64_t d_model,
+                       int64_t d_ff) {
+  auto put = [&](std::vector<float>& w, const std::vector<float>& cols) {
+    for (size_t s = 0; s < q.fp32_inputs.size(); ++s)
+      for (int64_t f = 0; f < d_ff; ++f)
+        w[size_t(f * d_model + q.fp32_inputs[s])] = cols[s * size_t(d_ff) + size_t(f)];
+  };
+  put(w1, q.w1_fp32);
+  if (wg && !wg->empty()) put(*wg, q.wg_fp32);
 }
 
 float quantize_row_ref(const float* v, int64_t n, int16_t* a) {

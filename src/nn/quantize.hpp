@@ -4,9 +4,17 @@
 // (src/reference/ffn_int8_reference.cpp), which must agree bit for bit on
 // every quantized value and int32 sum:
 //
-//   weights   each output channel (a row of W1, Wg, W2 in PyTorch layout)
-//             s = max|w| / 127 (1 for an all-zero row), q = round(w / s)
-//             in [-127, 127], round half to even.
+//   weights   each output channel (a row of W1, Wg, W2 in PyTorch layout),
+//             and for W2 each 256-column group of it (the hidden chunk, so
+//             the scale changes where the activation scale does):
+//             s = max|w| / 127 over the row (group), 1 if all zero,
+//             q = round(w / s) in [-127, 127], round half to even.
+//   fp32 inputs  optionally, a few FFN input channels S (outlier features,
+//             LLM.int8()'s decomposition): W1's and Wg's columns S are zeroed
+//             before quantizing and kept in float32; each token's x[S] is
+//             zeroed before its row is quantized and enters as
+//             prev = float(b + Σ_{s∈S, ascending} x_s · W[f, s]) with the sum in
+//             double (each product exact, so the same bits with or without FMA).
 //   activations  each token's row v entering a matrix product (the FFN input
 //             x for W1/Wg; the hidden activation for W2, per 256-unit chunk
 //             of d_ff — the chunk the fused path holds in L1/L2):
@@ -15,8 +23,9 @@
 //             0, 255), and the product uses a = u − zp ∈ [−255, 255].
 //             A row holding NaN or ±Inf gets s = NaN (its outputs are NaN).
 //   products  acc = Σ a · q in int32 (exact); z = fma(float(acc), s_a · s_w,
-//             prev) with prev = bias (first product) or the running sum of
-//             the earlier chunks (second product), in chunk order.
+//             prev) with prev = bias (first product; with fp32 inputs as
+//             above) or the running sum of the earlier chunks (second
+//             product), in chunk order.
 //
 // Why asymmetric 8-bit activations and 16-bit operands: this project's CPUs
 // without VNNI (AVX2) multiply with vpmaddwd on int16, so a = u − zp is
@@ -94,23 +103,69 @@ inline float fp16_to_float(uint16_t b) {
 // One weight matrix [rows, cols] in PyTorch layout (rows = output channels).
 struct QMatrix {
   int64_t rows = 0, cols = 0;
+  int64_t group = 0;          // int8: columns per scale (0: all of them)
   std::vector<int8_t> q;      // int8: values
-  std::vector<float> scale;   // int8: one per row
+  std::vector<float> scale;   // int8: [groups(), rows], one per row and column group
   std::vector<uint16_t> h;    // bf16 / fp16: bits
   bool empty() const { return rows == 0; }
+  int64_t group_cols() const { return group > 0 && group < cols ? group : cols; }
+  int64_t groups() const { return cols > 0 ? (cols + group_cols() - 1) / group_cols() : 1; }
+  float scale_at(int64_t r, int64_t c) const { return scale[size_t((c / group_cols()) * rows + r)]; }
 };
 
 struct QuantizedWeights {
   WeightDtype dtype = WeightDtype::fp32;
   QMatrix w1, wg, w2;
+  // int8: the FFN input channels kept in float32 (ascending), and W1's and
+  // Wg's columns for them, transposed: [fp32_inputs.size(), d_ff].
+  std::vector<int64_t> fp32_inputs;
+  std::vector<float> w1_fp32, wg_fp32;
 };
 
 // Converts w [rows, cols]; `name` for errors (an fp16 overflow names the
-// element). Throws Error for a non-finite weight (int8) or one beyond fp16's range.
+// element). int8: one scale per row and `group` columns (0: per row).
+// Throws Error for a non-finite weight (int8) or one beyond fp16's range.
 QMatrix quantize_matrix(const std::vector<float>& w, int64_t rows, int64_t cols, WeightDtype dtype,
-                        const std::string& name);
+                        const std::string& name, int64_t group = 0);
 // The float32 values the low-precision matrix stands for.
 std::vector<float> dequantize(const QMatrix& m, WeightDtype dtype);
+// int8: the same matrix with one scale per `group` columns, from one with a
+// scale per row (each row's scale repeated; the values and results unchanged).
+void regroup_scales(QMatrix& m, int64_t group);
+
+// Throws Error naming `what` unless channels are ascending, distinct and < d_model.
+void check_fp32_inputs(const std::vector<int64_t>& channels, int64_t d_model, const std::string& what);
+// int8 with fp32 input channels: sets q.fp32_inputs (ascending, distinct,
+// each < d_model, else Error naming `what`), moves W1's and Wg's columns
+// (PyTorch layout [d_ff, d_model], in w1 / wg) into q.w1_fp32 / wg_fp32 and
+// zeroes them in w1 / wg, which are then quantized as usual.
+void split_fp32_inputs(QuantizedWeights& q, std::vector<int64_t> channels, std::vector<float>& w1,
+                       std::vector<float>* wg, int64_t d_model, int64_t d_ff, const std::string& what);
+// Puts the fp32 columns back into dequantized W1 / Wg values.
+void merge_fp32_inputs(const QuantizedWeights& q, std::vector<float>& w1, std::vector<float>* wg, int64_t d_model,
+                       int64_t d_ff);
+// prev[j] = float(b[j] (or 0) + Σ_s xs[s] · wt[s·ld + j]) for j < n, the sum in
+// double in order of s (see above): the fp32 inputs' part of a hidden chunk.
+// Each product of two floats is exact in double, so the bits are the same
+// whether the compiler fuses the multiply-add or not; the loops are over j
+// (in blocks) so that they vectorize for whichever ISA compiles them
+// (Int8Kernels::fp32_part; static: each translation unit keeps its own copy,
+// compiled with its own ISA flags).
+static inline void fp32_input_part(const float* xs, int64_t k, const float* wt, int64_t ld, const float* b, int64_t n,
+                            float* prev) {
+  constexpr int64_t kBlock = 64;
+  double acc[kBlock];
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t nb = std::min(kBlock, n - j0);
+    for (int64_t j = 0; j < nb; ++j) acc[j] = b ? double(b[j0 + j]) : 0.0;
+    for (int64_t s = 0; s < k; ++s) {
+      const double x = double(xs[s]);
+      const float* w = wt + s * ld + j0;
+      for (int64_t j = 0; j < nb; ++j) acc[j] += x * double(w[j]);
+    }
+    for (int64_t j = 0; j < nb; ++j) prev[j0 + j] = float(acc[j]);
+  }
+}
 
 // The scale and zero point of an activation row from lo = min(0, min v),
 // hi = max(0, max v) and whether every element is finite (see above); every

@@ -20,7 +20,12 @@ constexpr const char* kMetaNormType = "ffn.norm_type";
 constexpr const char* kMetaEps = "ffn.eps";
 constexpr const char* kMetaDtype = "ffn.weights_dtype";        // fp32, bf16, fp16, int8
 constexpr const char* kMetaQuantization = "ffn.quantization";  // the method, in words
-constexpr const char* kScaleSuffix = "_scale";                 // int8: "<matrix name>_scale", F32 [rows]
+constexpr const char* kScaleSuffix = "_scale";  // int8: "<matrix name>_scale", F32 [rows] or [groups, rows]
+// int8 with fp32 input channels (Int8Options): W1's and Wg's columns for them
+// ("<matrix name>_fp32_columns", F32 [d_ff, k]) and the channels
+// ("<matrix name>_fp32_index", I64 [k], ascending).
+constexpr const char* kFp32ColumnsSuffix = "_fp32_columns";
+constexpr const char* kFp32IndexSuffix = "_fp32_index";
 
 // What ffn.quantization says for each dtype (see src/nn/quantize.hpp).
 const char* method_of(WeightDtype t) {
@@ -28,9 +33,11 @@ const char* method_of(WeightDtype t) {
     case WeightDtype::bf16: return "bf16 weight matrices (round to nearest even from float32); float32 arithmetic";
     case WeightDtype::fp16: return "fp16 weight matrices (IEEE binary16, round to nearest even from float32); float32 arithmetic";
     case WeightDtype::int8:
-      return "int8 weight matrices, symmetric per output channel: scale = max|w|/127 (F32 tensor <name>_scale), "
+      return "int8 weight matrices, symmetric per output channel (W2: per output channel and 256-column group): "
+             "scale = max|w|/127 (F32 tensor <name>_scale, [rows] or [groups, rows]), "
              "q = round_half_even(w/scale) in [-127, 127]; activations quantized at run time per token "
-             "(asymmetric 8-bit; the hidden activation per 256 units), int32 accumulation";
+             "(asymmetric 8-bit; the hidden activation per 256 units), int32 accumulation; input channels listed "
+             "in <name>_fp32_index (if any) kept in float32 (W1's columns in <name>_fp32_columns, F32 [d_ff, k])";
     case WeightDtype::fp32: break;
   }
   return "";
@@ -240,7 +247,11 @@ Layer Layer::load(const std::string& path, const LoadOptions& opts) {
     if (stored == WeightDtype::int8) {
       const std::string sname = name + kScaleSuffix;
       if (!r.has(sname)) throw Error(path + ": tensor '" + sname + "' not found (the scales of the I8 tensor " + name + ")");
-      expect_shape(sname, {qm.rows});
+      // W2 (cols = d_ff) may have a scale per 256-column group: [groups, rows]
+      const bool w2_matrix = qm.rows == cfg.d_model && qm.cols == cfg.d_ff && name == w2;
+      const int64_t groups = (qm.cols + nn::kQuantChunk - 1) / nn::kQuantChunk;
+      if (w2_matrix && r.info(sname).shape.size() == 2) expect_shape(sname, {groups, qm.rows}), qm.group = nn::kQuantChunk;
+      else expect_shape(sname, {qm.rows});
       const std::vector<uint8_t> raw = r.read_raw(name);
       qm.q.resize(raw.size());
       std::memcpy(qm.q.data(), raw.data(), raw.size());
@@ -249,6 +260,7 @@ Layer Layer::load(const std::string& path, const LoadOptions& opts) {
         if (!(qm.scale[i] >= 0.0f) || !std::isfinite(qm.scale[i]))
           throw Error(path + ": " + sname + "[" + std::to_string(i) + "] = " + num(qm.scale[i]) +
                       ", expected a finite scale >= 0");
+      if (w2_matrix) nn::regroup_scales(qm, nn::kQuantChunk);  // a file with one scale per row: the same values
       dst = nn::dequantize(qm, stored);
     } else if (want) {
       const std::vector<uint8_t> raw = r.read_raw(name);
@@ -262,6 +274,40 @@ Layer Layer::load(const std::string& path, const LoadOptions& opts) {
   take_matrix(names.w1, w.w1, q->w1, w1);
   take_matrix(names.w2, w.w2, q->w2, w2);
   if (gated) take_matrix(names.wg, w.wg, q->wg, prefix + s.wg);
+  // int8: fp32 input channels, W1's (and Wg's) columns for them
+  auto take_fp32_columns = [&](const std::string& name, std::vector<float>& cols) {
+    const std::string iname = name + kFp32IndexSuffix, cname = name + kFp32ColumnsSuffix;
+    if (!r.has(iname) && !r.has(cname)) return std::vector<int64_t>{};
+    if (stored != WeightDtype::int8)
+      throw Error(path + ": " + (r.has(iname) ? iname : cname) + " belongs to an int8 file, but " + name + " is " +
+                  r.info(name).dtype);
+    if (!r.has(iname) || !r.has(cname))
+      throw Error(path + ": " + (r.has(iname) ? cname : iname) + " not found (it goes with " +
+                  (r.has(iname) ? iname : cname) + ")");
+    const auto& ii = r.info(iname);
+    if (ii.dtype != "I64" || ii.shape.size() != 1)
+      throw Error(path + ": " + iname + " has dtype " + ii.dtype + " and shape " + shape_str(ii.shape) +
+                  ", expected I64 [k]");
+    const int64_t k = ii.shape[0];
+    expect_shape(cname, {cfg.d_ff, k});
+    const std::vector<uint8_t> raw = r.read_raw(iname);
+    std::vector<int64_t> index(static_cast<size_t>(k));
+    std::memcpy(index.data(), raw.data(), raw.size());
+    const std::vector<float> c = r.read_f32(cname);  // [d_ff, k] → [k, d_ff]
+    cols.resize(c.size());
+    for (int64_t f = 0; f < cfg.d_ff; ++f)
+      for (int64_t j = 0; j < k; ++j) cols[size_t(j * cfg.d_ff + f)] = c[size_t(f * k + j)];
+    return index;
+  };
+  {
+    std::vector<int64_t> index = take_fp32_columns(w1, q->w1_fp32);
+    if (gated && take_fp32_columns(prefix + s.wg, q->wg_fp32) != index)
+      throw Error(path + ": " + prefix + s.wg + kFp32IndexSuffix + " differs from " + w1 + kFp32IndexSuffix +
+                  " (W1 and Wg keep the same input channels in float32)");
+    nn::check_fp32_inputs(index, cfg.d_model, path + ": " + w1 + kFp32IndexSuffix);
+    q->fp32_inputs = std::move(index);
+    nn::merge_fp32_inputs(*q, w.w1, gated ? &w.wg : nullptr, cfg.d_model, cfg.d_ff);
+  }
   if (cfg.bias) {
     take(names.b1, w.b1, prefix + s.b1);
     take(names.b2, w.b2, prefix + s.b2);
@@ -301,7 +347,23 @@ SafetensorsFile to_file(const Config& cfg, const TensorNames& names, const Weigh
       t.dtype = "I8";
       t.raw.resize(m->q.size());
       std::memcpy(t.raw.data(), m->q.data(), m->q.size());
-      f.tensors[name + kScaleSuffix] = NamedTensor{{shape[0]}, m->scale};
+      std::vector<int64_t> sshape = {shape[0]};
+      if (m->groups() > 1) sshape = {m->groups(), shape[0]};
+      f.tensors[name + kScaleSuffix] = NamedTensor{sshape, m->scale};
+      const std::vector<float>* cols = m == &q->w1 ? &q->w1_fp32 : m == &q->wg ? &q->wg_fp32 : nullptr;
+      if (cols && !q->fp32_inputs.empty()) {  // [k, d_ff] → [d_ff, k]
+        const int64_t k = int64_t(q->fp32_inputs.size()), F = shape[0];
+        NamedTensor c{{F, k}, std::vector<float>(cols->size())};
+        for (int64_t j = 0; j < k; ++j)
+          for (int64_t i = 0; i < F; ++i) c.data[size_t(i * k + j)] = (*cols)[size_t(j * F + i)];
+        f.tensors[name + kFp32ColumnsSuffix] = std::move(c);
+        NamedTensor index;
+        index.shape = {k};
+        index.dtype = "I64";
+        index.raw.resize(size_t(k) * 8);
+        std::memcpy(index.raw.data(), q->fp32_inputs.data(), index.raw.size());
+        f.tensors[name + kFp32IndexSuffix] = std::move(index);
+      }
     } else {
       t.dtype = q->dtype == WeightDtype::bf16 ? "BF16" : "F16";
       t.raw.resize(m->h.size() * 2);
@@ -348,7 +410,8 @@ SafetensorsFile Layer::unowned(const std::string& source) const {
   for (const std::string* n : names_.all())
     if (!n->empty()) owned.insert(*n);
   for (const std::string* n : {&names_.w1, &names_.wg, &names_.w2})
-    if (!n->empty()) owned.insert(*n + kScaleSuffix);  // an int8 source's scales
+    if (!n->empty())  // an int8 source's scales and fp32 columns
+      for (const char* suffix : {kScaleSuffix, kFp32ColumnsSuffix, kFp32IndexSuffix}) owned.insert(*n + suffix);
   SafetensorsFile f;
   for (const auto& [name, info] : r.tensors()) {
     if (owned.count(name)) continue;

@@ -13,6 +13,7 @@
 #include "common/format.hpp"
 #include "io/safetensors.hpp"
 #include "nn/norm.hpp"
+#include "text/calibration.hpp"
 #include "text/wordpiece.hpp"
 
 namespace ffn {
@@ -55,6 +56,11 @@ T json_opt(const nlohmann::json& j, const char* key, T otherwise, const fs::path
   if (!j.is_object() || !j.contains(key)) return otherwise;
   return json_get<T>(j, key, p);
 }
+
+
+// Embeddings of texts, with the encoder's run options (threads set there); below.
+Array embed_texts(const SentenceEncoder::Impl& m, const std::vector<std::string>& texts, const EmbedOptions& opts,
+                  EncoderRunOptions o);
 
 }  // namespace
 
@@ -226,9 +232,28 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
     L.ffn.norm_bias = get(p + "output.LayerNorm.bias", {d});
     w.layers.push_back(std::move(L));
   }
-  Encoder enc(ec_, std::move(w));
-  m.encoder.emplace(opts.dtype == WeightDtype::fp32 ? std::move(enc) : enc.converted(opts.dtype, opts.dtype_layers));
+  m.encoder.emplace(ec_, std::move(w));
+  if (opts.dtype == WeightDtype::fp32) return s;
+  std::vector<Int8Options> int8;
+  if (opts.dtype == WeightDtype::int8 && opts.int8_outliers) {
+    // Calibration: each layer's FFN inputs under the float32 model.
+    std::vector<std::vector<float>> absmax(static_cast<size_t>(ec_.layers));
+    EncoderRunOptions o;
+    o.ffn_input = [&](int64_t l, const float* x, int64_t n) {
+      m.encoder->ffn_layer(l).input_absmax(x, n, absmax[size_t(l)]);
+    };
+    embed_texts(m, opts.calibration_texts.empty() ? text::calibration_texts() : opts.calibration_texts, {}, o);
+    for (const auto& a : absmax) int8.push_back(Int8Options::outliers(a, opts.outlier_threshold));
+  }
+  m.encoder.emplace(m.encoder->converted(opts.dtype, opts.dtype_layers, int8));
   return s;
+}
+
+std::vector<std::vector<int64_t>> SentenceEncoder::fp32_input_channels() const {
+  std::vector<std::vector<int64_t>> c;
+  for (int64_t l = 0; l < impl_->encoder->config().layers; ++l)
+    c.push_back(impl_->encoder->ffn_layer(l).fp32_input_channels());
+  return c;
 }
 
 std::vector<int32_t> SentenceEncoder::tokenize(const std::string& text) const {
@@ -262,7 +287,8 @@ void embed_tokens(const SentenceEncoder::Impl& m, const std::vector<std::vector<
 
 }  // namespace
 
-std::vector<float> SentenceEncoder::hidden(const std::vector<int32_t>& ids, int threads) const {
+std::vector<float> SentenceEncoder::hidden(const std::vector<int32_t>& ids, int threads,
+                                           const EncoderRunOptions& opts) const {
   const Impl& m = *impl_;
   const int64_t n = int64_t(ids.size()), d = m.d;
   if (n > m.positions) throw Error("hidden: " + std::to_string(n) + " tokens, more than the position table's " + std::to_string(m.positions));
@@ -271,14 +297,20 @@ std::vector<float> SentenceEncoder::hidden(const std::vector<int32_t>& ids, int 
   std::vector<float> x(size_t(n * d)), y(x.size());
   const int t = threads > 0 ? threads : omp_get_max_threads();
   embed_tokens(m, {ids}, n, x.data(), t);
-  EncoderRunOptions o;
+  EncoderRunOptions o = opts;
   o.threads = t;
   m.encoder->forward(x.data(), y.data(), Shape{1, n, Layout::tokens, {}}, o);
   return y;
 }
 
 Array SentenceEncoder::embed(const std::vector<std::string>& texts, const EmbedOptions& opts) const {
-  const Impl& m = *impl_;
+  return embed_texts(*impl_, texts, opts, {});
+}
+
+namespace {
+
+Array embed_texts(const SentenceEncoder::Impl& m, const std::vector<std::string>& texts, const EmbedOptions& opts,
+                  EncoderRunOptions o) {
   if (opts.batch < 1) throw Error("batch: expected a positive integer, got " + std::to_string(opts.batch));
   if (opts.threads < 0 || opts.threads > kMaxThreads)
     throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(opts.threads));
@@ -300,7 +332,6 @@ Array SentenceEncoder::embed(const std::vector<std::string>& texts, const EmbedO
     x.assign(size_t(B * shape.seq * d), 0.0f);
     y.resize(x.size());
     embed_tokens(m, ids, shape.seq, x.data(), threads);
-    EncoderRunOptions o;
     o.threads = threads;
     m.encoder->forward(x.data(), y.data(), shape, o);
     for (int64_t b = 0; b < B; ++b) {
@@ -328,5 +359,7 @@ Array SentenceEncoder::embed(const std::vector<std::string>& texts, const EmbedO
   }
   return out;
 }
+
+}  // namespace
 
 }  // namespace ffn

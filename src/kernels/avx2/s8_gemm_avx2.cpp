@@ -165,8 +165,13 @@ void dequant(const int32_t* acc, int64_t n, float s_a, const float* s_w, const f
   for (; j < n; ++j) out[j] = std::fma(float(acc[j]), s_a * s_w[j], prev ? prev[j] : 0.0f);
 }
 
+// fp32_input_part (src/nn/quantize.hpp) compiled for this ISA.
+void fp32_part(const float* xs, int64_t k, const float* wt, int64_t ld, const float* b, int64_t n, float* prev) {
+  fp32_input_part(xs, k, wt, ld, b, n, prev);
+}
+
 }  // namespace
 
-const Int8Kernels int8_kernels{&igemm, nullptr, &quantize_row, nullptr, &dequant};
+const Int8Kernels int8_kernels{&igemm, nullptr, &quantize_row, nullptr, &dequant, &fp32_part};
 
 }  // namespace ffn::nn::avx2
