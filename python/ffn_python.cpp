@@ -385,8 +385,31 @@ NB_MODULE(_ffn, m) {
            "Writes a safetensors file atomically, with the settings in its metadata.")
       .def(
           "converted",
-          [](const Layer& l, const std::string& dtype) { return l.converted(parse_weight_dtype(dtype, "dtype")); },
-          "dtype"_a, "A copy with the weight matrices stored as dtype (fp32, bf16, fp16, int8).")
+          [](const Layer& l, const std::string& dtype, std::optional<std::vector<int64_t>> fp32_input_channels) {
+            const WeightDtype dt = parse_weight_dtype(dtype, "dtype");
+            if (!fp32_input_channels) return l.converted(dt);
+            return l.converted(dt, Int8Options{*fp32_input_channels});
+          },
+          "dtype"_a, "fp32_input_channels"_a = nb::none(),
+          "A copy with the weight matrices stored as dtype (fp32, bf16, fp16, int8). int8 only:\n"
+          "fp32_input_channels, ascending input channels kept in float32 (LLM.int8()'s outlier\n"
+          "decomposition; see input_absmax and outlier_channels).")
+      .def_prop_ro("fp32_input_channels", &Layer::fp32_input_channels,
+                   "int8: the input channels kept in float32 (empty otherwise).")
+      .def(
+          "input_absmax",
+          [](const Layer& l, const AnyArray& x) {
+            const float* data = input_data(x, "x");
+            if (x.ndim() != 2 || int64_t(x.shape(1)) != l.config().d_model)
+              throw Error("x: expected [T, d_model = " + std::to_string(l.config().d_model) + "], got " +
+                          shape_text(x.ndim(), x.shape_ptr()));
+            std::vector<float> a;
+            l.input_absmax(data, int64_t(x.shape(0)), a);
+            return to_numpy(a, {l.config().d_model});
+          },
+          "x"_a,
+          "Per input channel, max |value| entering W1 over the tokens of x [T, d_model] (Norm(x) for a\n"
+          "pre-norm layer): calibration for converted('int8', fp32_input_channels=...).")
       .def_prop_ro("config", &Layer::config)
       .def_prop_ro("dtype", [](const Layer& l) { return std::string(to_string(l.weight_dtype())); })
       .def_prop_ro("weights", [](const Layer& l) { return weights_dict(l.weights(), l.names(), l.config()); },
@@ -419,18 +442,22 @@ NB_MODULE(_ffn, m) {
                               "as the model's sentence-transformers files say.")
       .def_static(
           "load",
-          [](std::optional<std::string> model, std::optional<int64_t> max_tokens, const std::string& dtype) {
+          [](std::optional<std::string> model, std::optional<int64_t> max_tokens, const std::string& dtype,
+             bool int8_outliers) {
             SentenceLoadOptions o;
             o.max_tokens = max_tokens;
             o.dtype = parse_weight_dtype(dtype, "dtype");
+            o.int8_outliers = int8_outliers;
             const std::string dir = model ? *model : SentenceEncoder::default_model_dir();
             nb::gil_scoped_release nogil;
             return SentenceEncoder::load(dir, o);
           },
-          "model"_a = nb::none(), "max_tokens"_a = nb::none(), "dtype"_a = "fp32",
+          "model"_a = nb::none(), "max_tokens"_a = nb::none(), "dtype"_a = "fp32", "int8_outliers"_a = true,
           "Loads a model directory (config.json, model.safetensors, vocab.txt); None: $FFN_MODEL_DIR,\n"
           "else ~/.cache/ffn/all-MiniLM-L6-v2 (scripts/setup.sh installs it). dtype: the FFN sublayers'\n"
-          "weights as fp32, bf16 or int8. max_tokens: per text, [CLS] and [SEP] included.")
+          "weights as fp32, bf16 or int8. max_tokens: per text, [CLS] and [SEP] included.\n"
+          "int8_outliers: keep each layer's outlier input channels in float32, found by running the\n"
+          "float32 model over built-in calibration texts at load (False: plain per-token int8).")
       .def("tokenize", &SentenceEncoder::tokenize, "text"_a, "Token ids: [CLS] ... [SEP], truncated to max_tokens.")
       .def(
           "embed",
@@ -461,7 +488,9 @@ NB_MODULE(_ffn, m) {
           "(padding has no effect on the result).")
       .def_prop_ro("dim", &SentenceEncoder::dim)
       .def_prop_ro("max_tokens", &SentenceEncoder::max_tokens)
-      .def_prop_ro("model_dir", &SentenceEncoder::dir);
+      .def_prop_ro("model_dir", &SentenceEncoder::dir)
+      .def_prop_ro("fp32_input_channels", &SentenceEncoder::fp32_input_channels,
+                   "Per layer, the FFN input channels kept in float32 (int8 with outliers).");
 
   m.def(
       "init", [](const Config& cfg, uint64_t seed) { return Layer(cfg, seed); }, "config"_a, "seed"_a = 0,

@@ -54,3 +54,16 @@ def test_bad_input_is_a_clear_error():
 def test_a_missing_model_directory_is_named(tmp_path):
     with pytest.raises(ffn.Error, match="not a model directory"):
         ffn.SentenceEncoder.load(str(tmp_path / "none"))
+
+
+@needs_model
+def test_int8_keeps_outlier_channels_and_meets_the_target():
+    tensors, sentences = golden()
+    want = tensors["embeddings"]
+    enc = ffn.SentenceEncoder.load(dtype="int8")
+    plain = ffn.SentenceEncoder.load(dtype="int8", int8_outliers=False)
+    assert all(99 in c for c in enc.fp32_input_channels)
+    assert all(c == [] for c in plain.fp32_input_channels)
+    cos = lambda e: np.sum(e * want, axis=1) / np.linalg.norm(e, axis=1) / np.linalg.norm(want, axis=1)
+    assert cos(enc.embed(sentences, threads=2)).min() >= 0.999  # the int8 target
+    assert cos(plain.embed(sentences, threads=2)).min() < 0.999  # what it fixes
