@@ -411,6 +411,8 @@ TEST(EmbedCli, BadInputIsOneLineExitTwoAndNothingWritten) {
       {"embed x --max-tokens 600 --output " + out, "--max-tokens", true},
       {"embed x --dtype fp16 --output " + out, "--dtype", false},
       {"embed x --batch 0 --output " + out, "--batch", false},
+      {"embed x --dtype int8 --int8-outliers maybe --output " + out, "--int8-outliers: expected on or off", false},
+      {"embed x --int8-outliers off --output " + out, "--int8-outliers: only with --dtype int8", false},
       {"embed --input-file " + (dir / "bad.txt").string() + " --output " + (dir / "bad.txt").string(), "refusing to overwrite", false},
       {"embed --input-file " + (dir / "missing.txt").string() + " --output " + out, "missing.txt", true},
   };

@@ -712,6 +712,8 @@ int ffn_main(int argc, char** argv) {
   bench_cmd->add_option("--input-file", bench.emb.input_file, "--embed: texts, one per line");
   bench_cmd->add_option("--text", bench.emb.text, "--embed: one text");
   bench_cmd->add_option("--embed-batch", bench.emb.batch, "--embed: texts per call (default 32)");
+  bench_cmd->add_option("--int8-outliers", bench.emb.int8_outliers,
+                        "--embed --dtype int8: on (default): outlier input channels in fp32, calibrated at load; off");
   bench_cmd->add_option("--d-model", bench.d_model, "default 512");
   bench_cmd->add_option("--d-ff", bench.d_ff, "default 2048");
   bench_cmd->add_option("--activation", bench.activation, "default relu");
