@@ -695,9 +695,32 @@ TEST(LowPrecisionCli, QuantizeThenRunEqualsRunWithDtype) {
     EXPECT_EQ(read_npy((dir / "y1.npy").string()).data, read_npy((dir / "y2.npy").string()).data) << dt;
     EXPECT_LT(fs::file_size(q), fs::file_size(w)) << dt;
   }
+  // --calibrate: the channels whose max |x| exceeds the threshold kept in fp32, as the library chooses them.
+  Array xc = x;
+  for (int64_t t = 0; t < 5; ++t) xc.data[size_t(t * 32 + 7)] *= 20.0f, xc.data[size_t(t * 32 + 30)] *= 20.0f;
+  write_npy((dir / "xc.npy").string(), xc);
+  {
+    const auto r = test::run_ffn("quantize --weights " + w + " --dtype int8 --calibrate " + (dir / "xc.npy").string() +
+                                     " --output " + q, dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("2 input channel(s) with max |x| > 6 kept in fp32: 7, 30"), std::string::npos) << r.out;
+    std::vector<float> absmax;
+    const Layer fp = Layer::load(w);
+    fp.input_absmax(xc.data.data(), 5, absmax);
+    const Layer want = fp.converted(WeightDtype::int8, Int8Options::outliers(absmax));
+    const Layer got = Layer::load(q);
+    EXPECT_EQ(got.fp32_input_channels(), (std::vector<int64_t>{7, 30}));
+    EXPECT_EQ(run(got, xc.data), run(want, xc.data));
+  }
   // Bad flags: exit 2, one line naming the flag, nothing written.
   const std::string out = (dir / "never.safetensors").string();
   for (const std::string& args : {"quantize --weights " + w + " --dtype int4 --output " + out,
+                                  "quantize --weights " + w + " --dtype bf16 --calibrate " + (dir / "x.npy").string() +
+                                      " --output " + out,
+                                  "quantize --weights " + w + " --dtype int8 --outlier-threshold 3 --output " + out,
+                                  "quantize --weights " + w + " --dtype int8 --calibrate " + w + " --output " + out,
+                                  "quantize --weights " + w + " --dtype int8 --calibrate " + (dir / "x.npy").string() +
+                                      " --output " + (dir / "x.npy").string(),
                                   "quantize --weights " + w + " --dtype int8 --output " + w,
                                   "quantize --weights " + (dir / "missing.safetensors").string() +
                                       " --dtype int8 --output " + out,

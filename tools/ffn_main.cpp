@@ -371,22 +371,48 @@ void cmd_init(const InitArgs& a) {
 // ---- quantize -------------------------------------------------------------------
 
 struct QuantizeArgs {
-  std::string weights, prefix, dtype, output;
+  std::string weights, prefix, dtype, output, calibrate;
+  float outlier_threshold = 6.0f;
+  CLI::Option* o_threshold = nullptr;
   cli::SettingOverrides settings;  // written into the output's __metadata__
 };
 
 void cmd_quantize(const QuantizeArgs& a) {
   io::check_writable_target(a.output);
   const WeightDtype dtype = parse_weight_dtype(a.dtype, "--dtype");
-  cli::check_not_an_input(a.output, "--output", {{"--weights", a.weights}});
+  cli::check_not_an_input(a.output, "--output", {{"--weights", a.weights}, {"--calibrate", a.calibrate}});
   LoadOptions lo;
   lo.prefix = a.prefix;
   lo.weight_dtype = dtype;
   a.settings.apply(lo);
   cli::Assumed assumed;
   lo.assumed = &assumed;
-  const Layer layer = Layer::load(a.weights, lo);
+  if (a.calibrate.empty() && a.o_threshold->count()) throw Error("--outlier-threshold: only with --calibrate");
+  if (!a.calibrate.empty()) {
+    if (dtype != WeightDtype::int8) throw Error("--calibrate: only with --dtype int8");
+    if (!(a.outlier_threshold >= 0.0f) || !std::isfinite(a.outlier_threshold))
+      throw Error("--outlier-threshold: expected a finite number >= 0, got " + std::to_string(a.outlier_threshold));
+    lo.weight_dtype = WeightDtype::fp32;  // quantized below, with the channels
+  }
+  Layer layer = Layer::load(a.weights, lo);
   cli::note_assumed(a.weights, assumed);
+  if (!a.calibrate.empty()) {
+    // Outlier input channels from the inputs' max |x| per channel (every row of the file).
+    const Array x = read_npy(a.calibrate);
+    const int64_t d = layer.config().d_model;
+    if (x.shape.empty() || x.shape.back() != d)
+      throw Error("--calibrate " + a.calibrate + ": expected float32 [..., d_model = " + std::to_string(d) + "], got shape " +
+                  shape_str(x.shape));
+    std::vector<float> absmax;
+    layer.input_absmax(x.data.data(), x.numel() / d, absmax);
+    const Int8Options opts = Int8Options::outliers(absmax, a.outlier_threshold);
+    layer = layer.converted(WeightDtype::int8, opts);
+    std::string list;
+    for (int64_t c : opts.fp32_input_channels) list += (list.empty() ? "" : ", ") + std::to_string(c);
+    std::printf("ffn quantize: %zu input channel(s) with max |x| > %g kept in fp32%s%s%s\n",
+                opts.fp32_input_channels.size(), double(a.outlier_threshold), list.empty() ? "" : ": ", list.c_str(),
+                opts.fp32_input_channels.size() == 16 ? " (at most 16)" : "");
+  }
   write_safetensors(a.output, layer.to_safetensors(layer.unowned(a.weights)));  // names kept, other tensors copied
 }
 
@@ -696,6 +722,11 @@ int ffn_main(int argc, char** argv) {
   quant_cmd->add_option("--prefix", quant.prefix, "tensor name prefix, e.g. encoder.layers.0.");
   quant_cmd->add_option("--dtype", quant.dtype, "int8, bf16, fp16 (or fp32)")->required();
   quant_cmd->add_option("--output", quant.output, "weights file to write (.safetensors)")->required();
+  quant_cmd->add_option("--calibrate", quant.calibrate,
+                        "int8: inputs X.npy [..., d_model]; input channels whose max |x| exceeds "
+                        "--outlier-threshold are kept in fp32 (LLM.int8()'s outlier decomposition)");
+  quant.o_threshold = quant_cmd->add_option("--outlier-threshold", quant.outlier_threshold,
+                                            "--calibrate: max |x| above which a channel is kept in fp32 (default 6)");
   quant.settings.add(quant_cmd);
 
   BenchArgs bench;
