@@ -222,6 +222,25 @@ struct LoadOptions {
 
 struct SafetensorsFile;
 
+// d_ff in shards (tensor parallelism, Megatron-LM's column- then row-parallel
+// MLP): the hidden units are cut into `count` shards of whole 256-unit chunks
+// (shard s: chunks [C·s/count, C·(s+1)/count) of C = ⌈d_ff/256⌉), each
+// shard's W2 product is a partial sum of the output, and the partials are
+// added over a fixed binary tree ((p₀ + p₁) + (p₂ + p₃) for 4). Every layer
+// computes this way, so a process holding all shards and P processes each
+// holding an aligned block of count/P of them (adding their sums over the
+// same tree) get the same bits. A layer made from one block of the shards'
+// weights (d_ff = the block's hidden units) records it here.
+constexpr int64_t kDffShardChunk = 256;
+struct DffShards {
+  int64_t count = 4;              // a power of two; fixed, so results do not depend on how many hold them
+  int64_t first = 0, last = 4;    // the shards this layer holds: [first, last)
+  int64_t d_ff = 0;               // the global d_ff (0: the layer's own, all shards)
+  bool whole() const { return first == 0 && last == count; }
+  // The global hidden units of shards [a, b): [begin, end).
+  static std::pair<int64_t, int64_t> units(int64_t d_ff, int64_t count, int64_t a, int64_t b);
+};
+
 // int8 with outlier features kept in float32 (LLM.int8()'s decomposition,
 // Dettmers et al. 2022): trained transformers put a few input channels far
 // outside the rest (all-MiniLM-L6-v2: 4–5 of 384 reach |x| of 10–25 where the
@@ -321,12 +340,31 @@ class Layer {
   // Floating-point operations of one forward call on t tokens (2 per multiply-add).
   double forward_flops(int64_t t) const;
 
+  // Tensor parallelism (src/dist, DffShards). set_shards: this layer's
+  // weights are shards [first, last) of a d_ff of shards.d_ff (its own
+  // d_ff must be their hidden units; Error otherwise). A layer holding only
+  // some shards runs in two stages; forward() then throws.
+  void set_shards(const DffShards& shards);
+  const DffShards& shards() const { return shards_; }
+  // The layer of shards [first, last) of this whole layer's d_ff (count from
+  // shards()): W1, Wg, b1 rows and W2 columns of their hidden units, b2 and
+  // the norm whole; same dtype (and int8 fp32 input channels).
+  Layer shard(int64_t first, int64_t last) const;
+  // Stage 1: partial[n, d_model] = the sum over this layer's shards of their
+  // W2 products (no b2), x in tokens layout (n tokens at positions
+  // 0..n-1 for the dropout keys). Stage 2: y from the sum over every shard:
+  // b2, output dropout, residual and norm. Fast path, inference or
+  // training (no cache).
+  void forward_partial(const float* x, float* partial, int64_t n, const RunOptions& opts = {}) const;
+  void forward_tail(const float* x, const float* sum, float* y, int64_t n, const RunOptions& opts = {}) const;
+
  private:
   Config cfg_;
   Weights w_;
   TensorNames names_;
   WeightDtype dtype_ = WeightDtype::fp32;
   std::vector<int64_t> fp32_inputs_;    // int8: input channels kept in float32
+  DffShards shards_;                    // all 4 shards of its own d_ff unless set_shards
   std::shared_ptr<const void> quant_;   // nn::QuantizedWeights of a low-precision layer
   std::shared_ptr<const void> packed_;  // fast-path weight layout, built once
   // A low-precision layer from its stored matrices (a quantized file).

@@ -85,10 +85,15 @@ const PackedWeights::Bf16Pairs& PackedWeights::bf16_pairs(const Config& cfg, con
 namespace {
 
 constexpr int64_t kChunk = 256;      // hidden units per chunk (a multiple of kPanel)
-constexpr int kMaxGroups = 2;        // fixed split of d_ff (see fused_forward.hpp)
 static_assert(kChunk % kPanel == 0);
 static_assert(kChunk == kQuantChunk);  // int8: one activation scale per hidden chunk
 static_assert(kChunk % kBf16K == 0);   // bf16: every chunk but the last starts a whole k step
+static_assert(kChunk == kDffShardChunk);
+
+// a[i] += b[i], i < n (the shard sums; one definition for every path).
+void add_rows(float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+}
 
 // out[d] = Norm(v[d]) with γ, β; writes xhat/mean/rstd when asked.
 void normalize_row(NormType type, const float* v, int64_t d, float eps, const float* gamma, const float* beta,
@@ -122,15 +127,21 @@ struct Forward {
   uint64_t seed;
   const FusedSaved* saved;
   float* y;
-  int64_t d, F, chunks, groups;
+  int64_t d, F, chunks;
   bool gated;
   Unit unit;
   DropoutRule hid_rule, out_rule;
   Compute compute;
   const PackedWeights::Bf16Pairs* pairs;  // compute bf16
+  // This layer's shards of d_ff (DffShards): global shard first + g is local
+  // group g; global hidden chunk c0 + c is local chunk c.
+  DffShards sh;
+  int64_t groups, global_chunks, c0, F_global;
   int64_t dk() const { return bf16_kpad(d); }  // bf16 input row stride (zero-padded)
 
-  int64_t chunk_begin(int64_t g) const { return chunks * g / groups; }
+  int64_t chunk_begin(int64_t g) const { return global_chunks * (sh.first + g) / sh.count - c0; }
+  // The hidden dropout key of local unit f of the token at position p (global).
+  uint64_t hidden_key(int64_t p, int64_t f) const { return uint64_t(p * F_global + c0 * kChunk + f); }
 
   // Per-thread buffers for blocks of up to `rows` tokens: the block's FFN
   // input, the hidden chunk(s), one row.
@@ -206,6 +217,10 @@ struct Forward {
   }
 
   void group_partial(int64_t t0, int64_t m, int64_t g, Work& wk, float* acc) const {
+    if (chunk_begin(g) == chunk_begin(g + 1)) {  // an empty shard (fewer hidden chunks than shards)
+      std::fill(acc, acc + m * d, 0.0f);
+      return;
+    }
     if (compute == Compute::bf16) {
       group_partial_bf16(t0, m, g, wk, acc);
       return;
@@ -245,7 +260,7 @@ struct Forward {
       }
       kc.activate(unit, z, zg, fc);
       if (hid_rule.active()) {
-        const uint64_t base = uint64_t(pos[t0 + r] * F + f0);
+        const uint64_t base = hidden_key(pos[t0 + r], f0);
         for (int64_t j = 0; j < fc; ++j) z[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
       }
     }
@@ -408,18 +423,28 @@ struct Forward {
     }
   }
 
-  // y rows of tokens [t0, t0 + m) from the group partials (each [m, d]).
-  void finish_rows(int64_t t0, int64_t m, float* const* parts, Work& wk) const {
+  // The group partials (each [m, d]) summed into parts[0] over the fixed
+  // binary tree of the shards (DffShards): split [lo, hi) at its middle,
+  // sum each half, add the halves. A rank's aligned block of shards is a
+  // subtree, so ranks that add their sums the same way reproduce it.
+  void tree_sum(int64_t m, float* const* parts) const { tree_sum(m, parts, sh.first, sh.last); }
+  void tree_sum(int64_t m, float* const* parts, int64_t lo, int64_t hi) const {
+    if (hi - lo < 2) return;
+    const int64_t mid = (lo + hi) / 2;
+    tree_sum(m, parts, lo, mid);
+    tree_sum(m, parts, mid, hi);
+    add_rows(parts[lo - sh.first], parts[mid - sh.first], m * d);
+  }
+
+  // y rows of tokens [t0, t0 + m) from the sum over every shard o [m, d]
+  // (overwritten): b2, output dropout, residual and norm.
+  void finish_rows(int64_t t0, int64_t m, float* o_rows, Work& wk) const {
     const float* b2 = w.b2.empty() ? nullptr : w.b2.data();
     const float* gamma = w.norm_weight.empty() ? nullptr : w.norm_weight.data();
     const float* beta = w.norm_bias.empty() ? nullptr : w.norm_bias.data();
     for (int64_t r = 0; r < m; ++r) {
       const int64_t t = t0 + r;
-      float* o = parts[0] + r * d;
-      for (int64_t g = 1; g < groups; ++g) {
-        const float* p = parts[g] + r * d;
-        for (int64_t c = 0; c < d; ++c) o[c] += p[c];
-      }
+      float* o = o_rows + r * d;
       if (b2)
         for (int64_t c = 0; c < d; ++c) o[c] += b2[c];
       if (out_rule.active()) {
@@ -450,18 +475,42 @@ struct Forward {
 
 void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                    const int64_t* pos, bool training, uint64_t seed, int threads, Isa isa, float* y,
-                   const FusedSaved* saved, Compute compute) {
+                   const FusedSaved* saved, Compute compute, const FusedSplit& split) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   const int64_t chunks = (F + kChunk - 1) / kChunk;
+  const DffShards sh = split.shards;
+  const int64_t F_global = sh.d_ff > 0 ? sh.d_ff : F, global_chunks = (F_global + kChunk - 1) / kChunk;
   const Forward f{cfg, w, pw, kernel_config(resolve_isa(isa)), x, pos, seed, saved, y, d, F, chunks,
-                  std::min<int64_t>(kMaxGroups, chunks), is_gated(cfg.activation), unit_of(cfg.activation),
+                  is_gated(cfg.activation), unit_of(cfg.activation),
                   DropoutRule::make(training ? cfg.dropout_hidden : 0.0f),
                   DropoutRule::make(training ? cfg.dropout_output : 0.0f), compute,
-                  compute == Compute::bf16 ? &pw.bf16_pairs(cfg, w) : nullptr};
+                  compute == Compute::bf16 && !split.sum ? &pw.bf16_pairs(cfg, w) : nullptr,
+                  sh, sh.last - sh.first, global_chunks, global_chunks * sh.first / sh.count, F_global};
   const int64_t kTokenBlock = f.kc.token_block;  // tokens per block
   const int64_t blocks = (n + kTokenBlock - 1) / kTokenBlock;
   threads = std::max(1, threads);
 
+  // The rows' sum over the layer's shards: the tail (whole layer), or the
+  // caller's partial (split.partial, the seam where ranks add theirs).
+  auto done = [&](int64_t t0, int64_t m, float* sum, Forward::Work& wk) {
+    if (split.partial) std::copy(sum, sum + m * d, split.partial + t0 * d);
+    else f.finish_rows(t0, m, sum, wk);
+  };
+  if (split.sum) {  // the tail alone, from the sum over every shard
+    threads = int(std::min<int64_t>(threads, std::max<int64_t>(blocks, 1)));
+#pragma omp parallel num_threads(threads)
+    {
+      Forward::Work wk(f, 0);
+      std::vector<float> o(size_t(kTokenBlock * d));
+#pragma omp for schedule(static)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
+        std::copy(split.sum + t0 * d, split.sum + (t0 + m) * d, o.data());
+        f.finish_rows(t0, m, o.data(), wk);
+      }
+    }
+    return;
+  }
   if (blocks >= threads || f.groups == 1) {
     // Each thread takes an equal contiguous share of the tokens, in blocks.
     threads = int(std::min<int64_t>(threads, blocks));
@@ -472,18 +521,19 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
       const int64_t rows = std::min(kTokenBlock, end - begin);
       Forward::Work wk(f, rows);
       std::vector<float> acc(size_t(f.groups * rows * d));
-      float* parts[kMaxGroups];
-      for (int64_t g = 0; g < f.groups; ++g) parts[g] = acc.data() + g * rows * d;
+      std::vector<float*> parts(static_cast<size_t>(f.groups));
+      for (int64_t g = 0; g < f.groups; ++g) parts[size_t(g)] = acc.data() + g * rows * d;
       for (int64_t t0 = begin; t0 < end; t0 += kTokenBlock) {
         const int64_t m = std::min(kTokenBlock, end - t0);
         f.input_rows(t0, m, wk, true);
-        for (int64_t g = 0; g < f.groups; ++g) f.group_partial(t0, m, g, wk, parts[g]);
-        f.finish_rows(t0, m, parts, wk);
+        for (int64_t g = 0; g < f.groups; ++g) f.group_partial(t0, m, g, wk, parts[size_t(g)]);
+        f.tree_sum(m, parts.data());
+        done(t0, m, parts[0], wk);
       }
     }
     return;
   }
-  // Few blocks: one work item per (block, half of d_ff), then the sums.
+  // Few blocks: one work item per (block, shard), then the sums.
   const int64_t items = blocks * f.groups;
   const int64_t rows = std::min(kTokenBlock, n);
   std::vector<float> acc(size_t(items * rows * d));
@@ -502,9 +552,10 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
-      float* parts[kMaxGroups];
-      for (int64_t g = 0; g < f.groups; ++g) parts[g] = part(blk, g);
-      f.finish_rows(t0, m, parts, wk);
+      std::vector<float*> parts(static_cast<size_t>(f.groups));
+      for (int64_t g = 0; g < f.groups; ++g) parts[size_t(g)] = part(blk, g);
+      f.tree_sum(m, parts.data());
+      done(t0, m, parts[0], wk);
     }
   }
 }

@@ -8,10 +8,13 @@
 // the finished rows. The [T, d_ff] hidden activation is never allocated
 // (unless a ForwardCache asks for the pre-activations).
 //
-// d_ff is split into two fixed halves whose W2 partial sums are added at the
-// end (y = p₀ + p₁): a small batch can then use two threads, each streaming
-// half the weights, and every token is still computed in one fixed order —
-// outputs are bitwise identical for any thread count and batch composition.
+// d_ff is split into a fixed number of shards (DffShards::count, 4) whose W2
+// partial sums are added over a fixed binary tree ((p₀ + p₁) + (p₂ + p₃)):
+// a small batch can then use several threads, each streaming part of the
+// weights, every token is still computed in one fixed order — outputs are
+// bitwise identical for any thread count and batch composition — and ranks
+// that each hold an aligned block of the shards (tensor parallelism) add
+// their sums over the same tree and get the same bits as one process.
 #pragma once
 
 #include <cstdint>
@@ -84,12 +87,22 @@ struct FusedSaved {
   float* xhat = nullptr;  // [n, d_model]
 };
 
+// The forward in two stages with a seam between them (tensor parallelism,
+// src/dist): the W1 → act → W2 products of the layer's shards of d_ff,
+// summed over the shards' fixed tree (DffShards), then the tail (b2,
+// output dropout, residual, norm) on the sum over every shard.
+struct FusedSplit {
+  DffShards shards;              // which shards of the global d_ff the weights are
+  float* partial = nullptr;      // set: write the shards' sum [n, d_model] here and stop (y unused)
+  const float* sum = nullptr;    // set: only the tail, y from this sum over every shard [n, d_model]
+};
+
 // y[n, d_model] from x[n, d_model] (valid tokens, contiguous); pos[i] is token
 // i's global position (dropout key). saved may be null. Compute::bf16 (fp32,
 // bf16 or fp16 weights) rounds the operands of both products to bf16.
 void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                    const int64_t* pos, bool training, uint64_t seed, int threads, Isa isa, float* y,
-                   const FusedSaved* saved, Compute compute = Compute::fp32);
+                   const FusedSaved* saved, Compute compute = Compute::fp32, const FusedSplit& split = {});
 
 // Gradients of the fast path (same contract as reference::backward, float
 // accumulation): dx[n, d_model] and every gradient (overwritten). Weight

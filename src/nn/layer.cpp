@@ -295,6 +295,100 @@ void Layer::set_dropout(float hidden, float output) {
   cfg_ = c;
 }
 
+std::pair<int64_t, int64_t> DffShards::units(int64_t d_ff, int64_t count, int64_t a, int64_t b) {
+  const int64_t chunks = (d_ff + kDffShardChunk - 1) / kDffShardChunk;
+  auto at = [&](int64_t s) { return std::min(d_ff, chunks * s / count * kDffShardChunk); };
+  return {at(a), at(b)};
+}
+
+void Layer::set_shards(const DffShards& s) {
+  const std::string what = "shards: ";
+  if (s.count < 1 || (s.count & (s.count - 1)) != 0)
+    throw Error(what + "count must be a power of two, got " + std::to_string(s.count));
+  if (s.first < 0 || s.first >= s.last || s.last > s.count)
+    throw Error(what + "expected 0 <= first < last <= count = " + std::to_string(s.count) + ", got [" +
+                std::to_string(s.first) + ", " + std::to_string(s.last) + ")");
+  const int64_t F = s.d_ff > 0 ? s.d_ff : cfg_.d_ff;
+  const auto [begin, end] = DffShards::units(F, s.count, s.first, s.last);
+  if (end - begin != cfg_.d_ff)
+    throw Error(what + std::to_string(s.first) + ".." + std::to_string(s.last - 1) + " of " + std::to_string(s.count) +
+                " of d_ff = " + std::to_string(F) + " are hidden units [" + std::to_string(begin) + ", " +
+                std::to_string(end) + "), but this layer's d_ff is " + std::to_string(cfg_.d_ff));
+  shards_ = s;
+  shards_.d_ff = F;
+}
+
+Layer Layer::shard(int64_t first, int64_t last) const {
+  if (!shards_.whole()) throw Error("shard: this layer already holds only some shards");
+  DffShards s = shards_;
+  s.first = first, s.last = last, s.d_ff = cfg_.d_ff;
+  if (first < 0 || first >= last || last > s.count)
+    throw Error("shard: expected 0 <= first < last <= " + std::to_string(s.count) + ", got [" + std::to_string(first) +
+                ", " + std::to_string(last) + ")");
+  const auto [b, e] = DffShards::units(cfg_.d_ff, s.count, first, last);
+  if (b == e)
+    throw Error("shard: shards " + std::to_string(first) + ".." + std::to_string(last - 1) + " of d_ff = " +
+                std::to_string(cfg_.d_ff) + " hold no hidden units (fewer 256-unit chunks than shards)");
+  const int64_t d = cfg_.d_model, F = cfg_.d_ff, n = e - b;
+  Config c = cfg_;
+  c.d_ff = n;
+  Weights w;
+  auto rows = [&](const std::vector<float>& v, int64_t width) {
+    return v.empty() ? v : std::vector<float>(v.begin() + b * width, v.begin() + e * width);
+  };
+  w.w1 = rows(w_.w1, d), w.wg = rows(w_.wg, d), w.b1 = rows(w_.b1, 1), w.bg = rows(w_.bg, 1);
+  w.w2.resize(size_t(d * n));
+  for (int64_t o = 0; o < d; ++o)
+    std::copy(w_.w2.begin() + o * F + b, w_.w2.begin() + o * F + e, w.w2.begin() + o * n);
+  w.b2 = w_.b2, w.norm_weight = w_.norm_weight, w.norm_bias = w_.norm_bias;
+  Layer l(c, std::move(w));
+  l.names_ = names_;
+  if (dtype_ != WeightDtype::fp32) l = l.converted(dtype_, Int8Options{fp32_inputs_});
+  l.set_shards(s);
+  return l;
+}
+
+namespace {
+
+// The two stages' common checks and positions (tokens layout, n tokens).
+std::vector<int64_t> stage_positions(const char* what, const Config& cfg, WeightDtype dtype, const float* x,
+                                     const void* out, int64_t n, const RunOptions& opts) {
+  if (n < 0) throw Error(std::string(what) + ": n must be >= 0, got " + std::to_string(n));
+  if (n > 0 && (!x || !out)) throw Error(std::string(what) + ": buffers must not be null");
+  if (opts.path == Path::reference) throw Error(std::string(what) + ": the fast path only (path reference)");
+  if (dtype != WeightDtype::fp32 && opts.training)
+    throw Error(std::string(what) + ": a layer with " + std::string(to_string(dtype)) + " weights is for inference only");
+  if (opts.compute == Compute::bf16 && (opts.training || dtype == WeightDtype::int8))
+    throw Error(std::string(what) + ": compute bf16 is for inference with fp32, bf16 or fp16 weights");
+  (void)cfg;
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = i;
+  return pos;
+}
+
+}  // namespace
+
+void Layer::forward_partial(const float* x, float* partial, int64_t n, const RunOptions& opts) const {
+  const std::vector<int64_t> pos = stage_positions("forward_partial", cfg_, dtype_, x, partial, n, opts);
+  if (n == 0) return;
+  const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
+  nn::FusedSplit split{shards_};
+  split.partial = partial;
+  nn::fused_forward(cfg_, w_, packed, x, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts), opts.isa,
+                    nullptr, nullptr, opts.compute, split);
+}
+
+void Layer::forward_tail(const float* x, const float* sum, float* y, int64_t n, const RunOptions& opts) const {
+  const std::vector<int64_t> pos = stage_positions("forward_tail", cfg_, dtype_, x, y, n, opts);
+  if (n > 0 && !sum) throw Error("forward_tail: buffers must not be null");
+  if (n == 0) return;
+  const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
+  nn::FusedSplit split{shards_};
+  split.sum = sum;
+  nn::fused_forward(cfg_, w_, packed, x, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts), opts.isa,
+                    y, nullptr, opts.compute, split);
+}
+
 double Layer::forward_flops(int64_t t) const {
   const double per_token = 2.0 * double(cfg_.d_model) * double(cfg_.d_ff) * (is_gated(cfg_.activation) ? 3 : 2);
   return per_token * double(t);
@@ -407,6 +501,10 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
   const int64_t d = cfg_.d_model, F = cfg_.d_ff;
   const bool gated = is_gated(cfg_.activation);
   if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
+  if (!shards_.whole())
+    throw Error("forward: this layer holds shards " + std::to_string(shards_.first) + ".." +
+                std::to_string(shards_.last - 1) + " of " + std::to_string(shards_.count) +
+                " of d_ff; run it with forward_partial and forward_tail");
   if (dtype_ != WeightDtype::fp32 && (opts.training || cache))
     throw Error("forward: a layer with " + std::string(to_string(dtype_)) +
                 " weights is for inference only (training needs fp32 weights)");
@@ -464,7 +562,7 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
       if (c) s = {ptr(c->z1), ptr(c->zg), ptr(c->mean), ptr(c->rstd), ptr(c->xhat)};
       const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
       nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, threads, opts.isa, yr,
-                        c ? &s : nullptr, opts.compute);
+                        c ? &s : nullptr, opts.compute, nn::FusedSplit{shards_});
     }
   }
   if (!direct) scatter(yout.data(), addr, pos, shape.positions(), y);

@@ -1,0 +1,122 @@
+// d_ff in shards (DffShards, tensor parallelism's seam): the forward in two
+// stages gives the one-call forward's bits, and so do the layers of aligned
+// blocks of the shards whose partial sums are added over the same tree —
+// the property that makes `mpirun -np P ffn run --tensor-parallel` equal to
+// one process. Odd sizes, every activation kind, norm placement, dropout,
+// int8 (with fp32 input channels) and bf16 compute.
+#include <gtest/gtest.h>
+
+#include "ffn/ffn.hpp"
+#include "test_util.hpp"
+
+namespace ffn {
+namespace {
+
+std::vector<float> whole(const Layer& l, const std::vector<float>& x, const RunOptions& o) {
+  std::vector<float> y(x.size());
+  l.forward(x.data(), y.data(), Shape::tokens(int64_t(x.size()) / l.config().d_model), o);
+  return y;
+}
+
+// P layers of count/P shards each; their partials added over the tree of
+// the ranks (split in the middle, as the shards' tree), then the tail.
+std::vector<float> sharded(const Layer& l, int64_t P, const std::vector<float>& x, const RunOptions& o) {
+  const int64_t n = int64_t(x.size()) / l.config().d_model, count = l.shards().count;
+  std::vector<std::vector<float>> part(static_cast<size_t>(P), std::vector<float>(x.size()));
+  std::vector<Layer> ranks;
+  for (int64_t r = 0; r < P; ++r) {
+    ranks.push_back(l.shard(count * r / P, count * (r + 1) / P));
+    ranks.back().forward_partial(x.data(), part[size_t(r)].data(), n, o);
+  }
+  auto tree = [&](auto& self, int64_t lo, int64_t hi) -> void {
+    if (hi - lo < 2) return;
+    const int64_t mid = (lo + hi) / 2;
+    self(self, lo, mid);
+    self(self, mid, hi);
+    for (size_t i = 0; i < x.size(); ++i) part[size_t(lo)][i] += part[size_t(mid)][i];
+  };
+  tree(tree, 0, P);
+  std::vector<float> y(x.size());
+  ranks[0].forward_tail(x.data(), part[0].data(), y.data(), n, o);
+  return y;
+}
+
+TEST(Shards, StagesAndShardLayersGiveTheWholeForwardsBits) {
+  for (Activation act : {Activation::relu, Activation::gelu, Activation::swiglu})
+    for (NormPlacement norm : {NormPlacement::none, NormPlacement::pre, NormPlacement::post})
+      for (int64_t F : {1000, 1300}) {  // 4 chunks; 6 chunks (shards of 1, 2, 1, 2)
+        Config cfg;
+        cfg.d_model = 37;
+        cfg.d_ff = F;
+        cfg.activation = act;
+        cfg.norm = norm;
+        cfg.bias = F == 1000;
+        cfg.dropout_hidden = 0.2f;
+        cfg.dropout_output = 0.1f;
+        const Layer layer(cfg, uint64_t(F));
+        for (int64_t t : {1, 13, 100}) {
+          const std::vector<float> x = test::randn(size_t(t * cfg.d_model), uint64_t(t));
+          for (bool training : {false, true}) {
+            RunOptions o;
+            o.threads = 2;
+            o.training = training;
+            o.seed = 9;
+            const std::vector<float> want = whole(layer, x, o);
+            for (int64_t P : {1, 2, 4})
+              ASSERT_EQ(sharded(layer, P, x, o), want) << to_string(act) << " " << to_string(norm) << " F=" << F
+                                                       << " T=" << t << " training=" << training << " P=" << P;
+          }
+        }
+      }
+}
+
+TEST(Shards, LowPrecisionShardsToo) {
+  Config cfg;
+  cfg.d_model = 40;
+  cfg.d_ff = 1100;
+  cfg.activation = Activation::swiglu;
+  const Layer base(cfg, uint64_t(4));
+  const std::vector<float> x = test::randn(size_t(30 * cfg.d_model), 5);
+  RunOptions o;
+  o.threads = 2;
+  for (const Layer& l : {base.converted(WeightDtype::int8), base.converted(WeightDtype::int8, Int8Options{{0, 7, 39}}),
+                         base.converted(WeightDtype::bf16)}) {
+    const std::vector<float> want = whole(l, x, o);
+    for (int64_t P : {2, 4}) EXPECT_EQ(sharded(l, P, x, o), want) << to_string(l.weight_dtype()) << " P=" << P;
+  }
+  o.compute = Compute::bf16;
+  const std::vector<float> want = whole(base, x, o);
+  EXPECT_EQ(sharded(base, 4, x, o), want) << "compute bf16";
+}
+
+TEST(Shards, MisuseIsAnError) {
+  Config cfg;
+  cfg.d_model = 8;
+  cfg.d_ff = 1000;
+  const Layer l(cfg, uint64_t(1));
+  auto expect_error = [](const auto& fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected an error mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const Layer s = l.shard(2, 4);
+  EXPECT_EQ(s.config().d_ff, 488);  // chunks 2, 3: units [512, 1000)
+  std::vector<float> x(8), y(8);
+  expect_error([&] { s.forward(x.data(), y.data(), Shape::tokens(1)); }, "holds shards 2..3 of 4");
+  expect_error([&] { l.shard(1, 5); }, "expected 0 <= first < last <= 4");
+  Layer t(cfg, uint64_t(1));
+  expect_error([&] { t.set_shards(DffShards{4, 0, 2, 2000}); }, "are hidden units [0, 1024), but this layer's d_ff is 1000");
+  expect_error([&] { t.set_shards(DffShards{3, 0, 3, 0}); }, "power of two");
+  Config small = cfg;
+  small.d_ff = 300;  // 2 chunks: shards 0 and 2 are empty
+  expect_error([&] { Layer(small, uint64_t(1)).shard(0, 1); }, "hold no hidden units");
+  RunOptions ref;
+  ref.path = Path::reference;
+  expect_error([&] { l.forward_partial(x.data(), y.data(), 1, ref); }, "the fast path only");
+}
+
+}  // namespace
+}  // namespace ffn
