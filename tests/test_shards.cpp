@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "ffn/ffn.hpp"
+#include "io/safetensors.hpp"
 #include "test_util.hpp"
 
 namespace ffn {
@@ -116,6 +117,69 @@ TEST(Shards, MisuseIsAnError) {
   RunOptions ref;
   ref.path = Path::reference;
   expect_error([&] { l.forward_partial(x.data(), y.data(), 1, ref); }, "the fast path only");
+}
+
+}  // namespace
+}  // namespace ffn
+
+namespace ffn {
+namespace {
+
+// Each shard read from the file alone (LoadOptions::shards) computes what
+// the whole file's layer does; a block read equals the full read's slice.
+TEST(Shards, LoadedShardsMatchTheWholeFile) {
+  const auto dir = test::scratch_dir("shards_load");
+  Config cfg;
+  cfg.d_model = 24;
+  cfg.d_ff = 1300;
+  cfg.activation = Activation::swiglu;
+  cfg.norm = NormPlacement::pre;
+  const Layer base(cfg, uint64_t(8));
+  const std::vector<float> x = test::randn(size_t(11 * cfg.d_model), 3);
+  RunOptions o;
+  o.threads = 2;
+  for (WeightDtype dt : {WeightDtype::fp32, WeightDtype::bf16}) {
+    const std::string path = (dir / (std::string(to_string(dt)) + ".safetensors")).string();
+    base.converted(dt).save(path);
+    const Layer all = Layer::load(path);
+    const std::vector<float> want = whole(all, x, o);
+    for (int64_t P : {2, 4}) {
+      std::vector<std::vector<float>> part(static_cast<size_t>(P), std::vector<float>(x.size()));
+      std::vector<Layer> ranks;
+      for (int64_t r = 0; r < P; ++r) {
+        LoadOptions lo;
+        lo.shards = DffShards{4, 4 * r / P, 4 * (r + 1) / P, 0};
+        ranks.push_back(Layer::load(path, lo));
+        EXPECT_EQ(ranks.back().weight_dtype(), dt);
+        ranks.back().forward_partial(x.data(), part[size_t(r)].data(), 11, o);
+      }
+      if (P == 4)
+        for (size_t i = 0; i < x.size(); ++i) part[0][i] += part[1][i], part[2][i] += part[3][i];
+      for (size_t i = 0; i < x.size(); ++i) part[0][i] += part[size_t(P / 2)][i];
+      std::vector<float> y(x.size());
+      ranks[0].forward_tail(x.data(), part[0].data(), y.data(), 11, o);
+      EXPECT_EQ(y, want) << to_string(dt) << " P=" << P;
+    }
+  }
+  io::SafetensorsReader r((dir / "fp32.safetensors").string());
+  const std::vector<float> w2 = r.read_f32("linear2.weight"), blk = r.read_f32_block("linear2.weight", 3, 9, 256, 700);
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j < 444; ++j) ASSERT_EQ(blk[size_t(i * 444 + j)], w2[size_t((3 + i) * 1300 + 256 + j)]);
+  try {
+    r.read_f32_block("linear2.weight", 0, 25, 0, 1);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside its shape"), std::string::npos) << e.what();
+  }
+  LoadOptions bad;
+  bad.shards = DffShards{4, 0, 1, 0};
+  base.converted(WeightDtype::int8).save((dir / "int8.safetensors").string());
+  try {
+    Layer::load((dir / "int8.safetensors").string(), bad);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not read by shards yet"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -201,27 +201,6 @@ class ForwardCache {
   std::unique_ptr<Data> data_;
 };
 
-struct LoadOptions {
-  std::string prefix;  // e.g. "encoder.layers.0." (a trailing '.' is added if missing)
-  // Override the file's settings (its __metadata__, or what its tensors imply).
-  std::optional<Activation> activation;
-  std::optional<NormPlacement> norm;
-  std::optional<NormType> norm_type;
-  std::optional<float> eps;
-  // Store the weights in this type (quantizing on load). Unset: the file's
-  // own (__metadata__ ffn.weights_dtype, written by `ffn quantize`), else fp32.
-  std::optional<WeightDtype> weight_dtype;
-  float dropout_hidden = 0.0f;
-  float dropout_output = 0.0f;
-  // When set, load appends each setting that came from neither these options
-  // nor the file's __metadata__ but from a default or a guess from the
-  // tensors (a PyTorch state_dict carries none): {"activation relu",
-  // "--activation"}. Only settings that change the result are listed.
-  std::vector<std::pair<std::string, std::string>>* assumed = nullptr;
-};
-
-struct SafetensorsFile;
-
 // d_ff in shards (tensor parallelism, Megatron-LM's column- then row-parallel
 // MLP): the hidden units are cut into `count` shards of whole 256-unit chunks
 // (shard s: chunks [C·s/count, C·(s+1)/count) of C = ⌈d_ff/256⌉), each
@@ -240,6 +219,31 @@ struct DffShards {
   // The global hidden units of shards [a, b): [begin, end).
   static std::pair<int64_t, int64_t> units(int64_t d_ff, int64_t count, int64_t a, int64_t b);
 };
+
+struct LoadOptions {
+  std::string prefix;  // e.g. "encoder.layers.0." (a trailing '.' is added if missing)
+  // Override the file's settings (its __metadata__, or what its tensors imply).
+  std::optional<Activation> activation;
+  std::optional<NormPlacement> norm;
+  std::optional<NormType> norm_type;
+  std::optional<float> eps;
+  // Store the weights in this type (quantizing on load). Unset: the file's
+  // own (__metadata__ ffn.weights_dtype, written by `ffn quantize`), else fp32.
+  std::optional<WeightDtype> weight_dtype;
+  float dropout_hidden = 0.0f;
+  float dropout_output = 0.0f;
+  // Tensor parallelism: read only shards [first, last) of count of the file's
+  // d_ff (their rows of W1, Wg, b1 and columns of W2; DffShards, d_ff taken
+  // from the file); the layer then runs in two stages. fp32/bf16/fp16 files.
+  std::optional<DffShards> shards;
+  // When set, load appends each setting that came from neither these options
+  // nor the file's __metadata__ but from a default or a guess from the
+  // tensors (a PyTorch state_dict carries none): {"activation relu",
+  // "--activation"}. Only settings that change the result are listed.
+  std::vector<std::pair<std::string, std::string>>* assumed = nullptr;
+};
+
+struct SafetensorsFile;
 
 // int8 with outlier features kept in float32 (LLM.int8()'s decomposition,
 // Dettmers et al. 2022): trained transformers put a few input channels far

@@ -180,6 +180,40 @@ std::vector<uint8_t> SafetensorsReader::read_raw(const std::string& name) const 
   return out;
 }
 
+std::vector<float> SafetensorsReader::read_f32_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0,
+                                                     int64_t c1) const {
+  require_float(name);
+  const TensorInfo& t = info(name);
+  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
+  if (t.shape.size() > 2 || r0 < 0 || r0 > r1 || r1 > rows || c0 < 0 || c0 > c1 || c1 > cols)
+    throw Error(path() + ": tensor '" + name + "': block rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
+                ") × columns [" + std::to_string(c0) + ", " + std::to_string(c1) + ") is outside its shape");
+  const int size = dtype_size(t.dtype);
+  const int64_t w = c1 - c0;
+  std::vector<float> out(size_t((r1 - r0) * w));
+  std::vector<uint8_t> raw(size_t(w * size));
+  const std::string what = "tensor '" + name + "'";
+  for (int64_t r = r0; r < r1; ++r) {  // one contiguous segment per row
+    file_.read_at(data_start_ + t.begin + uint64_t((r * cols + c0) * size), raw.data(), raw.size(), what.c_str());
+    float* o = out.data() + (r - r0) * w;
+    for (int64_t j = 0; j < w; ++j) {
+      const uint8_t* b = raw.data() + j * size;
+      if (t.dtype == "F32") std::memcpy(o + j, b, 4);
+      else if (t.dtype == "F64") {
+        double v;
+        std::memcpy(&v, b, 8);
+        o[j] = static_cast<float>(v);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, b, 2);
+        o[j] = t.dtype == "BF16" ? bf16_to_float(h) : half_to_float(h);
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {
   require_float(name);
   const TensorInfo& t = info(name);

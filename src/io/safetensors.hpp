@@ -33,6 +33,9 @@ class SafetensorsReader {
   const TensorInfo& info(const std::string& name) const;
   // The tensor converted to float32 (from F32, F16, BF16 or F64); throws Error otherwise.
   std::vector<float> read_f32(const std::string& name) const;
+  // Rows [r0, r1) × columns [c0, c1) of a 1-D ([n] as [n, 1]) or 2-D float
+  // tensor, converted to float32, reading only those bytes (a shard).
+  std::vector<float> read_f32_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1) const;
   // The tensor's bytes as stored (little endian), any known dtype.
   std::vector<uint8_t> read_raw(const std::string& name) const;
   // Throws Error unless the tensor's dtype is one read_f32 converts.

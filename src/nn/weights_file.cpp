@@ -90,6 +90,55 @@ std::string prefix_hint(const io::SafetensorsReader& r) {
 
 }  // namespace
 
+namespace {
+
+// Shards [first, last) of the file's d_ff (tensor parallelism): only their
+// rows of W1, Wg, b1 and columns of W2 are read (one contiguous segment per
+// row), b2 and the norm whole; fp32, bf16 and fp16 files.
+struct ShardRead {
+  Config cfg;  // d_ff: the shards' hidden units
+  Weights w;
+  TensorNames names;
+  DffShards shards;
+};
+ShardRead read_shards(const io::SafetensorsReader& r, const Config& cfg, DffShards sh, WeightDtype stored,
+                      const std::string& prefix, const Scheme& s, bool gated, const std::string& w1,
+                      const std::string& w2) {
+  const std::string& path = r.path();
+  if (stored == WeightDtype::int8)
+    throw Error(path + ": an int8 file is not read by shards yet; give the fp32 file (and --dtype int8 to quantize "
+                "each shard on load)");
+  if (sh.count < 1 || (sh.count & (sh.count - 1)) != 0 || sh.first < 0 || sh.first >= sh.last || sh.last > sh.count)
+    throw Error(path + ": shards [" + std::to_string(sh.first) + ", " + std::to_string(sh.last) + ") of " +
+                std::to_string(sh.count) + ": expected 0 <= first < last <= count, count a power of two");
+  sh.d_ff = cfg.d_ff;
+  const auto [b, e] = DffShards::units(cfg.d_ff, sh.count, sh.first, sh.last);
+  if (b == e)
+    throw Error(path + ": d_ff = " + std::to_string(cfg.d_ff) + " is " + std::to_string((cfg.d_ff + 255) / 256) +
+                " chunk(s) of 256 hidden units, too few for shards " + std::to_string(sh.first) + ".." +
+                std::to_string(sh.last - 1) + " of " + std::to_string(sh.count) + " to hold any");
+  const int64_t d = cfg.d_model;
+  Config local = cfg;
+  local.d_ff = e - b;
+  TensorNames names;
+  Weights w;
+  names.w1 = w1, w.w1 = r.read_f32_block(w1, b, e, 0, d);
+  names.w2 = w2, w.w2 = r.read_f32_block(w2, 0, d, b, e);
+  if (gated) names.wg = prefix + s.wg, w.wg = r.read_f32_block(names.wg, b, e, 0, d);
+  if (cfg.bias) {
+    names.b1 = prefix + s.b1, w.b1 = r.read_f32_block(names.b1, b, e, 0, 1);
+    names.b2 = prefix + s.b2, w.b2 = r.read_f32(names.b2);
+    if (gated) names.bg = prefix + s.bg, w.bg = r.read_f32_block(names.bg, b, e, 0, 1);
+  }
+  if (cfg.norm != NormPlacement::none) {
+    names.norm_weight = prefix + s.norm_weight, w.norm_weight = r.read_f32(names.norm_weight);
+    if (cfg.norm_type == NormType::layernorm) names.norm_bias = prefix + s.norm_bias, w.norm_bias = r.read_f32(names.norm_bias);
+  }
+  return {local, std::move(w), names, sh};
+}
+
+}  // namespace
+
 Layer Layer::load(const std::string& path, const LoadOptions& opts) {
   io::SafetensorsReader r(path);
   const std::string prefix = normalize_prefix(opts.prefix);
@@ -233,6 +282,17 @@ Layer Layer::load(const std::string& path, const LoadOptions& opts) {
   // an int8 file the I8 matrices with their scales.
   TensorNames names;
   Weights w;
+  if (opts.shards) {
+    ShardRead sr = read_shards(r, cfg, *opts.shards, stored, prefix, s, gated, w1, w2);
+    try {
+      Layer layer(sr.cfg, std::move(sr.w), dtype);
+      layer.names_ = sr.names;
+      layer.set_shards(sr.shards);
+      return layer;
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what());
+    }
+  }
   auto q = std::make_shared<nn::QuantizedWeights>();
   q->dtype = stored;
   auto take = [&](std::string& name_out, std::vector<float>& dst, const std::string& name) {
