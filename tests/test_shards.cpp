@@ -21,25 +21,46 @@ std::vector<float> whole(const Layer& l, const std::vector<float>& x, const RunO
 
 // P layers of count/P shards each; their partials added over the tree of
 // the ranks (split in the middle, as the shards' tree), then the tail.
-std::vector<float> sharded(const Layer& l, int64_t P, const std::vector<float>& x, const RunOptions& o) {
-  const int64_t n = int64_t(x.size()) / l.config().d_model, count = l.shards().count;
-  std::vector<std::vector<float>> part(static_cast<size_t>(P), std::vector<float>(x.size()));
+std::vector<float> sharded(const Layer& l, int64_t P, const std::vector<float>& x, const RunOptions& o,
+                           const Shape* padded = nullptr) {
+  const Shape shape = padded ? *padded : Shape::tokens(int64_t(x.size()) / l.config().d_model);
+  const int64_t count = l.shards().count;
+  const size_t rows = size_t(valid_tokens(shape) * l.config().d_model);
+  std::vector<std::vector<float>> part(static_cast<size_t>(P), std::vector<float>(rows));
   std::vector<Layer> ranks;
   for (int64_t r = 0; r < P; ++r) {
     ranks.push_back(l.shard(count * r / P, count * (r + 1) / P));
-    ranks.back().forward_partial(x.data(), part[size_t(r)].data(), n, o);
+    ranks.back().forward_partial(x.data(), shape, part[size_t(r)].data(), o);
   }
   auto tree = [&](auto& self, int64_t lo, int64_t hi) -> void {
     if (hi - lo < 2) return;
     const int64_t mid = (lo + hi) / 2;
     self(self, lo, mid);
     self(self, mid, hi);
-    for (size_t i = 0; i < x.size(); ++i) part[size_t(lo)][i] += part[size_t(mid)][i];
+    for (size_t i = 0; i < rows; ++i) part[size_t(lo)][i] += part[size_t(mid)][i];
   };
   tree(tree, 0, P);
-  std::vector<float> y(x.size());
-  ranks[0].forward_tail(x.data(), part[0].data(), y.data(), n, o);
+  std::vector<float> y(x.size(), -1.0f);
+  ranks[0].forward_tail(x.data(), shape, part[0].data(), y.data(), o);
   return y;
+}
+
+TEST(Shards, PaddedAndChannelsFirstInputs) {
+  Config cfg;
+  cfg.d_model = 6;
+  cfg.d_ff = 1000;
+  cfg.dropout_hidden = 0.3f;
+  const Layer layer(cfg, uint64_t(2));
+  for (Layout layout : {Layout::tokens, Layout::ncw}) {
+    const Shape shape{3, 5, layout, {5, 2, 0}};
+    const std::vector<float> x = test::randn(size_t(15 * 6), 4);
+    RunOptions o;
+    o.training = true;
+    o.seed = 3;
+    std::vector<float> want(x.size());
+    layer.forward(x.data(), want.data(), shape, o);
+    for (int64_t P : {1, 2, 4}) EXPECT_EQ(sharded(layer, P, x, o, &shape), want) << "P=" << P;
+  }
 }
 
 TEST(Shards, StagesAndShardLayersGiveTheWholeForwardsBits) {
@@ -116,7 +137,7 @@ TEST(Shards, MisuseIsAnError) {
   expect_error([&] { Layer(small, uint64_t(1)).shard(0, 1); }, "hold no hidden units");
   RunOptions ref;
   ref.path = Path::reference;
-  expect_error([&] { l.forward_partial(x.data(), y.data(), 1, ref); }, "the fast path only");
+  expect_error([&] { l.forward_partial(x.data(), Shape::tokens(1), y.data(), ref); }, "the fast path only");
 }
 
 }  // namespace
@@ -151,13 +172,13 @@ TEST(Shards, LoadedShardsMatchTheWholeFile) {
         lo.shards = DffShards{4, 4 * r / P, 4 * (r + 1) / P, 0};
         ranks.push_back(Layer::load(path, lo));
         EXPECT_EQ(ranks.back().weight_dtype(), dt);
-        ranks.back().forward_partial(x.data(), part[size_t(r)].data(), 11, o);
+        ranks.back().forward_partial(x.data(), Shape::tokens(11), part[size_t(r)].data(), o);
       }
       if (P == 4)
         for (size_t i = 0; i < x.size(); ++i) part[0][i] += part[1][i], part[2][i] += part[3][i];
       for (size_t i = 0; i < x.size(); ++i) part[0][i] += part[size_t(P / 2)][i];
       std::vector<float> y(x.size());
-      ranks[0].forward_tail(x.data(), part[0].data(), y.data(), 11, o);
+      ranks[0].forward_tail(x.data(), Shape::tokens(11), part[0].data(), y.data(), o);
       EXPECT_EQ(y, want) << to_string(dt) << " P=" << P;
     }
   }

@@ -138,6 +138,8 @@ struct Shape {
   static Shape tokens(int64_t t) { return Shape{1, t, Layout::tokens, {}}; }
   int64_t positions() const { return batch * seq; }
 };
+// The valid (non-padding) positions of shape; Error for bad lengths.
+int64_t valid_tokens(const Shape& shape);
 
 // Which implementation runs. `automatic` is the fastest available path; the
 // reference is the scalar oracle every fast path is tested against.
@@ -354,13 +356,13 @@ class Layer {
   // shards()): W1, Wg, b1 rows and W2 columns of their hidden units, b2 and
   // the norm whole; same dtype (and int8 fp32 input channels).
   Layer shard(int64_t first, int64_t last) const;
-  // Stage 1: partial[n, d_model] = the sum over this layer's shards of their
-  // W2 products (no b2), x in tokens layout (n tokens at positions
-  // 0..n-1 for the dropout keys). Stage 2: y from the sum over every shard:
-  // b2, output dropout, residual and norm. Fast path, inference or
-  // training (no cache).
-  void forward_partial(const float* x, float* partial, int64_t n, const RunOptions& opts = {}) const;
-  void forward_tail(const float* x, const float* sum, float* y, int64_t n, const RunOptions& opts = {}) const;
+  // Stage 1: partial[valid_tokens(shape), d_model] = the sum over this
+  // layer's shards of their W2 products (no b2), one row per valid token in
+  // position order. Stage 2: y (x's shape and layout, padding zero) from
+  // the sum over every shard: b2, output dropout, residual and norm. Fast
+  // path; inference, or training without a cache.
+  void forward_partial(const float* x, const Shape& shape, float* partial, const RunOptions& opts = {}) const;
+  void forward_tail(const float* x, const Shape& shape, const float* sum, float* y, const RunOptions& opts = {}) const;
 
  private:
   Config cfg_;

@@ -348,47 +348,6 @@ Layer Layer::shard(int64_t first, int64_t last) const {
   return l;
 }
 
-namespace {
-
-// The two stages' common checks and positions (tokens layout, n tokens).
-std::vector<int64_t> stage_positions(const char* what, const Config& cfg, WeightDtype dtype, const float* x,
-                                     const void* out, int64_t n, const RunOptions& opts) {
-  if (n < 0) throw Error(std::string(what) + ": n must be >= 0, got " + std::to_string(n));
-  if (n > 0 && (!x || !out)) throw Error(std::string(what) + ": buffers must not be null");
-  if (opts.path == Path::reference) throw Error(std::string(what) + ": the fast path only (path reference)");
-  if (dtype != WeightDtype::fp32 && opts.training)
-    throw Error(std::string(what) + ": a layer with " + std::string(to_string(dtype)) + " weights is for inference only");
-  if (opts.compute == Compute::bf16 && (opts.training || dtype == WeightDtype::int8))
-    throw Error(std::string(what) + ": compute bf16 is for inference with fp32, bf16 or fp16 weights");
-  (void)cfg;
-  std::vector<int64_t> pos(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = i;
-  return pos;
-}
-
-}  // namespace
-
-void Layer::forward_partial(const float* x, float* partial, int64_t n, const RunOptions& opts) const {
-  const std::vector<int64_t> pos = stage_positions("forward_partial", cfg_, dtype_, x, partial, n, opts);
-  if (n == 0) return;
-  const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
-  nn::FusedSplit split{shards_};
-  split.partial = partial;
-  nn::fused_forward(cfg_, w_, packed, x, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts), opts.isa,
-                    nullptr, nullptr, opts.compute, split);
-}
-
-void Layer::forward_tail(const float* x, const float* sum, float* y, int64_t n, const RunOptions& opts) const {
-  const std::vector<int64_t> pos = stage_positions("forward_tail", cfg_, dtype_, x, y, n, opts);
-  if (n > 0 && !sum) throw Error("forward_tail: buffers must not be null");
-  if (n == 0) return;
-  const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
-  nn::FusedSplit split{shards_};
-  split.sum = sum;
-  nn::fused_forward(cfg_, w_, packed, x, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts), opts.isa,
-                    y, nullptr, opts.compute, split);
-}
-
 double Layer::forward_flops(int64_t t) const {
   const double per_token = 2.0 * double(cfg_.d_model) * double(cfg_.d_ff) * (is_gated(cfg_.activation) ? 3 : 2);
   return per_token * double(t);
@@ -486,6 +445,17 @@ void scatter(const float* rows, const Addressing& a, const std::vector<int64_t>&
 }
 
 
+// The two stages' common checks.
+void check_stage(const char* what, WeightDtype dtype, const Shape& shape, const float* x, const void* out,
+                 const RunOptions& opts) {
+  if (shape.positions() > 0 && (!x || !out)) throw Error(std::string(what) + ": buffers must not be null");
+  if (opts.path == Path::reference) throw Error(std::string(what) + ": the fast path only (path reference)");
+  if (dtype != WeightDtype::fp32 && opts.training)
+    throw Error(std::string(what) + ": a layer with " + std::string(to_string(dtype)) + " weights is for inference only");
+  if (opts.compute == Compute::bf16 && (opts.training || dtype == WeightDtype::int8))
+    throw Error(std::string(what) + ": compute bf16 is for inference with fp32, bf16 or fp16 weights");
+}
+
 reference::Params<float> params_of(const Weights& w) {
   auto p = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   return {p(w.w1), p(w.b1), p(w.wg), p(w.bg), p(w.w2), p(w.b2), p(w.norm_weight), p(w.norm_bias)};
@@ -564,6 +534,54 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
       nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, threads, opts.isa, yr,
                         c ? &s : nullptr, opts.compute, nn::FusedSplit{shards_});
     }
+  }
+  if (!direct) scatter(yout.data(), addr, pos, shape.positions(), y);
+}
+
+int64_t valid_tokens(const Shape& shape) { return int64_t(nn::valid_positions(shape).size()); }
+
+void Layer::forward_partial(const float* x, const Shape& shape, float* partial, const RunOptions& opts) const {
+  check_stage("forward_partial", dtype_, shape, x, partial, opts);
+  const std::vector<int64_t> pos = nn::valid_positions(shape);
+  const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
+  if (n == 0) return;
+  std::vector<float> xin;
+  const float* xr = x;
+  if (!contiguous(shape, pos)) {
+    xin.resize(size_t(n * d));
+    gather(x, Addressing{d, shape.seq, shape.layout}, pos, xin.data());
+    xr = xin.data();
+  }
+  const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
+  nn::FusedSplit split{shards_};
+  split.partial = partial;
+  nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts), opts.isa,
+                    nullptr, nullptr, opts.compute, split);
+}
+
+void Layer::forward_tail(const float* x, const Shape& shape, const float* sum, float* y, const RunOptions& opts) const {
+  check_stage("forward_tail", dtype_, shape, x, y, opts);
+  const std::vector<int64_t> pos = nn::valid_positions(shape);
+  const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
+  if (n > 0 && !sum) throw Error("forward_tail: buffers must not be null");
+  const bool direct = contiguous(shape, pos);
+  std::vector<float> xin, yout;
+  const float* xr = x;
+  float* yr = y;
+  const Addressing addr{d, shape.seq, shape.layout};
+  if (!direct) {
+    xin.resize(size_t(n * d));
+    yout.resize(size_t(n * d));
+    gather(x, addr, pos, xin.data());
+    xr = xin.data();
+    yr = yout.data();
+  }
+  if (n > 0) {
+    const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
+    nn::FusedSplit split{shards_};
+    split.sum = sum;
+    nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts),
+                      opts.isa, yr, nullptr, opts.compute, split);
   }
   if (!direct) scatter(yout.data(), addr, pos, shape.positions(), y);
 }
