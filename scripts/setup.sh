@@ -35,6 +35,21 @@ if ((${#missing[@]})); then
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+# Optional: Open MPI for tensor parallelism (src/dist, `mpirun ffn run
+# --tensor-parallel`). Without it the build goes on with FFN_MPI off and the
+# MPI test says it was skipped.
+mpi=()
+for p in libopenmpi-dev openmpi-bin; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || mpi+=("$p")
+done
+if ((${#mpi[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${mpi[@]}" >/dev/null 2>&1 ||
+    { $sudo apt-get update -q >/dev/null 2>&1 &&
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${mpi[@]}" >/dev/null 2>&1; } ||
+    echo "setup: Open MPI (${mpi[*]}) could not be installed; building without tensor parallelism"
+fi
 
 # Build requirements (as pyproject.toml), then the official safetensors reader
 # (a test dependency only: tests/python/test_formats.py).

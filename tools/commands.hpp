@@ -193,6 +193,17 @@ struct EmbedBenchArgs {
   int64_t batch = 32;
 };
 int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, bool json);
+// ffn run / bench --tensor-parallel (tools/parallel_cmd.cpp, with MPI only).
+struct ParallelRunArgs {
+  std::string weights, input, lengths, output;
+  Layout layout = Layout::tokens;
+  LoadOptions load;
+  int threads = 0;
+  Compute compute = Compute::fp32;
+};
+int run_tensor_parallel(const ParallelRunArgs& a);
+int bench_tensor_parallel(const Layer& whole, int64_t tokens, const RunOptions& ro, int repeats, int warmup, bool json,
+                          uint64_t seed);
 void init_encoder(const EncoderConfig& cfg, uint64_t seed, const std::string& output);
 // Returns the exit status (1 when the check against the reference fails).
 int bench_encoder(const EncoderConfig& cfg, const EncoderBenchArgs& e, const RunOptions& base, bool backward,

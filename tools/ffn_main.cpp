@@ -222,15 +222,38 @@ void check_finite_weights(const Config& cfg, const Weights& w, const TensorNames
 
 struct RunArgs : LayerArgs {
   std::string output, dtype, compute = "fp32";
+  bool tensor_parallel = false;
 };
 
-void cmd_run(const RunArgs& a) {
+// Without MPI the flag exists and says so.
+[[noreturn, maybe_unused]] void no_mpi(const char* flag) {
+  throw Error(std::string(flag) + ": this ffn was built without MPI (scripts/setup.sh installs libopenmpi-dev; "
+              "then cmake -DFFN_MPI=ON)");
+}
+
+int cmd_run(const RunArgs& a) {
   io::check_writable_target(a.output);
   const int threads = threads_or_throw(a.threads);
   cli::Assumed assumed;
   LoadOptions lo = a.load_options(0, 0, &assumed);
   if (!a.dtype.empty()) lo.weight_dtype = parse_weight_dtype(a.dtype, "--dtype");
   const Compute compute = parse_compute(a.compute, "--compute");
+  if (a.tensor_parallel) {
+    if (a.check_finite) throw Error("--check-finite: not with --tensor-parallel");
+#ifdef FFN_HAVE_MPI
+    cli::check_not_an_input(a.output, "--output", {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}});
+    cli::ParallelRunArgs p;
+    p.weights = a.weights, p.input = a.input, p.lengths = a.lengths, p.output = a.output;
+    p.layout = parse_layout(a.layout, "--layout");
+    lo.assumed = nullptr;
+    p.load = lo;
+    p.threads = threads;
+    p.compute = compute;
+    return cli::run_tensor_parallel(p);
+#else
+    no_mpi("--tensor-parallel");
+#endif
+  }
   const Layer layer = Layer::load(a.weights, lo);
   cli::note_assumed(a.weights, assumed);
   if (compute == Compute::bf16 && layer.weight_dtype() == WeightDtype::int8)
@@ -251,6 +274,7 @@ void cmd_run(const RunArgs& a) {
   layer.forward(in.x.data.data(), y.data.data(), in.shape, ro);
   if (a.check_finite) check_finite_tokens(y.data.data(), in.shape, layer.config().d_model, three_d, "output");
   write_npy(a.output, y);
+  return 0;
 }
 
 // ---- grad ---------------------------------------------------------------------
@@ -425,7 +449,7 @@ struct BenchArgs {
   int threads = 0, repeats = 10, warmup = 2;
   uint64_t seed = 0;
   bool backward = false, json = false, yes = false;
-  bool encoder = false, embed = false;
+  bool encoder = false, embed = false, tensor_parallel = false;
   cli::EmbedBenchArgs emb;
   int64_t layers = 1, heads = 8;
   cli::EncoderBenchArgs enc;
@@ -500,6 +524,7 @@ int cmd_bench(const BenchArgs& a) {
     throw Error("--backward: needs --compute fp32 (the bf16 compute mode is for inference only)");
   if (compute == Compute::bf16 && dtype == WeightDtype::int8)
     throw Error("--compute bf16: needs --dtype fp32, bf16 or fp16 (int8 weights have their own integer products)");
+  if (a.tensor_parallel && a.backward) throw Error("--tensor-parallel: the forward only (no --backward yet)");
   const Layer layer32(cfg, a.seed);
   const Layer layer = layer32.converted(dtype);
   const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
@@ -508,6 +533,13 @@ int cmd_bench(const BenchArgs& a) {
   ro.threads = threads;
   ro.isa = nn::resolve_isa(parse_isa(a.isa, "--isa"));
   ro.compute = compute;
+  if (a.tensor_parallel) {
+#ifdef FFN_HAVE_MPI
+    return cli::bench_tensor_parallel(layer, a.tokens, ro, a.repeats, a.warmup, a.json, a.seed);
+#else
+    no_mpi("--tensor-parallel");
+#endif
+  }
 
   // Estimate the run's length from one call on 512 tokens (every token costs
   // the same) before allocating or committing to it.
@@ -690,6 +722,9 @@ int ffn_main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "forward pass: --input X.npy -> --output Y.npy");
   run.add(run_cmd);
   run_cmd->add_option("--output", run.output, "output array (.npy), same shape as the input")->required();
+  run_cmd->add_flag("--tensor-parallel", run.tensor_parallel,
+                    "under mpirun -np P (P = 1, 2 or 4): each rank reads and runs its quarter(s) of d_ff, the "
+                    "partial outputs are summed across ranks; the same bytes as one process (rank 0 writes)");
   run_cmd->add_option("--dtype", run.dtype, "weights as fp32, bf16, fp16 or int8 (quantized on load; default: the file's)");
   run_cmd->add_option("--compute", run.compute,
                       "products in fp32 (default) or bf16 (operands rounded to bf16, fp32 sums; not with int8 weights)");
@@ -738,6 +773,9 @@ int ffn_main(int argc, char** argv) {
   bench.o_batch = bench_cmd->add_option("--batch", bench.enc.batch, "--encoder: sequences per call (default 8)");
   bench.o_seq = bench_cmd->add_option("--seq", bench.enc.seq, "--encoder: positions per sequence (default 128)");
   bench.o_causal = bench_cmd->add_flag("--causal", bench.enc.causal, "--encoder: causal mask");
+  bench_cmd->add_flag("--tensor-parallel", bench.tensor_parallel,
+                      "under mpirun -np P: each rank runs its shards of d_ff; per-rank compute and sum times, "
+                      "bytes sent per call");
   bench_cmd->add_flag("--embed", bench.embed, "time ffn embed: --input-file (texts/s) or --text (one text's latency)");
   bench_cmd->add_option("--model", bench.emb.model, "--embed: model directory (default: the installed all-MiniLM-L6-v2)");
   bench_cmd->add_option("--input-file", bench.emb.input_file, "--embed: texts, one per line");
@@ -791,7 +829,7 @@ int ffn_main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (*run_cmd) cmd_run(run);
+    if (*run_cmd) return cmd_run(run);
     else if (*grad_cmd) cmd_grad(grad);
     else if (*init_cmd) cmd_init(init);
     else if (*quant_cmd) cmd_quantize(quant);

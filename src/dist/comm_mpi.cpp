@@ -1,0 +1,116 @@
+#include "dist/comm.hpp"
+
+#include <mpi.h>
+#include <omp.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include "ffn/ffn.hpp"
+
+namespace ffn::dist {
+
+const Comm& Comm::world() {
+  static const Comm c = [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+      std::atexit([] {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Finalize();
+      });
+    }
+    Comm w;
+    MPI_Comm_rank(MPI_COMM_WORLD, &w.rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &w.size_);
+    return w;
+  }();
+  return c;
+}
+
+void Comm::agree(const std::string& error) const {
+  const int mine = error.empty() ? size_ : rank_;
+  int first = size_;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == size_) return;
+  int len = rank_ == first ? int(std::min<size_t>(error.size(), 4096)) : 0;
+  MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD);
+  std::string msg = rank_ == first ? error.substr(0, size_t(len)) : std::string(size_t(len), '\0');
+  MPI_Bcast(msg.data(), len, MPI_CHAR, first, MPI_COMM_WORLD);
+  if (!error.empty()) throw Error("rank " + std::to_string(rank_) + ": " + error);
+  throw Error("rank " + std::to_string(rank_) + ": stopped, rank " + std::to_string(first) + " failed: " + msg);
+}
+
+void Comm::check_same(const std::vector<int64_t>& v, const std::string& what) const {
+  // Lengths first, then the values, so every rank takes part in the same calls.
+  const int64_t n = int64_t(v.size());
+  std::vector<int64_t> ns(static_cast<size_t>(size_));
+  MPI_Allgather(&n, 1, MPI_INT64_T, ns.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
+  int64_t longest = 0;
+  for (int64_t k : ns) longest = std::max(longest, k);
+  std::vector<int64_t> mine(static_cast<size_t>(longest + 1), -1), all(static_cast<size_t>((longest + 1) * size_));
+  mine[0] = n;
+  std::copy(v.begin(), v.end(), mine.begin() + 1);
+  MPI_Allgather(mine.data(), int(longest + 1), MPI_INT64_T, all.data(), int(longest + 1), MPI_INT64_T, MPI_COMM_WORLD);
+  auto text = [&](int r) {
+    std::string t = "[";
+    const int64_t* p = all.data() + r * (longest + 1);
+    for (int64_t i = 0; i < p[0]; ++i) t += (i ? ", " : "") + std::to_string(p[1 + i]);
+    return t + "]";
+  };
+  for (int r = 0; r < size_; ++r)
+    if (!std::equal(all.begin(), all.begin() + longest + 1, all.begin() + r * (longest + 1)))
+      throw Error("rank " + std::to_string(rank_) + ": " + what + " differs across ranks: rank 0 has " + text(0) +
+                  ", rank " + std::to_string(r) + " has " + text(r));
+}
+
+void Comm::sum_tree(float* data, int64_t rows, int64_t width, CommStats* stats) const {
+  const double t0 = omp_get_wtime();
+  const int P = size_;
+  if (P > 1) {
+    if (rows * width > INT_MAX)
+      throw Error("sum across ranks: " + std::to_string(rows * width) + " floats, more than one MPI call takes (" +
+                  std::to_string(INT_MAX) + ")");
+    auto begin = [&](int q) { return int(rows * q / P * width); };
+    const size_t np = static_cast<size_t>(P);
+    std::vector<int> scount(np), sdispl(np), rcount(np), rdispl(np);
+    const int mine = begin(rank_ + 1) - begin(rank_);
+    for (int q = 0; q < P; ++q) {
+      scount[size_t(q)] = begin(q + 1) - begin(q), sdispl[size_t(q)] = begin(q);
+      rcount[size_t(q)] = mine, rdispl[size_t(q)] = q * mine;
+    }
+    std::vector<float> slices(size_t(P) * size_t(mine));
+    MPI_Alltoallv(data, scount.data(), sdispl.data(), MPI_FLOAT, slices.data(), rcount.data(), rdispl.data(),
+                  MPI_FLOAT, MPI_COMM_WORLD);
+    // This rank's rows of the sum: the P partials added over the ranks' tree.
+    auto tree = [&](auto& self, int lo, int hi) -> void {
+      if (hi - lo < 2) return;
+      const int mid = (lo + hi) / 2;
+      self(self, lo, mid);
+      self(self, mid, hi);
+      float* a = slices.data() + size_t(lo) * size_t(mine);
+      const float* b = slices.data() + size_t(mid) * size_t(mine);
+      for (int i = 0; i < mine; ++i) a[i] += b[i];
+    };
+    tree(tree, 0, P);
+    MPI_Allgatherv(slices.data(), mine, MPI_FLOAT, data, scount.data(), sdispl.data(), MPI_FLOAT, MPI_COMM_WORLD);
+    if (stats) stats->bytes_sent += 4.0 * (double(rows * width - (begin(rank_ + 1) - begin(rank_))) + double(mine) * (P - 1));
+  }
+  if (stats) {
+    stats->seconds += omp_get_wtime() - t0;
+    ++stats->calls;
+  }
+}
+
+std::vector<double> Comm::gather(const std::vector<double>& mine) const {
+  std::vector<double> all(rank_ == 0 ? mine.size() * size_t(size_) : 0);
+  MPI_Gather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), int(mine.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return all;
+}
+
+void Comm::barrier() const { MPI_Barrier(MPI_COMM_WORLD); }
+
+}  // namespace ffn::dist

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Tensor parallelism over MPI (src/dist), run by ctest when built with MPI:
+#   - mpirun -np P ffn run --tensor-parallel for P = 1, 2, 4 writes the same
+#     bytes as plain ffn run (padding, pre-norm SwiGLU, a bf16 file, int8
+#     quantized per shard on load, a layer with 6 hidden chunks);
+#   - faults: 3 ranks (do not divide the 4 shards), one rank's missing file,
+#     an input shape that differs across ranks: every rank exits 2 with one
+#     line naming its rank and the cause, none hangs, nothing is written;
+#     a rank killed mid-run ends the job (no hang) and leaves no output;
+#   - ffn bench --tensor-parallel reports every rank's times and bytes.
+# Usage: test_mpi.sh FFN_BINARY
+set -u
+ffn=$(realpath "$1")
+# Under AddressSanitizer (scripts/sanitize.sh): Open MPI's own allocations
+# that live until exit are not ours to report.
+export LSAN_OPTIONS="suppressions=$(dirname "$(realpath "$0")")/lsan_mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+mpirun=(timeout 120 mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)  # CI runs as root
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+python_npy() {  # name shape... : writes a seeded float32 array
+  /usr/bin/python3 - "$@" <<'PY'
+import sys, numpy as np
+name, shape = sys.argv[1], [int(v) for v in sys.argv[2:]]
+np.save(name, np.random.default_rng(len(name)).standard_normal(shape).astype(np.float32))
+PY
+}
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  echo "mpi: SKIPPED: Debian's python3-numpy is missing (scripts/setup.sh installs it)"; exit 77
+fi
+
+"$ffn" init --d-model 48 --d-ff 1100 --activation swiglu --norm pre --seed 3 --output w.safetensors || bad init
+"$ffn" init --d-model 40 --d-ff 1300 --activation gelu --seed 4 --output w6.safetensors || bad init6
+"$ffn" quantize --weights w.safetensors --dtype bf16 --output wb.safetensors || bad quantize
+python_npy x.npy 3 7 48
+python_npy x40.npy 33 40
+python_npy x5.npy 5 48
+/usr/bin/python3 -c "import numpy as np; np.save('len.npy', np.array([7, 3, 0], dtype=np.int64))"
+
+check_same() {  # label, plain args..., -- , common args
+  local label=$1; shift
+  "$ffn" run "$@" --output plain.npy || { bad "$label: plain run"; return; }
+  for P in 1 2 4; do
+    rm -f tp.npy
+    if ! "${mpirun[@]}" -np $P "$ffn" run --tensor-parallel --threads 1 "$@" --output tp.npy > log.txt 2>&1; then
+      bad "$label P=$P: exit $?"; cat log.txt; continue
+    fi
+    cmp -s plain.npy tp.npy && echo "ok: $label P=$P byte-identical" || bad "$label P=$P: bytes differ"
+  done
+}
+check_same "fp32 swiglu pre-norm, padded" --weights w.safetensors --input x.npy --lengths len.npy
+check_same "bf16 file" --weights wb.safetensors --input x.npy
+check_same "int8 quantized per shard" --weights w.safetensors --input x.npy --dtype int8
+check_same "gelu, 6 hidden chunks" --weights w6.safetensors --input x40.npy
+
+fault() {  # label, expected text, command...
+  local label=$1 want=$2; shift 2
+  rm -f e.npy
+  "$@" > out.txt 2> err.txt
+  local rc=$?
+  [ $rc -ne 0 ] || bad "$label: exit 0"
+  [ $rc -ne 124 ] || bad "$label: hung (timeout)"
+  [ ! -e e.npy ] || bad "$label: wrote e.npy"
+  local lines
+  lines=$(grep -c '^ffn: error: rank [0-9]*: ' err.txt)
+  grep -q "$want" err.txt || { bad "$label: no '$want' in"; cat err.txt; }
+  echo "ok: $label (exit $rc, $lines rank lines)"
+  LAST_LINES=$lines
+}
+fault "3 ranks" "3 ranks do not divide the 4 shards" \
+  "${mpirun[@]}" -np 3 "$ffn" run --tensor-parallel --threads 1 --weights w.safetensors --input x.npy --output e.npy
+[ "$LAST_LINES" = 3 ] || bad "3 ranks: $LAST_LINES error lines, expected one per rank"
+fault "rank 1 cannot read its file" "rank 0: stopped, rank 1 failed: missing.safetensors" \
+  "${mpirun[@]}" -np 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then w=missing.safetensors; else w=w.safetensors; fi;
+    exec "$0" run --tensor-parallel --threads 1 --weights $w --input x.npy --output e.npy' "$ffn"
+grep -q "rank 1: missing.safetensors: cannot open" err.txt || bad "rank 1 names its own cause"
+[ "$LAST_LINES" = 2 ] || bad "missing file: $LAST_LINES error lines, expected 2"
+fault "shapes differ across ranks" "the input's shape (and lengths) differs across ranks" \
+  "${mpirun[@]}" -np 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then x=x5.npy; else x=x.npy; fi;
+    exec "$0" run --tensor-parallel --threads 1 --weights w.safetensors --input $x --output e.npy' "$ffn"
+[ "$LAST_LINES" = 2 ] || bad "shapes: $LAST_LINES error lines, expected 2"
+
+# A rank killed mid-run: a job of several seconds, rank 1 killed after one.
+"$ffn" init --d-model 128 --d-ff 4096 --output big.safetensors || bad init-big
+/usr/bin/python3 -c "import numpy as np; np.save('xbig.npy', np.ones((200000, 128), np.float32))"
+start=$(date +%s)
+"${mpirun[@]}" -np 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then "$0" run --tensor-parallel --threads 1 \
+    --weights big.safetensors --input xbig.npy --output e.npy & sleep 1; kill -9 $!; exit 9;
+  else exec "$0" run --tensor-parallel --threads 1 --weights big.safetensors --input xbig.npy --output e.npy; fi' \
+  "$ffn" > out.txt 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+case $rc in 0|124|126|127) bad "killed rank: exit $rc";; esac
+[ ! -e e.npy ] || bad "killed rank: wrote e.npy"
+[ -z "$(ls -a | grep '^\.e\.npy\|\.tmp')" ] || bad "killed rank: a temporary file was left"
+echo "ok: a rank killed mid-run ends the job (exit $rc after ${took}s), nothing written"
+
+# The bench: per-rank compute and sum times, bytes per call.
+if "${mpirun[@]}" -np 2 "$ffn" bench --tensor-parallel --threads 1 --tokens 64 --repeats 2 --json > bench.txt 2> err.txt; then
+  grep -q '"ranks": 2' bench.txt && grep -q '"rank": 1' bench.txt && grep -q '"bytes_sent": [1-9]' bench.txt \
+    && echo "ok: bench --tensor-parallel" || { bad "bench output"; cat bench.txt; }
+else
+  bad "bench --tensor-parallel: exit $?"; cat err.txt
+fi
+exit $fail

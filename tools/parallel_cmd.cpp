@@ -1,0 +1,136 @@
+// ffn run / bench --tensor-parallel under mpirun (src/dist): built with MPI only.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "dist/tensor_parallel.hpp"
+#include "nn/init.hpp"
+
+namespace ffn::cli {
+
+namespace {
+
+// Runs step on this rank; every rank then learns whether any failed
+// (Comm::agree), so none is left waiting in a later collective.
+template <class F>
+void agreed(const dist::Comm& comm, F&& step) {
+  std::string error;
+  try {
+    step();
+  } catch (const Error& e) {
+    error = e.what();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  comm.agree(error);
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Runs a command's body on every rank. Its errors are agreed (every rank
+// throws at the same step), so each rank prints its line and then waits for
+// the others before exiting: mpirun ends the job at the first non-zero exit,
+// and a rank still printing would lose its line.
+template <class F>
+int on_every_rank(F&& body) {
+  const dist::Comm& comm = dist::Comm::world();
+  try {
+    return body(comm);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "ffn: error: %s\n", e.what());
+    std::fflush(stderr);
+    comm.barrier();
+    return 2;
+  }
+}
+
+}  // namespace
+
+int run_tensor_parallel(const ParallelRunArgs& a) { return on_every_rank([&](const dist::Comm& comm) {
+  std::optional<dist::ParallelFeedForward> tp;
+  tp.emplace(dist::ParallelFeedForward::load(comm, a.weights, a.load));
+  const Layer& local = tp->local();
+  std::optional<Input> in;
+  agreed(comm, [&] {
+    if (a.compute == Compute::bf16 && local.weight_dtype() == WeightDtype::int8)
+      throw Error("--compute bf16: needs fp32, bf16 or fp16 weights (" + a.weights + " holds int8 weights)");
+    in.emplace(read_input(a.input, a.lengths, a.layout, local.config().d_model, a.weights));
+  });
+  std::vector<int64_t> what = in->x.shape;
+  what.insert(what.end(), in->shape.lengths.begin(), in->shape.lengths.end());
+  comm.check_same(what, "the input's shape (and lengths)");
+  Array y;
+  y.shape = in->x.shape;
+  y.data.resize(in->x.data.size());
+  RunOptions ro;
+  ro.threads = a.threads;
+  ro.compute = a.compute;
+  agreed(comm, [&] { tp->forward(in->x.data.data(), y.data.data(), in->shape, ro); });
+  agreed(comm, [&] {
+    if (comm.rank() == 0) write_npy(a.output, y);  // rank 0 alone writes, atomically
+  });
+  return 0;
+}); }
+
+int bench_tensor_parallel(const Layer& whole, int64_t tokens, const RunOptions& ro, int repeats, int warmup, bool json,
+                          uint64_t seed) { return on_every_rank([&](const dist::Comm& comm) {
+  std::optional<dist::ParallelFeedForward> tp;
+  agreed(comm, [&] { tp.emplace(comm, whole); });
+  const int64_t d = whole.config().d_model;
+  std::vector<float> x(size_t(tokens * d)), y(x.size());
+  nn::fill_uniform(x.data(), x.size(), 1.0f, seed, /*tensor_id=*/100);
+  const Shape shape = Shape::tokens(tokens);
+  std::vector<double> wall, compute, sum, bytes;
+  for (int i = 0; i < warmup + repeats; ++i) {
+    dist::ParallelTiming t;
+    comm.barrier();
+    const double t0 = omp_get_wtime();
+    tp->forward(x.data(), y.data(), shape, ro, &t);
+    const double w = omp_get_wtime() - t0;
+    if (i < warmup) continue;
+    wall.push_back(w), compute.push_back(t.compute_s), sum.push_back(t.comm.seconds), bytes.push_back(t.comm.bytes_sent);
+  }
+  const std::vector<double> mine = {median_of(wall), median_of(compute), median_of(sum), median_of(bytes),
+                                    double(tp->local().config().d_ff)};
+  const std::vector<double> all = comm.gather(mine);
+  if (comm.rank() != 0) return 0;
+  const int P = comm.size();
+  const double flops = whole.forward_flops(tokens);
+  double slowest = 0;
+  for (int r = 0; r < P; ++r) slowest = std::max(slowest, all[size_t(r) * 5]);
+  if (json) {
+    std::printf("{\"ranks\": %d, \"threads\": %d, \"tokens\": %lld, \"d_model\": %lld, \"d_ff\": %lld, "
+                "\"median_s\": %.9g, \"gflops\": %.6g, \"per_rank\": [",
+                P, ro.threads, (long long)tokens, (long long)d, (long long)whole.config().d_ff, slowest,
+                flops / slowest * 1e-9);
+    for (int r = 0; r < P; ++r) {
+      const double* v = all.data() + r * 5;
+      std::printf("%s{\"rank\": %d, \"d_ff_local\": %.0f, \"wall_s\": %.9g, \"compute_s\": %.9g, \"sum_s\": %.9g, "
+                  "\"bytes_sent\": %.0f}",
+                  r ? ", " : "", r, v[4], v[0], v[1], v[2], v[3]);
+    }
+    std::printf("]}\n");
+    return 0;
+  }
+  std::printf("ffn bench --tensor-parallel: %d rank(s) x %d thread(s), %lld -> %lld, %lld tokens, median of %d calls\n",
+              P, ro.threads, (long long)d, (long long)whole.config().d_ff, (long long)tokens, repeats);
+  std::printf("  %-5s %-10s %-12s %-13s %-12s %s\n", "rank", "d_ff held", "call (ms)", "compute (ms)", "sum (ms)",
+              "MB sent per call");
+  for (int r = 0; r < P; ++r) {
+    const double* v = all.data() + r * 5;
+    std::printf("  %-5d %-10.0f %-12.3f %-13.3f %-12.3f %.3f\n", r, v[4], v[0] * 1e3, v[1] * 1e3, v[2] * 1e3,
+                v[3] / 1e6);
+  }
+  std::printf("  the slowest rank: %.3f ms per call, %.1f GFLOP/s over the job\n", slowest * 1e3, flops / slowest * 1e-9);
+  return 0;
+}); }
+
+}  // namespace ffn::cli
