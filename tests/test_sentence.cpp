@@ -166,7 +166,7 @@ std::vector<std::string> sentences() {
   return nlohmann::json::parse(golden().metadata.at("sentences")).get<std::vector<std::string>>();
 }
 std::string id3(size_t i) {
-  char b[8];
+  char b[24];
   std::snprintf(b, sizeof b, "%03zu", i);
   return b;
 }

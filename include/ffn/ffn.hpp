@@ -364,6 +364,7 @@ class Layer {
   void forward_partial(const float* x, const Shape& shape, float* partial, const RunOptions& opts = {}) const;
   void forward_tail(const float* x, const Shape& shape, const float* sum, float* y, const RunOptions& opts = {}) const;
 
+
  private:
   Config cfg_;
   Weights w_;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ffn::dist {
@@ -41,6 +42,13 @@ class Comm {
   // A reduce-scatter (each rank adds one slice of the rows, the P partials
   // of it in tree order) and an all-gather: the bytes of a ring all-reduce.
   void sum_tree(float* data, int64_t rows, int64_t width, CommStats* stats = nullptr) const;
+  // Its two halves. reduce_scatter_tree: this rank's rows [begin, end) =
+  // [rows·rank/P, rows·(rank+1)/P) of the sum, added over the tree, into
+  // `slice`; returns {begin, end}. allgather_rows: every rank's slice
+  // (those rows) into out[rows, width] on every rank.
+  std::pair<int64_t, int64_t> reduce_scatter_tree(const float* data, int64_t rows, int64_t width,
+                                                  std::vector<float>& slice, CommStats* stats = nullptr) const;
+  void allgather_rows(const float* slice, int64_t rows, int64_t width, float* out, CommStats* stats = nullptr) const;
   // Collective: every rank's values, on rank 0 (empty elsewhere), rank-major.
   std::vector<double> gather(const std::vector<double>& mine) const;
   void barrier() const;

@@ -67,23 +67,39 @@ void Comm::check_same(const std::vector<int64_t>& v, const std::string& what) co
                   ", rank " + std::to_string(r) + " has " + text(r));
 }
 
-void Comm::sum_tree(float* data, int64_t rows, int64_t width, CommStats* stats) const {
-  const double t0 = omp_get_wtime();
-  const int P = size_;
-  if (P > 1) {
+namespace {
+
+// MPI counts and displacements (ints) of the row slices, rows·q/P, in floats.
+struct Slices {
+  std::vector<int> count, displ;
+  Slices(int64_t rows, int64_t width, int P) : count(static_cast<size_t>(P)), displ(static_cast<size_t>(P)) {
     if (rows * width > INT_MAX)
       throw Error("sum across ranks: " + std::to_string(rows * width) + " floats, more than one MPI call takes (" +
                   std::to_string(INT_MAX) + ")");
-    auto begin = [&](int q) { return int(rows * q / P * width); };
-    const size_t np = static_cast<size_t>(P);
-    std::vector<int> scount(np), sdispl(np), rcount(np), rdispl(np);
-    const int mine = begin(rank_ + 1) - begin(rank_);
     for (int q = 0; q < P; ++q) {
-      scount[size_t(q)] = begin(q + 1) - begin(q), sdispl[size_t(q)] = begin(q);
-      rcount[size_t(q)] = mine, rdispl[size_t(q)] = q * mine;
+      displ[size_t(q)] = int(rows * q / P * width);
+      count[size_t(q)] = int(rows * (q + 1) / P * width) - displ[size_t(q)];
     }
-    std::vector<float> slices(size_t(P) * size_t(mine));
-    MPI_Alltoallv(data, scount.data(), sdispl.data(), MPI_FLOAT, slices.data(), rcount.data(), rdispl.data(),
+  }
+};
+
+}  // namespace
+
+std::pair<int64_t, int64_t> Comm::reduce_scatter_tree(const float* data, int64_t rows, int64_t width,
+                                                      std::vector<float>& slice, CommStats* stats) const {
+  const double t0 = omp_get_wtime();
+  const int P = size_;
+  const std::pair<int64_t, int64_t> mine_rows{rows * rank_ / P, rows * (rank_ + 1) / P};
+  const Slices sl(rows, width, P);
+  const int mine = sl.count[size_t(rank_)];
+  if (P == 1) {
+    slice.assign(data, data + mine);
+  } else {
+    const size_t np = static_cast<size_t>(P);
+    std::vector<int> rcount(np, mine), rdispl(np);
+    for (int q = 0; q < P; ++q) rdispl[size_t(q)] = q * mine;
+    std::vector<float> parts(np * size_t(mine));
+    MPI_Alltoallv(data, sl.count.data(), sl.displ.data(), MPI_FLOAT, parts.data(), rcount.data(), rdispl.data(),
                   MPI_FLOAT, MPI_COMM_WORLD);
     // This rank's rows of the sum: the P partials added over the ranks' tree.
     auto tree = [&](auto& self, int lo, int hi) -> void {
@@ -91,18 +107,39 @@ void Comm::sum_tree(float* data, int64_t rows, int64_t width, CommStats* stats) 
       const int mid = (lo + hi) / 2;
       self(self, lo, mid);
       self(self, mid, hi);
-      float* a = slices.data() + size_t(lo) * size_t(mine);
-      const float* b = slices.data() + size_t(mid) * size_t(mine);
+      float* a = parts.data() + size_t(lo) * size_t(mine);
+      const float* b = parts.data() + size_t(mid) * size_t(mine);
       for (int i = 0; i < mine; ++i) a[i] += b[i];
     };
     tree(tree, 0, P);
-    MPI_Allgatherv(slices.data(), mine, MPI_FLOAT, data, scount.data(), sdispl.data(), MPI_FLOAT, MPI_COMM_WORLD);
-    if (stats) stats->bytes_sent += 4.0 * (double(rows * width - (begin(rank_ + 1) - begin(rank_))) + double(mine) * (P - 1));
+    parts.resize(size_t(mine));
+    slice = std::move(parts);
+    if (stats) stats->bytes_sent += 4.0 * double(rows * width - mine);
+  }
+  if (stats) stats->seconds += omp_get_wtime() - t0;
+  return mine_rows;
+}
+
+void Comm::allgather_rows(const float* slice, int64_t rows, int64_t width, float* out, CommStats* stats) const {
+  const double t0 = omp_get_wtime();
+  const Slices sl(rows, width, size_);
+  const int mine = sl.count[size_t(rank_)];
+  if (size_ == 1) {
+    std::copy(slice, slice + mine, out);
+  } else {
+    MPI_Allgatherv(slice, mine, MPI_FLOAT, out, sl.count.data(), sl.displ.data(), MPI_FLOAT, MPI_COMM_WORLD);
+    if (stats) stats->bytes_sent += 4.0 * double(mine) * (size_ - 1);
   }
   if (stats) {
     stats->seconds += omp_get_wtime() - t0;
     ++stats->calls;
   }
+}
+
+void Comm::sum_tree(float* data, int64_t rows, int64_t width, CommStats* stats) const {
+  std::vector<float> slice;
+  reduce_scatter_tree(data, rows, width, slice, stats);
+  allgather_rows(slice.data(), rows, width, data, stats);
 }
 
 std::vector<double> Comm::gather(const std::vector<double>& mine) const {

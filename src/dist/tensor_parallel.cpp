@@ -48,6 +48,9 @@ void ParallelFeedForward::forward(const float* x, float* y, const Shape& shape, 
   const double t1 = omp_get_wtime();
   comm_->sum_tree(sum.data(), n, d, timing ? &timing->comm : nullptr);
   const double t2 = omp_get_wtime();
+  // The tail on every rank, on all rows: measured faster here than each rank
+  // taking its slice of the rows and gathering the outputs (2026-11-23,
+  // bench/results/2026-11-23-tensor-parallel.md).
   local_.forward_tail(x, shape, sum.data(), y, opts);
   if (timing) timing->compute_s += (t1 - t0) + (omp_get_wtime() - t2);
 }

@@ -493,8 +493,8 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
   // The rows' sum over the layer's shards: the tail (whole layer), or the
   // caller's partial (split.partial, the seam where ranks add theirs).
   auto done = [&](int64_t t0, int64_t m, float* sum, Forward::Work& wk) {
-    if (split.partial) std::copy(sum, sum + m * d, split.partial + t0 * d);
-    else f.finish_rows(t0, m, sum, wk);
+    if (!split.partial) f.finish_rows(t0, m, sum, wk);
+    else if (sum != split.partial + t0 * d) std::copy(sum, sum + m * d, split.partial + t0 * d);
   };
   if (split.sum) {  // the tail alone, from the sum over every shard
     threads = int(std::min<int64_t>(threads, std::max<int64_t>(blocks, 1)));
