@@ -353,14 +353,7 @@ TEST(Quantize, Fp32InputChannelsAreValidatedAndChosen) {
   cfg.d_model = 8;
   cfg.d_ff = 16;
   const Layer base(cfg, uint64_t(3));
-  auto expect_error = [](const auto& fn, const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "expected an error mentioning " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
+  using test::expect_error;
   expect_error([&] { base.converted(WeightDtype::int8, Int8Options{{8}}); }, "input channel 8 is outside [0, d_model = 8)");
   expect_error([&] { base.converted(WeightDtype::int8, Int8Options{{-1}}); }, "input channel -1");
   expect_error([&] { base.converted(WeightDtype::int8, Int8Options{{3, 3}}); }, "ascending and distinct, got 3 then 3");
@@ -611,13 +604,7 @@ TEST(LowPrecisionFiles, PerRowW2ScalesStillLoad) {
   EXPECT_TRUE(c.ok(test::kInt8VsReference)) << c.describe();
   f.tensors["linear2.weight_scale"] = NamedTensor{{2, 9}, std::vector<float>(18, 0.01f)};  // wrong group count
   write_safetensors(path, f);
-  try {
-    Layer::load(path);
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("linear2.weight_scale has shape [2, 9], expected [3, 9]"), std::string::npos)
-        << e.what();
-  }
+  test::expect_error([&] { Layer::load(path); }, "linear2.weight_scale has shape [2, 9], expected [3, 9]");
 }
 
 TEST(LowPrecisionFiles, BadFilesAndUsesAreRefused) {
@@ -626,14 +613,7 @@ TEST(LowPrecisionFiles, BadFilesAndUsesAreRefused) {
   cfg.d_model = 8;
   cfg.d_ff = 16;
   const Layer q = Layer(cfg, uint64_t(1)).converted(WeightDtype::int8);
-  auto expect_error = [](const auto& fn, const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "expected an error mentioning " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
+  using test::expect_error;
   // An I8 matrix without its scales.
   SafetensorsFile f = q.to_safetensors();
   f.tensors.erase("linear2.weight_scale");

@@ -116,14 +116,7 @@ TEST(Shards, MisuseIsAnError) {
   cfg.d_model = 8;
   cfg.d_ff = 1000;
   const Layer l(cfg, uint64_t(1));
-  auto expect_error = [](const auto& fn, const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "expected an error mentioning " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
+  using test::expect_error;
   const Layer s = l.shard(2, 4);
   EXPECT_EQ(s.config().d_ff, 488);  // chunks 2, 3: units [512, 1000)
   std::vector<float> x(8), y(8);
@@ -186,21 +179,11 @@ TEST(Shards, LoadedShardsMatchTheWholeFile) {
   const std::vector<float> w2 = r.read_f32("linear2.weight"), blk = r.read_f32_block("linear2.weight", 3, 9, 256, 700);
   for (int64_t i = 0; i < 6; ++i)
     for (int64_t j = 0; j < 444; ++j) ASSERT_EQ(blk[size_t(i * 444 + j)], w2[size_t((3 + i) * 1300 + 256 + j)]);
-  try {
-    r.read_f32_block("linear2.weight", 0, 25, 0, 1);
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("outside its shape"), std::string::npos) << e.what();
-  }
+  test::expect_error([&] { r.read_f32_block("linear2.weight", 0, 25, 0, 1); }, "outside its shape");
   LoadOptions bad;
   bad.shards = DffShards{4, 0, 1, 0};
   base.converted(WeightDtype::int8).save((dir / "int8.safetensors").string());
-  try {
-    Layer::load((dir / "int8.safetensors").string(), bad);
-    ADD_FAILURE() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not read by shards yet"), std::string::npos) << e.what();
-  }
+  test::expect_error([&] { Layer::load((dir / "int8.safetensors").string(), bad); }, "not read by shards yet");
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <gtest/gtest.h>
+#include "ffn/ffn.hpp"
 #include <random>
 #include <vector>
 #include <string>
@@ -36,6 +38,17 @@ inline std::filesystem::path scratch_dir(const std::string& tag) {
   fs::create_directories(p);
   registry.dirs.push_back(p);
   return p;
+}
+
+// fn() must throw ffn::Error whose message contains needle.
+template <class F>
+void expect_error(F&& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error mentioning " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace ffn::test

@@ -456,6 +456,27 @@ void check_stage(const char* what, WeightDtype dtype, const Shape& shape, const 
     throw Error(std::string(what) + ": compute bf16 is for inference with fp32, bf16 or fp16 weights");
 }
 
+// The valid rows of one call: x as rows (gathered unless the layout already
+// is them) and where y's rows go (scattered back, padding zero, by finish).
+struct ValidRows {
+  const Addressing addr;
+  const bool direct;
+  std::vector<float> xin, yout;
+  const float* x;
+  float* y;
+  ValidRows(const float* x_in, float* y_out, const Shape& shape, const std::vector<int64_t>& pos, int64_t d)
+      : addr{d, shape.seq, shape.layout}, direct(contiguous(shape, pos)), x(x_in), y(y_out) {
+    if (direct) return;
+    xin.resize(pos.size() * size_t(d));
+    gather(x_in, addr, pos, xin.data());
+    x = xin.data();
+    if (y_out) yout.resize(xin.size()), y = yout.data();
+  }
+  void finish(const std::vector<int64_t>& pos, const Shape& shape, float* y_out) const {
+    if (!direct && y_out) scatter(yout.data(), addr, pos, shape.positions(), y_out);
+  }
+};
+
 reference::Params<float> params_of(const Weights& w) {
   auto p = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   return {p(w.w1), p(w.b1), p(w.wg), p(w.bg), p(w.w2), p(w.b2), p(w.norm_weight), p(w.norm_bias)};
@@ -505,18 +526,9 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
   }
   auto ptr = [](auto& v) { return v.empty() ? nullptr : v.data(); };
 
-  const bool direct = contiguous(shape, pos);
-  std::vector<float> xin, yout;
-  const float* xr = x;
-  float* yr = y;
-  const Addressing addr{d, shape.seq, shape.layout};
-  if (!direct) {
-    xin.resize(size_t(n * d));
-    yout.resize(size_t(n * d));
-    gather(x, addr, pos, xin.data());
-    xr = xin.data();
-    yr = yout.data();
-  }
+  const ValidRows rows(x, y, shape, pos, d);
+  const float* xr = rows.x;
+  float* yr = rows.y;
   if (n > 0) {
     if (opts.path == Path::reference && opts.compute == Compute::bf16) {
       reference::forward_bf16(cfg_, params_of(w_), xr, n, yr);
@@ -535,7 +547,7 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
                         c ? &s : nullptr, opts.compute, nn::FusedSplit{shards_});
     }
   }
-  if (!direct) scatter(yout.data(), addr, pos, shape.positions(), y);
+  rows.finish(pos, shape, y);
 }
 
 int64_t valid_tokens(const Shape& shape) { return int64_t(nn::valid_positions(shape).size()); }
@@ -545,17 +557,11 @@ void Layer::forward_partial(const float* x, const Shape& shape, float* partial, 
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
   if (n == 0) return;
-  std::vector<float> xin;
-  const float* xr = x;
-  if (!contiguous(shape, pos)) {
-    xin.resize(size_t(n * d));
-    gather(x, Addressing{d, shape.seq, shape.layout}, pos, xin.data());
-    xr = xin.data();
-  }
+  const ValidRows rows(x, nullptr, shape, pos, d);
   const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
   nn::FusedSplit split{shards_};
   split.partial = partial;
-  nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts), opts.isa,
+  nn::fused_forward(cfg_, w_, packed, rows.x, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts), opts.isa,
                     nullptr, nullptr, opts.compute, split);
 }
 
@@ -564,18 +570,9 @@ void Layer::forward_tail(const float* x, const Shape& shape, const float* sum, f
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
   if (n > 0 && !sum) throw Error("forward_tail: buffers must not be null");
-  const bool direct = contiguous(shape, pos);
-  std::vector<float> xin, yout;
-  const float* xr = x;
-  float* yr = y;
-  const Addressing addr{d, shape.seq, shape.layout};
-  if (!direct) {
-    xin.resize(size_t(n * d));
-    yout.resize(size_t(n * d));
-    gather(x, addr, pos, xin.data());
-    xr = xin.data();
-    yr = yout.data();
-  }
+  const ValidRows rows(x, y, shape, pos, d);
+  const float* xr = rows.x;
+  float* yr = rows.y;
   if (n > 0) {
     const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
     nn::FusedSplit split{shards_};
@@ -583,7 +580,7 @@ void Layer::forward_tail(const float* x, const Shape& shape, const float* sum, f
     nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts),
                       opts.isa, yr, nullptr, opts.compute, split);
   }
-  if (!direct) scatter(yout.data(), addr, pos, shape.positions(), y);
+  rows.finish(pos, shape, y);
 }
 
 void Layer::backward(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
