@@ -54,6 +54,40 @@ class Int8PerIsa : public ::testing::TestWithParam<Isa> {
   }
   // avx512: vpdpbusd (u8 × s8) kernels where the CPU has AVX512_VNNI, else AVX2's.
   const nn::Int8Kernels& kernels() const { return *nn::kernel_config(nn::resolve_isa(GetParam())).int8; }
+
+  // The whole int8 layer against the integer reference (this ISA, 2 threads
+  // and, without a norm, 1): the same quantized values and int32 sums; only
+  // the order of the final float sums (the fast path adds the shards' partial
+  // sums) and, for pre-LN, the float rounding of the normalized input (float
+  // here, double in the reference) may differ. Odd sizes: d_model odd (padded
+  // k pair), a partial last hidden chunk of odd length. fp32 channels: kept in
+  // fp32, their inputs 40× the others'.
+  void check_layers_against_reference(const std::vector<int64_t>& fp32_channels) const {
+    for (Activation act : {Activation::relu, Activation::gelu, Activation::swiglu})
+      for (NormPlacement norm : {NormPlacement::none, NormPlacement::pre, NormPlacement::post}) {
+        Config cfg;
+        cfg.d_model = 37;
+        cfg.d_ff = 301;
+        cfg.activation = act;
+        cfg.norm = norm;
+        const Layer layer = Layer(cfg, uint64_t(11)).converted(WeightDtype::int8, Int8Options{fp32_channels});
+        ASSERT_EQ(layer.fp32_input_channels(), fp32_channels);
+        for (int64_t t : {1, 13, 100}) {
+          std::vector<float> x = gaussian(size_t(t * cfg.d_model), uint64_t(t));
+          for (int64_t i = 0; i < t; ++i)
+            for (int64_t c : fp32_channels) x[size_t(i * cfg.d_model + c)] *= 40.0f;
+          const std::vector<float> got = run(layer, x, GetParam());
+          const std::vector<float> want = run(layer, x, Isa::automatic, Path::reference);
+          const Comparison c = compare(got.data(), want.data(), got.size());
+          EXPECT_TRUE(c.ok(test::kInt8VsReference)) << to_string(act) << " " << to_string(norm) << " T=" << t << ": "
+                                                    << c.describe();
+          if (norm == NormPlacement::none) {
+            const Comparison single = compare(run(layer, x, GetParam(), Path::automatic, 1).data(), want.data(), got.size());
+            EXPECT_TRUE(single.ok(test::kInt8VsReference)) << single.describe();
+          }
+        }
+      }
+  }
 };
 
 // C = A · Bᵀ through the packed kernel, bit for bit against the integer reference.
@@ -175,65 +209,13 @@ TEST_P(Int8PerIsa, DequantizeMatchesDefinitionBitForBit) {
   }
 }
 
-// The whole int8 layer against the integer reference: the same quantized
-// values and int32 sums; only the order of the final float sums (the fast
-// path adds two halves of d_ff) and, for pre-LN, the float rounding of the
-// normalized input (float here, double in the reference) may differ. Odd sizes:
-// d_model odd (padded k pair), a partial last hidden chunk of odd length.
-TEST_P(Int8PerIsa, LayerMatchesInt8Reference) {
-  for (Activation act : {Activation::relu, Activation::gelu, Activation::swiglu})
-    for (NormPlacement norm : {NormPlacement::none, NormPlacement::pre, NormPlacement::post}) {
-      Config cfg;
-      cfg.d_model = 37;
-      cfg.d_ff = 301;
-      cfg.activation = act;
-      cfg.norm = norm;
-      const Layer layer = Layer(cfg, uint64_t(11)).converted(WeightDtype::int8);
-      for (int64_t t : {1, 13, 100}) {
-        const std::vector<float> x = gaussian(size_t(t * cfg.d_model), uint64_t(t));
-        const std::vector<float> got = run(layer, x, GetParam());
-        const std::vector<float> want = run(layer, x, Isa::automatic, Path::reference);
-        const Comparison c = compare(got.data(), want.data(), got.size());
-        EXPECT_TRUE(c.ok(test::kInt8VsReference)) << to_string(act) << " " << to_string(norm) << " T=" << t << ": "
-                                                  << c.describe();
-        if (norm == NormPlacement::none) {
-          const Comparison single = compare(run(layer, x, GetParam(), Path::automatic, 1).data(), want.data(), got.size());
-          EXPECT_TRUE(single.ok(test::kInt8VsReference)) << single.describe();
-        }
-      }
-    }
-}
+// The whole int8 layer against the integer reference (see check_layers_against_reference).
+TEST_P(Int8PerIsa, LayerMatchesInt8Reference) { check_layers_against_reference({}); }
 
 // int8 with fp32 input channels (Int8Options): the channels left out of the
 // quantized row and their products summed in double, as the reference does.
 // Channels at both ends and inside, values 40× the others on them.
-TEST_P(Int8PerIsa, Fp32InputChannelsMatchInt8Reference) {
-  for (Activation act : {Activation::relu, Activation::swiglu})
-    for (NormPlacement norm : {NormPlacement::none, NormPlacement::pre, NormPlacement::post}) {
-      Config cfg;
-      cfg.d_model = 37;
-      cfg.d_ff = 301;
-      cfg.activation = act;
-      cfg.norm = norm;
-      const std::vector<int64_t> channels = {0, 5, 36};
-      const Layer layer = Layer(cfg, uint64_t(12)).converted(WeightDtype::int8, Int8Options{channels});
-      ASSERT_EQ(layer.fp32_input_channels(), channels);
-      for (int64_t t : {1, 13, 100}) {
-        std::vector<float> x = gaussian(size_t(t * cfg.d_model), uint64_t(t) + 7);
-        for (int64_t i = 0; i < t; ++i)
-          for (int64_t c : channels) x[size_t(i * cfg.d_model + c)] *= 40.0f;
-        const std::vector<float> got = run(layer, x, GetParam());
-        const std::vector<float> want = run(layer, x, Isa::automatic, Path::reference);
-        const Comparison c = compare(got.data(), want.data(), got.size());
-        EXPECT_TRUE(c.ok(test::kInt8VsReference)) << to_string(act) << " " << to_string(norm) << " T=" << t << ": "
-                                                  << c.describe();
-        if (norm == NormPlacement::none) {
-          const Comparison single = compare(run(layer, x, GetParam(), Path::automatic, 1).data(), want.data(), got.size());
-          EXPECT_TRUE(single.ok(test::kInt8VsReference)) << single.describe();
-        }
-      }
-    }
-}
+TEST_P(Int8PerIsa, Fp32InputChannelsMatchInt8Reference) { check_layers_against_reference({0, 5, 36}); }
 
 TEST_P(Int8PerIsa, Fp32PartMatchesDefinitionBitForBit) {
   for (int64_t n : {1, 63, 64, 65, 256}) {

@@ -24,7 +24,7 @@ constexpr double kFusedVsReference = 1e-5;
 // The int8 fast path against the int8 reference (src/reference/ffn_int8_reference.cpp):
 // every quantized value and int32 sum is the same (the kernels are tested bit
 // for bit); what differs is the order of the float sums of W2's partial
-// products (the fast path adds two halves of d_ff, ~√2·u) and the norm's
+// products (the fast path adds four shards of d_ff over a tree, ~2·u) and the norm's
 // statistics (float here, double there) — rounding differences of a few
 // float32 ulps, as for the fp32 path.
 constexpr double kInt8VsReference = 1e-5;

@@ -3,7 +3,7 @@
 // token, one output at a time, int32 dot products. Norm statistics in double
 // as the float reference. The fast path must reproduce every quantized value
 // and int32 sum; only the float order of the final sums (the fast path adds
-// two halves of d_ff) and a pre-LN input rounded differently can differ.
+// four shards of d_ff over a tree) and a pre-LN input rounded differently can differ.
 #pragma once
 
 #include "nn/quantize.hpp"
