@@ -393,7 +393,7 @@ NB_MODULE(_ffn, m) {
           "dtype"_a, "fp32_input_channels"_a = nb::none(),
           "A copy with the weight matrices stored as dtype (fp32, bf16, fp16, int8). int8 only:\n"
           "fp32_input_channels, ascending input channels kept in float32 (LLM.int8()'s outlier\n"
-          "decomposition; see input_absmax and outlier_channels).")
+          "decomposition): e.g. the channels where input_absmax(x) > 6 on representative inputs.")
       .def_prop_ro("fp32_input_channels", &Layer::fp32_input_channels,
                    "int8: the input channels kept in float32 (empty otherwise).")
       .def(

@@ -47,8 +47,7 @@ struct Variant {
 
 // Sizes around the fast path's blocking: 96-token blocks and per-thread token
 // shares (so every remainder of the 6-row micro-tile, 1..5, occurs), 256-wide
-// chunks of d_ff split in two
-// halves, 16-column panels with partial last panels, k blocked by 256 (d_model,
+// chunks of d_ff in four shards (some empty when d_ff < 769), 16-column panels with partial last panels, k blocked by 256 (d_model,
 // d_ff and, in backward, tokens above 256), GEMM row blocks of 48.
 const Variant kVariants[] = {
     {300, 520, 70, Activation::relu, NormPlacement::post, NormType::layernorm, true},

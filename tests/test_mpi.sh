@@ -84,6 +84,12 @@ fault "shapes differ across ranks" "the input's shape (and lengths) differs acro
     exec "$0" run --tensor-parallel --threads 1 --weights w.safetensors --input $x --output e.npy' "$ffn"
 [ "$LAST_LINES" = 2 ] || bad "shapes: $LAST_LINES error lines, expected 2"
 
+"$ffn" init --d-model 16 --d-ff 500 --output small.safetensors || bad init-small
+python_npy x16.npy 4 16
+fault "d_ff of 2 chunks on 4 ranks" "too few for shards" \
+  "${mpirun[@]}" -np 4 "$ffn" run --tensor-parallel --threads 1 --weights small.safetensors --input x16.npy --output e.npy
+[ "$LAST_LINES" = 4 ] || bad "small d_ff: $LAST_LINES error lines, expected 4"
+
 # A rank killed mid-run: a job of several seconds, rank 1 killed after one.
 "$ffn" init --d-model 128 --d-ff 4096 --output big.safetensors || bad init-big
 /usr/bin/python3 -c "import numpy as np; np.save('xbig.npy', np.ones((200000, 128), np.float32))"

@@ -111,6 +111,29 @@ TEST(Shards, LowPrecisionShardsToo) {
   EXPECT_EQ(sharded(base, 4, x, o), want) << "compute bf16";
 }
 
+// An int8 file whose scales are not max|w|/127 of its values (one W2 scale
+// per row, as files before the 256-column groups; or another tool's): the
+// shards slice the stored values and scales, so they still give the bits.
+TEST(Shards, Int8FileShardsAreSlicedAsStored) {
+  const auto dir = test::scratch_dir("shards_int8");
+  Config cfg;
+  cfg.d_model = 20;
+  cfg.d_ff = 1100;
+  SafetensorsFile f = Layer(cfg, uint64_t(5)).converted(WeightDtype::int8, Int8Options{{3, 11}}).to_safetensors();
+  std::vector<float> per_row(20);
+  for (size_t r = 0; r < 20; ++r) per_row[r] = 0.003f + 0.0007f * float(r);
+  f.tensors["linear2.weight_scale"] = NamedTensor{{20}, per_row};
+  for (float& v : f.tensors["linear1.weight_scale"].data) v *= 1.37f;  // not max|w|/127 of anything
+  const std::string path = (dir / "q.safetensors").string();
+  write_safetensors(path, f);
+  const Layer l = Layer::load(path);
+  const std::vector<float> x = test::randn(size_t(9 * 20), 6);
+  RunOptions o;
+  o.threads = 2;
+  const std::vector<float> want = whole(l, x, o);
+  for (int64_t P : {2, 4}) EXPECT_EQ(sharded(l, P, x, o), want) << "P=" << P;
+}
+
 TEST(Shards, MisuseIsAnError) {
   Config cfg;
   cfg.d_model = 8;
@@ -121,7 +144,10 @@ TEST(Shards, MisuseIsAnError) {
   EXPECT_EQ(s.config().d_ff, 488);  // chunks 2, 3: units [512, 1000)
   std::vector<float> x(8), y(8);
   expect_error([&] { s.forward(x.data(), y.data(), Shape::tokens(1)); }, "holds shards 2..3 of 4");
-  expect_error([&] { l.shard(1, 5); }, "expected 0 <= first < last <= 4");
+  expect_error([&] { l.shard(1, 5); }, "expected 0 <= first < last <= count = 4, got [1, 5)");
+  expect_error([&] { l.shard(1, 3); }, "[1, 3) is not an aligned block of the 4 shards");
+  expect_error([&] { l.shard(0, 3); }, "[0, 3) is not an aligned block");
+  expect_error([&] { Layer(cfg, uint64_t(1)).set_shards(DffShards{128, 0, 128, 0}); }, "power of two from 1 to 64");
   Layer t(cfg, uint64_t(1));
   expect_error([&] { t.set_shards(DffShards{4, 0, 2, 2000}); }, "are hidden units [0, 1024), but this layer's d_ff is 1000");
   expect_error([&] { t.set_shards(DffShards{3, 0, 3, 0}); }, "power of two");

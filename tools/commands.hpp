@@ -202,7 +202,8 @@ struct ParallelRunArgs {
   Compute compute = Compute::fp32;
 };
 int run_tensor_parallel(const ParallelRunArgs& a);
-int bench_tensor_parallel(const Layer& whole, int64_t tokens, const RunOptions& ro, int repeats, int warmup, bool json,
+// ro.threads 0: the cores shared among the ranks.
+int bench_tensor_parallel(const Layer& whole, int64_t tokens, RunOptions ro, int repeats, int warmup, bool json,
                           uint64_t seed);
 void init_encoder(const EncoderConfig& cfg, uint64_t seed, const std::string& output);
 // Returns the exit status (1 when the check against the reference fails).

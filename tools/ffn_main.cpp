@@ -431,13 +431,15 @@ void cmd_quantize(const QuantizeArgs& a) {
     layer.input_absmax(x.data.data(), x.numel() / d, absmax);
     const Int8Options opts = Int8Options::outliers(absmax, a.outlier_threshold);
     layer = layer.converted(WeightDtype::int8, opts);
-    std::string list;
-    for (int64_t c : opts.fp32_input_channels) list += (list.empty() ? "" : ", ") + std::to_string(c);
-    std::printf("ffn quantize: %zu input channel(s) with max |x| > %g kept in fp32%s%s%s\n",
-                opts.fp32_input_channels.size(), double(a.outlier_threshold), list.empty() ? "" : ": ", list.c_str(),
-                opts.fp32_input_channels.size() == 16 ? " (at most 16)" : "");
   }
   write_safetensors(a.output, layer.to_safetensors(layer.unowned(a.weights)));  // names kept, other tensors copied
+  if (!a.calibrate.empty()) {
+    const std::vector<int64_t>& kept = layer.fp32_input_channels();
+    std::string list;
+    for (int64_t c : kept) list += (list.empty() ? "" : ", ") + std::to_string(c);
+    std::printf("ffn quantize: %zu input channel(s) with max |x| > %g kept in fp32%s%s%s\n", kept.size(),
+                double(a.outlier_threshold), list.empty() ? "" : ": ", list.c_str(), kept.size() == 16 ? " (at most 16)" : "");
+  }
 }
 
 // ---- bench --------------------------------------------------------------------
@@ -473,6 +475,9 @@ constexpr double kBenchToleranceInt8 = 1e-4;
 constexpr double kBenchToleranceBf16 = 1e-3;
 
 int cmd_bench(const BenchArgs& a) {
+  if (!a.emb.int8_outliers.empty() && !a.embed) throw Error("--int8-outliers: only with --embed");
+  if (a.tensor_parallel && (a.embed || a.encoder))
+    throw Error("--tensor-parallel: the FFN layer's bench only (not with --embed or --encoder)");
   if (a.embed) {
     if (a.encoder) throw Error("--embed: not with --encoder");
     const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
@@ -535,7 +540,9 @@ int cmd_bench(const BenchArgs& a) {
   ro.compute = compute;
   if (a.tensor_parallel) {
 #ifdef FFN_HAVE_MPI
-    return cli::bench_tensor_parallel(layer, a.tokens, ro, a.repeats, a.warmup, a.json, a.seed);
+    RunOptions per_rank = ro;
+    per_rank.threads = a.threads;  // 0: bench_tensor_parallel shares the cores among the ranks
+    return cli::bench_tensor_parallel(layer, a.tokens, per_rank, a.repeats, a.warmup, a.json, a.seed);
 #else
     no_mpi("--tensor-parallel");
 #endif
@@ -723,8 +730,9 @@ int ffn_main(int argc, char** argv) {
   run.add(run_cmd);
   run_cmd->add_option("--output", run.output, "output array (.npy), same shape as the input")->required();
   run_cmd->add_flag("--tensor-parallel", run.tensor_parallel,
-                    "under mpirun -np P (P = 1, 2 or 4): each rank reads and runs its quarter(s) of d_ff, the "
-                    "partial outputs are summed across ranks; the same bytes as one process (rank 0 writes)");
+                    "under mpirun -np P (P = 1, 2 or 4, at most ceil(d_ff/256)): each rank reads and runs its "
+                    "quarter(s) of d_ff, the partial outputs are summed across ranks; the same bytes as one process "
+                    "(rank 0 writes); --threads 0: the cores shared among the ranks");
   run_cmd->add_option("--dtype", run.dtype, "weights as fp32, bf16, fp16 or int8 (quantized on load; default: the file's)");
   run_cmd->add_option("--compute", run.compute,
                       "products in fp32 (default) or bf16 (operands rounded to bf16, fp32 sums; not with int8 weights)");

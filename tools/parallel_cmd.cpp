@@ -39,24 +39,39 @@ double median_of(std::vector<double> v) {
 // throws at the same step), so each rank prints its line and then waits for
 // the others before exiting: mpirun ends the job at the first non-zero exit,
 // and a rank still printing would lose its line.
+// An error that is not agreed (a bug, or one no step caught) may leave the
+// other ranks inside a collective: it ends the job instead (MPI_Abort).
 template <class F>
 int on_every_rank(F&& body) {
   const dist::Comm& comm = dist::Comm::world();
   try {
     return body(comm);
-  } catch (const Error& e) {
+  } catch (const dist::AgreedError& e) {
     std::fprintf(stderr, "ffn: error: %s\n", e.what());
     std::fflush(stderr);
     comm.barrier();
     return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ffn: error: rank %d: %s\n", comm.rank(), e.what());
+    std::fflush(stderr);
+    comm.abort(2);
   }
+}
+
+// --threads 0 under mpirun: the cores shared among the ranks.
+int rank_threads(int threads, const dist::Comm& comm) {
+  return threads > 0 ? threads : std::max(1, omp_get_num_procs() / comm.size());
 }
 
 }  // namespace
 
 int run_tensor_parallel(const ParallelRunArgs& a) { return on_every_rank([&](const dist::Comm& comm) {
   std::optional<dist::ParallelFeedForward> tp;
-  tp.emplace(dist::ParallelFeedForward::load(comm, a.weights, a.load));
+  Assumed assumed;  // the settings taken from defaults, noted by rank 0 as ffn run does
+  LoadOptions lo = a.load;
+  lo.assumed = comm.rank() == 0 ? &assumed : nullptr;
+  tp.emplace(dist::ParallelFeedForward::load(comm, a.weights, lo));
+  if (comm.rank() == 0) note_assumed(a.weights, assumed);
   const Layer& local = tp->local();
   std::optional<Input> in;
   agreed(comm, [&] {
@@ -68,24 +83,31 @@ int run_tensor_parallel(const ParallelRunArgs& a) { return on_every_rank([&](con
   what.insert(what.end(), in->shape.lengths.begin(), in->shape.lengths.end());
   comm.check_same(what, "the input's shape (and lengths)");
   Array y;
-  y.shape = in->x.shape;
-  y.data.resize(in->x.data.size());
+  agreed(comm, [&] {
+    y.shape = in->x.shape;
+    y.data.resize(in->x.data.size());
+  });
   RunOptions ro;
-  ro.threads = a.threads;
+  ro.threads = rank_threads(a.threads, comm);
   ro.compute = a.compute;
-  agreed(comm, [&] { tp->forward(in->x.data.data(), y.data.data(), in->shape, ro); });
+  tp->forward(in->x.data.data(), y.data.data(), in->shape, ro);  // its steps agreed inside
   agreed(comm, [&] {
     if (comm.rank() == 0) write_npy(a.output, y);  // rank 0 alone writes, atomically
   });
   return 0;
 }); }
 
-int bench_tensor_parallel(const Layer& whole, int64_t tokens, const RunOptions& ro, int repeats, int warmup, bool json,
+int bench_tensor_parallel(const Layer& whole, int64_t tokens, RunOptions ro, int repeats, int warmup, bool json,
                           uint64_t seed) { return on_every_rank([&](const dist::Comm& comm) {
+  ro.threads = rank_threads(ro.threads, comm);
   std::optional<dist::ParallelFeedForward> tp;
   agreed(comm, [&] { tp.emplace(comm, whole); });
   const int64_t d = whole.config().d_model;
-  std::vector<float> x(size_t(tokens * d)), y(x.size());
+  std::vector<float> x, y;
+  agreed(comm, [&] {
+    x.resize(size_t(tokens * d));
+    y.resize(x.size());
+  });
   nn::fill_uniform(x.data(), x.size(), 1.0f, seed, /*tensor_id=*/100);
   const Shape shape = Shape::tokens(tokens);
   std::vector<double> wall, compute, sum, bytes;

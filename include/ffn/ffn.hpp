@@ -218,6 +218,10 @@ struct DffShards {
   int64_t first = 0, last = 4;    // the shards this layer holds: [first, last)
   int64_t d_ff = 0;               // the global d_ff (0: the layer's own, all shards)
   bool whole() const { return first == 0 && last == count; }
+  // Throws Error (prefixed by what) unless count is a power of two up to 64
+  // and [first, last) an aligned block: a power-of-two size that divides
+  // first — a subtree of the shards' tree, so blocks add up to its bits.
+  void validate(const std::string& what) const;
   // The global hidden units of shards [a, b): [begin, end).
   static std::pair<int64_t, int64_t> units(int64_t d_ff, int64_t count, int64_t a, int64_t b);
 };

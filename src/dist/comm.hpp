@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "ffn/ffn.hpp"
+
 namespace ffn::dist {
 
 // Time and bytes of the sums of one rank.
@@ -17,6 +19,13 @@ struct CommStats {
   double seconds = 0;
   double bytes_sent = 0;  // by this rank
   int64_t calls = 0;
+};
+
+// An error every rank throws at the same step (Comm::agree, check_same):
+// after it the ranks may still meet in a barrier. Any other error on one
+// rank ends the job (MPI_Abort), since its peers may be inside a collective.
+struct AgreedError : Error {
+  using Error::Error;
 };
 
 class Comm {
@@ -52,6 +61,8 @@ class Comm {
   // Collective: every rank's values, on rank 0 (empty elsewhere), rank-major.
   std::vector<double> gather(const std::vector<double>& mine) const;
   void barrier() const;
+  // Ends every rank's process with `status` (after a failure not agreed).
+  [[noreturn]] void abort(int status) const;
 
  private:
   int rank_ = 0, size_ = 1;

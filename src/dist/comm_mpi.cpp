@@ -40,8 +40,8 @@ void Comm::agree(const std::string& error) const {
   MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD);
   std::string msg = rank_ == first ? error.substr(0, size_t(len)) : std::string(size_t(len), '\0');
   MPI_Bcast(msg.data(), len, MPI_CHAR, first, MPI_COMM_WORLD);
-  if (!error.empty()) throw Error("rank " + std::to_string(rank_) + ": " + error);
-  throw Error("rank " + std::to_string(rank_) + ": stopped, rank " + std::to_string(first) + " failed: " + msg);
+  if (!error.empty()) throw AgreedError("rank " + std::to_string(rank_) + ": " + error);
+  throw AgreedError("rank " + std::to_string(rank_) + ": stopped, rank " + std::to_string(first) + " failed: " + msg);
 }
 
 void Comm::check_same(const std::vector<int64_t>& v, const std::string& what) const {
@@ -63,7 +63,7 @@ void Comm::check_same(const std::vector<int64_t>& v, const std::string& what) co
   };
   for (int r = 0; r < size_; ++r)
     if (!std::equal(all.begin(), all.begin() + longest + 1, all.begin() + r * (longest + 1)))
-      throw Error("rank " + std::to_string(rank_) + ": " + what + " differs across ranks: rank 0 has " + text(0) +
+      throw AgreedError("rank " + std::to_string(rank_) + ": " + what + " differs across ranks: rank 0 has " + text(0) +
                   ", rank " + std::to_string(r) + " has " + text(r));
 }
 
@@ -95,6 +95,9 @@ std::pair<int64_t, int64_t> Comm::reduce_scatter_tree(const float* data, int64_t
   if (P == 1) {
     slice.assign(data, data + mine);
   } else {
+    if (int64_t(mine) * P > INT_MAX)
+      throw Error("sum across ranks: " + std::to_string(int64_t(mine) * P) + " floats received, more than one MPI "
+                  "call takes (" + std::to_string(INT_MAX) + ")");
     const size_t np = static_cast<size_t>(P);
     std::vector<int> rcount(np, mine), rdispl(np);
     for (int q = 0; q < P; ++q) rdispl[size_t(q)] = q * mine;
@@ -149,5 +152,10 @@ std::vector<double> Comm::gather(const std::vector<double>& mine) const {
 }
 
 void Comm::barrier() const { MPI_Barrier(MPI_COMM_WORLD); }
+
+void Comm::abort(int status) const {
+  MPI_Abort(MPI_COMM_WORLD, status);
+  std::_Exit(status);  // not reached
+}
 
 }  // namespace ffn::dist

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <cstring>
+#include <string>
 #include <vector>
 
 namespace ffn::dist {
@@ -22,14 +24,16 @@ ParallelFeedForward ParallelFeedForward::load(const Comm& comm, const std::strin
     const auto [first, last] = rank_shards(base.count, comm.rank(), comm.size());
     opts.shards = DffShards{base.count, first, last, 0};
     local.emplace(Layer::load(path, opts));
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     error = e.what();
   }
   comm.agree(error);
   const Config& c = local->config();
-  comm.check_same({c.d_model, local->shards().d_ff, int64_t(c.activation), int64_t(c.norm), int64_t(c.bias),
-                   int64_t(local->weight_dtype())},
-                  "the layer (d_model, d_ff, activation, norm, bias, dtype)");
+  int32_t eps_bits;
+  std::memcpy(&eps_bits, &c.eps, 4);
+  comm.check_same({c.d_model, local->shards().d_ff, local->shards().count, int64_t(c.activation), int64_t(c.norm),
+                   int64_t(c.norm_type), eps_bits, int64_t(c.bias), int64_t(local->weight_dtype())},
+                  "the layer (d_model, d_ff, shards, activation, norm, norm type, eps, bias, dtype)");
   return ParallelFeedForward(Local{}, comm, std::move(*local));
 }
 
@@ -41,17 +45,34 @@ ParallelFeedForward::ParallelFeedForward(const Comm& comm, const Layer& whole)
 
 void ParallelFeedForward::forward(const float* x, float* y, const Shape& shape, const RunOptions& opts,
                                   ParallelTiming* timing) const {
-  const int64_t n = valid_tokens(shape), d = local_.config().d_model;
-  std::vector<float> sum(size_t(n * d));
-  const double t0 = omp_get_wtime();
-  local_.forward_partial(x, shape, sum.data(), opts);
-  const double t1 = omp_get_wtime();
-  comm_->sum_tree(sum.data(), n, d, timing ? &timing->comm : nullptr);
+  // Each step that can fail on one rank alone (bad input, memory) is agreed
+  // before the next collective, so no rank waits in the sum for a failed one.
+  auto agreed = [&](auto&& step) {
+    std::string error;
+    try {
+      step();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    comm_->agree(error);
+  };
+  const int64_t d = local_.config().d_model;
+  int64_t n = 0;
+  std::vector<float> sum;
+  double t0 = 0, t1 = 0;
+  agreed([&] {
+    n = valid_tokens(shape);
+    sum.resize(size_t(n * d));
+    t0 = omp_get_wtime();
+    local_.forward_partial(x, shape, sum.data(), opts);
+    t1 = omp_get_wtime();
+  });
+  agreed([&] { comm_->sum_tree(sum.data(), n, d, timing ? &timing->comm : nullptr); });
   const double t2 = omp_get_wtime();
   // The tail on every rank, on all rows: measured faster here than each rank
   // taking its slice of the rows and gathering the outputs (2026-11-23,
   // bench/results/2026-11-23-tensor-parallel.md).
-  local_.forward_tail(x, shape, sum.data(), y, opts);
+  agreed([&] { local_.forward_tail(x, shape, sum.data(), y, opts); });
   if (timing) timing->compute_s += (t1 - t0) + (omp_get_wtime() - t2);
 }
 

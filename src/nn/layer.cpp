@@ -257,7 +257,7 @@ void Layer::prepare() {
     const int64_t d = cfg_.d_model, F = cfg_.d_ff;
     std::vector<float> w1 = w_.w1, wg = w_.wg;
     if (!fp32_inputs_.empty())
-      nn::split_fp32_inputs(*fresh, fp32_inputs_, w1, wg.empty() ? nullptr : &wg, d, F, "int8");
+      nn::split_fp32_inputs(*fresh, fp32_inputs_, w1, wg.empty() ? nullptr : &wg, d, F, "fp32 input channels");
     fresh->w1 = nn::quantize_matrix(w1, F, d, dtype_, names_.w1);
     if (!wg.empty()) fresh->wg = nn::quantize_matrix(wg, F, d, dtype_, names_.wg);
     // W2: a scale per output channel and hidden chunk (the activation's)
@@ -301,13 +301,22 @@ std::pair<int64_t, int64_t> DffShards::units(int64_t d_ff, int64_t count, int64_
   return {at(a), at(b)};
 }
 
+void DffShards::validate(const std::string& what) const {
+  if (count < 1 || count > 64 || (count & (count - 1)) != 0)
+    throw Error(what + "count must be a power of two from 1 to 64, got " + std::to_string(count));
+  if (first < 0 || first >= last || last > count)
+    throw Error(what + "expected 0 <= first < last <= count = " + std::to_string(count) + ", got [" +
+                std::to_string(first) + ", " + std::to_string(last) + ")");
+  const int64_t size = last - first;
+  if ((size & (size - 1)) != 0 || first % size != 0)
+    throw Error(what + "[" + std::to_string(first) + ", " + std::to_string(last) + ") is not an aligned block of the " +
+                std::to_string(count) + " shards (a power-of-two size that divides its first shard), so its sum "
+                "is no subtree of theirs");
+}
+
 void Layer::set_shards(const DffShards& s) {
   const std::string what = "shards: ";
-  if (s.count < 1 || (s.count & (s.count - 1)) != 0)
-    throw Error(what + "count must be a power of two, got " + std::to_string(s.count));
-  if (s.first < 0 || s.first >= s.last || s.last > s.count)
-    throw Error(what + "expected 0 <= first < last <= count = " + std::to_string(s.count) + ", got [" +
-                std::to_string(s.first) + ", " + std::to_string(s.last) + ")");
+  s.validate(what);
   const int64_t F = s.d_ff > 0 ? s.d_ff : cfg_.d_ff;
   const auto [begin, end] = DffShards::units(F, s.count, s.first, s.last);
   if (end - begin != cfg_.d_ff)
@@ -322,9 +331,7 @@ Layer Layer::shard(int64_t first, int64_t last) const {
   if (!shards_.whole()) throw Error("shard: this layer already holds only some shards");
   DffShards s = shards_;
   s.first = first, s.last = last, s.d_ff = cfg_.d_ff;
-  if (first < 0 || first >= last || last > s.count)
-    throw Error("shard: expected 0 <= first < last <= " + std::to_string(s.count) + ", got [" + std::to_string(first) +
-                ", " + std::to_string(last) + ")");
+  s.validate("shard: ");
   const auto [b, e] = DffShards::units(cfg_.d_ff, s.count, first, last);
   if (b == e)
     throw Error("shard: shards " + std::to_string(first) + ".." + std::to_string(last - 1) + " of d_ff = " +
@@ -341,9 +348,13 @@ Layer Layer::shard(int64_t first, int64_t last) const {
   for (int64_t o = 0; o < d; ++o)
     std::copy(w_.w2.begin() + o * F + b, w_.w2.begin() + o * F + e, w.w2.begin() + o * n);
   w.b2 = w_.b2, w.norm_weight = w_.norm_weight, w.norm_bias = w_.norm_bias;
-  Layer l(c, std::move(w));
+  // bf16 / fp16 values convert back to the same bits; int8 is sliced as
+  // stored (its scales need not be max|w|/127 of these values: a file's).
+  Layer l = dtype_ == WeightDtype::int8
+                ? Layer(c, std::move(w), dtype_,
+                        nn::slice_hidden(*static_cast<const nn::QuantizedWeights*>(quant_.get()), d, F, b, e))
+                : Layer(c, std::move(w), dtype_);
   l.names_ = names_;
-  if (dtype_ != WeightDtype::fp32) l = l.converted(dtype_, Int8Options{fp32_inputs_});
   l.set_shards(s);
   return l;
 }

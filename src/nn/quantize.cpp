@@ -112,6 +112,38 @@ void split_fp32_inputs(QuantizedWeights& q, std::vector<int64_t> channels, std::
   if (wg) take(*wg, q.wg_fp32);
 }
 
+std::shared_ptr<QuantizedWeights> slice_hidden(const QuantizedWeights& q, int64_t d_model, int64_t d_ff, int64_t b,
+                                               int64_t e) {
+  const int64_t n = e - b, d = d_model;
+  auto out = std::make_shared<QuantizedWeights>();
+  out->dtype = q.dtype;
+  auto rows = [&](const QMatrix& m) {  // [d_ff, d] with one scale per row
+    QMatrix r;
+    if (m.empty()) return r;
+    r.rows = n, r.cols = d, r.group = m.group;
+    r.q.assign(m.q.begin() + b * d, m.q.begin() + e * d);
+    r.scale.assign(m.scale.begin() + b, m.scale.begin() + e);
+    return r;
+  };
+  out->w1 = rows(q.w1);
+  out->wg = rows(q.wg);
+  QMatrix& w2 = out->w2;  // [d, d_ff], scales [groups, d]
+  w2.rows = d, w2.cols = n, w2.group = kQuantChunk;
+  w2.q.resize(size_t(d * n));
+  for (int64_t o = 0; o < d; ++o)
+    std::copy(q.w2.q.begin() + o * d_ff + b, q.w2.q.begin() + o * d_ff + e, w2.q.begin() + o * n);
+  for (int64_t g = b / kQuantChunk; g < (e + kQuantChunk - 1) / kQuantChunk; ++g)
+    w2.scale.insert(w2.scale.end(), q.w2.scale.begin() + g * d, q.w2.scale.begin() + (g + 1) * d);
+  out->fp32_inputs = q.fp32_inputs;
+  auto columns = [&](const std::vector<float>& t, std::vector<float>& dst) {  // [k, d_ff] → [k, n]
+    for (size_t s = 0; s < q.fp32_inputs.size(); ++s)
+      dst.insert(dst.end(), t.begin() + int64_t(s) * d_ff + b, t.begin() + int64_t(s) * d_ff + e);
+  };
+  columns(q.w1_fp32, out->w1_fp32);
+  if (!q.wg_fp32.empty()) columns(q.wg_fp32, out->wg_fp32);
+  return out;
+}
+
 void merge_fp32_inputs(const QuantizedWeights& q, std::vector<float>& w1, std::vector<float>* wg, int64_t d_model,
                        int64_t d_ff) {
   auto put = [&](std::vector<float>& w, const std::vector<float>& cols) {

@@ -24,8 +24,9 @@
 //             A row holding NaN or ±Inf gets s = NaN (its outputs are NaN).
 //   products  acc = Σ a · q in int32 (exact); z = fma(float(acc), s_a · s_w,
 //             prev) with prev = bias (first product; with fp32 inputs as
-//             above) or the running sum of the earlier chunks (second
-//             product), in chunk order.
+//             above) or the running sum of the shard's earlier chunks
+//             (second product), in chunk order; the shards' sums are then
+//             added over their fixed tree (src/nn/fused_forward.hpp).
 //
 // Why asymmetric 8-bit activations and 16-bit operands: this project's CPUs
 // without VNNI (AVX2) multiply with vpmaddwd on int16, so a = u − zp is
@@ -40,6 +41,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "ffn/ffn.hpp"
@@ -141,6 +143,10 @@ void check_fp32_inputs(const std::vector<int64_t>& channels, int64_t d_model, co
 // zeroes them in w1 / wg, which are then quantized as usual.
 void split_fp32_inputs(QuantizedWeights& q, std::vector<int64_t> channels, std::vector<float>& w1,
                        std::vector<float>* wg, int64_t d_model, int64_t d_ff, const std::string& what);
+// int8: hidden units [b, e) of d_ff (W1, Wg rows; W2 columns, b a multiple
+// of 256 and e of 256 or d_ff; the fp32 channels' columns), values and scales as stored.
+std::shared_ptr<QuantizedWeights> slice_hidden(const QuantizedWeights& q, int64_t d_model, int64_t d_ff, int64_t b,
+                                               int64_t e);
 // Puts the fp32 columns back into dequantized W1 / Wg values.
 void merge_fp32_inputs(const QuantizedWeights& q, std::vector<float>& w1, std::vector<float>* wg, int64_t d_model,
                        int64_t d_ff);

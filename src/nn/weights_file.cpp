@@ -108,9 +108,7 @@ ShardRead read_shards(const io::SafetensorsReader& r, const Config& cfg, DffShar
   if (stored == WeightDtype::int8)
     throw Error(path + ": an int8 file is not read by shards yet; give the fp32 file (and --dtype int8 to quantize "
                 "each shard on load)");
-  if (sh.count < 1 || (sh.count & (sh.count - 1)) != 0 || sh.first < 0 || sh.first >= sh.last || sh.last > sh.count)
-    throw Error(path + ": shards [" + std::to_string(sh.first) + ", " + std::to_string(sh.last) + ") of " +
-                std::to_string(sh.count) + ": expected 0 <= first < last <= count, count a power of two");
+  sh.validate(path + ": shards: ");
   sh.d_ff = cfg.d_ff;
   const auto [b, e] = DffShards::units(cfg.d_ff, sh.count, sh.first, sh.last);
   if (b == e)

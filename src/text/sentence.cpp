@@ -235,6 +235,8 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
   m.encoder.emplace(ec_, std::move(w));
   if (opts.dtype == WeightDtype::fp32) return s;
   std::vector<Int8Options> int8;
+  if (!(opts.outlier_threshold >= 0.0f) || !std::isfinite(opts.outlier_threshold))
+    throw Error("outlier_threshold: expected a finite number >= 0, got " + std::to_string(opts.outlier_threshold));
   if (opts.dtype == WeightDtype::int8 && opts.int8_outliers) {
     // Calibration: each layer's FFN inputs under the float32 model.
     std::vector<std::vector<float>> absmax(static_cast<size_t>(ec_.layers));
