@@ -45,6 +45,83 @@ std::vector<float> sharded(const Layer& l, int64_t P, const std::vector<float>& 
   return y;
 }
 
+// Training through the stages: forward with caches, backward in two stages
+// with dIn summed over the ranks' tree. dx and b2's and the norm's gradients
+// equal the whole layer's bit for bit on every rank; each rank's W1, Wg, b1
+// rows and W2 columns equal the whole layer's gradients there.
+TEST(Shards, BackwardInStagesGivesTheWholeBackwardsBits) {
+  for (Activation act : {Activation::relu, Activation::swiglu})
+    for (NormPlacement norm : {NormPlacement::none, NormPlacement::pre, NormPlacement::post}) {
+      Config cfg;
+      cfg.d_model = 24;
+      cfg.d_ff = 1300;
+      cfg.activation = act;
+      cfg.norm = norm;
+      cfg.dropout_hidden = 0.2f;
+      cfg.dropout_output = 0.1f;
+      const Layer layer(cfg, uint64_t(7));
+      const Shape shape{2, 9, Layout::tokens, {9, 4}};
+      const std::vector<float> x = test::randn(size_t(18 * 24), 1), dy = test::randn(x.size(), 2);
+      RunOptions o;
+      o.training = true;
+      o.seed = 5;
+      o.threads = 2;
+      ForwardCache cache;
+      std::vector<float> y(x.size()), dx(x.size());
+      Weights g;
+      layer.forward(x.data(), y.data(), shape, o, &cache);
+      layer.backward(x.data(), dy.data(), shape, cache, dx.data(), g, o);
+      const int64_t n = valid_tokens(shape), d = 24, F = 1300;
+      for (int64_t P : {1, 2, 4}) {
+        std::vector<Layer> ranks;
+        std::vector<ForwardCache> caches(static_cast<size_t>(P));
+        std::vector<std::vector<float>> part(static_cast<size_t>(P), std::vector<float>(size_t(n * d)));
+        auto tree = [&](auto& self, int64_t lo, int64_t hi) -> void {
+          if (hi - lo < 2) return;
+          const int64_t mid = (lo + hi) / 2;
+          self(self, lo, mid);
+          self(self, mid, hi);
+          for (size_t i = 0; i < part[0].size(); ++i) part[size_t(lo)][i] += part[size_t(mid)][i];
+        };
+        for (int64_t r = 0; r < P; ++r) {
+          ranks.push_back(layer.shard(4 * r / P, 4 * (r + 1) / P));
+          ranks.back().forward_partial(x.data(), shape, part[size_t(r)].data(), o, &caches[size_t(r)]);
+        }
+        tree(tree, 0, P);
+        const std::vector<float> sum = part[0];
+        std::vector<Weights> gr(static_cast<size_t>(P));
+        for (int64_t r = 0; r < P; ++r) {
+          std::vector<float> yr(x.size(), -1.0f);
+          ranks[size_t(r)].forward_tail(x.data(), shape, sum.data(), yr.data(), o, &caches[size_t(r)]);
+          ASSERT_EQ(yr, y) << "P=" << P << " r=" << r;
+          ranks[size_t(r)].backward_partial(x.data(), dy.data(), shape, caches[size_t(r)], part[size_t(r)].data(),
+                                            gr[size_t(r)], o);
+        }
+        tree(tree, 0, P);
+        for (int64_t r = 0; r < P; ++r) {
+          std::vector<float> dxr(x.size(), -1.0f);
+          ranks[size_t(r)].backward_finish(x.data(), dy.data(), shape, caches[size_t(r)], part[0].data(), dxr.data(),
+                                           gr[size_t(r)], o);
+          const std::string at = std::string(to_string(act)) + " " + std::string(to_string(norm)) +
+                                 " P=" + std::to_string(P) + " r=" + std::to_string(r);
+          EXPECT_EQ(dxr, dx) << at;
+          EXPECT_EQ(gr[size_t(r)].b2, g.b2) << at;
+          EXPECT_EQ(gr[size_t(r)].norm_weight, g.norm_weight) << at;
+          EXPECT_EQ(gr[size_t(r)].norm_bias, g.norm_bias) << at;
+          const auto [b, e] = DffShards::units(F, 4, 4 * r / P, 4 * (r + 1) / P);
+          EXPECT_TRUE(std::equal(gr[size_t(r)].w1.begin(), gr[size_t(r)].w1.end(), g.w1.begin() + b * d)) << at;
+          EXPECT_TRUE(std::equal(gr[size_t(r)].b1.begin(), gr[size_t(r)].b1.end(), g.b1.begin() + b)) << at;
+          if (!g.wg.empty()) {
+            EXPECT_TRUE(std::equal(gr[size_t(r)].wg.begin(), gr[size_t(r)].wg.end(), g.wg.begin() + b * d)) << at;
+          }
+          for (int64_t row = 0; row < d; ++row)
+            ASSERT_TRUE(std::equal(gr[size_t(r)].w2.begin() + row * (e - b), gr[size_t(r)].w2.begin() + (row + 1) * (e - b),
+                                   g.w2.begin() + row * F + b)) << at << " W2 row " << row;
+        }
+      }
+    }
+}
+
 TEST(Shards, PaddedAndChannelsFirstInputs) {
   Config cfg;
   cfg.d_model = 6;

@@ -365,8 +365,20 @@ class Layer {
   // position order. Stage 2: y (x's shape and layout, padding zero) from
   // the sum over every shard: b2, output dropout, residual and norm. Fast
   // path; inference, or training without a cache.
-  void forward_partial(const float* x, const Shape& shape, float* partial, const RunOptions& opts = {}) const;
-  void forward_tail(const float* x, const Shape& shape, const float* sum, float* y, const RunOptions& opts = {}) const;
+  // With a cache (training): the partial stage fills it, the tail adds the
+  // post norm's statistics; then backward in two stages: backward_partial
+  // writes every gradient of the layer's shards (and b2's, the post norm's
+  // γ, β) and din_partial[valid_tokens(shape), d_model], the sum over its
+  // shards of the gradient reaching the FFN input; backward_finish writes dx
+  // (x's layout) and the pre norm's γ, β from that summed over every shard.
+  void forward_partial(const float* x, const Shape& shape, float* partial, const RunOptions& opts = {},
+                       ForwardCache* cache = nullptr) const;
+  void forward_tail(const float* x, const Shape& shape, const float* sum, float* y, const RunOptions& opts = {},
+                    ForwardCache* cache = nullptr) const;
+  void backward_partial(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
+                        float* din_partial, Weights& grads, const RunOptions& opts = {}) const;
+  void backward_finish(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
+                       const float* din_sum, float* dx, Weights& grads, const RunOptions& opts = {}) const;
 
 
  private:
@@ -380,6 +392,8 @@ class Layer {
   std::shared_ptr<const void> packed_;  // fast-path weight layout, built once
   // A low-precision layer from its stored matrices (a quantized file).
   Layer(const Config& cfg, Weights weights, WeightDtype dtype, std::shared_ptr<const void> quant);
+  void backward_impl(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
+                     Weights& grads, const RunOptions& opts, float* din_partial, const float* din_sum) const;
   void prepare();
 };
 

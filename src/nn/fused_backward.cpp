@@ -128,9 +128,8 @@ size_t backward_scratch_bytes() { return pool_bytes(); }
 
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
-                    float* dx, const FusedGrads& g, int threads, Isa isa) {
+                    float* dx, const FusedGrads& g, int threads, Isa isa, const FusedSplit& split) {
   const F32Gemm& kernel = kernel_config(resolve_isa(isa)).f32;
-  const PackedWeights::Backward& bw = pw.backward(cfg, w);
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   const bool gated = is_gated(cfg.activation);
   const Unit unit = unit_of(cfg.activation);
@@ -138,22 +137,77 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   const DropoutRule out_rule = DropoutRule::make(training ? cfg.dropout_output : 0.0f);
   const float* gamma = w.norm_weight.empty() ? nullptr : w.norm_weight.data();
   const float* beta = w.norm_bias.empty() ? nullptr : w.norm_bias.data();
+  // This layer's shards of d_ff: hidden dropout keys from the global index;
+  // dIn summed per shard over the shards' tree (as the forward's W2 products).
+  const DffShards& sh = split.shards;
+  const int64_t F_global = sh.d_ff > 0 ? sh.d_ff : F;
+  const int64_t offset = DffShards::units(F_global, sh.count, sh.first, sh.last).first;
+  auto hidden_key = [&](int64_t t) { return uint64_t(pos[t] * F_global + offset); };
+  Scratch scratch;
+
+  // dv = dL/d(x + o) through the post norm; In = Norm(x) again for pre-LN (xhat kept).
+  auto post_dv = [&](float* dv) {
+    parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        norm_backward_row(cfg.norm_type, dy + t * d, saved.xhat + t * d, saved.rstd[t], d, gamma, dv + t * d);
+    });
+  };
+  auto pre_input = [&](float* in_buf, float* xhat) {
+    parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t j = 0; j < d; ++j) {
+          const float xh = (x[t * d + j] - saved.mean[t]) * saved.rstd[t];
+          xhat[t * d + j] = xh;
+          if (in_buf) in_buf[t * d + j] = xh * gamma[j] + (beta ? beta[j] : 0.0f);
+        }
+    });
+  };
+  // 7. dX (and the pre norm's γ, β) from dIn summed over every shard.
+  auto finish = [&](const float* din, const float* dv, const float* xhat) {
+    if (cfg.norm == NormPlacement::pre) {
+      column_sum(din, xhat, n, d, g.gamma, threads);
+      column_sum(din, nullptr, n, d, g.beta, threads);
+    }
+    parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* dxt = dx + t * d;
+        const float* dit = din + t * d;
+        switch (cfg.norm) {
+          case NormPlacement::none:
+            std::copy(dit, dit + d, dxt);
+            break;
+          case NormPlacement::post:
+            for (int64_t j = 0; j < d; ++j) dxt[j] = dv[t * d + j] + dit[j];
+            break;
+          case NormPlacement::pre:
+            norm_backward_row(cfg.norm_type, dit, xhat + t * d, saved.rstd[t], d, gamma, dxt);
+            for (int64_t j = 0; j < d; ++j) dxt[j] += dy[t * d + j];
+            break;
+        }
+      }
+    });
+  };
+  if (split.sum) {  // stage 2 alone: dIn summed over every shard (across ranks) is given
+    float* dv = cfg.norm == NormPlacement::post ? scratch.get(Scratch::kDv, size_t(n * d)) : nullptr;
+    float* xhat = cfg.norm == NormPlacement::pre ? scratch.get(Scratch::kXhat, size_t(n * d)) : nullptr;
+    if (dv) post_dv(dv);
+    if (xhat) pre_input(nullptr, xhat);
+    finish(split.sum, dv, xhat);
+    return;
+  }
+  const PackedWeights::Backward& bw = pw.backward(cfg, w);
 
   // 1. Through the norm (post) and the output dropout: dv = dL/d(x + o), dO.
-  Scratch scratch;
   float* dv = scratch.get(Scratch::kDv, cfg.norm == NormPlacement::post ? size_t(n * d) : 0);
   float* dout = scratch.get(Scratch::kDout, size_t(n * d));
   if (cfg.norm == NormPlacement::post) {
     column_sum(dy, saved.xhat, n, d, g.gamma, threads);
     column_sum(dy, nullptr, n, d, g.beta, threads);
+    post_dv(dv);
   }
   parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const float* src = dy + t * d;
-      if (cfg.norm == NormPlacement::post) {
-        norm_backward_row(cfg.norm_type, dy + t * d, saved.xhat + t * d, saved.rstd[t], d, gamma, dv + t * d);
-        src = dv + t * d;
-      }
+      const float* src = cfg.norm == NormPlacement::post ? dv + t * d : dy + t * d;
       float* o = dout + t * d;
       if (out_rule.active()) {
         const uint64_t base = uint64_t(pos[t] * d);
@@ -181,7 +235,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
       else
         for (int64_t j = 0; j < F; ++j) ht[j] = act(unit, z1[j]);
       if (hid_rule.active()) {
-        const uint64_t base = uint64_t(pos[t] * F);
+        const uint64_t base = hidden_key(t);
         for (int64_t j = 0; j < F; ++j) ht[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
       }
     }
@@ -197,7 +251,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
       const float* zg = gated ? saved.zg + t * F : nullptr;
       float* a = dz1 + t * F;
       if (hid_rule.active()) {
-        const uint64_t base = uint64_t(pos[t] * F);
+        const uint64_t base = hidden_key(t);
         for (int64_t j = 0; j < F; ++j) a[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
       }
       if (gated) {
@@ -223,45 +277,52 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   if (cfg.norm == NormPlacement::pre) {
     in_buf = scratch.get(Scratch::kIn, size_t(n * d));
     xhat = scratch.get(Scratch::kXhat, size_t(n * d));
-    parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t)
-        for (int64_t j = 0; j < d; ++j) {
-          const float xh = (x[t * d + j] - saved.mean[t]) * saved.rstd[t];
-          xhat[t * d + j] = xh;
-          in_buf[t * d + j] = xh * gamma[j] + (beta ? beta[j] : 0.0f);
-        }
-    });
+    pre_input(in_buf, xhat);
     in = in_buf;
   }
   gemm(kernel, at_b(F, d, n, dz1, in, g.w1), threads);
   if (gated) gemm(kernel, at_b(F, d, n, dzg, in, g.wg), threads);
 
-  // 6. dIn = dZ1 · W1 (+ dZg · Wg), then dX.
-  float* din = scratch.get(Scratch::kDin, size_t(n * d));
-  gemm(kernel, a_bpacked(n, d, F, dz1, bw.w1.data(), din, false), threads);
-  if (gated) gemm(kernel, a_bpacked(n, d, F, dzg, bw.wg.data(), din, true), threads);
-  if (cfg.norm == NormPlacement::pre) {
-    column_sum(din, xhat, n, d, g.gamma, threads);
-    column_sum(din, nullptr, n, d, g.beta, threads);
-  }
-  parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* dxt = dx + t * d;
-      const float* dit = din + t * d;
-      switch (cfg.norm) {
-        case NormPlacement::none:
-          std::copy(dit, dit + d, dxt);
-          break;
-        case NormPlacement::post:
-          for (int64_t j = 0; j < d; ++j) dxt[j] = dv[t * d + j] + dit[j];
-          break;
-        case NormPlacement::pre:
-          norm_backward_row(cfg.norm_type, dit, xhat + t * d, saved.rstd[t], d, gamma, dxt);
-          for (int64_t j = 0; j < d; ++j) dxt[j] += dy[t * d + j];
-          break;
-      }
+  // 6. dIn = Σ over the layer's shards of dZ1[:, s] · W1[s, :] (+ dZg · Wg),
+  // added over the shards' tree, as the forward adds their W2 products.
+  const int64_t groups = sh.last - sh.first, gchunks = (F_global + kDffShardChunk - 1) / kDffShardChunk;
+  const int64_t c0 = gchunks * sh.first / sh.count;
+  auto unit_begin = [&](int64_t grp) {
+    return std::min(F, (gchunks * (sh.first + grp) / sh.count - c0) * kDffShardChunk);
+  };
+  float* parts = scratch.get(Scratch::kDin, size_t(groups * n * d));
+  auto part = [&](int64_t grp) { return parts + grp * n * d; };
+  for (int64_t grp = 0; grp < groups; ++grp) {
+    const int64_t u0 = unit_begin(grp), u1 = unit_begin(grp + 1);
+    if (u0 == u1) {
+      std::fill(part(grp), part(grp) + n * d, 0.0f);
+      continue;
     }
-  });
+    GemmArgs p = a_bpacked(n, d, u1 - u0, dz1 + u0, bw.w1.data() + u0 * kPanel, part(grp), false);
+    p.rsa = F, p.psb = F * kPanel;
+    gemm(kernel, p, threads);
+    if (gated) {
+      p.a = dzg + u0, p.b = bw.wg.data() + u0 * kPanel, p.accumulate = true;
+      gemm(kernel, p, threads);
+    }
+  }
+  auto tree = [&](auto& self, int64_t lo, int64_t hi) -> void {  // global shard indices
+    if (hi - lo < 2) return;
+    const int64_t mid = (lo + hi) / 2;
+    self(self, lo, mid);
+    self(self, mid, hi);
+    float* a = part(lo - sh.first);
+    const float* b = part(mid - sh.first);
+    parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
+      for (int64_t i = t0 * d; i < t1 * d; ++i) a[i] += b[i];
+    });
+  };
+  tree(tree, sh.first, sh.last);
+  if (split.partial) {  // stage 1: this layer's shards' dIn, for the sum across ranks
+    std::copy(part(0), part(0) + n * d, split.partial);
+    return;
+  }
+  finish(part(0), dv, xhat);
 }
 
 }  // namespace ffn::nn

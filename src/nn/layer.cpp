@@ -332,7 +332,8 @@ Layer Layer::shard(int64_t first, int64_t last) const {
   DffShards s = shards_;
   s.first = first, s.last = last, s.d_ff = cfg_.d_ff;
   s.validate("shard: ");
-  const auto [b, e] = DffShards::units(cfg_.d_ff, s.count, first, last);
+  const std::pair<int64_t, int64_t> units = DffShards::units(cfg_.d_ff, s.count, first, last);
+  const int64_t b = units.first, e = units.second;  // (lambdas below capture them: no structured binding)
   if (b == e)
     throw Error("shard: shards " + std::to_string(first) + ".." + std::to_string(last - 1) + " of d_ff = " +
                 std::to_string(cfg_.d_ff) + " hold no hidden units (fewer 256-unit chunks than shards)");
@@ -488,6 +489,31 @@ struct ValidRows {
   }
 };
 
+// Saved tensors live in the cache (see ForwardCache in ffn.hpp): sized for
+// this call, the call's settings recorded; null without a cache.
+ForwardCache::Data* begin_cache(ForwardCache* cache, const Config& cfg, const Shape& shape,
+                                const std::vector<int64_t>& pos, const RunOptions& opts) {
+  if (!cache) return nullptr;
+  ForwardCache::Data* c = &cache->data();
+  const int64_t n = int64_t(pos.size()), d = cfg.d_model, F = cfg.d_ff;
+  c->filled = true;
+  c->training = opts.training;
+  c->seed = opts.seed;
+  c->pos = pos;
+  // resize, not assign: both paths write every saved element, and a cache
+  // reused across steps then costs no [T, d_ff] zero-fill.
+  c->z1.resize(size_t(n * F));
+  c->zg.resize(is_gated(cfg.activation) ? size_t(n * F) : 0);
+  c->mean.resize(cfg.norm == NormPlacement::pre ? size_t(n) : 0);
+  c->rstd.resize(cfg.norm != NormPlacement::none ? size_t(n) : 0);
+  c->cfg = cfg;
+  c->layout = shape.layout;
+  c->batch = shape.batch;
+  c->seq = shape.seq;
+  c->xhat.resize(cfg.norm == NormPlacement::post ? size_t(n * d) : 0);
+  return c;
+}
+
 reference::Params<float> params_of(const Weights& w) {
   auto p = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   return {p(w.w1), p(w.b1), p(w.wg), p(w.bg), p(w.w2), p(w.b2), p(w.norm_weight), p(w.norm_bias)};
@@ -500,8 +526,7 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int threads = nn::thread_count(opts);
   const int64_t n = int64_t(pos.size());
-  const int64_t d = cfg_.d_model, F = cfg_.d_ff;
-  const bool gated = is_gated(cfg_.activation);
+  const int64_t d = cfg_.d_model;
   if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
   if (!shards_.whole())
     throw Error("forward: this layer holds shards " + std::to_string(shards_.first) + ".." +
@@ -515,26 +540,7 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
   if (opts.compute == Compute::bf16 && dtype_ == WeightDtype::int8)
     throw Error("forward: compute bf16 needs fp32, bf16 or fp16 weights (this layer's are int8)");
 
-  // Saved tensors live in the cache; see ForwardCache in ffn.hpp.
-  ForwardCache::Data* c = cache ? &cache->data() : nullptr;
-  if (c) {
-    c->filled = true;
-    c->training = opts.training;
-    c->seed = opts.seed;
-    c->pos = pos;
-    // resize, not assign: both paths write every saved element, and a cache
-    // reused across steps then costs no [T, d_ff] zero-fill.
-    c->z1.resize(size_t(n * F));
-    c->zg.resize(gated ? size_t(n * F) : 0);
-    const bool norm = cfg_.norm != NormPlacement::none;
-    c->mean.resize(cfg_.norm == NormPlacement::pre ? size_t(n) : 0);
-    c->rstd.resize(norm ? size_t(n) : 0);
-    c->cfg = cfg_;
-    c->layout = shape.layout;
-    c->batch = shape.batch;
-    c->seq = shape.seq;
-    c->xhat.resize(cfg_.norm == NormPlacement::post ? size_t(n * d) : 0);
-  }
+  ForwardCache::Data* c = begin_cache(cache, cfg_, shape, pos, opts);
   auto ptr = [](auto& v) { return v.empty() ? nullptr : v.data(); };
 
   const ValidRows rows(x, y, shape, pos, d);
@@ -563,21 +569,30 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
 
 int64_t valid_tokens(const Shape& shape) { return int64_t(nn::valid_positions(shape).size()); }
 
-void Layer::forward_partial(const float* x, const Shape& shape, float* partial, const RunOptions& opts) const {
+void Layer::forward_partial(const float* x, const Shape& shape, float* partial, const RunOptions& opts,
+                            ForwardCache* cache) const {
   check_stage("forward_partial", dtype_, shape, x, partial, opts);
+  if (cache && (dtype_ != WeightDtype::fp32 || opts.compute != Compute::fp32))
+    throw Error("forward_partial: a cache (for backward) needs fp32 weights and compute fp32");
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
+  ForwardCache::Data* c = begin_cache(cache, cfg_, shape, pos, opts);
   if (n == 0) return;
+  auto ptr = [](auto& v) { return v.empty() ? nullptr : v.data(); };
+  nn::FusedSaved s;
+  if (c) s = {ptr(c->z1), ptr(c->zg), ptr(c->mean), cfg_.norm == NormPlacement::pre ? ptr(c->rstd) : nullptr, nullptr};
   const ValidRows rows(x, nullptr, shape, pos, d);
   const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
   nn::FusedSplit split{shards_};
   split.partial = partial;
   nn::fused_forward(cfg_, w_, packed, rows.x, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts), opts.isa,
-                    nullptr, nullptr, opts.compute, split);
+                    nullptr, c ? &s : nullptr, opts.compute, split);
 }
 
-void Layer::forward_tail(const float* x, const Shape& shape, const float* sum, float* y, const RunOptions& opts) const {
+void Layer::forward_tail(const float* x, const Shape& shape, const float* sum, float* y, const RunOptions& opts,
+                         ForwardCache* cache) const {
   check_stage("forward_tail", dtype_, shape, x, y, opts);
+  if (cache && !cache->data().filled) throw Error("forward_tail: the cache was not filled by forward_partial");
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
   if (n > 0 && !sum) throw Error("forward_tail: buffers must not be null");
@@ -588,14 +603,40 @@ void Layer::forward_tail(const float* x, const Shape& shape, const float* sum, f
     const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
     nn::FusedSplit split{shards_};
     split.sum = sum;
+    ForwardCache::Data* c = cache ? &cache->data() : nullptr;  // the post norm's statistics
+    nn::FusedSaved s;
+    if (c && cfg_.norm == NormPlacement::post) s = {nullptr, nullptr, nullptr, c->rstd.data(), c->xhat.data()};
     nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts),
-                      opts.isa, yr, nullptr, opts.compute, split);
+                      opts.isa, yr, c ? &s : nullptr, opts.compute, split);
   }
   rows.finish(pos, shape, y);
 }
 
 void Layer::backward(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
                      Weights& grads, const RunOptions& opts) const {
+  if (!shards_.whole())
+    throw Error("backward: this layer holds shards " + std::to_string(shards_.first) + ".." +
+                std::to_string(shards_.last - 1) + " of " + std::to_string(shards_.count) +
+                " of d_ff; run it with backward_partial and backward_finish");
+  backward_impl(x, dy, shape, cache, dx, grads, opts, nullptr, nullptr);
+}
+
+void Layer::backward_partial(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
+                             float* din_partial, Weights& grads, const RunOptions& opts) const {
+  if (opts.path == Path::reference) throw Error("backward_partial: the fast path only (path reference)");
+  if (shape.positions() > 0 && !din_partial) throw Error("backward_partial: buffers must not be null");
+  backward_impl(x, dy, shape, cache, nullptr, grads, opts, din_partial, nullptr);
+}
+
+void Layer::backward_finish(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
+                            const float* din_sum, float* dx, Weights& grads, const RunOptions& opts) const {
+  if (opts.path == Path::reference) throw Error("backward_finish: the fast path only (path reference)");
+  if (shape.positions() > 0 && !din_sum) throw Error("backward_finish: buffers must not be null");
+  backward_impl(x, dy, shape, cache, dx, grads, opts, nullptr, din_sum);
+}
+
+void Layer::backward_impl(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
+                          Weights& grads, const RunOptions& opts, float* din_partial, const float* din_sum) const {
   if (dtype_ != WeightDtype::fp32)
     throw Error("backward: a layer with " + std::string(to_string(dtype_)) +
                 " weights is for inference only (training needs fp32 weights)");
@@ -663,9 +704,13 @@ void Layer::backward(const float* x, const float* dy, const Shape& shape, const 
     const nn::FusedGrads g{gptr(grads.w1), gptr(grads.b1), gptr(grads.wg), gptr(grads.bg),
                            gptr(grads.w2), gptr(grads.b2), gptr(grads.norm_weight), gptr(grads.norm_bias)};
     const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
-    nn::fused_backward(cfg_, w_, packed, xr, n, pos.data(), c.training, c.seed, s, dyr, dxr, g, threads, opts.isa);
+    nn::FusedSplit split{shards_};
+    split.partial = din_partial;
+    split.sum = din_sum;
+    nn::fused_backward(cfg_, w_, packed, xr, n, pos.data(), c.training, c.seed, s, dyr, dxr, g, threads, opts.isa,
+                       split);
   }
-  if (!direct) scatter(dxout.data(), addr, pos, shape.positions(), dx);
+  if (!direct && dx) scatter(dxout.data(), addr, pos, shape.positions(), dx);
 }
 
 }  // namespace ffn
