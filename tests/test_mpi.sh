@@ -7,6 +7,8 @@
 #     an input shape that differs across ranks: every rank exits 2 with one
 #     line naming its rank and the cause, none hangs, nothing is written;
 #     a rank killed mid-run ends the job (no hang) and leaves no output;
+#   - mpirun -np P ffn grad --tensor-parallel: grad_input.npy and
+#     grads.safetensors (each rank writes its parts) byte-identical to ffn grad;
 #   - ffn bench --tensor-parallel reports every rank's times and bytes.
 # Usage: test_mpi.sh FFN_BINARY
 set -u
@@ -57,6 +59,27 @@ check_same "bf16 file" --weights wb.safetensors --input x.npy
 check_same "int8 quantized per shard" --weights w.safetensors --input x.npy --dtype int8
 check_same "gelu, 6 hidden chunks" --weights w6.safetensors --input x40.npy
 
+# The backward: grad_input.npy and grads.safetensors (each rank writing its
+# own parts of the one file) byte-identical to plain ffn grad, with dropout.
+python_npy dy.npy 3 7 48
+python_npy dy40.npy 33 40
+check_grad() {  # label, args...
+  local label=$1; shift
+  rm -rf gplain
+  "$ffn" grad "$@" --output-dir gplain || { bad "$label: plain grad"; return; }
+  for P in 1 2 4; do
+    rm -rf gtp
+    if ! "${mpirun[@]}" -np $P "$ffn" grad --tensor-parallel --threads 1 "$@" --output-dir gtp > log.txt 2>&1; then
+      bad "$label P=$P: exit $?"; cat log.txt; continue
+    fi
+    cmp -s gplain/grads.safetensors gtp/grads.safetensors && cmp -s gplain/grad_input.npy gtp/grad_input.npy \
+      && [ "$(ls -A gtp | wc -l)" = 2 ] && echo "ok: grad $label P=$P byte-identical" || bad "grad $label P=$P: files differ"
+  done
+}
+check_grad "swiglu pre-norm, padded, dropout" --weights w.safetensors --input x.npy --lengths len.npy \
+  --grad-output dy.npy --dropout 0.1 --seed 4
+check_grad "gelu post-norm, 6 hidden chunks" --weights w6.safetensors --input x40.npy --grad-output dy40.npy
+
 fault() {  # label, expected text, command...
   local label=$1 want=$2; shift 2
   rm -f e.npy
@@ -89,6 +112,11 @@ python_npy x16.npy 4 16
 fault "d_ff of 2 chunks on 4 ranks" "too few for shards" \
   "${mpirun[@]}" -np 4 "$ffn" run --tensor-parallel --threads 1 --weights small.safetensors --input x16.npy --output e.npy
 [ "$LAST_LINES" = 4 ] || bad "small d_ff: $LAST_LINES error lines, expected 4"
+
+fault "grad: rank 1 cannot read dL/dy" "rank 0: stopped, rank 1 failed: missing.npy" \
+  "${mpirun[@]}" -np 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then g=missing.npy; else g=dy.npy; fi;
+    exec "$0" grad --tensor-parallel --threads 1 --weights w.safetensors --input x.npy --grad-output $g --output-dir e.npy' "$ffn"
+[ "$LAST_LINES" = 2 ] || bad "grad fault: $LAST_LINES error lines, expected 2"
 
 # A rank killed mid-run: a job of several seconds, rank 1 killed after one.
 "$ffn" init --d-model 128 --d-ff 4096 --output big.safetensors || bad init-big

@@ -202,6 +202,16 @@ struct ParallelRunArgs {
   Compute compute = Compute::fp32;
 };
 int run_tensor_parallel(const ParallelRunArgs& a);
+struct ParallelGradArgs {
+  std::string weights, input, lengths, grad_output;
+  Layout layout = Layout::tokens;
+  LoadOptions load;
+  int threads = 0;
+  bool training = false;
+  uint64_t seed = 0;
+  GradTargets targets;
+};
+int grad_tensor_parallel(const ParallelGradArgs& a);
 // ro.threads 0: the cores shared among the ranks.
 int bench_tensor_parallel(const Layer& whole, int64_t tokens, RunOptions ro, int repeats, int warmup, bool json,
                           uint64_t seed);

@@ -281,11 +281,12 @@ int cmd_run(const RunArgs& a) {
 
 struct GradArgs : LayerArgs {
   std::string grad_output, output_dir;
+  bool tensor_parallel = false;
   std::optional<float> dropout, dropout_hidden, dropout_output;
   uint64_t seed = 0;
 };
 
-void cmd_grad(const GradArgs& a) {
+int cmd_grad(const GradArgs& a) {
   auto check_p = [](const std::optional<float>& p, const char* flag) {
     if (p && !(*p >= 0.0f && *p <= 1.0f)) throw Error(std::string(flag) + ": expected a probability in [0, 1], got " + num(*p));
   };
@@ -300,6 +301,24 @@ void cmd_grad(const GradArgs& a) {
   cli::Assumed assumed;
   LoadOptions lo = a.load_options(p_hidden, p_output, &assumed);
   lo.weight_dtype = WeightDtype::fp32;  // a quantized file: gradients at the values it stores
+  if (a.tensor_parallel) {
+    if (a.check_finite) throw Error("--check-finite: not with --tensor-parallel");
+#ifdef FFN_HAVE_MPI
+    cli::ParallelGradArgs p;
+    p.weights = a.weights, p.input = a.input, p.lengths = a.lengths, p.grad_output = a.grad_output;
+    p.layout = parse_layout(a.layout, "--layout");
+    lo.assumed = nullptr;
+    p.load = lo;
+    p.threads = threads;
+    p.training = training;
+    p.seed = a.seed;
+    p.targets = cli::grad_targets(a.output_dir, {{"--input", a.input}, {"--weights", a.weights},
+                                                 {"--grad-output", a.grad_output}, {"--lengths", a.lengths}});
+    return cli::grad_tensor_parallel(p);
+#else
+    no_mpi("--tensor-parallel");
+#endif
+  }
   const Layer layer = Layer::load(a.weights, lo);
   cli::note_assumed(a.weights, assumed);
   const Input in = read_input(a, layer.config());
@@ -335,6 +354,7 @@ void cmd_grad(const GradArgs& a) {
   }
 
   cli::write_gradient_pair(targets, dx, [&](const std::string& path) { layer.save_gradients(path, grads); });
+  return 0;
 }
 
 // ---- init ---------------------------------------------------------------------
@@ -742,6 +762,9 @@ int ffn_main(int argc, char** argv) {
   grad.add(grad_cmd);
   grad_cmd->add_option("--grad-output", grad.grad_output, "dL/dy (.npy), the input's shape")->required();
   grad_cmd->add_option("--output-dir", grad.output_dir, "writes grad_input.npy and grads.safetensors here")->required();
+  grad_cmd->add_flag("--tensor-parallel", grad.tensor_parallel,
+                     "under mpirun -np P: each rank computes its shards' gradients and writes them into the one "
+                     "grads.safetensors itself; the same bytes as one process");
   grad_cmd->add_option("--dropout", grad.dropout, "dropout p at both sites (hidden and output) unless --dropout-hidden/--dropout-output set that site; enables training mode");
   grad_cmd->add_option("--dropout-hidden", grad.dropout_hidden, "dropout p after the activation (overrides --dropout there)");
   grad_cmd->add_option("--dropout-output", grad.dropout_output, "dropout p after W2 (overrides --dropout there)");
@@ -838,7 +861,7 @@ int ffn_main(int argc, char** argv) {
   }
   try {
     if (*run_cmd) return cmd_run(run);
-    else if (*grad_cmd) cmd_grad(grad);
+    else if (*grad_cmd) return cmd_grad(grad);
     else if (*init_cmd) cmd_init(init);
     else if (*quant_cmd) cmd_quantize(quant);
     else if (*bench_cmd) return cmd_bench(bench);

@@ -97,6 +97,73 @@ int run_tensor_parallel(const ParallelRunArgs& a) { return on_every_rank([&](con
   return 0;
 }); }
 
+int grad_tensor_parallel(const ParallelGradArgs& a) { return on_every_rank([&](const dist::Comm& comm) {
+  std::optional<dist::ParallelFeedForward> tp;
+  Assumed assumed;
+  LoadOptions lo = a.load;
+  lo.assumed = comm.rank() == 0 ? &assumed : nullptr;
+  tp.emplace(dist::ParallelFeedForward::load(comm, a.weights, lo));
+  if (comm.rank() == 0) note_assumed(a.weights, assumed);
+  const int64_t d = tp->local().config().d_model;
+  std::optional<Input> in;
+  Array dy;
+  agreed(comm, [&] {
+    in.emplace(read_input(a.input, a.lengths, a.layout, d, a.weights));
+    dy = read_npy(a.grad_output);
+    if (dy.shape != in->x.shape)
+      throw Error(a.grad_output + ": grad-output has shape " + shape_str(dy.shape) + ", expected the input's shape " +
+                  shape_str(in->x.shape));
+  });
+  std::vector<int64_t> what = in->x.shape;
+  what.insert(what.end(), in->shape.lengths.begin(), in->shape.lengths.end());
+  comm.check_same(what, "the input's shape (and lengths)");
+  RunOptions ro;
+  ro.threads = rank_threads(a.threads, comm);
+  ro.training = a.training;
+  ro.seed = a.seed;
+  Array dx;
+  std::vector<float> y;
+  ForwardCache cache;
+  agreed(comm, [&] {
+    y.resize(in->x.data.size());
+    dx.shape = in->x.shape;
+    dx.data.resize(in->x.data.size());
+  });
+  tp->forward(in->x.data.data(), y.data(), in->shape, ro, nullptr, &cache);  // steps agreed inside
+  Weights grads;
+  tp->backward(in->x.data.data(), dy.data.data(), in->shape, cache, dx.data.data(), grads, ro);
+  // Rank 0 stages both files (write_gradient_pair); inside, every rank writes
+  // its parts of grads.safetensors, whose staging path rank 0 broadcasts
+  // ("P" + path), or the error that stopped it before ("E" + message).
+  if (comm.rank() == 0) {
+    bool shared = false;
+    std::string error;
+    try {
+      write_gradient_pair(a.targets, dx, [&](const std::string& path) {
+        shared = true;
+        comm.broadcast("P" + path);
+        dist::write_sharded_gradients(comm, path, tp->local(), grads);
+      });
+    } catch (const dist::AgreedError&) {
+      throw;  // every rank stopped at the same step
+    } catch (const std::exception& e) {
+      if (!shared) {
+        comm.broadcast("E" + std::string(e.what()));
+        throw dist::AgreedError("rank 0: " + std::string(e.what()));
+      }
+      error = e.what();  // the renames, after every rank's part
+    }
+    comm.agree(error);
+  } else {
+    const std::string got = comm.broadcast("");
+    if (got.empty() || got[0] != 'P')
+      throw dist::AgreedError("rank " + std::to_string(comm.rank()) + ": stopped, rank 0 failed: " + got.substr(1));
+    dist::write_sharded_gradients(comm, got.substr(1), tp->local(), grads);
+    comm.agree("");
+  }
+  return 0;
+}); }
+
 int bench_tensor_parallel(const Layer& whole, int64_t tokens, RunOptions ro, int repeats, int warmup, bool json,
                           uint64_t seed) { return on_every_rank([&](const dist::Comm& comm) {
   ro.threads = rank_threads(ro.threads, comm);

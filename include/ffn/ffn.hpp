@@ -322,6 +322,21 @@ class Layer {
   SafetensorsFile unowned(const std::string& source) const;
   // Writes gradients under the names the weights were loaded from.
   void save_gradients(const std::string& path, const Weights& grads) const;
+  // Tensor parallelism: the whole layer's gradient file (what save_gradients
+  // of the whole layer writes) as each tensor's global shape and this
+  // layer's pieces of it — rows of W1, Wg, b1 and segments of W2's rows for
+  // its shards; b2 and the norm's only when `replicated` (one rank writes them).
+  struct GradientPiece {
+    int64_t offset;      // in elements, within the tensor
+    const float* data;   // into grads
+    int64_t count;
+  };
+  struct ShardedGradient {
+    std::vector<int64_t> shape;
+    std::vector<GradientPiece> pieces;
+  };
+  std::map<std::string, ShardedGradient> gradient_shards(const Weights& grads, bool replicated,
+                                                         std::map<std::string, std::string>& metadata) const;
 
   const Config& config() const { return cfg_; }
   const Weights& weights() const { return w_; }

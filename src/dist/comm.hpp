@@ -61,6 +61,8 @@ class Comm {
   // Collective: every rank's values, on rank 0 (empty elsewhere), rank-major.
   std::vector<double> gather(const std::vector<double>& mine) const;
   void barrier() const;
+  // Collective: root's s on every rank.
+  std::string broadcast(const std::string& s, int root = 0) const;
   // Ends every rank's process with `status` (after a failure not agreed).
   [[noreturn]] void abort(int status) const;
 

@@ -153,6 +153,14 @@ std::vector<double> Comm::gather(const std::vector<double>& mine) const {
 
 void Comm::barrier() const { MPI_Barrier(MPI_COMM_WORLD); }
 
+std::string Comm::broadcast(const std::string& s, int root) const {
+  int64_t len = rank_ == root ? int64_t(s.size()) : 0;
+  MPI_Bcast(&len, 1, MPI_INT64_T, root, MPI_COMM_WORLD);
+  std::string out = rank_ == root ? s : std::string(size_t(len), '\0');
+  MPI_Bcast(out.data(), int(len), MPI_CHAR, root, MPI_COMM_WORLD);
+  return out;
+}
+
 void Comm::abort(int status) const {
   MPI_Abort(MPI_COMM_WORLD, status);
   std::_Exit(status);  // not reached

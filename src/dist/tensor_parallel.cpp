@@ -1,10 +1,16 @@
 #include "dist/tensor_parallel.hpp"
 
+#include <fcntl.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
+#include <map>
 #include <vector>
+
+#include "io/file_util.hpp"
+#include "io/safetensors.hpp"
 
 namespace ffn::dist {
 
@@ -43,19 +49,27 @@ ParallelFeedForward::ParallelFeedForward(const Comm& comm, const Layer& whole)
         return whole.shard(first, last);
       }()) {}
 
+namespace {
+
+// Runs step; then every rank learns whether any failed (Comm::agree), so a
+// step that fails on one rank alone (bad input, memory) leaves no rank
+// waiting in the next collective.
+template <class F>
+void agreed(const Comm& comm, F&& step) {
+  std::string error;
+  try {
+    step();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  comm.agree(error);
+}
+
+}  // namespace
+
 void ParallelFeedForward::forward(const float* x, float* y, const Shape& shape, const RunOptions& opts,
-                                  ParallelTiming* timing) const {
-  // Each step that can fail on one rank alone (bad input, memory) is agreed
-  // before the next collective, so no rank waits in the sum for a failed one.
-  auto agreed = [&](auto&& step) {
-    std::string error;
-    try {
-      step();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    comm_->agree(error);
-  };
+                                  ParallelTiming* timing, ForwardCache* cache) const {
+  auto agreed = [&](auto&& step) { dist::agreed(*comm_, step); };
   const int64_t d = local_.config().d_model;
   int64_t n = 0;
   std::vector<float> sum;
@@ -64,7 +78,7 @@ void ParallelFeedForward::forward(const float* x, float* y, const Shape& shape, 
     n = valid_tokens(shape);
     sum.resize(size_t(n * d));
     t0 = omp_get_wtime();
-    local_.forward_partial(x, shape, sum.data(), opts);
+    local_.forward_partial(x, shape, sum.data(), opts, cache);
     t1 = omp_get_wtime();
   });
   agreed([&] { comm_->sum_tree(sum.data(), n, d, timing ? &timing->comm : nullptr); });
@@ -72,8 +86,62 @@ void ParallelFeedForward::forward(const float* x, float* y, const Shape& shape, 
   // The tail on every rank, on all rows: measured faster here than each rank
   // taking its slice of the rows and gathering the outputs (2026-11-23,
   // bench/results/2026-11-23-tensor-parallel.md).
-  agreed([&] { local_.forward_tail(x, shape, sum.data(), y, opts); });
+  agreed([&] { local_.forward_tail(x, shape, sum.data(), y, opts, cache); });
   if (timing) timing->compute_s += (t1 - t0) + (omp_get_wtime() - t2);
+}
+
+void ParallelFeedForward::backward(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
+                                   float* dx, Weights& grads, const RunOptions& opts, ParallelTiming* timing) const {
+  const int64_t d = local_.config().d_model;
+  int64_t n = 0;
+  std::vector<float> din;
+  double t0 = omp_get_wtime(), t1 = 0;
+  agreed(*comm_, [&] {
+    n = valid_tokens(shape);
+    din.resize(size_t(n * d));
+    local_.backward_partial(x, dy, shape, cache, din.data(), grads, opts);
+    t1 = omp_get_wtime();
+  });
+  agreed(*comm_, [&] { comm_->sum_tree(din.data(), n, d, timing ? &timing->comm : nullptr); });
+  const double t2 = omp_get_wtime();
+  agreed(*comm_, [&] { local_.backward_finish(x, dy, shape, cache, din.data(), dx, grads, opts); });
+  if (timing) timing->compute_s += (t1 - t0) + (omp_get_wtime() - t2);
+}
+
+void write_sharded_gradients(const Comm& comm, const std::string& path, const Layer& local, const Weights& grads) {
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, Layer::ShardedGradient> parts;
+  io::SafetensorsLayout layout;
+  agreed(comm, [&] {
+    parts = local.gradient_shards(grads, comm.rank() == 0, metadata);
+    std::map<std::string, io::TensorSpec> specs;
+    for (const auto& [name, p] : parts) specs[name] = io::TensorSpec{"F32", p.shape};
+    layout = io::safetensors_layout(path, specs, metadata);
+    if (comm.rank() != 0) return;
+    // Rank 0 makes the file: its header, and its full size for the others' parts.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw Error(path + ": cannot create: " + io::errno_text());
+    const bool ok = ::pwrite(fd, layout.head.data(), layout.head.size(), 0) == ssize_t(layout.head.size()) &&
+                    ::ftruncate(fd, off_t(layout.size)) == 0;
+    const std::string why = io::errno_text();
+    ::close(fd);
+    if (!ok) throw Error(path + ": cannot write: " + why);
+  });
+  agreed(comm, [&] {  // every rank its own pieces, each at its place
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(path + ": cannot open for writing: " + io::errno_text());
+    bool ok = true;
+    for (const auto& [name, p] : parts)
+      for (const Layer::GradientPiece& piece : p.pieces) {
+        const size_t bytes = size_t(piece.count) * 4;
+        const off_t at = off_t(layout.offset.at(name) + uint64_t(piece.offset) * 4);
+        ok = ok && ::pwrite(fd, piece.data, bytes, at) == ssize_t(bytes);
+      }
+    ok = ok && ::fsync(fd) == 0;
+    const std::string why = io::errno_text();
+    ::close(fd);
+    if (!ok) throw Error(path + ": cannot write: " + why);
+  });
 }
 
 }  // namespace ffn::dist

@@ -32,7 +32,12 @@ class ParallelFeedForward {
   // Collective: y = layer(x), x and y as Layer::forward (every rank passes
   // the same x and gets all of y).
   void forward(const float* x, float* y, const Shape& shape, const RunOptions& opts = {},
-               ParallelTiming* timing = nullptr) const;
+               ParallelTiming* timing = nullptr, ForwardCache* cache = nullptr) const;
+  // Collective, after forward with a cache: dx (all of it, on every rank),
+  // and this rank's gradients: its shards' and b2's and the norm's (the
+  // same on every rank). dIn is summed across ranks as the forward's outputs.
+  void backward(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
+                Weights& grads, const RunOptions& opts = {}, ParallelTiming* timing = nullptr) const;
   const Layer& local() const { return local_; }
   const Comm& comm() const { return *comm_; }
 
@@ -42,6 +47,12 @@ class ParallelFeedForward {
   const Comm* comm_;
   Layer local_;
 };
+
+// Collective: the whole layer's gradient file at `path` (which must not
+// exist), each rank writing its own parts (Layer::gradient_shards; b2 and the
+// norm by rank 0) into it: no gather. Byte-identical to save_gradients of the
+// whole layer. Errors agreed.
+void write_sharded_gradients(const Comm& comm, const std::string& path, const Layer& local, const Weights& grads);
 
 // The block of shards rank r of P holds; Error if P does not divide count.
 std::pair<int64_t, int64_t> rank_shards(int64_t count, int rank, int ranks);

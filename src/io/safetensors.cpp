@@ -258,30 +258,51 @@ SafetensorsFile read_safetensors(const std::string& path) {
   return f;
 }
 
-void write_safetensors(const std::string& path, const SafetensorsFile& f) {
+namespace io {
+
+SafetensorsLayout safetensors_layout(const std::string& path, const std::map<std::string, TensorSpec>& tensors,
+                                     const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
+  SafetensorsLayout l;
   uint64_t offset = 0;
-  for (const auto& [name, t] : f.tensors) {
+  for (const auto& [name, t] : tensors) {
     if (name == "__metadata__") throw Error(path + ": '__metadata__' cannot be a tensor name");
     uint64_t numel = 1;
     for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
-    const int size = io::dtype_size(t.dtype);
+    const int size = dtype_size(t.dtype);
     if (size == 0) throw Error(path + ": tensor '" + name + "' has unknown dtype '" + t.dtype + "'");
-    const uint64_t bytes = t.dtype == "F32" ? t.data.size() * 4 : t.raw.size();
-    if (numel * uint64_t(size) != bytes)
-      throw Error(path + ": tensor '" + name + "' data does not match its shape");
+    const uint64_t bytes = numel * uint64_t(size);
     header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    l.offset[name] = offset;
     offset += bytes;
   }
-  if (!f.metadata.empty()) header["__metadata__"] = f.metadata;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+  l.head.resize(8);
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) l.head[size_t(i)] = char(static_cast<unsigned char>(n >> (8 * i)));
+  l.head += text;
+  for (auto& [name, o] : l.offset) o += l.head.size();
+  l.size = l.head.size() + offset;
+  return l;
+}
+
+}  // namespace io
+
+void write_safetensors(const std::string& path, const SafetensorsFile& f) {
+  std::map<std::string, io::TensorSpec> specs;
+  for (const auto& [name, t] : f.tensors) {
+    specs[name] = io::TensorSpec{t.dtype, t.shape};
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+    const uint64_t bytes = t.dtype == "F32" ? t.data.size() * 4 : t.raw.size();
+    if (io::dtype_size(t.dtype) != 0 && numel * uint64_t(io::dtype_size(t.dtype)) != bytes)
+      throw Error(path + ": tensor '" + name + "' data does not match its shape");
+  }
+  const io::SafetensorsLayout l = io::safetensors_layout(path, specs, f.metadata);
   io::write_file_atomic(path, [&](std::FILE* out) {
-    unsigned char len8[8];
-    uint64_t n = text.size();
-    for (int i = 0; i < 8; ++i) len8[i] = static_cast<unsigned char>(n >> (8 * i));
-    io::write_all(out, len8, 8, path);
-    io::write_all(out, text.data(), text.size(), path);
+    io::write_all(out, l.head.data(), l.head.size(), path);
     for (const auto& [name, t] : f.tensors) {
       if (t.dtype == "F32") io::write_all(out, t.data.data(), t.data.size() * 4, path);
       else io::write_all(out, t.raw.data(), t.raw.size(), path);

@@ -50,6 +50,22 @@ class SafetensorsReader {
   std::map<std::string, std::string> metadata_;
 };
 
+// The layout of a file of these tensors (data not needed): the header bytes
+// (length and JSON, 8-byte aligned) write_safetensors writes, each tensor's
+// absolute data offset and the file size — for ranks that each write their
+// parts of one file (src/dist).
+struct TensorSpec {
+  std::string dtype = "F32";
+  std::vector<int64_t> shape;
+};
+struct SafetensorsLayout {
+  std::string head;
+  std::map<std::string, uint64_t> offset;
+  uint64_t size = 0;
+};
+SafetensorsLayout safetensors_layout(const std::string& path, const std::map<std::string, TensorSpec>& tensors,
+                                     const std::map<std::string, std::string>& metadata);
+
 // Bytes per element of a safetensors dtype, or 0 if unknown.
 int dtype_size(const std::string& dtype);
 // IEEE half and bfloat16 to float.

@@ -496,4 +496,34 @@ void Layer::save_gradients(const std::string& path, const Weights& grads) const 
   write_safetensors(path, to_file(cfg_, names_, grads));
 }
 
+std::map<std::string, Layer::ShardedGradient> Layer::gradient_shards(const Weights& grads, bool replicated,
+                                                                     std::map<std::string, std::string>& metadata) const {
+  metadata = to_file(cfg_, names_, Weights{}).metadata;  // the settings, as save_gradients writes them
+  const int64_t d = cfg_.d_model, n = cfg_.d_ff, F = shards_.d_ff > 0 ? shards_.d_ff : n;
+  const int64_t b = DffShards::units(F, shards_.count, shards_.first, shards_.last).first;
+  std::map<std::string, ShardedGradient> out;
+  auto put = [&](const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape,
+                 std::vector<GradientPiece> pieces) {
+    if (name.empty() || v.empty()) return;
+    out[name] = ShardedGradient{std::move(shape), std::move(pieces)};
+  };
+  auto rows = [&](const std::vector<float>& v, int64_t width) {
+    return std::vector<GradientPiece>{{b * width, v.data(), n * width}};
+  };
+  put(names_.w1, grads.w1, {F, d}, rows(grads.w1, d));
+  put(names_.b1, grads.b1, {F}, rows(grads.b1, 1));
+  put(names_.wg, grads.wg, {F, d}, rows(grads.wg, d));
+  put(names_.bg, grads.bg, {F}, rows(grads.bg, 1));
+  std::vector<GradientPiece> w2;
+  for (int64_t o = 0; o < d && !grads.w2.empty(); ++o) w2.push_back({o * F + b, grads.w2.data() + o * n, n});
+  put(names_.w2, grads.w2, {d, F}, w2);
+  auto whole = [&](const std::vector<float>& v) {
+    return replicated ? std::vector<GradientPiece>{{0, v.data(), int64_t(v.size())}} : std::vector<GradientPiece>{};
+  };
+  put(names_.b2, grads.b2, {d}, whole(grads.b2));
+  put(names_.norm_weight, grads.norm_weight, {d}, whole(grads.norm_weight));
+  put(names_.norm_bias, grads.norm_bias, {d}, whole(grads.norm_bias));
+  return out;
+}
+
 }  // namespace ffn
