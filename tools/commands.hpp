@@ -194,19 +194,19 @@ struct EmbedBenchArgs {
 };
 int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, bool json);
 // ffn run / bench --tensor-parallel (tools/parallel_cmd.cpp, with MPI only).
-struct ParallelRunArgs {
-  std::string weights, input, lengths, output;
+struct ParallelArgs {  // what run and grad share
+  std::string weights, input, lengths;
   Layout layout = Layout::tokens;
   LoadOptions load;
   int threads = 0;
+};
+struct ParallelRunArgs : ParallelArgs {
+  std::string output;
   Compute compute = Compute::fp32;
 };
 int run_tensor_parallel(const ParallelRunArgs& a);
-struct ParallelGradArgs {
-  std::string weights, input, lengths, grad_output;
-  Layout layout = Layout::tokens;
-  LoadOptions load;
-  int threads = 0;
+struct ParallelGradArgs : ParallelArgs {
+  std::string grad_output;
   bool training = false;
   uint64_t seed = 0;
   GradTargets targets;

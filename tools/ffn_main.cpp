@@ -184,6 +184,15 @@ struct LayerArgs {
                   "fail (exit 2, nothing written) at the first NaN or Inf in the input, weights or results");
   }
 
+  // --tensor-parallel: the arguments every rank takes (rank 0 notes assumed settings itself).
+  void parallel_args(cli::ParallelArgs& p, LoadOptions lo, int threads) const {
+    p.weights = weights, p.input = input, p.lengths = lengths;
+    p.layout = parse_layout(layout, "--layout");
+    lo.assumed = nullptr;
+    p.load = lo;
+    p.threads = threads;
+  }
+
   LoadOptions load_options(float p_hidden, float p_output, cli::Assumed* assumed) const {
     LoadOptions o;
     o.prefix = prefix;
@@ -243,11 +252,8 @@ int cmd_run(const RunArgs& a) {
 #ifdef FFN_HAVE_MPI
     cli::check_not_an_input(a.output, "--output", {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}});
     cli::ParallelRunArgs p;
-    p.weights = a.weights, p.input = a.input, p.lengths = a.lengths, p.output = a.output;
-    p.layout = parse_layout(a.layout, "--layout");
-    lo.assumed = nullptr;
-    p.load = lo;
-    p.threads = threads;
+    a.parallel_args(p, lo, threads);
+    p.output = a.output;
     p.compute = compute;
     return cli::run_tensor_parallel(p);
 #else
@@ -305,11 +311,8 @@ int cmd_grad(const GradArgs& a) {
     if (a.check_finite) throw Error("--check-finite: not with --tensor-parallel");
 #ifdef FFN_HAVE_MPI
     cli::ParallelGradArgs p;
-    p.weights = a.weights, p.input = a.input, p.lengths = a.lengths, p.grad_output = a.grad_output;
-    p.layout = parse_layout(a.layout, "--layout");
-    lo.assumed = nullptr;
-    p.load = lo;
-    p.threads = threads;
+    a.parallel_args(p, lo, threads);
+    p.grad_output = a.grad_output;
     p.training = training;
     p.seed = a.seed;
     p.targets = cli::grad_targets(a.output_dir, {{"--input", a.input}, {"--weights", a.weights},

@@ -15,26 +15,6 @@ namespace ffn::cli {
 
 namespace {
 
-// Runs step on this rank; every rank then learns whether any failed
-// (Comm::agree), so none is left waiting in a later collective.
-template <class F>
-void agreed(const dist::Comm& comm, F&& step) {
-  std::string error;
-  try {
-    step();
-  } catch (const Error& e) {
-    error = e.what();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  comm.agree(error);
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 // Runs a command's body on every rank. Its errors are agreed (every rank
 // throws at the same step), so each rank prints its line and then waits for
 // the others before exiting: mpirun ends the job at the first non-zero exit,
@@ -58,6 +38,31 @@ int on_every_rank(F&& body) {
   }
 }
 
+// What run and grad begin with: every rank's shards (rank 0 noting the
+// settings taken from defaults, as ffn run does) and the input, whose shape
+// must agree across ranks. check: more of the input to read and check.
+struct Prologue {
+  std::optional<dist::ParallelFeedForward> tp;
+  std::optional<Input> in;
+};
+template <class F>
+Prologue begin_parallel(const dist::Comm& comm, const ParallelArgs& a, F&& check) {
+  Prologue p;
+  Assumed assumed;
+  LoadOptions lo = a.load;
+  lo.assumed = comm.rank() == 0 ? &assumed : nullptr;
+  p.tp.emplace(dist::ParallelFeedForward::load(comm, a.weights, lo));
+  if (comm.rank() == 0) note_assumed(a.weights, assumed);
+  comm.agreed([&] {
+    check(p.tp->local());
+    p.in.emplace(read_input(a.input, a.lengths, a.layout, p.tp->local().config().d_model, a.weights));
+  });
+  std::vector<int64_t> what = p.in->x.shape;
+  what.insert(what.end(), p.in->shape.lengths.begin(), p.in->shape.lengths.end());
+  comm.check_same(what, "the input's shape (and lengths)");
+  return p;
+}
+
 // --threads 0 under mpirun: the cores shared among the ranks.
 int rank_threads(int threads, const dist::Comm& comm) {
   return threads > 0 ? threads : std::max(1, omp_get_num_procs() / comm.size());
@@ -66,24 +71,14 @@ int rank_threads(int threads, const dist::Comm& comm) {
 }  // namespace
 
 int run_tensor_parallel(const ParallelRunArgs& a) { return on_every_rank([&](const dist::Comm& comm) {
-  std::optional<dist::ParallelFeedForward> tp;
-  Assumed assumed;  // the settings taken from defaults, noted by rank 0 as ffn run does
-  LoadOptions lo = a.load;
-  lo.assumed = comm.rank() == 0 ? &assumed : nullptr;
-  tp.emplace(dist::ParallelFeedForward::load(comm, a.weights, lo));
-  if (comm.rank() == 0) note_assumed(a.weights, assumed);
-  const Layer& local = tp->local();
-  std::optional<Input> in;
-  agreed(comm, [&] {
+  Prologue p = begin_parallel(comm, a, [&](const Layer& local) {
     if (a.compute == Compute::bf16 && local.weight_dtype() == WeightDtype::int8)
       throw Error("--compute bf16: needs fp32, bf16 or fp16 weights (" + a.weights + " holds int8 weights)");
-    in.emplace(read_input(a.input, a.lengths, a.layout, local.config().d_model, a.weights));
   });
-  std::vector<int64_t> what = in->x.shape;
-  what.insert(what.end(), in->shape.lengths.begin(), in->shape.lengths.end());
-  comm.check_same(what, "the input's shape (and lengths)");
+  const auto& tp = p.tp;
+  const auto& in = p.in;
   Array y;
-  agreed(comm, [&] {
+  comm.agreed([&] {
     y.shape = in->x.shape;
     y.data.resize(in->x.data.size());
   });
@@ -91,32 +86,23 @@ int run_tensor_parallel(const ParallelRunArgs& a) { return on_every_rank([&](con
   ro.threads = rank_threads(a.threads, comm);
   ro.compute = a.compute;
   tp->forward(in->x.data.data(), y.data.data(), in->shape, ro);  // its steps agreed inside
-  agreed(comm, [&] {
+  comm.agreed([&] {
     if (comm.rank() == 0) write_npy(a.output, y);  // rank 0 alone writes, atomically
   });
   return 0;
 }); }
 
 int grad_tensor_parallel(const ParallelGradArgs& a) { return on_every_rank([&](const dist::Comm& comm) {
-  std::optional<dist::ParallelFeedForward> tp;
-  Assumed assumed;
-  LoadOptions lo = a.load;
-  lo.assumed = comm.rank() == 0 ? &assumed : nullptr;
-  tp.emplace(dist::ParallelFeedForward::load(comm, a.weights, lo));
-  if (comm.rank() == 0) note_assumed(a.weights, assumed);
-  const int64_t d = tp->local().config().d_model;
-  std::optional<Input> in;
+  Prologue p = begin_parallel(comm, a, [](const Layer&) {});
+  const auto& tp = p.tp;
+  const auto& in = p.in;
   Array dy;
-  agreed(comm, [&] {
-    in.emplace(read_input(a.input, a.lengths, a.layout, d, a.weights));
+  comm.agreed([&] {
     dy = read_npy(a.grad_output);
     if (dy.shape != in->x.shape)
       throw Error(a.grad_output + ": grad-output has shape " + shape_str(dy.shape) + ", expected the input's shape " +
                   shape_str(in->x.shape));
   });
-  std::vector<int64_t> what = in->x.shape;
-  what.insert(what.end(), in->shape.lengths.begin(), in->shape.lengths.end());
-  comm.check_same(what, "the input's shape (and lengths)");
   RunOptions ro;
   ro.threads = rank_threads(a.threads, comm);
   ro.training = a.training;
@@ -124,7 +110,7 @@ int grad_tensor_parallel(const ParallelGradArgs& a) { return on_every_rank([&](c
   Array dx;
   std::vector<float> y;
   ForwardCache cache;
-  agreed(comm, [&] {
+  comm.agreed([&] {
     y.resize(in->x.data.size());
     dx.shape = in->x.shape;
     dx.data.resize(in->x.data.size());
@@ -168,10 +154,10 @@ int bench_tensor_parallel(const Layer& whole, int64_t tokens, RunOptions ro, int
                           uint64_t seed) { return on_every_rank([&](const dist::Comm& comm) {
   ro.threads = rank_threads(ro.threads, comm);
   std::optional<dist::ParallelFeedForward> tp;
-  agreed(comm, [&] { tp.emplace(comm, whole); });
+  comm.agreed([&] { tp.emplace(comm, whole); });
   const int64_t d = whole.config().d_model;
   std::vector<float> x, y;
-  agreed(comm, [&] {
+  comm.agreed([&] {
     x.resize(size_t(tokens * d));
     y.resize(x.size());
   });
@@ -187,7 +173,7 @@ int bench_tensor_parallel(const Layer& whole, int64_t tokens, RunOptions ro, int
     if (i < warmup) continue;
     wall.push_back(w), compute.push_back(t.compute_s), sum.push_back(t.comm.seconds), bytes.push_back(t.comm.bytes_sent);
   }
-  const std::vector<double> mine = {median_of(wall), median_of(compute), median_of(sum), median_of(bytes),
+  const std::vector<double> mine = {median(wall), median(compute), median(sum), median(bytes),
                                     double(tp->local().config().d_ff)};
   const std::vector<double> all = comm.gather(mine);
   if (comm.rank() != 0) return 0;

@@ -41,6 +41,18 @@ class Comm {
   // Error("rank R: ..."): its own message, or that the lowest failed rank
   // stopped it and why. So no rank is left waiting in a later collective.
   void agree(const std::string& error) const;
+  // Runs step on this rank, then agree() on whatever it threw: the form
+  // every step that can fail on one rank alone takes.
+  template <class F>
+  void agreed(F&& step) const {
+    std::string error;
+    try {
+      step();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    agree(error);
+  }
   // Collective: v must be equal on every rank, else every rank throws Error
   // naming `what`, this rank's value and the first rank's that differs.
   void check_same(const std::vector<int64_t>& v, const std::string& what) const;

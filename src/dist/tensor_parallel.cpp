@@ -24,16 +24,12 @@ std::pair<int64_t, int64_t> rank_shards(int64_t count, int rank, int ranks) {
 
 ParallelFeedForward ParallelFeedForward::load(const Comm& comm, const std::string& path, LoadOptions opts) {
   const DffShards base = opts.shards.value_or(DffShards{});
-  std::string error;
   std::optional<Layer> local;
-  try {
+  comm.agreed([&] {
     const auto [first, last] = rank_shards(base.count, comm.rank(), comm.size());
     opts.shards = DffShards{base.count, first, last, 0};
     local.emplace(Layer::load(path, opts));
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  comm.agree(error);
+  });
   const Config& c = local->config();
   int32_t eps_bits;
   std::memcpy(&eps_bits, &c.eps, 4);
@@ -49,44 +45,25 @@ ParallelFeedForward::ParallelFeedForward(const Comm& comm, const Layer& whole)
         return whole.shard(first, last);
       }()) {}
 
-namespace {
-
-// Runs step; then every rank learns whether any failed (Comm::agree), so a
-// step that fails on one rank alone (bad input, memory) leaves no rank
-// waiting in the next collective.
-template <class F>
-void agreed(const Comm& comm, F&& step) {
-  std::string error;
-  try {
-    step();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  comm.agree(error);
-}
-
-}  // namespace
-
 void ParallelFeedForward::forward(const float* x, float* y, const Shape& shape, const RunOptions& opts,
                                   ParallelTiming* timing, ForwardCache* cache) const {
-  auto agreed = [&](auto&& step) { dist::agreed(*comm_, step); };
   const int64_t d = local_.config().d_model;
   int64_t n = 0;
   std::vector<float> sum;
   double t0 = 0, t1 = 0;
-  agreed([&] {
+  comm_->agreed([&] {
     n = valid_tokens(shape);
     sum.resize(size_t(n * d));
     t0 = omp_get_wtime();
     local_.forward_partial(x, shape, sum.data(), opts, cache);
     t1 = omp_get_wtime();
   });
-  agreed([&] { comm_->sum_tree(sum.data(), n, d, timing ? &timing->comm : nullptr); });
+  comm_->agreed([&] { comm_->sum_tree(sum.data(), n, d, timing ? &timing->comm : nullptr); });
   const double t2 = omp_get_wtime();
   // The tail on every rank, on all rows: measured faster here than each rank
   // taking its slice of the rows and gathering the outputs (2026-11-23,
   // bench/results/2026-11-23-tensor-parallel.md).
-  agreed([&] { local_.forward_tail(x, shape, sum.data(), y, opts, cache); });
+  comm_->agreed([&] { local_.forward_tail(x, shape, sum.data(), y, opts, cache); });
   if (timing) timing->compute_s += (t1 - t0) + (omp_get_wtime() - t2);
 }
 
@@ -96,15 +73,15 @@ void ParallelFeedForward::backward(const float* x, const float* dy, const Shape&
   int64_t n = 0;
   std::vector<float> din;
   double t0 = omp_get_wtime(), t1 = 0;
-  agreed(*comm_, [&] {
+  comm_->agreed([&] {
     n = valid_tokens(shape);
     din.resize(size_t(n * d));
     local_.backward_partial(x, dy, shape, cache, din.data(), grads, opts);
     t1 = omp_get_wtime();
   });
-  agreed(*comm_, [&] { comm_->sum_tree(din.data(), n, d, timing ? &timing->comm : nullptr); });
+  comm_->agreed([&] { comm_->sum_tree(din.data(), n, d, timing ? &timing->comm : nullptr); });
   const double t2 = omp_get_wtime();
-  agreed(*comm_, [&] { local_.backward_finish(x, dy, shape, cache, din.data(), dx, grads, opts); });
+  comm_->agreed([&] { local_.backward_finish(x, dy, shape, cache, din.data(), dx, grads, opts); });
   if (timing) timing->compute_s += (t1 - t0) + (omp_get_wtime() - t2);
 }
 
@@ -112,7 +89,7 @@ void write_sharded_gradients(const Comm& comm, const std::string& path, const La
   std::map<std::string, std::string> metadata;
   std::map<std::string, Layer::ShardedGradient> parts;
   io::SafetensorsLayout layout;
-  agreed(comm, [&] {
+  comm.agreed([&] {
     parts = local.gradient_shards(grads, comm.rank() == 0, metadata);
     std::map<std::string, io::TensorSpec> specs;
     for (const auto& [name, p] : parts) specs[name] = io::TensorSpec{"F32", p.shape};
@@ -127,7 +104,7 @@ void write_sharded_gradients(const Comm& comm, const std::string& path, const La
     ::close(fd);
     if (!ok) throw Error(path + ": cannot write: " + why);
   });
-  agreed(comm, [&] {  // every rank its own pieces, each at its place
+  comm.agreed([&] {  // every rank its own pieces, each at its place
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) throw Error(path + ": cannot open for writing: " + io::errno_text());
     bool ok = true;

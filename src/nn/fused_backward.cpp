@@ -290,8 +290,12 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   auto unit_begin = [&](int64_t grp) {
     return std::min(F, (gchunks * (sh.first + grp) / sh.count - c0) * kDffShardChunk);
   };
-  float* parts = scratch.get(Scratch::kDin, size_t(groups * n * d));
-  auto part = [&](int64_t grp) { return parts + grp * n * d; };
+  // Group 0 (the tree's result) straight into the caller's rows in stage 1.
+  float* parts = scratch.get(Scratch::kDin, size_t((split.partial ? groups - 1 : groups) * n * d));
+  auto part = [&](int64_t grp) {
+    if (split.partial) return grp == 0 ? split.partial : parts + (grp - 1) * n * d;
+    return parts + grp * n * d;
+  };
   for (int64_t grp = 0; grp < groups; ++grp) {
     const int64_t u0 = unit_begin(grp), u1 = unit_begin(grp + 1);
     if (u0 == u1) {
@@ -318,10 +322,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     });
   };
   tree(tree, sh.first, sh.last);
-  if (split.partial) {  // stage 1: this layer's shards' dIn, for the sum across ranks
-    std::copy(part(0), part(0) + n * d, split.partial);
-    return;
-  }
+  if (split.partial) return;  // stage 1: this layer's shards' dIn is in the caller's rows, for the sum across ranks
   finish(part(0), dv, xhat);
 }
 
