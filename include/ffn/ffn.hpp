@@ -177,6 +177,18 @@ struct RunOptions {
   Path path = Path::automatic;
   Isa isa = Isa::automatic;  // fast path only; throws Error if unsupported
   Compute compute = Compute::fp32;  // bf16: inference only (throws Error with training or a cache)
+  // Data parallelism (Trainer::set_team): a process that runs rows [a, b) of
+  // a batch passes position_offset = a, so its dropout masks are the whole
+  // batch's rows' (every key global). Added to every position in the keys only.
+  int64_t position_offset = 0;
+  // backward: the weight gradients (sums over tokens) summed per token slice,
+  // in token order, and the slices' sums added over their binary tree (split
+  // in the middle, as DffShards'): boundaries 0 = s_0 < ... <= s_k = valid
+  // tokens, non-decreasing. A process given a subtree's slices computes that
+  // subtree's sum bit for bit, so ranks holding the slices of one batch and
+  // adding their sums over the same tree (dist::Comm::sum_tree) get the
+  // one-process result. Empty: one sum over all tokens (the default).
+  std::vector<int64_t> token_slices;
 };
 
 // What forward saves for backward (filled when a cache is passed to forward):

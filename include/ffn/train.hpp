@@ -9,7 +9,8 @@
 //                 on the logits; computed with log-sum-exp (no overflow for any
 //                 finite logits), forward and backward.
 //   Trainer       one optimizer step = forward, loss, backward, update, over
-//                 the layer's parameters and the head's.
+//                 the layer's parameters and the head's; with a Team, data
+//                 parallel, with the one-process result to the bit.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +71,9 @@ std::vector<ParamRef> param_refs(Weights& values, const Weights& grads);
 
 // Mean squared error over n elements; writes dL/dy into dy when it is not null.
 double mse_loss(const float* y, const float* target, int64_t n, float* dy);
+// The sum over n elements of (y - target)², in order, with dy that of the
+// mean over `mean_over` elements: a slice of a batch of mean_over elements.
+double mse_sum(const float* y, const float* target, int64_t n, int64_t mean_over, float* dy);
 
 // The output layer that turns the model's vectors into probabilities over a
 // vocabulary: p = softmax(y Wᵀ + b), W [vocab, d_model], b [vocab].
@@ -82,6 +86,11 @@ struct OutputHead {
   // Zero-filled head of the same sizes (for gradients).
   OutputHead zeros_like() const;
 
+  // The sum over the t tokens of -log p[label] (in token order), with dy and
+  // grads those of the mean over `mean_over` tokens: a slice of a batch of
+  // mean_over tokens. cross_entropy is this sum over t, divided by t.
+  double cross_entropy_sum(const float* y, const int64_t* labels, int64_t t, int64_t mean_over, float* dy,
+                           OutputHead* grads, int threads = 0) const;
   // Mean over the t tokens of -log p[label]. Labels must lie in [0, vocab)
   // (throws Error naming the first one that does not). With dy, writes
   // dL/dy [t, d_model]; with grads, overwrites them with dL/dW and dL/db.
@@ -90,6 +99,10 @@ struct OutputHead {
                        int threads = 0, float* logits = nullptr) const;
   // Predicted class (arg max of the logits) per token.
   std::vector<int64_t> predict(const float* y, int64_t t, int threads = 0) const;
+
+ private:
+  double cross_entropy_impl(const float* y, const int64_t* labels, int64_t t, int64_t mean_over, float* dy,
+                            OutputHead* grads, int threads, float* logits) const;
 };
 
 enum class LossKind { mse, xent };
@@ -103,6 +116,33 @@ struct Batch {
   const int64_t* labels = nullptr;
   int64_t n = 0;
 };
+
+// Data parallelism: the processes that train one model together, each on
+// its share of every batch. src/dist provides one over MPI (dist::MpiTeam);
+// any other transport can implement it.
+class Team {
+ public:
+  virtual ~Team() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Collective: data[n] on every rank becomes the sum over the ranks, added
+  // over the ranks' fixed binary tree (split [0, P) in the middle, sum each
+  // half, add the halves), the same bits on every rank.
+  virtual void sum_tree(float* data, int64_t n) const = 0;
+  // Collective: every rank's values, rank-major, on every rank.
+  virtual std::vector<double> all_gather(const std::vector<double>& mine) const = 0;
+  // Collective: whether any rank passed true.
+  virtual bool any(bool mine) const = 0;
+};
+
+// Every training step cuts its batch of n rows into kTokenSlices slices,
+// slice k = rows [n·k/4, n·(k+1)/4); the weight gradients and the loss are
+// summed per slice and the slices' sums added over their tree,
+// (s0 + s1) + (s2 + s3) (RunOptions::token_slices). A team of P ranks (P
+// dividing kTokenSlices) gives rank r slices [4r/P, 4(r+1)/P), a subtree, and
+// adds the ranks' sums over the same tree: every rank holds the gradients of
+// one process, bit for bit, and makes the same update.
+constexpr int kTokenSlices = 4;
 
 // Trains a layer (and, for cross-entropy, its head) in place.
 class Trainer {
@@ -121,6 +161,12 @@ class Trainer {
   // The loss on a batch in inference mode (no dropout, no update).
   double evaluate(const Batch& b) const;
   void set_lr(double lr) { opt_.set_lr(lr); }
+  // Data parallel from the next step: every rank passes the same batch to
+  // step() and computes its slices (above); team->size() must divide
+  // kTokenSlices (else Error). Null: one process. The team must outlive the
+  // trainer's steps.
+  void set_team(const Team* team);
+  const Team* team() const { return team_; }
   const Layer& layer() const { return layer_; }
   const std::optional<OutputHead>& head() const { return head_; }
   int64_t steps() const { return opt_.steps(); }
@@ -131,9 +177,11 @@ class Trainer {
   LossKind loss_;
   Optimizer opt_;
   int threads_;
+  const Team* team_ = nullptr;
   // Reused between steps.
   Weights grads_;
   std::optional<OutputHead> head_grads_;
+  std::vector<OutputHead> head_slice_grads_;  // one per slice of this rank but the first
   std::vector<float> y_, dy_, dx_;
   ForwardCache cache_;
   std::string diverged_;

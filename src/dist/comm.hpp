@@ -72,6 +72,10 @@ class Comm {
   void allgather_rows(const float* slice, int64_t rows, int64_t width, float* out, CommStats* stats = nullptr) const;
   // Collective: every rank's values, on rank 0 (empty elsewhere), rank-major.
   std::vector<double> gather(const std::vector<double>& mine) const;
+  // Collective: every rank's values (any count per rank), on every rank, rank-major.
+  std::vector<double> all_gather(const std::vector<double>& mine) const;
+  // Collective: whether any rank passed true.
+  bool any(bool mine) const;
   void barrier() const;
   // Collective: root's s on every rank.
   std::string broadcast(const std::string& s, int root = 0) const;

@@ -151,6 +151,23 @@ std::vector<double> Comm::gather(const std::vector<double>& mine) const {
   return all;
 }
 
+std::vector<double> Comm::all_gather(const std::vector<double>& mine) const {
+  const int n = int(mine.size());
+  std::vector<int> count(static_cast<size_t>(size_)), displ(static_cast<size_t>(size_));
+  MPI_Allgather(&n, 1, MPI_INT, count.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  int total = 0;
+  for (int q = 0; q < size_; ++q) displ[size_t(q)] = total, total += count[size_t(q)];
+  std::vector<double> all(static_cast<size_t>(total));
+  MPI_Allgatherv(mine.data(), n, MPI_DOUBLE, all.data(), count.data(), displ.data(), MPI_DOUBLE, MPI_COMM_WORLD);
+  return all;
+}
+
+bool Comm::any(bool mine) const {
+  int v = mine ? 1 : 0, out = 0;
+  MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return out != 0;
+}
+
 void Comm::barrier() const { MPI_Barrier(MPI_COMM_WORLD); }
 
 std::string Comm::broadcast(const std::string& s, int root) const {

@@ -16,6 +16,7 @@ struct ForwardCache::Data {
   int64_t batch = 0, seq = 0;
   bool training = false;
   uint64_t seed = 0;
+  int64_t position_offset = 0;  // RunOptions::position_offset of the forward call
   std::vector<int64_t> pos;  // global positions of the valid tokens
   // From the process's buffer pool (src/nn/buffer_pool.hpp): a new cache at
   // every training step reuses the last step's pages.

@@ -11,6 +11,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <span>
+#include <vector>
 
 #include "nn/activation.hpp"
 #include "nn/buffer_pool.hpp"
@@ -77,6 +79,99 @@ GemmArgs a_bpacked(int64_t m, int64_t n, int64_t k, const float* a, const float*
   return p;
 }
 
+// The token slices of the weight gradients (RunOptions::token_slices): each
+// sum over tokens is formed per slice, in token order, and the slices' sums
+// are added over their binary tree (split in the middle). A call given a
+// subtree's slices so computes that subtree's sum bit for bit.
+struct Slices {
+  std::span<const int64_t> bounds;  // s_0 = 0 <= ... <= s_k = rows; empty: one slice
+  int64_t rows = 0;
+  bool given() const { return !bounds.empty(); }
+  int64_t count() const { return given() ? int64_t(bounds.size()) - 1 : 1; }
+  int64_t begin(int64_t i) const { return given() ? bounds[size_t(i)] : 0; }
+  int64_t size(int64_t i) const { return given() ? bounds[size_t(i) + 1] - bounds[size_t(i)] : rows; }
+  // Partial sums held at once below the root: the tree's depth.
+  int depth() const {
+    int l = 0;
+    for (int64_t c = count(); c > 1; c = (c + 1) / 2) ++l;
+    return l;
+  }
+  // leaf(i, dst) writes slice i's sum into dst; add(dst, src) adds two
+  // partial sums. Visits the tree: left subtree into dst, right into a
+  // temporary of its level, then dst += temporary.
+  template <typename Leaf, typename Add>
+  void tree(float* dst, float* temporaries, size_t stride, Leaf&& leaf, Add&& add) const {
+    auto visit = [&](auto& self, int64_t lo, int64_t hi, float* out, int level) -> void {
+      if (hi - lo == 1) return leaf(lo, out);
+      const int64_t mid = (lo + hi) / 2;
+      self(self, lo, mid, out, level);
+      float* right = temporaries + size_t(level) * stride;
+      self(self, mid, hi, right, level + 1);
+      add(out, right);
+    };
+    visit(visit, 0, count(), dst, 0);
+  }
+};
+
+// out[j] = Σ_t a[t, j] (· b[t, j]) per slice, added over the slices' tree.
+void column_sum(const float* a, const float* b, const Slices& sl, int64_t cols, float* out, int threads) {
+  if (!out) return;
+  if (!sl.given()) return column_sum(a, b, sl.rows, cols, out, threads);
+  std::vector<float> temporaries(size_t(sl.depth() * cols));
+  sl.tree(
+      out, temporaries.data(), size_t(cols),
+      [&](int64_t i, float* dst) {
+        const int64_t r0 = sl.begin(i);
+        column_sum(a + r0 * cols, b ? b + r0 * cols : nullptr, sl.size(i), cols, dst, threads);
+      },
+      [&](float* dst, const float* src) {
+        for (int64_t j = 0; j < cols; ++j) dst[j] += src[j];
+      });
+}
+
+// A weight gradient C[m, n] = Σ_t A[t, :]ᵀ · B[t, :] (A [rows, m], B [rows,
+// n] row-major). With slices, C is formed in tiles, each on one thread:
+// every slice's product of the tile and the tree's additions stay in cache,
+// and C is written once. Tiles change no bit (each C element is one chain
+// per slice, gemm.hpp); their size trades the slices' extra stores (which
+// dominate when slices are short) against the operands packed again per
+// tile (when they are long): measured at 512 → 2048, 2 threads, fwd + bwd
+// with 4 slices against one sum: +30 % at T = 64, +9 % at T = 256 and +2 %
+// at T = 4096 (bench/results/2026-11-23-data-parallel.md).
+void weight_gradient(const F32Gemm& kernel, int64_t m, int64_t n, const float* a, const float* b, float* c,
+                     const Slices& sl, int threads) {
+  if (!c) return;
+  if (!sl.given()) return gemm(kernel, at_b(m, n, sl.rows, a, b, c), threads);
+  int64_t shortest = sl.rows;
+  for (int64_t i = 0; i < sl.count(); ++i) shortest = std::min(shortest, sl.size(i));
+  const int64_t TM = shortest >= 256 ? 512 : 256, TN = shortest >= 1024 ? 1024 : shortest >= 256 ? 512 : 256;
+  const int64_t tn = (n + TN - 1) / TN, tiles = (m + TM - 1) / TM * tn;
+  const int nt = int(std::max<int64_t>(1, std::min<int64_t>(threads, tiles)));
+#pragma omp parallel num_threads(nt)
+  {
+    std::vector<float> temporaries(size_t(sl.depth() * TM * TN));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t i0 = t / tn * TM, j0 = t % tn * TN;
+      const int64_t mb = std::min(TM, m - i0), nb = std::min(TN, n - j0);
+      float* tile = c + i0 * n + j0;
+      sl.tree(
+          tile, temporaries.data(), size_t(TM * TN),
+          [&](int64_t i, float* dst) {
+            const int64_t r0 = sl.begin(i);
+            GemmArgs p = at_b(mb, nb, sl.size(i), a + r0 * m + i0, b + r0 * n + j0, dst);
+            p.csa = m, p.ldb = n, p.ldc = dst == tile ? n : nb;
+            gemm(kernel, p, 1);
+          },
+          [&](float* dst, const float* src) {
+            const int64_t ld = dst == tile ? n : nb;
+            for (int64_t r = 0; r < mb; ++r)
+              for (int64_t j = 0; j < nb; ++j) dst[r * ld + j] += src[r * nb + j];
+          });
+    }
+  }
+}
+
 // dv[d] from dout[d] through out = γ·xhat + β:
 //   g = dout·γ; LayerNorm: dv = rstd (g − mean(g) − xhat·mean(g·xhat)); RMSNorm: without mean(g).
 void norm_backward_row(NormType type, const float* dout, const float* xhat, float rstd, int64_t d,
@@ -128,7 +223,8 @@ size_t backward_scratch_bytes() { return pool_bytes(); }
 
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
-                    float* dx, const FusedGrads& g, int threads, Isa isa, const FusedSplit& split) {
+                    float* dx, const FusedGrads& g, int threads, Isa isa, const FusedSplit& split,
+                    std::span<const int64_t> token_slices) {
   const F32Gemm& kernel = kernel_config(resolve_isa(isa)).f32;
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   const bool gated = is_gated(cfg.activation);
@@ -143,6 +239,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   const int64_t F_global = sh.d_ff > 0 ? sh.d_ff : F;
   const int64_t offset = DffShards::units(F_global, sh.count, sh.first, sh.last).first;
   auto hidden_key = [&](int64_t t) { return uint64_t(pos[t] * F_global + offset); };
+  const Slices sl{token_slices, n};
   Scratch scratch;
 
   // dv = dL/d(x + o) through the post norm; In = Norm(x) again for pre-LN (xhat kept).
@@ -165,8 +262,8 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   // 7. dX (and the pre norm's γ, β) from dIn summed over every shard.
   auto finish = [&](const float* din, const float* dv, const float* xhat) {
     if (cfg.norm == NormPlacement::pre) {
-      column_sum(din, xhat, n, d, g.gamma, threads);
-      column_sum(din, nullptr, n, d, g.beta, threads);
+      column_sum(din, xhat, sl, d, g.gamma, threads);
+      column_sum(din, nullptr, sl, d, g.beta, threads);
     }
     parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
@@ -201,8 +298,8 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   float* dv = scratch.get(Scratch::kDv, cfg.norm == NormPlacement::post ? size_t(n * d) : 0);
   float* dout = scratch.get(Scratch::kDout, size_t(n * d));
   if (cfg.norm == NormPlacement::post) {
-    column_sum(dy, saved.xhat, n, d, g.gamma, threads);
-    column_sum(dy, nullptr, n, d, g.beta, threads);
+    column_sum(dy, saved.xhat, sl, d, g.gamma, threads);
+    column_sum(dy, nullptr, sl, d, g.beta, threads);
     post_dv(dv);
   }
   parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
@@ -217,7 +314,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
       }
     }
   });
-  column_sum(dout, nullptr, n, d, g.b2, threads);
+  column_sum(dout, nullptr, sl, d, g.b2, threads);
 
   // 2. H (the hidden activation after dropout) again from the saved pre-activations.
   float* h = scratch.get(Scratch::kH, size_t(n * F));
@@ -241,7 +338,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     }
   });
   // 3. dW2 = dOᵀ · H;  dH = dO · W2 (into dz1).
-  gemm(kernel, at_b(d, F, n, dout, h, g.w2), threads);
+  weight_gradient(kernel, d, F, dout, h, g.w2, sl, threads);
   gemm(kernel, a_bpacked(n, F, d, dout, bw.w2.data(), dz1, false), threads);
 
   // 4. Through the hidden dropout and the activation.
@@ -267,8 +364,8 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
       }
     }
   });
-  column_sum(dz1, nullptr, n, F, g.b1, threads);
-  if (gated) column_sum(dzg, nullptr, n, F, g.bg, threads);
+  column_sum(dz1, nullptr, sl, F, g.b1, threads);
+  if (gated) column_sum(dzg, nullptr, sl, F, g.bg, threads);
 
   // 5. The FFN input (x, or Norm(x) again for pre-LN); dW1 = dZ1ᵀ · In.
   float* in_buf = nullptr;
@@ -280,8 +377,8 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     pre_input(in_buf, xhat);
     in = in_buf;
   }
-  gemm(kernel, at_b(F, d, n, dz1, in, g.w1), threads);
-  if (gated) gemm(kernel, at_b(F, d, n, dzg, in, g.wg), threads);
+  weight_gradient(kernel, F, d, dz1, in, g.w1, sl, threads);
+  if (gated) weight_gradient(kernel, F, d, dzg, in, g.wg, sl, threads);
 
   // 6. dIn = Σ over the layer's shards of dZ1[:, s] · W1[s, :] (+ dZg · Wg),
   // added over the shards' tree, as the forward adds their W2 products.

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "ffn/ffn.hpp"
@@ -117,6 +118,8 @@ struct FusedGrads {
 constexpr size_t kBackwardScratchKeepBytes = kBufferPoolKeepBytes;
 size_t backward_scratch_bytes();
 
+// token_slices: RunOptions::token_slices (every weight gradient summed per
+// slice and added over the slices' tree).
 // In two stages as the forward (split): partial, stage 1: every gradient of
 // the layer's shards (and b2's, and the post norm's γ, β), and the sum over
 // its shards of dIn = dZ·W1 (+ dZg·Wg) written there [n, d_model] (dx
@@ -124,6 +127,7 @@ size_t backward_scratch_bytes();
 // every shard.
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
-                    float* dx, const FusedGrads& g, int threads, Isa isa, const FusedSplit& split = {});
+                    float* dx, const FusedGrads& g, int threads, Isa isa, const FusedSplit& split = {},
+                    std::span<const int64_t> token_slices = {});
 
 }  // namespace ffn::nn

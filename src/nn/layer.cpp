@@ -491,6 +491,25 @@ struct ValidRows {
 
 // Saved tensors live in the cache (see ForwardCache in ffn.hpp): sized for
 // this call, the call's settings recorded; null without a cache.
+// RunOptions::token_slices: empty, or 0 = s_0 <= ... <= s_k = n.
+void check_token_slices(const std::vector<int64_t>& b, int64_t n) {
+  if (b.empty()) return;
+  bool ok = b.size() >= 2 && b.front() == 0 && b.back() == n;
+  for (size_t i = 1; ok && i < b.size(); ++i) ok = b[i - 1] <= b[i];
+  if (!ok)
+    throw Error("token_slices: expected non-decreasing boundaries from 0 to the " + std::to_string(n) +
+                " valid tokens, got " + shape_str(b));
+}
+
+// The dropout keys of the valid tokens: their positions, shifted by
+// RunOptions::position_offset (a data-parallel rank's first row in the batch).
+std::vector<int64_t> dropout_keys(std::vector<int64_t> pos, int64_t offset) {
+  if (offset < 0) throw Error("position_offset: expected a non-negative integer, got " + std::to_string(offset));
+  if (offset != 0)
+    for (int64_t& p : pos) p += offset;
+  return pos;
+}
+
 ForwardCache::Data* begin_cache(ForwardCache* cache, const Config& cfg, const Shape& shape,
                                 const std::vector<int64_t>& pos, const RunOptions& opts) {
   if (!cache) return nullptr;
@@ -499,6 +518,7 @@ ForwardCache::Data* begin_cache(ForwardCache* cache, const Config& cfg, const Sh
   c->filled = true;
   c->training = opts.training;
   c->seed = opts.seed;
+  c->position_offset = opts.position_offset;
   c->pos = pos;
   // resize, not assign: both paths write every saved element, and a cache
   // reused across steps then costs no [T, d_ff] zero-fill.
@@ -540,6 +560,7 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
   if (opts.compute == Compute::bf16 && dtype_ == WeightDtype::int8)
     throw Error("forward: compute bf16 needs fp32, bf16 or fp16 weights (this layer's are int8)");
 
+  const std::vector<int64_t> keys = dropout_keys(pos, opts.position_offset);
   ForwardCache::Data* c = begin_cache(cache, cfg_, shape, pos, opts);
   auto ptr = [](auto& v) { return v.empty() ? nullptr : v.data(); };
 
@@ -555,12 +576,12 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
     } else if (opts.path == Path::reference) {
       reference::Saved<float> s;
       if (c) s = {ptr(c->z1), ptr(c->zg), ptr(c->mean), ptr(c->rstd), ptr(c->xhat)};
-      reference::forward(cfg_, params_of(w_), xr, n, pos.data(), {opts.training, opts.seed}, yr, c ? &s : nullptr);
+      reference::forward(cfg_, params_of(w_), xr, n, keys.data(), {opts.training, opts.seed}, yr, c ? &s : nullptr);
     } else {
       nn::FusedSaved s;
       if (c) s = {ptr(c->z1), ptr(c->zg), ptr(c->mean), ptr(c->rstd), ptr(c->xhat)};
       const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
-      nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, threads, opts.isa, yr,
+      nn::fused_forward(cfg_, w_, packed, xr, n, keys.data(), opts.training, opts.seed, threads, opts.isa, yr,
                         c ? &s : nullptr, opts.compute, nn::FusedSplit{shards_});
     }
   }
@@ -576,6 +597,7 @@ void Layer::forward_partial(const float* x, const Shape& shape, float* partial, 
     throw Error("forward_partial: a cache (for backward) needs fp32 weights and compute fp32");
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
+  const std::vector<int64_t> keys = dropout_keys(pos, opts.position_offset);
   ForwardCache::Data* c = begin_cache(cache, cfg_, shape, pos, opts);
   if (n == 0) return;
   auto ptr = [](auto& v) { return v.empty() ? nullptr : v.data(); };
@@ -585,7 +607,7 @@ void Layer::forward_partial(const float* x, const Shape& shape, float* partial, 
   const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
   nn::FusedSplit split{shards_};
   split.partial = partial;
-  nn::fused_forward(cfg_, w_, packed, rows.x, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts), opts.isa,
+  nn::fused_forward(cfg_, w_, packed, rows.x, n, keys.data(), opts.training, opts.seed, nn::thread_count(opts), opts.isa,
                     nullptr, c ? &s : nullptr, opts.compute, split);
 }
 
@@ -596,6 +618,7 @@ void Layer::forward_tail(const float* x, const Shape& shape, const float* sum, f
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
   if (n > 0 && !sum) throw Error("forward_tail: buffers must not be null");
+  const std::vector<int64_t> keys = dropout_keys(pos, opts.position_offset);
   const ValidRows rows(x, y, shape, pos, d);
   const float* xr = rows.x;
   float* yr = rows.y;
@@ -606,7 +629,7 @@ void Layer::forward_tail(const float* x, const Shape& shape, const float* sum, f
     ForwardCache::Data* c = cache ? &cache->data() : nullptr;  // the post norm's statistics
     nn::FusedSaved s;
     if (c && cfg_.norm == NormPlacement::post) s = {nullptr, nullptr, nullptr, c->rstd.data(), c->xhat.data()};
-    nn::fused_forward(cfg_, w_, packed, xr, n, pos.data(), opts.training, opts.seed, nn::thread_count(opts),
+    nn::fused_forward(cfg_, w_, packed, xr, n, keys.data(), opts.training, opts.seed, nn::thread_count(opts),
                       opts.isa, yr, c ? &s : nullptr, opts.compute, split);
   }
   rows.finish(pos, shape, y);
@@ -655,6 +678,8 @@ void Layer::backward_impl(const float* x, const float* dy, const Shape& shape, c
   const int threads = nn::thread_count(opts);
   const int64_t n = int64_t(pos.size());
   const int64_t d = cfg_.d_model;
+  check_token_slices(opts.token_slices, n);
+  const std::vector<int64_t> keys = dropout_keys(pos, c.position_offset);
   // Reuse the caller's gradient buffers when they have the right sizes (both
   // paths overwrite every element); allocating 2·d·d_ff fresh zeroed floats per
   // call costs more than the arithmetic of a small batch.
@@ -695,10 +720,39 @@ void Layer::backward_impl(const float* x, const float* dy, const Shape& shape, c
   auto cptr = [](const auto& v) { return v.empty() ? nullptr : const_cast<float*>(v.data()); };
   auto gptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   if (n > 0 && opts.path == Path::reference) {
-    reference::Saved<float> s{cptr(c.z1), cptr(c.zg), cptr(c.mean), cptr(c.rstd), cptr(c.xhat)};
-    reference::Grads<float> g{gptr(grads.w1), gptr(grads.b1), gptr(grads.wg), gptr(grads.bg),
-                              gptr(grads.w2), gptr(grads.b2), gptr(grads.norm_weight), gptr(grads.norm_bias)};
-    reference::backward(cfg_, params_of(w_), xr, n, pos.data(), {c.training, c.seed}, s, dyr, dxr, g);
+    // Rows [r0, r1) into gw (zeros for no rows).
+    auto fields = [](Weights& w) {
+      return std::array<std::vector<float>*, 8>{&w.w1, &w.b1, &w.wg, &w.bg, &w.w2, &w.b2, &w.norm_weight, &w.norm_bias};
+    };
+    auto slice = [&](int64_t r0, int64_t r1, Weights& gw) {
+      if (r0 == r1) {
+        for (std::vector<float>* v : fields(gw)) std::fill(v->begin(), v->end(), 0.0f);
+        return;
+      }
+      auto at = [&](const auto& v, int64_t width) { return v.empty() ? nullptr : cptr(v) + r0 * width; };
+      const int64_t F = cfg_.d_ff;
+      reference::Saved<float> s{at(c.z1, F), at(c.zg, F), at(c.mean, 1), at(c.rstd, 1), at(c.xhat, d)};
+      reference::Grads<float> g{gptr(gw.w1), gptr(gw.b1), gptr(gw.wg), gptr(gw.bg),
+                                gptr(gw.w2), gptr(gw.b2), gptr(gw.norm_weight), gptr(gw.norm_bias)};
+      reference::backward(cfg_, params_of(w_), xr + r0 * d, r1 - r0, keys.data() + r0, {c.training, c.seed}, s,
+                          dyr + r0 * d, dxr + r0 * d, g);
+    };
+    const std::vector<int64_t>& b = opts.token_slices;
+    if (b.empty()) {
+      slice(0, n, grads);
+    } else {  // each slice's gradients, added over the slices' tree
+      auto visit = [&](auto& self, size_t lo, size_t hi, Weights& out) -> void {
+        if (hi - lo == 1) return slice(b[lo], b[lo + 1], out);
+        const size_t mid = (lo + hi) / 2;
+        self(self, lo, mid, out);
+        Weights right = out;
+        self(self, mid, hi, right);
+        const auto o = fields(out), r = fields(right);
+        for (size_t t = 0; t < 8; ++t)
+          for (size_t i = 0; i < o[t]->size(); ++i) (*o[t])[i] += (*r[t])[i];
+      };
+      visit(visit, 0, b.size() - 1, grads);
+    }
   } else if (n > 0) {
     const nn::FusedSaved s{cptr(c.z1), cptr(c.zg), cptr(c.mean), cptr(c.rstd), cptr(c.xhat)};
     const nn::FusedGrads g{gptr(grads.w1), gptr(grads.b1), gptr(grads.wg), gptr(grads.bg),
@@ -707,8 +761,8 @@ void Layer::backward_impl(const float* x, const float* dy, const Shape& shape, c
     nn::FusedSplit split{shards_};
     split.partial = din_partial;
     split.sum = din_sum;
-    nn::fused_backward(cfg_, w_, packed, xr, n, pos.data(), c.training, c.seed, s, dyr, dxr, g, threads, opts.isa,
-                       split);
+    nn::fused_backward(cfg_, w_, packed, xr, n, keys.data(), c.training, c.seed, s, dyr, dxr, g, threads, opts.isa,
+                       split, opts.token_slices);
   }
   if (!direct && dx) scatter(dxout.data(), addr, pos, shape.positions(), dx);
 }

@@ -20,16 +20,24 @@ LossKind parse_loss(std::string_view s, std::string_view what) {
   throw Error(std::string(what) + ": unknown loss '" + std::string(s) + "', expected mse or xent");
 }
 
-double mse_loss(const float* y, const float* target, int64_t n, float* dy) {
+double mse_sum(const float* y, const float* target, int64_t n, int64_t mean_over, float* dy) {
   if (n <= 0) return 0.0;
+  if (mean_over < n)
+    throw Error("mse_sum: mean_over " + std::to_string(mean_over) + " is less than the " + std::to_string(n) +
+                " elements");
   double sum = 0.0;
-  const float scale = 2.0f / float(n);
+  const float scale = 2.0f / float(mean_over);
   for (int64_t i = 0; i < n; ++i) {
     const float e = y[i] - target[i];
     sum += double(e) * double(e);
     if (dy) dy[i] = scale * e;
   }
-  return sum / double(n);
+  return sum;
+}
+
+double mse_loss(const float* y, const float* target, int64_t n, float* dy) {
+  if (n <= 0) return 0.0;
+  return mse_sum(y, target, n, n, dy) / double(n);
 }
 
 OutputHead OutputHead::init(int64_t vocab, int64_t d_model, uint64_t seed) {
@@ -78,6 +86,18 @@ void compute_logits(const OutputHead& h, const float* y, int64_t t, float* logit
 
 double OutputHead::cross_entropy(const float* y, const int64_t* labels, int64_t t, float* dy, OutputHead* grads,
                                  int threads, float* logits_out) const {
+  return cross_entropy_impl(y, labels, t, t, dy, grads, threads, logits_out) / double(std::max<int64_t>(t, 1));
+}
+
+double OutputHead::cross_entropy_sum(const float* y, const int64_t* labels, int64_t t, int64_t mean_over, float* dy,
+                                     OutputHead* grads, int threads) const {
+  if (mean_over < t) throw Error("cross_entropy_sum: mean_over " + std::to_string(mean_over) + " is less than the " +
+                                 std::to_string(t) + " tokens");
+  return cross_entropy_impl(y, labels, t, mean_over, dy, grads, threads, nullptr);
+}
+
+double OutputHead::cross_entropy_impl(const float* y, const int64_t* labels, int64_t t, int64_t mean_over, float* dy,
+                                      OutputHead* grads, int threads, float* logits_out) const {
   const int64_t V = vocab, d = d_model;
   for (int64_t i = 0; i < t; ++i) {
     if (labels[i] < 0 || labels[i] >= V)
@@ -102,7 +122,7 @@ double OutputHead::cross_entropy(const float* y, const int64_t* labels, int64_t 
   // Per token: loss = lse(z) - z[label]; dL/dz = (softmax(z) - onehot) / t.
   std::vector<double> token_loss(static_cast<size_t>(t));
   std::vector<float> dz(dy || grads ? size_t(t * V) : 0);
-  const float inv_t = 1.0f / float(t);
+  const float inv_t = 1.0f / float(mean_over);
 #pragma omp parallel for num_threads(team(threads)) schedule(static)
   for (int64_t i = 0; i < t; ++i) {
     const float* z = logits + i * V;
@@ -119,7 +139,6 @@ double OutputHead::cross_entropy(const float* y, const int64_t* labels, int64_t 
   }
   double loss = 0.0;
   for (double l : token_loss) loss += l;  // in token order: the same for any thread count
-  loss /= double(t);
 
   if (dy) {  // dL/dy[t] = Σ_v dz[t, v] W[v]
 #pragma omp parallel for num_threads(team(threads)) schedule(static)
