@@ -19,6 +19,7 @@
 #include "common/format.hpp"
 #include "ffn/encoder.hpp"
 #include "ffn/ffn.hpp"
+#include "ffn/train.hpp"
 
 namespace ffn::cli {
 
@@ -212,6 +213,11 @@ struct ParallelGradArgs : ParallelArgs {
   GradTargets targets;
 };
 int grad_tensor_parallel(const ParallelGradArgs& a);
+// Data-parallel ffn train under mpirun: body on every rank with the team
+// and agree (Comm::agree: collective; throws on every rank if any rank
+// passed an error), errors ending every rank as run's do.
+using Agree = std::function<void(const std::string& error)>;
+int train_data_parallel(const std::function<int(const Team&, const Agree&)>& body);
 // ro.threads 0: the cores shared among the ranks.
 int bench_tensor_parallel(const Layer& whole, int64_t tokens, RunOptions ro, int repeats, int warmup, bool json,
                           uint64_t seed);

@@ -1,4 +1,4 @@
-// ffn run / bench --tensor-parallel under mpirun (src/dist): built with MPI only.
+// ffn run / grad / bench --tensor-parallel and ffn train under mpirun (src/dist): built with MPI only.
 #include <omp.h>
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "dist/data_parallel.hpp"
 #include "dist/tensor_parallel.hpp"
 #include "nn/init.hpp"
 
@@ -69,6 +70,13 @@ int rank_threads(int threads, const dist::Comm& comm) {
 }
 
 }  // namespace
+
+int train_data_parallel(const std::function<int(const Team&, const Agree&)>& body) {
+  return on_every_rank([&](const dist::Comm& comm) {
+    const dist::MpiTeam team(comm);
+    return body(team, [&](const std::string& error) { comm.agree(error); });
+  });
+}
 
 int run_tensor_parallel(const ParallelRunArgs& a) { return on_every_rank([&](const dist::Comm& comm) {
   Prologue p = begin_parallel(comm, a, [&](const Layer& local) {

@@ -4,6 +4,12 @@
 // otherwise), a checkpoint written atomically after every epoch, a loss-curve
 // SVG, and Ctrl-C (SIGINT) or SIGTERM stopping after the current step with the
 // weights of the last complete step written (exit status 130).
+//
+// Under mpirun (built with MPI), data parallel: every rank reads the data,
+// computes its slices of each batch (Trainer::set_team) and makes the same
+// update; rank 0 alone prints and writes. The loss curve and the weights are
+// those of one process, bit for bit, for 1, 2 or 4 ranks.
+#include <omp.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -108,7 +115,7 @@ bool all_finite(const Trainer& t) {
 // One status line on a terminal, rewritten in place.
 class Progress {
  public:
-  Progress() : tty_(isatty(STDERR_FILENO)) {}
+  explicit Progress(bool shown) : tty_(shown && isatty(STDERR_FILENO)) {}
   void step(const train::StepReport& s) {
     if (!tty_) return;
     const auto now = std::chrono::steady_clock::now();
@@ -165,10 +172,24 @@ plot::LineChart loss_chart(const train::FitResult& r, int64_t steps_per_epoch, c
   return c;
 }
 
-int cmd_train(const TrainArgs& a) {
-  // Options first: every flag is checked before any file is read.
-  const LossKind loss = parse_loss(a.loss, "--loss");
+// Everything a run needs, checked: options, data, the layer and its head.
+struct Setup {
+  LossKind loss = LossKind::mse;
   OptimizerConfig oc;
+  std::string plot_path;
+  train::Dataset data;
+  std::optional<Layer> layer;
+  std::optional<OutputHead> head;
+  std::vector<int64_t> train_rows, val_rows;
+  SafetensorsFile extra;  // the --init file's other tensors, written with every checkpoint
+};
+
+Setup prepare(const TrainArgs& a, bool lead) {
+  Setup st;
+  // Options first: every flag is checked before any file is read.
+  st.loss = parse_loss(a.loss, "--loss");
+  const LossKind loss = st.loss;
+  OptimizerConfig& oc = st.oc;
   oc.kind = parse_optimizer(a.optimizer, "--optimizer");
   oc.lr = a.lr;
   oc.momentum = a.momentum;
@@ -194,7 +215,8 @@ int cmd_train(const TrainArgs& a) {
     throw Error("--vocab: expected a positive integer up to 10000000, got " + std::to_string(a.vocab));
   if (a.d_ff < 0) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
   if (!a.prefix.empty() && a.init.empty()) throw Error("--prefix: applies with --init only");
-  const std::string plot_path = a.plot.empty() ? default_plot_path(a.output) : a.plot;
+  st.plot_path = a.plot.empty() ? default_plot_path(a.output) : a.plot;
+  const std::string& plot_path = st.plot_path;
   io::check_writable_target(a.output);
   io::check_writable_target(plot_path);
   check_distinct({{"--output", a.output}, {"--plot", plot_path}});
@@ -203,7 +225,7 @@ int cmd_train(const TrainArgs& a) {
   check_not_an_input(plot_path, "--plot", inputs);
 
   // Data.
-  train::Dataset data;
+  train::Dataset& data = st.data;
   Array x = read_npy(a.data);
   data.n = rows_of(x.shape, a.data, "data");
   data.d = x.shape.back();
@@ -243,8 +265,8 @@ int cmd_train(const TrainArgs& a) {
   }
 
   // Layer (and head).
-  std::optional<Layer> layer;
-  std::optional<OutputHead> head;
+  std::optional<Layer>& layer = st.layer;
+  std::optional<OutputHead>& head = st.head;
   if (!a.init.empty()) {
     LoadOptions lo;
     lo.prefix = a.prefix;
@@ -259,7 +281,7 @@ int cmd_train(const TrainArgs& a) {
                   std::to_string(layer->config().d_ff) + "); leave it out with --init");
     if (a.arch.no_bias && layer->config().bias)
       throw Error("--no-bias contradicts " + a.init + " (it has biases); leave it out with --init");
-    note_assumed(a.init, assumed);
+    if (lead) note_assumed(a.init, assumed);
     if (layer->config().d_model != data.d)
       throw Error(a.data + ": rows have " + std::to_string(data.d) + " features, expected d_model=" +
                   std::to_string(layer->config().d_model) + " (from " + a.init + ")");
@@ -297,11 +319,43 @@ int cmd_train(const TrainArgs& a) {
     }
   }
 
-  std::vector<int64_t> train_rows, val_rows;
-  train::split(data.n, a.val_fraction, a.seed, train_rows, val_rows);
-  // The --init file's other tensors, read once, written with every checkpoint.
-  const SafetensorsFile extra = a.init.empty() ? SafetensorsFile{} : layer->unowned(a.init);
-  Trainer trainer(*layer, head, loss, oc, a.threads);
+  train::split(data.n, a.val_fraction, a.seed, st.train_rows, st.val_rows);
+  if (!a.init.empty()) st.extra = layer->unowned(a.init);
+  return st;
+}
+
+// The run on one process (team null) or on every rank of a data-parallel
+// team: each rank computes its slices of every batch (Trainer::set_team),
+// rank 0 alone prints and writes. agree: collective after every step that
+// can fail on some ranks only (throws on every rank if any failed).
+int train(const TrainArgs& a, const Team* team, const Agree& agree) {
+  const bool lead = !team || team->rank() == 0;
+  auto agreed = [&](auto&& step) {
+    std::string error;
+    try {
+      step();
+    } catch (const std::exception& e) {
+      if (!team) throw;
+      error = e.what();
+    }
+    if (team) agree(error);
+  };
+  std::optional<Setup> setup;
+  agreed([&] { setup.emplace(prepare(a, lead)); });
+  Setup& st = *setup;
+  const LossKind loss = st.loss;
+  const OptimizerConfig& oc = st.oc;
+  const std::string& plot_path = st.plot_path;
+  const train::Dataset& data = st.data;
+  std::optional<Layer>& layer = st.layer;
+  const std::optional<OutputHead>& head = st.head;
+  const std::vector<int64_t>& train_rows = st.train_rows;
+  const std::vector<int64_t>& val_rows = st.val_rows;
+  const SafetensorsFile& extra = st.extra;
+  // Under mpirun, --threads 0 shares the cores among the ranks.
+  const int threads = a.threads > 0 || !team ? a.threads : std::max(1, omp_get_num_procs() / team->size());
+  Trainer trainer(*layer, head, loss, oc, threads);
+  agreed([&] { trainer.set_team(team); });
   train::FitOptions fo;
   fo.epochs = a.epochs;
   fo.batch = a.batch;
@@ -310,13 +364,17 @@ int cmd_train(const TrainArgs& a) {
   fo.seed = a.seed;
   const int64_t steps_per_epoch = (int64_t(train_rows.size()) + a.batch - 1) / a.batch;
 
-  std::printf("ffn train: %lld rows (%zu training, %zu held out), %lld -> %lld %s, norm %s, %s loss%s, %s lr %g, "
-              "batch %lld, %lld epochs\n",
+  if (lead)
+    std::printf("ffn train: %lld rows (%zu training, %zu held out), %lld -> %lld %s, norm %s, %s loss%s, %s lr %g, "
+              "batch %lld, %lld epochs%s\n",
               (long long)data.n, train_rows.size(), val_rows.size(), (long long)layer->config().d_model,
               (long long)layer->config().d_ff, std::string(to_string(layer->config().activation)).c_str(),
               std::string(to_string(layer->config().norm)).c_str(), a.loss.c_str(),
               head ? (" over a " + std::to_string(head->vocab) + "-way softmax head").c_str() : "",
-              a.optimizer.c_str(), double(a.lr), (long long)a.batch, (long long)a.epochs);
+              a.optimizer.c_str(), double(a.lr), (long long)a.batch, (long long)a.epochs,
+              team ? (", data parallel over " + std::to_string(team->size()) + " ranks x " + std::to_string(threads) +
+                      " thread(s)").c_str()
+                   : "");
   std::fflush(stdout);
 
   g_stop.store(false);
@@ -329,14 +387,18 @@ int cmd_train(const TrainArgs& a) {
     ~Restore() { io::remove_temporaries_on_signals(); }
   } restore;
 
-  Progress progress;
+  Progress progress(lead);
+  // Rank 0 alone writes (atomically, as one process); every rank learns whether it could.
+  auto write = [&](auto&& what) { agreed([&] { if (lead) what(); }); };
+  auto checkpoint = [&] { write([&] { save(trainer.layer(), trainer.head(), a.output, extra); }); };
   train::FitCallbacks cb;
   cb.stop = &g_stop;
   cb.on_step = [&](const train::StepReport& s) { progress.step(s); };
   cb.on_epoch = [&](const train::EpochReport& e) {
     progress.clear();
     // Checkpoint: the file is always a complete epoch or step, never non-finite weights.
-    if (all_finite(trainer)) save(trainer.layer(), trainer.head(), a.output, extra);
+    if (all_finite(trainer)) checkpoint();
+    if (!lead) return;
     char held[48] = "";
     if (std::isfinite(e.val_loss)) std::snprintf(held, sizeof held, "  held-out loss %.6g", e.val_loss);
     std::printf("epoch %lld/%lld  training loss %.6g%s  %.0f tokens/s  %.2f s\n", (long long)e.epoch,
@@ -353,7 +415,11 @@ int cmd_train(const TrainArgs& a) {
     r.diverged_step = steps_per_epoch;
   }
   if (!r.diverged.empty() && !r.step_losses.empty() && !std::isfinite(r.step_losses.back())) r.step_losses.pop_back();
-  if (!r.step_losses.empty()) plot::write_svg(plot_path, plot::render(loss_chart(r, steps_per_epoch, a.loss)));
+  if (!r.step_losses.empty()) write([&] { plot::write_svg(plot_path, plot::render(loss_chart(r, steps_per_epoch, a.loss))); });
+  if (team) {
+    const std::string cost = team->summary();
+    if (lead && !cost.empty()) std::printf("%s\n", cost.c_str());
+  }
   if (!r.diverged.empty()) {
     // The step that diverged was not applied: the layer holds the weights of
     // the step before, written unless they are not finite (then the last
@@ -361,14 +427,15 @@ int cmd_train(const TrainArgs& a) {
     const int64_t applied = (r.diverged_epoch - 1) * steps_per_epoch + r.diverged_step - 1;
     std::string kept;
     if (applied > 0 && all_finite(trainer)) {
-      save(trainer.layer(), trainer.head(), a.output, extra);
+      checkpoint();
       kept = "wrote " + a.output + " (the weights after step " + std::to_string(applied) + ")";
     } else if (fs::exists(a.output) && r.epochs.size() > 0) {
       kept = "kept " + a.output + " (the checkpoint of epoch " + std::to_string(r.epochs.size()) + ")";
     } else {
       kept = "wrote no weights";
     }
-    std::fprintf(stderr,
+    if (lead)
+      std::fprintf(stderr,
                  "ffn train: diverged at step %lld (epoch %lld, step %lld of %lld): %s; %s; try a lower --lr "
                  "(now %g)%s\n",
                  (long long)((r.diverged_epoch - 1) * steps_per_epoch + r.diverged_step), (long long)r.diverged_epoch,
@@ -378,16 +445,38 @@ int cmd_train(const TrainArgs& a) {
   }
   if (r.interrupted) {
     const int64_t done = int64_t(r.step_losses.size());
-    if (done > 0 && done % steps_per_epoch != 0) save(trainer.layer(), trainer.head(), a.output, extra);
-    std::printf("interrupted after %lld steps (epoch %lld, step %lld of %lld): %s\n", (long long)done,
+    if (done > 0 && done % steps_per_epoch != 0) checkpoint();
+    if (lead)
+      std::printf("interrupted after %lld steps (epoch %lld, step %lld of %lld): %s\n", (long long)done,
                 (long long)(done / steps_per_epoch + 1), (long long)(done % steps_per_epoch),
                 (long long)steps_per_epoch,
                 done > 0 ? ("wrote " + a.output + " (the weights after the last complete step) and " + plot_path).c_str()
                          : "no step completed, nothing written");
     return 128 + (g_signal.load() ? g_signal.load() : SIGINT);  // 130 for Ctrl-C, 143 for SIGTERM
   }
-  std::printf("wrote %s and %s\n", a.output.c_str(), plot_path.c_str());
+  if (lead) std::printf("wrote %s and %s\n", a.output.c_str(), plot_path.c_str());
   return 0;
+}
+
+// The ranks mpirun (Open MPI, MPICH, Intel MPI) started this process among; 0 if none.
+int launched_ranks() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+  return 0;
+}
+
+int cmd_train(const TrainArgs& a) {
+  if (const int ranks = launched_ranks(); ranks > 0) {
+#ifdef FFN_HAVE_MPI
+    return train_data_parallel([&](const Team& team, const Agree& agree) { return train(a, &team, agree); });
+#else
+    if (ranks > 1)
+      throw Error("ffn train: started by mpirun as one of " + std::to_string(ranks) +
+                  " ranks, but this ffn was built without MPI, so each would train alone "
+                  "(scripts/setup.sh installs libopenmpi-dev; then cmake -DFFN_MPI=ON)");
+#endif
+  }
+  return train(a, nullptr, {});
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -133,6 +134,8 @@ class Team {
   virtual std::vector<double> all_gather(const std::vector<double>& mine) const = 0;
   // Collective: whether any rank passed true.
   virtual bool any(bool mine) const = 0;
+  // Collective: one line on what the sums cost so far (for rank 0 to print); may be empty.
+  virtual std::string summary() const { return ""; }
 };
 
 // Every training step cuts its batch of n rows into kTokenSlices slices,

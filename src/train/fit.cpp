@@ -63,13 +63,23 @@ Batch gather(const Dataset& data, const int64_t* rows, int64_t n, std::vector<fl
 
 double evaluate(const Trainer& trainer, const Dataset& data, const std::vector<int64_t>& rows, int64_t batch) {
   if (rows.empty()) return std::numeric_limits<double>::quiet_NaN();
+  // With a team, rank r evaluates batches r, r + P, …; every rank then adds
+  // all batches' losses in batch order, as one process does.
+  const Team* team = trainer.team();
+  const int P = team ? team->size() : 1, rank = team ? team->rank() : 0;
+  const int64_t batches = (int64_t(rows.size()) + batch - 1) / batch;
+  std::vector<double> mine;
   std::vector<float> x, t;
   std::vector<int64_t> l;
-  double sum = 0.0;
-  for (size_t i = 0; i < rows.size(); i += size_t(batch)) {
-    const int64_t n = std::min<int64_t>(batch, int64_t(rows.size() - i));
-    sum += trainer.evaluate(gather(data, rows.data() + i, n, x, t, l)) * double(n);
+  for (int64_t i = rank; i < batches; i += P) {
+    const int64_t n = std::min<int64_t>(batch, int64_t(rows.size()) - i * batch);
+    mine.push_back(trainer.evaluate(gather(data, rows.data() + i * batch, n, x, t, l)) * double(n));
   }
+  const std::vector<double> all = team ? team->all_gather(mine) : mine;  // rank-major
+  std::vector<int64_t> first(static_cast<size_t>(P + 1), 0);  // rank q's losses start at first[q]
+  for (int q = 0; q < P; ++q) first[size_t(q) + 1] = first[size_t(q)] + (batches - q + P - 1) / P;
+  double sum = 0.0;
+  for (int64_t i = 0; i < batches; ++i) sum += all[size_t(first[size_t(i % P)] + i / P)];
   return sum / double(rows.size());
 }
 
@@ -91,7 +101,9 @@ FitResult fit(Trainer& trainer, const Dataset& data, const std::vector<int64_t>&
     double sum = 0.0;
     int64_t seen = 0;
     for (int64_t s = 0; s < per_epoch; ++s, ++global) {
-      if (cb.stop && cb.stop->load()) {
+      // With a team, every rank stops at the same step: the one where any rank saw the flag.
+      const bool stop = cb.stop && cb.stop->load();
+      if (trainer.team() ? trainer.team()->any(stop) : stop) {
         r.interrupted = true;
         return r;
       }
