@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor parallelism over MPI (src/dist), run by ctest when built with MPI:
+# Tensor and data parallelism over MPI (src/dist), run by ctest when built with MPI:
 #   - mpirun -np P ffn run --tensor-parallel for P = 1, 2, 4 writes the same
 #     bytes as plain ffn run (padding, pre-norm SwiGLU, a bf16 file, int8
 #     quantized per shard on load, a layer with 6 hidden chunks);
@@ -9,7 +9,12 @@
 #     a rank killed mid-run ends the job (no hang) and leaves no output;
 #   - mpirun -np P ffn grad --tensor-parallel: grad_input.npy and
 #     grads.safetensors (each rank writes its parts) byte-identical to ffn grad;
-#   - ffn bench --tensor-parallel reports every rank's times and bytes.
+#   - ffn bench --tensor-parallel reports every rank's times and bytes;
+#   - mpirun -np P ffn train (data parallel) for P = 1, 2, 4 prints the loss
+#     curve of plain ffn train and writes the same weights and plot, byte for
+#     byte (mse and cross-entropy, dropout, partial and tiny batches, every
+#     optimizer); faults: 3 ranks, one rank's missing data file, a rank
+#     killed mid-training (no hang, no partial checkpoint).
 # Usage: test_mpi.sh FFN_BINARY
 set -u
 ffn=$(realpath "$1")
@@ -135,6 +140,76 @@ case $rc in 0|124|126|127) bad "killed rank: exit $rc";; esac
 [ ! -e e.npy ] || bad "killed rank: wrote e.npy"
 [ -z "$(ls -a | grep '^\.e\.npy\|\.tmp')" ] || bad "killed rank: a temporary file was left"
 echo "ok: a rank killed mid-run ends the job (exit $rc after ${took}s), nothing written"
+
+# Data-parallel training: the loss curve (epoch lines without their timings)
+# and the files of plain ffn train, for 1, 2 and 4 ranks.
+/usr/bin/python3 - <<'PY'
+import numpy as np
+r = np.random.default_rng(5)
+x = r.standard_normal((600, 24)).astype(np.float32)
+np.save('tx.npy', x)
+np.save('tt.npy', (np.tanh(x) * 0.5).astype(np.float32))
+np.save('tl.npy', r.integers(0, 5, 600).astype(np.int64))
+PY
+curve() { grep '^epoch' "$1" | sed 's/  [0-9]* tokens\/s .*//'; }
+check_train() {  # label, args...
+  local label=$1; shift
+  rm -f tplain.* tdp.*
+  "$ffn" train --data tx.npy "$@" --output tplain.safetensors > tplain.log || { bad "train $label: plain"; return; }
+  for P in 1 2 4; do
+    rm -f tdp.*
+    "${mpirun[@]}" -np $P "$ffn" train --data tx.npy "$@" --output tdp.safetensors > tdp.log 2>&1
+    local rc=$?
+    if [ $rc -ne 0 ]; then bad "train $label P=$P: exit $rc"; cat tdp.log; continue; fi
+    grep -q "data parallel over $P ranks" tdp.log || bad "train $label P=$P: not data parallel"
+    [ "$(curve tplain.log | wc -l)" -gt 0 ] && [ "$(curve tplain.log)" = "$(curve tdp.log)" ] \
+      || { bad "train $label P=$P: loss curves differ"; diff <(curve tplain.log) <(curve tdp.log); }
+    cmp -s tplain.safetensors tdp.safetensors && cmp -s tplain.loss.svg tdp.loss.svg \
+      && echo "ok: train $label P=$P: same loss curve, weights and plot" || bad "train $label P=$P: files differ"
+  done
+}
+check_train "mse, dropout, batch 37 (a partial last batch)" --targets tt.npy --batch 37 --epochs 2 --dropout 0.1
+check_train "xent head, swiglu pre-rmsnorm, adamw" --targets tl.npy --loss xent --vocab 5 --activation swiglu \
+  --norm pre --norm-type rmsnorm --optimizer adamw --weight-decay 0.1 --dropout 0.2 --epochs 2 --batch 64
+check_train "batch 3 (empty slices), sgd momentum, cosine" --targets tt.npy --batch 3 --epochs 1 --optimizer sgd \
+  --momentum 0.9 --lr 0.01 --lr-schedule cosine --no-bias
+
+tfault() {  # label, expected text, command...: every rank exits 2, one line each, nothing written
+  local label=$1 want=$2; shift 2
+  rm -f e.safetensors e.loss.svg
+  "$@" > out.txt 2> err.txt
+  local rc=$?
+  [ $rc -ne 0 ] || bad "$label: exit 0"
+  [ $rc -ne 124 ] || bad "$label: hung (timeout)"
+  [ ! -e e.safetensors ] && [ ! -e e.loss.svg ] || bad "$label: wrote output"
+  grep -q "$want" err.txt || { bad "$label: no '$want' in"; cat err.txt; }
+  LAST_LINES=$(grep -c '^ffn: error: rank [0-9]*: ' err.txt)
+  echo "ok: $label (exit $rc, $LAST_LINES rank lines)"
+}
+tfault "train on 3 ranks" "3 ranks do not divide the 4 token slices" \
+  "${mpirun[@]}" -np 3 "$ffn" train --data tx.npy --targets tt.npy --epochs 1 --output e.safetensors
+[ "$LAST_LINES" = 3 ] || bad "train on 3 ranks: $LAST_LINES error lines, expected 3"
+tfault "train: rank 1 cannot read the data" "rank 0: stopped, rank 1 failed: missing.npy" \
+  "${mpirun[@]}" -np 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then d=missing.npy; else d=tx.npy; fi;
+    exec "$0" train --data $d --targets tt.npy --epochs 1 --output e.safetensors' "$ffn"
+[ "$LAST_LINES" = 2 ] || bad "train missing data: $LAST_LINES error lines, expected 2"
+# A rank killed mid-training: the job ends, and the checkpoint is a whole
+# file (written atomically by rank 0 after an epoch) or absent.
+python_npy tbig.npy 20000 64
+start=$(date +%s)
+"${mpirun[@]}" -np 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then "$0" train --data tbig.npy --targets tbig.npy \
+    --epochs 1000 --output e.safetensors & sleep 2; kill -9 $!; exit 9;
+  else exec "$0" train --data tbig.npy --targets tbig.npy --epochs 1000 --output e.safetensors; fi' "$ffn" > out.txt 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+case $rc in 0|124|126|127) bad "killed training rank: exit $rc";; esac
+if [ -e e.safetensors ]; then
+  python_npy x64.npy 2 64
+  "$ffn" run --weights e.safetensors --input x64.npy --output chk.npy > /dev/null 2>&1 \
+    || bad "killed training rank: e.safetensors does not load"
+fi
+[ -z "$(ls -a | grep '^\.e\.\|\.tmp')" ] || bad "killed training rank: a temporary file was left"
+echo "ok: a training rank killed mid-run ends the job (exit $rc after ${took}s), no partial file"
 
 # The bench: per-rank compute and sum times, bytes per call.
 "${mpirun[@]}" -np 2 "$ffn" bench --tensor-parallel --threads 1 --tokens 64 --repeats 2 --json > bench.txt 2> err.txt
