@@ -35,11 +35,12 @@ if ((${#missing[@]})); then
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-# Optional: Open MPI for tensor parallelism (src/dist, `mpirun ffn run
-# --tensor-parallel`). Without it the build goes on with FFN_MPI off and the
-# MPI test says it was skipped.
+# Optional: Open MPI for tensor and data parallelism (src/dist, `mpirun ffn
+# run --tensor-parallel`, `mpirun ffn train`), and iproute2 for the MPI
+# test's two hosts in two network namespaces. Without them the build goes on
+# with FFN_MPI off and the MPI test says what it skipped.
 mpi=()
-for p in libopenmpi-dev openmpi-bin; do
+for p in libopenmpi-dev openmpi-bin iproute2; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || mpi+=("$p")
 done
 if ((${#mpi[@]})); then
@@ -48,7 +49,7 @@ if ((${#mpi[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${mpi[@]}" >/dev/null 2>&1 ||
     { $sudo apt-get update -q >/dev/null 2>&1 &&
       DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${mpi[@]}" >/dev/null 2>&1; } ||
-    echo "setup: Open MPI (${mpi[*]}) could not be installed; building without tensor parallelism"
+    echo "setup: ${mpi[*]} could not be installed; building without MPI (tensor and data parallelism)"
 fi
 
 # Build requirements (as pyproject.toml), then the official safetensors reader
