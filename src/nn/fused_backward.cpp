@@ -113,6 +113,11 @@ struct Slices {
   }
 };
 
+// dst[j] += src[j]: elementwise, so vectorizing changes no bit.
+void add_row(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] += src[j];
+}
+
 // out[j] = Σ_t a[t, j] (· b[t, j]) per slice, added over the slices' tree.
 void column_sum(const float* a, const float* b, const Slices& sl, int64_t cols, float* out, int threads) {
   if (!out) return;
@@ -124,9 +129,7 @@ void column_sum(const float* a, const float* b, const Slices& sl, int64_t cols, 
         const int64_t r0 = sl.begin(i);
         column_sum(a + r0 * cols, b ? b + r0 * cols : nullptr, sl.size(i), cols, dst, threads);
       },
-      [&](float* dst, const float* src) {
-        for (int64_t j = 0; j < cols; ++j) dst[j] += src[j];
-      });
+      [&](float* dst, const float* src) { add_row(dst, src, cols); });
 }
 
 // A weight gradient C[m, n] = Σ_t A[t, :]ᵀ · B[t, :] (A [rows, m], B [rows,
@@ -149,14 +152,16 @@ void weight_gradient(const F32Gemm& kernel, int64_t m, int64_t n, const float* a
   const int nt = int(std::max<int64_t>(1, std::min<int64_t>(threads, tiles)));
 #pragma omp parallel num_threads(nt)
   {
-    std::vector<float> temporaries(size_t(sl.depth() * TM * TN));
+    // From the buffer pool, not zero-filled: every element read is written first.
+    const size_t bytes = size_t(sl.depth() * TM * TN) * sizeof(float);
+    float* temporaries = static_cast<float*>(pool_take(bytes));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t i0 = t / tn * TM, j0 = t % tn * TN;
       const int64_t mb = std::min(TM, m - i0), nb = std::min(TN, n - j0);
       float* tile = c + i0 * n + j0;
       sl.tree(
-          tile, temporaries.data(), size_t(TM * TN),
+          tile, temporaries, size_t(TM * TN),
           [&](int64_t i, float* dst) {
             const int64_t r0 = sl.begin(i);
             GemmArgs p = at_b(mb, nb, sl.size(i), a + r0 * m + i0, b + r0 * n + j0, dst);
@@ -165,10 +170,10 @@ void weight_gradient(const F32Gemm& kernel, int64_t m, int64_t n, const float* a
           },
           [&](float* dst, const float* src) {
             const int64_t ld = dst == tile ? n : nb;
-            for (int64_t r = 0; r < mb; ++r)
-              for (int64_t j = 0; j < nb; ++j) dst[r * ld + j] += src[r * nb + j];
+            for (int64_t r = 0; r < mb; ++r) add_row(dst + r * ld, src + r * nb, nb);
           });
     }
+    pool_give(temporaries, bytes);
   }
 }
 
