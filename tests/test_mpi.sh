@@ -13,8 +13,9 @@
 #   - mpirun -np P ffn train (data parallel) for P = 1, 2, 4 prints the loss
 #     curve of plain ffn train and writes the same weights and plot, byte for
 #     byte (mse and cross-entropy, dropout, partial and tiny batches, every
-#     optimizer); faults: 3 ranks, one rank's missing data file, a rank
-#     killed mid-training (no hang, no partial checkpoint);
+#     optimizer); faults: 3 ranks, one rank's missing data file, data or
+#     settings that differ across ranks, a rank killed mid-training (no
+#     hang, no partial checkpoint);
 #   - two hosts: two ranks in two network namespaces joined by a veth pair,
 #     talking over TCP only (Open MPI's rsh launcher entering the other
 #     namespace instead of ssh): run, grad and train byte-identical again.
@@ -103,7 +104,7 @@ fault() {  # label, expected text, command...
   [ ! -e e.npy ] || bad "$label: wrote e.npy"
   local lines
   lines=$(grep -c '^ffn: error: rank [0-9]*: ' err.txt)
-  grep -q "$want" err.txt || { bad "$label: no '$want' in"; cat err.txt; }
+  grep -q -- "$want" err.txt || { bad "$label: no '$want' in"; cat err.txt; }
   echo "ok: $label (exit $rc, $lines rank lines)"
   LAST_LINES=$lines
 }
@@ -187,7 +188,7 @@ tfault() {  # label, expected text, command...: every rank exits 2, one line eac
   [ $rc -ne 0 ] || bad "$label: exit 0"
   [ $rc -ne 124 ] || bad "$label: hung (timeout)"
   [ ! -e e.safetensors ] && [ ! -e e.loss.svg ] || bad "$label: wrote output"
-  grep -q "$want" err.txt || { bad "$label: no '$want' in"; cat err.txt; }
+  grep -q -- "$want" err.txt || { bad "$label: no '$want' in"; cat err.txt; }
   LAST_LINES=$(grep -c '^ffn: error: rank [0-9]*: ' err.txt)
   echo "ok: $label (exit $rc, $LAST_LINES rank lines)"
 }
@@ -198,6 +199,17 @@ tfault "train: rank 1 cannot read the data" "rank 0: stopped, rank 1 failed: mis
   "${mpirun[@]}" -np 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then d=missing.npy; else d=tx.npy; fi;
     exec "$0" train --data $d --targets tt.npy --epochs 1 --output e.safetensors' "$ffn"
 [ "$LAST_LINES" = 2 ] || bad "train missing data: $LAST_LINES error lines, expected 2"
+/usr/bin/python3 -c "import numpy as np; t = np.load('tt.npy'); t[7, 3] += 1; np.save('tt2.npy', t); np.save('tx2.npy', np.load('tx.npy')[:500]); np.save('tt3.npy', np.load('tt.npy')[:500])"
+tfault "train: rank 1's targets differ" "the targets (checksum) differs across ranks: rank 0 has" \
+  "${mpirun[@]}" -np 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then t=tt2.npy; else t=tt.npy; fi;
+    exec "$0" train --data tx.npy --targets $t --epochs 1 --output e.safetensors' "$ffn"
+[ "$LAST_LINES" = 2 ] || bad "train targets differ: $LAST_LINES error lines, expected 2"
+tfault "train: rank 1 has fewer rows" "the data's rows differs across ranks: rank 0 has 600, rank 1 has 500" \
+  "${mpirun[@]}" -np 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then d=tx2.npy; t=tt3.npy; else d=tx.npy; t=tt.npy; fi;
+    exec "$0" train --data $d --targets $t --epochs 1 --output e.safetensors' "$ffn"
+tfault "train: rank 1's --lr differs" "--lr differs across ranks: rank 0 has 0.001" \
+  "${mpirun[@]}" -np 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then lr=0.002; else lr=0.001; fi;
+    exec "$0" train --data tx.npy --targets tt.npy --epochs 1 --lr $lr --output e.safetensors' "$ffn"
 # A rank killed mid-training: the job ends, and the checkpoint is a whole
 # file (written atomically by rank 0 after an epoch) or absent.
 python_npy tbig.npy 20000 64

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -306,8 +307,8 @@ Setup prepare(const TrainArgs& a, bool lead) {
   }
   if (loss == LossKind::xent && !head) {
     if (a.vocab < 1) throw Error("--vocab: required with --loss xent (number of classes)");
-    // Head, its gradient and two moments, plus a batch of logits and their gradient.
-    check_memory(4.0 * double(a.vocab) * (4.0 * double(data.d) + 2.0 * double(a.batch)),
+    // Head, its gradient per token slice and two moments, plus a batch of logits and their gradient.
+    check_memory(4.0 * double(a.vocab) * ((3.0 + kTokenSlices) * double(data.d) + 2.0 * double(a.batch)),
                  "--vocab x d_model, --batch");
     head = OutputHead::init(a.vocab, data.d, a.seed);
   }
@@ -322,6 +323,58 @@ Setup prepare(const TrainArgs& a, bool lead) {
   train::split(data.n, a.val_fraction, a.seed, st.train_rows, st.val_rows);
   if (!a.init.empty()) st.extra = layer->unowned(a.init);
   return st;
+}
+
+// FNV-1a over the 32-bit words of v: equal data on two ranks, equal sums.
+template <typename T>
+uint32_t checksum(const std::vector<T>& v, uint32_t h = 2166136261u) {
+  const size_t words = v.size() * sizeof(T) / 4;
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < words; ++i) {
+    uint32_t w;
+    std::memcpy(&w, p + 4 * i, 4);
+    h = (h ^ w) * 16777619u;
+  }
+  return h;
+}
+
+// What every rank of a data-parallel run must agree on: each step's
+// collectives follow from the sizes, and the weights from everything.
+// Names as the user would look for them; values exact in a double.
+std::vector<std::pair<std::string, double>> fingerprint(const TrainArgs& a, const Setup& st) {
+  const Config& c = st.layer->config();
+  uint32_t weights = 2166136261u;
+  for (const std::vector<float>* w : st.layer->weights().all()) weights = checksum(*w, weights);
+  if (st.head) weights = checksum(st.head->bias, checksum(st.head->weight, weights));
+  return {{"the data's rows", double(st.data.n)},
+          {"the data's features", double(st.data.d)},
+          {"the data (checksum)", double(checksum(st.data.x))},
+          {"the targets (checksum)", double(st.data.labels.empty() ? checksum(st.data.targets) : checksum(st.data.labels))},
+          {"d_ff", double(c.d_ff)},
+          {"the layer's settings (activation, norm, bias)",
+           double(int(c.activation) * 64 + int(c.norm) * 8 + int(c.norm_type) * 2 + int(c.bias))},
+          {"the initial weights (checksum)", double(weights)},
+          {"--vocab", double(st.head ? st.head->vocab : 0)},
+          {"--loss", double(int(st.loss))},
+          {"--optimizer", double(int(st.oc.kind))},
+          {"--lr", a.lr},
+          {"--momentum", a.momentum},
+          {"--weight-decay", a.weight_decay},
+          {"--lr-schedule", a.schedule == "cosine" ? 1.0 : 0.0},
+          {"--dropout", double(a.dropout)},
+          {"--batch", double(a.batch)},
+          {"--epochs", double(a.epochs)},
+          {"--val-fraction", a.val_fraction},
+          {"--seed (low 32 bits)", double(uint32_t(a.seed))},
+          {"--seed (high 32 bits)", double(uint32_t(a.seed >> 32))}};
+}
+
+// v in full: integers as integers, other values to the last bit.
+std::string exact(double v) {
+  char b[40];
+  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) std::snprintf(b, sizeof b, "%.0f", v);
+  else std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
 }
 
 // The run on one process (team null) or on every rank of a data-parallel
@@ -354,6 +407,20 @@ int train(const TrainArgs& a, const Team* team, const Agree& agree) {
   const SafetensorsFile& extra = st.extra;
   // Under mpirun, --threads 0 shares the cores among the ranks.
   const int threads = a.threads > 0 || !team ? a.threads : std::max(1, omp_get_num_procs() / team->size());
+  if (team) {  // every rank sees every rank's values, so all find the same difference
+    const auto mine = fingerprint(a, st);
+    std::vector<double> values;
+    for (const auto& item : mine) values.push_back(item.second);
+    const std::vector<double> all = team->all_gather(values);
+    std::string error;
+    for (int r = 1; r < team->size() && error.empty(); ++r)
+      for (size_t i = 0; i < mine.size() && error.empty(); ++i)
+        if (all[r * mine.size() + i] != all[i])
+          error = mine[i].first + " differs across ranks: rank 0 has " + exact(all[i]) + ", rank " +
+                  std::to_string(r) + " has " + exact(all[r * mine.size() + i]) +
+                  " (every rank must train on the same data and settings)";
+    agree(error);
+  }
   Trainer trainer(*layer, head, loss, oc, threads);
   agreed([&] { trainer.set_team(team); });
   train::FitOptions fo;

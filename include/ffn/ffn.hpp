@@ -183,8 +183,8 @@ struct RunOptions {
   int64_t position_offset = 0;
   // backward: the weight gradients (sums over tokens) summed per token slice,
   // in token order, and the slices' sums added over their binary tree (split
-  // in the middle, as DffShards'): boundaries 0 = s_0 < ... <= s_k = valid
-  // tokens, non-decreasing. A process given a subtree's slices computes that
+  // in the middle, as DffShards'): boundaries 0 = s_0 <= s_1 <= ... <= s_k =
+  // the valid tokens (a slice may be empty). A process given a subtree's slices computes that
   // subtree's sum bit for bit, so ranks holding the slices of one batch and
   // adding their sums over the same tree (dist::Comm::sum_tree) get the
   // one-process result. Empty: one sum over all tokens (the default).
