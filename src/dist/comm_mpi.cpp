@@ -101,22 +101,23 @@ std::pair<int64_t, int64_t> Comm::reduce_scatter_tree(const float* data, int64_t
     const size_t np = static_cast<size_t>(P);
     std::vector<int> rcount(np, mine), rdispl(np);
     for (int q = 0; q < P; ++q) rdispl[size_t(q)] = q * mine;
-    std::vector<float> parts(np * size_t(mine));
+    std::vector<float>& parts = parts_;
+    parts.resize(np * size_t(mine));
     MPI_Alltoallv(data, sl.count.data(), sl.displ.data(), MPI_FLOAT, parts.data(), rcount.data(), rdispl.data(),
                   MPI_FLOAT, MPI_COMM_WORLD);
-    // This rank's rows of the sum: the P partials added over the ranks' tree.
-    auto tree = [&](auto& self, int lo, int hi) -> void {
+    // This rank's rows of the sum: the P partials added over the ranks' tree,
+    // each half in place, the last addition straight into `slice`.
+    auto tree = [&](auto& self, int lo, int hi, float* out) -> void {
+      float* a = parts.data() + size_t(lo) * size_t(mine);
       if (hi - lo < 2) return;
       const int mid = (lo + hi) / 2;
-      self(self, lo, mid);
-      self(self, mid, hi);
-      float* a = parts.data() + size_t(lo) * size_t(mine);
+      self(self, lo, mid, a);
+      self(self, mid, hi, parts.data() + size_t(mid) * size_t(mine));
       const float* b = parts.data() + size_t(mid) * size_t(mine);
-      for (int i = 0; i < mine; ++i) a[i] += b[i];
+      for (int i = 0; i < mine; ++i) out[i] = a[i] + b[i];
     };
-    tree(tree, 0, P);
-    parts.resize(size_t(mine));
-    slice = std::move(parts);
+    slice.resize(size_t(mine));
+    tree(tree, 0, P, slice.data());
     if (stats) stats->bytes_sent += 4.0 * double(rows * width - mine);
   }
   if (stats) stats->seconds += omp_get_wtime() - t0;
@@ -140,9 +141,8 @@ void Comm::allgather_rows(const float* slice, int64_t rows, int64_t width, float
 }
 
 void Comm::sum_tree(float* data, int64_t rows, int64_t width, CommStats* stats) const {
-  std::vector<float> slice;
-  reduce_scatter_tree(data, rows, width, slice, stats);
-  allgather_rows(slice.data(), rows, width, data, stats);
+  reduce_scatter_tree(data, rows, width, slice_, stats);
+  allgather_rows(slice_.data(), rows, width, data, stats);
 }
 
 std::vector<double> Comm::gather(const std::vector<double>& mine) const {

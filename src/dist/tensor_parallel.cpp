@@ -49,7 +49,7 @@ void ParallelFeedForward::forward(const float* x, float* y, const Shape& shape, 
                                   ParallelTiming* timing, ForwardCache* cache) const {
   const int64_t d = local_.config().d_model;
   int64_t n = 0;
-  std::vector<float> sum;
+  std::vector<float>& sum = partial_;
   double t0 = 0, t1 = 0;
   comm_->agreed([&] {
     n = valid_tokens(shape);
@@ -71,7 +71,7 @@ void ParallelFeedForward::backward(const float* x, const float* dy, const Shape&
                                    float* dx, Weights& grads, const RunOptions& opts, ParallelTiming* timing) const {
   const int64_t d = local_.config().d_model;
   int64_t n = 0;
-  std::vector<float> din;
+  std::vector<float>& din = partial_;
   double t0 = omp_get_wtime(), t1 = 0;
   comm_->agreed([&] {
     n = valid_tokens(shape);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "dist/comm.hpp"
 #include "ffn/ffn.hpp"
@@ -46,6 +47,7 @@ class ParallelFeedForward {
   ParallelFeedForward(Local, const Comm& comm, Layer local) : comm_(&comm), local_(std::move(local)) {}
   const Comm* comm_;
   Layer local_;
+  mutable std::vector<float> partial_;  // the [T, d_model] sum, kept between calls (no page faults per call)
 };
 
 // Collective: the whole layer's gradient file at `path` (which must not
