@@ -210,6 +210,29 @@ tfault "train: rank 1 has fewer rows" "the data's rows differs across ranks: ran
 tfault "train: rank 1's --lr differs" "--lr differs across ranks: rank 0 has 0.001" \
   "${mpirun[@]}" -np 2 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then lr=0.002; else lr=0.001; fi;
     exec "$0" train --data tx.npy --targets tt.npy --epochs 1 --lr $lr --output e.safetensors' "$ffn"
+# SIGTERM to one rank (as a batch scheduler's, or Ctrl-C reaching the
+# ranks): the ranks agree to stop after the same step; rank 0 writes the
+# weights of the last complete step and says so. (Ctrl-C to mpirun itself
+# makes Open MPI end the ranks still running after 1 s, odls_base_sigkill_timeout;
+# then the file on disk is the last whole epoch's.)
+python_npy tsig.npy 20000 32
+rm -f sig.safetensors sig.loss.svg pid.*
+"${mpirun[@]}" -np 2 sh -c 'echo $$ > pid.$OMPI_COMM_WORLD_RANK; exec "$0" train --data tsig.npy --targets tsig.npy \
+  --epochs 100000 --output sig.safetensors' "$ffn" > sig.log 2>&1 &
+sig_pid=$!
+for _ in $(seq 100); do grep -q '^epoch 1/' sig.log && [ -s pid.1 ] && break; sleep 0.1; done
+kill -TERM "$(cat pid.1)"
+wait $sig_pid
+rc=$?
+if grep -q "^interrupted after [1-9][0-9]* steps .*wrote sig.safetensors" sig.log && [ $rc -ne 0 ] && [ $rc -ne 124 ]; then
+  python_npy x32.npy 2 32
+  "$ffn" run --weights sig.safetensors --input x32.npy --output chk.npy > /dev/null 2>&1 \
+    && echo "ok: SIGTERM to rank 1 stops every rank at one step (exit $rc), the last step's weights written" \
+    || bad "SIGTERM: sig.safetensors does not load"
+else
+  bad "SIGTERM to rank 1: exit $rc"; tail -5 sig.log
+fi
+
 # A rank killed mid-training: the job ends, and the checkpoint is a whole
 # file (written atomically by rank 0 after an epoch) or absent.
 python_npy tbig.npy 20000 64
