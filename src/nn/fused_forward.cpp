@@ -14,6 +14,13 @@
 
 namespace ffn::nn {
 
+namespace {
+void pack_pooled(const float* src, int64_t K, int64_t N, bool n_major, PackedWeights::Panels& out) {
+  out.resize(size_t(panels(N) * K * kPanel));  // pool pages: no faults once training runs
+  pack_panels(src, K, N, n_major, out.data());
+}
+}  // namespace
+
 std::shared_ptr<PackedWeights> PackedWeights::make(const Config& cfg, const Weights& w, const QuantizedWeights* q) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   auto p = std::make_shared<PackedWeights>();
@@ -41,9 +48,9 @@ std::shared_ptr<PackedWeights> PackedWeights::make(const Config& cfg, const Weig
     return p;
   }
   // W1 is [F, d]: B(k = i, n = f) = W1[f, i] is n-major; W2 is [d, F]: B(k = f, n = o) = W2[o, f].
-  p->w1 = pack_panels(w.w1.data(), d, F, true);
-  if (is_gated(cfg.activation)) p->wg = pack_panels(w.wg.data(), d, F, true);
-  p->w2 = pack_panels(w.w2.data(), F, d, true);
+  pack_pooled(w.w1.data(), d, F, true, p->w1);
+  if (is_gated(cfg.activation)) pack_pooled(w.wg.data(), d, F, true, p->wg);
+  pack_pooled(w.w2.data(), F, d, true, p->w2);
   return p;
 }
 
@@ -65,9 +72,9 @@ const PackedWeights::S8Quads& PackedWeights::quads() const {
 const PackedWeights::Backward& PackedWeights::backward(const Config& cfg, const Weights& w) const {
   std::call_once(backward_once_, [&] {
     const int64_t d = cfg.d_model, F = cfg.d_ff;
-    backward_.w2 = pack_panels(w.w2.data(), d, F, false);  // B(k = o, n = f) = W2[o, f]
-    backward_.w1 = pack_panels(w.w1.data(), F, d, false);  // B(k = f, n = i) = W1[f, i]
-    if (is_gated(cfg.activation)) backward_.wg = pack_panels(w.wg.data(), F, d, false);
+    pack_pooled(w.w2.data(), d, F, false, backward_.w2);  // B(k = o, n = f) = W2[o, f]
+    pack_pooled(w.w1.data(), F, d, false, backward_.w1);  // B(k = f, n = i) = W1[f, i]
+    if (is_gated(cfg.activation)) pack_pooled(w.wg.data(), F, d, false, backward_.wg);
   });
   return backward_;
 }

@@ -33,10 +33,13 @@ namespace ffn::nn {
 // Weights re-laid-out once at load as B panels (see pack_panels).
 struct PackedWeights {
   WeightDtype dtype = WeightDtype::fp32;
+  // The fp32 panels come from the buffer pool: training packs the weights
+  // again after every update, and fresh buffers cost their page faults.
+  using Panels = std::vector<float, PoolAllocator<float>>;
   // forward, fp32
-  std::vector<float> w1;  // B = W1ᵀ [d_model, d_ff]
-  std::vector<float> wg;  // B = Wgᵀ [d_model, d_ff] (gated)
-  std::vector<float> w2;  // B = W2ᵀ [d_ff, d_model]
+  Panels w1;  // B = W1ᵀ [d_model, d_ff]
+  Panels wg;  // B = Wgᵀ [d_model, d_ff] (gated)
+  Panels w2;  // B = W2ᵀ [d_ff, d_model]
   // forward, bf16 / fp16: the same panels with 16-bit elements
   std::vector<uint16_t> h1, hg, h2;
   // forward, int8: panels of k pairs and the per-output-channel scales
@@ -55,9 +58,9 @@ struct PackedWeights {
   const S8Quads& quads() const;
   // backward, packed on first use
   struct Backward {
-    std::vector<float> w2;  // B = W2 [d_model, d_ff]   (dH = dO · W2)
-    std::vector<float> w1;  // B = W1 [d_ff, d_model]   (dIn = dZ1 · W1)
-    std::vector<float> wg;  // B = Wg [d_ff, d_model]
+    Panels w2;  // B = W2 [d_model, d_ff]   (dH = dO · W2)
+    Panels w1;  // B = W1 [d_ff, d_model]   (dIn = dZ1 · W1)
+    Panels wg;  // B = Wg [d_ff, d_model]
   };
   const Backward& backward(const Config& cfg, const Weights& w) const;
   // the bf16 compute mode, packed on first use from the float weights

@@ -183,18 +183,24 @@ void gemm(const F32Gemm& kernel, const GemmArgs& g, int threads) {
   }
 }
 
-std::vector<float> pack_panels(const float* src, int64_t K, int64_t N, bool n_major) {
+void pack_panels(const float* src, int64_t K, int64_t N, bool n_major, float* out) {
   const int64_t np = panels(N);
-  std::vector<float> out(size_t(np * K * kPanel), 0.0f);
   for (int64_t q = 0; q < np; ++q) {
-    float* dst = out.data() + q * K * kPanel;
+    float* dst = out + q * K * kPanel;
     const int64_t w = std::min(kPanel, N - q * kPanel);
-    for (int64_t p = 0; p < K; ++p)
+    for (int64_t p = 0; p < K; ++p) {
       for (int64_t j = 0; j < w; ++j) {
         const int64_t col = q * kPanel + j;
         dst[p * kPanel + j] = n_major ? src[col * K + p] : src[p * N + col];
       }
+      std::fill(dst + p * kPanel + w, dst + (p + 1) * kPanel, 0.0f);
+    }
   }
+}
+
+std::vector<float> pack_panels(const float* src, int64_t K, int64_t N, bool n_major) {
+  std::vector<float> out(size_t(panels(N) * K * kPanel));
+  pack_panels(src, K, N, n_major, out.data());
   return out;
 }
 

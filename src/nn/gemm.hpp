@@ -206,6 +206,8 @@ void gemm(const F32Gemm& kernel, const GemmArgs& g, int threads);
 // B packed as panels: out[(j/16)·K·16 + p·16 + j%16] = B(p, j), zero-padded
 // to a whole panel. B(p, j) = src[j·K + p] when n_major, else src[p·N + j].
 std::vector<float> pack_panels(const float* src, int64_t K, int64_t N, bool n_major);
+// The same into out[panels(N)·K·16] (every element written).
+void pack_panels(const float* src, int64_t K, int64_t N, bool n_major, float* out);
 
 inline int64_t panels(int64_t n) { return (n + kPanel - 1) / kPanel; }
 

@@ -134,16 +134,20 @@ void check_size(const std::vector<float>& v, size_t expected, const char* name) 
   }
 }
 
+// The sizes Weights::zeros(cfg) has, without building it (every training
+// step checks the updated weights: a zeroed set per step was 2·d·d_ff
+// floats of fresh pages).
 void check_weights(const Config& cfg, const Weights& w) {
-  const Weights z = Weights::zeros(cfg);
-  check_size(w.w1, z.w1.size(), "w1 (linear1.weight)");
-  check_size(w.b1, z.b1.size(), "b1 (linear1.bias)");
-  check_size(w.wg, z.wg.size(), "wg (gate.weight)");
-  check_size(w.bg, z.bg.size(), "bg (gate.bias)");
-  check_size(w.w2, z.w2.size(), "w2 (linear2.weight)");
-  check_size(w.b2, z.b2.size(), "b2 (linear2.bias)");
-  check_size(w.norm_weight, z.norm_weight.size(), "norm_weight (norm.weight)");
-  check_size(w.norm_bias, z.norm_bias.size(), "norm_bias (norm.bias)");
+  const size_t d = size_t(cfg.d_model), F = size_t(cfg.d_ff);
+  const bool gated = is_gated(cfg.activation), norm = cfg.norm != NormPlacement::none;
+  check_size(w.w1, F * d, "w1 (linear1.weight)");
+  check_size(w.b1, cfg.bias ? F : 0, "b1 (linear1.bias)");
+  check_size(w.wg, gated ? F * d : 0, "wg (gate.weight)");
+  check_size(w.bg, gated && cfg.bias ? F : 0, "bg (gate.bias)");
+  check_size(w.w2, d * F, "w2 (linear2.weight)");
+  check_size(w.b2, cfg.bias ? d : 0, "b2 (linear2.bias)");
+  check_size(w.norm_weight, norm ? d : 0, "norm_weight (norm.weight)");
+  check_size(w.norm_bias, norm && cfg.norm_type == NormType::layernorm ? d : 0, "norm_bias (norm.bias)");
 }
 
 // PyTorch nn.Linear's distribution: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
