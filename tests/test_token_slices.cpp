@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstring>
+#include <utility>
 
 #include "common/compare.hpp"
 #include "ffn/ffn.hpp"
@@ -22,10 +23,6 @@ struct Result {
   std::vector<float> y, dx;
   Weights g;
 };
-
-std::array<std::vector<float>*, 8> fields(Weights& w) {
-  return {&w.w1, &w.b1, &w.wg, &w.bg, &w.w2, &w.b2, &w.norm_weight, &w.norm_bias};
-}
 
 // Forward and backward of rows [r0, r1) of x/dy ([n, d]), with slices
 // given relative to r0 (empty: none) and position_offset r0.
@@ -97,7 +94,7 @@ TEST(TokenSlices, RanksHoldingSubtreesAddUpToOneProcessBits) {
           const int64_t mid = (lo + hi) / 2;
           self(self, lo, mid);
           self(self, mid, hi);
-          const auto a = fields(ranks[size_t(lo)].g), b = fields(ranks[size_t(mid)].g);
+          const auto a = ranks[size_t(lo)].g.all(), b = ranks[size_t(mid)].g.all();
           for (size_t t = 0; t < 8; ++t)
             for (size_t i = 0; i < a[t]->size(); ++i) (*a[t])[i] += (*b[t])[i];
         };
@@ -111,7 +108,7 @@ TEST(TokenSlices, RanksHoldingSubtreesAddUpToOneProcessBits) {
                                   " P=" + std::to_string(P);
         EXPECT_TRUE(same_bits(y, one.y)) << where;  // dropout keyed by the global row
         EXPECT_TRUE(same_bits(dx, one.dx)) << where;
-        const auto a = fields(ranks[0].g), b = fields(const_cast<Weights&>(one.g));
+        const auto a = std::as_const(ranks[0].g).all(), b = one.g.all();
         for (size_t t = 0; t < 8; ++t) EXPECT_TRUE(same_bits(*a[t], *b[t])) << where << " tensor " << t;
       }
     }
@@ -135,7 +132,7 @@ TEST(TokenSlices, SlicesChangeOnlyTheSumsOrder) {
     ref.path = Path::reference;
     Result reference = run(layer, x, dy, 0, n, four, ref);
     Result one_thread = run(layer, x, dy, 0, n, four, [&] { RunOptions t = o; t.threads = 1; return t; }());
-    const auto p = fields(plain.g), s = fields(sliced.g), r = fields(reference.g), t1 = fields(one_thread.g);
+    const auto p = plain.g.all(), s = sliced.g.all(), r = reference.g.all(), t1 = one_thread.g.all();
     for (size_t t = 0; t < 8; ++t) {
       ASSERT_EQ(p[t]->size(), s[t]->size());
       EXPECT_TRUE(compare(s[t]->data(), p[t]->data(), p[t]->size()).ok(test::kFusedVsReference)) << t;
@@ -145,7 +142,7 @@ TEST(TokenSlices, SlicesChangeOnlyTheSumsOrder) {
     // A slice of no rows adds zeros: slices {0, 0, n} give the one-slice sums' bits.
     Result empty_first = run(layer, x, dy, 0, n, {0, 0, n}, o);
     Result single = run(layer, x, dy, 0, n, {0, n}, o);
-    const auto e = fields(empty_first.g), g1 = fields(single.g);
+    const auto e = empty_first.g.all(), g1 = single.g.all();
     for (size_t t = 0; t < 8; ++t) EXPECT_TRUE(same_bits(*e[t], *g1[t])) << t;
   }
 }

@@ -112,6 +112,7 @@ struct Weights {
   std::array<const std::vector<float>*, 8> all() const {
     return {&w1, &b1, &wg, &bg, &w2, &b2, &norm_weight, &norm_bias};
   }
+  std::array<std::vector<float>*, 8> all() { return {&w1, &b1, &wg, &bg, &w2, &b2, &norm_weight, &norm_bias}; }
 };
 
 // Where each parameter lives in a safetensors file (full names, prefix

@@ -113,11 +113,6 @@ struct Slices {
   }
 };
 
-// dst[j] += src[j]: elementwise, so vectorizing changes no bit.
-void add_row(float* __restrict dst, const float* __restrict src, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) dst[j] += src[j];
-}
-
 // out[j] = Σ_t a[t, j] (· b[t, j]) per slice, added over the slices' tree.
 void column_sum(const float* a, const float* b, const Slices& sl, int64_t cols, float* out, int threads) {
   if (!out) return;
@@ -129,7 +124,7 @@ void column_sum(const float* a, const float* b, const Slices& sl, int64_t cols, 
         const int64_t r0 = sl.begin(i);
         column_sum(a + r0 * cols, b ? b + r0 * cols : nullptr, sl.size(i), cols, dst, threads);
       },
-      [&](float* dst, const float* src) { add_row(dst, src, cols); });
+      [&](float* dst, const float* src) { add_rows(dst, src, cols); });
 }
 
 // A weight gradient C[m, n] = Σ_t A[t, :]ᵀ · B[t, :] (A [rows, m], B [rows,
@@ -170,7 +165,7 @@ void weight_gradient(const F32Gemm& kernel, int64_t m, int64_t n, const float* a
           },
           [&](float* dst, const float* src) {
             const int64_t ld = dst == tile ? n : nb;
-            for (int64_t r = 0; r < mb; ++r) add_row(dst + r * ld, src + r * nb, nb);
+            for (int64_t r = 0; r < mb; ++r) add_rows(dst + r * ld, src + r * nb, nb);
           });
     }
     pool_give(temporaries, bytes);
@@ -420,7 +415,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     float* a = part(lo - sh.first);
     const float* b = part(mid - sh.first);
     parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
-      for (int64_t i = t0 * d; i < t1 * d; ++i) a[i] += b[i];
+      add_rows(a + t0 * d, b + t0 * d, (t1 - t0) * d);
     });
   };
   tree(tree, sh.first, sh.last);

@@ -97,11 +97,6 @@ static_assert(kChunk == kQuantChunk);  // int8: one activation scale per hidden 
 static_assert(kChunk % kBf16K == 0);   // bf16: every chunk but the last starts a whole k step
 static_assert(kChunk == kDffShardChunk);
 
-// a[i] += b[i], i < n (the shard sums; one definition for every path).
-void add_rows(float* a, const float* b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) a[i] += b[i];
-}
-
 // out[d] = Norm(v[d]) with γ, β; writes xhat/mean/rstd when asked.
 void normalize_row(NormType type, const float* v, int64_t d, float eps, const float* gamma, const float* beta,
                    float* out, float* xhat_out, float* mean_out, float* rstd_out) {

@@ -30,6 +30,12 @@
 
 namespace ffn::nn {
 
+// a[i] += b[i], i < n: every sum of partials (shards, token slices) adds
+// with this one definition.
+inline void add_rows(float* __restrict a, const float* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+}
+
 // Weights re-laid-out once at load as B panels (see pack_panels).
 struct PackedWeights {
   WeightDtype dtype = WeightDtype::fp32;

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <sstream>
 
@@ -87,23 +88,22 @@ void Config::validate() const {
     throw Error("output dropout probability must be in [0, 1], got " + num(dropout_output));
 }
 
-Weights Weights::zeros(const Config& cfg) {
+namespace {
+
+// Each parameter's element count under cfg, in Weights::all()'s order (0: absent).
+std::array<size_t, 8> param_sizes(const Config& cfg) {
   const size_t d = size_t(cfg.d_model), F = size_t(cfg.d_ff);
-  const bool gated = is_gated(cfg.activation);
-  const bool norm = cfg.norm != NormPlacement::none;
+  const bool gated = is_gated(cfg.activation), norm = cfg.norm != NormPlacement::none;
+  return {F * d, cfg.bias ? F : 0, gated ? F * d : 0, gated && cfg.bias ? F : 0,
+          d * F, cfg.bias ? d : 0, norm ? d : 0, norm && cfg.norm_type == NormType::layernorm ? d : 0};
+}
+
+}  // namespace
+
+Weights Weights::zeros(const Config& cfg) {
   Weights w;
-  w.w1.assign(F * d, 0.0f);
-  w.w2.assign(d * F, 0.0f);
-  if (gated) w.wg.assign(F * d, 0.0f);
-  if (cfg.bias) {
-    w.b1.assign(F, 0.0f);
-    w.b2.assign(d, 0.0f);
-    if (gated) w.bg.assign(F, 0.0f);
-  }
-  if (norm) {
-    w.norm_weight.assign(d, 0.0f);
-    if (cfg.norm_type == NormType::layernorm) w.norm_bias.assign(d, 0.0f);
-  }
+  const std::array<size_t, 8> sizes = param_sizes(cfg);
+  for (size_t t = 0; t < 8; ++t) w.all()[t]->assign(sizes[t], 0.0f);
   return w;
 }
 
@@ -134,20 +134,14 @@ void check_size(const std::vector<float>& v, size_t expected, const char* name) 
   }
 }
 
-// The sizes Weights::zeros(cfg) has, without building it (every training
-// step checks the updated weights: a zeroed set per step was 2·d·d_ff
-// floats of fresh pages).
+// Sizes checked without building a zeroed set (every training step checks
+// the updated weights: a zeroed set per step was 2·d·d_ff floats of fresh pages).
 void check_weights(const Config& cfg, const Weights& w) {
-  const size_t d = size_t(cfg.d_model), F = size_t(cfg.d_ff);
-  const bool gated = is_gated(cfg.activation), norm = cfg.norm != NormPlacement::none;
-  check_size(w.w1, F * d, "w1 (linear1.weight)");
-  check_size(w.b1, cfg.bias ? F : 0, "b1 (linear1.bias)");
-  check_size(w.wg, gated ? F * d : 0, "wg (gate.weight)");
-  check_size(w.bg, gated && cfg.bias ? F : 0, "bg (gate.bias)");
-  check_size(w.w2, d * F, "w2 (linear2.weight)");
-  check_size(w.b2, cfg.bias ? d : 0, "b2 (linear2.bias)");
-  check_size(w.norm_weight, norm ? d : 0, "norm_weight (norm.weight)");
-  check_size(w.norm_bias, norm && cfg.norm_type == NormType::layernorm ? d : 0, "norm_bias (norm.bias)");
+  static const char* const names[8] = {"w1 (linear1.weight)", "b1 (linear1.bias)",   "wg (gate.weight)",
+                                       "bg (gate.bias)",      "w2 (linear2.weight)", "b2 (linear2.bias)",
+                                       "norm_weight (norm.weight)", "norm_bias (norm.bias)"};
+  const std::array<size_t, 8> sizes = param_sizes(cfg);
+  for (size_t t = 0; t < 8; ++t) check_size(*w.all()[t], sizes[t], names[t]);
 }
 
 // PyTorch nn.Linear's distribution: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
@@ -688,20 +682,11 @@ void Layer::backward_impl(const float* x, const float* dy, const Shape& shape, c
   // paths overwrite every element); allocating 2·d·d_ff fresh zeroed floats per
   // call costs more than the arithmetic of a small batch.
   {
-    const size_t dF = size_t(cfg_.d_model * cfg_.d_ff), nF = size_t(cfg_.d_ff), nd = size_t(cfg_.d_model);
-    const bool gated = is_gated(cfg_.activation), norm = cfg_.norm != NormPlacement::none;
-    const std::pair<std::vector<float> Weights::*, size_t> fields[] = {
-        {&Weights::w1, dF},
-        {&Weights::b1, cfg_.bias ? nF : 0},
-        {&Weights::wg, gated ? dF : 0},
-        {&Weights::bg, gated && cfg_.bias ? nF : 0},
-        {&Weights::w2, dF},
-        {&Weights::b2, cfg_.bias ? nd : 0},
-        {&Weights::norm_weight, norm ? nd : 0},
-        {&Weights::norm_bias, norm && cfg_.norm_type == NormType::layernorm ? nd : 0}};
-    for (const auto& [f, size] : fields) {
-      if ((grads.*f).size() != size) (grads.*f).assign(size, 0.0f);
-      if (n == 0) std::fill((grads.*f).begin(), (grads.*f).end(), 0.0f);
+    const std::array<size_t, 8> sizes = param_sizes(cfg_);
+    for (size_t t = 0; t < 8; ++t) {
+      std::vector<float>& g = *grads.all()[t];
+      if (g.size() != sizes[t]) g.assign(sizes[t], 0.0f);
+      if (n == 0) std::fill(g.begin(), g.end(), 0.0f);
     }
   }
 
@@ -725,12 +710,9 @@ void Layer::backward_impl(const float* x, const float* dy, const Shape& shape, c
   auto gptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   if (n > 0 && opts.path == Path::reference) {
     // Rows [r0, r1) into gw (zeros for no rows).
-    auto fields = [](Weights& w) {
-      return std::array<std::vector<float>*, 8>{&w.w1, &w.b1, &w.wg, &w.bg, &w.w2, &w.b2, &w.norm_weight, &w.norm_bias};
-    };
     auto slice = [&](int64_t r0, int64_t r1, Weights& gw) {
       if (r0 == r1) {
-        for (std::vector<float>* v : fields(gw)) std::fill(v->begin(), v->end(), 0.0f);
+        for (std::vector<float>* v : gw.all()) std::fill(v->begin(), v->end(), 0.0f);
         return;
       }
       auto at = [&](const auto& v, int64_t width) { return v.empty() ? nullptr : cptr(v) + r0 * width; };
@@ -751,9 +733,10 @@ void Layer::backward_impl(const float* x, const float* dy, const Shape& shape, c
         self(self, lo, mid, out);
         Weights right = out;
         self(self, mid, hi, right);
-        const auto o = fields(out), r = fields(right);
-        for (size_t t = 0; t < 8; ++t)
-          for (size_t i = 0; i < o[t]->size(); ++i) (*o[t])[i] += (*r[t])[i];
+        for (size_t t = 0; t < 8; ++t) {
+          std::vector<float>& o = *out.all()[t];
+          nn::add_rows(o.data(), right.all()[t]->data(), int64_t(o.size()));
+        }
       };
       visit(visit, 0, b.size() - 1, grads);
     }

@@ -124,8 +124,7 @@ double Trainer::step(const Batch& b, uint64_t dropout_seed) {
   }
   // Every rank's sums added over the ranks' tree, one tensor (bucket) at a time.
   if (team_) {
-    for (std::vector<float>* g : {&grads_.w1, &grads_.b1, &grads_.wg, &grads_.bg, &grads_.w2, &grads_.b2,
-                                  &grads_.norm_weight, &grads_.norm_bias})
+    for (std::vector<float>* g : grads_.all())
       if (!g->empty()) team_->sum_tree(g->data(), int64_t(g->size()));
     if (head_) {
       team_->sum_tree(head_grads_->weight.data(), int64_t(head_grads_->weight.size()));
