@@ -68,7 +68,7 @@ Problem make_problem(int64_t m, int64_t n, int64_t k, int64_t lda_extra, int64_t
 std::vector<float> run_kernel(const nn::Bf16Kernels& kern, const Problem& p, bool accumulate, int64_t row0 = 0,
                               int64_t rows = -1) {
   if (rows < 0) rows = p.m;
-  const std::vector<uint16_t> packed = nn::pack_panels_bf16(p.bt.data(), p.k, p.n);
+  const auto packed = nn::pack_panels_bf16(p.bt.data(), p.k, p.n);
   const int64_t kpad = nn::bf16_kpad(p.k);
   std::vector<float> af(p.a.size());
   for (size_t i = 0; i < af.size(); ++i) af[i] = fl(p.a[i]);

@@ -117,7 +117,7 @@ TEST_P(Int8PerIsa, ProductMatchesIntegerReferenceBitForBit) {
             b[size_t(j * k + p)] = j % 4 == 1 ? int8_t(127) : j % 4 == 2 ? int8_t(-127) : int8_t(int(g() % 255) - 127);
         const int64_t ldc = nn::panels(n) * nn::kPanel;
         std::vector<int32_t> c(size_t(m * ldc), -1), want(size_t(m * n));
-        const std::vector<int8_t> packed = nn::pack_panels_s8(b, k, n);
+        const auto packed = nn::pack_panels_s8(b, k, n);
         const nn::S8Quads quads = nn::pack_panels_s8_quads(b, k, n, k);
         if (kernels().igemm) {
           nn::IGemmArgs args;

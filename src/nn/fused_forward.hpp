@@ -47,9 +47,9 @@ struct PackedWeights {
   Panels wg;  // B = Wgᵀ [d_model, d_ff] (gated)
   Panels w2;  // B = W2ᵀ [d_ff, d_model]
   // forward, bf16 / fp16: the same panels with 16-bit elements
-  std::vector<uint16_t> h1, hg, h2;
+  AlignedVector<uint16_t> h1, hg, h2;
   // forward, int8: panels of k pairs and the per-output-channel scales
-  std::vector<int8_t> q1, qg, q2;
+  AlignedVector<int8_t> q1, qg, q2;
   std::vector<float> s1, sg;
   std::vector<float> s2;  // [chunks, d_model]: one scale per output channel and hidden chunk
   // int8 with fp32 input channels (QuantizedWeights::fp32_inputs)
@@ -58,7 +58,7 @@ struct PackedWeights {
   // forward, int8 for u8 × s8 kernels (VNNI), packed on first use: quads of
   // k and the column sums (W1, Wg: over d_model; W2: per hidden chunk)
   struct S8Quads {
-    std::vector<int8_t> q1, qg, q2;
+    AlignedVector<int8_t> q1, qg, q2;
     std::vector<int32_t> c1, cg, c2;
   };
   const S8Quads& quads() const;
@@ -72,8 +72,8 @@ struct PackedWeights {
   // the bf16 compute mode, packed on first use from the float weights
   // (pack_panels_bf16: bf16 pairs of k, k padded to bf16_kpad)
   struct Bf16Pairs {
-    std::vector<uint16_t> w1, wg;  // B = W1ᵀ, Wgᵀ [d_model, d_ff]
-    std::vector<uint16_t> w2;      // B = W2ᵀ [d_ff, d_model]
+    AlignedVector<uint16_t> w1, wg;  // B = W1ᵀ, Wgᵀ [d_model, d_ff]
+    AlignedVector<uint16_t> w2;      // B = W2ᵀ [d_ff, d_model]
   };
   const Bf16Pairs& bf16_pairs(const Config& cfg, const Weights& w) const;
 

@@ -188,9 +188,9 @@ float quantize_row_u8_ref(const float* v, int64_t n, uint8_t* u, int32_t* zp) {
 
 namespace ffn::nn {
 
-std::vector<uint16_t> pack_panels_16(const std::vector<uint16_t>& m, int64_t K, int64_t N, bool bf16) {
+AlignedVector<uint16_t> pack_panels_16(const std::vector<uint16_t>& m, int64_t K, int64_t N, bool bf16) {
   const int64_t np = (N + 15) / 16;
-  std::vector<uint16_t> out(size_t(np * K * 16), 0);
+  AlignedVector<uint16_t> out(size_t(np * K * 16), 0);
   for (int64_t n = 0; n < N; ++n) {
     const int64_t q = n / 16, j = n % 16, slot = bf16 ? (j < 8 ? 2 * j : 2 * (j - 8) + 1) : j;
     for (int64_t k = 0; k < K; ++k) out[size_t((q * K + k) * 16 + slot)] = m[size_t(n * K + k)];
@@ -214,9 +214,9 @@ S8Quads pack_panels_s8_quads(const std::vector<int8_t>& m, int64_t K, int64_t N,
   return out;
 }
 
-std::vector<int8_t> pack_panels_s8(const std::vector<int8_t>& m, int64_t K, int64_t N) {
+AlignedVector<int8_t> pack_panels_s8(const std::vector<int8_t>& m, int64_t K, int64_t N) {
   const int64_t np = (N + 15) / 16, kp = (K + 1) / 2;
-  std::vector<int8_t> out(size_t(np * kp * 32), 0);
+  AlignedVector<int8_t> out(size_t(np * kp * 32), 0);
   for (int64_t n = 0; n < N; ++n) {
     const int64_t q = n / 16, j = n % 16;
     for (int64_t k = 0; k < K; ++k) out[size_t(q * kp * 32 + (k / 2) * 32 + j * 2 + k % 2)] = m[size_t(n * K + k)];
@@ -224,9 +224,9 @@ std::vector<int8_t> pack_panels_s8(const std::vector<int8_t>& m, int64_t K, int6
   return out;
 }
 
-std::vector<uint16_t> pack_panels_bf16(const float* m, int64_t K, int64_t N) {
+AlignedVector<uint16_t> pack_panels_bf16(const float* m, int64_t K, int64_t N) {
   const int64_t np = panels(N), kp = bf16_kpad(K) / 2;
-  std::vector<uint16_t> out(size_t(np * kp * 32), 0);
+  AlignedVector<uint16_t> out(size_t(np * kp * 32), 0);
   for (int64_t n = 0; n < N; ++n) {
     const int64_t q = n / kPanel, j = n % kPanel;
     for (int64_t k = 0; k < K; ++k)

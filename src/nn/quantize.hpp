@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "ffn/ffn.hpp"
+#include "nn/aligned.hpp"
 
 namespace ffn::nn {
 
@@ -220,19 +221,19 @@ namespace ffn::nn {
 // Panels for the fast path from a PyTorch-layout matrix m [N rows, K cols]
 // (B(k, n) = m[n, k]), as src/nn/gemm.hpp describes: 16-bit (bf16 rows
 // interleaved, fp16 in order) and int8 (pairs of k).
-std::vector<uint16_t> pack_panels_16(const std::vector<uint16_t>& m, int64_t K, int64_t N, bool bf16);
-std::vector<int8_t> pack_panels_s8(const std::vector<int8_t>& m, int64_t K, int64_t N);
+AlignedVector<uint16_t> pack_panels_16(const std::vector<uint16_t>& m, int64_t K, int64_t N, bool bf16);
+AlignedVector<int8_t> pack_panels_s8(const std::vector<int8_t>& m, int64_t K, int64_t N);
 // The u8 × s8 layout (src/nn/gemm.hpp, U8GemmArgs): quads of k, and the
 // column sums Σ_k B(k, n) per group of k_group rows of k ([groups][panels·16],
 // zero-padded), which the zero-point compensation subtracts.
 struct S8Quads {
-  std::vector<int8_t> b;
+  AlignedVector<int8_t> b;
   std::vector<int32_t> colsum;
 };
 S8Quads pack_panels_s8_quads(const std::vector<int8_t>& m, int64_t K, int64_t N, int64_t k_group);
 // The bf16 compute layout (src/nn/gemm.hpp, Bf16GemmArgs) from a float
 // PyTorch-layout matrix m [N, K]: values rounded to bf16, pairs of k, K
 // zero-padded to bf16_kpad(K), N to whole panels.
-std::vector<uint16_t> pack_panels_bf16(const float* m, int64_t K, int64_t N);
+AlignedVector<uint16_t> pack_panels_bf16(const float* m, int64_t K, int64_t N);
 
 }  // namespace ffn::nn
