@@ -81,7 +81,7 @@ TEST_P(ActivationPerIsa, WithinStatedErrorOfLibmOverTheFloatRange) {
   const std::vector<float> z = all_floats();
   for (Unit u : {Unit::relu, Unit::gelu, Unit::gelu_tanh, Unit::silu}) {
     std::vector<float> got = z;
-    kc.activate(u, got.data(), nullptr, int64_t(got.size()));
+    kc.activate(u, got.data(), nullptr, int64_t(got.size()), nullptr, nullptr);
     const double abs_per_z = u == Unit::gelu ? kAbsPerZGelu : 0.0;
     double worst_rel = 0, worst_rel_libm = 0;
     for (size_t i = 0; i < z.size(); ++i) {
@@ -120,15 +120,43 @@ TEST_P(ActivationPerIsa, GatedFormAndSameBitsAsScalar) {
   }
   for (Unit u : {Unit::relu, Unit::gelu, Unit::gelu_tanh, Unit::silu}) {
     std::vector<float> got = z, plain = g, scalar_out = g;
-    kc.activate(u, got.data(), g.data(), int64_t(got.size()));
-    kc.activate(u, plain.data(), nullptr, int64_t(plain.size()));
-    kernel_config(Isa::scalar).activate(u, scalar_out.data(), nullptr, int64_t(scalar_out.size()));
+    kc.activate(u, got.data(), g.data(), int64_t(got.size()), nullptr, nullptr);
+    kc.activate(u, plain.data(), nullptr, int64_t(plain.size()), nullptr, nullptr);
+    kernel_config(Isa::scalar).activate(u, scalar_out.data(), nullptr, int64_t(scalar_out.size()), nullptr, nullptr);
     for (size_t i = 0; i < g.size(); ++i) {
       ASSERT_EQ(got[i], plain[i] * z[i]) << "unit " << int(u) << " i=" << i;
       ASSERT_EQ(std::bit_cast<uint32_t>(plain[i]), std::bit_cast<uint32_t>(scalar_out[i]))
           << "unit " << int(u) << " g=" << g[i];
     }
   }
+}
+
+// The biases given to activate are added in the same pass, with the bits of
+// adding them in place first and activating after (the fused forward passes
+// them when it keeps no pre-activations), for every gating and bias pattern.
+TEST_P(ActivationPerIsa, BiasesInThePassSameBitsAsAddedFirst) {
+  const KernelConfig& kc = kernel_config(GetParam());
+  const int64_t n = 1029;  // not a multiple of any vector width
+  std::vector<float> z(n), g(n), bz(n), bg(n);
+  for (int64_t i = 0; i < n; ++i) {
+    z[size_t(i)] = float(int(i) - 517) * 0.0113f;
+    g[size_t(i)] = float(int(i * 7 % n) - 511) * 0.0091f;
+    bz[size_t(i)] = 0.3f - float(i % 13) * 0.05f;
+    bg[size_t(i)] = float(i % 5) * 0.07f - 0.1f;
+  }
+  for (Unit u : {Unit::relu, Unit::gelu, Unit::gelu_tanh, Unit::silu})
+    for (int pattern = 0; pattern < 6; ++pattern) {
+      const bool gated = pattern >= 2, with_bz = pattern % 2 == 1, with_bg = pattern >= 4;
+      std::vector<float> fused = z, first = z, gfirst = g;
+      if (with_bz) for (int64_t i = 0; i < n; ++i) first[size_t(i)] += bz[size_t(i)];
+      if (with_bg) for (int64_t i = 0; i < n; ++i) gfirst[size_t(i)] += bg[size_t(i)];
+      kc.activate(u, fused.data(), gated ? g.data() : nullptr, n, with_bz ? bz.data() : nullptr,
+                  with_bg ? bg.data() : nullptr);
+      kc.activate(u, first.data(), gated ? gfirst.data() : nullptr, n, nullptr, nullptr);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(fused[size_t(i)]), std::bit_cast<uint32_t>(first[size_t(i)]))
+            << "unit " << int(u) << " pattern " << pattern << " i=" << i;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, ActivationPerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx),

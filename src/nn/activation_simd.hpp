@@ -76,26 +76,44 @@ inline float act_approx(Unit u, float z) {
   return z;
 }
 
-// z[j] = act(z[j]), or act(g[j])·z[j] when gated; one loop per unit so that
-// each vectorizes.
-inline void activate_rows(Unit u, float* z, const float* g, int64_t n) {
+// z[j] = act(z[j] + bz[j]), or act(g[j] + bg[j])·(z[j] + bz[j]) when gated
+// (g is read, not written); a null bias adds nothing. One loop per unit,
+// gating and bias so that each vectorizes; the float operations are those of
+// adding the bias in place first and activating after.
+template <Unit U, bool Gated, bool BiasZ, bool BiasG>
+inline void activate_loop(float* z, const float* g, int64_t n, const float* bz, const float* bg) {
+  for (int64_t j = 0; j < n; ++j) {
+    float v = z[j];
+    if constexpr (BiasZ) v += bz[j];
+    if constexpr (Gated) {
+      float gv = g[j];
+      if constexpr (BiasG) gv += bg[j];
+      z[j] = act_approx(U, gv) * v;
+    } else {
+      z[j] = act_approx(U, v);
+    }
+  }
+}
+
+template <Unit U>
+inline void activate_unit(float* z, const float* g, int64_t n, const float* bz, const float* bg) {
+  if (g) {
+    if (bz && bg) activate_loop<U, true, true, true>(z, g, n, bz, bg);
+    else if (bz) activate_loop<U, true, true, false>(z, g, n, bz, bg);
+    else if (bg) activate_loop<U, true, false, true>(z, g, n, bz, bg);
+    else activate_loop<U, true, false, false>(z, g, n, bz, bg);
+  } else {
+    if (bz) activate_loop<U, false, true, false>(z, g, n, bz, bg);
+    else activate_loop<U, false, false, false>(z, g, n, bz, bg);
+  }
+}
+
+inline void activate_rows(Unit u, float* z, const float* g, int64_t n, const float* bz, const float* bg) {
   switch (u) {
-    case Unit::relu:
-      if (g) for (int64_t j = 0; j < n; ++j) z[j] = act_approx(Unit::relu, g[j]) * z[j];
-      else for (int64_t j = 0; j < n; ++j) z[j] = act_approx(Unit::relu, z[j]);
-      break;
-    case Unit::gelu:
-      if (g) for (int64_t j = 0; j < n; ++j) z[j] = act_approx(Unit::gelu, g[j]) * z[j];
-      else for (int64_t j = 0; j < n; ++j) z[j] = act_approx(Unit::gelu, z[j]);
-      break;
-    case Unit::gelu_tanh:
-      if (g) for (int64_t j = 0; j < n; ++j) z[j] = act_approx(Unit::gelu_tanh, g[j]) * z[j];
-      else for (int64_t j = 0; j < n; ++j) z[j] = act_approx(Unit::gelu_tanh, z[j]);
-      break;
-    case Unit::silu:
-      if (g) for (int64_t j = 0; j < n; ++j) z[j] = act_approx(Unit::silu, g[j]) * z[j];
-      else for (int64_t j = 0; j < n; ++j) z[j] = act_approx(Unit::silu, z[j]);
-      break;
+    case Unit::relu: activate_unit<Unit::relu>(z, g, n, bz, bg); break;
+    case Unit::gelu: activate_unit<Unit::gelu>(z, g, n, bz, bg); break;
+    case Unit::gelu_tanh: activate_unit<Unit::gelu_tanh>(z, g, n, bz, bg); break;
+    case Unit::silu: activate_unit<Unit::silu>(z, g, n, bz, bg); break;
   }
 }
 

@@ -191,29 +191,37 @@ struct Forward {
 
   // FFN input rows of tokens [t0, t0 + m): x, or Norm(x) for pre-LN.
   void input_rows(int64_t t0, int64_t m, Work& wk, bool save_stats) const {
+    if (compute == Compute::bf16 && cfg.norm != NormPlacement::pre) {  // x's rows packed as they are
+      pack_a_bf16(*kc.bf16, x + t0 * d, m, d, d, dk(), wk.xb.data());
+      return;
+    }
+    const bool int8 = pw.dtype == WeightDtype::int8;
     for (int64_t r = 0; r < m; ++r) {
       const float* xr = x + (t0 + r) * d;
+      float* in = wk.in.data() + r * d;
+      const float* src = in;  // the FFN input row: int8 quantizes x's own row when nothing changes it
       if (cfg.norm == NormPlacement::pre) {
         const bool s = save_stats && saved;
         normalize_row(cfg.norm_type, xr, d, cfg.eps, w.norm_weight.data(),
-                      w.norm_bias.empty() ? nullptr : w.norm_bias.data(), wk.in.data() + r * d, nullptr,
+                      w.norm_bias.empty() ? nullptr : w.norm_bias.data(), in, nullptr,
                       s && saved->mean ? saved->mean + t0 + r : nullptr, s && saved->rstd ? saved->rstd + t0 + r : nullptr);
+      } else if (!int8 || !pw.x32.empty() || compute == Compute::bf16) {
+        std::copy(xr, xr + d, in);
       } else {
-        std::copy(xr, xr + d, wk.in.data() + r * d);
+        src = xr;
       }
       if (compute == Compute::bf16)
         continue;  // packed below, all rows at once
-      if (pw.dtype == WeightDtype::int8)  // fp32 input channels: kept aside, left out of the quantized row
+      if (int8)  // fp32 input channels: kept aside, left out of the quantized row
         for (size_t s = 0, k = pw.x32.size(); s < k; ++s) {
-          float& v = wk.in[size_t(r * d + pw.x32[s])];
+          float& v = in[pw.x32[s]];
           wk.x32[size_t(r) * k + s] = v;
           v = 0.0f;
         }
-      if (pw.dtype == WeightDtype::int8 && kc.int8->igemm_u8)
-        wk.xs[size_t(r)] =
-            kc.int8->quantize_row_u8(wk.in.data() + r * d, d, wk.xu.data() + r * dpad4(), wk.xzp.data() + r);
-      else if (pw.dtype == WeightDtype::int8)
-        wk.xs[size_t(r)] = kc.int8->quantize_row(wk.in.data() + r * d, d, wk.xq.data() + r * dpad());
+      if (int8 && kc.int8->igemm_u8)
+        wk.xs[size_t(r)] = kc.int8->quantize_row_u8(src, d, wk.xu.data() + r * dpad4(), wk.xzp.data() + r);
+      else if (int8)
+        wk.xs[size_t(r)] = kc.int8->quantize_row(src, d, wk.xq.data() + r * dpad());
     }
     if (compute == Compute::bf16) pack_a_bf16(*kc.bf16, wk.in.data(), m, d, d, dk(), wk.xb.data());
   }
@@ -249,18 +257,20 @@ struct Forward {
   // Bias, save, activation (and gate) and hidden dropout of rows [0, m) of the
   // chunk at f0 (fc units) in wk.z / wk.zg.
   void chunk_epilogue(int64_t t0, int64_t m, int64_t f0, int64_t fc, Work& wk) const {
+    const float* b1 = w.b1.empty() ? nullptr : w.b1.data() + f0;
+    const float* bg = gated && !w.bg.empty() ? w.bg.data() + f0 : nullptr;
     for (int64_t r = 0; r < m; ++r) {
       float* z = wk.z.data() + r * kChunk;
       float* zg = gated ? wk.zg.data() + r * kChunk : nullptr;
-      if (!w.b1.empty())
-        for (int64_t j = 0; j < fc; ++j) z[j] += w.b1[f0 + j];
-      if (zg && !w.bg.empty())
-        for (int64_t j = 0; j < fc; ++j) zg[j] += w.bg[f0 + j];
-      if (saved) {
+      if (saved) {  // the biased pre-activations are kept: add the biases first
+        if (b1) add_rows(z, b1, fc);
+        if (bg) add_rows(zg, bg, fc);
         std::copy(z, z + fc, saved->z1 + (t0 + r) * F + f0);
         if (zg) std::copy(zg, zg + fc, saved->zg + (t0 + r) * F + f0);
+        kc.activate(unit, z, zg, fc, nullptr, nullptr);
+      } else {
+        kc.activate(unit, z, zg, fc, b1, bg);  // the biases added in the same pass
       }
-      kc.activate(unit, z, zg, fc);
       if (hid_rule.active()) {
         const uint64_t base = hidden_key(pos[t0 + r], f0);
         for (int64_t j = 0; j < fc; ++j) z[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
@@ -305,7 +315,7 @@ struct Forward {
       }
       for (int64_t r = 0; r < m; ++r) {
         float* z = wk.z.data() + r * kChunk;
-        kc.activate(unit, z, gated ? wk.zg.data() + r * kChunk : nullptr, fc);
+        kc.activate(unit, z, gated ? wk.zg.data() + r * kChunk : nullptr, fc, nullptr, nullptr);
         wk.hs[size_t(r)] = ik.quantize_row(z, fc, wk.hq.data() + r * kChunk);
       }
       IGemmArgs g2;
@@ -346,7 +356,7 @@ struct Forward {
       }
       for (int64_t r = 0; r < m; ++r) {
         float* z = wk.z.data() + r * kChunk;
-        kc.activate(unit, z, gated ? wk.zg.data() + r * kChunk : nullptr, fc);
+        kc.activate(unit, z, gated ? wk.zg.data() + r * kChunk : nullptr, fc, nullptr, nullptr);
         wk.hs[size_t(r)] = ik.quantize_row_u8(z, fc, wk.hu.data() + r * kChunk, wk.hzp.data() + r);
       }
       U8GemmArgs g2;
@@ -447,14 +457,19 @@ struct Forward {
     for (int64_t r = 0; r < m; ++r) {
       const int64_t t = t0 + r;
       float* o = o_rows + r * d;
+      const float* xr = x + t * d;
+      float* yr = y + t * d;
+      if (cfg.norm == NormPlacement::none && !out_rule.active()) {  // one pass: y = o + b2
+        if (b2) for (int64_t c = 0; c < d; ++c) yr[c] = o[c] + b2[c];
+        else std::copy(o, o + d, yr);
+        continue;
+      }
       if (b2)
         for (int64_t c = 0; c < d; ++c) o[c] += b2[c];
       if (out_rule.active()) {
         const uint64_t base = uint64_t(pos[t] * d);
         for (int64_t c = 0; c < d; ++c) o[c] *= out_rule.factor(seed, Stream::dropout_output, base + c);
       }
-      const float* xr = x + t * d;
-      float* yr = y + t * d;
       switch (cfg.norm) {
         case NormPlacement::none:
           std::copy(o, o + d, yr);

@@ -24,12 +24,12 @@ struct CpuFeatures {
 };
 const CpuFeatures& cpu_features();
 
-// The activation epilogue (src/nn/activation_simd.hpp) per ISA: z[j] = act(z[j]),
-// or act(g[j])·z[j] when g is given.
-using ActivateFn = void (*)(Unit u, float* z, const float* g, int64_t n);
-namespace scalar { void activate(Unit u, float* z, const float* g, int64_t n); }
-namespace avx2 { void activate(Unit u, float* z, const float* g, int64_t n); }
-namespace avx512 { void activate(Unit u, float* z, const float* g, int64_t n); }
+// The activation epilogue (src/nn/activation_simd.hpp) per ISA: z[j] = act(z[j] + bz[j]),
+// or act(g[j] + bg[j])·(z[j] + bz[j]) when g is given; null biases add nothing.
+using ActivateFn = void (*)(Unit u, float* z, const float* g, int64_t n, const float* bz, const float* bg);
+namespace scalar { void activate(Unit u, float* z, const float* g, int64_t n, const float* bz, const float* bg); }
+namespace avx2 { void activate(Unit u, float* z, const float* g, int64_t n, const float* bz, const float* bg); }
+namespace avx512 { void activate(Unit u, float* z, const float* g, int64_t n, const float* bz, const float* bg); }
 // Attention's softmax rows (simd::exp_rows): p[j] = e^(s[j]·scale − shift), returns Σ p.
 using ExpRowsFn = float (*)(const float* s, int64_t n, float scale, float shift, float* p);
 namespace scalar { float exp_rows(const float* s, int64_t n, float scale, float shift, float* p); }
@@ -50,7 +50,7 @@ struct KernelConfig {
   int mr, nr;             // the f32 kernel's bulk tile (rows × columns)
   const Int8Kernels* int8;
   const char* int8_instr; // the int8 product's instruction, for reports
-  ActivateFn activate;    // bias-added pre-activations → activations, vectorized
+  ActivateFn activate;    // pre-activations (+ biases) → activations, vectorized
   int64_t token_block;    // fused forward: tokens per block (a multiple of mr)
   PeakLoop fma_peak;      // the fp32 FMA loop of this ISA
   const char* fma_instr;

@@ -14,12 +14,15 @@
 //
 // bf16 blocking: A comes packed in row tiles (Bf16Kernels::a_rows = 16: 16
 // rows × 32 k contiguous per step, zero rows past m), k in blocks of 8 steps;
-// a pair of row tiles stays in L1 while the B panel pairs stream past it,
-// the next pair prefetched into L1 during the current one. Measured on the
-// Xeon of bench/results/2026-11-23-amx.md, one thread, 144 × 256 × 512 and
-// 144 × 512 × 256 (accumulating): rows with their stride and no blocking
-// 634 / 613 GFLOP/s; packed tiles + k blocks of 8 848 / 700; + prefetch
-// 912 / 840 (blocks of 4 or 16 steps: slower).
+// a pair of row tiles stays in L1 while the B panel pairs stream past it.
+// Every operand starts on a cache line (nn/aligned.hpp): tile rows that
+// straddle two lines halved the speed. Measured on the Xeon of
+// bench/results/2026-11-23-amx.md, one thread, 144 × 256 × 512 and
+// 144 × 512 × 256 (accumulating), operands 16 bytes off a line: rows with
+// their stride and no blocking 634 / 613 GFLOP/s; packed tiles + k blocks of
+// 8 848 / 700; + a prefetch of the next B pair into L1 912 / 840. Aligned:
+// 1 798 / 1 707 with that prefetch, 2 011 / 1 840 without it (removed; at
+// T = 4096 on 2 threads it made no difference either).
 //
 // Edges. bf16: a tile of C with fewer than 16 valid rows or columns goes
 // through a 16 × 16 scratch; each row's sums are the same whichever tile it
@@ -102,26 +105,15 @@ inline void with_block_shape(bool two_rows, bool two_cols, F&& f) {
   else f(One{}, One{});
 }
 
-// Two 1 KiB B tiles into L1.
-inline void prefetch_tiles(const void* t0, const void* t1) {
-  const char* p0 = static_cast<const char*>(t0);
-  const char* p1 = static_cast<const char*>(t1);
-  for (int l = 0; l < 1024; l += 64) {
-    _mm_prefetch(p0 + l, _MM_HINT_T0);
-    _mm_prefetch(p1 + l, _MM_HINT_T0);
-  }
-}
-
 // ---- bf16 -------------------------------------------------------------------
 
 // RT row tiles × CT column panels of C over k steps [s0, s1). A row tile's
 // tiles are contiguous (a_rows = 16: 16 rows × 32 k per step, 1 KiB each).
 template <int RT, int CT>
 inline void block_bf16(const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uint16_t* b1, int64_t s0,
-                       int64_t s1, const CTile<float> (&c)[2][2], bool accumulate, const uint16_t* pf, int64_t psb) {
+                       int64_t s1, const CTile<float> (&c)[2][2], bool accumulate) {
   begin_c<RT, CT>(c, accumulate);
   for (int64_t s = s0; s < s1; ++s) {
-    if (pf) prefetch_tiles(pf + s * 512, pf + psb + s * 512);
     _tile_loadd(4, a0 + s * 512, 64);
     _tile_loadd(6, b0 + s * 512, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -180,9 +172,8 @@ void gemm_bf16(const Bf16GemmArgs& g) {
           }
         const uint16_t* b0 = g.b + q * g.psb;
         const uint16_t* b1 = ct == 2 ? g.b + (q + 1) * g.psb : nullptr;
-        const uint16_t* pfb = q + 3 < np ? g.b + (q + 2) * g.psb : nullptr;
         with_block_shape(rt == 2, ct == 2, [&](auto RT, auto CT) {
-          block_bf16<RT, CT>(a0, a1, b0, b1, s0, s1, c, accumulate, pfb, g.psb);
+          block_bf16<RT, CT>(a0, a1, b0, b1, s0, s1, c, accumulate);
         });
         for (int i = 0; i < rt; ++i)
           for (int j = 0; j < ct; ++j) {
@@ -199,14 +190,13 @@ void gemm_bf16(const Bf16GemmArgs& g) {
 // ---- int8 -------------------------------------------------------------------
 
 // RT row tiles × CT column panels of C over k steps [s0, s1) (64 k each),
-// A rows a row stride apart; the next B panel pair (pf) prefetched into L1.
+// A rows a row stride apart.
 template <int RT, int CT>
 inline void block_u8(const uint8_t* a0, int64_t lda, const int8_t* b0, const int8_t* b1, int64_t s0, int64_t s1,
-                     int32_t* c, int64_t ldc, bool accumulate, const int8_t* pf, int64_t psb) {
+                     int32_t* c, int64_t ldc, bool accumulate) {
   const CTile<int32_t> ct[2][2] = {{{c, ldc}, {c + kPanel, ldc}}, {{c + 16 * ldc, ldc}, {c + 16 * ldc + kPanel, ldc}}};
   begin_c<RT, CT>(ct, accumulate);
   for (int64_t s = s0; s < s1; ++s) {
-    if (pf) prefetch_tiles(pf + s * 1024, pf + psb + s * 1024);
     _tile_loadd(4, a0 + s * 64, lda);
     _tile_loadd(6, b0 + s * 1024, 64);
     _tile_dpbusd(0, 4, 6);
@@ -246,8 +236,7 @@ void igemm_u8(const U8GemmArgs& g) {
   const int64_t m16 = g.kq % 16 == 0 ? g.m / 16 * 16 : 0;  // rows on AMX
   if (m16 > 0) {
     // As gemm_bf16: k blocks of kStepsPerBlock, a pair of row tiles against
-    // every panel pair, the next pair prefetched; the zero-point term once
-    // the sums are whole.
+    // every panel pair; the zero-point term once the sums are whole.
     const int64_t steps = g.kq / 16, np = panels(g.n), mt = m16 / 16;
     {
       const TileScope tiles;
@@ -259,11 +248,10 @@ void igemm_u8(const U8GemmArgs& g) {
             const bool two_rows = t + 1 < mt, two_cols = q + 1 < np;
             const int8_t* b0 = g.b + q * g.psb;
             const int8_t* b1 = two_cols ? b0 + g.psb : nullptr;
-            const int8_t* pf = q + 3 < np ? g.b + (q + 2) * g.psb : nullptr;
             int32_t* c = g.c + t * 16 * g.ldc + q * kPanel;
             const bool acc = s0 > 0;
             with_block_shape(two_rows, two_cols, [&](auto RT, auto CT) {
-              block_u8<RT, CT>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc, pf, g.psb);
+              block_u8<RT, CT>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc);
             });
           }
         }

@@ -6,7 +6,9 @@
 #include "nn/activation_simd.hpp"
 
 namespace ffn::nn::avx512 {
-void activate(Unit u, float* z, const float* g, int64_t n) { simd::activate_rows(u, z, g, n); }
+void activate(Unit u, float* z, const float* g, int64_t n, const float* bz, const float* bg) {
+  simd::activate_rows(u, z, g, n, bz, bg);
+}
 
 namespace {
 

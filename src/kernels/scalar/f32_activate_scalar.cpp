@@ -2,7 +2,9 @@
 #include "nn/activation_simd.hpp"
 
 namespace ffn::nn::scalar {
-void activate(Unit u, float* z, const float* g, int64_t n) { simd::activate_rows(u, z, g, n); }
+void activate(Unit u, float* z, const float* g, int64_t n, const float* bz, const float* bg) {
+  simd::activate_rows(u, z, g, n, bz, bg);
+}
 float exp_rows(const float* s, int64_t n, float scale, float shift, float* p) {
   return simd::exp_rows(s, n, scale, shift, p);
 }
