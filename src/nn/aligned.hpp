@@ -31,4 +31,35 @@ struct AlignedAllocator {
 template <typename T>
 using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 
+// The same, but resize leaves the new elements default-initialized (not
+// zeroed): for per-call scratch whose every element read is written first.
+// Zeroing the fused forward's ~0.5 MB of buffers was 9.5 % of an int8 call
+// at T = 64.
+template <typename T>
+struct UninitializedAllocator : AlignedAllocator<T> {
+  using value_type = T;
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(static_cast<Args&&>(args)...);
+  }
+  template <typename U>
+  bool operator==(const UninitializedAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+template <typename T>
+using ScratchVector = std::vector<T, UninitializedAllocator<T>>;
+
 }  // namespace ffn::nn

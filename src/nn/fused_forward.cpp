@@ -148,18 +148,18 @@ struct Forward {
   // Per-thread buffers for blocks of up to `rows` tokens: the block's FFN
   // input, the hidden chunk(s), one row.
   struct Work {
-    AlignedVector<float> in, z, zg, row;
+    ScratchVector<float> in, z, zg, row;
     // int8: quantized input (+ scales), int32 products, quantized hidden chunk (+ scales)
-    AlignedVector<int16_t> xq, hq;
-    AlignedVector<float> xs, hs;
-    AlignedVector<int32_t> zi, oi;
+    ScratchVector<int16_t> xq, hq;
+    ScratchVector<float> xs, hs;
+    ScratchVector<int32_t> zi, oi;
     // int8 on u8 × s8 kernels: u8 levels and zero points of the input and hidden rows
-    AlignedVector<uint8_t> xu, hu;
-    AlignedVector<int32_t> xzp, hzp;
+    ScratchVector<uint8_t> xu, hu;
+    ScratchVector<int32_t> xzp, hzp;
     // int8 with fp32 input channels: each row's values of them
-    AlignedVector<float> x32;
+    ScratchVector<float> x32;
     // bf16 compute: the input rows and the hidden chunk rounded to bf16 (zero-padded k)
-    AlignedVector<uint16_t> xb, hb;
+    ScratchVector<uint16_t> xb, hb;
     Work(const Forward& f, int64_t rows)
         : in(size_t(rows * f.d)), z(size_t(rows * kChunk)), zg(f.gated ? size_t(rows * kChunk) : 0),
           row(size_t(f.d)) {
@@ -518,7 +518,7 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
 #pragma omp parallel num_threads(threads)
     {
       Forward::Work wk(f, 0);
-      AlignedVector<float> o(size_t(kTokenBlock * d));
+      ScratchVector<float> o(size_t(kTokenBlock * d));
 #pragma omp for schedule(static)
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
@@ -537,7 +537,7 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
       const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
       const int64_t rows = std::min(kTokenBlock, end - begin);
       Forward::Work wk(f, rows);
-      AlignedVector<float> acc(size_t(f.groups * rows * d));
+      ScratchVector<float> acc(size_t(f.groups * rows * d));
       std::vector<float*> parts(static_cast<size_t>(f.groups));
       for (int64_t g = 0; g < f.groups; ++g) parts[size_t(g)] = acc.data() + g * rows * d;
       for (int64_t t0 = begin; t0 < end; t0 += kTokenBlock) {
@@ -553,7 +553,7 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
   // Few blocks: one work item per (block, shard), then the sums.
   const int64_t items = blocks * f.groups;
   const int64_t rows = std::min(kTokenBlock, n);
-  AlignedVector<float> acc(size_t(items * rows * d));
+  ScratchVector<float> acc(size_t(items * rows * d));
   auto part = [&](int64_t blk, int64_t g) { return acc.data() + (blk * f.groups + g) * rows * d; };
   threads = int(std::min<int64_t>(threads, items));
 #pragma omp parallel num_threads(threads)
