@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite under sanitizers:
-#   address+undefined  every test (GCC, build-asan/)
+#   address+undefined  every test (GCC, build-asan/), with uninitialized
+#                      scratch poisoned (FFN_POISON_SCRATCH)
 #   thread             the threaded tests (clang with libomp and its Archer
 #                      tool, which tells ThreadSanitizer about OpenMP's
 #                      synchronization; build-tsan/)
@@ -15,7 +16,7 @@ for job in "${jobs[@]}"; do
   case "$job" in
     asan)
       cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFFN_SANITIZE=address,undefined \
-        -DFFN_BUILD_PEERS=OFF >/dev/null
+        -DFFN_POISON_SCRATCH=ON -DFFN_BUILD_PEERS=OFF >/dev/null
       cmake --build build-asan -j "$(nproc)" >/dev/null
       echo "sanitize: AddressSanitizer + UndefinedBehaviorSanitizer, every test"
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -34,7 +35,10 @@ using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 // The same, but resize leaves the new elements default-initialized (not
 // zeroed): for per-call scratch whose every element read is written first.
 // Zeroing the fused forward's ~0.5 MB of buffers was 9.5 % of an int8 call
-// at T = 64.
+// at T = 64. Built with FFN_POISON_SCRATCH (CMake option of that name; the
+// sanitizer build of scripts/sanitize.sh sets it), new blocks are filled
+// with 0xff bytes (NaN, -1, 255), so a read of an unwritten element changes
+// a result and fails a test.
 template <typename T>
 struct UninitializedAllocator : AlignedAllocator<T> {
   using value_type = T;
@@ -45,6 +49,13 @@ struct UninitializedAllocator : AlignedAllocator<T> {
   struct rebind {
     using other = UninitializedAllocator<U>;
   };
+#ifdef FFN_POISON_SCRATCH
+  T* allocate(size_t n) {
+    T* p = AlignedAllocator<T>::allocate(n);
+    std::memset(static_cast<void*>(p), 0xff, n * sizeof(T));
+    return p;
+  }
+#endif
   template <typename U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;
