@@ -266,10 +266,13 @@ TEST(TrainCli, InterruptLeavesOldOrCompleteFile) {
   make_data(4000, 32);
   const std::string out = tmp("int.safetensors");
   ASSERT_EQ(ffn_cli("train --data " + tmp("x.npy") + " --targets " + tmp("y.npy") + " --epochs 1 --output " + out).status, 0);
-  const std::string old = slurp(out);
   std::mt19937 rng(12345);
   int interrupted = 0, wrote_new = 0;
   for (int round = 0; round < 6; ++round) {
+    // What the file holds before this round (an earlier round may have
+    // replaced it): a run killed before its handler is installed (round 0,
+    // or any round whose start is slow on a loaded machine) must leave it.
+    const std::string old = slurp(out);
     const pid_t pid = spawn_ffn("train --data " + tmp("x.npy") + " --targets " + tmp("y.npy") +
                                 " --epochs 200 --d-ff 128 --batch 16 --threads 1 --output " + out);
     ASSERT_GT(pid, 0);

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 #include <new>
 #include <vector>
 
@@ -21,7 +23,10 @@ struct AlignedAllocator {
   AlignedAllocator() = default;
   template <typename U>
   AlignedAllocator(const AlignedAllocator<U>&) noexcept {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(kCacheLine))); }
+  T* allocate(size_t n) {
+    if (n > std::numeric_limits<size_t>::max() / sizeof(T)) throw std::bad_array_new_length();
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(kCacheLine)));
+  }
   void deallocate(T* p, size_t) noexcept { ::operator delete(p, std::align_val_t(kCacheLine)); }
   template <typename U>
   bool operator==(const AlignedAllocator<U>&) const noexcept {
@@ -37,10 +42,14 @@ using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 // Zeroing the fused forward's ~0.5 MB of buffers was 9.5 % of an int8 call
 // at T = 64. Built with FFN_POISON_SCRATCH (CMake option of that name; the
 // sanitizer build of scripts/sanitize.sh sets it), new blocks are filled
-// with 0xff bytes (NaN, -1, 255), so a read of an unwritten element changes
-// a result and fails a test.
+// with 0xff bytes (NaN, -1, 255), and users refill them with poison() where
+// a buffer is reused (the fused forward: before every token block), so that
+// reading an element not yet written for the current block changes a result
+// and fails a test. (In the int8 products a poisoned padding byte meets a
+// zero weight and changes nothing: there the padding is not checked.)
 template <typename T>
 struct UninitializedAllocator : AlignedAllocator<T> {
+  static_assert(!std::is_same_v<T, bool>, "vector<bool> is a bitset that zeroes its words: no scratch");
   using value_type = T;
   UninitializedAllocator() = default;
   template <typename U>
@@ -72,5 +81,13 @@ struct UninitializedAllocator : AlignedAllocator<T> {
 
 template <typename T>
 using ScratchVector = std::vector<T, UninitializedAllocator<T>>;
+
+// FFN_POISON_SCRATCH: every element back to 0xff bytes; otherwise nothing.
+template <typename T>
+inline void poison([[maybe_unused]] ScratchVector<T>& v) {
+#ifdef FFN_POISON_SCRATCH
+  std::memset(static_cast<void*>(v.data()), 0xff, v.size() * sizeof(T));
+#endif
+}
 
 }  // namespace ffn::nn

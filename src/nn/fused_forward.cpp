@@ -185,12 +185,18 @@ struct Forward {
       }
       if (f.pw.dtype == WeightDtype::int8) x32.resize(size_t(rows) * f.pw.x32.size());
     }
+    void poison() {
+      nn::poison(in), nn::poison(z), nn::poison(zg), nn::poison(row);
+      nn::poison(xq), nn::poison(hq), nn::poison(xs), nn::poison(hs), nn::poison(zi), nn::poison(oi);
+      nn::poison(xu), nn::poison(hu), nn::poison(xzp), nn::poison(hzp), nn::poison(x32), nn::poison(xb), nn::poison(hb);
+    }
   };
   int64_t dpad() const { return (d + 1) / 2 * 2; }
   int64_t dpad4() const { return (d + 3) / 4 * 4; }
 
   // FFN input rows of tokens [t0, t0 + m): x, or Norm(x) for pre-LN.
   void input_rows(int64_t t0, int64_t m, Work& wk, bool save_stats) const {
+    wk.poison();  // FFN_POISON_SCRATCH only (nn/aligned.hpp): each block starts from poison
     if (compute == Compute::bf16 && cfg.norm != NormPlacement::pre) {  // x's rows packed as they are
       pack_a_bf16(*kc.bf16, x + t0 * d, m, d, d, dk(), wk.xb.data());
       return;
@@ -205,7 +211,7 @@ struct Forward {
         normalize_row(cfg.norm_type, xr, d, cfg.eps, w.norm_weight.data(),
                       w.norm_bias.empty() ? nullptr : w.norm_bias.data(), in, nullptr,
                       s && saved->mean ? saved->mean + t0 + r : nullptr, s && saved->rstd ? saved->rstd + t0 + r : nullptr);
-      } else if (!int8 || !pw.x32.empty() || compute == Compute::bf16) {
+      } else if (!int8 || !pw.x32.empty()) {
         std::copy(xr, xr + d, in);
       } else {
         src = xr;
@@ -542,6 +548,7 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
       for (int64_t g = 0; g < f.groups; ++g) parts[size_t(g)] = acc.data() + g * rows * d;
       for (int64_t t0 = begin; t0 < end; t0 += kTokenBlock) {
         const int64_t m = std::min(kTokenBlock, end - t0);
+        poison(acc);
         f.input_rows(t0, m, wk, true);
         for (int64_t g = 0; g < f.groups; ++g) f.group_partial(t0, m, g, wk, parts[size_t(g)]);
         f.tree_sum(m, parts.data());

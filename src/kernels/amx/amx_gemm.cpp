@@ -15,8 +15,8 @@
 // bf16 blocking: A comes packed in row tiles (Bf16Kernels::a_rows = 16: 16
 // rows × 32 k contiguous per step, zero rows past m), k in blocks of 8 steps;
 // a pair of row tiles stays in L1 while the B panel pairs stream past it.
-// Every operand starts on a cache line (nn/aligned.hpp): tile rows that
-// straddle two lines halved the speed. Measured on the Xeon of
+// The fused forward's packed operands start on cache lines (nn/aligned.hpp):
+// tile rows that straddle two lines halved the speed. Measured on the Xeon of
 // bench/results/2026-11-23-amx.md, one thread, 144 × 256 × 512 and
 // 144 × 512 × 256 (accumulating), operands 16 bytes off a line: rows with
 // their stride and no blocking 634 / 613 GFLOP/s; packed tiles + k blocks of
@@ -27,8 +27,10 @@
 // Edges. bf16: a tile of C with fewer than 16 valid rows or columns goes
 // through a 16 × 16 scratch; each row's sums are the same whichever tile it
 // falls in (the tile product's order is fixed per element). int8: the sums
-// are exact integers, so rows past the last whole 16 and a k that is not a
-// multiple of 64 are left to the AVX-512 VNNI kernel, bit for bit the same.
+// are exact integers, so any split gives the same bits: the rows past the
+// last whole 16 run on tiles configured with that many rows (from 3 of
+// them; 1 or 2 rows, and a k that is not a multiple of 64, are left to the
+// AVX-512 VNNI kernel).
 // The tile configuration is loaded at the start of each call and released
 // at its end: a thread never holds tile state between calls.
 #include <immintrin.h>
@@ -56,9 +58,23 @@ struct alignas(64) TileConfig {
 // unconfigured, and the first tile instruction raised SIGILL).
 constexpr TileConfig kTileConfig{};
 
-// Eight 16 × 64-byte tiles, for the duration of a call.
+// For a last row tile of r < 16 rows: the C and A tiles (tmm0–5) have r
+// rows, the B tiles (tmm6–7) all 16; index r = 1..16.
+struct PartialConfigs {
+  TileConfig rows[17];
+};
+constexpr PartialConfigs make_partial_configs() {
+  PartialConfigs p{};
+  for (int r = 1; r <= 16; ++r)
+    for (int t = 0; t < 6; ++t) p.rows[r].rows[t] = uint8_t(r);
+  return p;
+}
+constexpr PartialConfigs kPartialConfigs = make_partial_configs();
+
+// Eight 64-byte-wide tiles (16 rows, or a configuration above), for the
+// duration of a call.
 struct TileScope {
-  TileScope() { _tile_loadconfig(&kTileConfig); }
+  explicit TileScope(const TileConfig& config = kTileConfig) { _tile_loadconfig(&config); }
   ~TileScope() { _tile_release(); }
   TileScope(const TileScope&) = delete;
   TileScope& operator=(const TileScope&) = delete;
@@ -230,41 +246,67 @@ inline void subtract_zero_point(const U8GemmArgs& g, int64_t r0, int rows, int64
 
 }  // namespace
 
+// int8 rows past the last whole 16 take a tile configuration of that many
+// rows when there are at least this many of them (fewer: the VNNI kernel).
+// ffn bench --dtype int8, 2 threads, 512 -> 2048, against VNNI for every
+// partial tile: T = 1 and 2 3-6 % slower, T = 3 +35-50 %, T = 8 +35 %,
+// T = 12 +45 %, T = 72 +8 %.
+constexpr int kMinPartialRows = 3;
+
 void igemm_u8(const U8GemmArgs& g) {
   const auto& vnni = avx512::int8_kernels_vnni;
   if (g.m <= 0 || g.n <= 0) return;
-  const int64_t m16 = g.kq % 16 == 0 ? g.m / 16 * 16 : 0;  // rows on AMX
+  const bool whole_k = g.kq % 16 == 0;  // AMX takes k in whole steps of 64
+  const int64_t m16 = whole_k ? g.m / 16 * 16 : 0, steps = g.kq / 16, np = panels(g.n);
+  const int partial = whole_k && g.m - m16 >= kMinPartialRows ? int(g.m - m16) : 0;
+  // As gemm_bf16: k blocks of kStepsPerBlockU8, a pair of row tiles against
+  // every panel pair.
   if (m16 > 0) {
-    // As gemm_bf16: k blocks of kStepsPerBlock, a pair of row tiles against
-    // every panel pair; the zero-point term once the sums are whole.
-    const int64_t steps = g.kq / 16, np = panels(g.n), mt = m16 / 16;
-    {
-      const TileScope tiles;
-      for (int64_t s0 = 0; s0 < steps; s0 += kStepsPerBlockU8) {
-        const int64_t s1 = std::min(steps, s0 + kStepsPerBlockU8);
-        for (int64_t t = 0; t < mt; t += 2) {
-          const uint8_t* a0 = g.a + t * 16 * g.lda;
-          for (int64_t q = 0; q < np; q += 2) {
-            const bool two_rows = t + 1 < mt, two_cols = q + 1 < np;
-            const int8_t* b0 = g.b + q * g.psb;
-            const int8_t* b1 = two_cols ? b0 + g.psb : nullptr;
-            int32_t* c = g.c + t * 16 * g.ldc + q * kPanel;
-            const bool acc = s0 > 0;
-            with_block_shape(two_rows, two_cols, [&](auto RT, auto CT) {
-              block_u8<RT, CT>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc);
-            });
-          }
+    const int64_t mt = m16 / 16;
+    const TileScope tiles;
+    for (int64_t s0 = 0; s0 < steps; s0 += kStepsPerBlockU8) {
+      const int64_t s1 = std::min(steps, s0 + kStepsPerBlockU8);
+      for (int64_t t = 0; t < mt; t += 2) {
+        const uint8_t* a0 = g.a + t * 16 * g.lda;
+        for (int64_t q = 0; q < np; q += 2) {
+          const bool two_rows = t + 1 < mt, two_cols = q + 1 < np;
+          const int8_t* b0 = g.b + q * g.psb;
+          const int8_t* b1 = two_cols ? b0 + g.psb : nullptr;
+          int32_t* c = g.c + t * 16 * g.ldc + q * kPanel;
+          const bool acc = s0 > 0;
+          with_block_shape(two_rows, two_cols, [&](auto RT, auto CT) {
+            block_u8<RT, CT>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc);
+          });
         }
       }
     }
-    for (int64_t q = 0; q < np; q += 2) subtract_zero_point(g, 0, int(m16), q, q + 1 < np ? 2 : 1);
   }
-  if (m16 < g.m) {
+  // The partial row tile: C and A tiles of `partial` rows (no row past m is
+  // read or written), one row tile against every panel pair.
+  if (partial > 0) {
+    const TileScope tiles(kPartialConfigs.rows[partial]);
+    const uint8_t* a0 = g.a + m16 * g.lda;
+    for (int64_t s0 = 0; s0 < steps; s0 += kStepsPerBlockU8) {
+      const int64_t s1 = std::min(steps, s0 + kStepsPerBlockU8);
+      for (int64_t q = 0; q < np; q += 2) {
+        const bool two_cols = q + 1 < np;
+        const int8_t* b0 = g.b + q * g.psb;
+        const int8_t* b1 = two_cols ? b0 + g.psb : nullptr;
+        int32_t* c = g.c + m16 * g.ldc + q * kPanel;
+        with_block_shape(false, two_cols, [&](auto RT, auto CT) {
+          block_u8<RT, CT>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, s0 > 0);
+        });
+      }
+    }
+  }
+  const int64_t on_amx = m16 + partial;  // the zero-point term once the sums are whole
+  for (int64_t q = 0; on_amx > 0 && q < np; q += 2) subtract_zero_point(g, 0, int(on_amx), q, q + 1 < np ? 2 : 1);
+  if (on_amx < g.m) {
     U8GemmArgs rest = g;
-    rest.m = g.m - m16;
-    rest.a = g.a + m16 * g.lda;
-    rest.zp = g.zp + m16;
-    rest.c = g.c + m16 * g.ldc;
+    rest.m = g.m - on_amx;
+    rest.a = g.a + on_amx * g.lda;
+    rest.zp = g.zp + on_amx;
+    rest.c = g.c + on_amx * g.ldc;
     vnni.igemm_u8(rest);
   }
 }
