@@ -37,6 +37,20 @@ struct AlignedAllocator {
 template <typename T>
 using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 
+// An allocator's construct() that default-initializes: resize leaves the new
+// elements as they are (trivial types: not zeroed). A base for the scratch
+// allocators (this file's and PoolAllocator).
+struct DefaultInitConstruct {
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(static_cast<Args&&>(args)...);
+  }
+};
+
 // The same, but resize leaves the new elements default-initialized (not
 // zeroed): for per-call scratch whose every element read is written first.
 // Zeroing the fused forward's ~0.5 MB of buffers was 9.5 % of an int8 call
@@ -48,7 +62,7 @@ using AlignedVector = std::vector<T, AlignedAllocator<T>>;
 // and fails a test. (In the int8 products a poisoned padding byte meets a
 // zero weight and changes nothing: there the padding is not checked.)
 template <typename T>
-struct UninitializedAllocator : AlignedAllocator<T> {
+struct UninitializedAllocator : AlignedAllocator<T>, DefaultInitConstruct {
   static_assert(!std::is_same_v<T, bool>, "vector<bool> is a bitset that zeroes its words: no scratch");
   using value_type = T;
   UninitializedAllocator() = default;
@@ -65,14 +79,6 @@ struct UninitializedAllocator : AlignedAllocator<T> {
     return p;
   }
 #endif
-  template <typename U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(static_cast<Args&&>(args)...);
-  }
   template <typename U>
   bool operator==(const UninitializedAllocator<U>&) const noexcept {
     return true;

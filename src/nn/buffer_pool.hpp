@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <new>
 
+#include "nn/aligned.hpp"
+
 namespace ffn::nn {
 
 // Room for one T = 4096 training step at 512 -> 2048 (cache and scratch).
@@ -24,21 +26,13 @@ size_t pool_bytes();                    // bytes the pool keeps now
 // default-initialized (resize does not zero them: every user writes each
 // element before reading it).
 template <typename T>
-struct PoolAllocator {
+struct PoolAllocator : DefaultInitConstruct {
   using value_type = T;
   PoolAllocator() = default;
   template <typename U>
   PoolAllocator(const PoolAllocator<U>&) noexcept {}
   T* allocate(size_t n) { return static_cast<T*>(pool_take(n * sizeof(T))); }
   void deallocate(T* p, size_t n) noexcept { pool_give(p, n * sizeof(T)); }
-  template <typename U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(static_cast<Args&&>(args)...);
-  }
   template <typename U>
   bool operator==(const PoolAllocator<U>&) const noexcept {
     return true;
