@@ -92,7 +92,7 @@ using ScratchVector = std::vector<T, UninitializedAllocator<T>>;
 template <typename T>
 inline void poison([[maybe_unused]] ScratchVector<T>& v) {
 #ifdef FFN_POISON_SCRATCH
-  std::memset(static_cast<void*>(v.data()), 0xff, v.size() * sizeof(T));
+  if (!v.empty()) std::memset(static_cast<void*>(v.data()), 0xff, v.size() * sizeof(T));  // (data() may be null)
 #endif
 }
 
