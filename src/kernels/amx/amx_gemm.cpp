@@ -253,52 +253,43 @@ inline void subtract_zero_point(const U8GemmArgs& g, int64_t r0, int rows, int64
 // T = 12 +45 %, T = 72 +8 %.
 constexpr int kMinPartialRows = 3;
 
-void igemm_u8(const U8GemmArgs& g) {
-  const auto& vnni = avx512::int8_kernels_vnni;
-  if (g.m <= 0 || g.n <= 0) return;
-  const bool whole_k = g.kq % 16 == 0;  // AMX takes k in whole steps of 64
-  const int64_t m16 = whole_k ? g.m / 16 * 16 : 0, steps = g.kq / 16, np = panels(g.n);
-  const int partial = whole_k && g.m - m16 >= kMinPartialRows ? int(g.m - m16) : 0;
-  // As gemm_bf16: k blocks of kStepsPerBlockU8, a pair of row tiles against
-  // every panel pair.
-  if (m16 > 0) {
-    const int64_t mt = m16 / 16;
-    const TileScope tiles;
-    for (int64_t s0 = 0; s0 < steps; s0 += kStepsPerBlockU8) {
-      const int64_t s1 = std::min(steps, s0 + kStepsPerBlockU8);
-      for (int64_t t = 0; t < mt; t += 2) {
-        const uint8_t* a0 = g.a + t * 16 * g.lda;
-        for (int64_t q = 0; q < np; q += 2) {
-          const bool two_rows = t + 1 < mt, two_cols = q + 1 < np;
-          const int8_t* b0 = g.b + q * g.psb;
-          const int8_t* b1 = two_cols ? b0 + g.psb : nullptr;
-          int32_t* c = g.c + t * 16 * g.ldc + q * kPanel;
-          const bool acc = s0 > 0;
-          with_block_shape(two_rows, two_cols, [&](auto RT, auto CT) {
-            block_u8<RT, CT>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, acc);
-          });
-        }
-      }
-    }
-  }
-  // The partial row tile: C and A tiles of `partial` rows (no row past m is
-  // read or written), one row tile against every panel pair.
-  if (partial > 0) {
-    const TileScope tiles(kPartialConfigs.rows[partial]);
-    const uint8_t* a0 = g.a + m16 * g.lda;
-    for (int64_t s0 = 0; s0 < steps; s0 += kStepsPerBlockU8) {
-      const int64_t s1 = std::min(steps, s0 + kStepsPerBlockU8);
+namespace {
+
+// Row tiles [0, mt) starting at row r0, 16 rows apart, against every panel
+// pair, as gemm_bf16: k blocks of kStepsPerBlockU8, a pair of row tiles at a
+// time. The tiles have the rows `config` gives them (16, or fewer for a last
+// partial tile, which is then alone: mt = 1).
+void u8_row_tiles(const U8GemmArgs& g, int64_t r0, int64_t mt, const TileConfig& config) {
+  const int64_t steps = g.kq / 16, np = panels(g.n);
+  const TileScope tiles(config);
+  for (int64_t s0 = 0; s0 < steps; s0 += kStepsPerBlockU8) {
+    const int64_t s1 = std::min(steps, s0 + kStepsPerBlockU8);
+    for (int64_t t = 0; t < mt; t += 2) {
+      const uint8_t* a0 = g.a + (r0 + t * 16) * g.lda;
       for (int64_t q = 0; q < np; q += 2) {
-        const bool two_cols = q + 1 < np;
+        const bool two_rows = t + 1 < mt, two_cols = q + 1 < np;
         const int8_t* b0 = g.b + q * g.psb;
         const int8_t* b1 = two_cols ? b0 + g.psb : nullptr;
-        int32_t* c = g.c + m16 * g.ldc + q * kPanel;
-        with_block_shape(false, two_cols, [&](auto RT, auto CT) {
+        int32_t* c = g.c + (r0 + t * 16) * g.ldc + q * kPanel;
+        with_block_shape(two_rows, two_cols, [&](auto RT, auto CT) {
           block_u8<RT, CT>(a0, g.lda, b0, b1, s0, s1, c, g.ldc, s0 > 0);
         });
       }
     }
   }
+}
+
+}  // namespace
+
+void igemm_u8(const U8GemmArgs& g) {
+  const auto& vnni = avx512::int8_kernels_vnni;
+  if (g.m <= 0 || g.n <= 0) return;
+  const bool whole_k = g.kq % 16 == 0;  // AMX takes k in whole steps of 64
+  const int64_t m16 = whole_k ? g.m / 16 * 16 : 0, np = panels(g.n);
+  const int partial = whole_k && g.m - m16 >= kMinPartialRows ? int(g.m - m16) : 0;
+  if (m16 > 0) u8_row_tiles(g, 0, m16 / 16, kTileConfig);
+  // The partial row tile: C and A tiles of `partial` rows (no row past m is read or written).
+  if (partial > 0) u8_row_tiles(g, m16, 1, kPartialConfigs.rows[partial]);
   const int64_t on_amx = m16 + partial;  // the zero-point term once the sums are whole
   for (int64_t q = 0; on_amx > 0 && q < np; q += 2) subtract_zero_point(g, 0, int(on_amx), q, q + 1 < np ? 2 : 1);
   if (on_amx < g.m) {
