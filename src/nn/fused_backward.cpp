@@ -1,7 +1,12 @@
-// The fast backward (see fused_forward.hpp): the four products of backward
-// are nn::gemm calls, everything else is row-wise (tokens split over threads)
-// or a column sum over tokens (columns split over threads, tokens summed in
-// order). No result depends on the thread count.
+// The fast backward (see fused_forward.hpp). The two products along the
+// tokens (dH = dO · W2, dIn = dZ1 · W1) run fused per block of tokens, as the
+// forward's: a shard's hidden units of dH, the activation's gradient and the
+// shard's dIn while the block is in L2; the two weight gradients (sums over
+// tokens) are nn::gemm calls whose operands are written in the layouts the
+// kernel reads (H and the input as B panels, dZ1 transposed), so they are
+// never packed again. Everything else is row-wise (tokens split over
+// threads) or a sum over tokens (in token order). No result depends on the
+// thread count.
 //
 //   dO  = dropout_out'(dY or Norm'(dY))        db2 = Σ_t dO
 //   dH  = dO · W2                              dW2 = dOᵀ · H
@@ -57,26 +62,42 @@ void column_sum(const float* a, const float* b, int64_t rows, int64_t cols, floa
   });
 }
 
-// C[m, n] (+)= Aᵀ·B for row-major A [k, m] and B [k, n] (a weight gradient:
-// k = tokens, summed in token order).
-GemmArgs at_b(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c) {
-  GemmArgs p;
-  p.m = m; p.n = n; p.k = k;
-  p.a = a; p.rsa = 1; p.csa = m;
-  p.b = b; p.ldb = n; p.psb = kPanel;
-  p.c = c; p.ldc = n;
-  return p;
-}
+// The operands of a weight gradient C[m, n] = Σ_t A(i, t)·B(t, j) over the
+// call's rows t: A(i, t) = a[i·rsa + t·csa] (a row-major [rows, m] matrix has
+// rsa = 1, csa = m; a transposed one [m, rows] has rsa = rows, csa = 1), B as
+// panels of all the rows (B(t, j) = b[(j / 16)·psb + t·16 + j % 16], psb = rows·16).
+struct Sum {
+  const float* a;
+  int64_t rsa, csa;
+  const float* b;
+  int64_t psb;
+  // C rows [i0, i0 + mb) × columns [j0, j0 + nb) (j0 a multiple of 16) over
+  // rows [r0, r0 + k).
+  GemmArgs args(int64_t i0, int64_t mb, int64_t j0, int64_t nb, int64_t r0, int64_t k, float* c, int64_t ldc) const {
+    GemmArgs p;
+    p.m = mb; p.n = nb; p.k = k;
+    p.a = a + i0 * rsa + r0 * csa; p.rsa = rsa; p.csa = csa;
+    p.b = b + (j0 / kPanel) * psb + r0 * kPanel; p.ldb = kPanel; p.psb = psb;
+    p.c = c; p.ldc = ldc;
+    return p;
+  }
+};
 
-// C[m, n] (+)= A·B for row-major A [m, k] and B packed as panels of [k, n].
-GemmArgs a_bpacked(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c, bool accumulate) {
-  GemmArgs p;
-  p.m = m; p.n = n; p.k = k;
-  p.a = a; p.rsa = k; p.csa = 1;
-  p.b = b; p.ldb = kPanel; p.psb = k * kPanel;
-  p.c = c; p.ldc = n;
-  p.accumulate = accumulate;
-  return p;
+// The strides of the [·, rows] buffers below: rows plus one cache line, so
+// that a power-of-two token count does not put every row (or panel) of a
+// buffer in the same cache set: writing 16-float lines to 128 panels 256 KiB
+// apart, or a transposed block to rows 16 KiB apart, took 3–4× longer.
+int64_t padded(int64_t rows) { return rows + kPanel; }
+
+// Row t of a [rows, cols] matrix (v) into its B panels (zero-padded columns;
+// panel stride psb).
+void store_panel_row(const float* v, int64_t cols, int64_t t, int64_t psb, float* panels_out) {
+  for (int64_t q = 0; q * kPanel < cols; ++q) {
+    float* dst = panels_out + q * psb + t * kPanel;
+    const int64_t w = std::min(kPanel, cols - q * kPanel);
+    for (int64_t j = 0; j < w; ++j) dst[j] = v[q * kPanel + j];
+    for (int64_t j = w; j < kPanel; ++j) dst[j] = 0.0f;
+  }
 }
 
 // The token slices of the weight gradients (RunOptions::token_slices): each
@@ -127,8 +148,25 @@ void column_sum(const float* a, const float* b, const Slices& sl, int64_t cols, 
       [&](float* dst, const float* src) { add_rows(dst, src, cols); });
 }
 
-// A weight gradient C[m, n] = Σ_t A[t, :]ᵀ · B[t, :] (A [rows, m], B [rows,
-// n] row-major). With slices, C is formed in tiles, each on one thread:
+// out[i] = Σ_t a[i·lda + t] (a [count, rows]: a transposed activation, row i
+// holding every token) per slice, added over the slices' tree; rows split
+// over threads, tokens summed in order: the bits of column_sum over the same
+// values untransposed.
+void transposed_sum(const float* a, int64_t lda, int64_t count, const Slices& sl, float* out, int threads) {
+  if (!out) return;
+  auto sum = [&](int64_t r0, int64_t len, float* dst) {
+    parallel_rows(count, threads, len, [&](int64_t i0, int64_t i1) {
+      row_sums(a + i0 * lda + r0, lda, i1 - i0, len, dst + i0);
+    });
+  };
+  if (!sl.given()) return sum(0, sl.rows, out);
+  std::vector<float> temporaries(size_t(sl.depth() * count));
+  sl.tree(
+      out, temporaries.data(), size_t(count), [&](int64_t i, float* dst) { sum(sl.begin(i), sl.size(i), dst); },
+      [&](float* dst, const float* src) { add_rows(dst, src, count); });
+}
+
+// A weight gradient C[m, n] = Σ_t A(i, t)·B(t, j) (Sum). With slices, C is formed in tiles, each on one thread:
 // every slice's product of the tile and the tree's additions stay in cache,
 // and C is written once. Tiles change no bit (each C element is one chain
 // per slice, gemm.hpp); their size trades the slices' extra stores (which
@@ -136,10 +174,10 @@ void column_sum(const float* a, const float* b, const Slices& sl, int64_t cols, 
 // tile (when they are long): measured at 512 → 2048, 2 threads, fwd + bwd
 // with 4 slices against one sum: +30 % at T = 64, +9 % at T = 256 and +2 %
 // at T = 4096 (bench/results/2026-11-23-data-parallel.md).
-void weight_gradient(const F32Gemm& kernel, int64_t m, int64_t n, const float* a, const float* b, float* c,
-                     const Slices& sl, int threads) {
+void weight_gradient(const F32Gemm& kernel, int64_t m, int64_t n, const Sum& op, float* c, const Slices& sl,
+                     int threads) {
   if (!c) return;
-  if (!sl.given()) return gemm(kernel, at_b(m, n, sl.rows, a, b, c), threads);
+  if (!sl.given()) return gemm(kernel, op.args(0, m, 0, n, 0, sl.rows, c, n), threads);
   int64_t shortest = sl.rows;
   for (int64_t i = 0; i < sl.count(); ++i) shortest = std::min(shortest, sl.size(i));
   const int64_t TM = shortest >= 256 ? 512 : 256, TN = shortest >= 1024 ? 1024 : shortest >= 256 ? 512 : 256;
@@ -158,10 +196,7 @@ void weight_gradient(const F32Gemm& kernel, int64_t m, int64_t n, const float* a
       sl.tree(
           tile, temporaries, size_t(TM * TN),
           [&](int64_t i, float* dst) {
-            const int64_t r0 = sl.begin(i);
-            GemmArgs p = at_b(mb, nb, sl.size(i), a + r0 * m + i0, b + r0 * n + j0, dst);
-            p.csa = m, p.ldb = n, p.ldc = dst == tile ? n : nb;
-            gemm(kernel, p, 1);
+            gemm(kernel, op.args(i0, mb, j0, nb, sl.begin(i), sl.size(i), dst, dst == tile ? n : nb), 1);
           },
           [&](float* dst, const float* src) {
             const int64_t ld = dst == tile ? n : nb;
@@ -225,7 +260,8 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
                     float* dx, const FusedGrads& g, int threads, Isa isa, const FusedSplit& split,
                     std::span<const int64_t> token_slices) {
-  const F32Gemm& kernel = kernel_config(resolve_isa(isa)).f32;
+  const KernelConfig& kc = kernel_config(resolve_isa(isa));
+  const F32Gemm& kernel = kc.f32;
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   const bool gated = is_gated(cfg.activation);
   const Unit unit = unit_of(cfg.activation);
@@ -240,6 +276,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   const int64_t offset = DffShards::units(F_global, sh.count, sh.first, sh.last).first;
   auto hidden_key = [&](int64_t t) { return uint64_t(pos[t] * F_global + offset); };
   const Slices sl{token_slices, n};
+  const int64_t ldt = padded(n), psb = padded(n * kPanel);  // transposed rows, B panels
   Scratch scratch;
 
   // dv = dL/d(x + o) through the post norm; In = Norm(x) again for pre-LN (xhat kept).
@@ -249,17 +286,21 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
         norm_backward_row(cfg.norm_type, dy + t * d, saved.xhat + t * d, saved.rstd[t], d, gamma, dv + t * d);
     });
   };
-  auto pre_input = [&](float* in_buf, float* xhat) {
+  // xhat again, and In = Norm(x) as B panels when in_panels is given.
+  auto pre_input = [&](float* in_panels, float* xhat) {
     parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t)
+      std::vector<float> row(size_t(in_panels ? d : 0));
+      for (int64_t t = t0; t < t1; ++t) {
         for (int64_t j = 0; j < d; ++j) {
           const float xh = (x[t * d + j] - saved.mean[t]) * saved.rstd[t];
           xhat[t * d + j] = xh;
-          if (in_buf) in_buf[t * d + j] = xh * gamma[j] + (beta ? beta[j] : 0.0f);
+          if (in_panels) row[size_t(j)] = xh * gamma[j] + (beta ? beta[j] : 0.0f);
         }
+        if (in_panels) store_panel_row(row.data(), d, t, psb, in_panels);
+      }
     });
   };
-  // 7. dX (and the pre norm's γ, β) from dIn summed over every shard.
+  // dX (and the pre norm's γ, β) from dIn summed over every shard.
   auto finish = [&](const float* din, const float* dv, const float* xhat) {
     if (cfg.norm == NormPlacement::pre) {
       column_sum(din, xhat, sl, d, g.gamma, threads);
@@ -294,131 +335,196 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   }
   const PackedWeights::Backward& bw = pw.backward(cfg, w);
 
-  // 1. Through the norm (post) and the output dropout: dv = dL/d(x + o), dO.
+  // 1. Through the norm (post) and the output dropout: dv = dL/d(x + o), dO
+  // (dY itself when neither changes it).
   float* dv = scratch.get(Scratch::kDv, cfg.norm == NormPlacement::post ? size_t(n * d) : 0);
-  float* dout = scratch.get(Scratch::kDout, size_t(n * d));
+  const float* dout = dy;
   if (cfg.norm == NormPlacement::post) {
     column_sum(dy, saved.xhat, sl, d, g.gamma, threads);
     column_sum(dy, nullptr, sl, d, g.beta, threads);
     post_dv(dv);
+    dout = dv;
   }
-  parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* src = cfg.norm == NormPlacement::post ? dv + t * d : dy + t * d;
-      float* o = dout + t * d;
-      if (out_rule.active()) {
+  if (out_rule.active()) {
+    float* o = scratch.get(Scratch::kDout, size_t(n * d));
+    const float* src = dout;
+    parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
         const uint64_t base = uint64_t(pos[t] * d);
-        for (int64_t j = 0; j < d; ++j) o[j] = src[j] * out_rule.factor(seed, Stream::dropout_output, base + j);
-      } else {
-        std::copy(src, src + d, o);
+        for (int64_t j = 0; j < d; ++j)
+          o[t * d + j] = src[t * d + j] * out_rule.factor(seed, Stream::dropout_output, base + j);
       }
-    }
-  });
+    });
+    dout = o;
+  }
   column_sum(dout, nullptr, sl, d, g.b2, threads);
 
-  // 2. H (the hidden activation after dropout) again from the saved pre-activations.
-  float* h = scratch.get(Scratch::kH, size_t(n * F));
-  float* dz1 = scratch.get(Scratch::kDz1, size_t(n * F));
-  float* dzg = scratch.get(Scratch::kDzg, gated ? size_t(n * F) : 0);
-  parallel_rows(n, threads, F, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* z1 = saved.z1 + t * F;
-      const float* zg = gated ? saved.zg + t * F : nullptr;
-      float* ht = h + t * F;
-      if (gated)
-        for (int64_t j = 0; j < F; ++j) ht[j] = act(unit, zg[j]) * z1[j];
-      else if (unit == Unit::relu)
-        for (int64_t j = 0; j < F; ++j) ht[j] = z1[j] < 0.0f ? 0.0f : z1[j];  // NaN stays NaN
-      else
-        for (int64_t j = 0; j < F; ++j) ht[j] = act(unit, z1[j]);
-      if (hid_rule.active()) {
-        const uint64_t base = hidden_key(t);
-        for (int64_t j = 0; j < F; ++j) ht[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
-      }
-    }
-  });
-  // 3. dW2 = dOᵀ · H;  dH = dO · W2 (into dz1).
-  weight_gradient(kernel, d, F, dout, h, g.w2, sl, threads);
-  gemm(kernel, a_bpacked(n, F, d, dout, bw.w2.data(), dz1, false), threads);
-
-  // 4. Through the hidden dropout and the activation.
-  parallel_rows(n, threads, F, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* z1 = saved.z1 + t * F;
-      const float* zg = gated ? saved.zg + t * F : nullptr;
-      float* a = dz1 + t * F;
-      if (hid_rule.active()) {
-        const uint64_t base = hidden_key(t);
-        for (int64_t j = 0; j < F; ++j) a[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
-      }
-      if (gated) {
-        float* b = dzg + t * F;
-        for (int64_t j = 0; j < F; ++j) {
-          b[j] = a[j] * z1[j] * act_grad(unit, zg[j]);
-          a[j] = a[j] * act(unit, zg[j]);
-        }
-      } else if (unit == Unit::relu) {
-        for (int64_t j = 0; j < F; ++j) a[j] = z1[j] > 0.0f ? a[j] : 0.0f;
-      } else {
-        for (int64_t j = 0; j < F; ++j) a[j] *= act_grad(unit, z1[j]);
-      }
-    }
-  });
-  column_sum(dz1, nullptr, sl, F, g.b1, threads);
-  if (gated) column_sum(dzg, nullptr, sl, F, g.bg, threads);
-
-  // 5. The FFN input (x, or Norm(x) again for pre-LN); dW1 = dZ1ᵀ · In.
-  float* in_buf = nullptr;
-  float* xhat = nullptr;
-  const float* in = x;
-  if (cfg.norm == NormPlacement::pre) {
-    in_buf = scratch.get(Scratch::kIn, size_t(n * d));
-    xhat = scratch.get(Scratch::kXhat, size_t(n * d));
-    pre_input(in_buf, xhat);
-    in = in_buf;
-  }
-  weight_gradient(kernel, F, d, dz1, in, g.w1, sl, threads);
-  if (gated) weight_gradient(kernel, F, d, dzg, in, g.wg, sl, threads);
-
-  // 6. dIn = Σ over the layer's shards of dZ1[:, s] · W1[s, :] (+ dZg · Wg),
-  // added over the shards' tree, as the forward adds their W2 products.
+  // 2. Per block of tokens and shard of d_ff (the layer's units [u0, u1)):
+  //   dH = dO · W2[:, u0:u1], through the hidden dropout and the activation
+  //   (dZ1, dZg), stored transposed for dW1; H (the hidden activation after
+  //   dropout) again from the saved pre-activations, stored as B panels for
+  //   dW2; and the shard's dIn = dZ1 · W1[u0:u1] (+ dZg · Wg[u0:u1]), added
+  //   over the shards' tree, as the forward adds their W2 products.
   const int64_t groups = sh.last - sh.first, gchunks = (F_global + kDffShardChunk - 1) / kDffShardChunk;
   const int64_t c0 = gchunks * sh.first / sh.count;
   auto unit_begin = [&](int64_t grp) {
     return std::min(F, (gchunks * (sh.first + grp) / sh.count - c0) * kDffShardChunk);
   };
+  int64_t widest = 0;
+  for (int64_t grp = 0; grp < groups; ++grp) widest = std::max(widest, unit_begin(grp + 1) - unit_begin(grp));
+  float* hp = g.w2 ? scratch.get(Scratch::kH, size_t(panels(F) * psb)) : nullptr;
+  float* dz1t = scratch.get(Scratch::kDz1, size_t(F * ldt));  // [F, n], row stride ldt
+  float* dzgt = scratch.get(Scratch::kDzg, gated ? size_t(F * ldt) : 0);
   // Group 0 (the tree's result) straight into the caller's rows in stage 1.
   float* parts = scratch.get(Scratch::kDin, size_t((split.partial ? groups - 1 : groups) * n * d));
   auto part = [&](int64_t grp) {
     if (split.partial) return grp == 0 ? split.partial : parts + (grp - 1) * n * d;
     return parts + grp * n * d;
   };
-  for (int64_t grp = 0; grp < groups; ++grp) {
-    const int64_t u0 = unit_begin(grp), u1 = unit_begin(grp + 1);
-    if (u0 == u1) {
-      std::fill(part(grp), part(grp) + n * d, 0.0f);
-      continue;
+  // Per-thread buffers of a block: dZ1, dZg [rows, widest], one row of H and
+  // of hidden dropout factors.
+  struct Work {
+    ScratchVector<float> dzb, dgb, hrow, keep;
+    Work(int64_t rows, int64_t widest, bool gated, bool dropout)
+        : dzb(size_t(rows * widest)), dgb(gated ? size_t(rows * widest) : 0), hrow(size_t(widest)),
+          keep(dropout ? size_t(widest) : 0) {}
+  };
+  // Rows [t0, t0 + m) of shard grp.
+  auto shard_rows = [&](int64_t t0, int64_t m, int64_t grp, Work& wk) {
+    float* dzb = wk.dzb.data();
+    float* dgb = wk.dgb.data();
+    const int64_t u0 = unit_begin(grp), u1 = unit_begin(grp + 1), units = u1 - u0;
+    float* out = part(grp) + t0 * d;
+    if (units == 0) {
+      std::fill(out, out + m * d, 0.0f);
+      return;
     }
-    GemmArgs p = a_bpacked(n, d, u1 - u0, dz1 + u0, bw.w1.data() + u0 * kPanel, part(grp), false);
-    p.rsa = F, p.psb = F * kPanel;
-    gemm(kernel, p, threads);
+    GemmArgs h;
+    h.m = m; h.n = units; h.k = d;
+    h.a = dout + t0 * d; h.rsa = d; h.csa = 1;
+    h.b = bw.w2.data() + (u0 / kPanel) * d * kPanel; h.ldb = kPanel; h.psb = d * kPanel;
+    h.c = dzb; h.ldc = widest;
+    gemm_packed(kernel, h);
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t t = t0 + r;
+      const float* z1 = saved.z1 + t * F + u0;
+      const float* zg = gated ? saved.zg + t * F + u0 : nullptr;
+      float* a = dzb + r * widest;
+      float* h = wk.hrow.data();
+      float* keep = wk.keep.data();
+      if (hid_rule.active()) {
+        const uint64_t base = hidden_key(t) + uint64_t(u0);
+        for (int64_t j = 0; j < units; ++j) {
+          keep[j] = hid_rule.factor(seed, Stream::dropout_hidden, base + j);
+          a[j] *= keep[j];
+        }
+      }
+      if (gated) {
+        float* b = dgb + r * widest;
+        for (int64_t j = 0; j < units; ++j) {
+          const float s = act(unit, zg[j]);
+          h[j] = s * z1[j];
+          b[j] = a[j] * z1[j] * act_grad(unit, zg[j]);
+          a[j] = a[j] * s;
+        }
+      } else if (unit == Unit::relu) {
+        for (int64_t j = 0; j < units; ++j) {
+          h[j] = z1[j] < 0.0f ? 0.0f : z1[j];  // NaN stays NaN
+          a[j] = z1[j] > 0.0f ? a[j] : 0.0f;
+        }
+      } else {
+        for (int64_t j = 0; j < units; ++j) {
+          h[j] = act(unit, z1[j]);
+          a[j] *= act_grad(unit, z1[j]);
+        }
+      }
+      if (!hp) continue;
+      if (hid_rule.active())
+        for (int64_t j = 0; j < units; ++j) h[j] *= keep[j];
+      store_panel_row(h, units, t, psb, hp + (u0 / kPanel) * psb);
+    }
+    transpose_into(dzb, widest, m, units, dz1t + u0 * ldt + t0, ldt);
+    if (gated) transpose_into(dgb, widest, m, units, dzgt + u0 * ldt + t0, ldt);
+    GemmArgs p;
+    p.m = m; p.n = d; p.k = units;
+    p.a = dzb; p.rsa = widest; p.csa = 1;
+    p.b = bw.w1.data() + u0 * kPanel; p.ldb = kPanel; p.psb = F * kPanel;
+    p.c = out; p.ldc = d;
+    gemm_packed(kernel, p);
     if (gated) {
-      p.a = dzg + u0, p.b = bw.wg.data() + u0 * kPanel, p.accumulate = true;
-      gemm(kernel, p, threads);
+      p.a = dgb, p.b = bw.wg.data() + u0 * kPanel, p.accumulate = true;
+      gemm_packed(kernel, p);
     }
-  }
-  auto tree = [&](auto& self, int64_t lo, int64_t hi) -> void {  // global shard indices
+  };
+  auto tree = [&](auto& self, int64_t t0, int64_t m, int64_t lo, int64_t hi) -> void {  // global shard indices
     if (hi - lo < 2) return;
     const int64_t mid = (lo + hi) / 2;
-    self(self, lo, mid);
-    self(self, mid, hi);
-    float* a = part(lo - sh.first);
-    const float* b = part(mid - sh.first);
-    parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
-      add_rows(a + t0 * d, b + t0 * d, (t1 - t0) * d);
-    });
+    self(self, t0, m, lo, mid);
+    self(self, t0, m, mid, hi);
+    add_rows(part(lo - sh.first) + t0 * d, part(mid - sh.first) + t0 * d, m * d);
   };
-  tree(tree, sh.first, sh.last);
+  {
+    // Tokens per block: the kernel's (as the forward's), fewer when the
+    // block's dZ1 (and dZg) would pass 1 MiB; no bit depends on it.
+    const int64_t per_row = (gated ? 2 : 1) * widest * int64_t(sizeof(float));
+    const int64_t fit = (int64_t(1) << 20) / std::max<int64_t>(per_row, 1) / kc.mr * kc.mr;
+    const int64_t block = std::clamp<int64_t>(fit, kc.mr, kc.token_block);
+    const int64_t blocks = (n + block - 1) / block;
+    const int nt = std::max(1, threads);
+    if (n == 0) {
+    } else if (blocks >= nt || groups == 1) {
+      // Each thread takes an equal contiguous share of the tokens, in blocks.
+#pragma omp parallel num_threads(int(std::min<int64_t>(nt, blocks)))
+      {
+        const int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
+        const int64_t begin = n * t / k, end = n * (t + 1) / k;
+        const int64_t rows = std::min(block, end - begin);
+        Work wk(rows, widest, gated, hid_rule.active());
+        for (int64_t t0 = begin; t0 < end; t0 += block) {
+          const int64_t m = std::min(block, end - t0);
+          for (int64_t grp = 0; grp < groups; ++grp) shard_rows(t0, m, grp, wk);
+          tree(tree, t0, m, sh.first, sh.last);
+        }
+      }
+    } else {
+      // Few blocks: one work item per (block, shard), then the sums.
+      const int64_t items = blocks * groups, rows = std::min(block, n);
+#pragma omp parallel num_threads(int(std::min<int64_t>(nt, items)))
+      {
+        Work wk(rows, widest, gated, hid_rule.active());
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < items; ++it) {
+          const int64_t t0 = it / groups * block;
+          shard_rows(t0, std::min(block, n - t0), it % groups, wk);
+        }
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          const int64_t t0 = blk * block;
+          tree(tree, t0, std::min(block, n - t0), sh.first, sh.last);
+        }
+      }
+    }
+  }
+  // 3. dW2 = dOᵀ · H; db1 (and bg) = Σ_t dZ1.
+  weight_gradient(kernel, d, F, Sum{dout, 1, d, hp, psb}, g.w2, sl, threads);
+  scratch.get(Scratch::kH, 0);  // its pages back to the pool
+  transposed_sum(dz1t, ldt, F, sl, g.b1, threads);
+  if (gated) transposed_sum(dzgt, ldt, F, sl, g.bg, threads);
+
+  // 4. The FFN input (x, or Norm(x) again for pre-LN) as B panels; dW1 = dZ1ᵀ · In.
+  float* xhat = cfg.norm == NormPlacement::pre ? scratch.get(Scratch::kXhat, size_t(n * d)) : nullptr;
+  float* in_panels = g.w1 || g.wg ? scratch.get(Scratch::kIn, size_t(panels(d) * psb)) : nullptr;
+  if (xhat) {
+    pre_input(in_panels, xhat);
+  } else if (in_panels) {
+    parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) store_panel_row(x + t * d, d, t, psb, in_panels);
+    });
+  }
+  weight_gradient(kernel, F, d, Sum{dz1t, ldt, 1, in_panels, psb}, g.w1, sl, threads);
+  if (gated) weight_gradient(kernel, F, d, Sum{dzgt, ldt, 1, in_panels, psb}, g.wg, sl, threads);
+
+  // 5. dX from dIn.
   if (split.partial) return;  // stage 1: this layer's shards' dIn is in the caller's rows, for the sum across ranks
   finish(part(0), dv, xhat);
 }

@@ -15,38 +15,87 @@ namespace ffn::nn {
 namespace {
 constexpr int64_t kPackRows = 2048;  // rows of A packed at once (2 MiB at k = 256)
 
+#if defined(__SSE__)
+// dst[c·ldd + r] = a[r·lda + c] for r, c < 4.
+inline void transpose4(const float* a, int64_t lda, float* dst, int64_t ldd) {
+  __m128 v0 = _mm_loadu_ps(a), v1 = _mm_loadu_ps(a + lda), v2 = _mm_loadu_ps(a + 2 * lda), v3 = _mm_loadu_ps(a + 3 * lda);
+  _MM_TRANSPOSE4_PS(v0, v1, v2, v3);
+  _mm_storeu_ps(dst, v0);
+  _mm_storeu_ps(dst + ldd, v1);
+  _mm_storeu_ps(dst + 2 * ldd, v2);
+  _mm_storeu_ps(dst + 3 * ldd, v3);
+}
+#endif
+}  // namespace
+
+void transpose_into(const float* a, int64_t lda, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
+  int64_t r4 = 0, c4 = 0;
+#if defined(__SSE__)
+  r4 = rows / 4 * 4;
+  c4 = cols / 4 * 4;
+  // 16 rows of a at a time where there are: each row of dst gets 16
+  // consecutive floats (a whole cache line when aligned) before the next.
+  int64_t r = 0;
+  for (; r + 16 <= r4; r += 16)
+    for (int64_t j = 0; j < c4; j += 4)
+      for (int64_t i = r; i < r + 16; i += 4) transpose4(a + i * lda + j, lda, dst + j * ldd + i, ldd);
+  for (; r < r4; r += 4)
+    for (int64_t j = 0; j < c4; j += 4) transpose4(a + r * lda + j, lda, dst + j * ldd + r, ldd);
+#endif
+  // What the 4 × 4 blocks left: the last columns of the first r4 rows, then
+  // the last rows (everything, without SSE).
+  for (int64_t i = 0; i < r4; ++i)
+    for (int64_t j = c4; j < cols; ++j) dst[j * ldd + i] = a[i * lda + j];
+  for (int64_t i = r4; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[j * ldd + i] = a[i * lda + j];
+}
+
+void row_sums(const float* a, int64_t lda, int64_t rows, int64_t cols, float* out) {
+  int64_t r = 0;
+#if defined(__SSE__)
+  // Four rows per vector lane set, four sets at once (independent chains);
+  // 4 × 4 blocks transposed so that lane i adds row i's elements in order.
+  auto sum4 = [&](int64_t r0, int sets) {
+    __m128 acc[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+    const int64_t c4 = cols / 4 * 4;
+    for (int64_t j = 0; j < c4; j += 4)
+      for (int s = 0; s < sets; ++s) {
+        const float* b = a + (r0 + 4 * s) * lda + j;
+        __m128 v0 = _mm_loadu_ps(b), v1 = _mm_loadu_ps(b + lda), v2 = _mm_loadu_ps(b + 2 * lda),
+               v3 = _mm_loadu_ps(b + 3 * lda);
+        _MM_TRANSPOSE4_PS(v0, v1, v2, v3);
+        acc[s] = _mm_add_ps(_mm_add_ps(_mm_add_ps(_mm_add_ps(acc[s], v0), v1), v2), v3);
+      }
+    for (int s = 0; s < sets; ++s) {
+      alignas(16) float lane[4];
+      _mm_store_ps(lane, acc[s]);
+      for (int i = 0; i < 4; ++i) {
+        const float* row = a + (r0 + 4 * s + i) * lda;
+        for (int64_t j = c4; j < cols; ++j) lane[i] += row[j];
+        out[r0 + 4 * s + i] = lane[i];
+      }
+    }
+  };
+  for (; r + 16 <= rows; r += 16) sum4(r, 4);
+  for (; r + 4 <= rows; r += 4) sum4(r, 1);
+#endif
+  for (; r < rows; ++r) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) s += a[r * lda + j];
+    out[r] = s;
+  }
+}
+
+namespace {
 // dst[i * k + p] = a[i * rsa + p * csa] for i < m, p < k: an A stored with
 // long row strides copied into row-major rows. The usual case is a
 // transposed operand (rsa = 1: column p of dst is row p of a), done in 4 × 4
-// SSE transposes (SSE is in every x86-64 baseline), so reads and writes both
-// run along cache lines; an element-by-element copy costs a third of a
-// weight-gradient product.
+// SSE transposes (transpose_into), so reads and writes both run along cache
+// lines; an element-by-element copy costs a third of a weight-gradient product.
 void pack_rows(const float* a, int64_t rsa, int64_t csa, int64_t m, int64_t k, float* dst) {
-  int64_t m4 = 0, k4 = 0;
-#if defined(__SSE__)
-  if (rsa == 1) {
-    m4 = m / 4 * 4;
-    k4 = k / 4 * 4;
-    // Rows of a in the outer loop: four sequential read streams the
-    // prefetcher follows; the writes land in dst, a small buffer in cache.
-    for (int64_t p = 0; p < k4; p += 4)
-      for (int64_t i = 0; i < m4; i += 4) {
-        __m128 r0 = _mm_loadu_ps(a + i + (p + 0) * csa), r1 = _mm_loadu_ps(a + i + (p + 1) * csa);
-        __m128 r2 = _mm_loadu_ps(a + i + (p + 2) * csa), r3 = _mm_loadu_ps(a + i + (p + 3) * csa);
-        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-        _mm_storeu_ps(dst + (i + 0) * k + p, r0);
-        _mm_storeu_ps(dst + (i + 1) * k + p, r1);
-        _mm_storeu_ps(dst + (i + 2) * k + p, r2);
-        _mm_storeu_ps(dst + (i + 3) * k + p, r3);
-      }
-  }
-#endif
-  // What the 4 × 4 blocks left: the last columns of the first m4 rows, then
-  // the last rows (everything, without SSE or for other strides).
-  for (int64_t i = 0; i < m4; ++i)
-    for (int64_t p = k4; p < k; ++p) dst[i * k + p] = a[i * rsa + p * csa];
-  for (int64_t p = 0; p < k; ++p)
-    for (int64_t i = m4; i < m; ++i) dst[i * k + p] = a[i * rsa + p * csa];
+  if (rsa == 1) return transpose_into(a, csa, k, m, dst, k);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p) dst[i * k + p] = a[i * rsa + p * csa];
 }
 
 // C rows [m0, m1) × panels [p0, p1), all of k, on the calling thread.

@@ -211,4 +211,10 @@ void pack_panels(const float* src, int64_t K, int64_t N, bool n_major, float* ou
 
 inline int64_t panels(int64_t n) { return (n + kPanel - 1) / kPanel; }
 
+// dst[j·ldd + i] = a[i·lda + j] for i < rows, j < cols (4 × 4 SSE blocks).
+void transpose_into(const float* a, int64_t lda, int64_t rows, int64_t cols, float* dst, int64_t ldd);
+// out[i] = Σ_j a[i·lda + j] for i < rows, each sum from 0 in the order j = 0, 1, …
+// (the bits of a scalar loop; four rows per vector, in 4 × 4 transposes).
+void row_sums(const float* a, int64_t lda, int64_t rows, int64_t cols, float* out);
+
 }  // namespace ffn::nn
