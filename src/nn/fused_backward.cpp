@@ -230,7 +230,7 @@ void norm_backward_row(NormType type, const float* dout, const float* xhat, floa
 // process with many threads keeps the pool's bound, not a set per thread.
 class Scratch {
  public:
-  enum Slot { kDv, kDout, kH, kDz1, kDzg, kIn, kXhat, kDin, kSlots };
+  enum Slot { kDv, kDout, kH, kDz1, kDzg, kIn, kXhat, kDin, kDinShards, kSlots };
   Scratch() = default;
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
@@ -375,12 +375,6 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   float* hp = g.w2 ? scratch.get(Scratch::kH, size_t(panels(F) * psb)) : nullptr;
   float* dz1t = scratch.get(Scratch::kDz1, size_t(F * ldt));  // [F, n], row stride ldt
   float* dzgt = scratch.get(Scratch::kDzg, gated ? size_t(F * ldt) : 0);
-  // Group 0 (the tree's result) straight into the caller's rows in stage 1.
-  float* parts = scratch.get(Scratch::kDin, size_t((split.partial ? groups - 1 : groups) * n * d));
-  auto part = [&](int64_t grp) {
-    if (split.partial) return grp == 0 ? split.partial : parts + (grp - 1) * n * d;
-    return parts + grp * n * d;
-  };
   // Per-thread buffers of a block: dZ1, dZg [rows, widest], one row of H and
   // of hidden dropout factors.
   struct Work {
@@ -389,12 +383,11 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
         : dzb(size_t(rows * widest)), dgb(gated ? size_t(rows * widest) : 0), hrow(size_t(widest)),
           keep(dropout ? size_t(widest) : 0) {}
   };
-  // Rows [t0, t0 + m) of shard grp.
-  auto shard_rows = [&](int64_t t0, int64_t m, int64_t grp, Work& wk) {
+  // Rows [t0, t0 + m) of shard grp; its dIn into out [m, d].
+  auto shard_rows = [&](int64_t t0, int64_t m, int64_t grp, Work& wk, float* out) {
     float* dzb = wk.dzb.data();
     float* dgb = wk.dgb.data();
     const int64_t u0 = unit_begin(grp), u1 = unit_begin(grp + 1), units = u1 - u0;
-    float* out = part(grp) + t0 * d;
     if (units == 0) {
       std::fill(out, out + m * d, 0.0f);
       return;
@@ -456,14 +449,18 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
       gemm_packed(kernel, p);
     }
   };
-  auto tree = [&](auto& self, int64_t t0, int64_t m, int64_t lo, int64_t hi) -> void {  // global shard indices
+  // The shards' dIn rows [m, d] (outs[grp]) summed into outs[0].
+  auto tree = [&](auto& self, float* const* outs, int64_t m, int64_t lo, int64_t hi) -> void {  // global shard indices
     if (hi - lo < 2) return;
     const int64_t mid = (lo + hi) / 2;
-    self(self, t0, m, lo, mid);
-    self(self, t0, m, mid, hi);
-    add_rows(part(lo - sh.first) + t0 * d, part(mid - sh.first) + t0 * d, m * d);
+    self(self, outs, m, lo, mid);
+    self(self, outs, m, mid, hi);
+    add_rows(outs[lo - sh.first], outs[mid - sh.first], m * d);
   };
-  {
+  // The sum over the shards (dIn of the layer's shards): the caller's rows in
+  // stage 1, else ours.
+  float* din = split.partial ? split.partial : scratch.get(Scratch::kDin, size_t(n * d));
+  if (n > 0) {
     // Tokens per block: the kernel's (as the forward's), fewer when the
     // block's dZ1 (and dZg) would pass 1 MiB; no bit depends on it.
     const int64_t per_row = (gated ? 2 : 1) * widest * int64_t(sizeof(float));
@@ -471,8 +468,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     const int64_t block = std::clamp<int64_t>(fit, kc.mr, kc.token_block);
     const int64_t blocks = (n + block - 1) / block;
     const int nt = std::max(1, threads);
-    if (n == 0) {
-    } else if (blocks >= nt || groups == 1) {
+    if (blocks >= nt || groups == 1) {
       // Each thread takes an equal contiguous share of the tokens, in blocks.
 #pragma omp parallel num_threads(int(std::min<int64_t>(nt, blocks)))
       {
@@ -480,27 +476,37 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
         const int64_t begin = n * t / k, end = n * (t + 1) / k;
         const int64_t rows = std::min(block, end - begin);
         Work wk(rows, widest, gated, hid_rule.active());
+        // Shard 0's rows in din, the others' in this thread's buffer (in cache for the tree).
+        ScratchVector<float> others(size_t((groups - 1) * rows * d));
+        std::vector<float*> outs(static_cast<size_t>(groups));
+        for (int64_t grp = 1; grp < groups; ++grp) outs[size_t(grp)] = others.data() + (grp - 1) * rows * d;
         for (int64_t t0 = begin; t0 < end; t0 += block) {
           const int64_t m = std::min(block, end - t0);
-          for (int64_t grp = 0; grp < groups; ++grp) shard_rows(t0, m, grp, wk);
-          tree(tree, t0, m, sh.first, sh.last);
+          outs[0] = din + t0 * d;
+          for (int64_t grp = 0; grp < groups; ++grp) shard_rows(t0, m, grp, wk, outs[size_t(grp)]);
+          tree(tree, outs.data(), m, sh.first, sh.last);
         }
       }
     } else {
-      // Few blocks: one work item per (block, shard), then the sums.
+      // Few blocks: one work item per (block, shard), then the sums; shard
+      // 0's rows in din, the others' in [groups - 1, n, d].
       const int64_t items = blocks * groups, rows = std::min(block, n);
+      float* others = scratch.get(Scratch::kDinShards, size_t((groups - 1) * n * d));
+      auto out = [&](int64_t grp, int64_t t0) { return (grp == 0 ? din : others + (grp - 1) * n * d) + t0 * d; };
 #pragma omp parallel num_threads(int(std::min<int64_t>(nt, items)))
       {
         Work wk(rows, widest, gated, hid_rule.active());
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < items; ++it) {
-          const int64_t t0 = it / groups * block;
-          shard_rows(t0, std::min(block, n - t0), it % groups, wk);
+          const int64_t t0 = it / groups * block, grp = it % groups;
+          shard_rows(t0, std::min(block, n - t0), grp, wk, out(grp, t0));
         }
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; ++blk) {
           const int64_t t0 = blk * block;
-          tree(tree, t0, std::min(block, n - t0), sh.first, sh.last);
+          std::vector<float*> outs(static_cast<size_t>(groups));
+          for (int64_t grp = 0; grp < groups; ++grp) outs[size_t(grp)] = out(grp, t0);
+          tree(tree, outs.data(), std::min(block, n - t0), sh.first, sh.last);
         }
       }
     }
@@ -526,7 +532,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
 
   // 5. dX from dIn.
   if (split.partial) return;  // stage 1: this layer's shards' dIn is in the caller's rows, for the sum across ranks
-  finish(part(0), dv, xhat);
+  finish(din, dv, xhat);
 }
 
 }  // namespace ffn::nn
