@@ -397,7 +397,8 @@ class Layer {
   // post norm's statistics; then backward in two stages: backward_partial
   // writes every gradient of the layer's shards (and b2's, the post norm's
   // γ, β) and din_partial[valid_tokens(shape), d_model], the sum over its
-  // shards of the gradient reaching the FFN input; backward_finish writes dx
+  // shards of the gradient reaching the FFN input (a buffer of its own: it
+  // must not overlap x or dy, which are read while it is written); backward_finish writes dx
   // (x's layout) and the pre norm's γ, β from that summed over every shard.
   void forward_partial(const float* x, const Shape& shape, float* partial, const RunOptions& opts = {},
                        ForwardCache* cache = nullptr) const;

@@ -2,9 +2,9 @@
 // tokens (dH = dO · W2, dIn = dZ1 · W1) run fused per block of tokens, as the
 // forward's: a shard's hidden units of dH, the activation's gradient and the
 // shard's dIn while the block is in L2; the two weight gradients (sums over
-// tokens) are nn::gemm calls whose operands are written in the layouts the
-// kernel reads (H and the input as B panels, dZ1 transposed), so they are
-// never packed again. Everything else is row-wise (tokens split over
+// tokens) are nn::gemm calls whose large operands are written in the layouts
+// the kernel reads (H and the input as B panels, dZ1 transposed), so only dO
+// (A of dW2, [T, d_model]) is still transposed inside gemm. Everything else is row-wise (tokens split over
 // threads) or a sum over tokens (in token order). No result depends on the
 // thread count.
 //
@@ -64,8 +64,9 @@ void column_sum(const float* a, const float* b, int64_t rows, int64_t cols, floa
 
 // The operands of a weight gradient C[m, n] = Σ_t A(i, t)·B(t, j) over the
 // call's rows t: A(i, t) = a[i·rsa + t·csa] (a row-major [rows, m] matrix has
-// rsa = 1, csa = m; a transposed one [m, rows] has rsa = rows, csa = 1), B as
-// panels of all the rows (B(t, j) = b[(j / 16)·psb + t·16 + j % 16], psb = rows·16).
+// rsa = 1, csa = m; a transposed one [m, ≥ rows] has rsa = its row stride,
+// csa = 1), B as panels of all the rows (B(t, j) = b[(j / 16)·psb + t·16 + j % 16],
+// psb ≥ rows·16).
 struct Sum {
   const float* a;
   int64_t rsa, csa;

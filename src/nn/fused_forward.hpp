@@ -132,8 +132,8 @@ size_t backward_scratch_bytes();
 // In two stages as the forward (split): partial, stage 1: every gradient of
 // the layer's shards (and b2's, and the post norm's γ, β), and the sum over
 // its shards of dIn = dZ·W1 (+ dZg·Wg) written there [n, d_model] (dx
-// unused); sum, stage 2: dx (and the pre norm's γ, β) from dIn summed over
-// every shard.
+// unused; it must not overlap x or dy: dY is read as dO while it is written);
+// sum, stage 2: dx (and the pre norm's γ, β) from dIn summed over every shard.
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
                     float* dx, const FusedGrads& g, int threads, Isa isa, const FusedSplit& split = {},
