@@ -135,18 +135,23 @@ struct Slices {
   }
 };
 
+// out[count], a sum over tokens: sum(r0, len, dst) over each slice's rows,
+// added over the slices' tree (one call over every row when none are given).
+template <typename SumRows>
+void per_slice(const Slices& sl, int64_t count, float* out, SumRows&& sum) {
+  if (!sl.given()) return sum(int64_t(0), sl.rows, out);
+  std::vector<float> temporaries(size_t(sl.depth() * count));
+  sl.tree(
+      out, temporaries.data(), size_t(count), [&](int64_t i, float* dst) { sum(sl.begin(i), sl.size(i), dst); },
+      [&](float* dst, const float* src) { add_rows(dst, src, count); });
+}
+
 // out[j] = Σ_t a[t, j] (· b[t, j]) per slice, added over the slices' tree.
 void column_sum(const float* a, const float* b, const Slices& sl, int64_t cols, float* out, int threads) {
   if (!out) return;
-  if (!sl.given()) return column_sum(a, b, sl.rows, cols, out, threads);
-  std::vector<float> temporaries(size_t(sl.depth() * cols));
-  sl.tree(
-      out, temporaries.data(), size_t(cols),
-      [&](int64_t i, float* dst) {
-        const int64_t r0 = sl.begin(i);
-        column_sum(a + r0 * cols, b ? b + r0 * cols : nullptr, sl.size(i), cols, dst, threads);
-      },
-      [&](float* dst, const float* src) { add_rows(dst, src, cols); });
+  per_slice(sl, cols, out, [&](int64_t r0, int64_t len, float* dst) {
+    column_sum(a + r0 * cols, b ? b + r0 * cols : nullptr, len, cols, dst, threads);
+  });
 }
 
 // out[i] = Σ_t a[i·lda + t] (a [count, rows]: a transposed activation, row i
@@ -155,16 +160,11 @@ void column_sum(const float* a, const float* b, const Slices& sl, int64_t cols, 
 // values untransposed.
 void transposed_sum(const float* a, int64_t lda, int64_t count, const Slices& sl, float* out, int threads) {
   if (!out) return;
-  auto sum = [&](int64_t r0, int64_t len, float* dst) {
+  per_slice(sl, count, out, [&](int64_t r0, int64_t len, float* dst) {
     parallel_rows(count, threads, len, [&](int64_t i0, int64_t i1) {
       row_sums(a + i0 * lda + r0, lda, i1 - i0, len, dst + i0);
     });
-  };
-  if (!sl.given()) return sum(0, sl.rows, out);
-  std::vector<float> temporaries(size_t(sl.depth() * count));
-  sl.tree(
-      out, temporaries.data(), size_t(count), [&](int64_t i, float* dst) { sum(sl.begin(i), sl.size(i), dst); },
-      [&](float* dst, const float* src) { add_rows(dst, src, count); });
+  });
 }
 
 // A weight gradient C[m, n] = Σ_t A(i, t)·B(t, j) (Sum). With slices, C is formed in tiles, each on one thread:
@@ -393,12 +393,12 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
       std::fill(out, out + m * d, 0.0f);
       return;
     }
-    GemmArgs h;
-    h.m = m; h.n = units; h.k = d;
-    h.a = dout + t0 * d; h.rsa = d; h.csa = 1;
-    h.b = bw.w2.data() + (u0 / kPanel) * d * kPanel; h.ldb = kPanel; h.psb = d * kPanel;
-    h.c = dzb; h.ldc = widest;
-    gemm_packed(kernel, h);
+    GemmArgs dh;  // dH = dO · W2[:, u0:u1]
+    dh.m = m; dh.n = units; dh.k = d;
+    dh.a = dout + t0 * d; dh.rsa = d; dh.csa = 1;
+    dh.b = bw.w2.data() + (u0 / kPanel) * d * kPanel; dh.ldb = kPanel; dh.psb = d * kPanel;
+    dh.c = dzb; dh.ldc = widest;
+    gemm_packed(kernel, dh);
     for (int64_t r = 0; r < m; ++r) {
       const int64_t t = t0 + r;
       const float* z1 = saved.z1 + t * F + u0;
@@ -439,7 +439,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     }
     transpose_into(dzb, widest, m, units, dz1t + u0 * ldt + t0, ldt);
     if (gated) transpose_into(dgb, widest, m, units, dzgt + u0 * ldt + t0, ldt);
-    GemmArgs p;
+    GemmArgs p;  // dIn = dZ1 · W1[u0:u1] (+ dZg · Wg[u0:u1])
     p.m = m; p.n = d; p.k = units;
     p.a = dzb; p.rsa = widest; p.csa = 1;
     p.b = bw.w1.data() + u0 * kPanel; p.ldb = kPanel; p.psb = F * kPanel;
