@@ -149,6 +149,7 @@ struct Forward {
   // input, the hidden chunk(s), one row.
   struct Work {
     ScratchVector<float> in, z, zg, row;
+    const float* a_rows = nullptr;  // the block's FFN input rows (stride d): in, or x's own rows
     // int8: quantized input (+ scales), int32 products, quantized hidden chunk (+ scales)
     ScratchVector<int16_t> xq, hq;
     ScratchVector<float> xs, hs;
@@ -202,6 +203,11 @@ struct Forward {
       return;
     }
     const bool int8 = pw.dtype == WeightDtype::int8;
+    if (!int8 && compute == Compute::fp32 && cfg.norm != NormPlacement::pre) {  // the products read x itself
+      wk.a_rows = x + t0 * d;
+      return;
+    }
+    wk.a_rows = wk.in.data();
     for (int64_t r = 0; r < m; ++r) {
       const float* xr = x + (t0 + r) * d;
       float* in = wk.in.data() + r * d;
@@ -421,22 +427,28 @@ struct Forward {
       const int64_t f0 = c * kChunk, fc = std::min(kChunk, F - f0);
       GemmArgsT<TB> g1;
       g1.m = m; g1.n = fc; g1.k = d;
-      g1.a = wk.in.data(); g1.rsa = d; g1.csa = 1;
+      g1.a = wk.a_rows; g1.rsa = d; g1.csa = 1;
       g1.b = p1 + (f0 / kPanel) * d * kPanel; g1.ldb = kPanel; g1.psb = d * kPanel;
       g1.c = wk.z.data(); g1.ldc = kChunk;
+      // Each product prefetches the first panels of the one after it.
+      const TB* w2c = p2 + f0 * kPanel;
+      g1.next_b = gated ? pg + (f0 / kPanel) * d * kPanel : w2c;
+      g1.next_psb = gated ? d * kPanel : F * kPanel;
       gemm_packed(kernel, g1);
       if (gated) {
         g1.b = pg + (f0 / kPanel) * d * kPanel;
         g1.c = wk.zg.data();
+        g1.next_b = w2c, g1.next_psb = F * kPanel;
         gemm_packed(kernel, g1);
       }
       chunk_epilogue(t0, m, f0, fc, wk);
       GemmArgsT<TB> g2;
       g2.m = m; g2.n = d; g2.k = fc;
       g2.a = wk.z.data(); g2.rsa = kChunk; g2.csa = 1;
-      g2.b = p2 + f0 * kPanel; g2.ldb = kPanel; g2.psb = F * kPanel;
+      g2.b = w2c; g2.ldb = kPanel; g2.psb = F * kPanel;
       g2.c = acc; g2.ldc = d;
       g2.accumulate = c > chunk_begin(g);
+      if (c + 1 < c_end) g2.next_b = p1 + ((f0 + kChunk) / kPanel) * d * kPanel, g2.next_psb = d * kPanel;
       gemm_packed(kernel, g2);
     }
   }
@@ -452,6 +464,31 @@ struct Forward {
     tree_sum(m, parts, lo, mid);
     tree_sum(m, parts, mid, hi);
     add_rows(parts[lo - sh.first], parts[mid - sh.first], m * d);
+  }
+
+  // y rows of tokens [t0, t0 + m) from the shards' partials: their tree sum,
+  // then finish_rows. With nothing after b2 (no norm, no output dropout) the
+  // tree's last addition and b2 are one pass, y = (left + right) + b2: the
+  // same two roundings, one trip over the rows fewer.
+  void sum_and_finish(int64_t t0, int64_t m, float* const* parts, Work& wk) const {
+    if (cfg.norm != NormPlacement::none || out_rule.active() || sh.last - sh.first < 2) {
+      tree_sum(m, parts);
+      finish_rows(t0, m, parts[0], wk);
+      return;
+    }
+    const int64_t mid = (sh.first + sh.last) / 2;
+    tree_sum(m, parts, sh.first, mid);
+    tree_sum(m, parts, mid, sh.last);
+    const float* __restrict l = parts[0];
+    const float* __restrict rt = parts[mid - sh.first];
+    const float* __restrict b2 = w.b2.empty() ? nullptr : w.b2.data();
+    for (int64_t r = 0; r < m; ++r) {
+      const float* lr = l + r * d;
+      const float* rr = rt + r * d;
+      float* __restrict yr = y + (t0 + r) * d;
+      if (b2) for (int64_t c = 0; c < d; ++c) yr[c] = (lr[c] + rr[c]) + b2[c];
+      else for (int64_t c = 0; c < d; ++c) yr[c] = lr[c] + rr[c];
+    }
   }
 
   // y rows of tokens [t0, t0 + m) from the sum over every shard o [m, d]
@@ -515,9 +552,10 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
 
   // The rows' sum over the layer's shards: the tail (whole layer), or the
   // caller's partial (split.partial, the seam where ranks add theirs).
-  auto done = [&](int64_t t0, int64_t m, float* sum, Forward::Work& wk) {
-    if (!split.partial) f.finish_rows(t0, m, sum, wk);
-    else if (sum != split.partial + t0 * d) std::copy(sum, sum + m * d, split.partial + t0 * d);
+  auto done = [&](int64_t t0, int64_t m, float* const* parts, Forward::Work& wk) {
+    if (!split.partial) return f.sum_and_finish(t0, m, parts, wk);
+    f.tree_sum(m, parts);
+    if (parts[0] != split.partial + t0 * d) std::copy(parts[0], parts[0] + m * d, split.partial + t0 * d);
   };
   if (split.sum) {  // the tail alone, from the sum over every shard
     threads = int(std::min<int64_t>(threads, std::max<int64_t>(blocks, 1)));
@@ -551,8 +589,7 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
         poison(acc);
         f.input_rows(t0, m, wk, true);
         for (int64_t g = 0; g < f.groups; ++g) f.group_partial(t0, m, g, wk, parts[size_t(g)]);
-        f.tree_sum(m, parts.data());
-        done(t0, m, parts[0], wk);
+        done(t0, m, parts.data(), wk);
       }
     }
     return;
@@ -578,8 +615,7 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
       const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
       std::vector<float*> parts(static_cast<size_t>(f.groups));
       for (int64_t g = 0; g < f.groups; ++g) parts[size_t(g)] = part(blk, g);
-      f.tree_sum(m, parts.data());
-      done(t0, m, parts[0], wk);
+      done(t0, m, parts.data(), wk);
     }
   }
 }

@@ -192,6 +192,7 @@ template <typename TB>
 void gemm_packed(const F32Gemm& gk, const GemmArgsT<TB>& g) {
   const GemmBlockFnT<TB> kernel = gk.block<TB>();
   const int64_t kMc = gk.blocking.mc, kKc = gk.blocking.kc, kNc = gk.blocking.nc;
+  auto b_at = [&](int64_t j0, int64_t k0) { return g.b + (j0 / kPanel) * g.psb + k0 * g.ldb; };
   for (int64_t j0 = 0; j0 < g.n; j0 += kNc)
     for (int64_t i0 = 0; i0 < g.m; i0 += kMc)
       for (int64_t k0 = 0; k0 < g.k; k0 += kKc) {
@@ -200,9 +201,16 @@ void gemm_packed(const F32Gemm& gk, const GemmArgsT<TB>& g) {
         t.n = std::min(kNc, g.n - j0);
         t.k = std::min(kKc, g.k - k0);
         t.a = g.a + i0 * g.rsa + k0;
-        t.b = g.b + (j0 / kPanel) * g.psb + k0 * g.ldb;
+        t.b = b_at(j0, k0);
         t.c = g.c + i0 * g.ldc + j0;
         t.accumulate = g.accumulate || k0 > 0;
+        // The B the next block reads first: the next k block, the next
+        // column block, or the caller's next product.
+        t.next_psb = g.psb;
+        if (k0 + kKc < g.k) t.next_b = b_at(j0, k0 + kKc);
+        else if (i0 + kMc < g.m) t.next_b = b_at(j0, 0);
+        else if (j0 + kNc < g.n) t.next_b = b_at(j0 + kNc, 0);
+        else t.next_b = g.next_b, t.next_psb = g.next_psb;
         kernel(t);
       }
 }

@@ -44,6 +44,12 @@ struct GemmArgsT {
   float* c = nullptr;
   int64_t ldc = 0;
   bool accumulate = false;
+  // Optional: the B panels the next call will read first (same ldb, panel
+  // stride next_psb). A kernel may prefetch them while it computes its own
+  // last panels, so that a chain of products streaming their weights from
+  // L3 starts each one warm. A hint only; no result depends on it.
+  const TB* next_b = nullptr;
+  int64_t next_psb = 0;
 };
 using GemmArgs = GemmArgsT<float>;
 
