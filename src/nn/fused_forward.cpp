@@ -238,7 +238,9 @@ struct Forward {
     if (compute == Compute::bf16) pack_a_bf16(*kc.bf16, wk.in.data(), m, d, d, dk(), wk.xb.data());
   }
 
-  void group_partial(int64_t t0, int64_t m, int64_t g, Work& wk, float* acc) const {
+  // next_g: the group this thread computes next (-1: none); the fp32-math
+  // products prefetch the start of its W1 while they finish this one.
+  void group_partial(int64_t t0, int64_t m, int64_t g, Work& wk, float* acc, int64_t next_g = -1) const {
     if (chunk_begin(g) == chunk_begin(g + 1)) {  // an empty shard (fewer hidden chunks than shards)
       std::fill(acc, acc + m * d, 0.0f);
       return;
@@ -249,15 +251,15 @@ struct Forward {
     }
     switch (pw.dtype) {
       case WeightDtype::fp32:
-        group_partial_f(t0, m, g, wk, acc, pw.w1.data(), pw.wg.data(), pw.w2.data());
+        group_partial_f(t0, m, g, wk, acc, pw.w1.data(), pw.wg.data(), pw.w2.data(), next_g);
         break;
       case WeightDtype::bf16:
         group_partial_f(t0, m, g, wk, acc, reinterpret_cast<const bf16_t*>(pw.h1.data()),
-                        reinterpret_cast<const bf16_t*>(pw.hg.data()), reinterpret_cast<const bf16_t*>(pw.h2.data()));
+                        reinterpret_cast<const bf16_t*>(pw.hg.data()), reinterpret_cast<const bf16_t*>(pw.h2.data()), next_g);
         break;
       case WeightDtype::fp16:
         group_partial_f(t0, m, g, wk, acc, reinterpret_cast<const fp16_t*>(pw.h1.data()),
-                        reinterpret_cast<const fp16_t*>(pw.hg.data()), reinterpret_cast<const fp16_t*>(pw.h2.data()));
+                        reinterpret_cast<const fp16_t*>(pw.hg.data()), reinterpret_cast<const fp16_t*>(pw.h2.data()), next_g);
         break;
       case WeightDtype::int8:
         if (kc.int8->igemm_u8) group_partial_u8(m, g, wk, acc);
@@ -420,7 +422,7 @@ struct Forward {
   // with float32 arithmetic on float32 or 16-bit (widened) weight panels.
   template <typename TB>
   void group_partial_f(int64_t t0, int64_t m, int64_t g, Work& wk, float* acc, const TB* p1, const TB* pg,
-                       const TB* p2) const {
+                       const TB* p2, int64_t next_g) const {
     const F32Gemm& kernel = kc.f32;
     const int64_t c_end = chunk_begin(g + 1);
     for (int64_t c = chunk_begin(g); c < c_end; ++c) {
@@ -448,7 +450,8 @@ struct Forward {
       g2.b = w2c; g2.ldb = kPanel; g2.psb = F * kPanel;
       g2.c = acc; g2.ldc = d;
       g2.accumulate = c > chunk_begin(g);
-      if (c + 1 < c_end) g2.next_b = p1 + ((f0 + kChunk) / kPanel) * d * kPanel, g2.next_psb = d * kPanel;
+      const int64_t c_next = c + 1 < c_end ? c + 1 : next_g >= 0 ? chunk_begin(next_g) : chunks;
+      if (c_next < chunks) g2.next_b = p1 + (c_next * kChunk / kPanel) * d * kPanel, g2.next_psb = d * kPanel;
       gemm_packed(kernel, g2);
     }
   }
@@ -588,7 +591,8 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
         const int64_t m = std::min(kTokenBlock, end - t0);
         poison(acc);
         f.input_rows(t0, m, wk, true);
-        for (int64_t g = 0; g < f.groups; ++g) f.group_partial(t0, m, g, wk, parts[size_t(g)]);
+        for (int64_t g = 0; g < f.groups; ++g)
+          f.group_partial(t0, m, g, wk, parts[size_t(g)], g + 1 < f.groups ? g + 1 : t0 + m < end ? 0 : -1);
         done(t0, m, parts.data(), wk);
       }
     }
@@ -603,19 +607,28 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
 #pragma omp parallel num_threads(threads)
   {
     Forward::Work wk(f, rows);
-#pragma omp for schedule(static)
-    for (int64_t it = 0; it < items; ++it) {
+    // A contiguous range of items per thread (so each knows the one it does next).
+    const int64_t nt = omp_get_num_threads(), th = omp_get_thread_num();
+    const int64_t it1 = items * (th + 1) / nt;
+    for (int64_t it = items * th / nt; it < it1; ++it) {
       const int64_t blk = it / f.groups, g = it % f.groups;
       const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
       f.input_rows(t0, m, wk, g == 0);
-      f.group_partial(t0, m, g, wk, part(blk, g));
+      f.group_partial(t0, m, g, wk, part(blk, g), it + 1 < it1 ? (it + 1) % f.groups : -1);
     }
+#pragma omp barrier
+    // The sums and the tail, each block's rows cut into one slice per thread
+    // (elementwise per row: the same bits however they are cut).
+    const int64_t slices = nt;
 #pragma omp for schedule(static)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    for (int64_t it = 0; it < blocks * slices; ++it) {
+      const int64_t blk = it / slices, s = it % slices;
       const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
+      const int64_t r0 = m * s / slices, r1 = m * (s + 1) / slices;
+      if (r0 == r1) continue;
       std::vector<float*> parts(static_cast<size_t>(f.groups));
-      for (int64_t g = 0; g < f.groups; ++g) parts[size_t(g)] = part(blk, g);
-      done(t0, m, parts.data(), wk);
+      for (int64_t g = 0; g < f.groups; ++g) parts[size_t(g)] = part(blk, g) + r0 * d;
+      done(t0 + r0, r1 - r0, parts.data(), wk);
     }
   }
 }
