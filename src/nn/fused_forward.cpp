@@ -270,7 +270,10 @@ struct Forward {
 
   // Bias, save, activation (and gate) and hidden dropout of rows [0, m) of the
   // chunk at f0 (fc units) in wk.z / wk.zg.
-  void chunk_epilogue(int64_t t0, int64_t m, int64_t f0, int64_t fc, Work& wk) const {
+  // With `hb` (bf16 compute) each finished row is also rounded into the
+  // packed bf16 A of the second product (k = fk) while it is in L1.
+  void chunk_epilogue(int64_t t0, int64_t m, int64_t f0, int64_t fc, Work& wk, uint16_t* hb = nullptr,
+                      int64_t fk = 0) const {
     const float* b1 = w.b1.empty() ? nullptr : w.b1.data() + f0;
     const float* bg = gated && !w.bg.empty() ? w.bg.data() + f0 : nullptr;
     for (int64_t r = 0; r < m; ++r) {
@@ -289,7 +292,10 @@ struct Forward {
         const uint64_t base = hidden_key(pos[t0 + r], f0);
         for (int64_t j = 0; j < fc; ++j) z[j] *= hid_rule.factor(seed, Stream::dropout_hidden, base + j);
       }
+      if (hb) pack_a_bf16_row(*kc.bf16, z, fc, fk, r, hb);
     }
+    if (hb)  // the rows past m, up to the kernel's row tile, are zero
+      for (int64_t r = m; r < bf16_a_size(*kc.bf16, m, fk) / fk; ++r) pack_a_bf16_row(*kc.bf16, nullptr, 0, fk, r, hb);
   }
 
   // int8: rows [0, m) of the hidden chunk at f0 (fc units) from W1's (or
@@ -406,8 +412,7 @@ struct Forward {
         g1.c = wk.zg.data();
         bk.gemm(g1);
       }
-      chunk_epilogue(t0, m, f0, fc, wk);
-      pack_a_bf16(bk, wk.z.data(), m, fc, kChunk, fk, wk.hb.data());  // zero-padded to fk
+      chunk_epilogue(t0, m, f0, fc, wk, wk.hb.data(), fk);  // packed to bf16, zero-padded to fk
       Bf16GemmArgs g2;
       g2.m = m; g2.n = d; g2.kp = fk / 2;
       g2.a = wk.hb.data();
@@ -469,19 +474,38 @@ struct Forward {
     add_rows(parts[lo - sh.first], parts[mid - sh.first], m * d);
   }
 
+  // The tail fuses the shard tree's root addition (below) when nothing
+  // follows b2: no norm, no output dropout.
+  bool fuses_root() const { return cfg.norm == NormPlacement::none && !out_rule.active() && groups >= 2; }
+
+  // After local group g: the tree additions g completes (the groups are a
+  // power of two, so the middle split of tree_sum is a binary counter), the
+  // root's too unless keep_root. Done as the groups finish, each addition
+  // reads a partial that is still in L2; the sums are tree_sum's.
+  void tree_after(int64_t m, float* const* parts, int64_t g, bool keep_root) const {
+    for (int64_t span = 2; span <= groups && (g + 1) % span == 0; span *= 2) {
+      if (span == groups && keep_root) break;
+      add_rows(parts[g + 1 - span], parts[g + 1 - span / 2], m * d);
+    }
+  }
+
   // y rows of tokens [t0, t0 + m) from the shards' partials: their tree sum,
-  // then finish_rows. With nothing after b2 (no norm, no output dropout) the
-  // tree's last addition and b2 are one pass, y = (left + right) + b2: the
-  // same two roundings, one trip over the rows fewer.
-  void sum_and_finish(int64_t t0, int64_t m, float* const* parts, Work& wk) const {
-    if (cfg.norm != NormPlacement::none || out_rule.active() || sh.last - sh.first < 2) {
-      tree_sum(m, parts);
+  // then finish_rows. With nothing after b2 (fuses_root) the tree's last
+  // addition and b2 are one pass, y = (left + right) + b2: the same two
+  // roundings, one trip over the rows fewer. below_root: tree_after has
+  // already added everything under the root (and the root too, unless
+  // fuses_root).
+  void sum_and_finish(int64_t t0, int64_t m, float* const* parts, Work& wk, bool below_root = false) const {
+    if (!fuses_root()) {
+      if (!below_root) tree_sum(m, parts);
       finish_rows(t0, m, parts[0], wk);
       return;
     }
     const int64_t mid = (sh.first + sh.last) / 2;
-    tree_sum(m, parts, sh.first, mid);
-    tree_sum(m, parts, mid, sh.last);
+    if (!below_root) {
+      tree_sum(m, parts, sh.first, mid);
+      tree_sum(m, parts, mid, sh.last);
+    }
     const float* __restrict l = parts[0];
     const float* __restrict rt = parts[mid - sh.first];
     const float* __restrict b2 = w.b2.empty() ? nullptr : w.b2.data();
@@ -591,9 +615,13 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
         const int64_t m = std::min(kTokenBlock, end - t0);
         poison(acc);
         f.input_rows(t0, m, wk, true);
-        for (int64_t g = 0; g < f.groups; ++g)
+        const bool keep_root = !split.partial && f.fuses_root();
+        for (int64_t g = 0; g < f.groups; ++g) {
           f.group_partial(t0, m, g, wk, parts[size_t(g)], g + 1 < f.groups ? g + 1 : t0 + m < end ? 0 : -1);
-        done(t0, m, parts.data(), wk);
+          f.tree_after(m, parts.data(), g, keep_root);
+        }
+        if (!split.partial) f.sum_and_finish(t0, m, parts.data(), wk, true);
+        else if (parts[0] != split.partial + t0 * d) std::copy(parts[0], parts[0] + m * d, split.partial + t0 * d);
       }
     }
     return;

@@ -261,25 +261,27 @@ std::vector<float> pack_panels(const float* src, int64_t K, int64_t N, bool n_ma
   return out;
 }
 
+void pack_a_bf16_row(const Bf16Kernels& kern, const float* src, int64_t n, int64_t k, int64_t i, uint16_t* dst) {
+  const int64_t R = kern.a_rows;
+  // Row i's columns [p, p + 32) lie at block(i) + (p / 32)·32·R + (i % R)·32.
+  uint16_t* row = dst + (i / R) * R * k + (i % R) * 32;
+  if (R == 1) {  // contiguous: one call
+    kern.to_bf16(src, n, row);
+    std::fill(row + n, row + k, uint16_t(0));
+    return;
+  }
+  for (int64_t p = 0; p < k; p += kBf16K) {
+    uint16_t* seg = row + (p / kBf16K) * kBf16K * R;
+    const int64_t v = std::clamp<int64_t>(n - p, 0, kBf16K);
+    if (v > 0) kern.to_bf16(src + p, v, seg);
+    std::fill(seg + v, seg + kBf16K, uint16_t(0));
+  }
+}
+
 void pack_a_bf16(const Bf16Kernels& kern, const float* src, int64_t m, int64_t n, int64_t lds, int64_t k,
                  uint16_t* dst) {
   const int64_t R = kern.a_rows, mr = (m + R - 1) / R * R;
-  // Row i's columns [p, p + 32) lie at block(i) + (p / 32)·32·R + (i % R)·32.
-  for (int64_t i = 0; i < mr; ++i) {
-    uint16_t* row = dst + (i / R) * R * k + (i % R) * 32;
-    const int64_t valid = i < m ? n : 0;
-    if (R == 1) {  // contiguous: one call
-      kern.to_bf16(src + i * lds, valid, row);
-      std::fill(row + valid, row + k, uint16_t(0));
-      continue;
-    }
-    for (int64_t p = 0; p < k; p += kBf16K) {
-      uint16_t* seg = row + (p / kBf16K) * kBf16K * R;
-      const int64_t v = std::clamp<int64_t>(valid - p, 0, kBf16K);
-      if (v > 0) kern.to_bf16(src + i * lds + p, v, seg);
-      std::fill(seg + v, seg + kBf16K, uint16_t(0));
-    }
-  }
+  for (int64_t i = 0; i < mr; ++i) pack_a_bf16_row(kern, src + (i < m ? i * lds : 0), i < m ? n : 0, k, i, dst);
 }
 
 }  // namespace ffn::nn

@@ -196,6 +196,10 @@ inline int64_t bf16_a_size(const Bf16Kernels& kern, int64_t m, int64_t k) {
 // to the multiple of a_rows) is zero. dst holds bf16_a_size(kern, m, k).
 void pack_a_bf16(const Bf16Kernels& kern, const float* src, int64_t m, int64_t n, int64_t lds, int64_t k,
                  uint16_t* dst);
+// Row i of that layout alone: src's n ≤ k floats (n = 0: a zero row), so a
+// caller can pack each row while it is still in L1 (the rows past m, up to
+// a multiple of R, must be packed as zero rows too).
+void pack_a_bf16_row(const Bf16Kernels& kern, const float* src, int64_t n, int64_t k, int64_t i, uint16_t* dst);
 namespace scalar { extern const Bf16Kernels bf16_kernels; }
 namespace avx512 { extern const Bf16Kernels bf16_kernels; }  // AVX512_BF16
 // AMX: the bf16 product, and the u8 × s8 product (igemm_u8's contract) that
