@@ -143,6 +143,19 @@ inline float exp_rows(const float* s, int64_t n, float scale, float shift, float
   return sum;
 }
 
+// out[j] = (a[j] + b[j]) + c[j], or a[j] + b[j] without c (out may be a):
+// the fused forward's sums of its shards' partials (and b2).
+// (out == a is its own loop: GCC's run-time overlap check would send the
+// exact alias to the scalar loop.)
+inline void sum_rows(float* out, const float* a, const float* b, const float* c, int64_t n) {
+  if (c)
+    for (int64_t j = 0; j < n; ++j) out[j] = (a[j] + b[j]) + c[j];
+  else if (out == a)
+    for (int64_t j = 0; j < n; ++j) out[j] += b[j];
+  else
+    for (int64_t j = 0; j < n; ++j) out[j] = a[j] + b[j];
+}
+
 // One step of the online softmax over a tile of a query's scores s[0, n):
 // the running maximum m (of the scaled scores) and sum l are updated,
 // s[j] becomes e^(s[j]·scale − m_new), and the factor e^(m_old − m_new) that

@@ -471,7 +471,7 @@ struct Forward {
     const int64_t mid = (lo + hi) / 2;
     tree_sum(m, parts, lo, mid);
     tree_sum(m, parts, mid, hi);
-    add_rows(parts[lo - sh.first], parts[mid - sh.first], m * d);
+    kc.sum_rows(parts[lo - sh.first], parts[lo - sh.first], parts[mid - sh.first], nullptr, m * d);
   }
 
   // The tail fuses the shard tree's root addition (below) when nothing
@@ -485,7 +485,7 @@ struct Forward {
   void tree_after(int64_t m, float* const* parts, int64_t g, bool keep_root) const {
     for (int64_t span = 2; span <= groups && (g + 1) % span == 0; span *= 2) {
       if (span == groups && keep_root) break;
-      add_rows(parts[g + 1 - span], parts[g + 1 - span / 2], m * d);
+      kc.sum_rows(parts[g + 1 - span], parts[g + 1 - span], parts[g + 1 - span / 2], nullptr, m * d);
     }
   }
 
@@ -509,13 +509,8 @@ struct Forward {
     const float* __restrict l = parts[0];
     const float* __restrict rt = parts[mid - sh.first];
     const float* __restrict b2 = w.b2.empty() ? nullptr : w.b2.data();
-    for (int64_t r = 0; r < m; ++r) {
-      const float* lr = l + r * d;
-      const float* rr = rt + r * d;
-      float* __restrict yr = y + (t0 + r) * d;
-      if (b2) for (int64_t c = 0; c < d; ++c) yr[c] = (lr[c] + rr[c]) + b2[c];
-      else for (int64_t c = 0; c < d; ++c) yr[c] = lr[c] + rr[c];
-    }
+    if (!b2) return kc.sum_rows(y + t0 * d, l, rt, nullptr, m * d);
+    for (int64_t r = 0; r < m; ++r) kc.sum_rows(y + (t0 + r) * d, l + r * d, rt + r * d, b2, d);
   }
 
   // y rows of tokens [t0, t0 + m) from the sum over every shard o [m, d]

@@ -79,7 +79,7 @@ const KernelConfig kScalar{
     &scalar::fma_loop, "portable multiply-add",
     nullptr,
     &scalar::bf16_kernels, nullptr, "",
-    &scalar::exp_rows, &scalar::softmax_step,
+    &scalar::exp_rows, &scalar::softmax_step, &scalar::sum_rows,
 };
 
 // 6×16 tiles of ymm (12 accumulators): rows per block 48 (A block 48 KiB in
@@ -94,7 +94,7 @@ const KernelConfig kAvx2{
     &avx2::fma_loop, "AVX2 vfmadd231ps ymm",
     &avx2::madd_loop,
     &scalar::bf16_kernels, nullptr, "",
-    &avx2::exp_rows, &avx2::softmax_step,
+    &avx2::exp_rows, &avx2::softmax_step, &avx2::sum_rows,
 };
 
 // 12×32 tiles of zmm (24 accumulators), k 256 (a pair of panels is 32 KiB,
@@ -117,7 +117,7 @@ KernelConfig make_avx512() {
     vnni ? &avx512::dpbusd_loop : &avx2::madd_loop,
     bf16 ? &avx512::bf16_kernels : &scalar::bf16_kernels,
     bf16 ? &avx512::dpbf16_loop : nullptr, bf16 ? "AVX-512 vdpbf16ps zmm" : "",
-    &avx512::exp_rows, &avx512::softmax_step,
+    &avx512::exp_rows, &avx512::softmax_step, &avx512::sum_rows,
   };
 }
 

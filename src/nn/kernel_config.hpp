@@ -30,6 +30,11 @@ using ActivateFn = void (*)(Unit u, float* z, const float* g, int64_t n, const f
 namespace scalar { void activate(Unit u, float* z, const float* g, int64_t n, const float* bz, const float* bg); }
 namespace avx2 { void activate(Unit u, float* z, const float* g, int64_t n, const float* bz, const float* bg); }
 namespace avx512 { void activate(Unit u, float* z, const float* g, int64_t n, const float* bz, const float* bg); }
+// out = (a + b) + c, or a + b without c (simd::sum_rows).
+using SumRowsFn = void (*)(float* out, const float* a, const float* b, const float* c, int64_t n);
+namespace scalar { void sum_rows(float* out, const float* a, const float* b, const float* c, int64_t n); }
+namespace avx2 { void sum_rows(float* out, const float* a, const float* b, const float* c, int64_t n); }
+namespace avx512 { void sum_rows(float* out, const float* a, const float* b, const float* c, int64_t n); }
 // Attention's softmax rows (simd::exp_rows): p[j] = e^(s[j]·scale − shift), returns Σ p.
 using ExpRowsFn = float (*)(const float* s, int64_t n, float scale, float shift, float* p);
 namespace scalar { float exp_rows(const float* s, int64_t n, float scale, float shift, float* p); }
@@ -60,6 +65,7 @@ struct KernelConfig {
   const char* bf16_peak_instr;
   ExpRowsFn exp_rows;     // attention's softmax exponentials
   SoftmaxStepFn softmax_step;
+  SumRowsFn sum_rows;     // the fused forward's sums of shard partials
 };
 
 // The configuration of a resolved ISA (never Isa::automatic).
