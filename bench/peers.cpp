@@ -5,6 +5,7 @@
 // one table. Benchmark-only: the library never links oneDNN or OpenBLAS.
 //
 //   ffn_peers run --impl onednn|openblas|onednn_s8|onednn_bf16 --tokens T --threads N [--backward] --json
+//   ffn_peers read [--mib 8] [--threads 2]   (the weight-streaming floor at small T)
 //   ffn_peers compare [--rounds 3] [--tokens 1,8,64,512,4096] [--threads 1,2] [--impls ffn,ffn_int8,ffn_bf16c,onednn_s8,onednn_bf16,torch_bf16,...]
 //
 // FLOPs: 4·T·d·F forward, 12·T·d·F forward + backward (every implementation
@@ -377,6 +378,36 @@ int compare(const std::string& self, const std::string& ffn, const std::string& 
   return 0;
 }
 
+// The floor under the small-T layer: reading `bytes` (the fp32 weights: 8 MiB
+// for 512 -> 2048) once per call, split evenly over the threads, as the
+// weights are; median microseconds per read over `repeats` reads, each one
+// parallel region like a layer call.
+int stream_read(double mib, int threads, int repeats) {
+  const size_t n = size_t(mib * 1048576.0) / sizeof(float) / 64 * 64;
+  std::vector<float> buf(n, 1.0f);
+  std::vector<double> us;
+  float sink = 0.0f;
+  for (int rep = 0; rep < repeats; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    {
+      const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
+      const float* p = buf.data() + n * t / nt / 64 * 64;
+      const size_t len = n * (t + 1) / nt / 64 * 64 - n * t / nt / 64 * 64;
+      float acc[16] = {};
+      for (size_t i = 0; i < len; i += 16)
+        for (int l = 0; l < 16; ++l) acc[l] += p[i + l];
+      for (float a : acc) sink += a;
+    }
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  const double med = us[us.size() / 2];
+  std::printf("read %.1f MiB on %d thread(s): median %.1f us (%.1f GB/s), min %.1f us  [%g]\n", mib, threads, med,
+              double(n * sizeof(float)) / med / 1e3, us[0], double(sink));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -413,8 +444,20 @@ int main(int argc, char** argv) {
   cmp->add_option("--threads", threads)->delimiter(',');
   cmp->add_option("--impls", impls)->delimiter(',');
   cmp->add_option("--rounds", rounds)->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  double mib = 8.0;
+  int read_threads = 2, read_repeats = 500;
+  auto* rd = app.add_subcommand("read", "time reading a buffer (the weights' size) once per parallel region");
+  rd->add_option("--mib", mib, "buffer size in MiB (default 8: the fp32 weights of 512 -> 2048)")
+      ->check(CLI::Range(0.001, 65536.0));
+  rd->add_option("--threads", read_threads)->check(CLI::Range(1, 1024));
+  rd->add_option("--repeats", read_repeats)->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {  // --help: 0; a bad flag or value: its message, exit 2
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
+  if (rd->parsed()) return stream_read(mib, read_threads, read_repeats);
   if (cmp->parsed()) {
     std::vector<std::string> use;
     for (const auto& i : impls) {

@@ -17,9 +17,6 @@
 // layout) by a shift, a mask and one insert.
 #include <immintrin.h>
 
-#include <algorithm>
-#include <type_traits>
-
 #include "nn/gemm.hpp"
 
 namespace ffn::nn::avx512 {
@@ -40,17 +37,16 @@ inline __m512 load_b(const fp16_t* b, __mmask16, bool) {
 
 // MR rows × NP panels at (row, panel); the last of the NP panels has `valid`
 // columns (16 unless Tail).
-// When `next` is given, the tile also prefetches into L1 `pf_rows` rows of
-// the NP panels that start there (npsb apart), one row of each per k step:
-// its share of the next tile column's B, or of the next call's first panels
-// (GemmArgsT::next_b), fetched while this column computes. Every row tile of
-// a column takes an equal share, so the fetch is spread over the column's
-// whole compute time (with one or two row tiles, as at small T, one tile's
-// compute is too short to hide a pair of panels streaming from L3). The
-// lines it evicts are this column's rows that the tiles have already used.
+// When `next` is given, the tile also prefetches into L1 the NP panels that
+// start there (npsb apart), one row of each per k step: the next tile
+// column's B, or the next call's first panels (GemmArgsT::next_b), fetched
+// while the last row tile of this column computes; the lines it evicts are
+// this column's rows that the tile has already used. (Spreading the fetch
+// over every row tile of the column was measured: +1 % at T = 512, none at
+// 4096, and 2-3 % slower in the backward at T = 8.)
 template <int MR, int NP, bool Tail, typename TB>
 inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid, const TB* next = nullptr,
-                 int64_t npsb = 0, int64_t pf_rows = 0) {
+                 int64_t npsb = 0) {
   const __mmask16 mask = Tail ? __mmask16((1u << valid) - 1u) : __mmask16(0xffff);
   __m512 acc[MR][NP];
   float* c = g.c + row * g.ldc + panel * kPanel;
@@ -71,13 +67,14 @@ inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid, 
   for (int i = 0; i < kGroups; ++i) base[i] = g.a + (row + 3 * i) * g.rsa;
   const TB* b = g.b + panel * g.psb;
   const int64_t rsa = g.rsa, csa = g.csa, ldb = g.ldb, psb = g.psb, k = g.k;
-  auto step = [&](auto prefetch) __attribute__((always_inline)) {
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < k; ++p) {
     __m512 bv[NP];
 #pragma GCC unroll 8
     for (int q = 0; q < NP; ++q) bv[q] = load_b(b + q * psb, mask, Tail && q == NP - 1);
-    if constexpr (decltype(prefetch)::value) {
+    if (next) {
 #pragma GCC unroll 8
-      for (int q = 0; q < NP; ++q) _mm_prefetch(reinterpret_cast<const char*>(next + q * npsb), _MM_HINT_T1);
+      for (int q = 0; q < NP; ++q) _mm_prefetch(reinterpret_cast<const char*>(next + q * npsb), _MM_HINT_T0);
       next += ldb;
     }
 #pragma GCC unroll 16
@@ -89,13 +86,7 @@ inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid, 
 #pragma GCC unroll 8
     for (int i = 0; i < kGroups; ++i) base[i] += csa;
     b += ldb;
-  };
-  const int64_t pf = next ? std::min(pf_rows, k) : 0;
-  int64_t p = 0;
-#pragma GCC unroll 2
-  for (; p < pf; ++p) step(std::true_type{});
-#pragma GCC unroll 2
-  for (; p < k; ++p) step(std::false_type{});
+  }
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
@@ -123,7 +114,7 @@ constexpr int kMr = 12;  // tallest tile (KernelConfig::mr)
 // into tiles of nearly equal height (64 rows: 11, 11, 10, 11, 11, 10), each
 // with ≥ 8 independent chains, rather than 12-row tiles plus a thin rest.
 template <typename TB>
-using PairFn = void (*)(const GemmArgsT<TB>&, int64_t, int64_t, int, const TB*, int64_t, int64_t);
+using PairFn = void (*)(const GemmArgsT<TB>&, int64_t, int64_t, int, const TB*, int64_t);
 template <typename TB>
 struct Tiles {
   static constexpr PairFn<TB> pair[] = {&tile<4, 2, false, TB>, &tile<5, 2, false, TB>, &tile<6, 2, false, TB>,
@@ -154,23 +145,20 @@ void block(const GemmArgsT<TB>& g) {
   auto row0 = [&](int64_t t) { return g.m * t / tiles; };
   auto height = [&](int64_t t) { return int(row0(t + 1) - row0(t)); };  // 4..12
   // Bulk: a pair of panels at a time (32 KiB of B at k = 256 stays in L1),
-  // every row tile; the row tiles share the prefetch of the next pair (the
-  // next call's first pair after the last one, when given): tile t fetches
-  // its rows [k·t/tiles, k·(t+1)/tiles).
+  // every row tile; the last row tile prefetches the next pair, or during
+  // the last pair the next call's first one (when given).
   int64_t q = 0;
   for (; q + 2 <= full; q += 2) {
     const bool last = q + 4 > full;
     const TB* next = last ? g.next_b : g.b + (q + 2) * g.psb;
     const int64_t npsb = last ? g.next_psb : g.psb;
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t p0 = g.k * t / tiles, p1 = g.k * (t + 1) / tiles;
-      Tiles<TB>::pair[height(t) - 4](g, row0(t), q, kPanel, next ? next + p0 * g.ldb : nullptr, npsb, p1 - p0);
-    }
+    for (int64_t t = 0; t < tiles; ++t)
+      Tiles<TB>::pair[height(t) - 4](g, row0(t), q, kPanel, t + 1 == tiles ? next : nullptr, npsb);
   }
   if (q < full)
-    for (int64_t t = 0; t < tiles; ++t) Tiles<TB>::one[height(t) - 4](g, row0(t), q, kPanel, nullptr, 0, 0);
+    for (int64_t t = 0; t < tiles; ++t) Tiles<TB>::one[height(t) - 4](g, row0(t), q, kPanel, nullptr, 0);
   if (tail_valid)
-    for (int64_t t = 0; t < tiles; ++t) Tiles<TB>::tail[height(t) - 4](g, row0(t), full, tail_valid, nullptr, 0, 0);
+    for (int64_t t = 0; t < tiles; ++t) Tiles<TB>::tail[height(t) - 4](g, row0(t), full, tail_valid, nullptr, 0);
 }
 
 }  // namespace
