@@ -30,8 +30,9 @@
 
 namespace ffn::nn {
 
-// a[i] += b[i], i < n: every sum of partials (shards, token slices) adds
-// with this one definition.
+// a[i] += b[i], i < n: the backward's sums of partials (shards, token
+// slices) add with this one definition; the fused forward's shard sums use
+// KernelConfig::sum_rows, the same operation on the ISA's vectors.
 inline void add_rows(float* __restrict a, const float* __restrict b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] += b[i];
 }

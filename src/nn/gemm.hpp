@@ -48,6 +48,8 @@ struct GemmArgsT {
   // stride next_psb). A kernel may prefetch them while it computes its own
   // last panels, so that a chain of products streaming their weights from
   // L3 starts each one warm. A hint only; no result depends on it.
+  // gemm_packed passes it to its last block and chains its own blocks;
+  // gemm (threaded) leaves it to the caller.
   const TB* next_b = nullptr;
   int64_t next_psb = 0;
 };

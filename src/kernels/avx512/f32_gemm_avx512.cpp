@@ -149,9 +149,9 @@ void block(const GemmArgsT<TB>& g) {
   // the last pair the next call's first one (when given).
   int64_t q = 0;
   for (; q + 2 <= full; q += 2) {
-    const bool last = q + 4 > full;
-    const TB* next = last ? g.next_b : g.b + (q + 2) * g.psb;
-    const int64_t npsb = last ? g.next_psb : g.psb;
+    const bool last_pair = q + 4 > full;
+    const TB* next = last_pair ? g.next_b : g.b + (q + 2) * g.psb;
+    const int64_t npsb = last_pair ? g.next_psb : g.psb;
     for (int64_t t = 0; t < tiles; ++t)
       Tiles<TB>::pair[height(t) - 4](g, row0(t), q, kPanel, t + 1 == tiles ? next : nullptr, npsb);
   }
