@@ -461,53 +461,39 @@ struct Forward {
     }
   }
 
-  // The group partials (each [m, d]) summed into parts[0] over the fixed
-  // binary tree of the shards (DffShards): split [lo, hi) at its middle,
-  // sum each half, add the halves. A rank's aligned block of shards is a
+  // The group partials (each [m, d]) are summed into parts[0] over the fixed
+  // binary tree of the shards (DffShards): split [lo, hi) at its middle, sum
+  // each half, add the halves. A rank's aligned block of shards is a
   // subtree, so ranks that add their sums the same way reproduce it.
-  void tree_sum(int64_t m, float* const* parts) const { tree_sum(m, parts, sh.first, sh.last); }
-  void tree_sum(int64_t m, float* const* parts, int64_t lo, int64_t hi) const {
-    if (hi - lo < 2) return;
-    const int64_t mid = (lo + hi) / 2;
-    tree_sum(m, parts, lo, mid);
-    tree_sum(m, parts, mid, hi);
-    kc.sum_rows(parts[lo - sh.first], parts[lo - sh.first], parts[mid - sh.first], nullptr, m * d);
-  }
-
-  // The tail fuses the shard tree's root addition (below) when nothing
-  // follows b2: no norm, no output dropout.
-  bool fuses_root() const { return cfg.norm == NormPlacement::none && !out_rule.active() && groups >= 2; }
-
-  // After local group g: the tree additions g completes (the groups are a
-  // power of two, so the middle split of tree_sum is a binary counter), the
-  // root's too unless keep_root. Done as the groups finish, each addition
-  // reads a partial that is still in L2; the sums are tree_sum's.
+  // The groups are a power of two (DffShards::validate), so that tree is a
+  // binary counter: tree_after(g) makes the additions that group g
+  // completes, the root's too unless keep_root. Called as each group
+  // finishes, every addition reads a partial still in L2; called for every
+  // g in turn (tree_sum), it is the whole tree.
   void tree_after(int64_t m, float* const* parts, int64_t g, bool keep_root) const {
     for (int64_t span = 2; span <= groups && (g + 1) % span == 0; span *= 2) {
       if (span == groups && keep_root) break;
       kc.sum_rows(parts[g + 1 - span], parts[g + 1 - span], parts[g + 1 - span / 2], nullptr, m * d);
     }
   }
+  void tree_sum(int64_t m, float* const* parts, bool keep_root = false) const {
+    for (int64_t g = 0; g < groups; ++g) tree_after(m, parts, g, keep_root);
+  }
+
+  // The tail fuses the tree's root addition when nothing follows b2: no
+  // norm, no output dropout.
+  bool fuses_root() const { return cfg.norm == NormPlacement::none && !out_rule.active() && groups >= 2; }
 
   // y rows of tokens [t0, t0 + m) from the shards' partials: their tree sum,
-  // then finish_rows. With nothing after b2 (fuses_root) the tree's last
-  // addition and b2 are one pass, y = (left + right) + b2: the same two
-  // roundings, one trip over the rows fewer. below_root: tree_after has
-  // already added everything under the root (and the root too, unless
-  // fuses_root).
-  void sum_and_finish(int64_t t0, int64_t m, float* const* parts, Work& wk, bool below_root = false) const {
-    if (!fuses_root()) {
-      if (!below_root) tree_sum(m, parts);
-      finish_rows(t0, m, parts[0], wk);
-      return;
-    }
-    const int64_t mid = (sh.first + sh.last) / 2;
-    if (!below_root) {
-      tree_sum(m, parts, sh.first, mid);
-      tree_sum(m, parts, mid, sh.last);
-    }
+  // then finish_rows. With fuses_root the tree's last addition and b2 are
+  // one pass, y = (left + right) + b2: the same two roundings, one trip over
+  // the rows fewer. summed: the tree below the root (and the root too,
+  // unless fuses_root) is already added.
+  void sum_and_finish(int64_t t0, int64_t m, float* const* parts, Work& wk, bool summed) const {
+    if (!summed) tree_sum(m, parts, fuses_root());
+    if (!fuses_root()) return finish_rows(t0, m, parts[0], wk);
     const float* __restrict l = parts[0];
-    const float* __restrict rt = parts[mid - sh.first];
+    const float* __restrict rt = parts[groups / 2];
     const float* __restrict b2 = w.b2.empty() ? nullptr : w.b2.data();
     if (!b2) return kc.sum_rows(y + t0 * d, l, rt, nullptr, m * d);
     for (int64_t r = 0; r < m; ++r) kc.sum_rows(y + (t0 + r) * d, l + r * d, rt + r * d, b2, d);
@@ -574,9 +560,10 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
 
   // The rows' sum over the layer's shards: the tail (whole layer), or the
   // caller's partial (split.partial, the seam where ranks add theirs).
-  auto done = [&](int64_t t0, int64_t m, float* const* parts, Forward::Work& wk) {
-    if (!split.partial) return f.sum_and_finish(t0, m, parts, wk);
-    f.tree_sum(m, parts);
+  // summed: tree_after has already run for every group (keep_root as below).
+  auto done = [&](int64_t t0, int64_t m, float* const* parts, Forward::Work& wk, bool summed) {
+    if (!split.partial) return f.sum_and_finish(t0, m, parts, wk, summed);
+    if (!summed) f.tree_sum(m, parts);
     if (parts[0] != split.partial + t0 * d) std::copy(parts[0], parts[0] + m * d, split.partial + t0 * d);
   };
   if (split.sum) {  // the tail alone, from the sum over every shard
@@ -615,8 +602,7 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
           f.group_partial(t0, m, g, wk, parts[size_t(g)], g + 1 < f.groups ? g + 1 : t0 + m < end ? 0 : -1);
           f.tree_after(m, parts.data(), g, keep_root);
         }
-        if (!split.partial) f.sum_and_finish(t0, m, parts.data(), wk, true);
-        else if (parts[0] != split.partial + t0 * d) std::copy(parts[0], parts[0] + m * d, split.partial + t0 * d);
+        done(t0, m, parts.data(), wk, true);
       }
     }
     return;
@@ -651,7 +637,7 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
       if (r0 == r1) continue;
       std::vector<float*> parts(static_cast<size_t>(f.groups));
       for (int64_t g = 0; g < f.groups; ++g) parts[size_t(g)] = part(blk, g) + r0 * d;
-      done(t0 + r0, r1 - r0, parts.data(), wk);
+      done(t0 + r0, r1 - r0, parts.data(), wk, false);
     }
   }
 }
