@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/peak.hpp"
+#include "backends/cpu/peak.hpp"
 
 #ifdef FFN_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>

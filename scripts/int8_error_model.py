@@ -1,4 +1,4 @@
-# A NumPy model of the int8 scheme (src/nn/quantize.hpp) on the paper layer with
+# A NumPy model of the int8 scheme (src/backends/cpu/quantize.hpp) on the paper layer with
 # nn.Linear-initialized weights and N(0,1) inputs, for activation scale groups of
 # gx input features and gh hidden units (the library uses gx = d_model, gh = 256).
 # Prints the relative RMS error against float. Run: /usr/bin/python3 scripts/int8_error_model.py

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 ACTIVATIONS = ["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "reglu"]
 GATED = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu"}
 
-# ---- Philox4x32-10 and the dropout rule (must match src/nn/philox.hpp) -------
+# ---- Philox4x32-10 and the dropout rule (must match src/core/philox.hpp) -------
 
 M0, M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 W0, W1 = 0x9E3779B9, 0xBB67AE85

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the int8 FFN error of all-MiniLM-L6-v2 comes from, and what fixes it.
 
-Simulates the library's int8 FFN (src/nn/quantize.hpp, the integer reference
+Simulates the library's int8 FFN (src/backends/cpu/quantize.hpp, the integer reference
 src/reference/ffn_int8_reference.cpp) inside Hugging Face's BertModel: each
 layer's FFN sublayer (BertLayer.feed_forward_chunk = intermediate + output)
 is replaced by a function that quantizes exactly as the C++ does:
@@ -18,7 +18,7 @@ is replaced by a function that quantizes exactly as the C++ does:
                  z = fma(float(acc), s_a·s_w, prev): prev = b1 for W1; for W2
                  the running sum over the chunks in order within each of the
                  fused path's two groups of chunks (0-2, 3-5), the groups
-                 added, then b2 (src/nn/fused_forward.cpp)
+                 added, then b2 (src/ops/fused_forward.cpp)
     GELU         the library's float32 approximation of erf's GELU (A&S 7.1.26 and
                  its exp polynomial, op for op) in the quantized paths; the fp32
                  paths keep torch's erf GELU, as the reference does
@@ -66,7 +66,7 @@ MODEL_DIR = os.environ.get("FFN_MODEL_DIR") or os.path.expanduser("~/.cache/ffn/
 GOLDEN = os.path.join(ROOT, "tests", "data", "minilm_golden.safetensors")
 DEFAULT_OUT = os.path.join(ROOT, "bench", "results", "2026-11-23-minilm-int8.md")
 CHUNK = 256  # kQuantChunk: hidden units per activation scale
-GROUPS = 2  # kMaxGroups in src/nn/fused_forward.cpp: the fixed split of d_ff
+GROUPS = 2  # kMaxGroups in src/ops/fused_forward.cpp: the fixed split of d_ff
 TARGET = 0.999
 
 torch.set_num_threads(1)
@@ -127,7 +127,7 @@ def product(v, vmode, w, wq, prev):
     return (acc.double() * scale.double() + prev.double()).float()
 
 
-# ---- the C++ GELU (src/nn/activation_simd.hpp, no contraction), float32 op by op
+# ---- the C++ GELU (src/backends/cpu/activation_simd.hpp, no contraction), float32 op by op
 
 def _f(v):
     return torch.tensor(v, dtype=torch.float32)
@@ -663,7 +663,7 @@ CPU: {cpu_model()}; PyTorch {torch.__version__}, transformers {transformers.__ve
 
     {cmd}
 
-The script simulates the library's int8 FFN (src/nn/quantize.hpp, src/nn/fused_forward.cpp: per-row int8 weights,
+The script simulates the library's int8 FFN (src/backends/cpu/quantize.hpp, src/ops/fused_forward.cpp: per-row int8 weights,
 per-token asymmetric 8-bit activations with x quantized over all d = {d} channels and h per 256-unit chunk, exact
 integer sums, the fused path's dequantization order and its GELU approximation) inside Hugging Face's BertModel;
 attention, LayerNorms and pooling stay float32. Metric: cosine of each sentence embedding (mean pooling, L2

@@ -1,5 +1,5 @@
-// The fast paths' activation epilogue (src/nn/activation_simd.hpp), per ISA,
-// against the definitions of src/nn/activation.hpp evaluated in long double
+// The fast paths' activation epilogue (src/backends/cpu/activation_simd.hpp), per ISA,
+// against the definitions of src/backends/cpu/activation.hpp evaluated in long double
 // (the truth, below; the float libm reference is itself off by up to ~2e-6 relative where
 // 1 + tanh or 1 + erf cancels, and the test prints its error beside ours),
 // over the whole float range: every 2039th bit pattern (2.1 million values, both
@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "ffn/ffn.hpp"
-#include "nn/activation.hpp"
-#include "nn/activation_simd.hpp"
-#include "nn/kernel_config.hpp"
-#include "nn/isa.hpp"
+#include "backends/cpu/activation.hpp"
+#include "backends/cpu/activation_simd.hpp"
+#include "backends/cpu/kernel_config.hpp"
+#include "backends/cpu/isa.hpp"
 
 using namespace ffn;
 using namespace ffn::nn;

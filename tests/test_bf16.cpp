@@ -11,12 +11,12 @@
 #include <random>
 
 #include "cli_util.hpp"
-#include "common/compare.hpp"
+#include "core/compare.hpp"
 #include "ffn/ffn.hpp"
-#include "nn/gemm.hpp"
-#include "nn/isa.hpp"
-#include "nn/kernel_config.hpp"
-#include "nn/quantize.hpp"
+#include "backends/cpu/gemm.hpp"
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/kernel_config.hpp"
+#include "backends/cpu/quantize.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"
 

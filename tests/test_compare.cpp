@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "common/compare.hpp"
+#include "core/compare.hpp"
 #include "tolerances.hpp"
 
 using ffn::compare;

@@ -9,13 +9,13 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/compare.hpp"
+#include "core/compare.hpp"
 #include "ffn/encoder.hpp"
-#include "nn/attention.hpp"
-#include "nn/activation_simd.hpp"
-#include "nn/isa.hpp"
-#include "nn/kernel_config.hpp"
-#include "nn/philox.hpp"
+#include "ops/attention.hpp"
+#include "backends/cpu/activation_simd.hpp"
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/kernel_config.hpp"
+#include "core/philox.hpp"
 #include "reference/attention_reference.hpp"
 #include "encoder_golden.hpp"
 #include "test_util.hpp"
@@ -241,7 +241,7 @@ void expect_tiled_matches_reference(const AttnData& t, bool backward, const std:
 
 TEST(Attention, TiledMatchesReferenceAtEveryTileEdge) {
   worst_seen = 0;
-  // Query tiles of 96 and key tiles of 256 (src/nn/attention.cpp), 16-key
+  // Query tiles of 96 and key tiles of 256 (src/ops/attention.cpp), 16-key
   // panels: lengths around each.
   for (int64_t len : {1, 2, 15, 16, 17, 95, 96, 97, 191, 192, 193, 255, 256, 257, 300, 513}) {
     for (bool causal : {false, true}) {

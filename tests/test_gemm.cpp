@@ -11,9 +11,9 @@
 #include <random>
 
 #include "ffn/ffn.hpp"
-#include "nn/gemm.hpp"
-#include "nn/isa.hpp"
-#include "nn/kernel_config.hpp"
+#include "backends/cpu/gemm.hpp"
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/kernel_config.hpp"
 
 using namespace ffn;
 using namespace ffn::nn;

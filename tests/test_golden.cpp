@@ -6,7 +6,7 @@
 #include <cmath>
 #include <set>
 
-#include "common/compare.hpp"
+#include "core/compare.hpp"
 #include "golden.hpp"
 #include "tolerances.hpp"
 

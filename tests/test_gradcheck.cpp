@@ -7,7 +7,7 @@
 
 #include <random>
 
-#include "common/compare.hpp"
+#include "core/compare.hpp"
 #include "reference/ffn_reference.hpp"
 #include "tolerances.hpp"
 

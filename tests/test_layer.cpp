@@ -9,10 +9,10 @@
 #include <fstream>
 #include <random>
 
-#include "common/compare.hpp"
+#include "core/compare.hpp"
 #include "ffn/ffn.hpp"
 #include "test_util.hpp"
-#include "nn/forward_cache.hpp"
+#include "ops/forward_cache.hpp"
 #include "tolerances.hpp"
 
 namespace fs = std::filesystem;

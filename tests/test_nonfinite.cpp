@@ -9,7 +9,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "common/compare.hpp"
+#include "core/compare.hpp"
 #include "ffn/ffn.hpp"
 #include "tolerances.hpp"
 

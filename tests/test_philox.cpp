@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "nn/philox.hpp"
+#include "core/philox.hpp"
 
 using namespace ffn::nn;
 

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "ffn/ffn.hpp"
-#include "nn/buffer_pool.hpp"
-#include "nn/fused_forward.hpp"
+#include "core/buffer_pool.hpp"
+#include "ops/fused_forward.hpp"
 
 using namespace ffn;
 

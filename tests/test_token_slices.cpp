@@ -11,7 +11,7 @@
 #include <cstring>
 #include <utility>
 
-#include "common/compare.hpp"
+#include "core/compare.hpp"
 #include "ffn/ffn.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <set>
 
-#include "common/compare.hpp"
+#include "core/compare.hpp"
 #include "demo/demos.hpp"
 #include "ffn/train.hpp"
 #include "tolerances.hpp"

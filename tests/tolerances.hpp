@@ -1,4 +1,4 @@
-// Tolerances of the tests, in the scaled error of common/compare.hpp:
+// Tolerances of the tests, in the scaled error of core/compare.hpp:
 // |got − want| / (|want| + rms(want)). Justification in tests/README.md;
 // test_compare.cpp checks that the comparison itself accepts and rejects
 // what these numbers promise.
@@ -44,7 +44,7 @@ constexpr double kBf16VsReference = 1e-3;
 // additions of exact products), with a factor 2 for the accumulate form.
 constexpr double kBf16SumUlps = 2.0;
 
-// The tiled attention (src/nn/attention.cpp) against the reference attention
+// The tiled attention (src/ops/attention.cpp) against the reference attention
 // (whole score rows, double sums). Forward: a context vector is an average of
 // up to S value vectors (fp32 sums over key tiles, e^x from exp_approx), and
 // with random values it is several times smaller than the values it

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "common/format.hpp"
+#include "core/format.hpp"
 #include "demo/demos.hpp"
 #include "io/file_util.hpp"
 #include "plot/svg.hpp"

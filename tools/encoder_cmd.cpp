@@ -10,13 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "common/compare.hpp"
+#include "core/compare.hpp"
 #include "ffn/encoder.hpp"
 #include "io/file_util.hpp"
-#include "nn/attention.hpp"
-#include "nn/init.hpp"
-#include "nn/isa.hpp"
-#include "nn/peak.hpp"
+#include "ops/attention.hpp"
+#include "core/init.hpp"
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/peak.hpp"
 
 namespace ffn::cli {
 namespace {

@@ -21,14 +21,14 @@
 #include <unistd.h>
 
 #include "commands.hpp"
-#include "common/compare.hpp"
-#include "common/format.hpp"
+#include "core/compare.hpp"
+#include "core/format.hpp"
 #include "ffn/ffn.hpp"
 #include "io/file_util.hpp"
-#include "nn/isa.hpp"
-#include "nn/kernel_config.hpp"
-#include "nn/peak.hpp"
-#include "nn/init.hpp"
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/kernel_config.hpp"
+#include "backends/cpu/peak.hpp"
+#include "core/init.hpp"
 
 namespace ffn::cli {
 
@@ -627,7 +627,7 @@ int cmd_bench(const BenchArgs& a) {
     std::snprintf(products, sizeof products, "fp32 products on %s, %dx%d tiles%s", isa_name.c_str(), kcfg.mr,
                   kcfg.nr, dtype == WeightDtype::fp32 ? "" : " (16-bit weights widened in registers)");
 
-  // The machine's peak on this many threads, measured now (see nn/peak.hpp).
+  // The machine's peak on this many threads, measured now (see backends/cpu/peak.hpp).
   const nn::Peak peak = nn::measure_peak(threads);
   const bool int8 = dtype == WeightDtype::int8;
   const nn::Peak peak_int = int8 ? nn::measure_peak(threads, nn::PeakKind::int8) : nn::Peak{};

@@ -10,7 +10,7 @@
 #include "commands.hpp"
 #include "dist/data_parallel.hpp"
 #include "dist/tensor_parallel.hpp"
-#include "nn/init.hpp"
+#include "core/init.hpp"
 
 namespace ffn::cli {
 

@@ -24,7 +24,7 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "common/format.hpp"
+#include "core/format.hpp"
 #include "ffn/ffn.hpp"
 #include "ffn/train.hpp"
 #include "io/file_util.hpp"

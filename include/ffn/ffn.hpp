@@ -76,7 +76,7 @@ bool is_gated(Activation a);
 //         (a weight beyond ±65504 is refused)
 //   int8  symmetric int8 per output channel, scale = max|w| / 127; the
 //         activations entering each matrix product are quantized per token
-//         (asymmetric 8-bit, see src/nn/quantize.hpp), int32 accumulation,
+//         (asymmetric 8-bit, see src/backends/cpu/quantize.hpp), int32 accumulation,
 //         dequantization + bias + activation fused.
 enum class WeightDtype { fp32, bf16, fp16, int8 };
 std::string_view to_string(WeightDtype t);
@@ -270,7 +270,7 @@ struct SafetensorsFile;
 // others stay near 1), and per-token 8-bit levels spread over that range
 // leave the ordinary channels a handful of levels. The channels listed here
 // are taken out of the quantized row and their products with W1 (and Wg)
-// added in float32 (src/nn/quantize.hpp); W1's other columns are quantized
+// added in float32 (src/backends/cpu/quantize.hpp); W1's other columns are quantized
 // without them. The cost is k/d_model of W1's work in float32.
 struct Int8Options {
   std::vector<int64_t> fp32_input_channels;  // ascending, distinct, < d_model

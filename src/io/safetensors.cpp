@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ffn/ffn.hpp"
-#include "common/format.hpp"
+#include "core/format.hpp"
 #include "io/file_util.hpp"
 
 namespace ffn::io {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "nn/philox.hpp"
+#include "core/philox.hpp"
 
 namespace ffn::reference {
 namespace {

@@ -1,6 +1,6 @@
 // The reference multi-head self-attention core: plain loops, the whole score
 // row of one query materialized, every dot product and sum in double. It is
-// the oracle the tiled fast path (src/nn/attention.cpp) is tested against
+// the oracle the tiled fast path (src/ops/attention.cpp) is tested against
 // and, in double, the function the finite-difference checks differentiate.
 //
 // Rows are the valid tokens only, contiguous: sequence b is rows

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <vector>
 
-#include "nn/activation.hpp"
-#include "nn/quantize.hpp"
+#include "backends/cpu/activation.hpp"
+#include "backends/cpu/quantize.hpp"
 
 namespace ffn::reference {
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <vector>
 
-#include "nn/activation.hpp"
-#include "nn/activation_simd.hpp"
+#include "backends/cpu/activation.hpp"
+#include "backends/cpu/activation_simd.hpp"
 
 namespace ffn::reference {
 

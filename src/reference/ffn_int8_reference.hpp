@@ -1,4 +1,4 @@
-// The int8 reference: the layer exactly as src/nn/quantize.hpp defines its
+// The int8 reference: the layer exactly as src/backends/cpu/quantize.hpp defines its
 // int8 arithmetic, in plain loops over the unpacked int8 matrices — one
 // token, one output at a time, int32 dot products. Norm statistics in double
 // as the float reference. The fast path must reproduce every quantized value
@@ -6,7 +6,7 @@
 // four shards of d_ff over a tree) and a pre-LN input rounded differently can differ.
 #pragma once
 
-#include "nn/quantize.hpp"
+#include "backends/cpu/quantize.hpp"
 #include "reference/ffn_reference.hpp"
 
 namespace ffn::reference {

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <vector>
 
-#include "nn/activation.hpp"
-#include "nn/philox.hpp"
+#include "backends/cpu/activation.hpp"
+#include "core/philox.hpp"
 
 namespace ffn::reference {
 namespace {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <numbers>
 
-#include "nn/philox.hpp"
+#include "core/philox.hpp"
 
 namespace ffn::train {
 

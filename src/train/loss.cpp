@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/format.hpp"
+#include "core/format.hpp"
 #include "ffn/train.hpp"
-#include "nn/init.hpp"
+#include "core/init.hpp"
 
 namespace ffn {
 

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "common/format.hpp"
+#include "core/format.hpp"
 #include "ffn/train.hpp"
 
 namespace ffn {

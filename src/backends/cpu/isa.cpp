@@ -1,0 +1,88 @@
+#include "backends/cpu/isa.hpp"
+
+#include "backends/cpu/kernel_config.hpp"
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace ffn {
+
+namespace {
+constexpr std::pair<const char*, Isa> kIsas[] = {
+    {"auto", Isa::automatic}, {"scalar", Isa::scalar}, {"avx2", Isa::avx2}, {"avx512", Isa::avx512}, {"amx", Isa::amx}};
+}
+
+std::string_view to_string(Isa i) {
+  for (const auto& [name, v] : kIsas)
+    if (v == i) return name;
+  return "?";
+}
+
+Isa parse_isa(std::string_view s, std::string_view what) {
+  for (const auto& [name, v] : kIsas)
+    if (s == name) return v;
+  throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected auto, scalar, avx2, avx512 or amx");
+}
+
+bool isa_supported(Isa i) {
+  const nn::CpuFeatures& f = nn::cpu_features();
+  switch (i) {
+    case Isa::automatic:
+    case Isa::scalar:
+      return true;
+    case Isa::avx2:
+      return f.avx2 && f.fma && f.f16c;
+    case Isa::avx512:
+      return f.avx512;
+    case Isa::amx:
+      return f.amx;
+  }
+  return false;
+}
+
+// Best first: amx → avx512 → avx2 → scalar.
+Isa best_isa() {
+  for (Isa i : {Isa::amx, Isa::avx512, Isa::avx2})
+    if (isa_supported(i)) return i;
+  return Isa::scalar;
+}
+
+std::string_view to_string(Compute c) { return c == Compute::bf16 ? "bf16" : "fp32"; }
+
+Compute parse_compute(std::string_view s, std::string_view what) {
+  if (s == "fp32") return Compute::fp32;
+  if (s == "bf16") return Compute::bf16;
+  throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected fp32 or bf16");
+}
+
+namespace nn {
+
+Isa resolve_isa(Isa requested) {
+  static const Isa from_env = [] {
+    const char* e = std::getenv("FFN_ISA");
+    return e && *e ? parse_isa(e, "FFN_ISA") : Isa::automatic;
+  }();
+  Isa i = requested != Isa::automatic ? requested : from_env;
+  if (i == Isa::automatic) return best_isa();
+  if (!isa_supported(i))
+    throw Error("isa " + std::string(to_string(i)) + ": not available on this CPU or in this build (best: " +
+                std::string(to_string(best_isa())) + ")");
+  return i;
+}
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t b = line.find_first_not_of(" \t", colon + 1);
+    if (b == std::string::npos) break;
+    return line.substr(b, line.find_last_not_of(" \t\r") + 1 - b);
+  }
+  return "unknown CPU";
+}
+
+}  // namespace nn
+}  // namespace ffn

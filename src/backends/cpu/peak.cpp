@@ -1,0 +1,52 @@
+#include "backends/cpu/peak.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/kernel_config.hpp"
+
+namespace ffn::nn {
+
+namespace scalar {
+// Portable fallback: 8 independent multiply-add chains (the compiler may
+// vectorize them with the baseline ISA).
+double fma_loop(int64_t iters, float seed) {
+  float acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = seed + float(i);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 8; ++i) acc[i] = acc[i] * 0.999999f + 1e-7f;
+  float s = 0;
+  for (float v : acc) s += v;
+  return double(iters) * 8 * 2 + (s == 12345.0f ? 1 : 0);
+}
+}  // namespace scalar
+
+Peak measure_peak(int threads, PeakKind kind) {
+  Peak p;
+  p.isa = best_isa();
+  const KernelConfig& kc = kernel_config(p.isa);
+  PeakLoop loop = kc.fma_peak;
+  p.instr = kc.fma_instr;
+  if (kind == PeakKind::int8) loop = kc.int8_peak, p.instr = kc.int8_instr;
+  if (kind == PeakKind::bf16) loop = kc.bf16_peak, p.instr = kc.bf16_peak_instr;
+  if (kind == PeakKind::u8s8) {
+    loop = kc.int8_peak ? &avx2::maddubs_loop : nullptr;
+    p.instr = "vpmaddubsw + vpmaddwd";
+  }
+  if (!loop) return p;
+  const int64_t iters = p.isa == Isa::scalar ? 2'000'000 : 4'000'000;  // ~25 ms per round; the best of 10 rounds
+  for (int round = 0; round < 10; ++round) {
+    double flops = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : flops)
+    flops += loop(iters, float(omp_get_thread_num()));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    p.gflops = std::max(p.gflops, flops / s * 1e-9);
+  }
+  return p;
+}
+
+}  // namespace ffn::nn

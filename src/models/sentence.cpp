@@ -1,0 +1,367 @@
+// SentenceEncoder (include/ffn/sentence.hpp): a Hugging Face BERT checkpoint
+// mapped onto ffn's encoder, the WordPiece tokenizer, pooling.
+#include "ffn/sentence.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/format.hpp"
+#include "io/safetensors.hpp"
+#include "ops/norm.hpp"
+#include "text/calibration.hpp"
+#include "text/wordpiece.hpp"
+
+namespace ffn {
+namespace fs = std::filesystem;
+
+struct SentenceEncoder::Impl {
+  std::string dir;
+  text::WordPiece vocab;
+  std::optional<Encoder> encoder;
+  int64_t d = 0, max_tokens = 0, positions = 0;
+  float eps = 1e-12f;
+  std::vector<float> word, position, token_type, ln_weight, ln_bias;  // embeddings
+  bool mean_pooling = true, normalize = true;
+};
+
+namespace {
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  if (!f) throw Error(p.string() + ": cannot open");
+  try {
+    return nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(p.string() + ": not valid JSON (" + std::string(e.what()) + ")");
+  }
+}
+
+template <typename T>
+T json_get(const nlohmann::json& j, const char* key, const fs::path& p) {
+  if (!j.is_object() || !j.contains(key)) throw Error(p.string() + ": no \"" + std::string(key) + "\"");
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(p.string() + ": \"" + std::string(key) + "\" has the wrong type (" + j.at(key).dump() + ")");
+  }
+}
+// The value at key, or `otherwise` when the key is absent (a present value of the wrong type is an error).
+template <typename T>
+T json_opt(const nlohmann::json& j, const char* key, T otherwise, const fs::path& p) {
+  if (!j.is_object() || !j.contains(key)) return otherwise;
+  return json_get<T>(j, key, p);
+}
+
+
+// Embeddings of texts, with the encoder's run options (threads set there); below.
+Array embed_texts(const SentenceEncoder::Impl& m, const std::vector<std::string>& texts, const EmbedOptions& opts,
+                  EncoderRunOptions o);
+
+}  // namespace
+
+std::string SentenceEncoder::default_model_dir() {
+  if (const char* e = std::getenv("FFN_MODEL_DIR"); e && *e) return e;
+  const char* home = std::getenv("HOME");
+  return (fs::path(home && *home ? home : "/root") / ".cache" / "ffn" / "all-MiniLM-L6-v2").string();
+}
+
+SentenceEncoder::SentenceEncoder() : impl_(std::make_unique<Impl>()) {}
+SentenceEncoder::~SentenceEncoder() = default;
+SentenceEncoder::SentenceEncoder(SentenceEncoder&&) noexcept = default;
+SentenceEncoder& SentenceEncoder::operator=(SentenceEncoder&&) noexcept = default;
+
+SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceLoadOptions& opts) {
+  const fs::path dir(dir_in);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw Error(dir_in + ": not a model directory (expected config.json, model.safetensors and vocab.txt" +
+                std::string(dir_in == default_model_dir() ? "; scripts/setup.sh installs all-MiniLM-L6-v2 there" : "") + ")");
+  SentenceEncoder s;
+  Impl& m = *s.impl_;
+  m.dir = dir_in;
+
+  const fs::path cfg_path = dir / "config.json";
+  const nlohmann::json cfg = read_json(cfg_path);
+  if (!cfg.is_object()) throw Error(cfg_path.string() + ": expected a JSON object");
+  if (const std::string t = json_opt<std::string>(cfg, "model_type", "bert", cfg_path); t != "bert")
+    throw Error(cfg_path.string() + ": model_type '" + t + "' is not supported (bert)");
+  const std::string act = json_get<std::string>(cfg, "hidden_act", cfg_path);
+  Activation activation;
+  if (act == "gelu") activation = Activation::gelu;  // erf
+  else if (act == "gelu_new" || act == "gelu_pytorch_tanh") activation = Activation::gelu_tanh;
+  else if (act == "relu") activation = Activation::relu;
+  else throw Error(cfg_path.string() + ": hidden_act '" + act + "' is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu)");
+  const std::string pos_type = json_opt<std::string>(cfg, "position_embedding_type", "absolute", cfg_path);
+  if (pos_type != "absolute")
+    throw Error(cfg_path.string() + ": position_embedding_type '" + pos_type + "' is not supported (absolute)");
+  EncoderConfig ec_;
+  ec_.d_model = json_get<int64_t>(cfg, "hidden_size", cfg_path);
+  ec_.heads = json_get<int64_t>(cfg, "num_attention_heads", cfg_path);
+  ec_.d_ff = json_get<int64_t>(cfg, "intermediate_size", cfg_path);
+  ec_.layers = json_get<int64_t>(cfg, "num_hidden_layers", cfg_path);
+  ec_.activation = activation;
+  ec_.norm = NormPlacement::post;
+  ec_.eps = float(json_opt<double>(cfg, "layer_norm_eps", 1e-12, cfg_path));
+  if (!(ec_.eps > 0.0f)) throw Error(cfg_path.string() + ": layer_norm_eps must be positive");
+  ec_.bias = true;
+  m.eps = ec_.eps;
+  m.positions = json_get<int64_t>(cfg, "max_position_embeddings", cfg_path);
+  const int64_t vocab_size = json_get<int64_t>(cfg, "vocab_size", cfg_path);
+  const int64_t types = json_opt<int64_t>(cfg, "type_vocab_size", 2, cfg_path);
+  try {
+    ec_.validate();
+  } catch (const Error& e) {
+    throw Error(cfg_path.string() + ": " + e.what());
+  }
+  if (m.positions < 2 || types < 1) throw Error(cfg_path.string() + ": max_position_embeddings and type_vocab_size must be positive");
+  m.d = ec_.d_model;
+
+  // Tokens per text: sentence-transformers' max_seq_length, capped by the position table.
+  m.max_tokens = m.positions;
+  if (fs::exists(dir / "sentence_bert_config.json", ec)) {
+    const fs::path sp = dir / "sentence_bert_config.json";
+    const int64_t msl = json_opt<int64_t>(read_json(sp), "max_seq_length", m.positions, sp);
+    if (msl < 2) throw Error(sp.string() + ": max_seq_length must be at least 2, got " + std::to_string(msl));
+    m.max_tokens = std::min(m.positions, msl);
+  }
+  if (opts.max_tokens) {
+    if (*opts.max_tokens < 2 || *opts.max_tokens > m.positions)
+      throw Error("max tokens (--max-tokens): expected 2.." + std::to_string(m.positions) +
+                  " (the model's position table), got " + std::to_string(*opts.max_tokens));
+    m.max_tokens = *opts.max_tokens;
+  }
+  // The sentence-transformers pipeline (modules.json): Transformer, Pooling,
+  // Normalize are what this reproduces; any other module is refused rather
+  // than skipped. Without modules.json (a plain BERT directory): mean
+  // pooling and normalization.
+  fs::path pooling = dir / "1_Pooling" / "config.json";
+  if (fs::exists(dir / "modules.json", ec)) {
+    const fs::path mp = dir / "modules.json";
+    const nlohmann::json mods = read_json(mp);
+    if (!mods.is_array()) throw Error(mp.string() + ": expected a JSON list of modules");
+    m.normalize = false;
+    pooling.clear();
+    for (const auto& mod : mods) {
+      const std::string type = json_get<std::string>(mod, "type", mp);
+      if (type == "sentence_transformers.models.Normalize") m.normalize = true;
+      else if (type == "sentence_transformers.models.Pooling") pooling = dir / json_get<std::string>(mod, "path", mp) / "config.json";
+      else if (type != "sentence_transformers.models.Transformer")
+        throw Error(mp.string() + ": module " + type + " is not supported (Transformer, Pooling, Normalize)");
+    }
+  }
+  if (!pooling.empty() && fs::exists(pooling, ec)) {
+    const nlohmann::json pc = read_json(pooling);
+    const bool mean = json_opt<bool>(pc, "pooling_mode_mean_tokens", false, pooling);
+    const bool cls = json_opt<bool>(pc, "pooling_mode_cls_token", false, pooling);
+    const bool other = json_opt<bool>(pc, "pooling_mode_max_tokens", false, pooling) ||
+                       json_opt<bool>(pc, "pooling_mode_mean_sqrt_len_tokens", false, pooling);
+    if (mean == cls || other)
+      throw Error(pooling.string() + ": pooling must be exactly one of pooling_mode_mean_tokens or pooling_mode_cls_token");
+    m.mean_pooling = mean;
+  }
+  // The tokenizer this reproduces: uncased, accents stripped, CJK split.
+  if (fs::exists(dir / "tokenizer_config.json", ec)) {
+    const fs::path tp = dir / "tokenizer_config.json";
+    const nlohmann::json tc = read_json(tp);
+    const bool lower = json_opt<bool>(tc, "do_lower_case", true, tp);
+    const bool cjk = json_opt<bool>(tc, "tokenize_chinese_chars", true, tp);
+    const bool strip = tc.is_object() && tc.contains("strip_accents") && !tc["strip_accents"].is_null()
+                           ? json_get<bool>(tc, "strip_accents", tp) : lower;
+    if (!lower || !strip || !cjk)
+      throw Error(tp.string() + ": only the uncased BERT tokenizer is supported (do_lower_case, strip_accents and "
+                  "tokenize_chinese_chars on)");
+  }
+  m.vocab = text::WordPiece::load((dir / "vocab.txt").string());
+  if (fs::exists(dir / "special_tokens_map.json", ec)) {  // the tokens matched verbatim in the text
+    const fs::path sp = dir / "special_tokens_map.json";
+    const nlohmann::json st = read_json(sp);
+    if (!st.is_object()) throw Error(sp.string() + ": expected a JSON object");
+    std::vector<std::string> specials;
+    for (const auto& [key, v] : st.items()) {
+      if (v.is_string()) specials.push_back(v.get<std::string>());
+      else if (v.is_object() && v.contains("content") && v["content"].is_string()) specials.push_back(v["content"].get<std::string>());
+      else if (!v.is_array()) throw Error(sp.string() + ": \"" + key + "\" is neither a token nor {\"content\": token}");
+    }
+    m.vocab.set_special_tokens(specials, sp.string());
+  }
+  if (m.vocab.vocab_size() != vocab_size)
+    throw Error((dir / "vocab.txt").string() + ": " + std::to_string(m.vocab.vocab_size()) + " tokens, but " +
+                cfg_path.string() + " says vocab_size " + std::to_string(vocab_size));
+
+  // Weights: BertModel's names, with or without a "bert." prefix.
+  const io::SafetensorsReader f((dir / "model.safetensors").string());
+  const std::string pre = f.has("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+  auto get = [&](const std::string& name, std::vector<int64_t> shape) {
+    const std::string full = pre + name;
+    if (!f.has(full)) throw Error(f.path() + ": missing tensor " + full);
+    if (f.info(full).shape != shape)
+      throw Error(f.path() + ": tensor " + full + " has shape " + shape_str(f.info(full).shape) + ", expected " +
+                  shape_str(shape));
+    return f.read_f32(full);
+  };
+  const int64_t d = m.d, F = ec_.d_ff;
+  m.word = get("embeddings.word_embeddings.weight", {vocab_size, d});
+  m.position = get("embeddings.position_embeddings.weight", {m.positions, d});
+  m.token_type = get("embeddings.token_type_embeddings.weight", {types, d});
+  m.ln_weight = get("embeddings.LayerNorm.weight", {d});
+  m.ln_bias = get("embeddings.LayerNorm.bias", {d});
+  EncoderWeights w;
+  for (int64_t l = 0; l < ec_.layers; ++l) {
+    const std::string p = "encoder.layer." + std::to_string(l) + ".";
+    EncoderLayerWeights L;
+    for (const char* qkv : {"query", "key", "value"}) {  // in_proj packs W_q, W_k, W_v (and their biases)
+      const auto wt = get(p + "attention.self." + qkv + ".weight", {d, d});
+      const auto bs = get(p + "attention.self." + qkv + ".bias", {d});
+      L.in_proj_weight.insert(L.in_proj_weight.end(), wt.begin(), wt.end());
+      L.in_proj_bias.insert(L.in_proj_bias.end(), bs.begin(), bs.end());
+    }
+    L.out_proj_weight = get(p + "attention.output.dense.weight", {d, d});
+    L.out_proj_bias = get(p + "attention.output.dense.bias", {d});
+    L.norm1_weight = get(p + "attention.output.LayerNorm.weight", {d});
+    L.norm1_bias = get(p + "attention.output.LayerNorm.bias", {d});
+    L.ffn.w1 = get(p + "intermediate.dense.weight", {F, d});
+    L.ffn.b1 = get(p + "intermediate.dense.bias", {F});
+    L.ffn.w2 = get(p + "output.dense.weight", {d, F});
+    L.ffn.b2 = get(p + "output.dense.bias", {d});
+    L.ffn.norm_weight = get(p + "output.LayerNorm.weight", {d});
+    L.ffn.norm_bias = get(p + "output.LayerNorm.bias", {d});
+    w.layers.push_back(std::move(L));
+  }
+  m.encoder.emplace(ec_, std::move(w));
+  if (opts.dtype == WeightDtype::fp32) return s;
+  std::vector<Int8Options> int8;
+  if (!(opts.outlier_threshold >= 0.0f) || !std::isfinite(opts.outlier_threshold))
+    throw Error("outlier_threshold: expected a finite number >= 0, got " + std::to_string(opts.outlier_threshold));
+  if (opts.dtype == WeightDtype::int8 && opts.int8_outliers) {
+    // Calibration: each layer's FFN inputs under the float32 model.
+    std::vector<std::vector<float>> absmax(static_cast<size_t>(ec_.layers));
+    EncoderRunOptions o;
+    o.ffn_input = [&](int64_t l, const float* x, int64_t n) {
+      m.encoder->ffn_layer(l).input_absmax(x, n, absmax[size_t(l)]);
+    };
+    embed_texts(m, opts.calibration_texts.empty() ? text::calibration_texts() : opts.calibration_texts, {}, o);
+    for (const auto& a : absmax) int8.push_back(Int8Options::outliers(a, opts.outlier_threshold));
+  }
+  m.encoder.emplace(m.encoder->converted(opts.dtype, opts.dtype_layers, int8));
+  return s;
+}
+
+std::vector<std::vector<int64_t>> SentenceEncoder::fp32_input_channels() const {
+  std::vector<std::vector<int64_t>> c;
+  for (int64_t l = 0; l < impl_->encoder->config().layers; ++l)
+    c.push_back(impl_->encoder->ffn_layer(l).fp32_input_channels());
+  return c;
+}
+
+std::vector<int32_t> SentenceEncoder::tokenize(const std::string& text) const {
+  return impl_->vocab.encode(text, impl_->max_tokens);
+}
+
+int64_t SentenceEncoder::dim() const { return impl_->d; }
+int64_t SentenceEncoder::max_tokens() const { return impl_->max_tokens; }
+const Encoder& SentenceEncoder::encoder() const { return *impl_->encoder; }
+const std::string& SentenceEncoder::dir() const { return impl_->dir; }
+
+namespace {
+
+// x[B, S, d] (padding left zero) = LayerNorm(word + position + token type 0) of each text's ids.
+void embed_tokens(const SentenceEncoder::Impl& m, const std::vector<std::vector<int32_t>>& ids, int64_t S, float* x,
+                  int threads) {
+  const int64_t d = m.d;
+  for (size_t b = 0; b < ids.size(); ++b) {
+    const int64_t n = int64_t(ids[b].size());
+    float* xb = x + int64_t(b) * S * d;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* w = m.word.data() + int64_t(ids[b][size_t(i)]) * d;
+      const float* p = m.position.data() + i * d;
+      for (int64_t j = 0; j < d; ++j) xb[i * d + j] = w[j] + p[j] + m.token_type[size_t(j)];
+    }
+    std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
+    nn::norm_forward(NormType::layernorm, m.eps, xb, n, d, m.ln_weight.data(), m.ln_bias.data(), xb, mean.data(),
+                     rstd.data(), threads);
+  }
+}
+
+}  // namespace
+
+std::vector<float> SentenceEncoder::hidden(const std::vector<int32_t>& ids, int threads,
+                                           const EncoderRunOptions& opts) const {
+  const Impl& m = *impl_;
+  const int64_t n = int64_t(ids.size()), d = m.d;
+  if (n > m.positions) throw Error("hidden: " + std::to_string(n) + " tokens, more than the position table's " + std::to_string(m.positions));
+  for (int32_t id : ids)
+    if (id < 0 || id >= m.vocab.vocab_size()) throw Error("hidden: token id " + std::to_string(id) + " outside the vocabulary");
+  std::vector<float> x(size_t(n * d)), y(x.size());
+  const int t = threads > 0 ? threads : omp_get_max_threads();
+  embed_tokens(m, {ids}, n, x.data(), t);
+  EncoderRunOptions o = opts;
+  o.threads = t;
+  m.encoder->forward(x.data(), y.data(), Shape{1, n, Layout::tokens, {}}, o);
+  return y;
+}
+
+Array SentenceEncoder::embed(const std::vector<std::string>& texts, const EmbedOptions& opts) const {
+  return embed_texts(*impl_, texts, opts, {});
+}
+
+namespace {
+
+Array embed_texts(const SentenceEncoder::Impl& m, const std::vector<std::string>& texts, const EmbedOptions& opts,
+                  EncoderRunOptions o) {
+  if (opts.batch < 1) throw Error("batch: expected a positive integer, got " + std::to_string(opts.batch));
+  if (opts.threads < 0 || opts.threads > kMaxThreads)
+    throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(opts.threads));
+  const int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
+  const int64_t N = int64_t(texts.size()), d = m.d;
+  Array out;
+  out.shape = {N, d};
+  out.data.assign(size_t(N * d), 0.0f);
+  std::vector<float> x, y;
+  for (int64_t b0 = 0; b0 < N; b0 += opts.batch) {
+    const int64_t B = std::min(opts.batch, N - b0);
+    std::vector<std::vector<int32_t>> ids(static_cast<size_t>(B));
+    Shape shape{B, 0, Layout::tokens, {}};
+    for (int64_t b = 0; b < B; ++b) {
+      ids[size_t(b)] = m.vocab.encode(texts[size_t(b0 + b)], m.max_tokens, "text " + std::to_string(b0 + b));
+      shape.lengths.push_back(int64_t(ids[size_t(b)].size()));
+      shape.seq = std::max(shape.seq, shape.lengths.back());
+    }
+    x.assign(size_t(B * shape.seq * d), 0.0f);
+    y.resize(x.size());
+    embed_tokens(m, ids, shape.seq, x.data(), threads);
+    o.threads = threads;
+    m.encoder->forward(x.data(), y.data(), shape, o);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t n = shape.lengths[size_t(b)];
+      const float* h = y.data() + b * shape.seq * d;
+      float* e = out.data.data() + (b0 + b) * d;
+      // Mean over the real tokens (sentence-transformers: sum(h · mask) / max(count, 1e-9)), or [CLS].
+      if (m.mean_pooling) {
+        for (int64_t j = 0; j < d; ++j) {
+          float s = 0.0f;
+          for (int64_t i = 0; i < n; ++i) s += h[i * d + j];
+          e[j] = s / float(n);
+        }
+      } else {
+        std::copy(h, h + d, e);
+      }
+      if (m.normalize) {  // torch.nn.functional.normalize: x / max(‖x‖, 1e-12)
+        double ss = 0.0;
+        for (int64_t j = 0; j < d; ++j) ss += double(e[j]) * double(e[j]);
+        const float inv = 1.0f / std::max(float(std::sqrt(ss)), 1e-12f);
+        for (int64_t j = 0; j < d; ++j) e[j] *= inv;
+      }
+    }
+    if (opts.progress) opts.progress(b0 + B, N);
+  }
+  return out;
+}
+
+}  // namespace
+
+}  // namespace ffn

@@ -1,0 +1,567 @@
+// The encoder layer and stack (include/ffn/encoder.hpp), composed of ops:
+// linear (projections with bias), the norm (src/ops/norm.hpp), dropout, the
+// attention core (src/ops/attention.cpp, reference in
+// src/reference/attention_reference.cpp) and the FFN sublayer (ffn::Layer,
+// unchanged: its fused forward and backward).
+//
+// The valid tokens are gathered once into contiguous rows [n, d] and stay so
+// through the stack: the FFN sublayer sees n tokens, attention sees the same
+// rows as sequences through their offsets (both views, no copies).
+#include "ffn/encoder.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/attention.hpp"
+#include "core/buffer_pool.hpp"
+#include "backends/cpu/gemm.hpp"
+#include "core/init.hpp"
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/kernel_config.hpp"
+#include "ops/norm.hpp"
+#include "core/philox.hpp"
+#include "core/positions.hpp"
+#include "reference/attention_reference.hpp"
+
+namespace ffn {
+
+constexpr int64_t kMaxEncoderDim = int64_t(1) << 24;
+
+void EncoderConfig::validate() const {
+  if (d_model < 1 || d_model > kMaxEncoderDim) throw Error("d_model must be in [1, 2^24], got " + std::to_string(d_model));
+  if (heads < 1 || d_model % heads != 0)
+    throw Error("heads must divide d_model (" + std::to_string(d_model) + "), got " + std::to_string(heads));
+  if (layers < 1 || layers > 4096) throw Error("layers must be in [1, 4096], got " + std::to_string(layers));
+  if (norm == NormPlacement::none) throw Error("norm: an encoder layer's norm is post or pre, got none");
+  if (!(dropout >= 0.0f && dropout <= 1.0f)) throw Error("dropout must be in [0, 1], got " + std::to_string(dropout));
+  ffn_config().validate();
+}
+
+Config EncoderConfig::ffn_config() const {
+  Config c;
+  c.d_model = d_model;
+  c.d_ff = d_ff;
+  c.activation = activation;
+  c.bias = bias;
+  c.norm = norm;
+  c.norm_type = norm_type;
+  c.eps = eps;
+  c.dropout_hidden = dropout;
+  c.dropout_output = dropout;
+  return c;
+}
+
+EncoderWeights EncoderWeights::zeros(const EncoderConfig& cfg) {
+  const size_t d = size_t(cfg.d_model);
+  EncoderWeights w;
+  EncoderLayerWeights l;
+  l.in_proj_weight.assign(3 * d * d, 0.0f);
+  l.out_proj_weight.assign(d * d, 0.0f);
+  if (cfg.bias) {
+    l.in_proj_bias.assign(3 * d, 0.0f);
+    l.out_proj_bias.assign(d, 0.0f);
+  }
+  l.norm1_weight.assign(d, 0.0f);
+  if (cfg.norm_type == NormType::layernorm) l.norm1_bias.assign(d, 0.0f);
+  l.ffn = Weights::zeros(cfg.ffn_config());
+  w.layers.assign(size_t(cfg.layers), l);
+  if (cfg.final_norm) {
+    w.norm_weight.assign(d, 0.0f);
+    if (cfg.norm_type == NormType::layernorm) w.norm_bias.assign(d, 0.0f);
+  }
+  return w;
+}
+
+namespace {
+
+// Scratch of the backward pass from the process's buffer pool (fresh pages
+// each step would cost page faults; src/core/buffer_pool.hpp).
+using Buffer = std::vector<float, nn::PoolAllocator<float>>;
+
+void check_size(const std::vector<float>& v, size_t want, const std::string& what) {
+  if (v.size() != want)
+    throw Error(what + ": expected " + std::to_string(want) + " values, got " + std::to_string(v.size()));
+}
+
+void check_weights(const EncoderConfig& cfg, const EncoderWeights& w) {
+  const size_t d = size_t(cfg.d_model);
+  if (w.layers.size() != size_t(cfg.layers))
+    throw Error("encoder weights: expected " + std::to_string(cfg.layers) + " layers, got " + std::to_string(w.layers.size()));
+  const bool ln = cfg.norm_type == NormType::layernorm;
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const auto& l = w.layers[i];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    check_size(l.in_proj_weight, 3 * d * d, p + "self_attn.in_proj_weight");
+    check_size(l.in_proj_bias, cfg.bias ? 3 * d : 0, p + "self_attn.in_proj_bias");
+    check_size(l.out_proj_weight, d * d, p + "self_attn.out_proj.weight");
+    check_size(l.out_proj_bias, cfg.bias ? d : 0, p + "self_attn.out_proj.bias");
+    check_size(l.norm1_weight, d, p + "norm1.weight");
+    check_size(l.norm1_bias, ln ? d : 0, p + "norm1.bias");
+  }
+  check_size(w.norm_weight, cfg.final_norm ? d : 0, "norm.weight");
+  check_size(w.norm_bias, cfg.final_norm && ln ? d : 0, "norm.bias");
+}
+
+const float* ptr_or_null(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+float* ptr_or_null(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+
+
+// Packed panels of one layer's attention weights (fast path).
+// Backward reads W_in and W_O as they are (row-major B, packed by the gemm
+// block by block), so inference holds one packed copy only.
+struct PackedAttention {
+  std::vector<float> in_fwd;   // B(p, j) = W_in[j, p]  (x · W_inᵀ)
+  std::vector<float> out_fwd;  // B(p, j) = W_O[j, p]
+};
+using PackedEncoder = std::vector<PackedAttention>;
+
+// ---- linear: y[n, m] = x[n, k] Wᵀ + b, and its backward -------------------
+
+void linear_forward(const nn::KernelConfig& kc, bool reference, const float* x, int64_t n, int64_t k, const float* w,
+                    const std::vector<float>& packed, const float* b, int64_t m, float* y, int threads) {
+  if (n == 0) return;
+  if (reference) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double s = b ? double(b[j]) : 0.0;
+        for (int64_t p = 0; p < k; ++p) s += double(x[i * k + p]) * double(w[j * k + p]);
+        y[i * m + j] = float(s);
+      }
+    return;
+  }
+  nn::GemmArgs g;
+  g.m = n; g.n = m; g.k = k;
+  g.a = x; g.rsa = k; g.csa = 1;
+  g.b = packed.data(); g.ldb = nn::kPanel; g.psb = k * nn::kPanel;
+  g.c = y; g.ldc = m;
+  nn::gemm(kc.f32, g, threads);
+  if (b) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (n * m > 65536)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) y[i * m + j] += b[j];
+  }
+}
+
+// dx[n, k] = dy W (or += when accumulate), dW[m, k] = dyᵀ x, db[m] = Σ dy.
+void linear_backward(const nn::KernelConfig& kc, bool reference, const float* x, int64_t n, int64_t k,
+                     const float* w, int64_t m, const float* dy, float* dx, bool accumulate, float* dw, float* db,
+                     int threads) {
+  if (reference) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < k; ++p) {
+        double s = 0.0;
+        for (int64_t j = 0; j < m; ++j) s += double(dy[i * m + j]) * double(w[j * k + p]);
+        dx[i * k + p] = accumulate ? dx[i * k + p] + float(s) : float(s);
+      }
+    for (int64_t j = 0; j < m; ++j)
+      for (int64_t p = 0; p < k; ++p) {
+        double s = 0.0;
+        for (int64_t i = 0; i < n; ++i) s += double(dy[i * m + j]) * double(x[i * k + p]);
+        dw[j * k + p] = float(s);
+      }
+  } else {
+    nn::GemmArgs g;  // dx = dy · W
+    g.m = n; g.n = k; g.k = m;
+    g.a = dy; g.rsa = m; g.csa = 1;
+    g.b = w; g.ldb = k; g.psb = nn::kPanel;
+    g.c = dx; g.ldc = k;
+    g.accumulate = accumulate;
+    if (n > 0) nn::gemm(kc.f32, g, threads);
+    nn::GemmArgs h;  // dW = dyᵀ · x
+    h.m = m; h.n = k; h.k = n;
+    h.a = dy; h.rsa = 1; h.csa = m;
+    h.b = x; h.ldb = k; h.psb = nn::kPanel;
+    h.c = dw; h.ldc = k;
+    nn::gemm(kc.f32, h, threads);
+  }
+  if (db) {
+    std::vector<double> s(size_t(m), 0.0);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) s[size_t(j)] += double(dy[i * m + j]);
+    for (int64_t j = 0; j < m; ++j) db[j] = float(s[size_t(j)]);
+  }
+}
+
+}  // namespace
+
+// ---- the cache --------------------------------------------------------------
+
+struct EncoderCache::Data {
+  bool filled = false;
+  EncoderConfig cfg;
+  int64_t batch = 0, seq = 0;
+  std::vector<int64_t> pos;  // global positions of the valid tokens
+  bool causal = false, training = false;
+  uint64_t seed = 0;
+  struct LayerSaved {
+    std::vector<float> x;           // [n, d] the layer's input
+    std::vector<float> u;           // [n, d] pre: Norm1(x), the attention's input
+    std::vector<float> r;           // [n, d] post: x + Drop(MHA(x)), Norm1's input
+    std::vector<float> mean, rstd;  // [n] Norm1's statistics
+    std::vector<float> qkv, ctx;    // [n, 3d], [n, d]
+    std::vector<float> lse;         // [n, heads]
+    std::vector<float> h;           // [n, d] the attention sublayer's output, the FFN's input
+    ForwardCache ffn;
+  };
+  std::vector<LayerSaved> layers;
+  std::vector<float> last, mean, rstd;  // the final norm's input and statistics
+};
+
+EncoderCache::EncoderCache() : data_(std::make_unique<Data>()) {}
+EncoderCache::~EncoderCache() = default;
+EncoderCache::EncoderCache(EncoderCache&&) noexcept = default;
+EncoderCache& EncoderCache::operator=(EncoderCache&&) noexcept = default;
+EncoderCache::Data& EncoderCache::data() { return *data_; }
+const EncoderCache::Data& EncoderCache::data() const { return *data_; }
+size_t EncoderCache::bytes() const {
+  size_t b = 0;
+  for (const auto& l : data_->layers)
+    b += (l.x.size() + l.u.size() + l.r.size() + l.mean.size() + l.rstd.size() + l.qkv.size() + l.ctx.size() +
+          l.lse.size() + l.h.size()) * sizeof(float) + l.ffn.bytes();
+  return b + (data_->last.size() + data_->mean.size() + data_->rstd.size()) * sizeof(float);
+}
+
+// ---- construction -----------------------------------------------------------
+
+Encoder::Encoder(const EncoderConfig& cfg, uint64_t seed) : cfg_(cfg) {
+  cfg_.validate();
+  w_ = EncoderWeights::zeros(cfg_);
+  const int64_t d = cfg_.d_model;
+  for (size_t i = 0; i < w_.layers.size(); ++i) {
+    auto& l = w_.layers[i];
+    const uint64_t s = nn::derive_seed(seed, uint32_t(i), 2);
+    nn::fill_uniform(l.in_proj_weight.data(), l.in_proj_weight.size(), float(std::sqrt(6.0 / double(4 * d))), s, 1);
+    nn::fill_uniform(l.out_proj_weight.data(), l.out_proj_weight.size(), float(1.0 / std::sqrt(double(d))), s, 2);
+    std::fill(l.norm1_weight.begin(), l.norm1_weight.end(), 1.0f);
+    l.ffn = Layer(cfg_.ffn_config(), nn::derive_seed(seed, uint32_t(i), 3)).weights();
+  }
+  std::fill(w_.norm_weight.begin(), w_.norm_weight.end(), 1.0f);
+  prepare();
+}
+
+Encoder::Encoder(const EncoderConfig& cfg, EncoderWeights weights) : cfg_(cfg), w_(std::move(weights)) {
+  cfg_.validate();
+  check_weights(cfg_, w_);
+  prepare();
+}
+
+void Encoder::set_weights(EncoderWeights w) {
+  check_weights(cfg_, w);
+  w_ = std::move(w);
+  prepare();
+}
+
+// The FFN sublayers own their weights (w_'s FFN parts are moved into them:
+// one copy in memory); weights() puts them back together.
+void Encoder::prepare() {
+  const int64_t d = cfg_.d_model;
+  ffn_.clear();
+  auto packed = std::make_shared<PackedEncoder>();
+  for (auto& l : w_.layers) {
+    ffn_.emplace_back(cfg_.ffn_config(), std::move(l.ffn));  // checks the FFN's sizes
+    l.ffn = Weights{};
+    PackedAttention p;
+    p.in_fwd = nn::pack_panels(l.in_proj_weight.data(), d, 3 * d, true);
+    p.out_fwd = nn::pack_panels(l.out_proj_weight.data(), d, d, true);
+    packed->push_back(std::move(p));
+  }
+  packed_ = std::move(packed);
+}
+
+Encoder Encoder::converted(WeightDtype dtype, const std::vector<int64_t>& layers,
+                           const std::vector<Int8Options>& int8) const {
+  Encoder e = *this;
+  for (int64_t l : layers)
+    if (l < 0 || l >= cfg_.layers)
+      throw Error("layer " + std::to_string(l) + " does not exist (0.." + std::to_string(cfg_.layers - 1) + ")");
+  if (!int8.empty() && int64_t(int8.size()) != cfg_.layers)
+    throw Error("int8 options for " + std::to_string(int8.size()) + " layers, expected " + std::to_string(cfg_.layers));
+  for (size_t i = 0; i < e.ffn_.size(); ++i)
+    if (layers.empty() || std::find(layers.begin(), layers.end(), int64_t(i)) != layers.end()) {
+      try {
+        e.ffn_[i] = int8.empty() ? e.ffn_[i].converted(dtype) : e.ffn_[i].converted(dtype, int8[i]);
+      } catch (const Error& err) {
+        throw Error("layer " + std::to_string(i) + ": " + err.what());
+      }
+    }
+  return e;
+}
+
+EncoderWeights Encoder::weights() const {
+  EncoderWeights w = w_;
+  for (size_t i = 0; i < w.layers.size(); ++i) w.layers[i].ffn = ffn_[i].weights();
+  return w;
+}
+
+double Encoder::forward_flops(const Shape& shape, bool causal) const {
+  const double d = double(cfg_.d_model);
+  double tokens = 0, pairs = 0;
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    const double len = double(shape.lengths.empty() ? shape.seq : shape.lengths[size_t(b)]);
+    tokens += len;
+    pairs += causal ? len * (len + 1) / 2 : len * len;
+  }
+  const double per_layer = 2.0 * tokens * 4.0 * d * d + 4.0 * pairs * d;
+  return double(cfg_.layers) * (per_layer + ffn_[0].forward_flops(int64_t(tokens)));
+}
+
+// ---- forward and backward ---------------------------------------------------
+
+namespace {
+
+struct Rows {
+  std::vector<int64_t> pos;  // global positions b·S + s of the valid tokens
+  std::vector<int64_t> off;  // B + 1 row offsets of the sequences
+};
+
+Rows valid_rows(const Shape& s) {
+  if (s.layout != Layout::tokens) throw Error("layout: the encoder takes the tokens layout [B, S, d_model]");
+  Rows r;
+  r.pos = nn::valid_positions(s, &r.off);
+  return r;
+}
+
+reference::AttentionShape attention_shape(const EncoderConfig& cfg, const Rows& rows, int64_t S, bool causal,
+                                          bool training, uint64_t seed) {
+  reference::AttentionShape a;
+  a.d = cfg.d_model;
+  a.heads = cfg.heads;
+  a.S = S;
+  a.off = rows.off;
+  a.causal = causal;
+  a.dropout = cfg.dropout;
+  a.training = training;
+  a.seed = seed;
+  return a;
+}
+
+}  // namespace
+
+// out = the attention sublayer of layer l applied to x (n rows):
+//   post: Norm1(x + Drop(MHA(x)))      pre: x + Drop(MHA(Norm1(x)))
+// s holds the intermediate tensors; with `save` also what backward needs and
+// forward could otherwise overwrite (copies of x and of the residual sum).
+namespace {
+using LayerSaved = EncoderCache::Data::LayerSaved;
+
+void attention_sublayer_forward(const EncoderConfig& cfg_, const EncoderLayerWeights& w, const PackedAttention& pk,
+                                int64_t l, const float* x, float* out, LayerSaved& s, bool save, const Rows& rows,
+                                int64_t S, const EncoderRunOptions& opts, int threads, bool ref,
+                                const nn::KernelConfig& kc) {
+  const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model, H = cfg_.heads;
+  const uint64_t seed = nn::derive_seed(opts.seed, uint32_t(l), 0);
+  const auto attn = attention_shape(cfg_, rows, S, opts.causal, opts.training, seed);
+  if (save) s.x.assign(x, x + n * d);
+  s.mean.resize(size_t(n));
+  s.rstd.resize(size_t(n));
+  const float* ain = x;
+  if (cfg_.norm == NormPlacement::pre) {
+    s.u.resize(size_t(n * d));
+    nn::norm_forward(cfg_.norm_type, cfg_.eps, x, n, d, w.norm1_weight.data(), ptr_or_null(w.norm1_bias), s.u.data(),
+                     s.mean.data(), s.rstd.data(), threads);
+    ain = s.u.data();
+  }
+  s.qkv.resize(size_t(n * 3 * d));
+  s.ctx.resize(size_t(n * d));
+  s.lse.resize(size_t(n * H));
+  linear_forward(kc, ref, ain, n, d, w.in_proj_weight.data(), pk.in_fwd, ptr_or_null(w.in_proj_bias), 3 * d,
+                 s.qkv.data(), threads);
+  if (n > 0) {
+    if (ref)
+      reference::attention_forward(attn, s.qkv.data(), s.ctx.data(), s.lse.data());
+    else
+      nn::attention_forward(attn, s.qkv.data(), s.ctx.data(), s.lse.data(), threads, opts.isa);
+  }
+  linear_forward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), pk.out_fwd, ptr_or_null(w.out_proj_bias), d,
+                 out, threads);
+  const auto rule = nn::DropoutRule::make(opts.training ? cfg_.dropout : 0.0f);
+#pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      const float f = rule.factor(seed, nn::Stream::attention_output, uint64_t(i * d + j));
+      out[i * d + j] = x[i * d + j] + out[i * d + j] * f;
+    }
+  if (cfg_.norm == NormPlacement::post) {
+    if (save) s.r.assign(out, out + n * d);
+    // In place: each row's statistics are taken before any of it is written.
+    nn::norm_forward(cfg_.norm_type, cfg_.eps, out, n, d, w.norm1_weight.data(), ptr_or_null(w.norm1_bias), out,
+                     s.mean.data(), s.rstd.data(), threads);
+  }
+}
+
+// dx from dout through the attention sublayer of layer l; g receives the
+// layer's attention and norm1 gradients.
+void attention_sublayer_backward(const EncoderConfig& cfg_, const EncoderLayerWeights& w, const PackedAttention& pk,
+                                 int64_t l, const LayerSaved& s, const Rows& rows, int64_t S,
+                                 const EncoderCache::Data& c, const float* dout, float* dx, EncoderLayerWeights& g,
+                                 int threads, bool ref, Isa isa, const nn::KernelConfig& kc) {
+  const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
+  const uint64_t seed = nn::derive_seed(c.seed, uint32_t(l), 0);
+  const auto attn = attention_shape(cfg_, rows, S, c.causal, c.training, seed);
+  const bool post = cfg_.norm == NormPlacement::post;
+  // dr: the gradient of the residual sum x + Drop(a).
+  Buffer dr(size_t(n * d));
+  if (post)
+    nn::norm_backward(cfg_.norm_type, s.r.data(), s.mean.data(), s.rstd.data(), n, d, w.norm1_weight.data(), dout,
+                      dr.data(), false, g.norm1_weight.data(), ptr_or_null(g.norm1_bias), threads);
+  else
+    std::copy(dout, dout + n * d, dr.begin());
+  std::copy(dr.begin(), dr.end(), dx);  // the residual path
+  const auto rule = nn::DropoutRule::make(c.training ? cfg_.dropout : 0.0f);
+  if (rule.active())
+#pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < d; ++j)
+        dr[size_t(i * d + j)] *= rule.factor(seed, nn::Stream::attention_output, uint64_t(i * d + j));
+  Buffer dctx(size_t(n * d)), dqkv(size_t(n * 3 * d));
+  linear_backward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), d, dr.data(), dctx.data(),
+                  false, g.out_proj_weight.data(), ptr_or_null(g.out_proj_bias), threads);
+  if (n > 0) {
+    if (ref)
+      reference::attention_backward(attn, s.qkv.data(), dctx.data(), dqkv.data());
+    else
+      nn::attention_backward(attn, s.qkv.data(), s.ctx.data(), s.lse.data(), dctx.data(), dqkv.data(), threads, isa);
+  }
+  const float* ain = post ? s.x.data() : s.u.data();
+  if (post) {
+    linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), dx, true,
+                    g.in_proj_weight.data(), ptr_or_null(g.in_proj_bias), threads);
+  } else {
+    Buffer du(size_t(n * d));
+    linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), du.data(), false,
+                    g.in_proj_weight.data(), ptr_or_null(g.in_proj_bias), threads);
+    nn::norm_backward(cfg_.norm_type, s.x.data(), s.mean.data(), s.rstd.data(), n, d, w.norm1_weight.data(),
+                      du.data(), dx, true, g.norm1_weight.data(), ptr_or_null(g.norm1_bias), threads);
+  }
+}
+
+}  // namespace
+
+void Encoder::forward(const float* x, float* y, const Shape& shape, const EncoderRunOptions& opts,
+                      EncoderCache* cache) const {
+  const Rows rows = valid_rows(shape);
+  const int threads = nn::thread_count(opts);
+  const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
+  if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
+  if (opts.compute != Compute::fp32) throw Error("forward: the encoder computes in fp32 (--compute bf16 is the FFN's)");
+  const bool ref = opts.path == Path::reference;
+  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
+  const auto& packed = *static_cast<const PackedEncoder*>(packed_.get());
+  EncoderCache::Data* c = cache ? &cache->data() : nullptr;
+  if (c) {
+    c->filled = true;
+    c->cfg = cfg_;
+    c->batch = shape.batch;
+    c->seq = shape.seq;
+    c->pos = rows.pos;
+    c->causal = opts.causal;
+    c->training = opts.training;
+    c->seed = opts.seed;
+    c->layers.resize(size_t(cfg_.layers));
+  }
+  // The valid rows, contiguous: x itself when it has no padding, else a
+  // gathered copy; likewise the last layer writes y directly when it can.
+  const bool direct = n == shape.positions();
+  std::vector<float> cur, next, hbuf(size_t(n * d));
+  auto buffer = [&](std::vector<float>& v) {
+    v.resize(size_t(n * d));
+    return v.data();
+  };
+  const float* in = x;
+  if (!direct) {
+    float* g = buffer(cur);
+    for (int64_t i = 0; i < n; ++i) std::copy(x + rows.pos[size_t(i)] * d, x + (rows.pos[size_t(i)] + 1) * d, g + i * d);
+    in = g;
+  }
+  EncoderCache::Data::LayerSaved scratch;  // reused by every layer in inference
+  for (int64_t l = 0; l < cfg_.layers; ++l) {
+    EncoderCache::Data::LayerSaved& s = c ? c->layers[size_t(l)] : scratch;
+    attention_sublayer_forward(cfg_, w_.layers[size_t(l)], packed[size_t(l)], l, in, hbuf.data(), s, c != nullptr, rows,
+                               shape.seq, opts, threads, ref, kc);
+    if (c) s.h = hbuf;
+    float* out = direct && l + 1 == cfg_.layers && !cfg_.final_norm ? y
+                 : in == cur.data() && !cur.empty()                   ? buffer(next)
+                                                                      : buffer(cur);
+    // The FFN sublayer (Norm2 inside it), on the same rows.
+    RunOptions fo = opts;
+    fo.seed = nn::derive_seed(opts.seed, uint32_t(l), 1);
+    fo.threads = threads;
+    if (opts.ffn_input) opts.ffn_input(l, hbuf.data(), n);
+    ffn_[size_t(l)].forward(hbuf.data(), out, Shape::tokens(n), fo, c ? &s.ffn : nullptr);
+    in = out;
+  }
+  if (cfg_.final_norm) {
+    std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
+    float* out = direct ? y : hbuf.data();
+    nn::norm_forward(cfg_.norm_type, cfg_.eps, in, n, d, w_.norm_weight.data(), ptr_or_null(w_.norm_bias), out,
+                     mean.data(), rstd.data(), threads);
+    if (c) {
+      c->last.assign(in, in + n * d);
+      c->mean = std::move(mean);
+      c->rstd = std::move(rstd);
+    }
+    in = out;
+  }
+  if (!direct) {
+    std::fill(y, y + shape.positions() * d, 0.0f);
+    for (int64_t i = 0; i < n; ++i) std::copy(in + i * d, in + (i + 1) * d, y + rows.pos[size_t(i)] * d);
+  }
+}
+
+void Encoder::backward(const float* x, const float* dy, const Shape& shape, const EncoderCache& cache, float* dx,
+                       EncoderWeights& grads, const EncoderRunOptions& opts) const {
+  const EncoderCache::Data& c = cache.data();
+  if (!c.filled) throw Error("backward: the cache was not filled by forward");
+  const Rows rows = valid_rows(shape);
+  const EncoderConfig& f = c.cfg;
+  if (f.d_model != cfg_.d_model || f.heads != cfg_.heads || f.d_ff != cfg_.d_ff || f.layers != cfg_.layers ||
+      f.activation != cfg_.activation || f.norm != cfg_.norm || f.norm_type != cfg_.norm_type || f.eps != cfg_.eps ||
+      f.bias != cfg_.bias || f.dropout != cfg_.dropout || f.final_norm != cfg_.final_norm)
+    throw Error("backward: the cache comes from a forward call of an encoder with other settings");
+  if (c.batch != shape.batch || c.seq != shape.seq || c.pos != rows.pos)
+    throw Error("backward: the cache comes from a forward call with another shape or lengths");
+  if (shape.positions() > 0 && (!dy || !dx)) throw Error("backward: dy and dx must not be null");
+  const int threads = nn::thread_count(opts);
+  const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
+  const bool ref = opts.path == Path::reference;
+  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
+  const auto& packed = *static_cast<const PackedEncoder*>(packed_.get());
+  // Reuse the caller's gradient buffers when they have the right sizes: every
+  // element is overwritten (a fresh zeroed 4·d·(d + d_ff)·layers floats per
+  // step costs page faults and a memset).
+  {
+    const size_t d1 = size_t(d), ln = cfg_.norm_type == NormType::layernorm ? d1 : 0, b = cfg_.bias ? 1 : 0;
+    auto is = [](const std::vector<float>& v, size_t size) { return v.size() == size; };
+    bool ok = grads.layers.size() == size_t(cfg_.layers) && is(grads.norm_weight, cfg_.final_norm ? d1 : 0) &&
+              is(grads.norm_bias, cfg_.final_norm ? ln : 0);
+    for (size_t i = 0; ok && i < grads.layers.size(); ++i) {
+      const auto& a = grads.layers[i];
+      ok = is(a.in_proj_weight, 3 * d1 * d1) && is(a.in_proj_bias, 3 * d1 * b) && is(a.out_proj_weight, d1 * d1) &&
+           is(a.out_proj_bias, d1 * b) && is(a.norm1_weight, d1) && is(a.norm1_bias, ln);
+    }
+    if (!ok || n == 0) grads = EncoderWeights::zeros(cfg_);
+  }
+
+  Buffer g(size_t(n * d)), gx(size_t(n * d));
+  for (int64_t i = 0; i < n; ++i) std::copy(dy + rows.pos[size_t(i)] * d, dy + (rows.pos[size_t(i)] + 1) * d, g.data() + i * d);
+  if (cfg_.final_norm) {
+    nn::norm_backward(cfg_.norm_type, c.last.data(), c.mean.data(), c.rstd.data(), n, d, w_.norm_weight.data(),
+                      g.data(), gx.data(), false, grads.norm_weight.data(), ptr_or_null(grads.norm_bias), threads);
+    std::swap(g, gx);
+  }
+  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
+    const auto& s = c.layers[size_t(l)];
+    RunOptions fo = opts;
+    fo.threads = threads;
+    ffn_[size_t(l)].backward(s.h.data(), g.data(), Shape::tokens(n), s.ffn, gx.data(), grads.layers[size_t(l)].ffn, fo);
+    attention_sublayer_backward(cfg_, w_.layers[size_t(l)], packed[size_t(l)], l, s, rows, shape.seq, c, gx.data(),
+                                g.data(), grads.layers[size_t(l)], threads, ref, opts.isa, kc);
+  }
+  std::fill(dx, dx + shape.positions() * d, 0.0f);
+  for (int64_t i = 0; i < n; ++i) std::copy(g.data() + i * d, g.data() + (i + 1) * d, dx + rows.pos[size_t(i)] * d);
+  (void)x;
+}
+
+}  // namespace ffn

@@ -1,0 +1,245 @@
+#include "ops/attention.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/gemm.hpp"
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/kernel_config.hpp"
+#include "core/philox.hpp"
+
+namespace ffn::nn {
+namespace {
+
+constexpr int64_t kQueryTile = 96;  // query rows per tile
+constexpr int64_t kKeyTile = 256;   // keys per tile (a multiple of kPanel)
+
+struct Seq {
+  int64_t base, len;
+};
+
+// One head's K of a sequence as 16-key panels for S = Q·Kᵀ:
+//   out[(j/16)·dh·16 + c·16 + j%16] = src[j·ld + c], zero past len.
+void pack_keys(const float* src, int64_t ld, int64_t len, int64_t dh, float* out) {
+  for (int64_t q = 0; q < panels(len); ++q)
+    for (int64_t c = 0; c < dh; ++c) {
+      float* dst = out + (q * dh + c) * kPanel;
+      for (int64_t j = 0; j < kPanel; ++j) {
+        const int64_t key = q * kPanel + j;
+        dst[j] = key < len ? src[key * ld + c] : 0.0f;
+      }
+    }
+}
+
+// One head's V (or K) of a sequence as 16-column panels of all its rows, for
+// P·V: out[(c/16)·len·16 + j·16 + c%16] = src[j·ld + c], zero past dh.
+void pack_rows_panels(const float* src, int64_t ld, int64_t len, int64_t dh, float* out) {
+  for (int64_t q = 0; q < panels(dh); ++q)
+    for (int64_t j = 0; j < len; ++j) {
+      float* dst = out + (q * len + j) * kPanel;
+      for (int64_t c = 0; c < kPanel; ++c) {
+        const int64_t col = q * kPanel + c;
+        dst[c] = col < dh ? src[j * ld + col] : 0.0f;
+      }
+    }
+}
+
+// C[m, n] (+)= A[m, k] · B, B packed panels (ldb = 16).
+void mm_packed(const KernelConfig& kc, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t psb, float* c, int64_t ldc, bool accumulate) {
+  GemmArgs g;
+  g.m = m; g.n = n; g.k = k;
+  g.a = a; g.rsa = lda; g.csa = 1;
+  g.b = b; g.ldb = kPanel; g.psb = psb;
+  g.c = c; g.ldc = ldc;
+  g.accumulate = accumulate;
+  gemm_packed(kc.f32, g);
+}
+
+// C[m, n] (+)= A · B with any A strides and a row-major B (ldb), on this thread.
+void mm(const KernelConfig& kc, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
+        const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  GemmArgs g;
+  g.m = m; g.n = n; g.k = k;
+  g.a = a; g.rsa = rsa; g.csa = csa;
+  g.b = b; g.ldb = ldb; g.psb = kPanel;
+  g.c = c; g.ldc = ldc;
+  g.accumulate = accumulate;
+  gemm(kc.f32, g, 1);
+}
+
+std::vector<Seq> sequences(const AttentionShape& a) {
+  std::vector<Seq> s;
+  for (size_t b = 0; b + 1 < a.off.size(); ++b) s.push_back({a.off[b], a.off[b + 1] - a.off[b]});
+  return s;
+}
+
+// Keys a query at local position s may see: all of its sequence, or up to s.
+int64_t visible(const AttentionShape& a, const Seq& q, int64_t s) { return a.causal ? s + 1 : q.len; }
+
+}  // namespace
+
+void attention_forward(const AttentionShape& a, const float* qkv, float* ctx, float* lse, int threads, Isa isa) {
+  const KernelConfig& kc = kernel_config(resolve_isa(isa));
+  const int64_t d = a.d, H = a.heads, dh = d / H, ld = 3 * d;
+  const float scale = float(1.0 / std::sqrt(double(dh)));
+  const auto rule = DropoutRule::make(a.training ? a.dropout : 0.0f);
+  const std::vector<Seq> seqs = sequences(a);
+
+  // Units: (sequence, head, query tile), in that order.
+  struct Unit { int64_t b, h, s0; };
+  std::vector<Unit> units;
+  for (size_t b = 0; b < seqs.size(); ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s0 = 0; s0 < seqs[b].len; s0 += kQueryTile) units.push_back({int64_t(b), h, s0});
+  if (units.empty()) return;
+
+#pragma omp parallel num_threads(int(std::min<int64_t>(threads, int64_t(units.size()))))
+  {
+    std::vector<float> kp, vp, sbuf(size_t(kQueryTile * kKeyTile)), o(size_t(kQueryTile * panels(dh) * kPanel));
+    std::vector<float> mx(static_cast<size_t>(kQueryTile)), sum(static_cast<size_t>(kQueryTile));
+    int64_t packed_b = -1, packed_h = -1;
+    const int64_t ldo = panels(dh) * kPanel;
+#pragma omp for schedule(dynamic, 1)
+    for (size_t u = 0; u < units.size(); ++u) {
+      const auto [b, h, s0] = units[u];
+      const Seq& sq = seqs[size_t(b)];
+      if (b != packed_b || h != packed_h) {  // this thread's copy of the head's K and V panels
+        kp.resize(size_t(panels(sq.len) * kPanel * dh));
+        vp.resize(size_t(panels(dh) * kPanel * sq.len));
+        pack_keys(qkv + sq.base * ld + d + h * dh, ld, sq.len, dh, kp.data());
+        pack_rows_panels(qkv + sq.base * ld + 2 * d + h * dh, ld, sq.len, dh, vp.data());
+        packed_b = b;
+        packed_h = h;
+      }
+      const int64_t rows = std::min(kQueryTile, sq.len - s0);
+      const int64_t keys = a.causal ? s0 + rows : sq.len;  // keys any row of the tile sees
+      const float* q = qkv + (sq.base + s0) * ld + h * dh;
+      std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      std::fill(o.begin(), o.end(), 0.0f);
+      for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
+        const int64_t kn = std::min(kKeyTile, keys - j0);
+        mm_packed(kc, rows, kn, dh, q, ld, kp.data() + (j0 / kPanel) * dh * kPanel, dh * kPanel, sbuf.data(),
+                  kKeyTile, false);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* srow = sbuf.data() + r * kKeyTile;
+          const int64_t lim = std::clamp<int64_t>(visible(a, sq, s0 + r) - j0, 0, kn);
+          const float alpha = lim > 0 ? kc.softmax_step(srow, lim, scale, &mx[size_t(r)], &sum[size_t(r)]) : 1.0f;
+          std::fill(srow + lim, srow + kn, 0.0f);
+          if (rule.active()) {
+            const uint64_t row = uint64_t(((sq.base + s0 + r) * H + h) * a.S + j0);
+            for (int64_t j = 0; j < lim; ++j) srow[j] *= rule.factor(a.seed, Stream::attention, row + uint64_t(j));
+          }
+          if (alpha != 1.0f)
+            for (int64_t c = 0; c < dh; ++c) o[size_t(r * ldo + c)] *= alpha;
+        }
+        mm_packed(kc, rows, dh, kn, sbuf.data(), kKeyTile, vp.data() + j0 * kPanel, sq.len * kPanel, o.data(), ldo,
+                  true);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = sq.base + s0 + r;
+        const float inv = 1.0f / sum[size_t(r)];
+        for (int64_t c = 0; c < dh; ++c) ctx[i * d + h * dh + c] = o[size_t(r * ldo + c)] * inv;
+        lse[i * H + h] = mx[size_t(r)] + std::log(sum[size_t(r)]);
+      }
+    }
+  }
+}
+
+// Per (sequence, head), key tiles outer and query tiles inner (FlashAttention-2's
+// backward order): dK and dV of a key tile are finished before the next, dQ
+// accumulates over key tiles in a [len, dh] buffer.
+//   P = e^(S·scale − lse),  P̃ = P ∘ Z,  dV += P̃ᵀ dO,  dP = Z ∘ (dO Vᵀ),
+//   dS = P ∘ (dP − D) · scale with D = rowsum(dO ∘ O),  dQ += dS K,  dK += dSᵀ Q.
+void attention_backward(const AttentionShape& a, const float* qkv, const float* ctx, const float* lse,
+                        const float* dctx, float* dqkv, int threads, Isa isa) {
+  const KernelConfig& kc = kernel_config(resolve_isa(isa));
+  const int64_t d = a.d, H = a.heads, dh = d / H, ld = 3 * d;
+  const float scale = float(1.0 / std::sqrt(double(dh)));
+  const auto rule = DropoutRule::make(a.training ? a.dropout : 0.0f);
+  const std::vector<Seq> seqs = sequences(a);
+  struct Unit { int64_t b, h; };
+  std::vector<Unit> units;
+  for (size_t b = 0; b < seqs.size(); ++b)
+    for (int64_t h = 0; h < H; ++h)
+      if (seqs[b].len > 0) units.push_back({int64_t(b), h});
+  if (units.empty()) return;
+
+#pragma omp parallel num_threads(int(std::min<int64_t>(threads, int64_t(units.size()))))
+  {
+    std::vector<float> kp, vp, dq, D, p(size_t(kQueryTile * kKeyTile)), dp(size_t(kQueryTile * kKeyTile));
+    std::vector<float> dk(static_cast<size_t>(kKeyTile * dh)), dv(static_cast<size_t>(kKeyTile * dh));
+#pragma omp for schedule(dynamic, 1)
+    for (size_t u = 0; u < units.size(); ++u) {
+      const auto [b, h] = units[u];
+      const Seq& sq = seqs[size_t(b)];
+      const float* Q = qkv + sq.base * ld + h * dh;
+      const float* K = Q + d;
+      const float* V = Q + 2 * d;
+      const float* dO = dctx + sq.base * d + h * dh;
+      kp.resize(size_t(panels(sq.len) * kPanel * dh));
+      vp.resize(size_t(panels(sq.len) * kPanel * dh));
+      pack_keys(K, ld, sq.len, dh, kp.data());
+      pack_keys(V, ld, sq.len, dh, vp.data());  // Vᵀ panels, for dO·Vᵀ
+      dq.assign(size_t(sq.len * dh), 0.0f);
+      D.resize(size_t(sq.len));
+      for (int64_t s = 0; s < sq.len; ++s) {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < dh; ++c) acc += dO[s * d + c] * ctx[(sq.base + s) * d + h * dh + c];
+        D[size_t(s)] = acc;
+      }
+      for (int64_t j0 = 0; j0 < sq.len; j0 += kKeyTile) {
+        const int64_t kn = std::min(kKeyTile, sq.len - j0);
+        std::fill(dk.begin(), dk.end(), 0.0f);
+        std::fill(dv.begin(), dv.end(), 0.0f);
+        const int64_t first = a.causal ? j0 / kQueryTile * kQueryTile : 0;  // earlier queries see none of these keys
+        for (int64_t s0 = first; s0 < sq.len; s0 += kQueryTile) {
+          const int64_t rows = std::min(kQueryTile, sq.len - s0);
+          mm_packed(kc, rows, kn, dh, Q + s0 * ld, ld, kp.data() + (j0 / kPanel) * dh * kPanel, dh * kPanel,
+                    p.data(), kKeyTile, false);
+          mm_packed(kc, rows, kn, dh, dO + s0 * d, d, vp.data() + (j0 / kPanel) * dh * kPanel, dh * kPanel,
+                    dp.data(), kKeyTile, false);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t i = sq.base + s0 + r;
+            float* prow = p.data() + r * kKeyTile;
+            float* dprow = dp.data() + r * kKeyTile;
+            const int64_t lim = std::clamp<int64_t>(visible(a, sq, s0 + r) - j0, 0, kn);
+            kc.exp_rows(prow, lim, scale, lse[i * H + h], prow);
+            std::fill(prow + lim, prow + kn, 0.0f);
+            const float Di = D[size_t(s0 + r)];
+            if (rule.active()) {
+              const uint64_t row = uint64_t((i * H + h) * a.S + j0);
+              for (int64_t j = 0; j < lim; ++j) {
+                const float z = rule.factor(a.seed, Stream::attention, row + uint64_t(j));
+                const float pj = prow[j];
+                dprow[j] = pj * (z * dprow[j] - Di) * scale;
+                prow[j] = pj * z;  // P̃ for dV
+              }
+            } else {
+              for (int64_t j = 0; j < lim; ++j) dprow[j] = prow[j] * (dprow[j] - Di) * scale;
+            }
+            std::fill(dprow + lim, dprow + kn, 0.0f);
+          }
+          // dV[kn, dh] += P̃ᵀ dO ; dK[kn, dh] += dSᵀ Q ; dQ[rows, dh] += dS K
+          mm(kc, kn, dh, rows, p.data(), 1, kKeyTile, dO + s0 * d, d, dv.data(), dh, true);
+          mm(kc, kn, dh, rows, dp.data(), 1, kKeyTile, Q + s0 * ld, ld, dk.data(), dh, true);
+          mm(kc, rows, dh, kn, dp.data(), kKeyTile, 1, K + j0 * ld, ld, dq.data() + s0 * dh, dh, true);
+        }
+        for (int64_t j = 0; j < kn; ++j)
+          for (int64_t c = 0; c < dh; ++c) {
+            dqkv[(sq.base + j0 + j) * ld + d + h * dh + c] = dk[size_t(j * dh + c)];
+            dqkv[(sq.base + j0 + j) * ld + 2 * d + h * dh + c] = dv[size_t(j * dh + c)];
+          }
+      }
+      for (int64_t s = 0; s < sq.len; ++s)
+        for (int64_t c = 0; c < dh; ++c) dqkv[(sq.base + s) * ld + h * dh + c] = dq[size_t(s * dh + c)];
+    }
+  }
+}
+
+}  // namespace ffn::nn

@@ -1,0 +1,27 @@
+// The contents of ffn::ForwardCache (see ffn.hpp for what is saved and why).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ffn/ffn.hpp"
+#include "core/buffer_pool.hpp"
+
+namespace ffn {
+
+struct ForwardCache::Data {
+  bool filled = false;
+  Config cfg;  // the layer's settings at forward time
+  Layout layout = Layout::tokens;
+  int64_t batch = 0, seq = 0;
+  bool training = false;
+  uint64_t seed = 0;
+  int64_t position_offset = 0;  // RunOptions::position_offset of the forward call
+  std::vector<int64_t> pos;  // global positions of the valid tokens
+  // From the process's buffer pool (src/core/buffer_pool.hpp): a new cache at
+  // every training step reuses the last step's pages.
+  using Buffer = std::vector<float, nn::PoolAllocator<float>>;
+  Buffer z1, zg, mean, rstd, xhat;
+};
+
+}  // namespace ffn

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""The rooms of src/ depend downward only, and the program, the bindings, the
+benchmarks and the examples use only the public API (CONTRIBUTING.md).
+
+Reads every `#include "..."` of src/, include/, tools/, python/, bench/,
+examples/ and fuzz/ and fails, naming file, line and rule, on
+  - an include that goes up or sideways between rooms of src/ (the levels are
+    LEVELS below: a room may include only rooms of a lower level, and the
+    public headers include/ffn/, which any room may use);
+  - a public header (include/ffn/) that includes anything but public headers;
+  - a file of tools/, python/, bench/, examples/ or fuzz/ that includes
+    anything but include/ffn/ or a file of its own folder;
+  - an include that names no file;
+  - a cycle between files (header A includes B, which includes A);
+  - an entry of EXCEPTIONS that no longer matches anything (so the list
+    only shrinks with the code).
+Before it reads the tree it checks itself: a planted up-edge, a sideways
+edge, a tool reaching into src/, a cycle and a stale exception in a
+synthetic tree must each be reported, and that tree's clean form must pass.
+
+  test_layering.py [REPO_ROOT]      exit 0 clean, 1 violations (listed)
+"""
+import os
+import re
+import sys
+import tempfile
+
+# Room -> level. A file of a room may include files of rooms of a LOWER level
+# only (and its own room). tools -> models/modules -> ops -> backends -> core.
+# reference sits between ops and backends: the ops call it as their reference
+# path and it is written against the number formats the backend defines
+# (bf16 rounding, the int8 quantization rules, the epilogue's approximations).
+LEVELS = {
+    "core": 0,
+    "backends": 1,
+    "io": 1,
+    "text": 1,
+    "reference": 2,
+    "ops": 3,
+    "modules": 4,
+    "models": 5,
+    "train": 5,
+    "dist": 6,
+}
+# Folders that may include only the public API and their own files.
+CLIENTS = ("tools", "python", "bench", "examples", "fuzz")
+
+# Deliberate exceptions: (file, included path, why). Each must still match.
+EXCEPTIONS = [
+    ("tools/commands.hpp", "core/format.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/demo_cmd.cpp", "core/format.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/demo_cmd.cpp", "io/file_util.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/embed_cmd.cpp", "io/file_util.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/encoder_cmd.cpp", "core/compare.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/encoder_cmd.cpp", "io/file_util.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/encoder_cmd.cpp", "ops/attention.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/encoder_cmd.cpp", "core/init.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/encoder_cmd.cpp", "backends/cpu/isa.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/encoder_cmd.cpp", "backends/cpu/peak.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/ffn_main.cpp", "core/compare.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/ffn_main.cpp", "core/format.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/ffn_main.cpp", "io/file_util.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/ffn_main.cpp", "backends/cpu/isa.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/ffn_main.cpp", "backends/cpu/kernel_config.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/ffn_main.cpp", "backends/cpu/peak.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/ffn_main.cpp", "core/init.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/parallel_cmd.cpp", "dist/data_parallel.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/parallel_cmd.cpp", "dist/tensor_parallel.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/parallel_cmd.cpp", "core/init.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/train_cmd.cpp", "core/format.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/train_cmd.cpp", "io/file_util.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/train_cmd.cpp", "train/fit.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/demo/approximate.cpp", "core/format.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/demo/approximate.cpp", "train/fit.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/demo/approximate.cpp", "train/lstsq.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/demo/interaction.cpp", "core/format.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/demo/interaction.cpp", "core/philox.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/demo/interaction.cpp", "train/fit.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/demo/interaction.cpp", "train/lstsq.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("tools/plot/svg.cpp", "io/file_util.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("python/ffn_python.cpp", "io/safetensors.hpp", "the public API lacks it yet (issue 30, next step)"),
+    ("bench/peers.cpp", "backends/cpu/peak.hpp", "the public API lacks it yet (issue 30, next step)"),
+]
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def room_of(rel):
+    """('src', room) for src/<room>/..., ('public', None) for include/ffn/...,
+    ('client', folder) for the client folders, (None, None) otherwise."""
+    parts = rel.split("/")
+    if parts[0] == "src" and len(parts) > 2:
+        return "src", parts[1]
+    if parts[0] == "include":
+        return "public", None
+    if parts[0] in CLIENTS:
+        return "client", parts[0]
+    return None, None
+
+
+def resolve(root, rel, target):
+    """The repository path an include names, or None: the including file's own
+    folder first, then include/, src/, and for clients their own folder."""
+    here = os.path.dirname(rel)
+    kind, folder = room_of(rel)
+    bases = [here, "include", "src"]
+    if kind == "client":
+        bases.insert(1, folder)
+    for base in bases:
+        p = os.path.normpath(os.path.join(base, target))
+        if os.path.isfile(os.path.join(root, p)):
+            return p
+    return None
+
+
+def scan(root):
+    edges = []  # (file, line number, include text, resolved path or None)
+    for top in ("src", "include") + CLIENTS:
+        for dirpath, _, names in os.walk(os.path.join(root, top)):
+            for name in sorted(names):
+                if not name.endswith((".cpp", ".hpp", ".h", ".cc")):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, name), root)
+                with open(os.path.join(root, rel), encoding="utf-8") as f:
+                    for n, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        if m:
+                            edges.append((rel, n, m.group(1), resolve(root, rel, m.group(1))))
+    return edges
+
+
+def check(root, exceptions):
+    problems = []
+    used = set()
+    graph = {}
+    for rel, n, text, target in scan(root):
+        where = f"{rel}:{n}: #include \"{text}\""
+        if target is None:
+            problems.append(f"{where}: names no file of the repository")
+            continue
+        graph.setdefault(rel, set()).add(target)
+        kind, room = room_of(rel)
+        tkind, troom = room_of(target)
+        rule = None
+        if kind == "public" and tkind != "public":
+            rule = "a public header includes only include/ffn/"
+        elif kind == "client" and tkind != "public" and not target.startswith(room + "/"):
+            rule = f"{room}/ includes only include/ffn/ and its own files"
+        elif kind == "src" and tkind == "src" and troom != room:
+            if room not in LEVELS or troom not in LEVELS:
+                rule = f"src/{room if room not in LEVELS else troom}/ is not a known room (LEVELS)"
+            elif LEVELS[troom] >= LEVELS[room]:
+                rule = (f"src/{room}/ (level {LEVELS[room]}) may not include src/{troom}/ "
+                        f"(level {LEVELS[troom]}): arrows point down")
+        elif kind == "src" and tkind == "client":
+            rule = f"src/ may not include {troom}/"
+        if rule is None:
+            continue
+        hit = [i for i, (f, t, _) in enumerate(exceptions) if f == rel and t == text]
+        if hit:
+            used.add(hit[0])
+        else:
+            problems.append(f"{where}: {rule}")
+    for i, (f, t, why) in enumerate(exceptions):
+        if i not in used:
+            problems.append(f"EXCEPTIONS: ({f}, {t}) no longer matches an include: remove it")
+    # cycles between files (iterative DFS, colors)
+    color = {}
+    for start in sorted(graph):
+        if color.get(start):
+            continue
+        stack = [(start, iter(sorted(graph.get(start, ()))))]
+        path = [start]
+        color[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                color[node] = 2
+                stack.pop()
+                path.pop()
+            elif color.get(nxt) == 1:
+                cyc = path[path.index(nxt):] + [nxt]
+                problems.append("include cycle: " + " -> ".join(cyc))
+            elif not color.get(nxt):
+                color[nxt] = 1
+                path.append(nxt)
+                stack.append((nxt, iter(sorted(graph.get(nxt, ())))))
+    return problems
+
+
+def self_test():
+    """The checker must report each kind of violation in a synthetic tree."""
+    def tree(files):
+        d = tempfile.mkdtemp(prefix="ffn-layering-")
+        for path, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(d, path)), exist_ok=True)
+            with open(os.path.join(d, path), "w") as f:
+                f.write(text)
+        return d
+    clean = {
+        "include/ffn/ffn.hpp": "",
+        "src/core/a.hpp": '#include "ffn/ffn.hpp"\n',
+        "src/ops/b.hpp": '#include "core/a.hpp"\n',
+        "src/ops/b.cpp": '#include "ops/b.hpp"\n#include "core/a.hpp"\n',
+        "tools/main.cpp": '#include "ffn/ffn.hpp"\n#include "cmd.hpp"\n',
+        "tools/cmd.hpp": "",
+    }
+    failures = []
+    if check(tree(clean), []):
+        failures.append(f"the clean tree was reported: {check(tree(clean), [])}")
+    planted = {
+        "up-edge": ({"src/core/a.hpp": '#include "ops/b.hpp"\n'}, "arrows point down"),
+        "sideways": ({"src/io/c.hpp": '#include "backends/d.hpp"\n', "src/backends/d.hpp": ""}, "arrows point down"),
+        "tool into src": ({"tools/main.cpp": '#include "core/a.hpp"\n'}, "includes only include/ffn/"),
+        "public into src": ({"include/ffn/ffn.hpp": '#include "core/a.hpp"\n'}, "public header"),
+        "cycle": ({"src/ops/b.hpp": '#include "ops/e.hpp"\n', "src/ops/e.hpp": '#include "ops/b.hpp"\n'}, "cycle"),
+        "missing file": ({"src/ops/b.cpp": '#include "ops/nothing.hpp"\n'}, "names no file"),
+    }
+    for name, (change, expect) in planted.items():
+        problems = check(tree({**clean, **change}), [])
+        if not any(expect in p for p in problems):
+            failures.append(f"planted {name} not reported (got {problems})")
+    stale = check(tree(clean), [("src/ops/b.cpp", "modules/x.hpp", "test")])
+    if not any("no longer matches" in p for p in stale):
+        failures.append("a stale exception was not reported")
+    allowed = check(tree({**clean, "src/core/a.hpp": '#include "ops/b.hpp"\n'}),
+                    [("src/core/a.hpp", "ops/b.hpp", "test")])
+    if any("arrows" in p for p in allowed):
+        failures.append(f"a listed exception was still reported: {allowed}")
+    return failures
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
+    failures = self_test()
+    if failures:
+        print("test_layering: the checker itself is broken:")
+        for f in failures:
+            print("  " + f)
+        return 1
+    problems = check(root, EXCEPTIONS)
+    for p in problems:
+        print(p)
+    n = len(scan(root))
+    print(f"test_layering: {n} includes read, {len(problems)} problems, {len(EXCEPTIONS)} listed exceptions")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
