@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/peak.hpp"
+#include "ffn/diagnostics.hpp"
 
 #ifdef FFN_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -324,7 +324,7 @@ int compare(const std::string& self, const std::string& ffn, const std::string& 
   };
   std::map<Key, std::map<std::string, std::vector<double>>> results;
   std::map<int, double> peak;
-  for (int t : thread_counts) peak[t] = ffn::nn::measure_peak(t).gflops;
+  for (int t : thread_counts) peak[t] = ffn::measure_peak(t).gflops;
   for (int round = 0; round < rounds; ++round) {
     for (bool backward : {false, true})
       for (int threads : thread_counts)

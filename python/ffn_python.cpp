@@ -26,7 +26,6 @@
 
 #include "ffn/ffn.hpp"
 #include "ffn/sentence.hpp"
-#include "io/safetensors.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -501,11 +500,11 @@ NB_MODULE(_ffn, m) {
   m.def(
       "_safetensors_header",
       [](const std::string& path) {
-        io::SafetensorsReader r(path);
+        const SafetensorsHeader h = read_safetensors_header(path);
         nb::dict tensors;
-        for (const auto& [name, t] : r.tensors()) tensors[name.c_str()] = nb::make_tuple(t.dtype, t.shape);
+        for (const auto& [name, t] : h.tensors) tensors[name.c_str()] = nb::make_tuple(t.dtype, t.shape);
         nb::dict meta;
-        for (const auto& [k, v] : r.metadata()) meta[k.c_str()] = v;
+        for (const auto& [k, v] : h.metadata) meta[k.c_str()] = v;
         return nb::make_tuple(tensors, meta);
       },
       "path"_a, "Validates a safetensors file: ({name: (dtype, shape)}, metadata); ffn.Error if invalid.");

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "cli_util.hpp"
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/isa.hpp"

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "cli_util.hpp"
 #include "golden.hpp"
 #include "test_util.hpp"

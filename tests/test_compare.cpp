@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "tolerances.hpp"
 
 using ffn::compare;

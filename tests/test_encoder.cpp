@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/encoder.hpp"
 #include "ops/attention.hpp"
 #include "backends/cpu/activation_simd.hpp"

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.hpp"
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/encoder.hpp"
 #include "encoder_golden.hpp"
 #include "test_util.hpp"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <set>
 
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "golden.hpp"
 #include "tolerances.hpp"
 

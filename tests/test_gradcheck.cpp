@@ -7,7 +7,7 @@
 
 #include <random>
 
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "reference/ffn_reference.hpp"
 #include "tolerances.hpp"
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <random>
 
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
 #include "test_util.hpp"
 #include "ops/forward_cache.hpp"

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "cli_util.hpp"
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "demo/demos.hpp"
 #include "ffn/ffn.hpp"
 #include "io/safetensors.hpp"

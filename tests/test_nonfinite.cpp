@@ -9,7 +9,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
 #include "tolerances.hpp"
 

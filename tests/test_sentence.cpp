@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.hpp"
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/sentence.hpp"
 #include "test_util.hpp"
 #include "text/wordpiece.hpp"

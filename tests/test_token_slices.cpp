@@ -11,7 +11,7 @@
 #include <cstring>
 #include <utility>
 
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
 #include "test_util.hpp"
 #include "tolerances.hpp"

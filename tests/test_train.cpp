@@ -9,12 +9,11 @@
 #include <numeric>
 #include <set>
 
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "demo/demos.hpp"
 #include "ffn/train.hpp"
 #include "tolerances.hpp"
-#include "train/fit.hpp"
-#include "train/lstsq.hpp"
+#include "demo/lstsq.hpp"
 
 using namespace ffn;
 using namespace ffn::test;

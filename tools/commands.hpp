@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/encoder.hpp"
 #include "ffn/ffn.hpp"
 #include "ffn/train.hpp"

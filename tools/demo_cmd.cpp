@@ -4,9 +4,8 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "demo/demos.hpp"
-#include "io/file_util.hpp"
 #include "plot/svg.hpp"
 
 namespace ffn::cli {

@@ -10,7 +10,6 @@
 
 #include "commands.hpp"
 #include "ffn/sentence.hpp"
-#include "io/file_util.hpp"
 
 namespace ffn::cli {
 namespace {

@@ -10,13 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "core/compare.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/encoder.hpp"
-#include "io/file_util.hpp"
-#include "ops/attention.hpp"
-#include "core/init.hpp"
-#include "backends/cpu/isa.hpp"
-#include "backends/cpu/peak.hpp"
+#include "ffn/random.hpp"
 
 namespace ffn::cli {
 namespace {
@@ -192,7 +188,7 @@ int bench_encoder(const EncoderConfig& cfg, const EncoderBenchArgs& e, const Run
   ro.causal = e.causal;
   const Shape shape{e.batch, e.seq, Layout::tokens, {}};
   std::vector<float> x(size_t(T * d)), y(x.size()), dx(x.size()), dy(x.size());
-  nn::fill_uniform(x.data(), x.size(), 1.0f, seed, 100);
+  fill_uniform(x.data(), x.size(), 1.0f, seed, 100);
   for (size_t i = 0; i < dy.size(); ++i) dy[i] = x[(i * 7919) % x.size()] * 0.01f;
   EncoderCache cache;
   EncoderWeights grads;
@@ -229,19 +225,12 @@ int bench_encoder(const EncoderConfig& cfg, const EncoderBenchArgs& e, const Run
 
   // Attention alone (QKᵀ, softmax, PV) on the same shape, forward.
   std::vector<float> qkv(size_t(T * 3 * d)), ctx(size_t(T * d)), lse(size_t(T * cfg.heads));
-  nn::fill_uniform(qkv.data(), qkv.size(), 1.0f, seed, 101);
-  reference::AttentionShape as;
-  as.d = d;
-  as.heads = cfg.heads;
-  as.S = e.seq;
-  as.causal = e.causal;
-  as.off = {0};
-  for (int64_t b = 0; b < e.batch; ++b) as.off.push_back(as.off.back() + e.seq);
+  fill_uniform(qkv.data(), qkv.size(), 1.0f, seed, 101);
   const int threads = base.threads;
   std::vector<double> at;
   for (int it = 0; it < warmup + repeats; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
-    nn::attention_forward(as, qkv.data(), ctx.data(), lse.data(), threads, base.isa);
+    self_attention_forward(qkv.data(), ctx.data(), lse.data(), d, cfg.heads, e.batch, e.seq, e.causal, threads, base.isa);
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (it >= warmup) at.push_back(t);
   }
@@ -249,7 +238,7 @@ int bench_encoder(const EncoderConfig& cfg, const EncoderBenchArgs& e, const Run
   const double attn_flops = 4.0 * pairs * double(d);
   const double attn_med = median(at);
 
-  const nn::Peak peak = nn::measure_peak(threads);
+  const Peak peak = measure_peak(threads);
   const double med = median(times);
   const double flops = enc.forward_flops(shape, e.causal) * (backward ? 3.0 : 1.0);
   const double gflops = flops / med * 1e-9, attn_gflops = attn_flops / attn_med * 1e-9;
@@ -257,7 +246,7 @@ int bench_encoder(const EncoderConfig& cfg, const EncoderBenchArgs& e, const Run
     nlohmann::json j = {{"encoder", true}, {"d_model", d}, {"heads", cfg.heads}, {"d_ff", cfg.d_ff},
                         {"layers", cfg.layers}, {"batch", e.batch}, {"seq", e.seq}, {"causal", e.causal},
                         {"activation", to_string(cfg.activation)}, {"norm", to_string(cfg.norm)},
-                        {"threads", threads}, {"cpu", nn::cpu_name()}, {"isa", to_string(base.isa)},
+                        {"threads", threads}, {"cpu", cpu_name()}, {"isa", to_string(base.isa)},
                         {"backward", backward}, {"repeats", repeats}, {"median_s", med},
                         {"min_s", *std::min_element(times.begin(), times.end())},
                         {"max_s", *std::max_element(times.begin(), times.end())}, {"gflops", gflops},
@@ -273,7 +262,7 @@ int bench_encoder(const EncoderConfig& cfg, const EncoderBenchArgs& e, const Run
                 std::string(to_string(cfg.activation)).c_str(), std::string(to_string(cfg.norm)).c_str(),
                 (long long)e.batch, (long long)e.seq, e.causal ? " causal" : "", threads,
                 std::string(to_string(base.isa)).c_str(), backward ? "forward+backward" : "forward");
-    std::printf("  cpu            %s\n", nn::cpu_name().c_str());
+    std::printf("  cpu            %s\n", cpu_name().c_str());
     std::printf("  time per call  median %.3f ms  (min %.3f, max %.3f; %d calls)\n", med * 1e3,
                 *std::min_element(times.begin(), times.end()) * 1e3, *std::max_element(times.begin(), times.end()) * 1e3,
                 repeats);

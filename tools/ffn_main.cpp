@@ -21,14 +21,9 @@
 #include <unistd.h>
 
 #include "commands.hpp"
-#include "core/compare.hpp"
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
-#include "io/file_util.hpp"
-#include "backends/cpu/isa.hpp"
-#include "backends/cpu/kernel_config.hpp"
-#include "backends/cpu/peak.hpp"
-#include "core/init.hpp"
+#include "ffn/random.hpp"
 
 namespace ffn::cli {
 
@@ -525,7 +520,7 @@ int cmd_bench(const BenchArgs& a) {
     const EncoderConfig e = encoder_config(a.d_model, a.d_ff, ffn, a.layers, a.heads);
     RunOptions ro;
     ro.threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
-    ro.isa = nn::resolve_isa(parse_isa(a.isa, "--isa"));
+    ro.isa = resolve_isa(parse_isa(a.isa, "--isa"));
     return cli::bench_encoder(e, a.enc, ro, a.backward, a.repeats, a.warmup, a.seed, a.json);
   }
   for (const CLI::Option* o : {a.o_layers, a.o_heads, a.o_batch, a.o_seq, a.o_causal})
@@ -559,7 +554,7 @@ int cmd_bench(const BenchArgs& a) {
 
   RunOptions ro;
   ro.threads = threads;
-  ro.isa = nn::resolve_isa(parse_isa(a.isa, "--isa"));
+  ro.isa = resolve_isa(parse_isa(a.isa, "--isa"));
   ro.compute = compute;
   if (a.tensor_parallel) {
 #ifdef FFN_HAVE_MPI
@@ -591,7 +586,7 @@ int cmd_bench(const BenchArgs& a) {
   {
     const int64_t trial = std::min<int64_t>(a.tokens, 512);
     std::vector<float> tx(size_t(trial * a.d_model)), ty(tx.size()), tdx(tx.size()), tdy(tx.size(), 0.01f);
-    nn::fill_uniform(tx.data(), tx.size(), 1.0f, a.seed, /*tensor_id=*/100);
+    fill_uniform(tx.data(), tx.size(), 1.0f, a.seed, /*tensor_id=*/100);
     timed_call(tx.data(), ty.data(), tdy.data(), tdx.data(), trial);  // first touch, thread start-up
     const double per_call =
         timed_call(tx.data(), ty.data(), tdy.data(), tdx.data(), trial) * double(a.tokens) / double(trial);
@@ -609,30 +604,30 @@ int cmd_bench(const BenchArgs& a) {
 
   // Input: uniform in [-1, 1) from the same generator as init (another seed).
   std::vector<float> x(size_t(a.tokens * a.d_model));
-  nn::fill_uniform(x.data(), x.size(), 1.0f, a.seed, /*tensor_id=*/100);
+  fill_uniform(x.data(), x.size(), 1.0f, a.seed, /*tensor_id=*/100);
   std::vector<float> y(x.size()), dx(x.size()), dy(x.size(), 0.0f);
   for (size_t i = 0; i < dy.size(); ++i) dy[i] = x[(i * 7919) % x.size()] * 0.01f;
   const Shape shape = Shape::tokens(a.tokens);
   const std::string isa_name(to_string(ro.isa));
-  const nn::KernelConfig& kcfg = nn::kernel_config(ro.isa);
+  const KernelInfo kcfg = kernel_info(ro.isa);
   // Which kernels the matrix products of this run use.
   char products[160];
   const bool bf16 = compute == Compute::bf16;
   if (dtype == WeightDtype::int8)
-    std::snprintf(products, sizeof products, "int8 products on %s (%s)", isa_name.c_str(), kcfg.int8_instr);
+    std::snprintf(products, sizeof products, "int8 products on %s (%s)", isa_name.c_str(), kcfg.int8_instr.c_str());
   else if (bf16)
     std::snprintf(products, sizeof products, "bf16 products on %s (%s), fp32 sums", isa_name.c_str(),
-                  kcfg.bf16->instr);
+                  kcfg.bf16_instr.c_str());
   else
     std::snprintf(products, sizeof products, "fp32 products on %s, %dx%d tiles%s", isa_name.c_str(), kcfg.mr,
                   kcfg.nr, dtype == WeightDtype::fp32 ? "" : " (16-bit weights widened in registers)");
 
   // The machine's peak on this many threads, measured now (see backends/cpu/peak.hpp).
-  const nn::Peak peak = nn::measure_peak(threads);
+  const Peak peak = measure_peak(threads);
   const bool int8 = dtype == WeightDtype::int8;
-  const nn::Peak peak_int = int8 ? nn::measure_peak(threads, nn::PeakKind::int8) : nn::Peak{};
-  const nn::Peak peak_u8s8 = int8 ? nn::measure_peak(threads, nn::PeakKind::u8s8) : nn::Peak{};
-  const nn::Peak peak_bf16 = bf16 ? nn::measure_peak(threads, nn::PeakKind::bf16) : nn::Peak{};
+  const Peak peak_int = int8 ? measure_peak(threads, PeakKind::int8) : Peak{};
+  const Peak peak_u8s8 = int8 ? measure_peak(threads, PeakKind::u8s8) : Peak{};
+  const Peak peak_bf16 = bf16 ? measure_peak(threads, PeakKind::bf16) : Peak{};
 
   std::vector<double> times;
   const bool tty = isatty(STDERR_FILENO);
@@ -684,7 +679,7 @@ int cmd_bench(const BenchArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"d_model", a.d_model}, {"d_ff", a.d_ff}, {"tokens", a.tokens},
                         {"activation", a.activation}, {"norm", a.norm}, {"norm_type", a.norm_type},
-                        {"threads", threads}, {"cpu", nn::cpu_name()}, {"isa", isa_name}, {"dtype", a.dtype}, {"compute", a.compute},
+                        {"threads", threads}, {"cpu", cpu_name()}, {"isa", isa_name}, {"dtype", a.dtype}, {"compute", a.compute},
                         {"backward", a.backward},
                         {"repeats", a.repeats},
                         {"median_s", med}, {"min_s", tmin}, {"max_s", tmax},
@@ -715,7 +710,7 @@ int cmd_bench(const BenchArgs& a) {
                 (long long)a.d_model, (long long)a.d_ff, a.activation.c_str(), a.norm.c_str(), a.norm_type.c_str(),
                 (long long)a.tokens, threads, a.dtype.c_str(), a.compute.c_str(), isa_name.c_str(),
                 a.backward ? "forward+backward" : "forward");
-    std::printf("  cpu            %s\n", nn::cpu_name().c_str());
+    std::printf("  cpu            %s\n", cpu_name().c_str());
     std::printf("  kernels        %s\n", products);
     std::printf("  time per call  median %.3f ms  (min %.3f, max %.3f; %d calls)\n", med * 1e3, tmin * 1e3,
                 tmax * 1e3, a.repeats);

@@ -8,9 +8,8 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "dist/data_parallel.hpp"
-#include "dist/tensor_parallel.hpp"
-#include "core/init.hpp"
+#include "ffn/parallel.hpp"
+#include "ffn/random.hpp"
 
 namespace ffn::cli {
 
@@ -169,7 +168,7 @@ int bench_tensor_parallel(const Layer& whole, int64_t tokens, RunOptions ro, int
     x.resize(size_t(tokens * d));
     y.resize(x.size());
   });
-  nn::fill_uniform(x.data(), x.size(), 1.0f, seed, /*tensor_id=*/100);
+  fill_uniform(x.data(), x.size(), 1.0f, seed, /*tensor_id=*/100);
   const Shape shape = Shape::tokens(tokens);
   std::vector<double> wall, compute, sum, bytes;
   for (int i = 0; i < warmup + repeats; ++i) {

@@ -24,12 +24,10 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
 #include "ffn/train.hpp"
-#include "io/file_util.hpp"
 #include "plot/svg.hpp"
-#include "train/fit.hpp"
 
 namespace ffn::cli {
 namespace {

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "ffn/ffn.hpp"
+#include "ffn/feed_forward.hpp"
 
 namespace ffn {
 
@@ -158,5 +158,14 @@ class Encoder {
   std::shared_ptr<const void> packed_;  // fast-path layouts of the attention weights
   void prepare();
 };
+
+// Self-attention alone, as Encoder runs it (QKᵀ/√d_head, softmax, PV per head,
+// the score matrix never stored): qkv [batch·seq, 3·d_model] holds the Q, K
+// and V projections of each position, in that order; writes ctx
+// [batch·seq, d_model] and lse [batch·seq, heads] (each query's log-sum-exp,
+// what backward reads). Inference. For benchmarks: `ffn bench --encoder`
+// times it beside the layer.
+void self_attention_forward(const float* qkv, float* ctx, float* lse, int64_t d_model, int64_t heads, int64_t batch,
+                            int64_t seq, bool causal, int threads, Isa isa);
 
 }  // namespace ffn

@@ -1,4 +1,4 @@
-#include "dist/comm.hpp"
+#include "ffn/parallel.hpp"
 
 #include <mpi.h>
 #include <omp.h>

@@ -1,4 +1,4 @@
-#include "dist/data_parallel.hpp"
+#include "ffn/parallel.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "dist/tensor_parallel.hpp"
+#include "ffn/parallel.hpp"
 
 #include <fcntl.h>
 #include <omp.h>

@@ -4,18 +4,15 @@
 // complete and a failed write leaves nothing behind.
 #pragma once
 
-#include <signal.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
-namespace ffn::io {
+#include "ffn/io.hpp"  // errno_text, write_file_atomic, write_all, check_writable_target, the signal helpers
 
-// strerror(errno) as a std::string.
-std::string errno_text();
+namespace ffn::io {
 
 // An open read-only file; throws ffn::Error("<path>: cannot open: <reason>").
 class InputFile {
@@ -43,40 +40,6 @@ FileKind sniff(const InputFile& f);
 // not safetensors; convert it with scripts/torch_roundtrip.py"; empty for
 // unknown kinds.
 std::string wrong_kind(FileKind k, const std::string& expected);
-
-// Calls body(file) on a new temporary file beside `path`, then flushes, syncs
-// and renames it over `path`. On any failure the temporary file is removed
-// and the original `path` (if any) is untouched. A symlink is followed (the
-// file it points to is replaced, the link kept); a target that exists but is
-// not a regular file (directory, FIFO, device) is refused.
-void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& body);
-
-// Installs SIGINT, SIGTERM and SIGHUP handlers that remove the temporary file
-// of a write_file_atomic in progress, then end the program as the signal
-// would have (the target is never touched: it stays the old file).
-void remove_temporaries_on_signals();
-// Also remove these paths (files, then empty directories, in order) if such a
-// signal ends the program; an empty list clears them. For a program's own
-// staging files; at most 4 paths.
-void remove_on_signal(const std::vector<std::string>& paths);
-
-// Holds SIGINT, SIGTERM and SIGHUP back (they stay pending) while it lives.
-class SignalBlock {
- public:
-  SignalBlock();
-  ~SignalBlock();
-  SignalBlock(const SignalBlock&) = delete;
-  SignalBlock& operator=(const SignalBlock&) = delete;
-
- private:
-  sigset_t old_;  // the previous mask
-};
-
-// Throws Error if `path` exists and is not a regular file (or a symlink to one).
-void check_writable_target(const std::string& path);
-
-// fwrite that throws Error naming `path` on a short write.
-void write_all(std::FILE* f, const void* data, size_t n, const std::string& path);
 
 // Multiplies non-negative dims, throwing Error(what + ": dimension product overflows")
 // if the product exceeds limit.

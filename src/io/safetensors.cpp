@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ffn/ffn.hpp"
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "io/file_util.hpp"
 
 namespace ffn::io {
@@ -240,6 +240,14 @@ std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {
 }  // namespace ffn::io
 
 namespace ffn {
+
+SafetensorsHeader read_safetensors_header(const std::string& path) {
+  const io::SafetensorsReader r(path);
+  SafetensorsHeader h;
+  for (const auto& [name, t] : r.tensors()) h.tensors[name] = SafetensorsEntry{t.dtype, t.shape};
+  h.metadata = r.metadata();
+  return h;
+}
 
 SafetensorsFile read_safetensors(const std::string& path) {
   io::SafetensorsReader r(path);

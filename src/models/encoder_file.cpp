@@ -3,7 +3,7 @@
 #include <cmath>
 #include <functional>
 
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/encoder.hpp"
 
 namespace ffn {

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "ffn/ffn.hpp"
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "io/safetensors.hpp"
 #include "backends/cpu/quantize.hpp"
 

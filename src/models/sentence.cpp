@@ -10,7 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "io/safetensors.hpp"
 #include "ops/norm.hpp"
 #include "text/calibration.hpp"

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
 #include "ops/forward_cache.hpp"
 #include "ops/fused_forward.hpp"

@@ -243,3 +243,19 @@ void attention_backward(const AttentionShape& a, const float* qkv, const float* 
 }
 
 }  // namespace ffn::nn
+
+namespace ffn {
+
+void self_attention_forward(const float* qkv, float* ctx, float* lse, int64_t d_model, int64_t heads, int64_t batch,
+                            int64_t seq, bool causal, int threads, Isa isa) {
+  nn::AttentionShape as;
+  as.d = d_model;
+  as.heads = heads;
+  as.S = seq;
+  as.causal = causal;
+  as.off = {0};
+  for (int64_t b = 0; b < batch; ++b) as.off.push_back(as.off.back() + seq);
+  nn::attention_forward(as, qkv, ctx, lse, threads, isa);
+}
+
+}  // namespace ffn

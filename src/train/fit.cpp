@@ -1,4 +1,4 @@
-#include "train/fit.hpp"
+#include "ffn/train.hpp"
 
 #include <chrono>
 #include <cmath>

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/train.hpp"
 #include "core/init.hpp"
 

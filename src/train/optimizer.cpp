@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/train.hpp"
 
 namespace ffn {

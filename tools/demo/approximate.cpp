@@ -12,11 +12,10 @@
 #include <limits>
 #include <numbers>
 
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "demo/demos.hpp"
 #include "ffn/train.hpp"
-#include "train/fit.hpp"
-#include "train/lstsq.hpp"
+#include "demo/lstsq.hpp"
 
 namespace ffn::demo {
 

@@ -8,12 +8,11 @@
 // prediction is score > 0.5, for both models.
 #include <cmath>
 
-#include "core/format.hpp"
+#include "ffn/diagnostics.hpp"
 #include "demo/demos.hpp"
 #include "ffn/train.hpp"
-#include "core/philox.hpp"
-#include "train/fit.hpp"
-#include "train/lstsq.hpp"
+#include "ffn/random.hpp"
+#include "demo/lstsq.hpp"
 
 namespace ffn::demo {
 namespace {
@@ -26,7 +25,7 @@ train::Dataset make_data(int64_t n, uint64_t seed, uint64_t which) {
   d.x.resize(size_t(2 * n));
   d.targets.resize(size_t(2 * n));
   for (int64_t i = 0; i < 2 * n; ++i) {
-    const uint32_t bits = nn::random_bits(seed, nn::Stream::data, (which << 48) | uint64_t(i));
+    const uint32_t bits = random_bits(seed, Stream::data, (which << 48) | uint64_t(i));
     d.x[size_t(i)] = float(bits >> 8) * (2.0f / 16777216.0f) - 1.0f;
   }
   for (int64_t i = 0; i < n; ++i) {

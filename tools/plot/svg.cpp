@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "io/file_util.hpp"
+#include "ffn/io.hpp"
 
 namespace ffn::plot {
 namespace {

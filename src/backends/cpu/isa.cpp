@@ -56,8 +56,6 @@ Compute parse_compute(std::string_view s, std::string_view what) {
   throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected fp32 or bf16");
 }
 
-namespace nn {
-
 Isa resolve_isa(Isa requested) {
   static const Isa from_env = [] {
     const char* e = std::getenv("FFN_ISA");
@@ -84,5 +82,4 @@ std::string cpu_name() {
   return "unknown CPU";
 }
 
-}  // namespace nn
 }  // namespace ffn

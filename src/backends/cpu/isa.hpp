@@ -5,17 +5,12 @@
 
 #include <string>
 
-#include "ffn/ffn.hpp"
+#include "ffn/diagnostics.hpp"
 
 namespace ffn::nn {
 
-// The ISA a call runs: `requested` unless automatic, then FFN_ISA if set,
-// else the best this CPU supports. Throws Error for an ISA the CPU lacks or
-// that has no kernels in this build.
-Isa resolve_isa(Isa requested);
-
-// The CPU's name as the OS reports it (/proc/cpuinfo "model name"), or
-// "unknown CPU"; printed with benchmark figures so they name their machine.
-std::string cpu_name();
+// resolve_isa and cpu_name: public (ffn/diagnostics.hpp).
+using ffn::cpu_name;
+using ffn::resolve_isa;
 
 }  // namespace ffn::nn

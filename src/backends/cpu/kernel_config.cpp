@@ -160,3 +160,12 @@ const KernelConfig& kernel_config(Isa resolved) {
 }
 
 }  // namespace ffn::nn
+
+namespace ffn {
+
+KernelInfo kernel_info(Isa isa) {
+  const nn::KernelConfig& k = nn::kernel_config(isa);
+  return KernelInfo{k.mr, k.nr, k.int8_instr, k.bf16 ? k.bf16->instr : ""};
+}
+
+}  // namespace ffn

@@ -24,7 +24,12 @@ double fma_loop(int64_t iters, float seed) {
 }
 }  // namespace scalar
 
+}  // namespace ffn::nn
+
+namespace ffn {
+
 Peak measure_peak(int threads, PeakKind kind) {
+  using namespace nn;
   Peak p;
   p.isa = best_isa();
   const KernelConfig& kc = kernel_config(p.isa);
@@ -49,4 +54,4 @@ Peak measure_peak(int threads, PeakKind kind) {
   return p;
 }
 
-}  // namespace ffn::nn
+}  // namespace ffn

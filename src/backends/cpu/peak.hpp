@@ -3,23 +3,15 @@
 // has (whatever FFN_ISA forces: "% of peak" is the machine's).
 #pragma once
 
-#include "ffn/ffn.hpp"
+#include "ffn/diagnostics.hpp"
 
 namespace ffn::nn {
 
-struct Peak {
-  double gflops = 0;  // best of several short rounds
-  Isa isa = Isa::scalar;
-  const char* instr = "";  // what the loop ran, e.g. "AVX-512 vfmadd231ps zmm"
-};
-enum class PeakKind {
-  fp32,   // FMA
-  int8,   // the int8 product's instruction on that ISA (vpmaddwd + vpaddd on AVX2, vpdpbusd with VNNI)
-  u8s8,   // vpmaddubsw + vpmaddwd + vpaddd: the other AVX2 int8 idiom, for comparison
-  bf16,   // the bf16 compute mode's instruction (vdpbf16ps, AMX tdpbf16ps); 0 where none
-};
-// Ops counted as FLOPs are: 2 per multiply-add. int8 and u8s8 need AVX2 (else 0).
-Peak measure_peak(int threads, PeakKind kind = PeakKind::fp32);
+// Peak, PeakKind and measure_peak: public (ffn/diagnostics.hpp).
+using ffn::measure_peak;
+using ffn::Peak;
+using ffn::PeakKind;
+
 
 namespace avx2 {
 double fma_loop(int64_t iters, float seed);

@@ -1,4 +1,4 @@
-#include "train/lstsq.hpp"
+#include "demo/lstsq.hpp"
 
 #include <cmath>
 #include <string>
