@@ -11,7 +11,7 @@ int main(int argc, char** argv) try {
     return 2;
   }
   // --- as in README.md ---
-  ffn::Layer layer = ffn::Layer::load(argv[1]);
+  ffn::FeedForward layer = ffn::FeedForward::load(argv[1]);
   const int64_t d = layer.config().d_model;
   std::vector<float> x(64 * d, 0.5f), y(x.size()), dy(x.size(), 1.0f), dx(x.size());
   ffn::Shape shape = ffn::Shape::tokens(64);

@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const ffn::Error&) {
   }
   try {
-    const ffn::Layer layer = ffn::Layer::load(path);
+    const ffn::FeedForward layer = ffn::FeedForward::load(path);
     (void)layer;
   } catch (const ffn::Error&) {
   }

@@ -178,7 +178,7 @@ Weights weights_from_dict(const nb::dict& d, const TensorNames& names, const Con
   return w;
 }
 
-// Layer::set_weights must not run while another thread computes with the
+// FeedForward::set_weights must not run while another thread computes with the
 // layer (it frees the old packed weights). Python threads can do exactly that
 // once the GIL is released, so forward/backward hold this lock shared while
 // they compute and set_weights holds it exclusively (waiting without the GIL).
@@ -208,7 +208,7 @@ float* output_data(std::optional<AnyOutArray>& out, const std::vector<int64_t>& 
   return static_cast<float*>(out->data());
 }
 
-nb::object forward(const Layer& layer, const AnyArray& x, std::optional<std::vector<int64_t>> lengths,
+nb::object forward(const FeedForward& layer, const AnyArray& x, std::optional<std::vector<int64_t>> lengths,
                    const std::string& layout, std::optional<int> threads, bool training, uint64_t seed,
                    std::optional<AnyOutArray> out, bool cache) {
   const float* xp = input_data(x, "x");
@@ -236,7 +236,7 @@ nb::object forward(const Layer& layer, const AnyArray& x, std::optional<std::vec
   return nb::make_tuple(y_obj, nb::cast(c.release(), nb::rv_policy::take_ownership));
 }
 
-nb::tuple backward(const Layer& layer, const AnyArray& x, const AnyArray& dy, Cache* cache,
+nb::tuple backward(const FeedForward& layer, const AnyArray& x, const AnyArray& dy, Cache* cache,
                    std::optional<std::vector<int64_t>> lengths, const std::string& layout,
                    std::optional<int> threads, bool training, uint64_t seed) {
   const float* xp = input_data(x, "x");
@@ -331,12 +331,12 @@ NB_MODULE(_ffn, m) {
   nb::class_<Cache>(m, "Cache", "What forward(..., cache=True) saves for backward (opaque).")
       .def_prop_ro("nbytes", [](const Cache& c) { return c.cache.bytes(); }, "Bytes held.");
 
-  nb::class_<Layer>(m, "Layer", "The FFN sublayer: weights packed once for the fast path; forward and backward.")
+  nb::class_<FeedForward>(m, "Layer", "The FFN sublayer: weights packed once for the fast path; forward and backward.")
       .def(
           "__init__",
-          [](Layer* self, const Config& cfg, const nb::dict& weights, const std::string& dtype) {
+          [](FeedForward* self, const Config& cfg, const nb::dict& weights, const std::string& dtype) {
             const WeightDtype t = parse_weight_dtype(dtype, "dtype");
-            new (self) Layer(cfg, weights_from_dict(weights, TensorNames::native(cfg), cfg), t);
+            new (self) FeedForward(cfg, weights_from_dict(weights, TensorNames::native(cfg), cfg), t);
           },
           "config"_a, "weights"_a, "dtype"_a = "fp32",
           "A layer from a dict of float32 arrays named linear1.weight [d_ff, d_model], linear1.bias,\n"
@@ -354,21 +354,20 @@ NB_MODULE(_ffn, m) {
             if (norm) o.norm = parse_norm_placement(*norm, "norm");
             if (norm_type) o.norm_type = parse_norm_type(*norm_type, "norm_type");
             if (eps) o.eps = float(*eps);
-            std::vector<std::pair<std::string, std::string>> assumed;
-            o.assumed = &assumed;
-            Layer layer = [&] {
+            FeedForward layer = [&] {
               nb::gil_scoped_release nogil;
-              return Layer::load(path, o);
+              return FeedForward::load(path, o);
             }();
             // As the CLI's stderr line: a setting the file does not state is a
             // warning, so a state_dict without ffn's metadata never runs as
             // something else silently.
+            const std::vector<AssumedSetting>& assumed = layer.assumed_settings();
             if (!assumed.empty()) {
               std::string msg = path + ": no metadata for ";
               for (size_t i = 0; i < assumed.size(); ++i) {
-                std::string kw = assumed[i].second.substr(assumed[i].second.find_first_not_of('-'));
+                std::string kw = assumed[i].flag.substr(assumed[i].flag.find_first_not_of('-'));
                 std::replace(kw.begin(), kw.end(), '-', '_');
-                msg += (i ? ", " : "") + assumed[i].first + " (pass " + kw + "=)";
+                msg += (i ? ", " : "") + assumed[i].what + " (pass " + kw + "=)";
               }
               msg += "; assumed those";
               if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) throw nb::python_error();
@@ -380,11 +379,11 @@ NB_MODULE(_ffn, m) {
           "Reads a safetensors file (ffn's names, nn.TransformerEncoderLayer's linear1/linear2/norm2, or\n"
           "LLaMA's mlp.gate_proj/up_proj/down_proj). Settings come from its metadata unless given here;\n"
           "one taken from a default raises a UserWarning. dtype: None keeps the file's own storage.")
-      .def("save", [](const Layer& l, const std::string& path) { l.save(path); }, "path"_a,
+      .def("save", [](const FeedForward& l, const std::string& path) { l.save(path); }, "path"_a,
            "Writes a safetensors file atomically, with the settings in its metadata.")
       .def(
           "converted",
-          [](const Layer& l, const std::string& dtype, std::optional<std::vector<int64_t>> fp32_input_channels) {
+          [](const FeedForward& l, const std::string& dtype, std::optional<std::vector<int64_t>> fp32_input_channels) {
             const WeightDtype dt = parse_weight_dtype(dtype, "dtype");
             if (!fp32_input_channels) return l.converted(dt);
             return l.converted(dt, Int8Options{*fp32_input_channels});
@@ -393,11 +392,11 @@ NB_MODULE(_ffn, m) {
           "A copy with the weight matrices stored as dtype (fp32, bf16, fp16, int8). int8 only:\n"
           "fp32_input_channels, ascending input channels kept in float32 (LLM.int8()'s outlier\n"
           "decomposition): e.g. the channels where input_absmax(x) > 6 on representative inputs.")
-      .def_prop_ro("fp32_input_channels", &Layer::fp32_input_channels,
+      .def_prop_ro("fp32_input_channels", &FeedForward::fp32_input_channels,
                    "int8: the input channels kept in float32 (empty otherwise).")
       .def(
           "input_absmax",
-          [](const Layer& l, const AnyArray& x) {
+          [](const FeedForward& l, const AnyArray& x) {
             const float* data = input_data(x, "x");
             if (x.ndim() != 2 || int64_t(x.shape(1)) != l.config().d_model)
               throw Error("x: expected [T, d_model = " + std::to_string(l.config().d_model) + "], got " +
@@ -409,20 +408,20 @@ NB_MODULE(_ffn, m) {
           "x"_a,
           "Per input channel, max |value| entering W1 over the tokens of x [T, d_model] (Norm(x) for a\n"
           "pre-norm layer): calibration for converted('int8', fp32_input_channels=...).")
-      .def_prop_ro("config", &Layer::config)
-      .def_prop_ro("dtype", [](const Layer& l) { return std::string(to_string(l.weight_dtype())); })
-      .def_prop_ro("weights", [](const Layer& l) { return weights_dict(l.weights(), l.names(), l.config()); },
+      .def_prop_ro("config", &FeedForward::config)
+      .def_prop_ro("dtype", [](const FeedForward& l) { return std::string(to_string(l.weight_dtype())); })
+      .def_prop_ro("weights", [](const FeedForward& l) { return weights_dict(l.weights(), l.names(), l.config()); },
                    "Copies of the parameters (values actually used), named as in the file they came from.")
       .def(
           "set_weights",
-          [](Layer& l, const nb::dict& d) {
+          [](FeedForward& l, const nb::dict& d) {
             Weights w = weights_from_dict(d, l.names(), l.config());
             nb::gil_scoped_release nogil;
             std::unique_lock lock(weights_lock);
             l.set_weights(std::move(w));
           },
           "weights"_a, "Replaces every parameter (same names and shapes as .weights) and re-packs.")
-      .def("forward_flops", &Layer::forward_flops, "tokens"_a)
+      .def("forward_flops", &FeedForward::forward_flops, "tokens"_a)
       .def("forward", &forward, "x"_a, "lengths"_a = nb::none(), "layout"_a = "tokens", "threads"_a = nb::none(),
            "training"_a = false, "seed"_a = 0, "out"_a = nb::none(), "cache"_a = false,
            "y = layer(x). x: float32, C-contiguous, [T, d_model] or [B, S, d_model] (layout 'ncw':\n"
@@ -492,7 +491,7 @@ NB_MODULE(_ffn, m) {
                    "Per layer, the FFN input channels kept in float32 (int8 with outliers).");
 
   m.def(
-      "init", [](const Config& cfg, uint64_t seed) { return Layer(cfg, seed); }, "config"_a, "seed"_a = 0,
+      "init", [](const Config& cfg, uint64_t seed) { return FeedForward(cfg, seed); }, "config"_a, "seed"_a = 0,
       "A layer initialized as nn.Linear does (U(-1/sqrt(fan_in), 1/sqrt(fan_in))), gamma 1, beta 0;\n"
       "the same seed gives the same weights as `ffn init --seed`.");
   // The file readers, for the differential tests against the official

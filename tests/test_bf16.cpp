@@ -196,7 +196,7 @@ TEST_P(Bf16PerIsa, RoundingMatchesDefinition) {
   }
 }
 
-std::vector<float> run(const Layer& l, const std::vector<float>& x, Isa isa, Path path = Path::automatic,
+std::vector<float> run(const FeedForward& l, const std::vector<float>& x, Isa isa, Path path = Path::automatic,
                        int threads = 2, Compute compute = Compute::bf16) {
   const int64_t t = int64_t(x.size()) / l.config().d_model;
   std::vector<float> y(x.size());
@@ -223,7 +223,7 @@ TEST_P(Bf16PerIsa, LayerExactOnSmallIntegers) {
     for (float& e : v) e = float(int(g() % uint32_t(2 * range + 1)) - range);
   };
   small(w.w1, 1), small(w.b1, 2), small(w.w2, 1), small(w.b2, 3);
-  const Layer layer(cfg, w);
+  const FeedForward layer(cfg, w);
   for (int64_t t : {1, 5, 16, 17, 150, 300}) {
     std::vector<float> x(size_t(t * cfg.d_model));
     small(x, 3);
@@ -243,7 +243,7 @@ TEST_P(Bf16PerIsa, LayerMatchesBf16Reference) {
         cfg.d_ff = 301;
         cfg.activation = act;
         cfg.norm = norm;
-        const Layer layer = Layer(cfg, uint64_t(11)).converted(dtype);
+        const FeedForward layer = FeedForward(cfg, uint64_t(11)).converted(dtype);
         for (int64_t t : {1, 13, 100}) {
           const std::vector<float> x = test::randn(size_t(t * cfg.d_model), uint64_t(t));
           const std::vector<float> got = run(layer, x, GetParam());
@@ -265,7 +265,7 @@ TEST_P(Bf16PerIsa, InvariantOverThreadsAndBatchComposition) {
   cfg.d_model = 64;
   cfg.d_ff = 512;
   cfg.activation = Activation::swiglu;
-  const Layer layer(cfg, uint64_t(5));
+  const FeedForward layer(cfg, uint64_t(5));
   const int64_t t = 333;
   const std::vector<float> x = test::randn(size_t(t * cfg.d_model), 9);
   const std::vector<float> y1 = run(layer, x, GetParam(), Path::automatic, 1);
@@ -294,7 +294,7 @@ TEST(Bf16Accuracy, AgainstFp32) {
     Config cfg;
     cfg.activation = act;
     cfg.norm = NormPlacement::none;
-    const Layer layer(cfg, uint64_t(1));
+    const FeedForward layer(cfg, uint64_t(1));
     const std::vector<float> x = test::randn(size_t(256 * cfg.d_model), 2);
     const std::vector<float> y32 = run(layer, x, Isa::automatic, Path::automatic, 2, Compute::fp32);
     const std::vector<float> y16 = run(layer, x, Isa::automatic, Path::automatic, 2, Compute::bf16);
@@ -310,7 +310,7 @@ TEST(Bf16Compute, ErrorsNameWhatIsWrong) {
   Config cfg;
   cfg.d_model = 8;
   cfg.d_ff = 16;
-  const Layer layer(cfg, uint64_t(1));
+  const FeedForward layer(cfg, uint64_t(1));
   std::vector<float> x(16, 0.5f), y(16);
   RunOptions o;
   o.compute = Compute::bf16;
@@ -319,7 +319,7 @@ TEST(Bf16Compute, ErrorsNameWhatIsWrong) {
   o.training = false;
   ForwardCache cache;
   EXPECT_THROW(layer.forward(x.data(), y.data(), Shape::tokens(2), o, &cache), Error);
-  const Layer q = layer.converted(WeightDtype::int8);
+  const FeedForward q = layer.converted(WeightDtype::int8);
   try {
     q.forward(x.data(), y.data(), Shape::tokens(2), o);
     FAIL() << "int8 weights with compute bf16 must throw";

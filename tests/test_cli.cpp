@@ -116,7 +116,7 @@ TEST(Cli, InitThenRunUsesTheFilesSettings) {
   const std::string w = tmp("init.safetensors");
   Result r = ffn_cli("init --d-model 8 --d-ff 24 --activation swiglu --no-bias --norm pre --norm-type rmsnorm --seed 3 --output " + w);
   ASSERT_EQ(r.status, 0) << r.err;
-  const Layer l = Layer::load(w);
+  const FeedForward l = FeedForward::load(w);
   EXPECT_EQ(l.config().activation, Activation::swiglu);
   EXPECT_EQ(l.config().norm, NormPlacement::pre);
   EXPECT_EQ(l.config().norm_type, NormType::rmsnorm);
@@ -146,7 +146,7 @@ TEST(Cli, SettingsTakenFromDefaultsAreNamedOnStderr) {
   cfg.d_ff = 16;
   cfg.activation = Activation::gelu;
   cfg.norm = NormPlacement::pre;
-  SafetensorsFile f = Layer(cfg, 4).to_safetensors();
+  SafetensorsFile f = FeedForward(cfg, 4).to_safetensors();
   const std::string with_meta = tmp("meta.safetensors"), bare = tmp("bare.safetensors");
   write_safetensors(with_meta, f);
   f.metadata.clear();
@@ -195,7 +195,7 @@ TEST(Cli, SettingsTakenFromDefaultsAreNamedOnStderr) {
               "--output " + tmp("bare_q2.safetensors"));
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
-  const Layer q = Layer::load(tmp("bare_q2.safetensors"));
+  const FeedForward q = FeedForward::load(tmp("bare_q2.safetensors"));
   EXPECT_EQ(q.config().activation, Activation::gelu);
   EXPECT_EQ(q.config().norm, NormPlacement::pre);
 }
@@ -282,7 +282,7 @@ const BadFixture& bad_fixture() {
     Config cfg;
     cfg.d_model = 4;
     cfg.d_ff = 6;
-    Layer(cfg, 1).save(b.w);
+    FeedForward(cfg, 1).save(b.w);
     b.x = tmp("bad_x.npy");
     write_npy(b.x, Array{{2, 3, 4}, std::vector<float>(24, 0.5f)});
     b.dy = tmp("bad_dy.npy");
@@ -530,7 +530,7 @@ TEST(CliBadInput, CheckFinite) {
   cfg.d_model = 4;
   cfg.d_ff = 6;
   cfg.norm = NormPlacement::none;
-  const Layer layer(cfg, 3);
+  const FeedForward layer(cfg, 3);
   const std::string w = tmp("cf_w.safetensors"), out = tmp("cf_y.npy");
   layer.save(w);
   Array x{{2, 3, 4}, std::vector<float>(24, 0.5f)};
@@ -561,7 +561,7 @@ TEST(CliBadInput, CheckFinite) {
   // A weight.
   Weights bad = layer.weights();
   bad.w2[size_t(2 * 6 + 5)] = NAN;
-  Layer(cfg, bad).save(tmp("cf_bad.safetensors"));
+  FeedForward(cfg, bad).save(tmp("cf_bad.safetensors"));
   Array ok{{3, 4}, std::vector<float>(12, 0.25f)};
   write_npy(tmp("cf_ok.npy"), ok);
   expect_fail("run --weights " + tmp("cf_bad.safetensors") + " --output " + out + " --input " + tmp("cf_ok.npy"),
@@ -570,7 +570,7 @@ TEST(CliBadInput, CheckFinite) {
   Weights huge = layer.weights();
   for (float& v : huge.w1) v = 1e30f;
   for (float& v : huge.w2) v = 1e30f;
-  Layer(cfg, huge).save(tmp("cf_huge.safetensors"));
+  FeedForward(cfg, huge).save(tmp("cf_huge.safetensors"));
   expect_fail("run --weights " + tmp("cf_huge.safetensors") + " --output " + out + " --input " + tmp("cf_ok.npy"),
               "output is +Inf at token 0, feature 0");
   // grad: the grad-output is checked too, and neither file is written.

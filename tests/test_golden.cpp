@@ -1,4 +1,4 @@
-// Every golden case from PyTorch: load the case's weights through Layer::load
+// Every golden case from PyTorch: load the case's weights through FeedForward::load
 // (its naming scheme and prefix), run forward on both paths and backward,
 // and compare y, dL/dx and every parameter gradient with PyTorch's.
 #include <gtest/gtest.h>
@@ -39,7 +39,7 @@ TEST_P(Golden, ForwardAndBackwardMatchPyTorch) {
   Worst worst_y, worst_dx, worst_dw;
   for (const GoldenCase& c : cases) {
     SCOPED_TRACE(c.describe());
-    const Layer layer = Layer::load(FFN_GOLDEN, c.load_options());
+    const FeedForward layer = FeedForward::load(FFN_GOLDEN, c.load_options());
     const Shape shape = c.shape();
     const auto& x = c.tensor("x").data;
     const auto& dy = c.tensor("dy").data;
@@ -103,7 +103,7 @@ TEST(GoldenDefaults, ForeignNamesNeedNoSettings) {
     LoadOptions o;
     o.prefix = c.prefix;
     if (naming == "llama") o.eps = c.meta["eps"].get<float>();
-    const Layer layer = Layer::load(FFN_GOLDEN, o);
+    const FeedForward layer = FeedForward::load(FFN_GOLDEN, o);
     EXPECT_EQ(layer.config().activation, naming == "llama" ? Activation::swiglu : Activation::relu);
     EXPECT_EQ(layer.config().norm_type, naming == "llama" ? NormType::rmsnorm : NormType::layernorm);
     const auto& x = c.tensor("x").data;

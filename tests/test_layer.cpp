@@ -1,4 +1,4 @@
-// The public Layer: the fused path against the reference on odd sizes, the
+// The public FeedForward: the fused path against the reference on odd sizes, the
 // invariances (threads, batch composition, layout), padding, dropout at the
 // layer level, initialization, files and their errors.
 #include <gtest/gtest.h>
@@ -23,8 +23,8 @@ namespace {
 using test::randn;
 
 // A layer with non-trivial norm parameters (init gives γ=1, β=0).
-Layer make_layer(Config cfg, uint64_t seed) {
-  Layer l(cfg, seed);
+FeedForward make_layer(Config cfg, uint64_t seed) {
+  FeedForward l(cfg, seed);
   Weights w = l.weights();
   for (size_t i = 0; i < w.norm_weight.size(); ++i) w.norm_weight[i] = 1.0f + 0.1f * std::sin(float(i));
   for (size_t i = 0; i < w.norm_bias.size(); ++i) w.norm_bias[i] = 0.1f * std::cos(float(i));
@@ -90,7 +90,7 @@ TEST_P(PerIsa, FusedMatchesReferenceOnOddSizes) {
       Config cfg = config_of(v);
       cfg.dropout_hidden = 0.2f;
       cfg.dropout_output = 0.1f;
-      const Layer layer = make_layer(cfg, 11);
+      const FeedForward layer = make_layer(cfg, 11);
       const auto x = randn(size_t(v.T * v.d), 5);
       std::vector<float> y_fast(x.size()), y_ref(x.size());
       RunOptions fast, ref;
@@ -106,8 +106,8 @@ TEST_P(PerIsa, FusedMatchesReferenceOnOddSizes) {
                                                   << to_string(v.act) << ": " << c.describe();
       EXPECT_GT(nonzero_fraction(y_ref.data(), y_ref.size()), 0.5);
       // What the two paths save for backward agrees as well.
-      const auto& a = c_fast.data();
-      const auto& b = c_ref.data();
+      const auto& a = detail::CacheAccess::data(c_fast);
+      const auto& b = detail::CacheAccess::data(c_ref);
       EXPECT_TRUE(compare(a.z1.data(), b.z1.data(), a.z1.size()).ok(test::kFusedVsReference));
       EXPECT_TRUE(compare(a.zg.data(), b.zg.data(), a.zg.size()).ok(test::kFusedVsReference));
       EXPECT_TRUE(compare(a.rstd.data(), b.rstd.data(), a.rstd.size()).ok(test::kFusedVsReference));
@@ -121,7 +121,7 @@ TEST_P(PerIsa, BitwiseIdenticalForAnyThreadCount) {
     Config cfg = config_of(v);
     cfg.dropout_hidden = 0.3f;
     cfg.dropout_output = 0.2f;
-    const Layer layer = make_layer(cfg, 3);
+    const FeedForward layer = make_layer(cfg, 3);
     const auto x = randn(size_t(v.T * v.d), 6);
     std::vector<float> y1(x.size());
     RunOptions ro;
@@ -141,7 +141,7 @@ TEST_P(PerIsa, BitwiseIdenticalForAnyThreadCount) {
 
 TEST_P(PerIsa, TokenResultIndependentOfTheBatch) {
   const Variant& v = kVariants[0];
-  const Layer layer = make_layer(config_of(v), 4);
+  const FeedForward layer = make_layer(config_of(v), 4);
   const auto x = randn(size_t(v.T * v.d), 7);
   std::vector<float> y_all(x.size());
   RunOptions ro;
@@ -162,7 +162,7 @@ TEST_P(PerIsa, FastBackwardMatchesReference) {
       Config cfg = config_of(v);
       cfg.dropout_hidden = 0.2f;
       cfg.dropout_output = 0.1f;
-      const Layer layer = make_layer(cfg, 12);
+      const FeedForward layer = make_layer(cfg, 12);
       const auto x = randn(size_t(v.T * v.d), 13);
       const auto dy = randn(size_t(v.T * v.d), 14);
       std::vector<float> y(x.size()), dx_fast(x.size()), dx_ref(x.size()), dx_t(x.size());
@@ -207,7 +207,7 @@ TEST(Layer, UnsupportedIsaIsAnError) {
   Config cfg;
   cfg.d_model = 4;
   cfg.d_ff = 6;
-  const Layer l(cfg, 1);
+  const FeedForward l(cfg, 1);
   std::vector<float> x(8), y(8);
   for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx}) {
     RunOptions ro;
@@ -224,7 +224,7 @@ TEST(Layer, NcwLayoutIsTheTransposedTokensLayout) {
   Config cfg;
   cfg.d_model = d;
   cfg.d_ff = 20;
-  const Layer layer = make_layer(cfg, 8);
+  const FeedForward layer = make_layer(cfg, 8);
   const auto x = randn(size_t(B * S * d), 9);  // [B, S, d]
   std::vector<float> xc(x.size()), y(x.size()), yc(x.size());
   for (int64_t b = 0; b < B; ++b)
@@ -243,7 +243,7 @@ TEST(Layer, PaddingIsNeverReadAndComesOutZero) {
   Config cfg;
   cfg.d_model = d;
   cfg.d_ff = 9;
-  const Layer layer = make_layer(cfg, 2);
+  const FeedForward layer = make_layer(cfg, 2);
   auto x = randn(size_t(B * S * d), 10);
   const std::vector<int64_t> lengths = {5, 0, 2};
   for (int64_t b = 0; b < B; ++b)
@@ -280,7 +280,7 @@ TEST(Layer, DropoutAtTheLayer) {
   cfg.d_ff = 128;
   cfg.norm = NormPlacement::none;
   cfg.dropout_output = 0.4f;
-  const Layer layer(cfg, 1);
+  const FeedForward layer(cfg, 1);
   const int64_t T = 256;
   const auto x = randn(size_t(T * cfg.d_model), 12);
   std::vector<float> y1(x.size()), y2(x.size()), y3(x.size()), yeval(x.size());
@@ -307,7 +307,7 @@ TEST(Layer, InitIsDeterministicWithTorchBounds) {
   Config cfg;
   cfg.d_model = 100;
   cfg.d_ff = 400;
-  const Layer a(cfg, 9), b(cfg, 9), c(cfg, 10);
+  const FeedForward a(cfg, 9), b(cfg, 9), c(cfg, 10);
   EXPECT_EQ(a.weights().w1, b.weights().w1);
   EXPECT_NE(a.weights().w1, c.weights().w1);
   auto stats = [](const std::vector<float>& v, float bound) {
@@ -336,10 +336,10 @@ TEST(Layer, SaveLoadRoundTripKeepsSettings) {
   cfg.norm = NormPlacement::pre;
   cfg.norm_type = NormType::rmsnorm;
   cfg.eps = 1e-6f;
-  const Layer a = make_layer(cfg, 4);
+  const FeedForward a = make_layer(cfg, 4);
   const std::string p = (temp_dir() / "rt.safetensors").string();
   a.save(p);
-  const Layer b = Layer::load(p);
+  const FeedForward b = FeedForward::load(p);
   EXPECT_EQ(b.config().activation, Activation::geglu);
   EXPECT_EQ(b.config().norm, NormPlacement::pre);
   EXPECT_EQ(b.config().norm_type, NormType::rmsnorm);
@@ -351,7 +351,7 @@ TEST(Layer, SaveLoadRoundTripKeepsSettings) {
   LoadOptions o;
   o.activation = Activation::swiglu;
   o.norm = NormPlacement::none;
-  const Layer c = Layer::load(p, o);
+  const FeedForward c = FeedForward::load(p, o);
   EXPECT_EQ(c.config().activation, Activation::swiglu);
   EXPECT_EQ(c.config().norm, NormPlacement::none);
 }
@@ -367,7 +367,7 @@ TEST(Layer, LoadsBf16AndF16Weights) {
   bytes += h + std::string(reinterpret_cast<const char*>(w1), 4) + std::string(reinterpret_cast<const char*>(w2), 4);
   const auto p = temp_dir() / "half.safetensors";
   std::ofstream(p, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
-  const Layer l = Layer::load(p.string());
+  const FeedForward l = FeedForward::load(p.string());
   EXPECT_EQ(l.weights().w1, (std::vector<float>{1, -2}));
   EXPECT_EQ(l.weights().w2, (std::vector<float>{0.5f, 1}));
   EXPECT_FALSE(l.config().bias);
@@ -382,20 +382,20 @@ TEST(Layer, LoadsBf16AndF16Weights) {
 
 namespace {
 // Writes a native-format file with some tensors removed or reshaped, then
-// expects Layer::load to fail with a message containing `needle`.
+// expects FeedForward::load to fail with a message containing `needle`.
 void expect_load_error(const std::string& name, const std::function<void(SafetensorsFile&)>& edit,
                        const std::string& needle, LoadOptions opts = {}) {
   Config cfg;
   cfg.d_model = 4;
   cfg.d_ff = 6;
-  const Layer l(cfg, 1);
+  const FeedForward l(cfg, 1);
   const std::string p = (temp_dir() / name).string();
   l.save(p);
   SafetensorsFile f = read_safetensors(p);
   edit(f);
   write_safetensors(p, f);
   try {
-    Layer::load(p, opts);
+    FeedForward::load(p, opts);
     ADD_FAILURE() << name << ": loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << name << ": " << e.what();
@@ -434,7 +434,7 @@ TEST(Layer, BadShapesAndOptionsAreRefused) {
   Config cfg;
   cfg.d_model = 4;
   cfg.d_ff = 6;
-  const Layer l(cfg, 1);
+  const FeedForward l(cfg, 1);
   std::vector<float> x(40), y(40);
   EXPECT_THROW(l.forward(x.data(), y.data(), Shape{2, 5, Layout::tokens, {5}}), Error);      // wrong count
   EXPECT_THROW(l.forward(x.data(), y.data(), Shape{2, 5, Layout::tokens, {5, 6}}), Error);   // longer than S
@@ -447,13 +447,13 @@ TEST(Layer, BadShapesAndOptionsAreRefused) {
   EXPECT_THROW(l.forward(x.data(), y.data(), Shape::tokens(10), bad), Error);
   Config c2 = cfg;
   c2.d_model = 0;
-  EXPECT_THROW(Layer(c2, 1), Error);
+  EXPECT_THROW(FeedForward(c2, 1), Error);
   c2 = cfg;
   c2.dropout_hidden = 1.5f;
-  EXPECT_THROW(Layer(c2, 1), Error);
+  EXPECT_THROW(FeedForward(c2, 1), Error);
   Weights w = l.weights();
   w.w1.pop_back();
-  EXPECT_THROW(Layer(cfg, w), Error);
+  EXPECT_THROW(FeedForward(cfg, w), Error);
   // backward with a cache from another shape
   ForwardCache cache;
   l.forward(x.data(), y.data(), Shape::tokens(10), {}, &cache);
@@ -462,7 +462,7 @@ TEST(Layer, BadShapesAndOptionsAreRefused) {
   // ... or from a layer with other settings (here: gated, so the cache has no zg).
   Config gated_cfg = cfg;
   gated_cfg.activation = Activation::swiglu;
-  const Layer gl(gated_cfg, 1);
+  const FeedForward gl(gated_cfg, 1);
   EXPECT_THROW(gl.backward(x.data(), y.data(), Shape::tokens(10), cache, y.data(), g), Error);
   // ... or another layout with the same number of positions.
   EXPECT_THROW(l.backward(x.data(), y.data(), Shape{1, 10, Layout::ncw, {}}, cache, y.data(), g), Error);
@@ -487,7 +487,7 @@ TEST(Layer, UnconvertibleDtypeElsewhereInTheFileIsIgnored) {
   cfg.d_ff = 3;
   cfg.norm = NormPlacement::none;
   cfg.bias = false;
-  const Layer l(cfg, 2);
+  const FeedForward l(cfg, 2);
   const std::string p = (temp_dir() / "other_dtype.safetensors").string();
   // Another tensor of the checkpoint has a dtype (known to the format) this
   // reader does not convert. (An unknown dtype makes the file invalid, as for
@@ -498,11 +498,11 @@ TEST(Layer, UnconvertibleDtypeElsewhereInTheFileIsIgnored) {
            R"("linear2.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[28,52]}})",
            std::string(4, '\x7f') + std::string(reinterpret_cast<const char*>(l.weights().w1.data()), 24) +
                std::string(reinterpret_cast<const char*>(l.weights().w2.data()), 24));
-  EXPECT_EQ(Layer::load(p).weights().w1, l.weights().w1);
+  EXPECT_EQ(FeedForward::load(p).weights().w1, l.weights().w1);
   // ...but it is refused where it is a tensor the layer needs.
   write_st(p, R"({"linear1.weight":{"dtype":"F8_E4M3","shape":[3,2],"data_offsets":[0,6]}})", std::string(6, '\0'));
   try {
-    Layer::load(p);
+    FeedForward::load(p);
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("has dtype F8_E4M3, expected F32"), std::string::npos) << e.what();
@@ -513,7 +513,7 @@ TEST(Layer, ZeroTokensIsANoOp) {
   Config cfg;
   cfg.d_model = 4;
   cfg.d_ff = 6;
-  const Layer l(cfg, 1);
+  const FeedForward l(cfg, 1);
   ForwardCache cache;
   l.forward(nullptr, nullptr, Shape::tokens(0), {}, &cache);
   Weights g;

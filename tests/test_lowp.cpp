@@ -33,7 +33,7 @@ Accuracy accuracy(const std::vector<float>& got, const std::vector<float>& want)
   return agreement(got.data(), want.data(), got.size());
 }
 
-std::vector<float> run(const Layer& l, const std::vector<float>& x, Isa isa = Isa::automatic,
+std::vector<float> run(const FeedForward& l, const std::vector<float>& x, Isa isa = Isa::automatic,
                        Path path = Path::automatic, int threads = 2) {
   const int64_t t = int64_t(x.size()) / l.config().d_model;
   std::vector<float> y(x.size());
@@ -70,7 +70,7 @@ class Int8PerIsa : public ::testing::TestWithParam<Isa> {
         cfg.d_ff = 301;
         cfg.activation = act;
         cfg.norm = norm;
-        const Layer layer = Layer(cfg, uint64_t(11)).converted(WeightDtype::int8, Int8Options{fp32_channels});
+        const FeedForward layer = FeedForward(cfg, uint64_t(11)).converted(WeightDtype::int8, Int8Options{fp32_channels});
         ASSERT_EQ(layer.fp32_input_channels(), fp32_channels);
         for (int64_t t : {1, 13, 100}) {
           std::vector<float> x = gaussian(size_t(t * cfg.d_model), uint64_t(t));
@@ -245,7 +245,7 @@ TEST_P(Int8PerIsa, SixteenBitLayersMatchFloatReference) {
       cfg.d_model = 37;
       cfg.d_ff = 301;
       cfg.activation = act;
-      const Layer layer = Layer(cfg, uint64_t(5)).converted(dt);
+      const FeedForward layer = FeedForward(cfg, uint64_t(5)).converted(dt);
       for (int64_t t : {1, 7, 100}) {
         const std::vector<float> x = gaussian(size_t(t * cfg.d_model), uint64_t(t) + 50);
         const std::vector<float> got = run(layer, x, GetParam());
@@ -336,14 +336,14 @@ TEST(Quantize, Fp32InputChannelsAreValidatedAndChosen) {
   Config cfg;
   cfg.d_model = 8;
   cfg.d_ff = 16;
-  const Layer base(cfg, uint64_t(3));
+  const FeedForward base(cfg, uint64_t(3));
   using test::expect_error;
   expect_error([&] { base.converted(WeightDtype::int8, Int8Options{{8}}); }, "input channel 8 is outside [0, d_model = 8)");
   expect_error([&] { base.converted(WeightDtype::int8, Int8Options{{-1}}); }, "input channel -1");
   expect_error([&] { base.converted(WeightDtype::int8, Int8Options{{3, 3}}); }, "ascending and distinct, got 3 then 3");
   expect_error([&] { base.converted(WeightDtype::bf16, Int8Options{{1}}); }, "only for int8 weights, not bf16");
   // The layer's values: W1's fp32 columns exact, the rest int8 without them.
-  const Layer q = base.converted(WeightDtype::int8, Int8Options{{2, 6}});
+  const FeedForward q = base.converted(WeightDtype::int8, Int8Options{{2, 6}});
   for (int64_t f = 0; f < cfg.d_ff; ++f)
     for (int64_t c : {2, 6}) EXPECT_EQ(q.weights().w1[size_t(f * 8 + c)], base.weights().w1[size_t(f * 8 + c)]);
   EXPECT_TRUE(q.converted(WeightDtype::int8).fp32_input_channels() == (std::vector<int64_t>{2, 6}));
@@ -419,7 +419,7 @@ TEST(LowPrecisionAccuracy, MeasureIsCorrect) {
 
 struct Case {
   const char* what;
-  Layer layer;
+  FeedForward layer;
   std::vector<float> x;
 };
 
@@ -429,7 +429,7 @@ Case paper_case(Activation act, uint64_t seed) {
   Config cfg;
   cfg.activation = act;
   cfg.norm = NormPlacement::none;
-  return {"512->2048 nn.Linear init, N(0,1) inputs", Layer(cfg, seed), gaussian(size_t(256 * 512), seed + 1)};
+  return {"512->2048 nn.Linear init, N(0,1) inputs", FeedForward(cfg, seed), gaussian(size_t(256 * 512), seed + 1)};
 }
 
 // The bounds: int8 rel RMS ≤ 1e-2 and cosine ≥ 0.9999, bf16 ≤ 4e-3,
@@ -514,13 +514,13 @@ TEST(LowPrecisionFiles, SavedLayerLoadsBackIdentically) {
   cfg.d_model = 24;
   cfg.d_ff = 70;
   cfg.activation = Activation::swiglu;
-  const Layer base(cfg, uint64_t(2));
+  const FeedForward base(cfg, uint64_t(2));
   const std::vector<float> x = gaussian(size_t(9 * cfg.d_model), 9);
   for (WeightDtype dt : {WeightDtype::int8, WeightDtype::bf16, WeightDtype::fp16}) {
-    const Layer q = base.converted(dt);
+    const FeedForward q = base.converted(dt);
     const std::string path = (dir / (std::string(to_string(dt)) + ".safetensors")).string();
     q.save(path);
-    const Layer back = Layer::load(path);
+    const FeedForward back = FeedForward::load(path);
     EXPECT_EQ(back.weight_dtype(), dt);
     EXPECT_EQ(run(back, x), run(q, x)) << to_string(dt);
     EXPECT_EQ(back.weights().w1, q.weights().w1);
@@ -538,15 +538,15 @@ TEST(LowPrecisionFiles, SavedLayerLoadsBackIdentically) {
     // Loaded as fp32: the stored values, trainable.
     LoadOptions o;
     o.weight_dtype = WeightDtype::fp32;
-    const Layer f = Layer::load(path, o);
+    const FeedForward f = FeedForward::load(path, o);
     EXPECT_EQ(f.weight_dtype(), WeightDtype::fp32);
     EXPECT_EQ(f.weights().w2, q.weights().w2);
   }
   // int8 with fp32 input channels: the channels and W1's and Wg's columns for them.
-  const Layer q = base.converted(WeightDtype::int8, Int8Options{{0, 9, 23}});
+  const FeedForward q = base.converted(WeightDtype::int8, Int8Options{{0, 9, 23}});
   const std::string path = (dir / "int8_fp32_inputs.safetensors").string();
   q.save(path);
-  const Layer back = Layer::load(path);
+  const FeedForward back = FeedForward::load(path);
   EXPECT_EQ(back.fp32_input_channels(), q.fp32_input_channels());
   EXPECT_EQ(back.weights().w1, q.weights().w1);
   EXPECT_EQ(back.weights().wg, q.weights().wg);
@@ -560,7 +560,7 @@ TEST(LowPrecisionFiles, SavedLayerLoadsBackIdentically) {
   EXPECT_EQ(r.info("linear2.weight_scale").shape, (std::vector<int64_t>{24}));  // d_ff 70: one group, [rows]
   LoadOptions o;
   o.weight_dtype = WeightDtype::fp32;  // the values, with the fp32 columns in place
-  EXPECT_EQ(Layer::load(path, o).weights().w1, q.weights().w1);
+  EXPECT_EQ(FeedForward::load(path, o).weights().w1, q.weights().w1);
 }
 
 // A file written before W2 had a scale per 256-column group ([d_model], one
@@ -570,7 +570,7 @@ TEST(LowPrecisionFiles, PerRowW2ScalesStillLoad) {
   Config cfg;
   cfg.d_model = 9;
   cfg.d_ff = 600;
-  const Layer q = Layer(cfg, uint64_t(6)).converted(WeightDtype::int8);
+  const FeedForward q = FeedForward(cfg, uint64_t(6)).converted(WeightDtype::int8);
   SafetensorsFile f = q.to_safetensors();
   EXPECT_EQ(f.tensors.at("linear2.weight_scale").shape, (std::vector<int64_t>{3, 9}));
   std::vector<float> per_row(9);
@@ -578,7 +578,7 @@ TEST(LowPrecisionFiles, PerRowW2ScalesStillLoad) {
   f.tensors["linear2.weight_scale"] = NamedTensor{{9}, per_row};
   const std::string path = (dir / "old.safetensors").string();
   write_safetensors(path, f);
-  const Layer back = Layer::load(path);
+  const FeedForward back = FeedForward::load(path);
   io::SafetensorsReader r(path);
   const std::vector<uint8_t> q2 = r.read_raw("linear2.weight");
   for (size_t i = 0; i < q2.size(); ++i)
@@ -588,7 +588,7 @@ TEST(LowPrecisionFiles, PerRowW2ScalesStillLoad) {
   EXPECT_TRUE(c.ok(test::kInt8VsReference)) << c.describe();
   f.tensors["linear2.weight_scale"] = NamedTensor{{2, 9}, std::vector<float>(18, 0.01f)};  // wrong group count
   write_safetensors(path, f);
-  test::expect_error([&] { Layer::load(path); }, "linear2.weight_scale has shape [2, 9], expected [3, 9]");
+  test::expect_error([&] { FeedForward::load(path); }, "linear2.weight_scale has shape [2, 9], expected [3, 9]");
 }
 
 TEST(LowPrecisionFiles, BadFilesAndUsesAreRefused) {
@@ -596,41 +596,41 @@ TEST(LowPrecisionFiles, BadFilesAndUsesAreRefused) {
   Config cfg;
   cfg.d_model = 8;
   cfg.d_ff = 16;
-  const Layer q = Layer(cfg, uint64_t(1)).converted(WeightDtype::int8);
+  const FeedForward q = FeedForward(cfg, uint64_t(1)).converted(WeightDtype::int8);
   using test::expect_error;
   // An I8 matrix without its scales.
   SafetensorsFile f = q.to_safetensors();
   f.tensors.erase("linear2.weight_scale");
   const std::string no_scale = (dir / "no_scale.safetensors").string();
   write_safetensors(no_scale, f);
-  expect_error([&] { Layer::load(no_scale); }, "linear2.weight_scale");
+  expect_error([&] { FeedForward::load(no_scale); }, "linear2.weight_scale");
   // Metadata says int8, the tensor is F32.
-  SafetensorsFile g = Layer(cfg, uint64_t(1)).to_safetensors();
+  SafetensorsFile g = FeedForward(cfg, uint64_t(1)).to_safetensors();
   g.metadata["ffn.weights_dtype"] = "int8";
   const std::string mismatch = (dir / "mismatch.safetensors").string();
   write_safetensors(mismatch, g);
-  expect_error([&] { Layer::load(mismatch); }, "linear1.weight has dtype F32");
+  expect_error([&] { FeedForward::load(mismatch); }, "linear1.weight has dtype F32");
   // A negative scale.
   SafetensorsFile h = q.to_safetensors();
   h.tensors["linear1.weight_scale"].data[3] = -1.0f;
   const std::string neg = (dir / "neg.safetensors").string();
   write_safetensors(neg, h);
-  expect_error([&] { Layer::load(neg); }, "linear1.weight_scale[3]");
+  expect_error([&] { FeedForward::load(neg); }, "linear1.weight_scale[3]");
   // fp32 input channels: columns without their index, an index out of range, W1 and Wg apart.
   SafetensorsFile k = q.converted(WeightDtype::int8, Int8Options{{1, 5}}).to_safetensors();
   const std::string bad_k = (dir / "fp32_inputs.safetensors").string();
   SafetensorsFile k1 = k;
   k1.tensors.erase("linear1.weight_fp32_index");
   write_safetensors(bad_k, k1);
-  expect_error([&] { Layer::load(bad_k); }, "linear1.weight_fp32_index not found (it goes with linear1.weight_fp32_columns)");
+  expect_error([&] { FeedForward::load(bad_k); }, "linear1.weight_fp32_index not found (it goes with linear1.weight_fp32_columns)");
   SafetensorsFile k2 = k;
   reinterpret_cast<int64_t*>(k2.tensors["linear1.weight_fp32_index"].raw.data())[1] = 8;
   write_safetensors(bad_k, k2);
-  expect_error([&] { Layer::load(bad_k); }, "linear1.weight_fp32_index: input channel 8 is outside [0, d_model = 8)");
+  expect_error([&] { FeedForward::load(bad_k); }, "linear1.weight_fp32_index: input channel 8 is outside [0, d_model = 8)");
   SafetensorsFile k3 = k;
   k3.tensors["linear1.weight_fp32_columns"].shape = {2, 16};
   write_safetensors(bad_k, k3);
-  expect_error([&] { Layer::load(bad_k); }, "linear1.weight_fp32_columns has shape [2, 16], expected [16, 2]");
+  expect_error([&] { FeedForward::load(bad_k); }, "linear1.weight_fp32_columns has shape [2, 16], expected [16, 2]");
   // Training needs fp32.
   std::vector<float> x(size_t(cfg.d_model)), y(x.size());
   RunOptions train;
@@ -669,10 +669,10 @@ TEST(LowPrecisionCli, QuantizeThenRunEqualsRunWithDtype) {
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("2 input channel(s) with max |x| > 6 kept in fp32: 7, 30"), std::string::npos) << r.out;
     std::vector<float> absmax;
-    const Layer fp = Layer::load(w);
+    const FeedForward fp = FeedForward::load(w);
     fp.input_absmax(xc.data.data(), 5, absmax);
-    const Layer want = fp.converted(WeightDtype::int8, Int8Options::outliers(absmax));
-    const Layer got = Layer::load(q);
+    const FeedForward want = fp.converted(WeightDtype::int8, Int8Options::outliers(absmax));
+    const FeedForward got = FeedForward::load(q);
     EXPECT_EQ(got.fp32_input_channels(), (std::vector<int64_t>{7, 30}));
     EXPECT_EQ(run(got, xc.data), run(want, xc.data));
   }

@@ -27,7 +27,7 @@ TEST(NonFinite, PropagatesLikePyTorch) {
     lo.activation = parse_activation(m["activation"].get<std::string>());
     lo.norm = parse_norm_placement(m["norm"].get<std::string>());
     lo.norm_type = parse_norm_type(m["norm_type"].get<std::string>());
-    const Layer layer = Layer::load(FFN_NONFINITE_GOLDEN, lo);
+    const FeedForward layer = FeedForward::load(FFN_NONFINITE_GOLDEN, lo);
     const NamedTensor& x = f.tensors.at(key + ".x");
     const NamedTensor& want = f.tensors.at(key + ".y");
     for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx}) {

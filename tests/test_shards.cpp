@@ -13,7 +13,7 @@
 namespace ffn {
 namespace {
 
-std::vector<float> whole(const Layer& l, const std::vector<float>& x, const RunOptions& o) {
+std::vector<float> whole(const FeedForward& l, const std::vector<float>& x, const RunOptions& o) {
   std::vector<float> y(x.size());
   l.forward(x.data(), y.data(), Shape::tokens(int64_t(x.size()) / l.config().d_model), o);
   return y;
@@ -21,13 +21,13 @@ std::vector<float> whole(const Layer& l, const std::vector<float>& x, const RunO
 
 // P layers of count/P shards each; their partials added over the tree of
 // the ranks (split in the middle, as the shards' tree), then the tail.
-std::vector<float> sharded(const Layer& l, int64_t P, const std::vector<float>& x, const RunOptions& o,
+std::vector<float> sharded(const FeedForward& l, int64_t P, const std::vector<float>& x, const RunOptions& o,
                            const Shape* padded = nullptr) {
   const Shape shape = padded ? *padded : Shape::tokens(int64_t(x.size()) / l.config().d_model);
   const int64_t count = l.shards().count;
   const size_t rows = size_t(valid_tokens(shape) * l.config().d_model);
   std::vector<std::vector<float>> part(static_cast<size_t>(P), std::vector<float>(rows));
-  std::vector<Layer> ranks;
+  std::vector<FeedForward> ranks;
   for (int64_t r = 0; r < P; ++r) {
     ranks.push_back(l.shard(count * r / P, count * (r + 1) / P));
     ranks.back().forward_partial(x.data(), shape, part[size_t(r)].data(), o);
@@ -59,7 +59,7 @@ TEST(Shards, BackwardInStagesGivesTheWholeBackwardsBits) {
       cfg.norm = norm;
       cfg.dropout_hidden = 0.2f;
       cfg.dropout_output = 0.1f;
-      const Layer layer(cfg, uint64_t(7));
+      const FeedForward layer(cfg, uint64_t(7));
       const Shape shape{2, 9, Layout::tokens, {9, 4}};
       const std::vector<float> x = test::randn(size_t(18 * 24), 1), dy = test::randn(x.size(), 2);
       RunOptions o;
@@ -73,7 +73,7 @@ TEST(Shards, BackwardInStagesGivesTheWholeBackwardsBits) {
       layer.backward(x.data(), dy.data(), shape, cache, dx.data(), g, o);
       const int64_t n = valid_tokens(shape), d = 24, F = 1300;
       for (int64_t P : {1, 2, 4}) {
-        std::vector<Layer> ranks;
+        std::vector<FeedForward> ranks;
         std::vector<ForwardCache> caches(static_cast<size_t>(P));
         std::vector<std::vector<float>> part(static_cast<size_t>(P), std::vector<float>(size_t(n * d)));
         auto tree = [&](auto& self, int64_t lo, int64_t hi) -> void {
@@ -127,7 +127,7 @@ TEST(Shards, PaddedAndChannelsFirstInputs) {
   cfg.d_model = 6;
   cfg.d_ff = 1000;
   cfg.dropout_hidden = 0.3f;
-  const Layer layer(cfg, uint64_t(2));
+  const FeedForward layer(cfg, uint64_t(2));
   for (Layout layout : {Layout::tokens, Layout::ncw}) {
     const Shape shape{3, 5, layout, {5, 2, 0}};
     const std::vector<float> x = test::randn(size_t(15 * 6), 4);
@@ -152,7 +152,7 @@ TEST(Shards, StagesAndShardLayersGiveTheWholeForwardsBits) {
         cfg.bias = F == 1000;
         cfg.dropout_hidden = 0.2f;
         cfg.dropout_output = 0.1f;
-        const Layer layer(cfg, uint64_t(F));
+        const FeedForward layer(cfg, uint64_t(F));
         for (int64_t t : {1, 13, 100}) {
           const std::vector<float> x = test::randn(size_t(t * cfg.d_model), uint64_t(t));
           for (bool training : {false, true}) {
@@ -174,11 +174,11 @@ TEST(Shards, LowPrecisionShardsToo) {
   cfg.d_model = 40;
   cfg.d_ff = 1100;
   cfg.activation = Activation::swiglu;
-  const Layer base(cfg, uint64_t(4));
+  const FeedForward base(cfg, uint64_t(4));
   const std::vector<float> x = test::randn(size_t(30 * cfg.d_model), 5);
   RunOptions o;
   o.threads = 2;
-  for (const Layer& l : {base.converted(WeightDtype::int8), base.converted(WeightDtype::int8, Int8Options{{0, 7, 39}}),
+  for (const FeedForward& l : {base.converted(WeightDtype::int8), base.converted(WeightDtype::int8, Int8Options{{0, 7, 39}}),
                          base.converted(WeightDtype::bf16)}) {
     const std::vector<float> want = whole(l, x, o);
     for (int64_t P : {2, 4}) EXPECT_EQ(sharded(l, P, x, o), want) << to_string(l.weight_dtype()) << " P=" << P;
@@ -196,14 +196,14 @@ TEST(Shards, Int8FileShardsAreSlicedAsStored) {
   Config cfg;
   cfg.d_model = 20;
   cfg.d_ff = 1100;
-  SafetensorsFile f = Layer(cfg, uint64_t(5)).converted(WeightDtype::int8, Int8Options{{3, 11}}).to_safetensors();
+  SafetensorsFile f = FeedForward(cfg, uint64_t(5)).converted(WeightDtype::int8, Int8Options{{3, 11}}).to_safetensors();
   std::vector<float> per_row(20);
   for (size_t r = 0; r < 20; ++r) per_row[r] = 0.003f + 0.0007f * float(r);
   f.tensors["linear2.weight_scale"] = NamedTensor{{20}, per_row};
   for (float& v : f.tensors["linear1.weight_scale"].data) v *= 1.37f;  // not max|w|/127 of anything
   const std::string path = (dir / "q.safetensors").string();
   write_safetensors(path, f);
-  const Layer l = Layer::load(path);
+  const FeedForward l = FeedForward::load(path);
   const std::vector<float> x = test::randn(size_t(9 * 20), 6);
   RunOptions o;
   o.threads = 2;
@@ -215,22 +215,22 @@ TEST(Shards, MisuseIsAnError) {
   Config cfg;
   cfg.d_model = 8;
   cfg.d_ff = 1000;
-  const Layer l(cfg, uint64_t(1));
+  const FeedForward l(cfg, uint64_t(1));
   using test::expect_error;
-  const Layer s = l.shard(2, 4);
+  const FeedForward s = l.shard(2, 4);
   EXPECT_EQ(s.config().d_ff, 488);  // chunks 2, 3: units [512, 1000)
   std::vector<float> x(8), y(8);
   expect_error([&] { s.forward(x.data(), y.data(), Shape::tokens(1)); }, "holds shards 2..3 of 4");
   expect_error([&] { l.shard(1, 5); }, "expected 0 <= first < last <= count = 4, got [1, 5)");
   expect_error([&] { l.shard(1, 3); }, "[1, 3) is not an aligned block of the 4 shards");
   expect_error([&] { l.shard(0, 3); }, "[0, 3) is not an aligned block");
-  expect_error([&] { Layer(cfg, uint64_t(1)).set_shards(DffShards{128, 0, 128, 0}); }, "power of two from 1 to 64");
-  Layer t(cfg, uint64_t(1));
+  expect_error([&] { FeedForward(cfg, uint64_t(1)).set_shards(DffShards{128, 0, 128, 0}); }, "power of two from 1 to 64");
+  FeedForward t(cfg, uint64_t(1));
   expect_error([&] { t.set_shards(DffShards{4, 0, 2, 2000}); }, "are hidden units [0, 1024), but this layer's d_ff is 1000");
   expect_error([&] { t.set_shards(DffShards{3, 0, 3, 0}); }, "power of two");
   Config small = cfg;
   small.d_ff = 300;  // 2 chunks: shards 0 and 2 are empty
-  expect_error([&] { Layer(small, uint64_t(1)).shard(0, 1); }, "hold no hidden units");
+  expect_error([&] { FeedForward(small, uint64_t(1)).shard(0, 1); }, "hold no hidden units");
   RunOptions ref;
   ref.path = Path::reference;
   expect_error([&] { l.forward_partial(x.data(), Shape::tokens(1), y.data(), ref); }, "the fast path only");
@@ -251,22 +251,22 @@ TEST(Shards, LoadedShardsMatchTheWholeFile) {
   cfg.d_ff = 1300;
   cfg.activation = Activation::swiglu;
   cfg.norm = NormPlacement::pre;
-  const Layer base(cfg, uint64_t(8));
+  const FeedForward base(cfg, uint64_t(8));
   const std::vector<float> x = test::randn(size_t(11 * cfg.d_model), 3);
   RunOptions o;
   o.threads = 2;
   for (WeightDtype dt : {WeightDtype::fp32, WeightDtype::bf16}) {
     const std::string path = (dir / (std::string(to_string(dt)) + ".safetensors")).string();
     base.converted(dt).save(path);
-    const Layer all = Layer::load(path);
+    const FeedForward all = FeedForward::load(path);
     const std::vector<float> want = whole(all, x, o);
     for (int64_t P : {2, 4}) {
       std::vector<std::vector<float>> part(static_cast<size_t>(P), std::vector<float>(x.size()));
-      std::vector<Layer> ranks;
+      std::vector<FeedForward> ranks;
       for (int64_t r = 0; r < P; ++r) {
         LoadOptions lo;
         lo.shards = DffShards{4, 4 * r / P, 4 * (r + 1) / P, 0};
-        ranks.push_back(Layer::load(path, lo));
+        ranks.push_back(FeedForward::load(path, lo));
         EXPECT_EQ(ranks.back().weight_dtype(), dt);
         ranks.back().forward_partial(x.data(), Shape::tokens(11), part[size_t(r)].data(), o);
       }
@@ -286,7 +286,7 @@ TEST(Shards, LoadedShardsMatchTheWholeFile) {
   LoadOptions bad;
   bad.shards = DffShards{4, 0, 1, 0};
   base.converted(WeightDtype::int8).save((dir / "int8.safetensors").string());
-  test::expect_error([&] { Layer::load((dir / "int8.safetensors").string(), bad); }, "not read by shards yet");
+  test::expect_error([&] { FeedForward::load((dir / "int8.safetensors").string(), bad); }, "not read by shards yet");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Thread safety: one loaded Layer used from several threads at once (forward
+// Thread safety: one loaded FeedForward used from several threads at once (forward
 // and backward, each thread its own buffers and cache) gives exactly the
 // results of the same calls made one after another. Run under
 // ThreadSanitizer by scripts/sanitize.sh (with --threads 1 inside each call,
@@ -21,7 +21,7 @@ struct Call {
   Weights grads;
 };
 
-void run(const Layer& layer, Call& c, int64_t t, int threads) {
+void run(const FeedForward& layer, Call& c, int64_t t, int threads) {
   RunOptions ro;
   ro.threads = threads;
   ro.training = true;
@@ -41,7 +41,7 @@ TEST(Threads, ConcurrentCallsOnOneLayerMatchSequentialOnes) {
     cfg.activation = Activation::swiglu;
     cfg.norm = NormPlacement::pre;
     cfg.dropout_hidden = 0.1f;
-    const Layer layer(cfg, 11);  // backward's weight panels are packed lazily: first use races here
+    const FeedForward layer(cfg, 11);  // backward's weight panels are packed lazily: first use races here
     const int callers = 4;
     const int64_t t = 37;
     std::vector<Call> seq(callers), par(callers);
@@ -84,9 +84,9 @@ TEST(Threads, BackwardScratchIsBoundedAndReleased) {
     Config cfg;
     cfg.d_model = 16;
     cfg.d_ff = d_ff;
-    return Layer(cfg, 1);
+    return FeedForward(cfg, 1);
   };
-  auto run = [](const Layer& layer, int64_t t) {
+  auto run = [](const FeedForward& layer, int64_t t) {
     const int64_t d = layer.config().d_model;
     std::vector<float> x(size_t(t * d), 0.25f), y(x.size()), dy(x.size(), 1.0f), dx(x.size());
     ForwardCache cache;
@@ -97,7 +97,7 @@ TEST(Threads, BackwardScratchIsBoundedAndReleased) {
     layer.backward(x.data(), dy.data(), Shape::tokens(t), cache, dx.data(), g, ro);
     return nn::backward_scratch_bytes();
   };
-  const Layer small = make(64), big = make(8192);
+  const FeedForward small = make(64), big = make(8192);
   EXPECT_GT(run(small, 16), 0u);  // kept
   // 3072 tokens x 8192 hidden x 4 bytes x 3 hidden-sized buffers = 288 MiB > the bound.
   static_assert(size_t(3072) * 8192 * 4 * 3 > nn::kBackwardScratchKeepBytes);
@@ -116,7 +116,7 @@ TEST(Threads, ForwardCacheBuffersAreReusedAndBounded) {
   Config cfg;
   cfg.d_model = 16;
   cfg.d_ff = 96;
-  const Layer layer(cfg, 3);
+  const FeedForward layer(cfg, 3);
   const int64_t t = 512;
   std::vector<float> x(size_t(t * cfg.d_model), 0.5f), y(x.size());
   RunOptions ro;

@@ -26,7 +26,7 @@ struct Result {
 
 // Forward and backward of rows [r0, r1) of x/dy ([n, d]), with slices
 // given relative to r0 (empty: none) and position_offset r0.
-Result run(const Layer& l, const std::vector<float>& x, const std::vector<float>& dy, int64_t r0, int64_t r1,
+Result run(const FeedForward& l, const std::vector<float>& x, const std::vector<float>& dy, int64_t r0, int64_t r1,
            std::vector<int64_t> slices, RunOptions o) {
   const int64_t d = l.config().d_model, n = r1 - r0;
   o.position_offset = r0;
@@ -71,7 +71,7 @@ TEST(TokenSlices, RanksHoldingSubtreesAddUpToOneProcessBits) {
   for (const Config& cfg : kConfigs)
     for (int64_t n : {1, 3, 37, 301, 1023}) {  // 1023: one process's 255-row slice takes 256-wide gradient
                                                // tiles, a rank's 256-row slice 512-wide ones
-      const Layer layer(cfg, uint64_t(3));
+      const FeedForward layer(cfg, uint64_t(3));
       const int64_t d = cfg.d_model;
       const std::vector<float> x = test::randn(size_t(n * d), 11), dy = test::randn(x.size(), 12);
       RunOptions o;
@@ -116,7 +116,7 @@ TEST(TokenSlices, RanksHoldingSubtreesAddUpToOneProcessBits) {
 
 TEST(TokenSlices, SlicesChangeOnlyTheSumsOrder) {
   for (const Config& cfg : kConfigs) {
-    const Layer layer(cfg, uint64_t(4));
+    const FeedForward layer(cfg, uint64_t(4));
     const int64_t n = 150, d = cfg.d_model;
     const std::vector<float> x = test::randn(size_t(n * d), 21), dy = test::randn(x.size(), 22);
     RunOptions o;
@@ -148,7 +148,7 @@ TEST(TokenSlices, SlicesChangeOnlyTheSumsOrder) {
 }
 
 TEST(TokenSlices, BadSlicesAndOffsetsAreErrors) {
-  const Layer layer(kConfigs[0], uint64_t(1));
+  const FeedForward layer(kConfigs[0], uint64_t(1));
   const int64_t n = 8, d = layer.config().d_model;
   const std::vector<float> x = test::randn(size_t(n * d), 1);
   std::vector<float> y(x.size()), dx(x.size());

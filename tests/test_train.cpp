@@ -219,7 +219,7 @@ TEST(Training, ReproducesPyTorchLossCurves) {
     w.b2 = get("linear2.bias");
     w.norm_weight = get("norm.weight");
     w.norm_bias = get("norm.bias");
-    Layer layer(cfg, w);
+    FeedForward layer(cfg, w);
     const LossKind loss = parse_loss(m["loss"].get<std::string>());
     std::optional<OutputHead> head;
     if (loss == LossKind::xent) head = head_of(p + "head.");
@@ -335,7 +335,7 @@ TEST(Fit, PermutationSplitAndDeterminism) {
     cfg.d_model = 6;
     cfg.d_ff = 20;
     cfg.dropout_hidden = 0.1f;
-    Layer layer(cfg, 4);
+    FeedForward layer(cfg, 4);
     Trainer t(layer, std::nullopt, LossKind::mse, OptimizerConfig{}, threads);
     train::FitOptions fo;
     fo.epochs = 3;
@@ -360,7 +360,7 @@ TEST(Fit, StopsBetweenSteps) {
   Config cfg;
   cfg.d_model = 4;
   cfg.d_ff = 8;
-  Layer layer(cfg, 1);
+  FeedForward layer(cfg, 1);
   Trainer t(layer, std::nullopt, LossKind::mse, OptimizerConfig{}, 1);
   std::vector<int64_t> rows(64);
   std::iota(rows.begin(), rows.end(), 0);
@@ -394,7 +394,7 @@ TEST(Fit, StopsAtTheFirstNonFiniteLossOrGradientWithoutApplyingIt) {
     data.targets.assign(64 * 4, 0.25f);
     // Row 20: a NaN target makes the loss NaN, an infinite one Inf.
     data.targets[20 * 4 + 1] = nan_target ? NAN : INFINITY;
-    Layer layer(cfg, 1);
+    FeedForward layer(cfg, 1);
     Trainer t(layer, std::nullopt, LossKind::mse, OptimizerConfig{}, 1);
     std::vector<int64_t> rows(64);
     std::iota(rows.begin(), rows.end(), 0);

@@ -203,7 +203,7 @@ TEST(TrainCli, DivergenceStopsWithOneLineExitThreeAndFiniteWeights) {
   EXPECT_NE(r.err.find("lower --lr"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("nan"), std::string::npos) << "a NaN loss was printed: " << r.out;
   ASSERT_TRUE(fs::exists(out)) << r.err;
-  const Layer l = Layer::load(out);
+  const FeedForward l = FeedForward::load(out);
   for (const std::vector<float>* v : {&l.weights().w1, &l.weights().b1, &l.weights().w2, &l.weights().b2})
     for (float e : *v) ASSERT_TRUE(std::isfinite(e)) << "non-finite weight written";
   // The same settings at a sane rate train to the end.
@@ -241,12 +241,12 @@ TEST(TrainCli, InitTakesSettingFlagsRefusesContradictingShapesAndTakesPrefix) {
   r = ffn_cli(flags + " --d-ff 24 --activation gelu --norm none --output " + out);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("8 -> 24 gelu, norm none"), std::string::npos) << r.out;
-  const Layer l = Layer::load(out);
+  const FeedForward l = FeedForward::load(out);
   EXPECT_EQ(l.config().activation, Activation::gelu);
   EXPECT_EQ(l.config().norm, NormPlacement::none);
 
   // The layer under a prefix.
-  SafetensorsFile f = Layer::load(init).to_safetensors(), g;
+  SafetensorsFile f = FeedForward::load(init).to_safetensors(), g;
   for (auto& [name, t] : f.tensors) g.tensors["encoder.layers.0." + name] = t;
   g.metadata = f.metadata;
   const std::string prefixed = tmp("prefixed.safetensors");
@@ -296,7 +296,7 @@ TEST(TrainCli, InterruptLeavesOldOrCompleteFile) {
     interrupted += code >= 128;
     if (now != old) {
       ++wrote_new;
-      EXPECT_NO_THROW(Layer::load(out));  // complete and valid
+      EXPECT_NO_THROW(FeedForward::load(out));  // complete and valid
     }
   }
   EXPECT_EQ(interrupted, 6);
@@ -355,7 +355,7 @@ TEST(RunCli, KilledAtRandomMomentsLeavesOldOrCompleteOutput) {
   cfg.d_model = d;
   cfg.d_ff = 32;
   cfg.norm = NormPlacement::none;
-  Layer(cfg, 1).save(tmp("k_w.safetensors"));
+  FeedForward(cfg, 1).save(tmp("k_w.safetensors"));
   Array x{{t, d}, std::vector<float>(size_t(t * d))};
   for (size_t i = 0; i < x.data.size(); ++i) x.data[i] = float(int(i % 97) - 48) * 0.01f;
   write_npy(tmp("k_x.npy"), x);
@@ -405,7 +405,7 @@ TEST(RunCli, GradKilledWhileWritingLeavesNothing) {
   cfg.d_model = d;
   cfg.d_ff = 16;
   cfg.norm = NormPlacement::none;
-  Layer(cfg, 2).save(tmp("g_w.safetensors"));
+  FeedForward(cfg, 2).save(tmp("g_w.safetensors"));
   Array x{{t, d}, std::vector<float>(size_t(t * d), 0.25f)};
   write_npy(tmp("g_x.npy"), x);
   write_npy(tmp("g_dy.npy"), x);

@@ -80,11 +80,10 @@ struct SettingOverrides {
   }
 };
 
-// Settings Layer::load took from a default or a guess (LoadOptions::assumed):
+// Settings a load took from a default or a guess (FeedForward::assumed_settings):
 // one line on stderr saying so and which flags set them. A PyTorch
 // state_dict carries no activation, norm placement or eps.
-using Assumed = std::vector<std::pair<std::string, std::string>>;
-inline void note_assumed(const std::string& path, const Assumed& assumed) {
+inline void note_assumed(const std::string& path, const std::vector<AssumedSetting>& assumed) {
   if (assumed.empty()) return;
   std::string what, flags;
   for (const auto& [w, f] : assumed) {
@@ -219,7 +218,7 @@ int grad_tensor_parallel(const ParallelGradArgs& a);
 using Agree = std::function<void(const std::string& error)>;
 int train_data_parallel(const std::function<int(const Team&, const Agree&)>& body);
 // ro.threads 0: the cores shared among the ranks.
-int bench_tensor_parallel(const Layer& whole, int64_t tokens, RunOptions ro, int repeats, int warmup, bool json,
+int bench_tensor_parallel(const FeedForward& whole, int64_t tokens, RunOptions ro, int repeats, int warmup, bool json,
                           uint64_t seed);
 void init_encoder(const EncoderConfig& cfg, uint64_t seed, const std::string& output);
 // Returns the exit status (1 when the check against the reference fails).

@@ -52,10 +52,8 @@ struct EncodeArgs {
       o.heads = heads;
     }
     o.dropout = dropout;
-    Assumed assumed;
-    o.assumed = &assumed;
     Encoder e = Encoder::load(weights, o);
-    note_assumed(weights, assumed);
+    note_assumed(weights, e.assumed_settings());
     return e;
   }
 

@@ -183,16 +183,14 @@ struct LayerArgs {
   void parallel_args(cli::ParallelArgs& p, LoadOptions lo, int threads) const {
     p.weights = weights, p.input = input, p.lengths = lengths;
     p.layout = parse_layout(layout, "--layout");
-    lo.assumed = nullptr;
     p.load = lo;
     p.threads = threads;
   }
 
-  LoadOptions load_options(float p_hidden, float p_output, cli::Assumed* assumed) const {
+  LoadOptions load_options(float p_hidden, float p_output) const {
     LoadOptions o;
     o.prefix = prefix;
     settings.apply(o);
-    o.assumed = assumed;
     o.dropout_hidden = p_hidden;
     o.dropout_output = p_output;
     return o;
@@ -238,8 +236,7 @@ struct RunArgs : LayerArgs {
 int cmd_run(const RunArgs& a) {
   io::check_writable_target(a.output);
   const int threads = threads_or_throw(a.threads);
-  cli::Assumed assumed;
-  LoadOptions lo = a.load_options(0, 0, &assumed);
+  LoadOptions lo = a.load_options(0, 0);
   if (!a.dtype.empty()) lo.weight_dtype = parse_weight_dtype(a.dtype, "--dtype");
   const Compute compute = parse_compute(a.compute, "--compute");
   if (a.tensor_parallel) {
@@ -255,8 +252,8 @@ int cmd_run(const RunArgs& a) {
     no_mpi("--tensor-parallel");
 #endif
   }
-  const Layer layer = Layer::load(a.weights, lo);
-  cli::note_assumed(a.weights, assumed);
+  const FeedForward layer = FeedForward::load(a.weights, lo);
+  cli::note_assumed(a.weights, layer.assumed_settings());
   if (compute == Compute::bf16 && layer.weight_dtype() == WeightDtype::int8)
     throw Error("--compute bf16: needs fp32, bf16 or fp16 weights (" + a.weights + " holds int8 weights)");
   const Input in = read_input(a, layer.config());
@@ -299,8 +296,7 @@ int cmd_grad(const GradArgs& a) {
   const bool training = a.dropout || a.dropout_hidden || a.dropout_output;
   const int threads = threads_or_throw(a.threads);
 
-  cli::Assumed assumed;
-  LoadOptions lo = a.load_options(p_hidden, p_output, &assumed);
+  LoadOptions lo = a.load_options(p_hidden, p_output);
   lo.weight_dtype = WeightDtype::fp32;  // a quantized file: gradients at the values it stores
   if (a.tensor_parallel) {
     if (a.check_finite) throw Error("--check-finite: not with --tensor-parallel");
@@ -317,8 +313,8 @@ int cmd_grad(const GradArgs& a) {
     no_mpi("--tensor-parallel");
 #endif
   }
-  const Layer layer = Layer::load(a.weights, lo);
-  cli::note_assumed(a.weights, assumed);
+  const FeedForward layer = FeedForward::load(a.weights, lo);
+  cli::note_assumed(a.weights, layer.assumed_settings());
   const Input in = read_input(a, layer.config());
   const Array dy = read_npy(a.grad_output);
   if (dy.shape != in.x.shape)
@@ -406,7 +402,7 @@ void cmd_init(const InitArgs& a) {
   }
   io::check_writable_target(a.output);
   cli::check_memory(4.0 * (is_gated(cfg.activation) ? 3 : 2) * double(a.d_model) * double(a.d_ff), "--d-model x --d-ff");
-  Layer layer(cfg, a.seed);
+  FeedForward layer(cfg, a.seed);
   layer.save(a.output);
 }
 
@@ -427,8 +423,6 @@ void cmd_quantize(const QuantizeArgs& a) {
   lo.prefix = a.prefix;
   lo.weight_dtype = dtype;
   a.settings.apply(lo);
-  cli::Assumed assumed;
-  lo.assumed = &assumed;
   if (a.calibrate.empty() && a.o_threshold->count()) throw Error("--outlier-threshold: only with --calibrate");
   if (!a.calibrate.empty()) {
     if (dtype != WeightDtype::int8) throw Error("--calibrate: only with --dtype int8");
@@ -436,8 +430,8 @@ void cmd_quantize(const QuantizeArgs& a) {
       throw Error("--outlier-threshold: expected a finite number >= 0, got " + std::to_string(a.outlier_threshold));
     lo.weight_dtype = WeightDtype::fp32;  // quantized below, with the channels
   }
-  Layer layer = Layer::load(a.weights, lo);
-  cli::note_assumed(a.weights, assumed);
+  FeedForward layer = FeedForward::load(a.weights, lo);
+  cli::note_assumed(a.weights, layer.assumed_settings());
   if (!a.calibrate.empty()) {
     // Outlier input channels from the inputs' max |x| per channel (every row of the file).
     const Array x = read_npy(a.calibrate);
@@ -548,8 +542,8 @@ int cmd_bench(const BenchArgs& a) {
   if (compute == Compute::bf16 && dtype == WeightDtype::int8)
     throw Error("--compute bf16: needs --dtype fp32, bf16 or fp16 (int8 weights have their own integer products)");
   if (a.tensor_parallel && a.backward) throw Error("--tensor-parallel: the forward only (no --backward yet)");
-  const Layer layer32(cfg, a.seed);
-  const Layer layer = layer32.converted(dtype);
+  const FeedForward layer32(cfg, a.seed);
+  const FeedForward layer = layer32.converted(dtype);
   const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
 
   RunOptions ro;

@@ -48,11 +48,8 @@ struct Prologue {
 template <class F>
 Prologue begin_parallel(const dist::Comm& comm, const ParallelArgs& a, F&& check) {
   Prologue p;
-  Assumed assumed;
-  LoadOptions lo = a.load;
-  lo.assumed = comm.rank() == 0 ? &assumed : nullptr;
-  p.tp.emplace(dist::ParallelFeedForward::load(comm, a.weights, lo));
-  if (comm.rank() == 0) note_assumed(a.weights, assumed);
+  p.tp.emplace(dist::ParallelFeedForward::load(comm, a.weights, a.load));
+  if (comm.rank() == 0) note_assumed(a.weights, p.tp->local().assumed_settings());
   comm.agreed([&] {
     check(p.tp->local());
     p.in.emplace(read_input(a.input, a.lengths, a.layout, p.tp->local().config().d_model, a.weights));
@@ -78,7 +75,7 @@ int train_data_parallel(const std::function<int(const Team&, const Agree&)>& bod
 }
 
 int run_tensor_parallel(const ParallelRunArgs& a) { return on_every_rank([&](const dist::Comm& comm) {
-  Prologue p = begin_parallel(comm, a, [&](const Layer& local) {
+  Prologue p = begin_parallel(comm, a, [&](const FeedForward& local) {
     if (a.compute == Compute::bf16 && local.weight_dtype() == WeightDtype::int8)
       throw Error("--compute bf16: needs fp32, bf16 or fp16 weights (" + a.weights + " holds int8 weights)");
   });
@@ -100,7 +97,7 @@ int run_tensor_parallel(const ParallelRunArgs& a) { return on_every_rank([&](con
 }); }
 
 int grad_tensor_parallel(const ParallelGradArgs& a) { return on_every_rank([&](const dist::Comm& comm) {
-  Prologue p = begin_parallel(comm, a, [](const Layer&) {});
+  Prologue p = begin_parallel(comm, a, [](const FeedForward&) {});
   const auto& tp = p.tp;
   const auto& in = p.in;
   Array dy;
@@ -157,7 +154,7 @@ int grad_tensor_parallel(const ParallelGradArgs& a) { return on_every_rank([&](c
   return 0;
 }); }
 
-int bench_tensor_parallel(const Layer& whole, int64_t tokens, RunOptions ro, int repeats, int warmup, bool json,
+int bench_tensor_parallel(const FeedForward& whole, int64_t tokens, RunOptions ro, int repeats, int warmup, bool json,
                           uint64_t seed) { return on_every_rank([&](const dist::Comm& comm) {
   ro.threads = rank_threads(ro.threads, comm);
   std::optional<dist::ParallelFeedForward> tp;

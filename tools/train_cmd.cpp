@@ -88,7 +88,7 @@ OutputHead head_from_file(const SafetensorsFile& f, const std::string& path, int
 
 // The layer (under the --init file's names), the --init file's other tensors
 // (`extra`, e.g. attention weights, unchanged) and the head.
-void save(const Layer& layer, const std::optional<OutputHead>& head, const std::string& path,
+void save(const FeedForward& layer, const std::optional<OutputHead>& head, const std::string& path,
           const SafetensorsFile& extra) {
   SafetensorsFile f = layer.to_safetensors(extra);
   if (head) {
@@ -177,7 +177,7 @@ struct Setup {
   OptimizerConfig oc;
   std::string plot_path;
   train::Dataset data;
-  std::optional<Layer> layer;
+  std::optional<FeedForward> layer;
   std::optional<OutputHead> head;
   std::vector<int64_t> train_rows, val_rows;
   SafetensorsFile extra;  // the --init file's other tensors, written with every checkpoint
@@ -263,24 +263,22 @@ Setup prepare(const TrainArgs& a, bool lead) {
                   " (one class index per row of " + a.data + ", --loss xent)");
   }
 
-  // Layer (and head).
-  std::optional<Layer>& layer = st.layer;
+  // FeedForward (and head).
+  std::optional<FeedForward>& layer = st.layer;
   std::optional<OutputHead>& head = st.head;
   if (!a.init.empty()) {
     LoadOptions lo;
     lo.prefix = a.prefix;
     lo.dropout_hidden = lo.dropout_output = a.dropout;
     a.arch.apply_given(lo);
-    Assumed assumed;
-    lo.assumed = &assumed;
-    layer = Layer::load(a.init, lo);
+    layer = FeedForward::load(a.init, lo);
     // Shape flags cannot change a file's layer: refuse one that contradicts it.
     if (a.d_ff && a.d_ff != layer->config().d_ff)
       throw Error("--d-ff " + std::to_string(a.d_ff) + " contradicts " + a.init + " (d_ff=" +
                   std::to_string(layer->config().d_ff) + "); leave it out with --init");
     if (a.arch.no_bias && layer->config().bias)
       throw Error("--no-bias contradicts " + a.init + " (it has biases); leave it out with --init");
-    if (lead) note_assumed(a.init, assumed);
+    if (lead) note_assumed(a.init, layer->assumed_settings());
     if (layer->config().d_model != data.d)
       throw Error(a.data + ": rows have " + std::to_string(data.d) + " features, expected d_model=" +
                   std::to_string(layer->config().d_model) + " (from " + a.init + ")");
@@ -398,7 +396,7 @@ int train(const TrainArgs& a, const Team* team, const Agree& agree) {
   const OptimizerConfig& oc = st.oc;
   const std::string& plot_path = st.plot_path;
   const train::Dataset& data = st.data;
-  std::optional<Layer>& layer = st.layer;
+  std::optional<FeedForward>& layer = st.layer;
   const std::optional<OutputHead>& head = st.head;
   const std::vector<int64_t>& train_rows = st.train_rows;
   const std::vector<int64_t>& val_rows = st.val_rows;

@@ -9,7 +9,7 @@
 // (in_proj_weight [3d, d] packs W_q, W_k, W_v), `heads` heads of d/heads,
 // softmax(Q Kᵀ / √(d/heads)) V per head with a key padding mask from the
 // sequence lengths and an optional causal mask, heads concatenated, then
-// out_proj (W_O, b_O). The FFN sublayer is ffn::Layer (its fast paths, its
+// out_proj (W_O, b_O). The FFN sublayer is ffn::FeedForward (its fast paths, its
 // activations, gated ones included, LayerNorm or RMSNorm) with norm2 as its
 // norm. Dropout (training only) uses the one probability `dropout` at
 // PyTorch's four sites: the attention probabilities, the attention output,
@@ -66,7 +66,7 @@ struct EncoderRunOptions : RunOptions {
   bool causal = false;  // query s attends to keys 0..s only
   // Called from the calling thread with each FFN sublayer's input (the
   // valid tokens' rows, n × d_model floats) before the sublayer runs: for
-  // calibration (Layer::input_absmax) and inspection.
+  // calibration (FeedForward::input_absmax) and inspection.
   std::function<void(int64_t layer, const float* x, int64_t n)> ffn_input;
 };
 
@@ -77,12 +77,15 @@ class EncoderCache {
   ~EncoderCache();
   EncoderCache(EncoderCache&&) noexcept;
   EncoderCache& operator=(EncoderCache&&) noexcept;
-  struct Data;
-  Data& data();
-  const Data& data() const;
   size_t bytes() const;
 
  private:
+  // The contents (src/ops/forward_cache.hpp, src/modules/encoder.cpp): the
+  // library's own, reached through detail::CacheAccess.
+  struct Data;
+  friend struct detail::CacheAccess;
+  Data& data();
+  const Data& data() const;
   std::unique_ptr<Data> data_;
 };
 
@@ -94,8 +97,7 @@ struct EncoderLoadOptions {
   std::optional<NormType> norm_type;    // else __metadata__ ffn.norm_type, else layernorm
   std::optional<float> eps;             // else __metadata__ ffn.eps, else 1e-5
   float dropout = 0.0f;
-  // As LoadOptions::assumed: settings taken from a default (a PyTorch file carries none).
-  std::vector<std::pair<std::string, std::string>>* assumed = nullptr;
+  // (What load assumed: Encoder::assumed_settings().)
 };
 
 // forward and backward are const and may run concurrently on one Encoder.
@@ -127,13 +129,16 @@ class Encoder {
   SafetensorsFile to_safetensors(const EncoderWeights& values) const;
 
   const EncoderConfig& config() const { return cfg_; }
+  // The settings load took from a default (a PyTorch file records none), as
+  // FeedForward::assumed_settings; empty for an encoder made in memory.
+  const std::vector<AssumedSetting>& assumed_settings() const { return assumed_; }
   // A copy whose FFN sublayers store their weight matrices as `dtype`
   // (inference only; attention stays fp32), and layer l's FFN sublayer.
   // layers: which layers' FFNs to convert (empty: all); int8: layer l's
   // Int8Options (empty: none).
   Encoder converted(WeightDtype dtype, const std::vector<int64_t>& layers = {},
                     const std::vector<Int8Options>& int8 = {}) const;
-  const Layer& ffn_layer(int64_t l) const { return ffn_.at(size_t(l)); }
+  const FeedForward& ffn_layer(int64_t l) const { return ffn_.at(size_t(l)); }
   EncoderWeights weights() const;  // a copy
   void set_weights(EncoderWeights w);
 
@@ -154,8 +159,9 @@ class Encoder {
   std::string prefix_;         // of the file it was loaded from ("" for one made in memory)
   bool single_ = false;        // names of one nn.TransformerEncoderLayer (no "layers.N.")
   bool separate_qkv_ = false;  // loaded from self_attn.{q,k,v}_proj_weight: saved so
-  std::vector<Layer> ffn_;     // the FFN sublayers
+  std::vector<FeedForward> ffn_;     // the FFN sublayers
   std::shared_ptr<const void> packed_;  // fast-path layouts of the attention weights
+  std::vector<AssumedSetting> assumed_;  // by load
   void prepare();
 };
 

@@ -1,4 +1,4 @@
-// The position-wise feed-forward sublayer (ffn::Layer):
+// The position-wise feed-forward sublayer (ffn::FeedForward):
 //
 //   FFN(x) = f(x W1ᵀ + b1) W2ᵀ + b2                      (plain:  relu, gelu, gelu_tanh, silu)
 //   FFN(x) = (act(x Wgᵀ + bg) ⊙ (x W1ᵀ + b1)) W2ᵀ + b2   (gated:  swiglu, geglu, reglu)
@@ -34,6 +34,10 @@
 
 namespace ffn {
 
+namespace detail {
+struct CacheAccess;  // the library's access to the caches' contents
+}  // namespace detail
+
 // What forward saves for backward (filled when a cache is passed to forward):
 //   z1  [N, d_ff]   pre-activation x W1ᵀ + b1 of every valid token (N = valid tokens)
 //   zg  [N, d_ff]   gate pre-activation (gated activations only)
@@ -48,13 +52,16 @@ class ForwardCache {
   ~ForwardCache();
   ForwardCache(ForwardCache&&) noexcept;
   ForwardCache& operator=(ForwardCache&&) noexcept;
-  struct Data;
-  Data& data();
-  const Data& data() const;
   // Bytes held, for users who budget memory.
   size_t bytes() const;
 
  private:
+  // The contents (src/ops/forward_cache.hpp, src/modules/encoder.cpp): the
+  // library's own, reached through detail::CacheAccess.
+  struct Data;
+  friend struct detail::CacheAccess;
+  Data& data();
+  const Data& data() const;
   std::unique_ptr<Data> data_;
 };
 
@@ -97,11 +104,7 @@ struct LoadOptions {
   // d_ff (their rows of W1, Wg, b1 and columns of W2; DffShards, d_ff taken
   // from the file); the layer then runs in two stages. fp32/bf16/fp16 files.
   std::optional<DffShards> shards;
-  // When set, load appends each setting that came from neither these options
-  // nor the file's __metadata__ but from a default or a guess from the
-  // tensors (a PyTorch state_dict carries none): {"activation relu",
-  // "--activation"}. Only settings that change the result are listed.
-  std::vector<std::pair<std::string, std::string>>* assumed = nullptr;
+  // (What load assumed: FeedForward::assumed_settings().)
 };
 
 // int8 with outlier features kept in float32 (LLM.int8()'s decomposition,
@@ -114,32 +117,32 @@ struct LoadOptions {
 // without them. The cost is k/d_model of W1's work in float32.
 struct Int8Options {
   std::vector<int64_t> fp32_input_channels;  // ascending, distinct, < d_model
-  // The channels whose calibrated max |value| (Layer::input_absmax) exceeds
+  // The channels whose calibrated max |value| (FeedForward::input_absmax) exceeds
   // threshold (LLM.int8()'s 6 for LayerNorm outputs), the largest first,
   // at most max_channels of them; returned ascending.
   static Int8Options outliers(const std::vector<float>& absmax, float threshold = 6.0f, int64_t max_channels = 16);
 };
 
-// Thread safety: forward and backward are const and may run on one Layer from
+// Thread safety: forward and backward are const and may run on one FeedForward from
 // several threads at once (each caller with its own x, y, cache, gradient
 // buffers); results are bitwise those of sequential calls
 // (tests/test_threads.cpp, also run under ThreadSanitizer). set_weights,
 // update_weights and set_dropout must not run concurrently with anything.
-class Layer {
+class FeedForward {
  public:
   // Deterministic PyTorch-style initialization: nn.Linear weights and biases
   // ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), γ = 1, β = 0. Same seed, same weights.
-  Layer(const Config& cfg, uint64_t seed);
+  FeedForward(const Config& cfg, uint64_t seed);
   // Takes the given weights; throws Error if a size does not match cfg.
   // With a dtype other than fp32 the weight matrices are converted (quantized)
   // and weights() then holds the values actually used (dequantized).
-  Layer(const Config& cfg, Weights weights, WeightDtype dtype = WeightDtype::fp32);
+  FeedForward(const Config& cfg, Weights weights, WeightDtype dtype = WeightDtype::fp32);
 
   // A copy of this layer with its weight matrices stored as `dtype`
   // (converted from this layer's values).
-  Layer converted(WeightDtype dtype) const;
+  FeedForward converted(WeightDtype dtype) const;
   // int8 with a few FFN input channels kept in float32 (Int8Options).
-  Layer converted(WeightDtype dtype, const Int8Options& int8) const;
+  FeedForward converted(WeightDtype dtype, const Int8Options& int8) const;
   WeightDtype weight_dtype() const { return dtype_; }
   // int8: the input channels kept in float32 (ascending; empty otherwise).
   const std::vector<int64_t>& fp32_input_channels() const { return fp32_inputs_; }
@@ -153,7 +156,7 @@ class Layer {
   // LLaMA names (mlp.gate_proj, mlp.up_proj, mlp.down_proj,
   // post_attention_layernorm). d_model, d_ff, gated and bias come from the
   // shapes; activation, norm and eps from __metadata__ unless overridden.
-  static Layer load(const std::string& path, const LoadOptions& opts = {});
+  static FeedForward load(const std::string& path, const LoadOptions& opts = {});
   // Writes this project's format with the settings in __metadata__,
   // atomically (temporary file + rename): F32 tensors, or for a low-precision
   // layer BF16/F16 matrices, or I8 matrices each with an F32 per-row scale
@@ -192,6 +195,10 @@ class Layer {
                                                          std::map<std::string, std::string>& metadata) const;
 
   const Config& config() const { return cfg_; }
+  // The settings load took from a default or a guess from the tensors, not
+  // from its LoadOptions or the file's __metadata__ (AssumedSetting); empty
+  // for a layer made in memory.
+  const std::vector<AssumedSetting>& assumed_settings() const { return assumed_; }
   const Weights& weights() const { return w_; }
   const TensorNames& names() const { return names_; }
   // Replace the parameters (same sizes), e.g. after an optimizer step; a
@@ -227,7 +234,7 @@ class Layer {
   // The layer of shards [first, last) of this whole layer's d_ff (count from
   // shards()): W1, Wg, b1 rows and W2 columns of their hidden units, b2 and
   // the norm whole; same dtype (and int8 fp32 input channels).
-  Layer shard(int64_t first, int64_t last) const;
+  FeedForward shard(int64_t first, int64_t last) const;
   // Stage 1: partial[valid_tokens(shape), d_model] = the sum over this
   // layer's shards of their W2 products (no b2), one row per valid token in
   // position order. Stage 2: y (x's shape and layout, padding zero) from
@@ -259,11 +266,16 @@ class Layer {
   DffShards shards_;                    // all 4 shards of its own d_ff unless set_shards
   std::shared_ptr<const void> quant_;   // nn::QuantizedWeights of a low-precision layer
   std::shared_ptr<const void> packed_;  // fast-path weight layout, built once
+  std::vector<AssumedSetting> assumed_;  // by load
   // A low-precision layer from its stored matrices (a quantized file).
-  Layer(const Config& cfg, Weights weights, WeightDtype dtype, std::shared_ptr<const void> quant);
+  FeedForward(const Config& cfg, Weights weights, WeightDtype dtype, std::shared_ptr<const void> quant);
   void backward_impl(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
                      Weights& grads, const RunOptions& opts, float* din_partial, const float* din_sum) const;
   void prepare();
 };
+
+// The class's name before 0.2 (ffn::Layer, beside ffn::Encoder): kept for one
+// release; the Python package keeps ffn.Layer.
+using Layer [[deprecated("ffn::Layer is now ffn::FeedForward")]] = FeedForward;
 
 }  // namespace ffn

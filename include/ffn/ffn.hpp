@@ -2,7 +2,7 @@
 // public API of the library in one include.
 //
 //   ffn/types.hpp         settings, parameters, shapes, run options, Error
-//   ffn/feed_forward.hpp  the feed-forward sublayer (ffn::Layer), loading and saving it
+//   ffn/feed_forward.hpp  the feed-forward sublayer (ffn::FeedForward), loading and saving it
 //   ffn/io.hpp            .npy and safetensors files, atomic writes
 //   ffn/diagnostics.hpp   the CPU, its measured peak, the kernels a run uses,
 //                         comparisons of results, how numbers are printed

@@ -103,9 +103,9 @@ class Comm {
 // Tensor-parallel FFN (Megatron-LM's MLP): rank r of P holds shards
 // [count·r/P, count·(r+1)/P) of d_ff — W1, Wg, b1 by rows
 // (column-parallel), W2 by columns (row-parallel) — runs the fused forward
-// on them (Layer::forward_partial), the partial outputs are summed across
+// on them (FeedForward::forward_partial), the partial outputs are summed across
 // ranks (Comm::sum_tree, "reduce from region"), and every rank applies b2,
-// dropout, residual and norm to the sum (Layer::forward_tail). The result
+// dropout, residual and norm to the sum (FeedForward::forward_tail). The result
 // is bitwise the one process's (DffShards).
 struct ParallelTiming {
   double compute_s = 0;  // this rank's shards and the tail
@@ -120,9 +120,9 @@ class ParallelFeedForward {
   // rank count must divide the shard count.
   static ParallelFeedForward load(const Comm& comm, const std::string& path, LoadOptions opts);
   // The same from a whole layer in memory (each rank keeps its shards).
-  ParallelFeedForward(const Comm& comm, const Layer& whole);
+  ParallelFeedForward(const Comm& comm, const FeedForward& whole);
 
-  // Collective: y = layer(x), x and y as Layer::forward (every rank passes
+  // Collective: y = layer(x), x and y as FeedForward::forward (every rank passes
   // the same x and gets all of y).
   void forward(const float* x, float* y, const Shape& shape, const RunOptions& opts = {},
                ParallelTiming* timing = nullptr, ForwardCache* cache = nullptr) const;
@@ -131,22 +131,22 @@ class ParallelFeedForward {
   // same on every rank). dIn is summed across ranks as the forward's outputs.
   void backward(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
                 Weights& grads, const RunOptions& opts = {}, ParallelTiming* timing = nullptr) const;
-  const Layer& local() const { return local_; }
+  const FeedForward& local() const { return local_; }
   const Comm& comm() const { return *comm_; }
 
  private:
   struct Local {};
-  ParallelFeedForward(Local, const Comm& comm, Layer local) : comm_(&comm), local_(std::move(local)) {}
+  ParallelFeedForward(Local, const Comm& comm, FeedForward local) : comm_(&comm), local_(std::move(local)) {}
   const Comm* comm_;
-  Layer local_;
+  FeedForward local_;
   mutable std::vector<float> partial_;  // the [T, d_model] sum, kept between calls (no page faults per call)
 };
 
 // Collective: the whole layer's gradient file at `path` (which must not
-// exist), each rank writing its own parts (Layer::gradient_shards; b2 and the
+// exist), each rank writing its own parts (FeedForward::gradient_shards; b2 and the
 // norm by rank 0) into it: no gather. Byte-identical to save_gradients of the
 // whole layer. Errors agreed.
-void write_sharded_gradients(const Comm& comm, const std::string& path, const Layer& local, const Weights& grads);
+void write_sharded_gradients(const Comm& comm, const std::string& path, const FeedForward& local, const Weights& grads);
 
 // The block of shards rank r of P holds; Error if P does not divide count.
 std::pair<int64_t, int64_t> rank_shards(int64_t count, int rank, int ranks);

@@ -25,6 +25,10 @@
 
 namespace ffn {
 
+namespace detail {
+struct SentenceModel;
+}  // namespace detail
+
 struct SentenceLoadOptions {
   // Tokens per text, [CLS] and [SEP] included. Unset: the model's
   // max_seq_length (sentence_bert_config.json), else max_position_embeddings.
@@ -73,10 +77,8 @@ class SentenceEncoder {
   // The FFN input channels each layer keeps in float32 (int8 with outliers).
   std::vector<std::vector<int64_t>> fp32_input_channels() const;
 
-  struct Impl;  // opaque
-
  private:
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::SentenceModel> impl_;  // the loaded model (src/models/sentence.cpp)
   SentenceEncoder();
 };
 

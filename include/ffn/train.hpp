@@ -153,7 +153,7 @@ constexpr int kTokenSlices = 4;
 class Trainer {
  public:
   // head is required for LossKind::xent and ignored for mse.
-  Trainer(Layer& layer, std::optional<OutputHead> head, LossKind loss, const OptimizerConfig& opt,
+  Trainer(FeedForward& layer, std::optional<OutputHead> head, LossKind loss, const OptimizerConfig& opt,
           int threads = 0);
   // Forward (training mode: dropout on, masks from dropout_seed), loss,
   // backward and one optimizer update. Returns the batch's loss before the update.
@@ -172,12 +172,12 @@ class Trainer {
   // trainer's steps.
   void set_team(const Team* team);
   const Team* team() const { return team_; }
-  const Layer& layer() const { return layer_; }
+  const FeedForward& layer() const { return layer_; }
   const std::optional<OutputHead>& head() const { return head_; }
   int64_t steps() const { return opt_.steps(); }
 
  private:
-  Layer& layer_;
+  FeedForward& layer_;
   std::optional<OutputHead> head_;
   LossKind loss_;
   Optimizer opt_;

@@ -149,6 +149,15 @@ enum class Compute { fp32, bf16 };
 std::string_view to_string(Compute c);
 Compute parse_compute(std::string_view s, std::string_view what = "compute");
 
+// A setting a load took from neither the caller's options nor the file's
+// __metadata__ but from a default or a guess from the tensors (a PyTorch
+// state_dict records none): {"activation relu", "--activation"}, so that a
+// program can say what it assumed. Only settings that change results.
+struct AssumedSetting {
+  std::string what;  // "activation relu"
+  std::string flag;  // the CLI flag that sets it: "--activation"
+};
+
 struct RunOptions {
   bool training = false;  // dropout active (and a ForwardCache may be filled)
   uint64_t seed = 0;      // dropout mask seed

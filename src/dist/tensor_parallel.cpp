@@ -24,11 +24,11 @@ std::pair<int64_t, int64_t> rank_shards(int64_t count, int rank, int ranks) {
 
 ParallelFeedForward ParallelFeedForward::load(const Comm& comm, const std::string& path, LoadOptions opts) {
   const DffShards base = opts.shards.value_or(DffShards{});
-  std::optional<Layer> local;
+  std::optional<FeedForward> local;
   comm.agreed([&] {
     const auto [first, last] = rank_shards(base.count, comm.rank(), comm.size());
     opts.shards = DffShards{base.count, first, last, 0};
-    local.emplace(Layer::load(path, opts));
+    local.emplace(FeedForward::load(path, opts));
   });
   const Config& c = local->config();
   int32_t eps_bits;
@@ -39,7 +39,7 @@ ParallelFeedForward ParallelFeedForward::load(const Comm& comm, const std::strin
   return ParallelFeedForward(Local{}, comm, std::move(*local));
 }
 
-ParallelFeedForward::ParallelFeedForward(const Comm& comm, const Layer& whole)
+ParallelFeedForward::ParallelFeedForward(const Comm& comm, const FeedForward& whole)
     : comm_(&comm), local_([&] {
         const auto [first, last] = rank_shards(whole.shards().count, comm.rank(), comm.size());
         return whole.shard(first, last);
@@ -85,9 +85,9 @@ void ParallelFeedForward::backward(const float* x, const float* dy, const Shape&
   if (timing) timing->compute_s += (t1 - t0) + (omp_get_wtime() - t2);
 }
 
-void write_sharded_gradients(const Comm& comm, const std::string& path, const Layer& local, const Weights& grads) {
+void write_sharded_gradients(const Comm& comm, const std::string& path, const FeedForward& local, const Weights& grads) {
   std::map<std::string, std::string> metadata;
-  std::map<std::string, Layer::ShardedGradient> parts;
+  std::map<std::string, FeedForward::ShardedGradient> parts;
   io::SafetensorsLayout layout;
   comm.agreed([&] {
     parts = local.gradient_shards(grads, comm.rank() == 0, metadata);
@@ -109,7 +109,7 @@ void write_sharded_gradients(const Comm& comm, const std::string& path, const La
     if (fd < 0) throw Error(path + ": cannot open for writing: " + io::errno_text());
     bool ok = true;
     for (const auto& [name, p] : parts)
-      for (const Layer::GradientPiece& piece : p.pieces) {
+      for (const FeedForward::GradientPiece& piece : p.pieces) {
         const size_t bytes = size_t(piece.count) * 4;
         const off_t at = off_t(layout.offset.at(name) + uint64_t(piece.offset) * 4);
         ok = ok && ::pwrite(fd, piece.data, bytes, at) == ssize_t(bytes);

@@ -147,9 +147,8 @@ Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
     return it == f.metadata.end() ? nullptr : &it->second;
   };
   const std::string where = path + ": __metadata__ ";
-  auto assume = [&](const std::string& what, const std::string& flag) {
-    if (opts.assumed) opts.assumed->push_back({what, flag});
-  };
+  std::vector<AssumedSetting> assumed;
+  auto assume = [&](const std::string& what, const std::string& flag) { assumed.push_back({what, flag}); };
   if (opts.heads) {
     cfg.heads = *opts.heads;
   } else if (const std::string* v = meta(kMetaHeads)) {
@@ -220,6 +219,7 @@ Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
   e.prefix_ = nm.prefix;
   e.single_ = nm.single;
   e.separate_qkv_ = nm.separate_qkv;
+  e.assumed_ = std::move(assumed);
   return e;
 }
 

@@ -137,7 +137,7 @@ ShardRead read_shards(const io::SafetensorsReader& r, const Config& cfg, DffShar
 
 }  // namespace
 
-Layer Layer::load(const std::string& path, const LoadOptions& opts) {
+FeedForward FeedForward::load(const std::string& path, const LoadOptions& opts) {
   io::SafetensorsReader r(path);
   const std::string prefix = normalize_prefix(opts.prefix);
   auto has = [&](const char* n) {
@@ -238,8 +238,9 @@ Layer Layer::load(const std::string& path, const LoadOptions& opts) {
       expect_shape(prefix + s.norm_bias, {cfg.d_model});
     }
   }
-  if (opts.assumed) {
-    auto& a = *opts.assumed;
+  std::vector<AssumedSetting> assumed;
+  {
+    auto& a = assumed;
     if (!opts.activation && !meta_get(kMetaActivation))
       a.push_back({"activation " + std::string(to_string(cfg.activation)), "--activation"});
     if (has_gamma && !opts.norm && !meta_get(kMetaNorm))
@@ -283,9 +284,10 @@ Layer Layer::load(const std::string& path, const LoadOptions& opts) {
   if (opts.shards) {
     ShardRead sr = read_shards(r, cfg, *opts.shards, stored, prefix, s, gated, w1, w2);
     try {
-      Layer layer(sr.cfg, std::move(sr.w), dtype);
+      FeedForward layer(sr.cfg, std::move(sr.w), dtype);
       layer.names_ = sr.names;
       layer.set_shards(sr.shards);
+      layer.assumed_ = std::move(assumed);
       return layer;
     } catch (const Error& e) {
       throw Error(path + ": " + e.what());
@@ -376,9 +378,10 @@ Layer Layer::load(const std::string& path, const LoadOptions& opts) {
     if (cfg.norm_type == NormType::layernorm) take(names.norm_bias, w.norm_bias, prefix + s.norm_bias);
   }
   try {
-    Layer layer = stored != WeightDtype::fp32 && dtype == stored ? Layer(cfg, std::move(w), dtype, std::move(q))
-                                                                 : Layer(cfg, std::move(w), dtype);
+    FeedForward layer = stored != WeightDtype::fp32 && dtype == stored ? FeedForward(cfg, std::move(w), dtype, std::move(q))
+                                                                 : FeedForward(cfg, std::move(w), dtype);
     layer.names_ = names;
+    layer.assumed_ = std::move(assumed);
     return layer;
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
@@ -453,16 +456,16 @@ SafetensorsFile to_file(const Config& cfg, const TensorNames& names, const Weigh
 
 }  // namespace
 
-SafetensorsFile Layer::to_safetensors() const { return to_safetensors(SafetensorsFile{}); }
+SafetensorsFile FeedForward::to_safetensors() const { return to_safetensors(SafetensorsFile{}); }
 
-SafetensorsFile Layer::to_safetensors(const SafetensorsFile& extra) const {
+SafetensorsFile FeedForward::to_safetensors(const SafetensorsFile& extra) const {
   SafetensorsFile f = to_file(cfg_, names_, w_, static_cast<const nn::QuantizedWeights*>(quant_.get()));
   for (const auto& [name, t] : extra.tensors) f.tensors.emplace(name, t);  // the layer's own win
   for (const auto& [key, value] : extra.metadata) f.metadata.emplace(key, value);
   return f;
 }
 
-SafetensorsFile Layer::unowned(const std::string& source) const {
+SafetensorsFile FeedForward::unowned(const std::string& source) const {
   io::SafetensorsReader r(source);
   std::set<std::string> owned;
   for (const std::string* n : names_.all())
@@ -490,13 +493,13 @@ SafetensorsFile Layer::unowned(const std::string& source) const {
   return f;
 }
 
-void Layer::save(const std::string& path) const { write_safetensors(path, to_safetensors()); }
+void FeedForward::save(const std::string& path) const { write_safetensors(path, to_safetensors()); }
 
-void Layer::save_gradients(const std::string& path, const Weights& grads) const {
+void FeedForward::save_gradients(const std::string& path, const Weights& grads) const {
   write_safetensors(path, to_file(cfg_, names_, grads));
 }
 
-std::map<std::string, Layer::ShardedGradient> Layer::gradient_shards(const Weights& grads, bool replicated,
+std::map<std::string, FeedForward::ShardedGradient> FeedForward::gradient_shards(const Weights& grads, bool replicated,
                                                                      std::map<std::string, std::string>& metadata) const {
   metadata = to_file(cfg_, names_, Weights{}).metadata;  // the settings, as save_gradients writes them
   const int64_t d = cfg_.d_model, n = cfg_.d_ff, F = shards_.d_ff > 0 ? shards_.d_ff : n;

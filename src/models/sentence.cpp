@@ -19,7 +19,7 @@
 namespace ffn {
 namespace fs = std::filesystem;
 
-struct SentenceEncoder::Impl {
+struct detail::SentenceModel {
   std::string dir;
   text::WordPiece vocab;
   std::optional<Encoder> encoder;
@@ -59,7 +59,7 @@ T json_opt(const nlohmann::json& j, const char* key, T otherwise, const fs::path
 
 
 // Embeddings of texts, with the encoder's run options (threads set there); below.
-Array embed_texts(const SentenceEncoder::Impl& m, const std::vector<std::string>& texts, const EmbedOptions& opts,
+Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>& texts, const EmbedOptions& opts,
                   EncoderRunOptions o);
 
 }  // namespace
@@ -70,7 +70,7 @@ std::string SentenceEncoder::default_model_dir() {
   return (fs::path(home && *home ? home : "/root") / ".cache" / "ffn" / "all-MiniLM-L6-v2").string();
 }
 
-SentenceEncoder::SentenceEncoder() : impl_(std::make_unique<Impl>()) {}
+SentenceEncoder::SentenceEncoder() : impl_(std::make_unique<detail::SentenceModel>()) {}
 SentenceEncoder::~SentenceEncoder() = default;
 SentenceEncoder::SentenceEncoder(SentenceEncoder&&) noexcept = default;
 SentenceEncoder& SentenceEncoder::operator=(SentenceEncoder&&) noexcept = default;
@@ -82,7 +82,7 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
     throw Error(dir_in + ": not a model directory (expected config.json, model.safetensors and vocab.txt" +
                 std::string(dir_in == default_model_dir() ? "; scripts/setup.sh installs all-MiniLM-L6-v2 there" : "") + ")");
   SentenceEncoder s;
-  Impl& m = *s.impl_;
+  detail::SentenceModel& m = *s.impl_;
   m.dir = dir_in;
 
   const fs::path cfg_path = dir / "config.json";
@@ -270,7 +270,7 @@ const std::string& SentenceEncoder::dir() const { return impl_->dir; }
 namespace {
 
 // x[B, S, d] (padding left zero) = LayerNorm(word + position + token type 0) of each text's ids.
-void embed_tokens(const SentenceEncoder::Impl& m, const std::vector<std::vector<int32_t>>& ids, int64_t S, float* x,
+void embed_tokens(const detail::SentenceModel& m, const std::vector<std::vector<int32_t>>& ids, int64_t S, float* x,
                   int threads) {
   const int64_t d = m.d;
   for (size_t b = 0; b < ids.size(); ++b) {
@@ -291,7 +291,7 @@ void embed_tokens(const SentenceEncoder::Impl& m, const std::vector<std::vector<
 
 std::vector<float> SentenceEncoder::hidden(const std::vector<int32_t>& ids, int threads,
                                            const EncoderRunOptions& opts) const {
-  const Impl& m = *impl_;
+  const detail::SentenceModel& m = *impl_;
   const int64_t n = int64_t(ids.size()), d = m.d;
   if (n > m.positions) throw Error("hidden: " + std::to_string(n) + " tokens, more than the position table's " + std::to_string(m.positions));
   for (int32_t id : ids)
@@ -311,7 +311,7 @@ Array SentenceEncoder::embed(const std::vector<std::string>& texts, const EmbedO
 
 namespace {
 
-Array embed_texts(const SentenceEncoder::Impl& m, const std::vector<std::string>& texts, const EmbedOptions& opts,
+Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>& texts, const EmbedOptions& opts,
                   EncoderRunOptions o) {
   if (opts.batch < 1) throw Error("batch: expected a positive integer, got " + std::to_string(opts.batch));
   if (opts.threads < 0 || opts.threads > kMaxThreads)

@@ -1,7 +1,7 @@
 // The encoder layer and stack (include/ffn/encoder.hpp), composed of ops:
 // linear (projections with bias), the norm (src/ops/norm.hpp), dropout, the
 // attention core (src/ops/attention.cpp, reference in
-// src/reference/attention_reference.cpp) and the FFN sublayer (ffn::Layer,
+// src/reference/attention_reference.cpp) and the FFN sublayer (ffn::FeedForward,
 // unchanged: its fused forward and backward).
 //
 // The valid tokens are gathered once into contiguous rows [n, d] and stay so
@@ -16,6 +16,7 @@
 
 #include "ops/attention.hpp"
 #include "core/buffer_pool.hpp"
+#include "core/cache_access.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "core/init.hpp"
 #include "backends/cpu/isa.hpp"
@@ -213,6 +214,8 @@ EncoderCache::EncoderCache() : data_(std::make_unique<Data>()) {}
 EncoderCache::~EncoderCache() = default;
 EncoderCache::EncoderCache(EncoderCache&&) noexcept = default;
 EncoderCache& EncoderCache::operator=(EncoderCache&&) noexcept = default;
+using EncoderCacheData = detail::CacheAccess::EncoderData;
+
 EncoderCache::Data& EncoderCache::data() { return *data_; }
 const EncoderCache::Data& EncoderCache::data() const { return *data_; }
 size_t EncoderCache::bytes() const {
@@ -235,7 +238,7 @@ Encoder::Encoder(const EncoderConfig& cfg, uint64_t seed) : cfg_(cfg) {
     nn::fill_uniform(l.in_proj_weight.data(), l.in_proj_weight.size(), float(std::sqrt(6.0 / double(4 * d))), s, 1);
     nn::fill_uniform(l.out_proj_weight.data(), l.out_proj_weight.size(), float(1.0 / std::sqrt(double(d))), s, 2);
     std::fill(l.norm1_weight.begin(), l.norm1_weight.end(), 1.0f);
-    l.ffn = Layer(cfg_.ffn_config(), nn::derive_seed(seed, uint32_t(i), 3)).weights();
+    l.ffn = FeedForward(cfg_.ffn_config(), nn::derive_seed(seed, uint32_t(i), 3)).weights();
   }
   std::fill(w_.norm_weight.begin(), w_.norm_weight.end(), 1.0f);
   prepare();
@@ -344,7 +347,7 @@ reference::AttentionShape attention_shape(const EncoderConfig& cfg, const Rows& 
 // s holds the intermediate tensors; with `save` also what backward needs and
 // forward could otherwise overwrite (copies of x and of the residual sum).
 namespace {
-using LayerSaved = EncoderCache::Data::LayerSaved;
+using LayerSaved = EncoderCacheData::LayerSaved;
 
 void attention_sublayer_forward(const EncoderConfig& cfg_, const EncoderLayerWeights& w, const PackedAttention& pk,
                                 int64_t l, const float* x, float* out, LayerSaved& s, bool save, const Rows& rows,
@@ -395,7 +398,7 @@ void attention_sublayer_forward(const EncoderConfig& cfg_, const EncoderLayerWei
 // layer's attention and norm1 gradients.
 void attention_sublayer_backward(const EncoderConfig& cfg_, const EncoderLayerWeights& w, const PackedAttention& pk,
                                  int64_t l, const LayerSaved& s, const Rows& rows, int64_t S,
-                                 const EncoderCache::Data& c, const float* dout, float* dx, EncoderLayerWeights& g,
+                                 const EncoderCacheData& c, const float* dout, float* dx, EncoderLayerWeights& g,
                                  int threads, bool ref, Isa isa, const nn::KernelConfig& kc) {
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
   const uint64_t seed = nn::derive_seed(c.seed, uint32_t(l), 0);
@@ -449,7 +452,7 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
   const bool ref = opts.path == Path::reference;
   const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
   const auto& packed = *static_cast<const PackedEncoder*>(packed_.get());
-  EncoderCache::Data* c = cache ? &cache->data() : nullptr;
+  EncoderCacheData* c = cache ? &detail::CacheAccess::data(*cache) : nullptr;
   if (c) {
     c->filled = true;
     c->cfg = cfg_;
@@ -475,9 +478,9 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
     for (int64_t i = 0; i < n; ++i) std::copy(x + rows.pos[size_t(i)] * d, x + (rows.pos[size_t(i)] + 1) * d, g + i * d);
     in = g;
   }
-  EncoderCache::Data::LayerSaved scratch;  // reused by every layer in inference
+  EncoderCacheData::LayerSaved scratch;  // reused by every layer in inference
   for (int64_t l = 0; l < cfg_.layers; ++l) {
-    EncoderCache::Data::LayerSaved& s = c ? c->layers[size_t(l)] : scratch;
+    EncoderCacheData::LayerSaved& s = c ? c->layers[size_t(l)] : scratch;
     attention_sublayer_forward(cfg_, w_.layers[size_t(l)], packed[size_t(l)], l, in, hbuf.data(), s, c != nullptr, rows,
                                shape.seq, opts, threads, ref, kc);
     if (c) s.h = hbuf;
@@ -512,7 +515,7 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
 
 void Encoder::backward(const float* x, const float* dy, const Shape& shape, const EncoderCache& cache, float* dx,
                        EncoderWeights& grads, const EncoderRunOptions& opts) const {
-  const EncoderCache::Data& c = cache.data();
+  const EncoderCacheData& c = detail::CacheAccess::data(cache);
   if (!c.filled) throw Error("backward: the cache was not filled by forward");
   const Rows rows = valid_rows(shape);
   const EncoderConfig& f = c.cfg;

@@ -1,4 +1,4 @@
-// The public Layer: validation, initialization, the layouts and padding
+// The public FeedForward: validation, initialization, the layouts and padding
 // (gathering valid tokens into contiguous rows), and dispatch between the
 // fused path and the reference.
 #include <omp.h>
@@ -152,7 +152,7 @@ void fill_uniform(std::vector<float>& v, float bound, uint64_t seed, uint64_t te
 
 }  // namespace
 
-Layer::Layer(const Config& cfg, uint64_t seed) : cfg_(cfg) {
+FeedForward::FeedForward(const Config& cfg, uint64_t seed) : cfg_(cfg) {
   cfg_.validate();
   w_ = Weights::zeros(cfg_);
   const float b_in = 1.0f / std::sqrt(float(cfg_.d_model));
@@ -169,14 +169,14 @@ Layer::Layer(const Config& cfg, uint64_t seed) : cfg_(cfg) {
   prepare();
 }
 
-Layer::Layer(const Config& cfg, Weights weights, WeightDtype dtype) : cfg_(cfg), w_(std::move(weights)), dtype_(dtype) {
+FeedForward::FeedForward(const Config& cfg, Weights weights, WeightDtype dtype) : cfg_(cfg), w_(std::move(weights)), dtype_(dtype) {
   cfg_.validate();
   check_weights(cfg_, w_);
   names_ = TensorNames::native(cfg_);
   prepare();
 }
 
-Layer::Layer(const Config& cfg, Weights weights, WeightDtype dtype, std::shared_ptr<const void> quant)
+FeedForward::FeedForward(const Config& cfg, Weights weights, WeightDtype dtype, std::shared_ptr<const void> quant)
     : cfg_(cfg), w_(std::move(weights)), dtype_(dtype), quant_(std::move(quant)) {
   cfg_.validate();
   check_weights(cfg_, w_);
@@ -184,18 +184,18 @@ Layer::Layer(const Config& cfg, Weights weights, WeightDtype dtype, std::shared_
   prepare();
 }
 
-Layer Layer::converted(WeightDtype dtype) const {
-  Layer l = *this;
+FeedForward FeedForward::converted(WeightDtype dtype) const {
+  FeedForward l = *this;
   l.dtype_ = dtype;
   if (dtype != WeightDtype::int8) l.fp32_inputs_.clear();
   l.prepare();
   return l;
 }
 
-Layer Layer::converted(WeightDtype dtype, const Int8Options& int8) const {
+FeedForward FeedForward::converted(WeightDtype dtype, const Int8Options& int8) const {
   if (dtype != WeightDtype::int8 && !int8.fp32_input_channels.empty())
     throw Error("fp32 input channels: only for int8 weights, not " + std::string(to_string(dtype)));
-  Layer l = *this;
+  FeedForward l = *this;
   l.dtype_ = dtype;
   if (l.fp32_inputs_ != int8.fp32_input_channels) {
     l.fp32_inputs_ = int8.fp32_input_channels;
@@ -205,7 +205,7 @@ Layer Layer::converted(WeightDtype dtype, const Int8Options& int8) const {
   return l;
 }
 
-void Layer::input_absmax(const float* x, int64_t n, std::vector<float>& absmax) const {
+void FeedForward::input_absmax(const float* x, int64_t n, std::vector<float>& absmax) const {
   const int64_t d = cfg_.d_model;
   if (absmax.empty()) absmax.assign(size_t(d), 0.0f);
   if (int64_t(absmax.size()) != d)
@@ -237,7 +237,7 @@ Int8Options Int8Options::outliers(const std::vector<float>& absmax, float thresh
 // int32 sums of a · q stay exact: |a| ≤ 255, |q| ≤ 127 over d_model terms.
 constexpr int64_t kMaxInt8DModel = 65536;
 
-void Layer::prepare() {
+void FeedForward::prepare() {
   if (dtype_ == WeightDtype::fp32) {
     quant_.reset();
     packed_ = nn::PackedWeights::make(cfg_, w_);
@@ -271,21 +271,21 @@ void Layer::prepare() {
   packed_ = nn::PackedWeights::make(cfg_, w_, q.get());
 }
 
-void Layer::set_weights(Weights w) {
+void FeedForward::set_weights(Weights w) {
   check_weights(cfg_, w);
   w_ = std::move(w);
   quant_.reset();
   prepare();
 }
 
-void Layer::update_weights(const std::function<void(Weights&)>& edit) {
+void FeedForward::update_weights(const std::function<void(Weights&)>& edit) {
   edit(w_);
   check_weights(cfg_, w_);
   quant_.reset();
   prepare();
 }
 
-void Layer::set_dropout(float hidden, float output) {
+void FeedForward::set_dropout(float hidden, float output) {
   Config c = cfg_;
   c.dropout_hidden = hidden;
   c.dropout_output = output;
@@ -312,7 +312,7 @@ void DffShards::validate(const std::string& what) const {
                 "is no subtree of theirs");
 }
 
-void Layer::set_shards(const DffShards& s) {
+void FeedForward::set_shards(const DffShards& s) {
   const std::string what = "shards: ";
   s.validate(what);
   const int64_t F = s.d_ff > 0 ? s.d_ff : cfg_.d_ff;
@@ -325,7 +325,7 @@ void Layer::set_shards(const DffShards& s) {
   shards_.d_ff = F;
 }
 
-Layer Layer::shard(int64_t first, int64_t last) const {
+FeedForward FeedForward::shard(int64_t first, int64_t last) const {
   if (!shards_.whole()) throw Error("shard: this layer already holds only some shards");
   DffShards s = shards_;
   s.first = first, s.last = last, s.d_ff = cfg_.d_ff;
@@ -349,16 +349,16 @@ Layer Layer::shard(int64_t first, int64_t last) const {
   w.b2 = w_.b2, w.norm_weight = w_.norm_weight, w.norm_bias = w_.norm_bias;
   // bf16 / fp16 values convert back to the same bits; int8 is sliced as
   // stored (its scales need not be max|w|/127 of these values: a file's).
-  Layer l = dtype_ == WeightDtype::int8
-                ? Layer(c, std::move(w), dtype_,
+  FeedForward l = dtype_ == WeightDtype::int8
+                ? FeedForward(c, std::move(w), dtype_,
                         nn::slice_hidden(*static_cast<const nn::QuantizedWeights*>(quant_.get()), d, F, b, e))
-                : Layer(c, std::move(w), dtype_);
+                : FeedForward(c, std::move(w), dtype_);
   l.names_ = names_;
   l.set_shards(s);
   return l;
 }
 
-double Layer::forward_flops(int64_t t) const {
+double FeedForward::forward_flops(int64_t t) const {
   const double per_token = 2.0 * double(cfg_.d_model) * double(cfg_.d_ff) * (is_gated(cfg_.activation) ? 3 : 2);
   return per_token * double(t);
 }
@@ -508,10 +508,10 @@ std::vector<int64_t> dropout_keys(std::vector<int64_t> pos, int64_t offset) {
   return pos;
 }
 
-ForwardCache::Data* begin_cache(ForwardCache* cache, const Config& cfg, const Shape& shape,
+ForwardCacheData* begin_cache(ForwardCache* cache, const Config& cfg, const Shape& shape,
                                 const std::vector<int64_t>& pos, const RunOptions& opts) {
   if (!cache) return nullptr;
-  ForwardCache::Data* c = &cache->data();
+  ForwardCacheData* c = &detail::CacheAccess::data(*cache);
   const int64_t n = int64_t(pos.size()), d = cfg.d_model, F = cfg.d_ff;
   c->filled = true;
   c->training = opts.training;
@@ -539,7 +539,7 @@ reference::Params<float> params_of(const Weights& w) {
 
 }  // namespace
 
-void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptions& opts,
+void FeedForward::forward(const float* x, float* y, const Shape& shape, const RunOptions& opts,
                     ForwardCache* cache) const {
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int threads = nn::thread_count(opts);
@@ -559,7 +559,7 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
     throw Error("forward: compute bf16 needs fp32, bf16 or fp16 weights (this layer's are int8)");
 
   const std::vector<int64_t> keys = dropout_keys(pos, opts.position_offset);
-  ForwardCache::Data* c = begin_cache(cache, cfg_, shape, pos, opts);
+  ForwardCacheData* c = begin_cache(cache, cfg_, shape, pos, opts);
   auto ptr = [](auto& v) { return v.empty() ? nullptr : v.data(); };
 
   const ValidRows rows(x, y, shape, pos, d);
@@ -588,7 +588,7 @@ void Layer::forward(const float* x, float* y, const Shape& shape, const RunOptio
 
 int64_t valid_tokens(const Shape& shape) { return int64_t(nn::valid_positions(shape).size()); }
 
-void Layer::forward_partial(const float* x, const Shape& shape, float* partial, const RunOptions& opts,
+void FeedForward::forward_partial(const float* x, const Shape& shape, float* partial, const RunOptions& opts,
                             ForwardCache* cache) const {
   check_stage("forward_partial", dtype_, shape, x, partial, opts);
   if (cache && (dtype_ != WeightDtype::fp32 || opts.compute != Compute::fp32))
@@ -596,7 +596,7 @@ void Layer::forward_partial(const float* x, const Shape& shape, float* partial, 
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
   const std::vector<int64_t> keys = dropout_keys(pos, opts.position_offset);
-  ForwardCache::Data* c = begin_cache(cache, cfg_, shape, pos, opts);
+  ForwardCacheData* c = begin_cache(cache, cfg_, shape, pos, opts);
   if (n == 0) return;
   auto ptr = [](auto& v) { return v.empty() ? nullptr : v.data(); };
   nn::FusedSaved s;
@@ -609,10 +609,10 @@ void Layer::forward_partial(const float* x, const Shape& shape, float* partial, 
                     nullptr, c ? &s : nullptr, opts.compute, split);
 }
 
-void Layer::forward_tail(const float* x, const Shape& shape, const float* sum, float* y, const RunOptions& opts,
+void FeedForward::forward_tail(const float* x, const Shape& shape, const float* sum, float* y, const RunOptions& opts,
                          ForwardCache* cache) const {
   check_stage("forward_tail", dtype_, shape, x, y, opts);
-  if (cache && !cache->data().filled) throw Error("forward_tail: the cache was not filled by forward_partial");
+  if (cache && !detail::CacheAccess::data(*cache).filled) throw Error("forward_tail: the cache was not filled by forward_partial");
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
   if (n > 0 && !sum) throw Error("forward_tail: buffers must not be null");
@@ -624,7 +624,7 @@ void Layer::forward_tail(const float* x, const Shape& shape, const float* sum, f
     const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
     nn::FusedSplit split{shards_};
     split.sum = sum;
-    ForwardCache::Data* c = cache ? &cache->data() : nullptr;  // the post norm's statistics
+    ForwardCacheData* c = cache ? &detail::CacheAccess::data(*cache) : nullptr;  // the post norm's statistics
     nn::FusedSaved s;
     if (c && cfg_.norm == NormPlacement::post) s = {nullptr, nullptr, nullptr, c->rstd.data(), c->xhat.data()};
     nn::fused_forward(cfg_, w_, packed, xr, n, keys.data(), opts.training, opts.seed, nn::thread_count(opts),
@@ -633,7 +633,7 @@ void Layer::forward_tail(const float* x, const Shape& shape, const float* sum, f
   rows.finish(pos, shape, y);
 }
 
-void Layer::backward(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
+void FeedForward::backward(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
                      Weights& grads, const RunOptions& opts) const {
   if (!shards_.whole())
     throw Error("backward: this layer holds shards " + std::to_string(shards_.first) + ".." +
@@ -642,26 +642,26 @@ void Layer::backward(const float* x, const float* dy, const Shape& shape, const 
   backward_impl(x, dy, shape, cache, dx, grads, opts, nullptr, nullptr);
 }
 
-void Layer::backward_partial(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
+void FeedForward::backward_partial(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
                              float* din_partial, Weights& grads, const RunOptions& opts) const {
   if (opts.path == Path::reference) throw Error("backward_partial: the fast path only (path reference)");
   if (shape.positions() > 0 && !din_partial) throw Error("backward_partial: buffers must not be null");
   backward_impl(x, dy, shape, cache, nullptr, grads, opts, din_partial, nullptr);
 }
 
-void Layer::backward_finish(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
+void FeedForward::backward_finish(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
                             const float* din_sum, float* dx, Weights& grads, const RunOptions& opts) const {
   if (opts.path == Path::reference) throw Error("backward_finish: the fast path only (path reference)");
   if (shape.positions() > 0 && !din_sum) throw Error("backward_finish: buffers must not be null");
   backward_impl(x, dy, shape, cache, dx, grads, opts, nullptr, din_sum);
 }
 
-void Layer::backward_impl(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
+void FeedForward::backward_impl(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
                           Weights& grads, const RunOptions& opts, float* din_partial, const float* din_sum) const {
   if (dtype_ != WeightDtype::fp32)
     throw Error("backward: a layer with " + std::string(to_string(dtype_)) +
                 " weights is for inference only (training needs fp32 weights)");
-  const ForwardCache::Data& c = cache.data();
+  const ForwardCacheData& c = detail::CacheAccess::data(cache);
   if (!c.filled) throw Error("backward: the cache was not filled by forward");
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const Config& f = c.cfg;

@@ -4,7 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "ffn/ffn.hpp"
+#include "core/cache_access.hpp"
+#include "ffn/feed_forward.hpp"
 #include "core/buffer_pool.hpp"
 
 namespace ffn {
@@ -23,5 +24,7 @@ struct ForwardCache::Data {
   using Buffer = std::vector<float, nn::PoolAllocator<float>>;
   Buffer z1, zg, mean, rstd, xhat;
 };
+
+using ForwardCacheData = detail::CacheAccess::ForwardData;
 
 }  // namespace ffn

@@ -8,7 +8,7 @@
 
 namespace ffn {
 
-Trainer::Trainer(Layer& layer, std::optional<OutputHead> head, LossKind loss, const OptimizerConfig& opt,
+Trainer::Trainer(FeedForward& layer, std::optional<OutputHead> head, LossKind loss, const OptimizerConfig& opt,
                  int threads)
     : layer_(layer), head_(std::move(head)), loss_(loss), opt_(opt), threads_(threads) {
   if (loss_ == LossKind::xent) {

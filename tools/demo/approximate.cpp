@@ -45,7 +45,7 @@ Config make_config(int64_t n) {
   return cfg;
 }
 
-std::vector<float> predict(const Layer& layer, const std::vector<float>& x, int threads) {
+std::vector<float> predict(const FeedForward& layer, const std::vector<float>& x, int threads) {
   std::vector<float> y(x.size());
   RunOptions ro;
   ro.threads = threads;
@@ -79,7 +79,7 @@ double fit_output_layer(Weights& w, int64_t n, const std::vector<float>& x, cons
   return sse;
 }
 
-double max_abs_error(const Layer& layer, const ApproximateOptions& o) {
+double max_abs_error(const FeedForward& layer, const ApproximateOptions& o) {
   const std::vector<float> x = grid(o.a, o.b, 16 * (o.points - 1) + 1);
   const std::vector<float> y = predict(layer, x, o.threads);
   double e = 0.0;
@@ -123,7 +123,7 @@ ApproximateResult approximate(const ApproximateOptions& o) {
   for (size_t i = 0; i < x.size(); ++i) f[i] = target_function(o.function, x[i]);
 
   // Start.
-  Weights w = Layer(cfg, o.seed).weights();
+  Weights w = FeedForward(cfg, o.seed).weights();
   if (o.init == "spread") {
     // Candidates: (1) N kinks at the interior points of N + 1 equal pieces;
     // (2) N - 1 kinks for N equal pieces plus one unit whose kink lies left of
@@ -156,7 +156,7 @@ ApproximateResult approximate(const ApproximateOptions& o) {
   } else {
     fit_output_layer(w, n, x, f);
   }
-  Layer layer(cfg, w);
+  FeedForward layer(cfg, w);
   const double start_error = max_abs_error(layer, o);
 
   // Train.

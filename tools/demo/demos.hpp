@@ -29,7 +29,7 @@ struct ApproximateOptions {
 };
 
 struct ApproximateResult {
-  Layer layer;                 // 1 → N → 1, ReLU, biases, norm none
+  FeedForward layer;                 // 1 → N → 1, ReLU, biases, norm none
   double start_error = 0;      // max |f - model| on [a, b] before training
   double max_error = 0;        // after training, on a grid 16× finer than the training grid
   double best_error = 0;       // best any continuous PL function with N kinks reaches (square only; NaN otherwise)
@@ -66,7 +66,7 @@ struct InteractionOptions {
 };
 
 struct InteractionResult {
-  Layer layer;  // 2 → d_ff → 2, ReLU, norm none; output 0: a·b, output 1: the threshold score
+  FeedForward layer;  // 2 → d_ff → 2, ReLU, norm none; output 0: a·b, output 1: the threshold score
   std::array<double, 3> linear_product{}, linear_threshold{};  // coefficients of a, b, 1
   double linear_r2 = 0, ffn_r2 = 0;            // a·b on the test set
   double linear_accuracy = 0, ffn_accuracy = 0, majority_accuracy = 0;  // threshold on the test set

@@ -70,7 +70,7 @@ InteractionResult interaction(const InteractionOptions& o) {
   cfg.d_ff = o.d_ff;
   cfg.activation = Activation::relu;
   cfg.norm = NormPlacement::none;
-  Layer layer(cfg, o.seed);
+  FeedForward layer(cfg, o.seed);
   OptimizerConfig oc;
   oc.kind = OptimizerKind::adam;
   oc.lr = o.lr;
