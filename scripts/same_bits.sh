@@ -12,7 +12,9 @@
 # 300 and 1 and 2 threads, and FFN_ISA=avx2 and scalar; grad with and without
 # dropout; quantize (int8 with and without calibration, bf16, fp16); train
 # (mse, xent, dropout, adam/sgd, cosine) with its printed curve and plot;
-# encode and encode-grad (post/pre, causal, lengths, dropout); embed fp32,
+# encode and encode-grad (post/pre, causal, lengths, dropout); the
+# reference path through `bench --json`'s check (FFN fp32/int8/bf16 compute,
+# backward, encoder); embed fp32,
 # int8 and bf16 and --similarity when the MiniLM model is installed (said so
 # when it is not); demo approximate --save. --quick runs a subset (one thread
 # count, fewer sizes). Exit 0 when every output is identical, 1 when one
@@ -215,11 +217,28 @@ else
   echo "same_bits: embed skipped: no all-MiniLM-L6-v2 in $model (scripts/setup.sh installs it)"
 fi
 
+# ---- the reference path, through bench's check ---------------------------------
+# `ffn bench --json` compares the fast path with the reference on the same
+# inputs; its check_max_error is a pure function of both paths' bits, so a
+# change to the reference (or the fast path) on these shapes shows here.
+for args in "--norm post" "--norm pre --norm-type rmsnorm --activation swiglu" "--norm none --activation gelu" \
+            "--norm post --backward" "--norm pre --backward --norm-type rmsnorm" "--dtype int8 --norm pre" \
+            "--dtype int8 --norm post" "--compute bf16 --norm pre" "--compute bf16 --norm post"; do
+  name="bench.$(echo "$args" | tr -d ' -')"
+  run_both "$name" bench --tokens 40 --d-model 48 --d-ff 72 --repeats 1 --warmup 0 --threads 1 --json $args
+done
+run_both bench.encoder bench --encoder --layers 2 --heads 4 --d-model 40 --d-ff 56 --batch 2 --seq 9 --repeats 1 \
+         --warmup 0 --threads 1 --json
+
 # ---- demo ----------------------------------------------------------------------
 run_both demo.approximate demo approximate --neurons 8 --steps 300 --save @OUT@/demo.safetensors
 
 # ---- compare -------------------------------------------------------------------
-normalize() { sed -E "s#$work/(old|new)/#OUT/#g; s#[0-9.]+ tokens/s +[0-9.]+ s##"; }
+normalize() {
+  sed -E "s#$work/(old|new)/#OUT/#g; s#[0-9.]+ tokens/s +[0-9.]+ s##"
+}
+# bench's JSON: only what the check found (its times and the peak vary)
+bench_checks() { python3 -c 'import json, sys; j = json.load(sys.stdin); print(sorted((k, v) for k, v in j.items() if k.startswith("check")))'; }
 # stdout of every command, and every file written; stderr only where a
 # command failed on both sides (already reported).
 while IFS= read -r -d '' f; do
@@ -228,6 +247,10 @@ while IFS= read -r -d '' f; do
   ncmp=$((ncmp + 1))
   if [ ! -e "$work/new/$rel" ]; then
     echo "DIFF $rel: written by base only"; ndiff=$((ndiff + 1))
+  elif [[ $rel == bench.*.stdout ]]; then
+    if ! cmp -s <(bench_checks <"$f") <(bench_checks <"$work/new/$rel"); then
+      echo "DIFF $rel (bench check)"; ndiff=$((ndiff + 1))
+    fi
   elif [[ $rel == *.stdout ]]; then
     # printed lines: the side's directory and the speed (tokens/s, seconds) aside
     if ! cmp -s <(normalize <"$f") <(normalize <"$work/new/$rel"); then

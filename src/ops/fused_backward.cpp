@@ -24,6 +24,7 @@
 #include "ops/fused_forward.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernel_config.hpp"
+#include "backends/cpu/norm_row.hpp"
 #include "core/philox.hpp"
 
 namespace ffn::nn {
@@ -208,21 +209,6 @@ void weight_gradient(const F32Gemm& kernel, int64_t m, int64_t n, const Sum& op,
   }
 }
 
-// dv[d] from dout[d] through out = γ·xhat + β:
-//   g = dout·γ; LayerNorm: dv = rstd (g − mean(g) − xhat·mean(g·xhat)); RMSNorm: without mean(g).
-void norm_backward_row(NormType type, const float* dout, const float* xhat, float rstd, int64_t d,
-                       const float* gamma, float* dv) {
-  float mean_g = 0.0f, mean_gx = 0.0f;
-  for (int64_t j = 0; j < d; ++j) {
-    const float g = dout[j] * gamma[j];
-    mean_g += g;
-    mean_gx += g * xhat[j];
-  }
-  mean_g = type == NormType::rmsnorm ? 0.0f : mean_g / float(d);
-  mean_gx /= float(d);
-  for (int64_t j = 0; j < d; ++j) dv[j] = rstd * (dout[j] * gamma[j] - mean_g - xhat[j] * mean_gx);
-}
-
 // Scratch buffers of one backward call, never zero-filled (every element is
 // written before it is read), taken from the process's buffer pool
 // (core/buffer_pool.hpp) and given back when the call ends, also when an
@@ -284,7 +270,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   auto post_dv = [&](float* dv) {
     parallel_rows(n, threads, d, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        norm_backward_row(cfg.norm_type, dy + t * d, saved.xhat + t * d, saved.rstd[t], d, gamma, dv + t * d);
+        norm_backward_row<float>(cfg.norm_type, dy + t * d, saved.xhat + t * d, saved.rstd[t], d, gamma, dv + t * d);
     });
   };
   // xhat again, and In = Norm(x) as B panels when in_panels is given.
@@ -319,7 +305,7 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
             for (int64_t j = 0; j < d; ++j) dxt[j] = dv[t * d + j] + dit[j];
             break;
           case NormPlacement::pre:
-            norm_backward_row(cfg.norm_type, dit, xhat + t * d, saved.rstd[t], d, gamma, dxt);
+            norm_backward_row<float>(cfg.norm_type, dit, xhat + t * d, saved.rstd[t], d, gamma, dxt);
             for (int64_t j = 0; j < d; ++j) dxt[j] += dy[t * d + j];
             break;
         }

@@ -10,6 +10,7 @@
 #include "backends/cpu/activation.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernel_config.hpp"
+#include "backends/cpu/norm_row.hpp"
 #include "core/philox.hpp"
 
 namespace ffn::nn {
@@ -96,28 +97,6 @@ static_assert(kChunk % kPanel == 0);
 static_assert(kChunk == kQuantChunk);  // int8: one activation scale per hidden chunk
 static_assert(kChunk % kBf16K == 0);   // bf16: every chunk but the last starts a whole k step
 static_assert(kChunk == kDffShardChunk);
-
-// out[d] = Norm(v[d]) with γ, β; writes xhat/mean/rstd when asked.
-void normalize_row(NormType type, const float* v, int64_t d, float eps, const float* gamma, const float* beta,
-                   float* out, float* xhat_out, float* mean_out, float* rstd_out) {
-  float mean = 0.0f;
-  if (type == NormType::layernorm) {
-    float s = 0.0f;
-    for (int64_t j = 0; j < d; ++j) s += v[j];
-    mean = s / float(d);
-  }
-  float var = 0.0f;
-  for (int64_t j = 0; j < d; ++j) var += (v[j] - mean) * (v[j] - mean);
-  var /= float(d);
-  const float rstd = 1.0f / std::sqrt(var + eps);
-  for (int64_t j = 0; j < d; ++j) {
-    const float xh = (v[j] - mean) * rstd;
-    if (xhat_out) xhat_out[j] = xh;
-    out[j] = xh * gamma[j] + (beta ? beta[j] : 0.0f);
-  }
-  if (mean_out) *mean_out = mean;
-  if (rstd_out) *rstd_out = rstd;
-}
 
 struct Forward {
   const Config& cfg;
@@ -214,7 +193,7 @@ struct Forward {
       const float* src = in;  // the FFN input row: int8 quantizes x's own row when nothing changes it
       if (cfg.norm == NormPlacement::pre) {
         const bool s = save_stats && saved;
-        normalize_row(cfg.norm_type, xr, d, cfg.eps, w.norm_weight.data(),
+        normalize_row<float>(cfg.norm_type, xr, d, cfg.eps, w.norm_weight.data(),
                       w.norm_bias.empty() ? nullptr : w.norm_bias.data(), in, nullptr,
                       s && saved->mean ? saved->mean + t0 + r : nullptr, s && saved->rstd ? saved->rstd + t0 + r : nullptr);
       } else if (!int8 || !pw.x32.empty()) {
@@ -530,7 +509,7 @@ struct Forward {
           break;
         case NormPlacement::post:
           for (int64_t c = 0; c < d; ++c) wk.row[c] = xr[c] + o[c];
-          normalize_row(cfg.norm_type, wk.row.data(), d, cfg.eps, gamma, beta, yr,
+          normalize_row<float>(cfg.norm_type, wk.row.data(), d, cfg.eps, gamma, beta, yr,
                         saved && saved->xhat ? saved->xhat + t * d : nullptr, nullptr,
                         saved && saved->rstd ? saved->rstd + t : nullptr);
           break;

@@ -1,36 +1,27 @@
 // The norm as an op on rows (LayerNorm with γ, β and biased variance, as
 // PyTorch; RMSNorm with γ): forward saving mean and 1/σ, backward from them.
 // Statistics in double; used by the encoder's attention sublayer and final
-// norm. (The FFN's fused forward and backward keep their own copies fused
-// into their passes over the tokens.)
+// norm and by the sentence pipeline's embedding norm. The row forward is the
+// one of src/backends/cpu/norm_row.hpp, which the fused FFN runs in float;
+// the backward here recomputes x̂ from v, mean and rstd (the fused FFN's
+// starts from a saved x̂: norm_backward_row).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "ffn/ffn.hpp"
+#include "backends/cpu/norm_row.hpp"
+#include "ffn/types.hpp"
 
 namespace ffn::nn {
 
-// out[n, d] = Norm(v[n, d]); mean, rstd: [n] (mean is 0 for RMSNorm).
+// out[n, d] = Norm(v[n, d]); mean, rstd: [n] (mean is 0 for RMSNorm). out may be v.
 inline void norm_forward(NormType type, float eps, const float* v, int64_t n, int64_t d, const float* gamma,
                          const float* beta, float* out, float* mean, float* rstd, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float* x = v + i * d;
-    double mu = 0.0, var = 0.0;
-    if (type == NormType::layernorm) {
-      for (int64_t j = 0; j < d; ++j) mu += x[j];
-      mu /= double(d);
-    }
-    for (int64_t j = 0; j < d; ++j) var += (x[j] - mu) * (x[j] - mu);
-    const double r = 1.0 / std::sqrt(var / double(d) + double(eps));
-    for (int64_t j = 0; j < d; ++j)
-      out[i * d + j] = float((x[j] - mu) * r * double(gamma[j]) + (beta ? double(beta[j]) : 0.0));
-    mean[i] = float(mu);
-    rstd[i] = float(r);
-  }
+  for (int64_t i = 0; i < n; ++i)
+    normalize_row<double>(type, v + i * d, d, eps, gamma, beta, out + i * d, nullptr, mean + i, rstd + i);
 }
 
 // dv[n, d] (= or +=) from dout through out = γ·x̂ + β, x̂ = (v − mean)·rstd:

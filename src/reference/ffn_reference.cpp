@@ -11,47 +11,18 @@ namespace {
 
 using Acc = double;
 
-// Normalizes v[d] in place into xhat, returning mean and rstd.
-//   LayerNorm: mean = Σv/d, var = Σ(v-mean)²/d (biased), rstd = 1/√(var+eps)
-//   RMSNorm:   rstd = 1/√(Σv²/d + eps)
+// Normalizes v[d] into xhat, returning mean and rstd (src/backends/cpu/norm_row.hpp, in double).
 template <typename T>
 void norm_stats(NormType type, const T* v, int64_t d, float eps, T* xhat, T& mean_out, T& rstd_out) {
-  Acc mean = 0;
-  if (type == NormType::layernorm) {
-    for (int64_t j = 0; j < d; ++j) mean += v[j];
-    mean /= Acc(d);
-  }
-  Acc var = 0;
-  for (int64_t j = 0; j < d; ++j) var += (Acc(v[j]) - mean) * (Acc(v[j]) - mean);
-  var /= Acc(d);
-  const Acc rstd = 1.0 / std::sqrt(var + Acc(eps));
-  for (int64_t j = 0; j < d; ++j) xhat[j] = T((Acc(v[j]) - mean) * rstd);
-  mean_out = T(mean);
-  rstd_out = T(rstd);
+  nn::normalize_row<Acc, T, T>(type, v, d, eps, nullptr, nullptr, nullptr, xhat, &mean_out, &rstd_out);
 }
 
-// dv[d] from dout[d] through out = γ·xhat + β (see norm_stats).
-//   g = dout·γ;  LayerNorm: dv = rstd (g − mean(g) − xhat·mean(g·xhat))
-//                RMSNorm:   dv = rstd (g − xhat·mean(g·xhat))
-// Accumulates dγ += dout·xhat, dβ += dout.
+// dv[d] from dout[d] through out = γ·xhat + β (see norm_stats); accumulates
+// dγ += dout·xhat, dβ += dout (in double).
 template <typename T>
 void norm_backward(NormType type, const T* dout, const T* xhat, T rstd, int64_t d, const T* gamma,
                    Acc* dgamma, Acc* dbeta, T* dv) {
-  Acc mean_g = 0, mean_gx = 0;
-  for (int64_t j = 0; j < d; ++j) {
-    const Acc g = Acc(dout[j]) * Acc(gamma[j]);
-    mean_g += g;
-    mean_gx += g * Acc(xhat[j]);
-    dgamma[j] += Acc(dout[j]) * Acc(xhat[j]);
-    if (dbeta) dbeta[j] += Acc(dout[j]);
-  }
-  mean_g /= Acc(d);
-  mean_gx /= Acc(d);
-  if (type == NormType::rmsnorm) mean_g = 0;
-  for (int64_t j = 0; j < d; ++j) {
-    const Acc g = Acc(dout[j]) * Acc(gamma[j]);
-    dv[j] = T(Acc(rstd) * (g - mean_g - Acc(xhat[j]) * mean_gx));
-  }
+  nn::norm_backward_row<Acc>(type, dout, xhat, rstd, d, gamma, dv, dgamma, dbeta);
 }
 
 template <typename T>

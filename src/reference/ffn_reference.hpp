@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cpu/norm_row.hpp"
 #include "ffn/ffn.hpp"
 
 namespace ffn::reference {
@@ -31,16 +32,7 @@ struct Params {
 // double, the result in T (float or double).
 template <typename T>
 void norm_row(const Config& cfg, const T* v, const Params<float>& p, T* out) {
-  const int64_t d = cfg.d_model;
-  double mean = 0.0, var = 0.0;
-  if (cfg.norm_type == NormType::layernorm) {
-    for (int64_t j = 0; j < d; ++j) mean += v[j];
-    mean /= double(d);
-  }
-  for (int64_t j = 0; j < d; ++j) var += (v[j] - mean) * (v[j] - mean);
-  const double rstd = 1.0 / std::sqrt(var / double(d) + double(cfg.eps));
-  for (int64_t j = 0; j < d; ++j)
-    out[j] = T((v[j] - mean) * rstd * double(p.gamma[j]) + (p.beta ? double(p.beta[j]) : 0.0));
+  nn::normalize_row<double>(cfg.norm_type, v, cfg.d_model, cfg.eps, p.gamma, p.beta, out, nullptr, nullptr, nullptr);
 }
 
 template <typename T>
