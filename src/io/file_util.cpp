@@ -14,29 +14,6 @@
 
 #include "ffn/ffn.hpp"
 
-namespace ffn {
-
-namespace {
-std::string one_line(const std::string& m) {
-  std::string out;
-  out.reserve(m.size());
-  for (unsigned char c : m) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += char(c);
-    }
-  }
-  return out;
-}
-}  // namespace
-
-Error::Error(const std::string& message) : std::runtime_error(one_line(message)) {}
-
-}  // namespace ffn
-
 namespace ffn::io {
 
 namespace {

@@ -81,10 +81,7 @@ namespace {
 // each step would cost page faults; src/core/buffer_pool.hpp).
 using Buffer = std::vector<float, nn::PoolAllocator<float>>;
 
-void check_size(const std::vector<float>& v, size_t want, const std::string& what) {
-  if (v.size() != want)
-    throw Error(what + ": expected " + std::to_string(want) + " values, got " + std::to_string(v.size()));
-}
+using nn::check_size;
 
 void check_weights(const EncoderConfig& cfg, const EncoderWeights& w) {
   const size_t d = size_t(cfg.d_model);
@@ -475,7 +472,7 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
   const float* in = x;
   if (!direct) {
     float* g = buffer(cur);
-    for (int64_t i = 0; i < n; ++i) std::copy(x + rows.pos[size_t(i)] * d, x + (rows.pos[size_t(i)] + 1) * d, g + i * d);
+    nn::gather(x, nn::Addressing{d, shape.seq, Layout::tokens}, rows.pos, g);
     in = g;
   }
   EncoderCacheData::LayerSaved scratch;  // reused by every layer in inference
@@ -508,8 +505,7 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
     in = out;
   }
   if (!direct) {
-    std::fill(y, y + shape.positions() * d, 0.0f);
-    for (int64_t i = 0; i < n; ++i) std::copy(in + i * d, in + (i + 1) * d, y + rows.pos[size_t(i)] * d);
+    nn::scatter(in, nn::Addressing{d, shape.seq, Layout::tokens}, rows.pos, shape.positions(), y);
   }
 }
 
@@ -548,7 +544,8 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
   }
 
   Buffer g(size_t(n * d)), gx(size_t(n * d));
-  for (int64_t i = 0; i < n; ++i) std::copy(dy + rows.pos[size_t(i)] * d, dy + (rows.pos[size_t(i)] + 1) * d, g.data() + i * d);
+  const nn::Addressing addr{d, shape.seq, Layout::tokens};
+  nn::gather(dy, addr, rows.pos, g.data());
   if (cfg_.final_norm) {
     nn::norm_backward(cfg_.norm_type, c.last.data(), c.mean.data(), c.rstd.data(), n, d, w_.norm_weight.data(),
                       g.data(), gx.data(), false, grads.norm_weight.data(), ptr_or_null(grads.norm_bias), threads);
@@ -562,8 +559,7 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
     attention_sublayer_backward(cfg_, w_.layers[size_t(l)], packed[size_t(l)], l, s, rows, shape.seq, c, gx.data(),
                                 g.data(), grads.layers[size_t(l)], threads, ref, opts.isa, kc);
   }
-  std::fill(dx, dx + shape.positions() * d, 0.0f);
-  for (int64_t i = 0; i < n; ++i) std::copy(g.data() + i * d, g.data() + (i + 1) * d, dx + rows.pos[size_t(i)] * d);
+  nn::scatter(g.data(), addr, rows.pos, shape.positions(), dx);
   (void)x;
 }
 

@@ -23,70 +23,12 @@
 
 namespace ffn {
 
-// ---- names ------------------------------------------------------------------
-
-namespace {
-template <typename E, size_t N>
-E parse_enum(std::string_view s, std::string_view what, const std::pair<const char*, E> (&table)[N]) {
-  for (const auto& [name, value] : table)
-    if (s == name) return value;
-  std::string expected;
-  for (size_t i = 0; i < N; ++i) expected += (i ? (i + 1 == N ? " or " : ", ") : "") + std::string(table[i].first);
-  throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected " + expected);
-}
-
-constexpr std::pair<const char*, Activation> kActivations[] = {
-    {"relu", Activation::relu},     {"gelu", Activation::gelu},     {"gelu_tanh", Activation::gelu_tanh},
-    {"silu", Activation::silu},     {"swiglu", Activation::swiglu}, {"geglu", Activation::geglu},
-    {"reglu", Activation::reglu}};
-constexpr std::pair<const char*, NormPlacement> kPlacements[] = {
-    {"post", NormPlacement::post}, {"pre", NormPlacement::pre}, {"none", NormPlacement::none}};
-constexpr std::pair<const char*, NormType> kNormTypes[] = {{"layernorm", NormType::layernorm},
-                                                           {"rmsnorm", NormType::rmsnorm}};
-constexpr std::pair<const char*, Layout> kLayouts[] = {{"tokens", Layout::tokens}, {"ncw", Layout::ncw}};
-constexpr std::pair<const char*, WeightDtype> kDtypes[] = {{"fp32", WeightDtype::fp32}, {"int8", WeightDtype::int8},
-                                                           {"bf16", WeightDtype::bf16}, {"fp16", WeightDtype::fp16}};
-
-template <typename E, size_t N>
-std::string_view name_of(E v, const std::pair<const char*, E> (&table)[N]) {
-  for (const auto& [name, value] : table)
-    if (v == value) return name;
-  return "?";
-}
-}  // namespace
-
-std::string_view to_string(Activation a) { return name_of(a, kActivations); }
-std::string_view to_string(NormPlacement p) { return name_of(p, kPlacements); }
-std::string_view to_string(NormType t) { return name_of(t, kNormTypes); }
-std::string_view to_string(Layout l) { return name_of(l, kLayouts); }
-Activation parse_activation(std::string_view s, std::string_view what) { return parse_enum(s, what, kActivations); }
-NormPlacement parse_norm_placement(std::string_view s, std::string_view what) {
-  return parse_enum(s, what, kPlacements);
-}
-NormType parse_norm_type(std::string_view s, std::string_view what) { return parse_enum(s, what, kNormTypes); }
-Layout parse_layout(std::string_view s, std::string_view what) { return parse_enum(s, what, kLayouts); }
-std::string_view to_string(WeightDtype t) { return name_of(t, kDtypes); }
-WeightDtype parse_weight_dtype(std::string_view s, std::string_view what) { return parse_enum(s, what, kDtypes); }
-
-bool is_gated(Activation a) {
-  return a == Activation::swiglu || a == Activation::geglu || a == Activation::reglu;
-}
+using nn::Addressing;
+using nn::contiguous;
+using nn::gather;
+using nn::scatter;
 
 // ---- config and weights -----------------------------------------------------
-
-// Sizes large enough for any real model, small enough that d_model * d_ff
-// and T * d_ff never overflow int64 arithmetic.
-constexpr int64_t kMaxDim = int64_t(1) << 24;
-
-void Config::validate() const {
-  if (d_model < 1 || d_model > kMaxDim) throw Error("d_model must be in [1, 2^24], got " + std::to_string(d_model));
-  if (d_ff < 1 || d_ff > kMaxDim) throw Error("d_ff must be in [1, 2^24], got " + std::to_string(d_ff));
-  if (!(eps > 0.0f) || !std::isfinite(eps)) throw Error("eps must be a positive number, got " + num(eps));
-  if (!(dropout_hidden >= 0.0f && dropout_hidden <= 1.0f))
-    throw Error("hidden dropout probability must be in [0, 1], got " + num(dropout_hidden));
-  if (!(dropout_output >= 0.0f && dropout_output <= 1.0f))
-    throw Error("output dropout probability must be in [0, 1], got " + num(dropout_output));
-}
 
 namespace {
 
@@ -127,13 +69,6 @@ TensorNames TensorNames::native(const Config& cfg, const std::string& prefix) {
 
 namespace {
 
-void check_size(const std::vector<float>& v, size_t expected, const char* name) {
-  if (v.size() != expected) {
-    throw Error(std::string("weights: ") + name + " has " + std::to_string(v.size()) + " elements, expected " +
-                std::to_string(expected));
-  }
-}
-
 // Sizes checked without building a zeroed set (every training step checks
 // the updated weights: a zeroed set per step was 2·d·d_ff floats of fresh pages).
 void check_weights(const Config& cfg, const Weights& w) {
@@ -141,7 +76,7 @@ void check_weights(const Config& cfg, const Weights& w) {
                                        "bg (gate.bias)",      "w2 (linear2.weight)", "b2 (linear2.bias)",
                                        "norm_weight (norm.weight)", "norm_bias (norm.bias)"};
   const std::array<size_t, 8> sizes = param_sizes(cfg);
-  for (size_t t = 0; t < 8; ++t) check_size(*w.all()[t], sizes[t], names[t]);
+  for (size_t t = 0; t < 8; ++t) nn::check_size(*w.all()[t], sizes[t], std::string("weights: ") + names[t]);
 }
 
 // PyTorch nn.Linear's distribution: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
@@ -379,80 +314,9 @@ size_t ForwardCache::bytes() const {
 
 // ---- forward and backward ----------------------------------------------------
 
-namespace nn {
-
-std::vector<int64_t> valid_positions(const Shape& s, std::vector<int64_t>* offsets) {
-  if (s.batch < 0) throw Error("shape: batch must be >= 0, got " + std::to_string(s.batch));
-  if (s.seq < 0) throw Error("shape: sequence length must be >= 0, got " + std::to_string(s.seq));
-  if (!s.lengths.empty() && int64_t(s.lengths.size()) != s.batch) {
-    throw Error("lengths: expected " + std::to_string(s.batch) + " lengths (one per sequence), got " +
-                std::to_string(s.lengths.size()));
-  }
-  std::vector<int64_t> pos;
-  pos.reserve(size_t(s.positions()));
-  if (offsets) offsets->assign(1, 0);
-  for (int64_t b = 0; b < s.batch; ++b) {
-    int64_t len = s.seq;
-    if (!s.lengths.empty()) {
-      len = s.lengths[size_t(b)];
-      if (len < 0 || len > s.seq) {
-        throw Error("lengths: sequence " + std::to_string(b) + " has length " + std::to_string(len) +
-                    ", expected 0.." + std::to_string(s.seq));
-      }
-    }
-    for (int64_t i = 0; i < len; ++i) pos.push_back(b * s.seq + i);
-    if (offsets) offsets->push_back(int64_t(pos.size()));
-  }
-  return pos;
-}
-
-int thread_count(const RunOptions& o) {
-  if (o.threads < 0 || o.threads > kMaxThreads)
-    throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(o.threads));
-  return o.threads > 0 ? o.threads : omp_get_max_threads();
-}
-
-}  // namespace nn
 
 
 namespace {
-
-
-// Offset and stride (in floats) of feature j of position p in the user's buffer.
-struct Addressing {
-  int64_t d, S;
-  Layout layout;
-  int64_t base(int64_t p) const {  // position p = b * S + s
-    if (layout == Layout::tokens) return p * d;
-    const int64_t b = p / S, s = p % S;
-    return b * d * S + s;
-  }
-  int64_t stride() const { return layout == Layout::tokens ? 1 : S; }
-};
-
-// True when the valid tokens are exactly the buffer's rows, in order.
-bool contiguous(const Shape& s, const std::vector<int64_t>& pos) {
-  return s.layout == Layout::tokens && int64_t(pos.size()) == s.positions();
-}
-
-void gather(const float* src, const Addressing& a, const std::vector<int64_t>& pos, float* dst) {
-  const int64_t st = a.stride();
-  for (size_t i = 0; i < pos.size(); ++i) {
-    const float* p = src + a.base(pos[i]);
-    for (int64_t j = 0; j < a.d; ++j) dst[i * size_t(a.d) + size_t(j)] = p[j * st];
-  }
-}
-
-// Writes rows to their positions and zeros to the padding positions.
-void scatter(const float* rows, const Addressing& a, const std::vector<int64_t>& pos, int64_t positions,
-             float* dst) {
-  std::fill(dst, dst + positions * a.d, 0.0f);
-  const int64_t st = a.stride();
-  for (size_t i = 0; i < pos.size(); ++i) {
-    float* p = dst + a.base(pos[i]);
-    for (int64_t j = 0; j < a.d; ++j) p[j * st] = rows[i * size_t(a.d) + size_t(j)];
-  }
-}
 
 
 // The two stages' common checks.
@@ -586,7 +450,6 @@ void FeedForward::forward(const float* x, float* y, const Shape& shape, const Ru
   rows.finish(pos, shape, y);
 }
 
-int64_t valid_tokens(const Shape& shape) { return int64_t(nn::valid_positions(shape).size()); }
 
 void FeedForward::forward_partial(const float* x, const Shape& shape, float* partial, const RunOptions& opts,
                             ForwardCache* cache) const {

@@ -8,23 +8,6 @@
 
 namespace ffn {
 
-namespace {
-constexpr std::pair<const char*, Isa> kIsas[] = {
-    {"auto", Isa::automatic}, {"scalar", Isa::scalar}, {"avx2", Isa::avx2}, {"avx512", Isa::avx512}, {"amx", Isa::amx}};
-}
-
-std::string_view to_string(Isa i) {
-  for (const auto& [name, v] : kIsas)
-    if (v == i) return name;
-  return "?";
-}
-
-Isa parse_isa(std::string_view s, std::string_view what) {
-  for (const auto& [name, v] : kIsas)
-    if (s == name) return v;
-  throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected auto, scalar, avx2, avx512 or amx");
-}
-
 bool isa_supported(Isa i) {
   const nn::CpuFeatures& f = nn::cpu_features();
   switch (i) {
@@ -46,14 +29,6 @@ Isa best_isa() {
   for (Isa i : {Isa::amx, Isa::avx512, Isa::avx2})
     if (isa_supported(i)) return i;
   return Isa::scalar;
-}
-
-std::string_view to_string(Compute c) { return c == Compute::bf16 ? "bf16" : "fp32"; }
-
-Compute parse_compute(std::string_view s, std::string_view what) {
-  if (s == "fp32") return Compute::fp32;
-  if (s == "bf16") return Compute::bf16;
-  throw Error(std::string(what) + ": unknown value '" + std::string(s) + "', expected fp32 or bf16");
 }
 
 Isa resolve_isa(Isa requested) {
