@@ -159,7 +159,7 @@ TEST_P(ActivationPerIsa, BiasesInThePassSameBitsAsAddedFirst) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, ActivationPerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx),
+INSTANTIATE_TEST_SUITE_P(Isas, ActivationPerIsa, ::testing::ValuesIn(all_isas()),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 // The scalar approximations on NaN and ±Inf: NaN out for NaN in (the

@@ -280,7 +280,7 @@ TEST_P(Bf16PerIsa, InvariantOverThreadsAndBatchComposition) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, Bf16PerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx),
+INSTANTIATE_TEST_SUITE_P(Isas, Bf16PerIsa, ::testing::ValuesIn(all_isas()),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 // The accuracy of the mode against the fp32 layer, on the paper's layer: the

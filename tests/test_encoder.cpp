@@ -276,7 +276,7 @@ TEST(Attention, SoftmaxRowsOfEveryIsaMatchThePortableForm) {
   std::vector<float> row = randn(301, 41, 6.0f);
   row[7] = -200.0f;  // underflows to 0
   row[8] = 150.0f;   // the maximum
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+  for (Isa isa : all_isas()) {
     if (!isa_supported(isa)) {
       std::printf("[ skipped  ] softmax rows on %s: not supported by this CPU\n", std::string(to_string(isa)).c_str());
       continue;

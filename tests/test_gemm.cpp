@@ -127,5 +127,5 @@ TEST_P(GemmPerIsa, BitwiseIdenticalForAnyThreadCountAndRowSubset) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, GemmPerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx),
+INSTANTIATE_TEST_SUITE_P(Isas, GemmPerIsa, ::testing::ValuesIn(all_isas()),
                          [](const auto& info) { return std::string(to_string(info.param)); });

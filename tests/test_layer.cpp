@@ -200,7 +200,7 @@ TEST_P(PerIsa, FastBackwardMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, PerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx),
+INSTANTIATE_TEST_SUITE_P(Isas, PerIsa, ::testing::ValuesIn(all_isas()),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST(Layer, UnsupportedIsaIsAnError) {
@@ -209,7 +209,7 @@ TEST(Layer, UnsupportedIsaIsAnError) {
   cfg.d_ff = 6;
   const FeedForward l(cfg, 1);
   std::vector<float> x(8), y(8);
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx}) {
+  for (Isa i : all_isas()) {
     RunOptions ro;
     ro.isa = i;
     if (isa_supported(i)) EXPECT_NO_THROW(l.forward(x.data(), y.data(), Shape::tokens(2), ro));

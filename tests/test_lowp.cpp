@@ -257,7 +257,7 @@ TEST_P(Int8PerIsa, SixteenBitLayersMatchFloatReference) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, Int8PerIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx),
+INSTANTIATE_TEST_SUITE_P(Isas, Int8PerIsa, ::testing::ValuesIn(all_isas()),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 // ---- the scheme's own properties ------------------------------------------------

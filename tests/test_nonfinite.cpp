@@ -30,7 +30,7 @@ TEST(NonFinite, PropagatesLikePyTorch) {
     const FeedForward layer = FeedForward::load(FFN_NONFINITE_GOLDEN, lo);
     const NamedTensor& x = f.tensors.at(key + ".x");
     const NamedTensor& want = f.tensors.at(key + ".y");
-    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::amx}) {
+    for (Isa isa : all_isas()) {
       for (Path path : {Path::reference, Path::automatic}) {
         if (path == Path::automatic && !isa_supported(isa)) continue;
         if (path == Path::reference && isa != Isa::scalar) continue;

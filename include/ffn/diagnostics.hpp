@@ -22,6 +22,10 @@ namespace ffn {
 // "unknown CPU"; printed with benchmark figures so they name their machine.
 std::string cpu_name();
 
+// Every ISA with kernels in this build, worst first (scalar, avx2, avx512,
+// amx): what the tests iterate. isa_supported says which this CPU runs.
+const std::vector<Isa>& all_isas();
+
 // The ISA a call runs: `requested` unless automatic, then FFN_ISA if set,
 // else the best this CPU supports. Throws Error for an ISA the CPU lacks or
 // that has no kernels in this build.

@@ -3,19 +3,15 @@
 #include <cmath>
 #include <functional>
 
+#include "models/metadata.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/encoder.hpp"
 
 namespace ffn {
-namespace {
 
-constexpr const char* kMetaKind = "ffn.kind";  // "encoder"
-constexpr const char* kMetaHeads = "ffn.heads";
-constexpr const char* kMetaLayers = "ffn.layers";
-constexpr const char* kMetaActivation = "ffn.activation";
-constexpr const char* kMetaNorm = "ffn.norm";
-constexpr const char* kMetaNormType = "ffn.norm_type";
-constexpr const char* kMetaEps = "ffn.eps";
+using namespace models;  // the __metadata__ keys (models/metadata.hpp)
+
+namespace {
 
 struct Naming {
   std::string prefix;

@@ -5,21 +5,19 @@
 #include <cstring>
 #include <set>
 
+#include "models/metadata.hpp"
 #include "ffn/ffn.hpp"
 #include "ffn/diagnostics.hpp"
 #include "io/safetensors.hpp"
 #include "backends/cpu/quantize.hpp"
 
 namespace ffn {
+
+using namespace models;  // the __metadata__ keys (models/metadata.hpp)
+
 namespace {
 
-// Metadata keys this project writes and reads.
-constexpr const char* kMetaActivation = "ffn.activation";
-constexpr const char* kMetaNorm = "ffn.norm";
-constexpr const char* kMetaNormType = "ffn.norm_type";
-constexpr const char* kMetaEps = "ffn.eps";
-constexpr const char* kMetaDtype = "ffn.weights_dtype";        // fp32, bf16, fp16, int8
-constexpr const char* kMetaQuantization = "ffn.quantization";  // the method, in words
+// Tensor-name suffixes of quantized files.
 constexpr const char* kScaleSuffix = "_scale";  // int8: "<matrix name>_scale", F32 [rows] or [groups, rows]
 // int8 with fp32 input channels (Int8Options): W1's and Wg's columns for them
 // ("<matrix name>_fp32_columns", F32 [d_ff, k]) and the channels

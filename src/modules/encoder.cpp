@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "ops/attention.hpp"
+#include "ops/linear.hpp"
 #include "core/buffer_pool.hpp"
 #include "core/cache_access.hpp"
 #include "backends/cpu/gemm.hpp"
@@ -115,73 +116,6 @@ struct PackedAttention {
 };
 using PackedEncoder = std::vector<PackedAttention>;
 
-// ---- linear: y[n, m] = x[n, k] Wᵀ + b, and its backward -------------------
-
-void linear_forward(const nn::KernelConfig& kc, bool reference, const float* x, int64_t n, int64_t k, const float* w,
-                    const std::vector<float>& packed, const float* b, int64_t m, float* y, int threads) {
-  if (n == 0) return;
-  if (reference) {
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < m; ++j) {
-        double s = b ? double(b[j]) : 0.0;
-        for (int64_t p = 0; p < k; ++p) s += double(x[i * k + p]) * double(w[j * k + p]);
-        y[i * m + j] = float(s);
-      }
-    return;
-  }
-  nn::GemmArgs g;
-  g.m = n; g.n = m; g.k = k;
-  g.a = x; g.rsa = k; g.csa = 1;
-  g.b = packed.data(); g.ldb = nn::kPanel; g.psb = k * nn::kPanel;
-  g.c = y; g.ldc = m;
-  nn::gemm(kc.f32, g, threads);
-  if (b) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n * m > 65536)
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < m; ++j) y[i * m + j] += b[j];
-  }
-}
-
-// dx[n, k] = dy W (or += when accumulate), dW[m, k] = dyᵀ x, db[m] = Σ dy.
-void linear_backward(const nn::KernelConfig& kc, bool reference, const float* x, int64_t n, int64_t k,
-                     const float* w, int64_t m, const float* dy, float* dx, bool accumulate, float* dw, float* db,
-                     int threads) {
-  if (reference) {
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t p = 0; p < k; ++p) {
-        double s = 0.0;
-        for (int64_t j = 0; j < m; ++j) s += double(dy[i * m + j]) * double(w[j * k + p]);
-        dx[i * k + p] = accumulate ? dx[i * k + p] + float(s) : float(s);
-      }
-    for (int64_t j = 0; j < m; ++j)
-      for (int64_t p = 0; p < k; ++p) {
-        double s = 0.0;
-        for (int64_t i = 0; i < n; ++i) s += double(dy[i * m + j]) * double(x[i * k + p]);
-        dw[j * k + p] = float(s);
-      }
-  } else {
-    nn::GemmArgs g;  // dx = dy · W
-    g.m = n; g.n = k; g.k = m;
-    g.a = dy; g.rsa = m; g.csa = 1;
-    g.b = w; g.ldb = k; g.psb = nn::kPanel;
-    g.c = dx; g.ldc = k;
-    g.accumulate = accumulate;
-    if (n > 0) nn::gemm(kc.f32, g, threads);
-    nn::GemmArgs h;  // dW = dyᵀ · x
-    h.m = m; h.n = k; h.k = n;
-    h.a = dy; h.rsa = 1; h.csa = m;
-    h.b = x; h.ldb = k; h.psb = nn::kPanel;
-    h.c = dw; h.ldc = k;
-    nn::gemm(kc.f32, h, threads);
-  }
-  if (db) {
-    std::vector<double> s(size_t(m), 0.0);
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < m; ++j) s[size_t(j)] += double(dy[i * m + j]);
-    for (int64_t j = 0; j < m; ++j) db[j] = float(s[size_t(j)]);
-  }
-}
-
 }  // namespace
 
 // ---- the cache --------------------------------------------------------------
@@ -263,8 +197,8 @@ void Encoder::prepare() {
     ffn_.emplace_back(cfg_.ffn_config(), std::move(l.ffn));  // checks the FFN's sizes
     l.ffn = Weights{};
     PackedAttention p;
-    p.in_fwd = nn::pack_panels(l.in_proj_weight.data(), d, 3 * d, true);
-    p.out_fwd = nn::pack_panels(l.out_proj_weight.data(), d, d, true);
+    p.in_fwd = nn::pack_linear_weight(l.in_proj_weight.data(), d, 3 * d);
+    p.out_fwd = nn::pack_linear_weight(l.out_proj_weight.data(), d, d);
     packed->push_back(std::move(p));
   }
   packed_ = std::move(packed);
@@ -366,7 +300,7 @@ void attention_sublayer_forward(const EncoderConfig& cfg_, const EncoderLayerWei
   s.qkv.resize(size_t(n * 3 * d));
   s.ctx.resize(size_t(n * d));
   s.lse.resize(size_t(n * H));
-  linear_forward(kc, ref, ain, n, d, w.in_proj_weight.data(), pk.in_fwd, ptr_or_null(w.in_proj_bias), 3 * d,
+  nn::linear_forward(kc, ref, ain, n, d, w.in_proj_weight.data(), pk.in_fwd, ptr_or_null(w.in_proj_bias), 3 * d,
                  s.qkv.data(), threads);
   if (n > 0) {
     if (ref)
@@ -374,7 +308,7 @@ void attention_sublayer_forward(const EncoderConfig& cfg_, const EncoderLayerWei
     else
       nn::attention_forward(attn, s.qkv.data(), s.ctx.data(), s.lse.data(), threads, opts.isa);
   }
-  linear_forward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), pk.out_fwd, ptr_or_null(w.out_proj_bias), d,
+  nn::linear_forward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), pk.out_fwd, ptr_or_null(w.out_proj_bias), d,
                  out, threads);
   const auto rule = nn::DropoutRule::make(opts.training ? cfg_.dropout : 0.0f);
 #pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
@@ -416,7 +350,7 @@ void attention_sublayer_backward(const EncoderConfig& cfg_, const EncoderLayerWe
       for (int64_t j = 0; j < d; ++j)
         dr[size_t(i * d + j)] *= rule.factor(seed, nn::Stream::attention_output, uint64_t(i * d + j));
   Buffer dctx(size_t(n * d)), dqkv(size_t(n * 3 * d));
-  linear_backward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), d, dr.data(), dctx.data(),
+  nn::linear_backward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), d, dr.data(), dctx.data(),
                   false, g.out_proj_weight.data(), ptr_or_null(g.out_proj_bias), threads);
   if (n > 0) {
     if (ref)
@@ -426,11 +360,11 @@ void attention_sublayer_backward(const EncoderConfig& cfg_, const EncoderLayerWe
   }
   const float* ain = post ? s.x.data() : s.u.data();
   if (post) {
-    linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), dx, true,
+    nn::linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), dx, true,
                     g.in_proj_weight.data(), ptr_or_null(g.in_proj_bias), threads);
   } else {
     Buffer du(size_t(n * d));
-    linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), du.data(), false,
+    nn::linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), du.data(), false,
                     g.in_proj_weight.data(), ptr_or_null(g.in_proj_bias), threads);
     nn::norm_backward(cfg_.norm_type, s.x.data(), s.mean.data(), s.rstd.data(), n, d, w.norm1_weight.data(),
                       du.data(), dx, true, g.norm1_weight.data(), ptr_or_null(g.norm1_bias), threads);

@@ -8,29 +8,6 @@
 
 namespace ffn {
 
-bool isa_supported(Isa i) {
-  const nn::CpuFeatures& f = nn::cpu_features();
-  switch (i) {
-    case Isa::automatic:
-    case Isa::scalar:
-      return true;
-    case Isa::avx2:
-      return f.avx2 && f.fma && f.f16c;
-    case Isa::avx512:
-      return f.avx512;
-    case Isa::amx:
-      return f.amx;
-  }
-  return false;
-}
-
-// Best first: amx → avx512 → avx2 → scalar.
-Isa best_isa() {
-  for (Isa i : {Isa::amx, Isa::avx512, Isa::avx2})
-    if (isa_supported(i)) return i;
-  return Isa::scalar;
-}
-
 Isa resolve_isa(Isa requested) {
   static const Isa from_env = [] {
     const char* e = std::getenv("FFN_ISA");

@@ -1,4 +1,5 @@
-// The per-ISA kernel table (see kernel_config.hpp) and CPU feature detection.
+// The ISA registry: CPU feature detection, the per-ISA kernel table (see
+// kernel_config.hpp), and which ISAs exist, are supported and are best.
 #include "backends/cpu/kernel_config.hpp"
 
 #include <cpuid.h>
@@ -69,32 +70,36 @@ const CpuFeatures& cpu_features() {
 
 namespace {
 
+// ---- the kernel table: one entry per ISA, fields named where they are set ----
+
 const KernelConfig kScalar{
-    Isa::scalar,
-    {&scalar::gemm_block, &scalar::gemm_block, &scalar::gemm_block, {48, 256, 512}},
-    1, 16,
-    &scalar::int8_kernels, "int32 multiply-add (portable)",
-    &scalar::activate,
-    96,
-    &scalar::fma_loop, "portable multiply-add",
-    nullptr,
-    &scalar::bf16_kernels, nullptr, "",
-    &scalar::exp_rows, &scalar::softmax_step, &scalar::sum_rows,
+    .isa = Isa::scalar,
+    .f32 = {.f32 = &scalar::gemm_block, .bf16 = &scalar::gemm_block, .fp16 = &scalar::gemm_block,
+            .blocking = {.mc = 48, .kc = 256, .nc = 512}},
+    .mr = 1, .nr = 16,
+    .int8 = &scalar::int8_kernels, .int8_instr = "int32 multiply-add (portable)",
+    .activate = &scalar::activate,
+    .token_block = 96,
+    .fma_peak = &scalar::fma_loop, .fma_instr = "portable multiply-add",
+    .int8_peak = nullptr,
+    .bf16 = &scalar::bf16_kernels, .bf16_peak = nullptr, .bf16_peak_instr = "",
+    .exp_rows = &scalar::exp_rows, .softmax_step = &scalar::softmax_step, .sum_rows = &scalar::sum_rows,
 };
 
 // 6×16 tiles of ymm (12 accumulators): rows per block 48 (A block 48 KiB in
 // L2), k 256 (a 16-column B panel is 16 KiB, L1), 512 columns (512 KiB of B, L2).
 const KernelConfig kAvx2{
-    Isa::avx2,
-    {&avx2::gemm_block, &avx2::gemm_block, &avx2::gemm_block, {48, 256, 512}},
-    6, 16,
-    &avx2::int8_kernels, "AVX2 vpmaddwd ymm",
-    &avx2::activate,
-    96,
-    &avx2::fma_loop, "AVX2 vfmadd231ps ymm",
-    &avx2::madd_loop,
-    &scalar::bf16_kernels, nullptr, "",
-    &avx2::exp_rows, &avx2::softmax_step, &avx2::sum_rows,
+    .isa = Isa::avx2,
+    .f32 = {.f32 = &avx2::gemm_block, .bf16 = &avx2::gemm_block, .fp16 = &avx2::gemm_block,
+            .blocking = {.mc = 48, .kc = 256, .nc = 512}},
+    .mr = 6, .nr = 16,
+    .int8 = &avx2::int8_kernels, .int8_instr = "AVX2 vpmaddwd ymm",
+    .activate = &avx2::activate,
+    .token_block = 96,
+    .fma_peak = &avx2::fma_loop, .fma_instr = "AVX2 vfmadd231ps ymm",
+    .int8_peak = &avx2::madd_loop,
+    .bf16 = &scalar::bf16_kernels, .bf16_peak = nullptr, .bf16_peak_instr = "",
+    .exp_rows = &avx2::exp_rows, .softmax_step = &avx2::softmax_step, .sum_rows = &avx2::sum_rows,
 };
 
 // 12×32 tiles of zmm (24 accumulators), k 256 (a pair of panels is 32 KiB,
@@ -107,17 +112,20 @@ KernelConfig make_avx512() {
   // bf16 compute on vdpbf16ps where it has AVX512_BF16, else portable.
   const bool vnni = cpu_features().avx512_vnni, bf16 = cpu_features().avx512_bf16;
   return KernelConfig{
-    Isa::avx512,
-    {&avx512::gemm_block, &avx512::gemm_block, &avx512::gemm_block, {144, 256, 512}},
-    12, 32,
-    vnni ? &avx512::int8_kernels_vnni : &avx2::int8_kernels, vnni ? "AVX-512 vpdpbusd zmm" : "AVX2 vpmaddwd ymm",
-    &avx512::activate,
-    144,
-    &avx512::fma_loop, "AVX-512 vfmadd231ps zmm",
-    vnni ? &avx512::dpbusd_loop : &avx2::madd_loop,
-    bf16 ? &avx512::bf16_kernels : &scalar::bf16_kernels,
-    bf16 ? &avx512::dpbf16_loop : nullptr, bf16 ? "AVX-512 vdpbf16ps zmm" : "",
-    &avx512::exp_rows, &avx512::softmax_step, &avx512::sum_rows,
+    .isa = Isa::avx512,
+    .f32 = {.f32 = &avx512::gemm_block, .bf16 = &avx512::gemm_block, .fp16 = &avx512::gemm_block,
+            .blocking = {.mc = 144, .kc = 256, .nc = 512}},
+    .mr = 12, .nr = 32,
+    .int8 = vnni ? &avx512::int8_kernels_vnni : &avx2::int8_kernels,
+    .int8_instr = vnni ? "AVX-512 vpdpbusd zmm" : "AVX2 vpmaddwd ymm",
+    .activate = &avx512::activate,
+    .token_block = 144,
+    .fma_peak = &avx512::fma_loop, .fma_instr = "AVX-512 vfmadd231ps zmm",
+    .int8_peak = vnni ? &avx512::dpbusd_loop : &avx2::madd_loop,
+    .bf16 = bf16 ? &avx512::bf16_kernels : &scalar::bf16_kernels,
+    .bf16_peak = bf16 ? &avx512::dpbf16_loop : nullptr,
+    .bf16_peak_instr = bf16 ? "AVX-512 vdpbf16ps zmm" : "",
+    .exp_rows = &avx512::exp_rows, .softmax_step = &avx512::softmax_step, .sum_rows = &avx512::sum_rows,
   };
 }
 
@@ -141,27 +149,76 @@ KernelConfig make_amx() {
   return k;
 }
 
+// ---- the registry: every ISA of this build, worst first ----------------------
+// Adding an ISA: its kernel folder (src/backends/cpu/kernels/<isa>/, listed
+// in CMakeLists.txt's ffn_isa_kernels), its Isa value (ffn/types.hpp, with its
+// name in src/core/types.cpp) and one entry here.
+struct IsaEntry {
+  Isa isa;
+  bool (*supported)(const CpuFeatures& f);  // by this CPU (and its OS)
+  const KernelConfig& (*config)();          // built once, on first use
+};
+
+const IsaEntry kIsas[] = {
+    {.isa = Isa::scalar,
+     .supported = [](const CpuFeatures&) { return true; },
+     .config = []() -> const KernelConfig& { return kScalar; }},
+    {.isa = Isa::avx2,
+     .supported = [](const CpuFeatures& f) { return f.avx2 && f.fma && f.f16c; },
+     .config = []() -> const KernelConfig& { return kAvx2; }},
+    {.isa = Isa::avx512,
+     .supported = [](const CpuFeatures& f) { return f.avx512; },
+     .config = []() -> const KernelConfig& {
+       static const KernelConfig k = make_avx512();
+       return k;
+     }},
+    {.isa = Isa::amx,
+     .supported = [](const CpuFeatures& f) { return f.amx; },
+     .config = []() -> const KernelConfig& {
+       static const KernelConfig k = make_amx();
+       return k;
+     }},
+};
+
+const IsaEntry* entry(Isa i) {
+  for (const IsaEntry& e : kIsas)
+    if (e.isa == i) return &e;
+  return nullptr;
+}
+
 }  // namespace
 
-
 const KernelConfig& kernel_config(Isa resolved) {
-  switch (resolved) {
-    case Isa::amx: {
-      static const KernelConfig amx = make_amx();
-      return amx;
-    }
-    case Isa::avx512: {
-      static const KernelConfig avx512 = make_avx512();
-      return avx512;
-    }
-    case Isa::avx2: return kAvx2;
-    default: return kScalar;
-  }
+  const IsaEntry* e = entry(resolved);
+  return e ? e->config() : kScalar;
 }
 
 }  // namespace ffn::nn
 
 namespace ffn {
+
+const std::vector<Isa>& all_isas() {
+  static const std::vector<Isa> isas = [] {
+    std::vector<Isa> v;
+    for (const nn::IsaEntry& e : nn::kIsas) v.push_back(e.isa);
+    return v;
+  }();
+  return isas;
+}
+
+bool isa_supported(Isa i) {
+  if (i == Isa::automatic) return true;
+  const nn::IsaEntry* e = nn::entry(i);
+  return e && e->supported(nn::cpu_features());
+}
+
+// The best this CPU supports: the last supported entry of the registry.
+Isa best_isa() {
+  Isa best = Isa::scalar;
+  for (const nn::IsaEntry& e : nn::kIsas)
+    if (e.supported(nn::cpu_features())) best = e.isa;
+  return best;
+}
 
 KernelInfo kernel_info(Isa isa) {
   const nn::KernelConfig& k = nn::kernel_config(isa);
