@@ -283,7 +283,7 @@ TEST(MiniLM, EmbeddingsMatchSentenceTransformers) {
 // 99, 223, 63 at |x| ≈ 30 against a token RMS ≈ 1.5); the measured analysis
 // and the fixes that reach 0.999 in simulation (per-256-column W2 scales plus
 // the ~5 outlier input channels per layer in fp32) are in
-// bench/results/2026-11-23-minilm-int8.md (scripts/minilm_int8_analysis.py).
+// bench/results/2026-11-23-minilm-int8.md (bench/analysis/minilm_int8_analysis.py).
 // What this test holds int8 to is what it measures today (worst 0.99526,
 // mean 0.99921 on the AMX Xeon), less the ~2e-4 by which one flipped
 // rounding moves a text on another ISA's float attention: worst ≥ 0.994,

@@ -9,8 +9,8 @@ the hidden units (Megatron-LM's column- then row-parallel MLP):
   E        = compute / (compute + sum)   (no overlap), speedup = P·E.
 Note sum/compute ≈ (P−1)·s·R / (k·F·B): independent of T and d except through F.
 
-  scripts/tp_model.py                 the table for docs/tensor_parallel.md
-  scripts/tp_model.py --check R B     this machine's P=2 prediction with a measured R (GFLOP/s per rank) and B (GB/s)
+  bench/analysis/tp_model.py                 the table for docs/tensor_parallel.md
+  bench/analysis/tp_model.py --check R B     this machine's P=2 prediction with a measured R (GFLOP/s per rank) and B (GB/s)
 """
 import argparse
 

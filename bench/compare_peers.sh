@@ -5,7 +5,7 @@
 # Installs the benchmark-only packages (oneDNN, OpenBLAS; PyTorch is used when
 # Debian's python3-torch is there), builds, runs, prints a Markdown table.
 #
-#   scripts/compare_peers.sh [ffn_peers compare options, e.g. --rounds 5]
+#   bench/compare_peers.sh [ffn_peers compare options, e.g. --rounds 5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

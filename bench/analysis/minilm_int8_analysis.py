@@ -35,7 +35,7 @@ pooling, L2 normalization) with the variant and with float32, worst and mean
 over the 72 sentences of tests/data/minilm_golden.safetensors.
 
 Run (about 5 minutes on one core):
-    .venv/bin/python scripts/minilm_int8_analysis.py [--ffn-bin build/bin/ffn] [--out FILE.md]
+    .venv/bin/python bench/analysis/minilm_int8_analysis.py [--ffn-bin build/bin/ffn] [--out FILE.md]
 --ffn-bin: an already built ffn binary (nothing is built): each layer's FFN is
 run through `ffn run --dtype int8` on real inputs and compared bit for bit with
 the simulation, and `ffn embed --dtype int8` / fp32 on the 72 sentences with
@@ -61,7 +61,7 @@ import torch.nn.functional as F  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from transformers import BertModel, BertTokenizerFast  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL_DIR = os.environ.get("FFN_MODEL_DIR") or os.path.expanduser("~/.cache/ffn/all-MiniLM-L6-v2")
 GOLDEN = os.path.join(ROOT, "tests", "data", "minilm_golden.safetensors")
 DEFAULT_OUT = os.path.join(ROOT, "bench", "results", "2026-11-23-minilm-int8.md")
@@ -654,7 +654,7 @@ def main():
 
     W = lambda k: f"{rows[k][3]:.5f}"  # noqa: E731
     Hh = lambda k: f"{rows[k][6]:.5f}" if rows[k][6] is not None else "n/a"  # noqa: E731
-    cmd = "/work/main/.venv/bin/python scripts/minilm_int8_analysis.py" + "".join(
+    cmd = "/work/main/.venv/bin/python bench/analysis/minilm_int8_analysis.py" + "".join(
         f" {a}" for a in sys.argv[1:])
     import transformers
     md = f"""# all-MiniLM-L6-v2 with int8 FFNs: where the error comes from, and fixes ({datetime.date.today().isoformat()})

@@ -1,7 +1,7 @@
 # A NumPy model of the int8 scheme (src/backends/cpu/quantize.hpp) on the paper layer with
 # nn.Linear-initialized weights and N(0,1) inputs, for activation scale groups of
 # gx input features and gh hidden units (the library uses gx = d_model, gh = 256).
-# Prints the relative RMS error against float. Run: /usr/bin/python3 scripts/int8_error_model.py
+# Prints the relative RMS error against float. Run: /usr/bin/python3 bench/analysis/int8_error_model.py
 import numpy as np
 rng=np.random.default_rng(0)
 d,F,T=512,2048,128

@@ -9,8 +9,8 @@ matrices, 3 gated; biases and norm are noise):
   E       = compute / (compute + sum) without overlap; with the sum hidden behind the backward, E → 1 while sum < ⅔ compute.
 sum/compute ≈ (P−1)·s·R / (3·T·B): independent of d and F, shrinking with the batch.
 
-  scripts/dp_model.py                       the table for docs/data_parallel.md
-  scripts/dp_model.py --check R B T         this machine's P=2 prediction: R GFLOP/s per rank, B GB/s, T tokens
+  bench/analysis/dp_model.py                       the table for docs/data_parallel.md
+  bench/analysis/dp_model.py --check R B T         this machine's P=2 prediction: R GFLOP/s per rank, B GB/s, T tokens
 """
 import argparse
 
