@@ -204,7 +204,7 @@ TEST(Cli, VersionPrintsTheProjectVersion) {
   const Result r = ffn_cli("--version");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out.rfind("ffn ", 0), 0u) << r.out;
-  EXPECT_NE(r.out.find('.'), std::string::npos) << r.out;  // "ffn 0.1"
+  EXPECT_NE(r.out.find('.'), std::string::npos) << r.out;  // "ffn 0.2"
 }
 
 TEST(Cli, BenchPrintsJsonAndPassesItsCheck) {

@@ -10,7 +10,10 @@ examples/ and fuzz/ and fails, naming file, line and rule, on
   - a public header (include/ffn/) that includes anything but public headers;
   - a file of tools/, python/, bench/, examples/ or fuzz/ that includes
     anything but include/ffn/ or a file of its own folder;
-  - an include that names no file;
+  - an include that names no file ("..."; a <...> include counts when it
+    names a file of the repository, e.g. one of src/ reached through an
+    include path);
+  - a file of src/ outside the rooms of LEVELS;
   - a cycle between files (header A includes B, which includes A);
   - an entry of EXCEPTIONS that no longer matches anything (so the list
     only shrinks with the code).
@@ -49,15 +52,15 @@ CLIENTS = ("tools", "python", "bench", "examples", "fuzz")
 EXCEPTIONS = [
 ]
 
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+INCLUDE = re.compile(r'^\s*#\s*include\s+["<]([^">]+)[">]')
 
 
 def room_of(rel):
     """('src', room) for src/<room>/..., ('public', None) for include/ffn/...,
     ('client', folder) for the client folders, (None, None) otherwise."""
     parts = rel.split("/")
-    if parts[0] == "src" and len(parts) > 2:
-        return "src", parts[1]
+    if parts[0] == "src":
+        return "src", parts[1] if len(parts) > 2 else "(src/ itself)"
     if parts[0] == "include":
         return "public", None
     if parts[0] in CLIENTS:
@@ -91,8 +94,14 @@ def scan(root):
                 with open(os.path.join(root, rel), encoding="utf-8") as f:
                     for n, line in enumerate(f, 1):
                         m = INCLUDE.match(line)
-                        if m:
-                            edges.append((rel, n, m.group(1), resolve(root, rel, m.group(1))))
+                        if not m:
+                            continue
+                        target = resolve(root, rel, m.group(1))
+                        # <...>: a system or library header unless it names a
+                        # file of this repository (src/ on a client's path)
+                        if line.split("include", 1)[1].strip().startswith("<") and target is None:
+                            continue
+                        edges.append((rel, n, m.group(1), target))
     return edges
 
 
@@ -128,6 +137,14 @@ def check(root, exceptions):
             used.add(hit[0])
         else:
             problems.append(f"{where}: {rule}")
+    # every file of src/ lives in a room of LEVELS
+    for dirpath, _, names in os.walk(os.path.join(root, "src")):
+        for name in sorted(names):
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            room = room_of(rel)[1]
+            if room not in LEVELS:
+                where = "directly in src/" if room == "(src/ itself)" else f"in src/{room}/"
+                problems.append(f"{rel}: {where}, not a known room (LEVELS in tests/test_layering.py)")
     for i, (f, t, why) in enumerate(exceptions):
         if i not in used:
             problems.append(f"EXCEPTIONS: ({f}, {t}) no longer matches an include: remove it")
@@ -183,6 +200,9 @@ def self_test():
         "public into src": ({"include/ffn/ffn.hpp": '#include "core/a.hpp"\n'}, "public header"),
         "cycle": ({"src/ops/b.hpp": '#include "ops/e.hpp"\n', "src/ops/e.hpp": '#include "ops/b.hpp"\n'}, "cycle"),
         "missing file": ({"src/ops/b.cpp": '#include "ops/nothing.hpp"\n'}, "names no file"),
+        "angle include into src": ({"tools/main.cpp": '#include <core/a.hpp>\n'}, "includes only include/ffn/"),
+        "file outside the rooms": ({"src/loose.cpp": ""}, "not a known room"),
+        "unknown room": ({"src/attic/old.cpp": ""}, "not a known room"),
     }
     for name, (change, expect) in planted.items():
         problems = check(tree({**clean, **change}), [])

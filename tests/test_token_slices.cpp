@@ -1,4 +1,4 @@
-// Token slices (RunOptions::token_slices and position_offset, data
+// Token slices (RunOptions::partition.token_slices and position_offset, data
 // parallelism's seam): the weight gradients summed per slice and added over
 // the slices' tree equal, bit for bit, those of processes that each hold a
 // subtree's rows (with their first row as position_offset) added over the
@@ -29,8 +29,8 @@ struct Result {
 Result run(const FeedForward& l, const std::vector<float>& x, const std::vector<float>& dy, int64_t r0, int64_t r1,
            std::vector<int64_t> slices, RunOptions o) {
   const int64_t d = l.config().d_model, n = r1 - r0;
-  o.position_offset = r0;
-  o.token_slices = std::move(slices);
+  o.partition.position_offset = r0;
+  o.partition.token_slices = std::move(slices);
   Result r;
   r.y.resize(size_t(n * d));
   r.dx.resize(size_t(n * d));
@@ -158,7 +158,7 @@ TEST(TokenSlices, BadSlicesAndOffsetsAreErrors) {
   layer.forward(x.data(), y.data(), Shape::tokens(n), o, &cache);
   Weights g;
   for (const std::vector<int64_t>& bad : std::vector<std::vector<int64_t>>{{0}, {1, 8}, {0, 5, 3, 8}, {0, 9}}) {
-    o.token_slices = bad;
+    o.partition.token_slices = bad;
     try {
       layer.backward(x.data(), y.data(), Shape::tokens(n), cache, dx.data(), g, o);
       ADD_FAILURE() << "accepted slices " << bad.size();
@@ -168,8 +168,8 @@ TEST(TokenSlices, BadSlicesAndOffsetsAreErrors) {
           << e.what();
     }
   }
-  o.token_slices.clear();
-  o.position_offset = -1;
+  o.partition.token_slices.clear();
+  o.partition.position_offset = -1;
   EXPECT_THROW(layer.forward(x.data(), y.data(), Shape::tokens(n), o), Error);
 }
 

@@ -1,4 +1,4 @@
-// Tolerances of the tests, in the scaled error of core/compare.hpp:
+// Tolerances of the tests, in the scaled error of ffn::compare (ffn/diagnostics.hpp):
 // |got − want| / (|want| + rms(want)). Justification in tests/README.md;
 // test_compare.cpp checks that the comparison itself accepts and rejects
 // what these numbers promise.

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "ffn/parallel.hpp"
+#include "ffn/mpi.hpp"
 #include "ffn/random.hpp"
 
 namespace ffn::cli {

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ffn/parallel.hpp"
+
 namespace ffn {
 
 // Bad input (file, shape, option). The message is one line, suitable to show as is.
@@ -165,18 +167,9 @@ struct RunOptions {
   Path path = Path::automatic;
   Isa isa = Isa::automatic;  // fast path only; throws Error if unsupported
   Compute compute = Compute::fp32;  // bf16: inference only (throws Error with training or a cache)
-  // Data parallelism (Trainer::set_team): a process that runs rows [a, b) of
-  // a batch passes position_offset = a, so its dropout masks are the whole
-  // batch's rows' (every key global). Added to every position in the keys only.
-  int64_t position_offset = 0;
-  // backward: the weight gradients (sums over tokens) summed per token slice,
-  // in token order, and the slices' sums added over their binary tree (split
-  // in the middle, as DffShards'): boundaries 0 = s_0 <= s_1 <= ... <= s_k =
-  // the valid tokens (a slice may be empty). A process given a subtree's slices computes that
-  // subtree's sum bit for bit, so ranks holding the slices of one batch and
-  // adding their sums over the same tree (dist::Comm::sum_tree) get the
-  // one-process result. Empty: one sum over all tokens (the default).
-  std::vector<int64_t> token_slices;
+  // Data parallelism only (Trainer::set_team): which rows of a batch this
+  // process runs and how the weight gradients are summed (ffn/parallel.hpp).
+  RowPartition partition;
 };
 
 }  // namespace ffn

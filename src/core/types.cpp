@@ -1,6 +1,7 @@
 // The public types' own code (ffn/types.hpp): the error, the names of the
-// enums (one table each, for printing and parsing), the settings' checks and
-// the valid tokens of a Shape.
+// enums (one table each, for printing and parsing), the settings' checks, the
+// valid tokens of a Shape, and how d_ff is cut into shards (DffShards).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "core/positions.hpp"
 #include "ffn/diagnostics.hpp"
+#include "ffn/feed_forward.hpp"
 #include "ffn/types.hpp"
 
 namespace ffn {
@@ -106,5 +108,27 @@ void Config::validate() const {
 }
 
 int64_t valid_tokens(const Shape& shape) { return int64_t(nn::valid_positions(shape).size()); }
+
+// ---- d_ff shards (ffn/feed_forward.hpp): the rule the fused FFN, the file
+// readers and the tensor-parallel layers share --------------------------------
+
+std::pair<int64_t, int64_t> DffShards::units(int64_t d_ff, int64_t count, int64_t a, int64_t b) {
+  const int64_t chunks = (d_ff + kDffShardChunk - 1) / kDffShardChunk;
+  auto at = [&](int64_t s) { return std::min(d_ff, chunks * s / count * kDffShardChunk); };
+  return {at(a), at(b)};
+}
+
+void DffShards::validate(const std::string& what) const {
+  if (count < 1 || count > 64 || (count & (count - 1)) != 0)
+    throw Error(what + "count must be a power of two from 1 to 64, got " + std::to_string(count));
+  if (first < 0 || first >= last || last > count)
+    throw Error(what + "expected 0 <= first < last <= count = " + std::to_string(count) + ", got [" +
+                std::to_string(first) + ", " + std::to_string(last) + ")");
+  const int64_t size = last - first;
+  if ((size & (size - 1)) != 0 || first % size != 0)
+    throw Error(what + "[" + std::to_string(first) + ", " + std::to_string(last) + ") is not an aligned block of the " +
+                std::to_string(count) + " shards (a power-of-two size that divides its first shard), so its sum "
+                "is no subtree of theirs");
+}
 
 }  // namespace ffn

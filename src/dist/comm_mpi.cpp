@@ -1,4 +1,4 @@
-#include "ffn/parallel.hpp"
+#include "ffn/mpi.hpp"
 
 #include <mpi.h>
 #include <omp.h>

@@ -1,4 +1,4 @@
-#include "ffn/parallel.hpp"
+#include "ffn/mpi.hpp"
 
 #include <fcntl.h>
 #include <omp.h>

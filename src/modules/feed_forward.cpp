@@ -228,25 +228,6 @@ void FeedForward::set_dropout(float hidden, float output) {
   cfg_ = c;
 }
 
-std::pair<int64_t, int64_t> DffShards::units(int64_t d_ff, int64_t count, int64_t a, int64_t b) {
-  const int64_t chunks = (d_ff + kDffShardChunk - 1) / kDffShardChunk;
-  auto at = [&](int64_t s) { return std::min(d_ff, chunks * s / count * kDffShardChunk); };
-  return {at(a), at(b)};
-}
-
-void DffShards::validate(const std::string& what) const {
-  if (count < 1 || count > 64 || (count & (count - 1)) != 0)
-    throw Error(what + "count must be a power of two from 1 to 64, got " + std::to_string(count));
-  if (first < 0 || first >= last || last > count)
-    throw Error(what + "expected 0 <= first < last <= count = " + std::to_string(count) + ", got [" +
-                std::to_string(first) + ", " + std::to_string(last) + ")");
-  const int64_t size = last - first;
-  if ((size & (size - 1)) != 0 || first % size != 0)
-    throw Error(what + "[" + std::to_string(first) + ", " + std::to_string(last) + ") is not an aligned block of the " +
-                std::to_string(count) + " shards (a power-of-two size that divides its first shard), so its sum "
-                "is no subtree of theirs");
-}
-
 void FeedForward::set_shards(const DffShards& s) {
   const std::string what = "shards: ";
   s.validate(what);
@@ -351,9 +332,9 @@ struct ValidRows {
   }
 };
 
-// Saved tensors live in the cache (see ForwardCache in ffn.hpp): sized for
+// Saved tensors live in the cache (see ForwardCache in ffn/feed_forward.hpp): sized for
 // this call, the call's settings recorded; null without a cache.
-// RunOptions::token_slices: empty, or 0 = s_0 <= ... <= s_k = n.
+// RunOptions::partition.token_slices: empty, or 0 = s_0 <= ... <= s_k = n.
 void check_token_slices(const std::vector<int64_t>& b, int64_t n) {
   if (b.empty()) return;
   bool ok = b.size() >= 2 && b.front() == 0 && b.back() == n;
@@ -364,7 +345,7 @@ void check_token_slices(const std::vector<int64_t>& b, int64_t n) {
 }
 
 // The dropout keys of the valid tokens: their positions, shifted by
-// RunOptions::position_offset (a data-parallel rank's first row in the batch).
+// RunOptions::partition.position_offset (a data-parallel rank's first row in the batch).
 std::vector<int64_t> dropout_keys(std::vector<int64_t> pos, int64_t offset) {
   if (offset < 0) throw Error("position_offset: expected a non-negative integer, got " + std::to_string(offset));
   if (offset != 0)
@@ -380,7 +361,7 @@ ForwardCacheData* begin_cache(ForwardCache* cache, const Config& cfg, const Shap
   c->filled = true;
   c->training = opts.training;
   c->seed = opts.seed;
-  c->position_offset = opts.position_offset;
+  c->position_offset = opts.partition.position_offset;
   c->pos = pos;
   // resize, not assign: both paths write every saved element, and a cache
   // reused across steps then costs no [T, d_ff] zero-fill.
@@ -422,7 +403,7 @@ void FeedForward::forward(const float* x, float* y, const Shape& shape, const Ru
   if (opts.compute == Compute::bf16 && dtype_ == WeightDtype::int8)
     throw Error("forward: compute bf16 needs fp32, bf16 or fp16 weights (this layer's are int8)");
 
-  const std::vector<int64_t> keys = dropout_keys(pos, opts.position_offset);
+  const std::vector<int64_t> keys = dropout_keys(pos, opts.partition.position_offset);
   ForwardCacheData* c = begin_cache(cache, cfg_, shape, pos, opts);
   auto ptr = [](auto& v) { return v.empty() ? nullptr : v.data(); };
 
@@ -458,7 +439,7 @@ void FeedForward::forward_partial(const float* x, const Shape& shape, float* par
     throw Error("forward_partial: a cache (for backward) needs fp32 weights and compute fp32");
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
-  const std::vector<int64_t> keys = dropout_keys(pos, opts.position_offset);
+  const std::vector<int64_t> keys = dropout_keys(pos, opts.partition.position_offset);
   ForwardCacheData* c = begin_cache(cache, cfg_, shape, pos, opts);
   if (n == 0) return;
   auto ptr = [](auto& v) { return v.empty() ? nullptr : v.data(); };
@@ -479,7 +460,7 @@ void FeedForward::forward_tail(const float* x, const Shape& shape, const float* 
   const std::vector<int64_t> pos = nn::valid_positions(shape);
   const int64_t n = int64_t(pos.size()), d = cfg_.d_model;
   if (n > 0 && !sum) throw Error("forward_tail: buffers must not be null");
-  const std::vector<int64_t> keys = dropout_keys(pos, opts.position_offset);
+  const std::vector<int64_t> keys = dropout_keys(pos, opts.partition.position_offset);
   const ValidRows rows(x, y, shape, pos, d);
   const float* xr = rows.x;
   float* yr = rows.y;
@@ -539,7 +520,7 @@ void FeedForward::backward_impl(const float* x, const float* dy, const Shape& sh
   const int threads = nn::thread_count(opts);
   const int64_t n = int64_t(pos.size());
   const int64_t d = cfg_.d_model;
-  check_token_slices(opts.token_slices, n);
+  check_token_slices(opts.partition.token_slices, n);
   const std::vector<int64_t> keys = dropout_keys(pos, c.position_offset);
   // Reuse the caller's gradient buffers when they have the right sizes (both
   // paths overwrite every element); allocating 2·d·d_ff fresh zeroed floats per
@@ -586,7 +567,7 @@ void FeedForward::backward_impl(const float* x, const float* dy, const Shape& sh
       reference::backward(cfg_, params_of(w_), xr + r0 * d, r1 - r0, keys.data() + r0, {c.training, c.seed}, s,
                           dyr + r0 * d, dxr + r0 * d, g);
     };
-    const std::vector<int64_t>& b = opts.token_slices;
+    const std::vector<int64_t>& b = opts.partition.token_slices;
     if (b.empty()) {
       slice(0, n, grads);
     } else {  // each slice's gradients, added over the slices' tree
@@ -612,7 +593,7 @@ void FeedForward::backward_impl(const float* x, const float* dy, const Shape& sh
     split.partial = din_partial;
     split.sum = din_sum;
     nn::fused_backward(cfg_, w_, packed, xr, n, keys.data(), c.training, c.seed, s, dyr, dxr, g, threads, opts.isa,
-                       split, opts.token_slices);
+                       split, opts.partition.token_slices);
   }
   if (!direct && dx) scatter(dxout.data(), addr, pos, shape.positions(), dx);
 }

@@ -21,7 +21,7 @@
 
 #include <cstdint>
 
-#include "ffn/ffn.hpp"
+#include "ffn/types.hpp"
 #include "reference/attention_reference.hpp"
 
 namespace ffn::nn {

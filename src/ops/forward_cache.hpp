@@ -1,4 +1,4 @@
-// The contents of ffn::ForwardCache (see ffn.hpp for what is saved and why).
+// The contents of ffn::ForwardCache (see ffn/feed_forward.hpp for what is saved and why).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,7 @@ struct ForwardCache::Data {
   int64_t batch = 0, seq = 0;
   bool training = false;
   uint64_t seed = 0;
-  int64_t position_offset = 0;  // RunOptions::position_offset of the forward call
+  int64_t position_offset = 0;  // RunOptions::partition.position_offset of the forward call
   std::vector<int64_t> pos;  // global positions of the valid tokens
   // From the process's buffer pool (src/core/buffer_pool.hpp): a new cache at
   // every training step reuses the last step's pages.

@@ -102,7 +102,7 @@ void store_panel_row(const float* v, int64_t cols, int64_t t, int64_t psb, float
   }
 }
 
-// The token slices of the weight gradients (RunOptions::token_slices): each
+// The token slices of the weight gradients (RunOptions::partition.token_slices): each
 // sum over tokens is formed per slice, in token order, and the slices' sums
 // are added over their binary tree (split in the middle). A call given a
 // subtree's slices so computes that subtree's sum bit for bit.

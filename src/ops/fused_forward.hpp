@@ -23,7 +23,7 @@
 #include <span>
 #include <vector>
 
-#include "ffn/ffn.hpp"
+#include "ffn/feed_forward.hpp"
 #include "core/buffer_pool.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/quantize.hpp"
@@ -128,7 +128,7 @@ struct FusedGrads {
 constexpr size_t kBackwardScratchKeepBytes = kBufferPoolKeepBytes;
 size_t backward_scratch_bytes();
 
-// token_slices: RunOptions::token_slices (every weight gradient summed per
+// token_slices: RunOptions::partition.token_slices (every weight gradient summed per
 // slice and added over the slices' tree).
 // In two stages as the forward (split): partial, stage 1: every gradient of
 // the layer's shards (and b2's, and the post norm's γ, β), and the sum over

@@ -84,8 +84,8 @@ double Trainer::step(const Batch& b, uint64_t dropout_seed) {
   ro.training = true;
   ro.seed = dropout_seed;
   ro.threads = threads_;
-  ro.position_offset = r0;
-  for (int64_t k = k0; k <= k1; ++k) ro.token_slices.push_back(bound(k) - r0);
+  ro.partition.position_offset = r0;
+  for (int64_t k = k0; k <= k1; ++k) ro.partition.token_slices.push_back(bound(k) - r0);
   const Shape shape = Shape::tokens(n);
   const float* x = b.x + r0 * d;
   layer_.forward(x, y_.data(), shape, ro, &cache_);

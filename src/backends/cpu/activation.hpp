@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-#include "ffn/ffn.hpp"
+#include "ffn/types.hpp"
 
 namespace ffn::nn {
 

@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "ffn/ffn.hpp"
+#include "ffn/types.hpp"
 
 namespace ffn::nn {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "ffn/ffn.hpp"
+#include "ffn/types.hpp"
 #include "backends/cpu/activation.hpp"
 #include "backends/cpu/gemm.hpp"
 

@@ -44,7 +44,7 @@
 #include <memory>
 #include <vector>
 
-#include "ffn/ffn.hpp"
+#include "ffn/types.hpp"
 #include "core/aligned.hpp"
 
 namespace ffn::nn {
