@@ -34,7 +34,7 @@ constexpr double kInt8VsReference = 1e-5;
 // sums). The fp32 sums differ by a few float32 ulps, as above; in addition a
 // hidden value lying within those ulps of a bf16 rounding boundary rounds one
 // bf16 step (≤ 2^-8 of its size) the other way and moves the outputs by up
-// to 2^-8·|h·w2|. Measured worst over tests/test_bf16.cpp's cases
+// to 2^-8·|h·w2|. Measured worst over tests/backends/cpu/test_bf16.cpp's cases
 // (2026-11-23, printed by the test) ≈ 2e-4; a real mistake (a dropped k step,
 // a wrong panel, an unrounded operand) is 1e-2 or more, and the exact-data
 // test (small integers: every rounding exact) allows no difference at all.
@@ -65,7 +65,7 @@ constexpr double kAttentionBackwardVsReference = 1e-4;
 // and cancellation ~1e-16/h ≈ 1e-10, far below 1e-6.
 constexpr double kFiniteDifference = 1e-6;
 
-// Training against torch.optim (tests/test_train.cpp): the loss of each of 20
+// Training against torch.optim (tests/train/test_train.cpp): the loss of each of 20
 // steps, absolute, as the issue asks. Each step's gradients differ from
 // PyTorch's by ~1e-6 relative (above); SGD and Adam carry such differences
 // forward without amplifying them over 20 steps (measured worst 2026-11-21:

@@ -104,7 +104,7 @@ struct Int8Options {
 // Thread safety: forward and backward are const and may run on one FeedForward from
 // several threads at once (each caller with its own x, y, cache, gradient
 // buffers); results are bitwise those of sequential calls
-// (tests/test_threads.cpp, also run under ThreadSanitizer). set_weights,
+// (tests/modules/test_threads.cpp, also run under ThreadSanitizer). set_weights,
 // update_weights and set_dropout must not run concurrently with anything.
 class FeedForward {
  public:

@@ -12,7 +12,7 @@
 //   gelu(z)        z·Φ(z), Φ(z) = (1 + erf(z/√2))/2 with erf from Abramowitz &
 //                  Stegun 7.1.26 (|error| ≤ 1.5e-7 absolute)
 // Stated and tested error against the true value over the whole float range
-// (tests/test_activation_simd.cpp): |fast − truth| ≤ 4e-6·|truth|·(1 + |a|)
+// (tests/backends/cpu/test_activation_simd.cpp): |fast − truth| ≤ 4e-6·|truth|·(1 + |a|)
 // + 2e-7·|z| (gelu only) + 1e-36, a the argument of exp; measured worst
 // 1.7e-7·|truth|·(1 + |a|) — where float libm's 1 + tanh cancels (z ≪ 0),
 // the reference path's own error is up to 5e-2 of that. NaN gives NaN; ±Inf
