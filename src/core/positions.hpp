@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ffn/types.hpp"
@@ -47,7 +48,7 @@ inline void gather(const float* src, const Addressing& a, const std::vector<int6
 
 // Writes rows to their positions and zeros to the padding positions.
 inline void scatter(const float* rows, const Addressing& a, const std::vector<int64_t>& pos, int64_t positions,
-             float* dst) {
+                    float* dst) {
   std::fill(dst, dst + positions * a.d, 0.0f);
   const int64_t st = a.stride();
   for (size_t i = 0; i < pos.size(); ++i) {
@@ -56,10 +57,14 @@ inline void scatter(const float* rows, const Addressing& a, const std::vector<in
   }
 }
 
-// Throws Error("<what>: expected N values, got M") unless v holds `expected` values.
-inline void check_size(const std::vector<float>& v, size_t expected, const std::string& what) {
+// Throws Error("<what><name>: expected N values, got M") unless v holds
+// `expected` values; the message is only built then (the feed-forward
+// sublayer checks its weights at every training step).
+inline void check_size(const std::vector<float>& v, size_t expected, std::string_view what,
+                       std::string_view name = {}) {
   if (v.size() != expected)
-    throw Error(what + ": expected " + std::to_string(expected) + " values, got " + std::to_string(v.size()));
+    throw Error(std::string(what) + std::string(name) + ": expected " + std::to_string(expected) + " values, got " +
+                std::to_string(v.size()));
 }
 
 }  // namespace ffn::nn

@@ -9,7 +9,7 @@
 
 #include "core/positions.hpp"
 #include "ffn/diagnostics.hpp"
-#include "ffn/feed_forward.hpp"
+#include "ffn/parallel.hpp"
 #include "ffn/types.hpp"
 
 namespace ffn {
@@ -34,7 +34,6 @@ std::string one_line(const std::string& m) {
 Error::Error(const std::string& message) : std::runtime_error(one_line(message)) {}
 
 // ---- names ------------------------------------------------------------------
-
 
 namespace {
 template <typename E, size_t N>

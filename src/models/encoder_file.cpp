@@ -91,7 +91,7 @@ void check_sizes(const EncoderConfig& cfg, const EncoderWeights& values) {
   const auto a = slots(cfg, nm, const_cast<EncoderWeights&>(want));
   const auto b = slots(cfg, nm, const_cast<EncoderWeights&>(values));
   if (a.size() != b.size()) throw Error("encoder gradients: a tensor is missing");
-  for (size_t i = 0; i < a.size(); ++i) nn::check_size(*b[i].v, a[i].v->size(), "encoder gradients: " + a[i].name);
+  for (size_t i = 0; i < a.size(); ++i) nn::check_size(*b[i].v, a[i].v->size(), "encoder gradients: ", a[i].name);
 }
 
 }  // namespace

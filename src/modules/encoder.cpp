@@ -18,7 +18,6 @@
 #include "ops/linear.hpp"
 #include "core/buffer_pool.hpp"
 #include "core/cache_access.hpp"
-#include "backends/cpu/gemm.hpp"
 #include "core/init.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernel_config.hpp"
@@ -92,12 +91,12 @@ void check_weights(const EncoderConfig& cfg, const EncoderWeights& w) {
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const auto& l = w.layers[i];
     const std::string p = "layers." + std::to_string(i) + ".";
-    check_size(l.in_proj_weight, 3 * d * d, p + "self_attn.in_proj_weight");
-    check_size(l.in_proj_bias, cfg.bias ? 3 * d : 0, p + "self_attn.in_proj_bias");
-    check_size(l.out_proj_weight, d * d, p + "self_attn.out_proj.weight");
-    check_size(l.out_proj_bias, cfg.bias ? d : 0, p + "self_attn.out_proj.bias");
-    check_size(l.norm1_weight, d, p + "norm1.weight");
-    check_size(l.norm1_bias, ln ? d : 0, p + "norm1.bias");
+    check_size(l.in_proj_weight, 3 * d * d, p, "self_attn.in_proj_weight");
+    check_size(l.in_proj_bias, cfg.bias ? 3 * d : 0, p, "self_attn.in_proj_bias");
+    check_size(l.out_proj_weight, d * d, p, "self_attn.out_proj.weight");
+    check_size(l.out_proj_bias, cfg.bias ? d : 0, p, "self_attn.out_proj.bias");
+    check_size(l.norm1_weight, d, p, "norm1.weight");
+    check_size(l.norm1_bias, ln ? d : 0, p, "norm1.bias");
   }
   check_size(w.norm_weight, cfg.final_norm ? d : 0, "norm.weight");
   check_size(w.norm_bias, cfg.final_norm && ln ? d : 0, "norm.bias");

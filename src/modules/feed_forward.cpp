@@ -76,7 +76,7 @@ void check_weights(const Config& cfg, const Weights& w) {
                                        "bg (gate.bias)",      "w2 (linear2.weight)", "b2 (linear2.bias)",
                                        "norm_weight (norm.weight)", "norm_bias (norm.bias)"};
   const std::array<size_t, 8> sizes = param_sizes(cfg);
-  for (size_t t = 0; t < 8; ++t) nn::check_size(*w.all()[t], sizes[t], std::string("weights: ") + names[t]);
+  for (size_t t = 0; t < 8; ++t) nn::check_size(*w.all()[t], sizes[t], "weights: ", names[t]);
 }
 
 // PyTorch nn.Linear's distribution: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
