@@ -272,7 +272,8 @@ TEST(Attention, TiledMatchesReferenceOnLongSequences) {
 
 TEST(Attention, SoftmaxRowsOfEveryIsaMatchThePortableForm) {
   // The exponentials are the same operations as simd::exp_approx (bit for
-  // bit); the sums differ only in their order (a few ulps).
+  // bit); the sums differ only in their order (a few ulps) on AVX-512 and are
+  // the portable form's bits on AVX2 (its 16 partial sums in the same order).
   std::vector<float> row = randn(301, 41, 6.0f);
   row[7] = -200.0f;  // underflows to 0
   row[8] = 150.0f;   // the maximum
@@ -282,7 +283,7 @@ TEST(Attention, SoftmaxRowsOfEveryIsaMatchThePortableForm) {
       continue;
     }
     const nn::KernelConfig& kc = nn::kernel_config(isa);
-    for (int64_t n : {1, 15, 16, 17, 301}) {
+    for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 23, 24, 25, 301}) {
       std::vector<float> p(static_cast<size_t>(n)), s(row.begin(), row.begin() + n);
       const float sum = kc.exp_rows(row.data(), n, 0.5f, 3.0f, p.data());
       double want_sum = 0;
@@ -291,8 +292,14 @@ TEST(Attention, SoftmaxRowsOfEveryIsaMatchThePortableForm) {
         want_sum += p[size_t(j)];
       }
       EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
-      float m = 1.0f, l = 2.0f;
+      std::vector<float> p_portable(static_cast<size_t>(n));
+      const float sum_portable = nn::simd::exp_rows(row.data(), n, 0.5f, 3.0f, p_portable.data());
+      if (isa == Isa::scalar || isa == Isa::avx2) EXPECT_EQ(sum, sum_portable) << to_string(isa) << " n=" << n;
+      float m = 1.0f, l = 2.0f, m_portable = 1.0f, l_portable = 2.0f;
+      std::vector<float> s_portable = s;
+      nn::simd::softmax_step(s_portable.data(), n, 0.5f, &m_portable, &l_portable);
       const float alpha = kc.softmax_step(s.data(), n, 0.5f, &m, &l);
+      if (isa == Isa::scalar || isa == Isa::avx2) EXPECT_EQ(l, l_portable) << to_string(isa) << " n=" << n;
       float mx = 1.0f;
       for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[size_t(j)] * 0.5f);
       EXPECT_EQ(m, mx);
