@@ -123,6 +123,16 @@ void row_strip(const GemmArgsT<TB>& g, int64_t row, int64_t full, int tail_valid
   if (tail_valid) tile<MR, 1, true>(g, row, full, tail_valid);
 }
 
+// The rows past the 6-row tiles, over panels [q, q + G) (G = NP, or fewer
+// at the end): a 1- or 2-row tile spans several panels so that it has enough
+// independent sums (4 and 8 chains per k) to hide the FMA latency.
+template <int MR, int NP, typename TB>
+void rest_rows(const GemmArgsT<TB>& g, int64_t row, int64_t q, int64_t q_end) {
+  if (q + NP <= q_end) tile<MR, NP, false>(g, row, q, kPanel);
+  else
+    for (; q < q_end; ++q) tile<MR, 1, false>(g, row, q, kPanel);
+}
+
 template <typename TB>
 void block(const GemmArgsT<TB>& g) {
   const int64_t np = panels(g.n);
@@ -130,18 +140,46 @@ void block(const GemmArgsT<TB>& g) {
   const int tail_valid = last == kPanel ? 0 : last;
   const int64_t full = tail_valid ? np - 1 : np;
   const int64_t m6 = g.m / 6 * 6;
-  // Bulk: panel by panel (the B panel stays in L1), 6 rows at a time.
-  for (int64_t q = 0; q < full; ++q)
-    for (int64_t r = 0; r < m6; r += 6) tile<6, 1, false>(g, r, q, kPanel);
-  if (tail_valid)
+  const int rest = int(g.m - m6);
+  if (m6 == 0) {  // fewer than 6 rows: one sweep over the panels
+    switch (rest) {
+      case 1: row_strip<1, 4>(g, 0, full, tail_valid); break;
+      case 2: row_strip<2, 2>(g, 0, full, tail_valid); break;
+      case 3: row_strip<3, 1>(g, 0, full, tail_valid); break;
+      case 4: row_strip<4, 1>(g, 0, full, tail_valid); break;
+      case 5: row_strip<5, 1>(g, 0, full, tail_valid); break;
+      default: break;
+    }
+    return;
+  }
+  // Panel by panel (a group of G panels stays in L1/L2), 6 rows at a time,
+  // then the last rows on the same panels: B is read from memory once (the
+  // last rows used to sweep every panel again, which at T = 16 was 15 % of
+  // MiniLM's time). The order of the tiles changes no sum.
+  const int64_t G = rest == 1 ? 4 : rest == 2 ? 2 : 1;
+  for (int64_t q0 = 0; q0 < full; q0 += G) {
+    const int64_t q1 = std::min(full, q0 + G);
+    for (int64_t q = q0; q < q1; ++q)
+      for (int64_t r = 0; r < m6; r += 6) tile<6, 1, false>(g, r, q, kPanel);
+    switch (rest) {
+      case 1: rest_rows<1, 4>(g, m6, q0, q1); break;
+      case 2: rest_rows<2, 2>(g, m6, q0, q1); break;
+      case 3: tile<3, 1, false>(g, m6, q0, kPanel); break;
+      case 4: tile<4, 1, false>(g, m6, q0, kPanel); break;
+      case 5: tile<5, 1, false>(g, m6, q0, kPanel); break;
+      default: break;
+    }
+  }
+  if (tail_valid) {
     for (int64_t r = 0; r < m6; r += 6) tile<6, 1, true>(g, r, full, tail_valid);
-  switch (g.m - m6) {
-    case 1: row_strip<1, 4>(g, m6, full, tail_valid); break;
-    case 2: row_strip<2, 2>(g, m6, full, tail_valid); break;
-    case 3: row_strip<3, 1>(g, m6, full, tail_valid); break;
-    case 4: row_strip<4, 1>(g, m6, full, tail_valid); break;
-    case 5: row_strip<5, 1>(g, m6, full, tail_valid); break;
-    default: break;
+    switch (rest) {
+      case 1: tile<1, 1, true>(g, m6, full, tail_valid); break;
+      case 2: tile<2, 1, true>(g, m6, full, tail_valid); break;
+      case 3: tile<3, 1, true>(g, m6, full, tail_valid); break;
+      case 4: tile<4, 1, true>(g, m6, full, tail_valid); break;
+      case 5: tile<5, 1, true>(g, m6, full, tail_valid); break;
+      default: break;
+    }
   }
 }
 
