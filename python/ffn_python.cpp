@@ -441,21 +441,24 @@ NB_MODULE(_ffn, m) {
       .def_static(
           "load",
           [](std::optional<std::string> model, std::optional<int64_t> max_tokens, const std::string& dtype,
-             bool int8_outliers) {
+             bool int8_outliers, bool int8_attention) {
             SentenceLoadOptions o;
             o.max_tokens = max_tokens;
             o.dtype = parse_weight_dtype(dtype, "dtype");
             o.int8_outliers = int8_outliers;
+            o.int8_attention = int8_attention;
             const std::string dir = model ? *model : SentenceEncoder::default_model_dir();
             nb::gil_scoped_release nogil;
             return SentenceEncoder::load(dir, o);
           },
           "model"_a = nb::none(), "max_tokens"_a = nb::none(), "dtype"_a = "fp32", "int8_outliers"_a = true,
+          "int8_attention"_a = true,
           "Loads a model directory (config.json, model.safetensors, vocab.txt); None: $FFN_MODEL_DIR,\n"
           "else ~/.cache/ffn/all-MiniLM-L6-v2 (scripts/setup.sh installs it). dtype: the FFN sublayers'\n"
           "weights as fp32, bf16 or int8. max_tokens: per text, [CLS] and [SEP] included.\n"
           "int8_outliers: keep each layer's outlier input channels in float32, found by running the\n"
-          "float32 model over built-in calibration texts at load (False: plain per-token int8).")
+          "float32 model over built-in calibration texts at load (False: plain per-token int8).\n"
+          "int8_attention: the attention's Q/K/V and output projections in int8 too (False: FFN only).")
       .def("tokenize", &SentenceEncoder::tokenize, "text"_a, "Token ids: [CLS] ... [SEP], truncated to max_tokens.")
       .def(
           "embed",

@@ -189,7 +189,7 @@ struct EncoderBenchArgs {
 };
 // ffn bench --embed (tools/embed_cmd.cpp): texts per second of ffn embed.
 struct EmbedBenchArgs {
-  std::string model, input_file, text, dtype = "fp32", int8_outliers;  // int8_outliers: "", on or off
+  std::string model, input_file, text, dtype = "fp32", int8_outliers, int8_attention;  // "", on or off
   int64_t batch = 32;
 };
 int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, bool json);

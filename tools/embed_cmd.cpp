@@ -15,25 +15,37 @@ namespace ffn::cli {
 namespace {
 
 struct EmbedArgs {
-  std::string model, input_file, output, dtype = "fp32", int8_outliers;
+  std::string model, input_file, output, dtype = "fp32", int8_outliers, int8_attention;
   std::vector<std::string> texts, similarity;
   int64_t batch = 32;
   std::optional<int64_t> max_tokens;
   int threads = 0;
 };
 
-// The load options of --dtype and --int8-outliers ("", on, off).
-SentenceLoadOptions load_options(const std::string& dtype, const std::string& int8_outliers) {
+// An int8 switch's value: "" (the default), on or off.
+void int8_switch(const std::string& value, const char* flag, WeightDtype dtype, bool& out) {
+  if (value.empty()) return;
+  if (value != "on" && value != "off") throw Error(std::string(flag) + ": expected on or off, got '" + value + "'");
+  if (dtype != WeightDtype::int8) throw Error(std::string(flag) + ": only with --dtype int8");
+  out = value == "on";
+}
+
+// The load options of --dtype, --int8-outliers and --int8-attention.
+SentenceLoadOptions load_options(const std::string& dtype, const std::string& int8_outliers,
+                                 const std::string& int8_attention) {
   SentenceLoadOptions lo;
   lo.dtype = parse_weight_dtype(dtype, "--dtype");
   if (lo.dtype == WeightDtype::fp16) throw Error("--dtype: expected fp32, bf16 or int8, got fp16");
-  if (!int8_outliers.empty()) {
-    if (int8_outliers != "on" && int8_outliers != "off")
-      throw Error("--int8-outliers: expected on or off, got '" + int8_outliers + "'");
-    if (lo.dtype != WeightDtype::int8) throw Error("--int8-outliers: only with --dtype int8");
-    lo.int8_outliers = int8_outliers == "on";
-  }
+  int8_switch(int8_outliers, "--int8-outliers", lo.dtype, lo.int8_outliers);
+  int8_switch(int8_attention, "--int8-attention", lo.dtype, lo.int8_attention);
   return lo;
+}
+
+// How the weights are stored, for the bench's lines.
+std::string int8_note(const SentenceLoadOptions& lo) {
+  if (lo.dtype != WeightDtype::int8) return "";
+  return std::string(lo.int8_outliers ? " (outlier input channels in fp32)" : " (plain)") +
+         (lo.int8_attention ? ", attention projections int8" : ", attention fp32");
 }
 
 // Lines of a UTF-8 text file, one text each ("\r\n" or "\n"; a last line
@@ -65,7 +77,7 @@ void cmd_embed(const EmbedArgs& a) {
     io::check_writable_target(a.output);
     check_not_an_input(a.output, "--output", {{"--input-file", a.input_file}});
   }
-  SentenceLoadOptions lo = load_options(a.dtype, a.int8_outliers);
+  SentenceLoadOptions lo = load_options(a.dtype, a.int8_outliers, a.int8_attention);
   lo.max_tokens = a.max_tokens;
   const std::string dir = a.model.empty() ? SentenceEncoder::default_model_dir() : a.model;
   const SentenceEncoder enc = SentenceEncoder::load(dir, lo);
@@ -122,7 +134,7 @@ int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, b
   if (a.input_file.empty() == a.text.empty())
     throw Error("--embed: give --input-file lines.txt (throughput) or --text T (latency of one text)");
   if (a.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(a.batch));
-  const SentenceLoadOptions lo = load_options(a.dtype, a.int8_outliers);
+  const SentenceLoadOptions lo = load_options(a.dtype, a.int8_outliers, a.int8_attention);
   const std::string dir = a.model.empty() ? SentenceEncoder::default_model_dir() : a.model;
   const SentenceEncoder enc = SentenceEncoder::load(dir, lo);
   const std::vector<std::string> texts = a.text.empty() ? read_lines(a.input_file) : std::vector<std::string>{a.text};
@@ -141,13 +153,14 @@ int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, b
   const double med = median(times);
   if (json) {
     std::printf("{\"texts\": %zu, \"tokens\": %lld, \"batch\": %lld, \"threads\": %d, \"dtype\": \"%s\", "
-                "\"int8_outliers\": %s, \"median_s\": %.9g, \"texts_per_s\": %.6g}\n",
+                "\"int8_outliers\": %s, \"int8_attention\": %s, \"median_s\": %.9g, \"texts_per_s\": %.6g}\n",
                 texts.size(), (long long)tokens, (long long)a.batch, threads, a.dtype.c_str(),
-                lo.dtype == WeightDtype::int8 && lo.int8_outliers ? "true" : "false", med, double(texts.size()) / med);
+                lo.dtype == WeightDtype::int8 && lo.int8_outliers ? "true" : "false",
+                lo.dtype == WeightDtype::int8 && lo.int8_attention ? "true" : "false", med, double(texts.size()) / med);
   } else {
-    std::printf("ffn bench --embed: %s, %zu text(s), %lld tokens, batch %lld, %d threads, FFN weights %s%s\n",
+    std::printf("ffn bench --embed: %s, %zu text(s), %lld tokens, batch %lld, %d threads, weights %s%s\n",
                 enc.dir().c_str(), texts.size(), (long long)tokens, (long long)a.batch, threads, a.dtype.c_str(),
-                lo.dtype != WeightDtype::int8 ? "" : lo.int8_outliers ? " (outlier input channels in fp32)" : " (plain)");
+                int8_note(lo).c_str());
     std::printf("  time per call  median %.3f ms (min %.3f, max %.3f; %d calls)\n", med * 1e3,
                 *std::min_element(times.begin(), times.end()) * 1e3, *std::max_element(times.begin(), times.end()) * 1e3,
                 repeats);
@@ -172,6 +185,9 @@ Command add_embed(CLI::App& app) {
   cmd->add_option("--int8-outliers", a->int8_outliers,
                   "--dtype int8: on (default): each layer's outlier input channels kept in fp32, found by running the "
                   "fp32 model over built-in calibration texts at load; off: plain per-token int8");
+  cmd->add_option("--int8-attention", a->int8_attention,
+                  "--dtype int8: on (default): the attention's Q/K/V and output projections in int8 too (AVX2 and "
+                  "scalar; fp32 on AVX-512 VNNI/AMX for now); off: the FFN sublayers only");
   return {cmd, [a] {
             cmd_embed(*a);
             return 0;

@@ -488,6 +488,7 @@ constexpr double kBenchToleranceBf16 = 1e-3;
 
 int cmd_bench(const BenchArgs& a) {
   if (!a.emb.int8_outliers.empty() && !a.embed) throw Error("--int8-outliers: only with --embed");
+  if (!a.emb.int8_attention.empty() && !a.embed) throw Error("--int8-attention: only with --embed");
   if (a.tensor_parallel && (a.embed || a.encoder))
     throw Error("--tensor-parallel: the FFN layer's bench only (not with --embed or --encoder)");
   if (a.embed) {
@@ -806,6 +807,8 @@ int ffn_main(int argc, char** argv) {
   bench_cmd->add_option("--embed-batch", bench.emb.batch, "--embed: texts per call (default 32)");
   bench_cmd->add_option("--int8-outliers", bench.emb.int8_outliers,
                         "--embed --dtype int8: on (default): outlier input channels in fp32, calibrated at load; off");
+  bench_cmd->add_option("--int8-attention", bench.emb.int8_attention,
+                        "--embed --dtype int8: on (default): attention projections in int8 too; off: FFN only");
   bench_cmd->add_option("--d-model", bench.d_model, "default 512");
   bench_cmd->add_option("--d-ff", bench.d_ff, "default 2048");
   bench_cmd->add_option("--activation", bench.activation, "default relu");

@@ -68,6 +68,9 @@ struct EncoderRunOptions : RunOptions {
   // valid tokens' rows, n × d_model floats) before the sublayer runs: for
   // calibration (FeedForward::input_absmax) and inspection.
   std::function<void(int64_t layer, const float* x, int64_t n)> ffn_input;
+  // The same with each attention sublayer's input (x, or Norm1(x) for pre-LN:
+  // what the Q/K/V projection reads), for the int8 projections' calibration.
+  std::function<void(int64_t layer, const float* x, int64_t n)> attention_input;
 };
 
 // What forward saves for backward; opaque.
@@ -133,11 +136,17 @@ class Encoder {
   // FeedForward::assumed_settings; empty for an encoder made in memory.
   const std::vector<AssumedSetting>& assumed_settings() const { return assumed_; }
   // A copy whose FFN sublayers store their weight matrices as `dtype`
-  // (inference only; attention stays fp32), and layer l's FFN sublayer.
-  // layers: which layers' FFNs to convert (empty: all); int8: layer l's
-  // Int8Options (empty: none).
+  // (inference only), and layer l's FFN sublayer. layers: which layers to
+  // convert (empty: all); int8: layer l's FFN Int8Options (empty: none).
+  // attention_int8 (int8 only; one per layer, or empty): the attention's
+  // Q/K/V and output projections of the converted layers in int8 too, the
+  // Q/K/V projection with layer l's fp32 input channels (the output
+  // projection with none). Empty: attention stays fp32. On CPUs whose int8
+  // product is u8 × s8 only (AVX-512 VNNI, AMX) the projections run in fp32
+  // for now (the int16 × int8 form runs them on scalar and AVX2).
   Encoder converted(WeightDtype dtype, const std::vector<int64_t>& layers = {},
-                    const std::vector<Int8Options>& int8 = {}) const;
+                    const std::vector<Int8Options>& int8 = {},
+                    const std::vector<Int8Options>& attention_int8 = {}) const;
   const FeedForward& ffn_layer(int64_t l) const { return ffn_.at(size_t(l)); }
   EncoderWeights weights() const;  // a copy
   void set_weights(EncoderWeights w);

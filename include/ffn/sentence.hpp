@@ -42,6 +42,9 @@ struct SentenceLoadOptions {
   // per layer for all-MiniLM-L6-v2). Off: plain per-token int8.
   bool int8_outliers = true;
   float outlier_threshold = 6.0f;
+  // int8: the attention's Q/K/V and output projections in int8 too (the Q/K/V
+  // projection's outlier channels calibrated as the FFN's); off: FFN only.
+  bool int8_attention = true;
   std::vector<std::string> calibration_texts;  // empty: built-in (src/text/calibration.cpp)
 };
 

@@ -234,20 +234,29 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
   }
   m.encoder.emplace(ec_, std::move(w));
   if (opts.dtype == WeightDtype::fp32) return s;
-  std::vector<Int8Options> int8;
+  std::vector<Int8Options> int8, attention_int8;
   if (!(opts.outlier_threshold >= 0.0f) || !std::isfinite(opts.outlier_threshold))
     throw Error("outlier_threshold: expected a finite number >= 0, got " + std::to_string(opts.outlier_threshold));
+  const bool int8_attention = opts.dtype == WeightDtype::int8 && opts.int8_attention;
   if (opts.dtype == WeightDtype::int8 && opts.int8_outliers) {
-    // Calibration: each layer's FFN inputs under the float32 model.
-    std::vector<std::vector<float>> absmax(static_cast<size_t>(ec_.layers));
+    // Calibration: each layer's FFN inputs (and attention inputs) under the float32 model.
+    std::vector<std::vector<float>> absmax(static_cast<size_t>(ec_.layers)), absmax_attn(absmax.size());
     EncoderRunOptions o;
     o.ffn_input = [&](int64_t l, const float* x, int64_t n) {
       m.encoder->ffn_layer(l).input_absmax(x, n, absmax[size_t(l)]);
     };
+    if (int8_attention)  // the same statistic: max |x| per channel
+      o.attention_input = [&](int64_t l, const float* x, int64_t n) {
+        m.encoder->ffn_layer(l).input_absmax(x, n, absmax_attn[size_t(l)]);
+      };
     embed_texts(m, opts.calibration_texts.empty() ? text::calibration_texts() : opts.calibration_texts, {}, o);
     for (const auto& a : absmax) int8.push_back(Int8Options::outliers(a, opts.outlier_threshold));
+    if (int8_attention)
+      for (const auto& a : absmax_attn) attention_int8.push_back(Int8Options::outliers(a, opts.outlier_threshold));
+  } else if (int8_attention) {
+    attention_int8.assign(size_t(ec_.layers), Int8Options{});
   }
-  m.encoder.emplace(m.encoder->converted(opts.dtype, opts.dtype_layers, int8));
+  m.encoder.emplace(m.encoder->converted(opts.dtype, opts.dtype_layers, int8, attention_int8));
   return s;
 }
 

@@ -25,6 +25,7 @@
 #include "core/philox.hpp"
 #include "core/positions.hpp"
 #include "reference/attention_reference.hpp"
+#include "reference/linear_reference.hpp"
 
 namespace ffn {
 
@@ -112,7 +113,25 @@ float* ptr_or_null(std::vector<float>& v) { return v.empty() ? nullptr : v.data(
 struct PackedAttention {
   std::vector<float> in_fwd;   // B(p, j) = W_in[j, p]  (x · W_inᵀ)
   std::vector<float> out_fwd;  // B(p, j) = W_O[j, p]
+  // int8 (Encoder::converted with attention_int8): the projections quantized
+  std::shared_ptr<const nn::Int8Linear> in_q, out_q;
 };
+
+// y = x Wᵀ + b for one projection: int8 when it was converted and the ISA
+// runs the int8 linear (inference), else fp32.
+void project(const nn::KernelConfig& kc, bool ref, const nn::Int8Linear* q, bool training, const float* x, int64_t n,
+             int64_t k, const std::vector<float>& w, const std::vector<float>& packed, const std::vector<float>& b,
+             int64_t m, float* y, int threads) {
+  if (q && !training && (ref || nn::int8_linear_supported(kc))) {
+    if (ref)
+      reference::linear_forward_int8(x, n, k, q->q.data(), q->scale.data(), q->fp32_inputs.data(),
+                                     int64_t(q->fp32_inputs.size()), q->w32.data(), ptr_or_null(b), m, y);
+    else
+      nn::linear_forward_int8(kc, *q, x, n, ptr_or_null(b), y, threads);
+    return;
+  }
+  nn::linear_forward(kc, ref, x, n, k, w.data(), packed, ptr_or_null(b), m, y, threads);
+}
 using PackedEncoder = std::vector<PackedAttention>;
 
 }  // namespace
@@ -204,21 +223,38 @@ void Encoder::prepare() {
 }
 
 Encoder Encoder::converted(WeightDtype dtype, const std::vector<int64_t>& layers,
-                           const std::vector<Int8Options>& int8) const {
+                           const std::vector<Int8Options>& int8,
+                           const std::vector<Int8Options>& attention_int8) const {
   Encoder e = *this;
   for (int64_t l : layers)
     if (l < 0 || l >= cfg_.layers)
       throw Error("layer " + std::to_string(l) + " does not exist (0.." + std::to_string(cfg_.layers - 1) + ")");
   if (!int8.empty() && int64_t(int8.size()) != cfg_.layers)
     throw Error("int8 options for " + std::to_string(int8.size()) + " layers, expected " + std::to_string(cfg_.layers));
+  if (!attention_int8.empty() && int64_t(attention_int8.size()) != cfg_.layers)
+    throw Error("attention int8 options for " + std::to_string(attention_int8.size()) + " layers, expected " +
+                std::to_string(cfg_.layers));
+  if (!attention_int8.empty() && dtype != WeightDtype::int8)
+    throw Error("attention int8 options given for dtype " + std::string(to_string(dtype)) + ", expected int8");
+  auto packed = std::make_shared<PackedEncoder>(*static_cast<const PackedEncoder*>(packed_.get()));
+  const int64_t d = cfg_.d_model;
   for (size_t i = 0; i < e.ffn_.size(); ++i)
     if (layers.empty() || std::find(layers.begin(), layers.end(), int64_t(i)) != layers.end()) {
       try {
         e.ffn_[i] = int8.empty() ? e.ffn_[i].converted(dtype) : e.ffn_[i].converted(dtype, int8[i]);
+        if (!attention_int8.empty()) {
+          const EncoderLayerWeights& l = w_.layers[i];
+          PackedAttention& p = (*packed)[i];
+          p.in_q = std::make_shared<const nn::Int8Linear>(nn::quantize_linear(
+              l.in_proj_weight.data(), d, 3 * d, attention_int8[i].fp32_input_channels, "in_proj_weight"));
+          p.out_q = std::make_shared<const nn::Int8Linear>(
+              nn::quantize_linear(l.out_proj_weight.data(), d, d, {}, "out_proj.weight"));
+        }
       } catch (const Error& err) {
         throw Error("layer " + std::to_string(i) + ": " + err.what());
       }
     }
+  e.packed_ = std::move(packed);
   return e;
 }
 
@@ -299,16 +335,17 @@ void attention_sublayer_forward(const EncoderConfig& cfg_, const EncoderLayerWei
   s.qkv.resize(size_t(n * 3 * d));
   s.ctx.resize(size_t(n * d));
   s.lse.resize(size_t(n * H));
-  nn::linear_forward(kc, ref, ain, n, d, w.in_proj_weight.data(), pk.in_fwd, ptr_or_null(w.in_proj_bias), 3 * d,
-                 s.qkv.data(), threads);
+  if (opts.attention_input) opts.attention_input(l, ain, n);
+  project(kc, ref, pk.in_q.get(), opts.training, ain, n, d, w.in_proj_weight, pk.in_fwd, w.in_proj_bias, 3 * d,
+          s.qkv.data(), threads);
   if (n > 0) {
     if (ref)
       reference::attention_forward(attn, s.qkv.data(), s.ctx.data(), s.lse.data());
     else
       nn::attention_forward(attn, s.qkv.data(), s.ctx.data(), s.lse.data(), threads, opts.isa);
   }
-  nn::linear_forward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), pk.out_fwd, ptr_or_null(w.out_proj_bias), d,
-                 out, threads);
+  project(kc, ref, pk.out_q.get(), opts.training, s.ctx.data(), n, d, w.out_proj_weight, pk.out_fwd, w.out_proj_bias,
+          d, out, threads);
   const auto rule = nn::DropoutRule::make(opts.training ? cfg_.dropout : 0.0f);
 #pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
   for (int64_t i = 0; i < n; ++i)

@@ -1,6 +1,11 @@
 #include "ops/linear.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
+
 #include "backends/cpu/gemm.hpp"
+#include "core/aligned.hpp"
 #include "reference/linear_reference.hpp"
 
 namespace ffn::nn {
@@ -53,6 +58,88 @@ void linear_backward(const KernelConfig& kc, bool reference, const float* x, int
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < m; ++j) s[size_t(j)] += double(dy[i * m + j]);
     for (int64_t j = 0; j < m; ++j) db[j] = float(s[size_t(j)]);
+  }
+}
+
+// ---- int8 --------------------------------------------------------------------
+
+Int8Linear quantize_linear(const float* w, int64_t k, int64_t m, const std::vector<int64_t>& fp32_inputs,
+                           const std::string& name) {
+  check_fp32_inputs(fp32_inputs, k, name + " fp32 input channels");
+  Int8Linear q;
+  q.k = k;
+  q.m = m;
+  q.fp32_inputs = fp32_inputs;
+  std::vector<float> v(w, w + k * m);
+  q.w32.resize(fp32_inputs.size() * size_t(m));
+  for (size_t s = 0; s < fp32_inputs.size(); ++s)
+    for (int64_t j = 0; j < m; ++j) {
+      float& c = v[size_t(j * k + fp32_inputs[s])];
+      q.w32[s * size_t(m) + size_t(j)] = c;
+      c = 0.0f;
+    }
+  QMatrix qm = quantize_matrix(v, m, k, WeightDtype::int8, name);
+  q.q = std::move(qm.q);
+  q.scale = std::move(qm.scale);
+  q.pairs = pack_panels_s8(q.q, k, m);
+  return q;
+}
+
+// Units of 48 rows × 256 output columns (the int32 sums stay in L1/L2), row
+// block by row block: a thread quantizes a row block once for the column
+// blocks it takes in a row. Each output is one unit's: the same bits for any
+// thread count.
+void linear_forward_int8(const KernelConfig& kc, const Int8Linear& w, const float* x, int64_t n, const float* b,
+                         float* y, int threads) {
+  constexpr int64_t kRows = 48, kCols = 256;
+  if (n == 0) return;
+  const Int8Kernels& ik = *kc.int8;
+  const int64_t k = w.k, m = w.m, kp = (k + 1) / 2, lda = 2 * kp, n32 = int64_t(w.fp32_inputs.size());
+  const int64_t row_blocks = (n + kRows - 1) / kRows, col_blocks = (m + kCols - 1) / kCols;
+  const int64_t units = row_blocks * col_blocks;
+  const int nt = int(std::max<int64_t>(1, std::min<int64_t>({threads, units, n * m * k / 65536 + 1})));
+#pragma omp parallel num_threads(nt)
+  {
+    ScratchVector<int16_t> a(static_cast<size_t>(kRows * lda));
+    ScratchVector<float> sa(static_cast<size_t>(kRows)), row(static_cast<size_t>(k));
+    ScratchVector<float> x32(static_cast<size_t>(kRows * n32)), prev(static_cast<size_t>(kCols));
+    ScratchVector<int32_t> acc(static_cast<size_t>(kRows * kCols));
+    int64_t quantized = -1;  // the row block a holds
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t r0 = u / col_blocks * kRows, c0 = u % col_blocks * kCols;
+      const int64_t rows = std::min(kRows, n - r0), cols = std::min(kCols, m - c0);
+      if (quantized != r0) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* src = x + (r0 + r) * k;
+          if (n32 > 0) {  // the fp32 channels: kept aside, zero in the quantized row
+            std::copy(src, src + k, row.data());
+            for (int64_t s = 0; s < n32; ++s) {
+              x32[size_t(r * n32 + s)] = src[w.fp32_inputs[size_t(s)]];
+              row[size_t(w.fp32_inputs[size_t(s)])] = 0.0f;
+            }
+            src = row.data();
+          }
+          sa[size_t(r)] = ik.quantize_row(src, k, a.data() + r * lda);
+        }
+        quantized = r0;
+      }
+      IGemmArgs g;
+      g.m = rows; g.n = cols; g.kp = kp;
+      g.a = a.data(); g.lda = lda;
+      g.psb = kp * 32;
+      g.b = w.pairs.data() + (c0 / kPanel) * g.psb;
+      g.c = acc.data(); g.ldc = kCols;
+      ik.igemm(g);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* pv = b ? b + c0 : nullptr;
+        if (n32 > 0) {
+          ik.fp32_part(x32.data() + r * n32, n32, w.w32.data() + c0, m, pv, cols, prev.data());
+          pv = prev.data();
+        }
+        ik.dequant(acc.data() + r * kCols, cols, sa[size_t(r)], w.scale.data() + c0, pv, y + (r0 + r) * m + c0);
+      }
+    }
   }
 }
 

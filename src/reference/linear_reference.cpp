@@ -1,5 +1,10 @@
 #include "reference/linear_reference.hpp"
 
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/quantize.hpp"
+
 namespace ffn::reference {
 
 void linear_forward(const float* x, int64_t n, int64_t k, const float* w, const float* b, int64_t m, float* y) {
@@ -25,6 +30,30 @@ void linear_backward(const float* x, int64_t n, int64_t k, const float* w, int64
       for (int64_t i = 0; i < n; ++i) s += double(dy[i * m + j]) * double(x[i * k + p]);
       dw[j * k + p] = float(s);
     }
+}
+
+void linear_forward_int8(const float* x, int64_t n, int64_t k, const int8_t* q, const float* scale,
+                         const int64_t* fp32_inputs, int64_t n32, const float* w32, const float* b, int64_t m,
+                         float* y) {
+  std::vector<float> row(static_cast<size_t>(k));
+  std::vector<int16_t> a(size_t(k + 1));
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * k;
+    row.assign(xi, xi + k);
+    for (int64_t s = 0; s < n32; ++s) row[size_t(fp32_inputs[s])] = 0.0f;
+    const float s_a = nn::quantize_row_ref(row.data(), k, a.data());
+    for (int64_t j = 0; j < m; ++j) {
+      int64_t acc = 0;
+      for (int64_t p = 0; p < k; ++p) acc += int64_t(a[size_t(p)]) * int64_t(q[j * k + p]);
+      float prev = b ? b[j] : 0.0f;
+      if (n32 > 0) {
+        double s = b ? double(b[j]) : 0.0;
+        for (int64_t c = 0; c < n32; ++c) s += double(xi[fp32_inputs[c]]) * double(w32[c * m + j]);
+        prev = float(s);
+      }
+      y[i * m + j] = std::fma(float(acc), s_a * scale[j], prev);
+    }
+  }
 }
 
 }  // namespace ffn::reference

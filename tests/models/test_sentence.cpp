@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -173,15 +174,17 @@ std::string id3(size_t i) {
 
 // The installed model, or null (the test then says it skipped and why).
 // int8_outliers: SentenceLoadOptions::int8_outliers (int8 only).
-const SentenceEncoder* model(WeightDtype dtype = WeightDtype::fp32, bool int8_outliers = true) {
-  static std::map<std::pair<WeightDtype, bool>, std::unique_ptr<SentenceEncoder>> cache;
+const SentenceEncoder* model(WeightDtype dtype = WeightDtype::fp32, bool int8_outliers = true,
+                             bool int8_attention = true) {
+  static std::map<std::tuple<WeightDtype, bool, bool>, std::unique_ptr<SentenceEncoder>> cache;
   const std::string dir = SentenceEncoder::default_model_dir();
   if (!fs::exists(fs::path(dir) / "model.safetensors")) return nullptr;
-  auto& m = cache[{dtype, int8_outliers}];
+  auto& m = cache[{dtype, int8_outliers, int8_attention}];
   if (!m) {
     SentenceLoadOptions o;
     o.dtype = dtype;
     o.int8_outliers = int8_outliers;
+    o.int8_attention = int8_attention;
     m = std::make_unique<SentenceEncoder>(SentenceEncoder::load(dir, o));
   }
   return m.get();
@@ -288,6 +291,11 @@ TEST(MiniLM, EmbeddingsMatchSentenceTransformers) {
 // mean 0.99921 on the AMX Xeon), less the ~2e-4 by which one flipped
 // rounding moves a text on another ISA's float attention: worst ≥ 0.994,
 // mean ≥ 0.9985; a broken int8 product is far below (cosine < 0.9).
+// With the attention's projections in int8 too (the default since issue 34;
+// on the int16 × int8 kernels: scalar, AVX2) the outlier variant measured
+// worst 0.999033, mean 0.999609 on the Zen 3 (AVX2); FFN-only 0.999146 /
+// 0.999696, plain FFN-only 0.99526; plain with int8 attention 0.9943 / 0.99873
+// is held to worst ≥ 0.993, mean ≥ 0.998 (the same ~1e-3 margin).
 TEST(MiniLM, LowPrecisionFfnsOnRealActivations) {
   const SentenceEncoder* m32 = model();
   REQUIRE_MODEL(m32);
@@ -302,14 +310,18 @@ TEST(MiniLM, LowPrecisionFfnsOnRealActivations) {
   // measured too, and held to what it reached before: worst 0.9953).
   struct Target {
     WeightDtype dtype;
-    bool outliers;
+    bool outliers, attention;
     double worst, mean;
   };
-  for (const Target& t : {Target{WeightDtype::bf16, false, 0.9999, 0.9999}, Target{WeightDtype::int8, true, 0.999, 0.9995},
-                          Target{WeightDtype::int8, false, 0.995, 0.999}}) {
-    const SentenceEncoder* m = model(t.dtype, t.outliers);
-    std::printf("[ measured ] FFN weights %s%s:", std::string(to_string(t.dtype)).c_str(),
-                t.dtype != WeightDtype::int8 ? "" : t.outliers ? " (outlier input channels in fp32)" : " (plain)");
+  for (const Target& t : {Target{WeightDtype::bf16, false, false, 0.9999, 0.9999},
+                          Target{WeightDtype::int8, true, true, 0.999, 0.9995},
+                          Target{WeightDtype::int8, true, false, 0.999, 0.9995},
+                          Target{WeightDtype::int8, false, false, 0.995, 0.999},
+                          Target{WeightDtype::int8, false, true, 0.993, 0.998}}) {
+    const SentenceEncoder* m = model(t.dtype, t.outliers, t.attention);
+    std::printf("[ measured ] FFN weights %s%s%s:", std::string(to_string(t.dtype)).c_str(),
+                t.dtype != WeightDtype::int8 ? "" : t.outliers ? " (outlier input channels in fp32)" : " (plain)",
+                t.attention ? ", attention projections int8" : "");
     if (t.dtype == WeightDtype::int8 && t.outliers)
       for (const auto& c : m->fp32_input_channels()) {
         std::printf(" {");
@@ -332,8 +344,8 @@ TEST(MiniLM, LowPrecisionFfnsOnRealActivations) {
       mean += c / double(s.size());
     }
     std::printf(" embeddings: worst cosine %.6f, mean %.6f\n", worst, mean);
-    EXPECT_GE(worst, t.worst) << to_string(t.dtype) << " outliers " << t.outliers;
-    EXPECT_GE(mean, t.mean) << to_string(t.dtype) << " outliers " << t.outliers;
+    EXPECT_GE(worst, t.worst) << to_string(t.dtype) << " outliers " << t.outliers << " attention " << t.attention;
+    EXPECT_GE(mean, t.mean) << to_string(t.dtype) << " outliers " << t.outliers << " attention " << t.attention;
   }
   // Every layer of all-MiniLM-L6-v2 has outlier input channels (4–5 of 384;
   // channel 99 in each), so none may come back empty.
@@ -413,6 +425,8 @@ TEST(EmbedCli, BadInputIsOneLineExitTwoAndNothingWritten) {
       {"embed x --batch 0 --output " + out, "--batch", false},
       {"embed x --dtype int8 --int8-outliers maybe --output " + out, "--int8-outliers: expected on or off", false},
       {"embed x --int8-outliers off --output " + out, "--int8-outliers: only with --dtype int8", false},
+      {"embed x --dtype int8 --int8-attention maybe --output " + out, "--int8-attention: expected on or off", false},
+      {"embed x --int8-attention on --output " + out, "--int8-attention: only with --dtype int8", false},
       {"embed --input-file " + (dir / "bad.txt").string() + " --output " + (dir / "bad.txt").string(), "refusing to overwrite", false},
       {"embed --input-file " + (dir / "missing.txt").string() + " --output " + out, "missing.txt", true},
   };

@@ -67,3 +67,7 @@ def test_int8_keeps_outlier_channels_and_meets_the_target():
     cos = lambda e: np.sum(e * want, axis=1) / np.linalg.norm(e, axis=1) / np.linalg.norm(want, axis=1)
     assert cos(enc.embed(sentences, threads=2)).min() >= 0.999  # the int8 target
     assert cos(plain.embed(sentences, threads=2)).min() < 0.999  # what it fixes
+    # int8_attention=False: the FFN sublayers only (the attention's projections stay fp32)
+    ffn_only = ffn.SentenceEncoder.load(dtype="int8", int8_attention=False).embed(sentences, threads=2)
+    assert cos(ffn_only).min() >= 0.999
+    assert not np.array_equal(ffn_only, enc.embed(sentences, threads=2))
