@@ -5,7 +5,9 @@
 # per-call median and the ratio new/old. For moves that must not change speed
 # (CONTRIBUTING.md) and for before/after figures.
 #   bench/alternate.sh OLD_FFN NEW_FFN [ROUNDS=5] [THREADS=2]
-# Cases: fp32, int8 weights and bf16 compute, T = 8 and 4096, 512 -> 2048 ReLU, no norm, 10 calls each.
+# Cases: fp32, int8 weights and bf16 compute, T = 8 and 4096, 512 -> 2048 ReLU, no norm, 10 calls each;
+# or CASES='case 1;case 2;...', each a list of `ffn bench` options (e.g. the activations:
+# CASES='--activation relu --d-model 384 --d-ff 1536 --tokens 2048;--activation gelu ...').
 set -euo pipefail
 old=$1 new=$2 rounds=${3:-5} threads=${4:-2}
 # bf16 compute without AVX512_BF16 or AMX runs the portable kernel (12 s a
@@ -13,6 +15,7 @@ old=$1 new=$2 rounds=${3:-5} threads=${4:-2}
 cases=("--dtype fp32 --tokens 8" "--dtype fp32 --tokens 4096" "--dtype int8 --tokens 8" "--dtype int8 --tokens 4096"
        "--compute bf16 --tokens 8")
 if grep -qw avx512_bf16 /proc/cpuinfo; then cases+=("--compute bf16 --tokens 4096"); else cases+=("--compute bf16 --tokens 256"); fi
+if [ -n "${CASES:-}" ]; then IFS=';' read -r -a cases <<<"$CASES"; fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for ((r = 0; r < rounds; ++r)); do
@@ -30,11 +33,12 @@ python3 - "$out" <<'PY'
 import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 cases = list(dict.fromkeys(r[0] for r in rows))
-print(f"{'case':32} {'old median':>12} {'new median':>12} {'new/old':>8}  (per-call medians, rounds' range)")
+w = max(32, max(len(c) for c in cases))
+print(f"{'case':{w}} {'old median':>12} {'new median':>12} {'new/old':>8}  (per-call medians, rounds' range)")
 for c in cases:
     o = [float(r[2]) for r in rows if r[0] == c and r[1] == "old"]
     n = [float(r[2]) for r in rows if r[0] == c and r[1] == "new"]
     mo, mn = statistics.median(o), statistics.median(n)
     def fmt(v): return f"{v * 1e6:.0f} us" if v < 1e-2 else f"{v * 1e3:.2f} ms"
-    print(f"{c:32} {fmt(mo):>12} {fmt(mn):>12} {mn / mo:8.3f}  old {fmt(min(o))}-{fmt(max(o))}, new {fmt(min(n))}-{fmt(max(n))}")
+    print(f"{c:{w}} {fmt(mo):>12} {fmt(mn):>12} {mn / mo:8.3f}  old {fmt(min(o))}-{fmt(max(o))}, new {fmt(min(n))}-{fmt(max(n))}")
 PY

@@ -294,12 +294,16 @@ TEST(Attention, SoftmaxRowsOfEveryIsaMatchThePortableForm) {
       EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
       std::vector<float> p_portable(static_cast<size_t>(n));
       const float sum_portable = nn::simd::exp_rows(row.data(), n, 0.5f, 3.0f, p_portable.data());
-      if (isa == Isa::scalar || isa == Isa::avx2) EXPECT_EQ(sum, sum_portable) << to_string(isa) << " n=" << n;
+      if (isa == Isa::scalar || isa == Isa::avx2) {
+        EXPECT_EQ(sum, sum_portable) << to_string(isa) << " n=" << n;
+      }
       float m = 1.0f, l = 2.0f, m_portable = 1.0f, l_portable = 2.0f;
       std::vector<float> s_portable = s;
       nn::simd::softmax_step(s_portable.data(), n, 0.5f, &m_portable, &l_portable);
       const float alpha = kc.softmax_step(s.data(), n, 0.5f, &m, &l);
-      if (isa == Isa::scalar || isa == Isa::avx2) EXPECT_EQ(l, l_portable) << to_string(isa) << " n=" << n;
+      if (isa == Isa::scalar || isa == Isa::avx2) {
+        EXPECT_EQ(l, l_portable) << to_string(isa) << " n=" << n;
+      }
       float mx = 1.0f;
       for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[size_t(j)] * 0.5f);
       EXPECT_EQ(m, mx);

@@ -1,7 +1,10 @@
-// The fast paths' activation epilogue: branch-free float approximations that
-// GCC vectorizes, compiled once per ISA (src/backends/cpu/kernels/<isa>/f32_activate_<isa>.cpp
-// include this file with their ISA's flags; KernelConfig::activate picks one).
-// The reference path keeps libm (src/backends/cpu/activation.hpp).
+// The fast paths' activation epilogue: branch-free float approximations,
+// compiled once per ISA (src/backends/cpu/kernels/<isa>/f32_activate_<isa>.cpp;
+// KernelConfig::activate picks one). This portable form is the scalar
+// kernel and the definition: GCC vectorizes it for AVX-512; for AVX2 it did
+// not, and kernels/avx2/f32_activate_avx2.cpp writes the same operations in
+// intrinsics (the same bits). ctest vector_code fails if an ISA's copy
+// compiles scalar. The reference path keeps libm (src/backends/cpu/activation.hpp).
 //
 //   exp_approx(x)  2^n · p(r), x = n ln2 + r, |r| ≤ ln2/2, p of degree 6
 //                  (truncation < 2e-8 relative); +Inf above 88.72, 0 below
