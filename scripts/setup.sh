@@ -30,10 +30,8 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  scripts/apt_get.sh update -q
+  scripts/apt_get.sh install -y -q --no-install-recommends "${missing[@]}"
 fi
 # Optional: Open MPI for tensor and data parallelism (src/dist, `mpirun ffn
 # run --tensor-parallel`, `mpirun ffn train`), and iproute2 for the MPI
@@ -44,11 +42,9 @@ for p in libopenmpi-dev openmpi-bin iproute2; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || mpi+=("$p")
 done
 if ((${#mpi[@]})); then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${mpi[@]}" >/dev/null 2>&1 ||
-    { $sudo apt-get update -q >/dev/null 2>&1 &&
-      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${mpi[@]}" >/dev/null 2>&1; } ||
+  scripts/apt_get.sh install -y -q --no-install-recommends "${mpi[@]}" >/dev/null ||
+    { scripts/apt_get.sh update -q >/dev/null &&
+      scripts/apt_get.sh install -y -q --no-install-recommends "${mpi[@]}" >/dev/null; } ||
     echo "setup: ${mpi[*]} could not be installed; building without MPI (tensor and data parallelism)"
 fi
 
