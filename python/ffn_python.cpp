@@ -288,6 +288,18 @@ Config make_config(int64_t d_model, int64_t d_ff, const std::string& activation,
   return c;
 }
 
+// Config as pickle (and copy.deepcopy) store it: the class and make_config's
+// arguments, so loading validates them again. (__reduce__, not
+// __getstate__/__setstate__: nb::new_ makes Python's __new__ return an
+// initialized Config, which __setstate__ may not initialize again.)
+nb::tuple config_reduce(nb::handle self) {
+  const Config& c = nb::cast<const Config&>(self);
+  return nb::make_tuple(self.type(), nb::make_tuple(c.d_model, c.d_ff, std::string(to_string(c.activation)), c.bias,
+                                                     std::string(to_string(c.norm)),
+                                                     std::string(to_string(c.norm_type)), c.eps, c.dropout_hidden,
+                                                     c.dropout_output));
+}
+
 std::string config_repr(const Config& c) {
   char eps[32];
   std::snprintf(eps, sizeof eps, "%g", double(c.eps));
@@ -326,7 +338,8 @@ NB_MODULE(_ffn, m) {
       .def_ro("eps", &Config::eps)
       .def_ro("dropout_hidden", &Config::dropout_hidden)
       .def_ro("dropout_output", &Config::dropout_output)
-      .def("__repr__", &config_repr);
+      .def("__repr__", &config_repr)
+      .def("__reduce__", &config_reduce);
 
   nb::class_<Cache>(m, "Cache", "What forward(..., cache=True) saves for backward (opaque).")
       .def_prop_ro("nbytes", [](const Cache& c) { return c.cache.bytes(); }, "Bytes held.");

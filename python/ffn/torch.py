@@ -13,6 +13,8 @@ ffn's C++ kernels; the weights are re-packed when a parameter changed (an
 optimizer step, load_state_dict), detected by the tensors' version counters.
 A write through `p.data` bypasses those counters: call `refresh()` after one.
 Backward is once-differentiable (create_graph=True through it raises).
+The module deep-copies, pickles and goes through torch.save/torch.load like any
+nn.Module (the copy re-packs its own parameters at its first call).
 
 Dropout (training mode) draws its masks from ffn's Philox generator keyed by a
 seed taken from PyTorch's generator at each call (so torch.manual_seed makes
@@ -111,6 +113,16 @@ class FeedForward(nn.Module):
             self.norm = nn.LayerNorm(d_model, eps=eps) if norm_type == "layernorm" else RMSNorm(d_model, eps)
         self._layer = None
         self._stamp = None
+
+    def __getstate__(self):
+        # What copy.deepcopy, pickle and torch.save store: the module without its
+        # packed ffn.Layer, a cache of the parameters that cannot be pickled and
+        # that the copy re-packs from its own parameters at its first call.
+        # (config pickles itself: ffn.Config has __getstate__.)
+        state = self.__dict__.copy()
+        state["_layer"] = None
+        state["_stamp"] = None
+        return state
 
     def extra_repr(self) -> str:
         c = self.config

@@ -250,6 +250,19 @@ def test_bad_input_is_ffn_error_with_one_line(call, match, rng):
     assert "\n" not in str(e.value)
 
 
+def test_config_pickles_and_copies_with_every_setting():
+    import copy
+    import pickle
+
+    c = ffn.Config(d_model=12, d_ff=40, activation="geglu", bias=False, norm="pre", norm_type="rmsnorm", eps=1e-6,
+                   dropout_hidden=0.25, dropout_output=0.125)
+    for d in (pickle.loads(pickle.dumps(c)), copy.deepcopy(c), copy.copy(c)):
+        assert type(d) is ffn.Config and d is not c
+        got = [getattr(d, k) for k in ("d_model", "d_ff", "activation", "bias", "norm", "norm_type", "eps",
+                                       "dropout_hidden", "dropout_output")]
+        assert got == [12, 40, "geglu", False, "pre", "rmsnorm", c.eps, 0.25, 0.125]
+
+
 def test_out_may_not_overlap_the_input_even_partly():
     layer = ffn.init(ffn.Config(d_model=8, d_ff=16), seed=0)
     buf = np.zeros((6, 8), np.float32)

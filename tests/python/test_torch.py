@@ -1,7 +1,11 @@
 """ffn.torch.FeedForward against PyTorch's own layers: forward and every
 gradient (1e-5 relative, as tests/python/test_layer.py), from_torch for the
-three module kinds, optimizer and state_dict round trips, a 50-step training
-run, and bad inputs."""
+three module kinds, optimizer and state_dict round trips, copies (deepcopy,
+pickle, torch.save), a 50-step training run, and bad inputs."""
+import copy
+import io
+import pickle
+
 import numpy as np
 import pytest
 
@@ -252,3 +256,98 @@ def test_bad_inputs_are_refused_clearly():
     # A non-contiguous input is fine (PyTorch semantics): read through a copy.
     x = torch.randn(8, 3).t()
     assert torch.equal(ff(x), ff(x.contiguous()))
+
+
+def _copies(ff):
+    """ff copied each way a user copies a module: (how, copy)."""
+    saved = io.BytesIO()
+    torch.save(ff, saved)
+    saved.seek(0)
+    state = io.BytesIO()
+    torch.save(ff.state_dict(), state)
+    state.seek(0)
+    c = ff.config
+    fresh = FeedForward(c.d_model, c.d_ff, c.activation, bias=c.bias, norm=c.norm, norm_type=c.norm_type, eps=c.eps,
+                        dropout_hidden=c.dropout_hidden, dropout_output=c.dropout_output)
+    fresh.load_state_dict(torch.load(state))
+    fresh.train(ff.training)
+    return [("deepcopy", copy.deepcopy(ff)), ("pickle", pickle.loads(pickle.dumps(ff))),
+            ("torch.save", torch.load(saved)), ("state_dict", fresh)]
+
+
+@pytest.mark.parametrize("settings", [dict(activation="gelu", norm="pre", dropout=0.2),
+                                      dict(activation="swiglu", bias=False, norm="post", norm_type="rmsnorm", eps=1e-6),
+                                      dict(activation="relu", norm="none", dropout_hidden=0.1, dropout_output=0.3)])
+@pytest.mark.parametrize("ran", [False, True])
+def test_copies_give_the_same_bits_and_are_independent(settings, ran):
+    # ran: the original has already packed its weights (the ffn.Layer a copy must not carry along).
+    torch.manual_seed(10)
+    ff = FeedForward(8, 20, **settings)
+    with torch.no_grad():  # non-trivial norm parameters
+        for name, p in ff.named_parameters():
+            if name.startswith("norm"):
+                p.add_(0.1 * torch.randn_like(p))
+    x = torch.randn(2, 5, 8)
+    if ran:
+        ff(x).sum().backward()
+    ff.eval()
+    expected = ff(x)
+    ff.train()
+    torch.manual_seed(11)
+    expected_train = ff(x)  # dropout: the seed comes from torch's generator
+    for how, c in _copies(ff):
+        assert type(c) is FeedForward and c.training, how
+        assert c.config.__reduce__() == ff.config.__reduce__(), how  # every setting
+        torch.manual_seed(11)
+        assert torch.equal(c(x), expected_train), how
+        c.eval()
+        assert torch.equal(c(x), expected), how
+        assert all(p.data_ptr() != q.data_ptr() for p, q in zip(c.parameters(), ff.parameters())), how
+        # Independent: a step on the copy leaves the original as it was, and the copy runs its new weights.
+        c.train()
+        opt = torch.optim.SGD(c.parameters(), lr=0.1)
+        c(x).pow(2).sum().backward()
+        opt.step()
+        c.eval()
+        ff.eval()
+        assert not torch.equal(c(x), expected), how
+        assert torch.equal(ff(x), expected), how
+        ff.train()
+
+
+def test_a_stack_that_deep_copies_its_layer():
+    # nn.TransformerEncoder deep-copies the layer it is given, N times.
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ff = FeedForward(8, 16, "gelu", norm="pre")
+
+        def forward(self, src, src_mask=None, src_key_padding_mask=None):
+            return self.ff(src)
+
+    torch.manual_seed(12)
+    block = Block()
+    x = torch.randn(4, 2, 8)
+    block(x)  # packed before it is copied
+    enc = nn.TransformerEncoder(block, 3)
+    assert len({id(layer.ff.linear1.weight) for layer in enc.layers}) == 3
+    assert torch.equal(enc(x), block(block(block(x))))
+    with torch.no_grad():
+        enc.layers[1].ff.linear2.bias.add_(1.0)
+    assert torch.equal(enc.layers[0](x), block(x)) and not torch.equal(enc.layers[1](x), block(x))
+
+
+def test_to_dtype_train_and_eval_as_a_module():
+    torch.manual_seed(13)
+    ff = FeedForward(8, 16, dropout=0.5)
+    x = torch.randn(3, 8)
+    before = ff.eval()(x)
+    assert ff.to(torch.float64) is ff
+    with pytest.raises(ffn.Error, match="input: expected torch.float32, got torch.float64"):
+        ff(x.double())
+    with pytest.raises(ffn.Error, match="parameter linear1.weight: expected torch.float32, got torch.float64"):
+        ff(x)
+    ff.to(torch.float32)  # float32 -> float64 -> float32 is exact: the same bits
+    assert torch.equal(ff(x), before)
+    assert ff.train() is ff and ff.training and not torch.equal(ff(x), before)  # dropout on
+    assert not ff.eval().training and torch.equal(ff(x), before)
