@@ -132,6 +132,29 @@ fault "grad: rank 1 cannot read dL/dy" "rank 0: stopped, rank 1 failed: missing.
     exec "$0" grad --tensor-parallel --threads 1 --weights w.safetensors --input x.npy --grad-output $g --output-dir e.npy' "$ffn"
 [ "$LAST_LINES" = 2 ] || bad "grad fault: $LAST_LINES error lines, expected 2"
 
+# Outputs are checked before the work, by rank 0 (which writes); every rank stops.
+fault "run: output directory missing" "no_such_dir' does not exist" \
+  "${mpirun[@]}" -np 2 "$ffn" run --tensor-parallel --threads 1 --weights w.safetensors --input x.npy --output no_such_dir/e.npy
+[ "$LAST_LINES" = 2 ] || bad "output dir: $LAST_LINES error lines, expected 2"
+grep -q "rank 1: stopped, rank 0 failed" err.txt || bad "output dir: rank 1 did not stop with rank 0's verdict"
+fault "grad: output dir under a file" "not a directory" \
+  "${mpirun[@]}" -np 2 "$ffn" grad --tensor-parallel --threads 1 --weights w.safetensors --input x.npy --grad-output dy.npy \
+  --output-dir x.npy/d
+
+# Without a parallel mode under mpirun: refused on every rank, naming the flag;
+# nothing written (before, each rank ran the whole job and wrote the same file).
+for cmd in "run --weights w.safetensors --input x.npy --output e.npy" "embed --output e.npy hello"; do
+  rm -f e.npy
+  "${mpirun[@]}" -np 2 "$ffn" $cmd > out.txt 2> err.txt
+  rc=$?
+  [ $rc -ne 0 ] || bad "mpirun ffn ${cmd%% *} without a parallel mode: exit 0"
+  [ ! -e e.npy ] || bad "mpirun ffn ${cmd%% *} without a parallel mode: wrote e.npy"
+  n=$(grep -c "started by mpirun as one of 2 ranks" err.txt)
+  [ "$n" = 2 ] || { bad "mpirun ffn ${cmd%% *}: $n refusal lines, expected one per rank"; cat err.txt; }
+  echo "ok: mpirun ffn ${cmd%% *} without a parallel mode refused ($n lines, exit $rc)"
+done
+grep -q -- "add --tensor-parallel" err.txt || grep -q "no parallel mode" err.txt || bad "refusal names no flag"
+
 # A rank killed mid-run: a job of several seconds, rank 1 killed after one.
 "$ffn" init --d-model 128 --d-ff 4096 --output big.safetensors || bad init-big
 /usr/bin/python3 -c "import numpy as np; np.save('xbig.npy', np.ones((200000, 128), np.float32))"

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <cstdio>
 #include <functional>
@@ -33,6 +34,13 @@ inline void check_memory(double bytes, const std::string& flags) {
     throw Error(flags + ": needs " + num(bytes / double(1ull << 30)) + " GiB, more than this machine's " +
                 num(phys / double(1ull << 30)) + " GiB of memory");
   }
+}
+
+// The ranks mpirun (Open MPI, MPICH, Intel MPI) started this process among; 0 if none.
+inline int launched_ranks() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+  return 0;
 }
 
 // (flag, path) pairs, e.g. {"--input", "x.npy"}; empty paths are skipped.
@@ -178,6 +186,7 @@ struct GradTargets {
   std::string dir, grad_input, grads;
 };
 GradTargets grad_targets(const std::string& output_dir, const Flags& inputs);
+GradTargets grad_target_paths(const std::string& output_dir);  // the paths alone, unchecked
 // Writes both files into a staging directory, then renames them into place:
 // a failure or a signal leaves neither (nor a directory this run created).
 void write_gradient_pair(const GradTargets& t, const Array& dx, const std::function<void(const std::string&)>& save_grads);
@@ -199,6 +208,9 @@ struct ParallelArgs {  // what run and grad share
   Layout layout = Layout::tokens;
   LoadOptions load;
   int threads = 0;
+  // The outputs' checks (rank 0, which writes, runs them first; every rank
+  // then stops with its error, or none does).
+  std::function<void()> check_outputs;
 };
 struct ParallelRunArgs : ParallelArgs {
   std::string output;

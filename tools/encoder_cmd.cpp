@@ -102,14 +102,14 @@ void cmd_encode_grad(const EncodeGradArgs& a) {
   if (a.dropout && !(*a.dropout >= 0.0f && *a.dropout <= 1.0f))
     throw Error("--dropout: expected a probability in [0, 1], got " + num(*a.dropout));
   const int threads = threads_or_throw(a.threads);
+  const GradTargets targets = grad_targets(
+      a.output_dir, {{"--input", a.input}, {"--weights", a.weights}, {"--grad-output", a.grad_output}, {"--lengths", a.lengths}});
   const Encoder enc = a.load(a.dropout.value_or(0.0f));
   const Input in = read_input(a.input, a.lengths, Layout::tokens, enc.config().d_model, a.weights);
   const Array dy = read_npy(a.grad_output);
   if (dy.shape != in.x.shape)
     throw Error(a.grad_output + ": grad-output has shape " + shape_str(dy.shape) + ", expected the input's shape " +
                 shape_str(in.x.shape));
-  const GradTargets targets = grad_targets(
-      a.output_dir, {{"--input", a.input}, {"--weights", a.weights}, {"--grad-output", a.grad_output}, {"--lengths", a.lengths}});
   EncoderRunOptions ro;
   ro.threads = threads;
   ro.causal = a.causal;

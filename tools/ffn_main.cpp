@@ -88,18 +88,29 @@ int threads_or_throw(int t) {
   return t;
 }
 
-GradTargets grad_targets(const std::string& output_dir, const Flags& inputs) {
-  std::error_code ec;
-  if (fs::exists(output_dir, ec) && !fs::is_directory(output_dir, ec))
-    throw Error("--output-dir " + output_dir + ": exists and is not a directory");
+GradTargets grad_target_paths(const std::string& output_dir) {
   GradTargets t;
   t.dir = output_dir;
   t.grad_input = (fs::path(output_dir) / "grad_input.npy").string();
   t.grads = (fs::path(output_dir) / "grads.safetensors").string();
+  return t;
+}
+
+GradTargets grad_targets(const std::string& output_dir, const Flags& inputs) {
+  try {
+    io::check_writable_directory(output_dir);
+  } catch (const Error& e) {
+    throw Error(std::string("--output-dir ") + e.what());
+  }
+  const GradTargets t = grad_target_paths(output_dir);
   check_not_an_input(t.grad_input, "--output-dir", inputs);
   check_not_an_input(t.grads, "--output-dir", inputs);
-  io::check_writable_target(t.grad_input);
-  io::check_writable_target(t.grads);
+  // Files already there are replaced: they must be regular files.
+  std::error_code ec;
+  for (const std::string* f : {&t.grad_input, &t.grads}) {
+    const fs::file_status st = fs::status(*f, ec);
+    if (fs::exists(st) && !fs::is_regular_file(st)) throw Error(*f + ": cannot write: exists and is not a regular file");
+  }
   return t;
 }
 
@@ -234,7 +245,7 @@ struct RunArgs : LayerArgs {
 }
 
 int cmd_run(const RunArgs& a) {
-  io::check_writable_target(a.output);
+  if (!a.tensor_parallel) io::check_writable_target(a.output);  // under mpirun: rank 0 checks, all agree
   const int threads = threads_or_throw(a.threads);
   LoadOptions lo = a.load_options(0, 0);
   if (!a.dtype.empty()) lo.weight_dtype = parse_weight_dtype(a.dtype, "--dtype");
@@ -242,9 +253,12 @@ int cmd_run(const RunArgs& a) {
   if (a.tensor_parallel) {
     if (a.check_finite) throw Error("--check-finite: not with --tensor-parallel");
 #ifdef FFN_HAVE_MPI
-    cli::check_not_an_input(a.output, "--output", {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}});
     cli::ParallelRunArgs p;
     a.parallel_args(p, lo, threads);
+    p.check_outputs = [&a] {
+      io::check_writable_target(a.output);
+      cli::check_not_an_input(a.output, "--output", {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}});
+    };
     p.output = a.output;
     p.compute = compute;
     return cli::run_tensor_parallel(p);
@@ -306,13 +320,18 @@ int cmd_grad(const GradArgs& a) {
     p.grad_output = a.grad_output;
     p.training = training;
     p.seed = a.seed;
-    p.targets = cli::grad_targets(a.output_dir, {{"--input", a.input}, {"--weights", a.weights},
-                                                 {"--grad-output", a.grad_output}, {"--lengths", a.lengths}});
+    p.targets = cli::grad_target_paths(a.output_dir);
+    p.check_outputs = [&a] {
+      cli::grad_targets(a.output_dir, {{"--input", a.input}, {"--weights", a.weights},
+                                       {"--grad-output", a.grad_output}, {"--lengths", a.lengths}});
+    };
     return cli::grad_tensor_parallel(p);
 #else
     no_mpi("--tensor-parallel");
 #endif
   }
+  const cli::GradTargets targets = cli::grad_targets(
+      a.output_dir, {{"--input", a.input}, {"--weights", a.weights}, {"--grad-output", a.grad_output}, {"--lengths", a.lengths}});
   const FeedForward layer = FeedForward::load(a.weights, lo);
   cli::note_assumed(a.weights, layer.assumed_settings());
   const Input in = read_input(a, layer.config());
@@ -320,8 +339,6 @@ int cmd_grad(const GradArgs& a) {
   if (dy.shape != in.x.shape)
     throw Error(a.grad_output + ": grad-output has shape " + shape_str(dy.shape) + ", expected the input's shape " +
                 shape_str(in.x.shape));
-  const cli::GradTargets targets = cli::grad_targets(
-      a.output_dir, {{"--input", a.input}, {"--weights", a.weights}, {"--grad-output", a.grad_output}, {"--lengths", a.lengths}});
 
   RunOptions ro;
   ro.threads = threads;
@@ -855,6 +872,19 @@ int ffn_main(int argc, char** argv) {
     return 2;
   }
   try {
+    // Under mpirun, a command without its parallel mode would run whole on
+    // every rank, each writing the same output: refused, naming the flag.
+    if (const int ranks = ffn::cli::launched_ranks(); ranks > 1) {
+      const std::string name = app.get_subcommands().front()->get_name();
+      const std::string started = "ffn " + name + ": started by mpirun as one of " + std::to_string(ranks) + " ranks";
+      if ((*run_cmd && !run.tensor_parallel) || (*grad_cmd && !grad.tensor_parallel) ||
+          (*bench_cmd && !bench.tensor_parallel))
+        throw Error(started + " without --tensor-parallel, so every rank would do the whole job" +
+                    (*bench_cmd ? "" : " and write the same output") + "; add --tensor-parallel, or run it without mpirun");
+      if (!*run_cmd && !*grad_cmd && !*bench_cmd && !*train_cmd.app)
+        throw Error(started + ", but it has no parallel mode, so every rank would do the whole job; run it without "
+                    "mpirun (run, grad and bench take --tensor-parallel; train is data parallel under mpirun)");
+    }
     if (*run_cmd) return cmd_run(run);
     else if (*grad_cmd) return cmd_grad(grad);
     else if (*init_cmd) cmd_init(init);

@@ -48,6 +48,9 @@ struct Prologue {
 template <class F>
 Prologue begin_parallel(const dist::Comm& comm, const ParallelArgs& a, F&& check) {
   Prologue p;
+  comm.agreed([&] {
+    if (comm.rank() == 0 && a.check_outputs) a.check_outputs();
+  });
   p.tp.emplace(dist::ParallelFeedForward::load(comm, a.weights, a.load));
   if (comm.rank() == 0) note_assumed(a.weights, p.tp->local().assumed_settings());
   comm.agreed([&] {

@@ -216,8 +216,10 @@ Setup prepare(const TrainArgs& a, bool lead) {
   if (!a.prefix.empty() && a.init.empty()) throw Error("--prefix: applies with --init only");
   st.plot_path = a.plot.empty() ? default_plot_path(a.output) : a.plot;
   const std::string& plot_path = st.plot_path;
-  io::check_writable_target(a.output);
-  io::check_writable_target(plot_path);
+  if (lead) {  // rank 0 alone writes (under mpirun every rank learns its verdict)
+    io::check_writable_target(a.output);
+    io::check_writable_target(plot_path);
+  }
   check_distinct({{"--output", a.output}, {"--plot", plot_path}});
   const Flags inputs = {{"--data", a.data}, {"--targets", a.targets}, {"--init", a.init}};
   check_not_an_input(a.output, "--output", inputs);
@@ -518,13 +520,6 @@ int train(const TrainArgs& a, const Team* team, const Agree& agree) {
     return 128 + (g_signal.load() ? g_signal.load() : SIGINT);  // 130 for Ctrl-C, 143 for SIGTERM
   }
   if (lead) std::printf("wrote %s and %s\n", a.output.c_str(), plot_path.c_str());
-  return 0;
-}
-
-// The ranks mpirun (Open MPI, MPICH, Intel MPI) started this process among; 0 if none.
-int launched_ranks() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
-    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
   return 0;
 }
 

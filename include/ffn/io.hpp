@@ -76,8 +76,15 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
 // fwrite that throws Error naming `path` on a short write.
 void write_all(std::FILE* f, const void* data, size_t n, const std::string& path);
 
-// Throws Error if `path` exists and is not a regular file (or a symlink to one).
+// Throws Error naming `path` unless a write_file_atomic to it can succeed as
+// far as can be known before the work: `path` is absent or a regular file (or
+// a symlink to one) and its directory exists and takes new files. Commands
+// call it on every output before they start.
 void check_writable_target(const std::string& path);
+// The same for a directory an output is written into (made, with its missing
+// parents, when absent): it is a writable directory, or its nearest existing
+// ancestor is.
+void check_writable_directory(const std::string& dir);
 
 // Installs SIGINT, SIGTERM and SIGHUP handlers that remove the temporary file
 // of a write_file_atomic in progress, then end the program as the signal

@@ -110,14 +110,50 @@ void write_all(std::FILE* f, const void* data, size_t n, const std::string& path
   if (n && std::fwrite(data, 1, n, f) != n) throw Error(path + ": cannot write: " + errno_text());
 }
 
+namespace {
+// Throws unless `dir` is an existing directory this process may create files in.
+void check_directory_writable(const std::filesystem::path& dir, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (!fs::exists(st)) throw Error(what + ": cannot write: directory '" + dir.string() + "' does not exist");
+  if (!fs::is_directory(st)) throw Error(what + ": cannot write: '" + dir.string() + "' is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw Error(what + ": cannot write in directory '" + dir.string() + "': " + errno_text());
+}
+}  // namespace
+
 void check_writable_target(const std::string& path) {
   namespace fs = std::filesystem;
   if (path.empty()) throw Error("cannot write to an empty path");
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);  // follows symlinks
-  if (!fs::exists(st)) return;
-  if (fs::is_directory(st)) throw Error(path + ": cannot write: is a directory");
-  if (!fs::is_regular_file(st)) throw Error(path + ": cannot write: exists and is not a regular file");
+  if (fs::exists(st)) {
+    if (fs::is_directory(st)) throw Error(path + ": cannot write: is a directory");
+    if (!fs::is_regular_file(st)) throw Error(path + ": cannot write: exists and is not a regular file");
+  }
+  // The directory the new file is created in (a symlink's target's): known
+  // before any work, not after it (write_file_atomic renames a file made there).
+  fs::path target(path);
+  if (fs::is_symlink(fs::symlink_status(path, ec))) target = fs::weakly_canonical(path, ec);
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  check_directory_writable(dir, path);
+}
+
+void check_writable_directory(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (dir.empty()) throw Error("cannot write to an empty directory path");
+  std::error_code ec;
+  fs::path p(dir);
+  if (fs::exists(fs::status(p, ec))) {
+    if (!fs::is_directory(p, ec)) throw Error(dir + ": exists and is not a directory");
+    return check_directory_writable(p, dir);
+  }
+  // create_directories makes the missing chain: its first existing ancestor must take it.
+  fs::path up = fs::absolute(p, ec).parent_path();
+  while (!up.empty() && !fs::exists(fs::status(up, ec)) && up != up.root_path()) up = up.parent_path();
+  check_directory_writable(up.empty() ? fs::path(".") : up, dir);
 }
 
 void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& body) {

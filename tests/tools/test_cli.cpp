@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -582,4 +583,46 @@ TEST(CliBadInput, CheckFinite) {
   EXPECT_EQ(g.status, 2);
   EXPECT_NE(g.err.find("grad-output is NaN at token 1, feature 3"), std::string::npos) << g.err;
   EXPECT_FALSE(fs::exists(tmp("cf_grads") + "/grad_input.npy"));
+}
+
+// Issue 31: each output is checked before the work, not after it (a training
+// epoch, a model load). The inputs here are missing too, so the error shows
+// which check ran first: the output's names its directory; had the command
+// started, the missing input would have been named instead. Nothing is written.
+TEST(CliBadInput, OutputsAreCheckedBeforeTheWork) {
+  const auto& f = bad_fixture();
+  const std::string nodir = tmp("no_such_dir");
+  fs::remove_all(nodir);
+  const std::string missing = tmp("missing_input.npy"), missing_w = tmp("missing_w.safetensors");
+  fs::remove(missing);
+  fs::remove(missing_w);
+  const std::vector<std::string> why = {nodir, "does not exist"};
+  expect_bad("run", "run --weights " + missing_w + " --input " + missing + " --output " + nodir + "/y.npy", why);
+  expect_bad("grad", "grad --weights " + missing_w + " --input " + missing + " --grad-output " + missing +
+                         " --output-dir " + f.x + "/d",
+             {"--output-dir", f.x, "not a directory"});
+  expect_bad("encode-grad", "encode-grad --weights " + missing_w + " --input " + missing + " --heads 2 --activation relu"
+                            " --norm post --grad-output " + missing + " --output-dir " + f.x + "/d",
+             {"--output-dir", f.x, "not a directory"});
+  expect_bad("encode", "encode --weights " + missing_w + " --input " + missing + " --heads 2 --activation relu --norm post"
+                       " --output " + nodir + "/y.npy", why);
+  expect_bad("init", "init --d-model 8 --d-ff 16 --output " + nodir + "/w.safetensors", why);
+  expect_bad("quantize", "quantize --weights " + missing_w + " --dtype int8 --output " + nodir + "/q.safetensors", why);
+  expect_bad("embed", "embed --model " + tmp("no_model_dir") + " --output " + nodir + "/e.npy hello", why);
+  expect_bad("train output", "train --data " + missing + " --targets " + missing + " --output " + nodir + "/w.safetensors", why);
+  // The weights' own path is fine, the plot's is not: no weights written either.
+  const std::string w_out = tmp("trained_w.safetensors");
+  expect_bad("train plot", "train --data " + missing + " --targets " + missing + " --output " + w_out + " --plot " +
+                               nodir + "/p.svg",
+             why, w_out);
+  expect_bad("demo", "demo approximate --steps 10 --plot " + nodir + "/a.svg", why);
+  // Unwritable directory (not for root, who may write anywhere).
+  if (geteuid() != 0) {
+    const std::string ro = tmp("read_only_dir");
+    fs::create_directories(ro);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    expect_bad("read-only dir", "run --weights " + missing_w + " --input " + missing + " --output " + ro + "/y.npy",
+               {ro, "cannot write"});
+    fs::permissions(ro, fs::perms::owner_all);
+  }
 }
