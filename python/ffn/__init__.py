@@ -14,7 +14,8 @@ in training mode, forward and backward; the C++ library's fast kernels.
 
 Arrays are float32 and C-contiguous and are read in place; anything else is
 refused with ffn.Error (a ValueError) saying what to pass. The PyTorch module
-is ffn.torch.FeedForward (import ffn.torch; needs PyTorch).
+is ffn.torch.FeedForward (import ffn.torch; needs PyTorch); the encoder around
+it, ffn.torch.TransformerEncoderLayer / TransformerEncoder, runs on ffn.Encoder.
 
 Sentence embeddings (all-MiniLM-L6-v2, installed by scripts/setup.sh):
 
@@ -22,6 +23,7 @@ Sentence embeddings (all-MiniLM-L6-v2, installed by scripts/setup.sh):
     e = enc.embed(["A man is eating food.", "A man is eating bread."])   # float32 [2, 384]
 """
 
-from ._ffn import Cache, Config, Error, Layer, SentenceEncoder, __version__, init
+from ._ffn import Cache, Config, Encoder, EncoderCache, EncoderConfig, Error, Layer, SentenceEncoder, __version__, init
 
-__all__ = ["Cache", "Config", "Error", "Layer", "SentenceEncoder", "__version__", "init"]
+__all__ = ["Cache", "Config", "Encoder", "EncoderCache", "EncoderConfig", "Error", "Layer", "SentenceEncoder",
+           "__version__", "init"]
