@@ -123,7 +123,7 @@ fault "shapes differ across ranks" "the input's shape (and lengths) differs acro
 
 "$ffn" init --d-model 16 --d-ff 500 --output small.safetensors || bad init-small
 python_npy x16.npy 4 16
-fault "d_ff of 2 chunks on 4 ranks" "too few for shards" \
+fault "d_ff of 2 chunks on 4 ranks" "d_ff = 500 is too small for 4 ranks: tensor parallelism needs at least 1024 hidden units (4 shards of 256" \
   "${mpirun[@]}" -np 4 "$ffn" run --tensor-parallel --threads 1 --weights small.safetensors --input x16.npy --output e.npy
 [ "$LAST_LINES" = 4 ] || bad "small d_ff: $LAST_LINES error lines, expected 4"
 

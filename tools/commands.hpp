@@ -175,6 +175,8 @@ Input read_input(const std::string& input, const std::string& lengths, Layout la
                  const std::string& weights);
 // "NaN", "+Inf" or "-Inf".
 const char* kind_of(float v);
+// Throws Error at the first NaN or Inf of any parameter (or gradient), naming `what`, the tensor and the index.
+void check_finite_weights(const Config& cfg, const Weights& w, const TensorNames& names, const std::string& what);
 // Throws Error at the first NaN or Inf outside the padding, naming `what` and the position.
 void check_finite_tokens(const float* v, const Shape& shape, int64_t d, bool three_d, const std::string& what);
 // --threads checked: 0..kMaxThreads.

@@ -157,6 +157,23 @@ void write_gradient_pair(const GradTargets& t, const Array& dx, const std::funct
   fs::remove_all(stage, ec);
 }
 
+// The first NaN or Inf of any parameter (or gradient), with its index.
+void check_finite_weights(const Config& cfg, const Weights& w, const TensorNames& names, const std::string& what) {
+  for (size_t t = 0; t < 8; ++t) {
+    const std::vector<float>* v = w.all()[t];
+    const std::string* name = names.all()[t];
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (std::isfinite((*v)[i])) continue;
+      // 2-D tensors are the projections: [d_ff, d_model] or [d_model, d_ff].
+      const bool matrix = v == &w.w1 || v == &w.wg || v == &w.w2;
+      const int64_t cols = v == &w.w2 ? cfg.d_ff : cfg.d_model;
+      const std::string at = matrix ? "[" + std::to_string(int64_t(i) / cols) + ", " + std::to_string(int64_t(i) % cols) + "]"
+                                    : "[" + std::to_string(i) + "]";
+      throw Error(what + ": tensor '" + *name + "' is " + kind_of((*v)[i]) + " at " + at + " (--check-finite)");
+    }
+  }
+}
+
 }  // namespace ffn::cli
 
 namespace {
@@ -214,22 +231,6 @@ Input read_input(const LayerArgs& a, const Config& cfg) {
 
 // ---- --check-finite ------------------------------------------------------------
 
-// The first NaN or Inf of any parameter (or gradient), with its index.
-void check_finite_weights(const Config& cfg, const Weights& w, const TensorNames& names, const std::string& what) {
-  for (size_t t = 0; t < 8; ++t) {
-    const std::vector<float>* v = w.all()[t];
-    const std::string* name = names.all()[t];
-    for (size_t i = 0; i < v->size(); ++i) {
-      if (std::isfinite((*v)[i])) continue;
-      // 2-D tensors are the projections: [d_ff, d_model] or [d_model, d_ff].
-      const bool matrix = v == &w.w1 || v == &w.wg || v == &w.w2;
-      const int64_t cols = v == &w.w2 ? cfg.d_ff : cfg.d_model;
-      const std::string at = matrix ? "[" + std::to_string(int64_t(i) / cols) + ", " + std::to_string(int64_t(i) % cols) + "]"
-                                    : "[" + std::to_string(i) + "]";
-      throw Error(what + ": tensor '" + *name + "' is " + kind_of((*v)[i]) + " at " + at + " (--check-finite)");
-    }
-  }
-}
 
 // ---- run ----------------------------------------------------------------------
 
@@ -280,7 +281,7 @@ int cmd_run(const RunArgs& a) {
   ro.compute = compute;
   const bool three_d = in.x.shape.size() == 3;
   if (a.check_finite) {
-    check_finite_weights(layer.config(), layer.weights(), layer.names(), a.weights);
+    cli::check_finite_weights(layer.config(), layer.weights(), layer.names(), a.weights);
     check_finite_tokens(in.x.data.data(), in.shape, layer.config().d_model, three_d, a.input + ": input");
   }
   layer.forward(in.x.data.data(), y.data.data(), in.shape, ro);
@@ -356,12 +357,12 @@ int cmd_grad(const GradArgs& a) {
   if (a.check_finite) {
     const bool three_d = in.x.shape.size() == 3;
     const int64_t d = layer.config().d_model;
-    check_finite_weights(layer.config(), layer.weights(), layer.names(), a.weights);
+    cli::check_finite_weights(layer.config(), layer.weights(), layer.names(), a.weights);
     check_finite_tokens(in.x.data.data(), in.shape, d, three_d, a.input + ": input");
     check_finite_tokens(dy.data.data(), in.shape, d, three_d, a.grad_output + ": grad-output");
     check_finite_tokens(y.data.data(), in.shape, d, three_d, "output");
     check_finite_tokens(dx.data.data(), in.shape, d, three_d, "grad_input");
-    check_finite_weights(layer.config(), grads, layer.names(), "gradient");
+    cli::check_finite_weights(layer.config(), grads, layer.names(), "gradient");
   }
 
   cli::write_gradient_pair(targets, dx, [&](const std::string& path) { layer.save_gradients(path, grads); });

@@ -55,6 +55,7 @@ struct TrainArgs {
   double val_fraction = 0.1;
   uint64_t seed = 0;
   int threads = 0;
+  bool check_finite = false;
 };
 
 std::string default_plot_path(const std::string& output) {
@@ -181,7 +182,40 @@ struct Setup {
   std::optional<OutputHead> head;
   std::vector<int64_t> train_rows, val_rows;
   SafetensorsFile extra;  // the --init file's other tensors, written with every checkpoint
+  // The first non-finite value among the training rows and among the
+  // held-out rows (data or float targets), named; empty if none.
+  std::string bad_train, bad_val;
 };
+
+// The first of `rows` whose data or float targets hold a NaN or Inf, named
+// (file, row, feature, value), or "". One pass over those rows.
+std::string first_non_finite(const train::Dataset& data, const std::vector<int64_t>& rows, const TrainArgs& a,
+                             int64_t seq) {
+  int64_t best = -1;
+  std::string what;
+  for (int64_t r : rows) {
+    if (best >= 0 && r > best) continue;
+    for (int which = 0; which < 2; ++which) {
+      const std::vector<float>& v = which == 0 ? data.x : data.targets;
+      if (v.empty()) continue;
+      const float* row = v.data() + r * data.d;
+      for (int64_t j = 0; j < data.d; ++j)
+        if (!std::isfinite(row[j])) {
+          if (best < 0 || r < best) {
+            best = r;
+            const std::string at = seq > 0 ? " (sequence " + std::to_string(r / seq) + ", position " +
+                                                 std::to_string(r % seq) + ")"
+                                           : "";
+            what = (which == 0 ? a.data : a.targets) + ": row " + std::to_string(r) + at + ", feature " +
+                   std::to_string(j) + " is " + kind_of(row[j]);
+          }
+          which = 2;
+          break;
+        }
+    }
+  }
+  return what;
+}
 
 Setup prepare(const TrainArgs& a, bool lead) {
   Setup st;
@@ -319,6 +353,22 @@ Setup prepare(const TrainArgs& a, bool lead) {
   }
 
   train::split(data.n, a.val_fraction, a.seed, st.train_rows, st.val_rows);
+  // Non-finite data, found once at load (one pass): --check-finite refuses
+  // it; otherwise a divergence or a NaN held-out loss is blamed on it by name.
+  const int64_t seq = x.shape.size() == 3 ? x.shape[1] : 0;
+  st.bad_train = first_non_finite(data, st.train_rows, a, seq);
+  st.bad_val = first_non_finite(data, st.val_rows, a, seq);
+  if (a.check_finite) {
+    const std::string& bad = st.bad_train.empty() ? st.bad_val : st.bad_train;
+    if (!bad.empty()) throw Error(bad + " (--check-finite)");
+    if (!a.init.empty()) check_finite_weights(layer->config(), layer->weights(), layer->names(), a.init);
+    if (head)
+      for (const std::vector<float>* v : {&head->weight, &head->bias})
+        for (size_t i = 0; i < v->size(); ++i)
+          if (!std::isfinite((*v)[i]))
+            throw Error(a.init + ": tensor 'head." + (v == &head->weight ? "weight" : "bias") + "' is " +
+                        kind_of((*v)[i]) + " at flat index " + std::to_string(i) + " (--check-finite)");
+  }
   if (!a.init.empty()) st.extra = layer->unowned(a.init);
   return st;
 }
@@ -457,6 +507,7 @@ int train(const TrainArgs& a, const Team* team, const Agree& agree) {
   auto write = [&](auto&& what) { agreed([&] { if (lead) what(); }); };
   auto checkpoint = [&] { write([&] { save(trainer.layer(), trainer.head(), a.output, extra); }); };
   train::FitCallbacks cb;
+  bool warned_val = false;
   cb.stop = &g_stop;
   cb.on_step = [&](const train::StepReport& s) { progress.step(s); };
   cb.on_epoch = [&](const train::EpochReport& e) {
@@ -464,8 +515,16 @@ int train(const TrainArgs& a, const Team* team, const Agree& agree) {
     // Checkpoint: the file is always a complete epoch or step, never non-finite weights.
     if (all_finite(trainer)) checkpoint();
     if (!lead) return;
+    // With held-out rows the column is always there: "nan" rather than a
+    // silently missing column, and the first time the non-finite row is named.
     char held[48] = "";
-    if (std::isfinite(e.val_loss)) std::snprintf(held, sizeof held, "  held-out loss %.6g", e.val_loss);
+    if (!val_rows.empty()) std::snprintf(held, sizeof held, "  held-out loss %.6g", e.val_loss);
+    if (!val_rows.empty() && !std::isfinite(e.val_loss) && !warned_val) {
+      warned_val = true;
+      std::fprintf(stderr, "ffn train: the held-out loss is %s: %s\n", std::isnan(e.val_loss) ? "NaN" : "infinite",
+                   setup->bad_val.empty() ? "the held-out rows are finite, the layer's output is not"
+                                          : (setup->bad_val + " (a held-out row; --check-finite refuses such data)").c_str());
+    }
     std::printf("epoch %lld/%lld  training loss %.6g%s  %.0f tokens/s  %.2f s\n", (long long)e.epoch,
                 (long long)e.epochs, e.train_loss, held, e.tokens_per_s, e.seconds);
     std::fflush(stdout);
@@ -499,13 +558,20 @@ int train(const TrainArgs& a, const Team* team, const Agree& agree) {
     } else {
       kept = "wrote no weights";
     }
+    // Non-finite training data is the cause, not the learning rate: say so.
+    char lr_hint[96];
+    std::snprintf(lr_hint, sizeof lr_hint, "try a lower --lr (now %g)%s", a.lr,
+                  oc.kind == OptimizerKind::sgd ? " or --optimizer adam" : "");
+    const std::string hint = setup->bad_train.empty()
+                                 ? std::string(lr_hint)
+                                 : "the data itself is not finite: " + setup->bad_train +
+                                       " (a training row; --check-finite refuses such data before training)";
     if (lead)
       std::fprintf(stderr,
-                 "ffn train: diverged at step %lld (epoch %lld, step %lld of %lld): %s; %s; try a lower --lr "
-                 "(now %g)%s\n",
+                 "ffn train: diverged at step %lld (epoch %lld, step %lld of %lld): %s; %s; %s\n",
                  (long long)((r.diverged_epoch - 1) * steps_per_epoch + r.diverged_step), (long long)r.diverged_epoch,
-                 (long long)r.diverged_step, (long long)steps_per_epoch, r.diverged.c_str(), kept.c_str(), a.lr,
-                 oc.kind == OptimizerKind::sgd ? " or --optimizer adam" : "");
+                 (long long)r.diverged_step, (long long)steps_per_epoch, r.diverged.c_str(), kept.c_str(),
+                 hint.c_str());
     return kExitDiverged;
   }
   if (r.interrupted) {
@@ -565,6 +631,8 @@ Command add_train(CLI::App& app) {
   c->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
   c->add_option("--output", a->output, "weights file to write (.safetensors), after every epoch")->required();
   c->add_option("--plot", a->plot, "loss-curve SVG (default: the output's name with .loss.svg)");
+  c->add_flag("--check-finite", a->check_finite,
+              "refuse data, targets or --init weights holding NaN or Inf, naming the first (one pass at load)");
   return {c, [a] { return cmd_train(*a); }};
 }
 

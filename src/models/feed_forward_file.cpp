@@ -110,9 +110,11 @@ ShardRead read_shards(const io::SafetensorsReader& r, const Config& cfg, DffShar
   sh.d_ff = cfg.d_ff;
   const auto [b, e] = DffShards::units(cfg.d_ff, sh.count, sh.first, sh.last);
   if (b == e)
-    throw Error(path + ": d_ff = " + std::to_string(cfg.d_ff) + " is " + std::to_string((cfg.d_ff + 255) / 256) +
-                " chunk(s) of 256 hidden units, too few for shards " + std::to_string(sh.first) + ".." +
-                std::to_string(sh.last - 1) + " of " + std::to_string(sh.count) + " to hold any");
+    throw Error(path + ": d_ff = " + std::to_string(cfg.d_ff) + " is too small for " +
+                std::to_string(sh.count / (sh.last - sh.first)) + " ranks: tensor parallelism needs at least " +
+                std::to_string(sh.count * 256) + " hidden units (" + std::to_string(sh.count) +
+                " shards of 256; shards " + std::to_string(sh.first) + ".." + std::to_string(sh.last - 1) +
+                " would hold none)");
   const int64_t d = cfg.d_model;
   Config local = cfg;
   local.d_ff = e - b;
