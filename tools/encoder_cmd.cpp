@@ -67,13 +67,18 @@ struct EncodeArgs {
 };
 
 struct EncodeRunArgs : EncodeArgs {
-  std::string output;
+  std::string output, dtype;
 };
 
 void cmd_encode(const EncodeRunArgs& a) {
   io::check_writable_target(a.output);
   const int threads = threads_or_throw(a.threads);
-  const Encoder enc = a.load(0.0f);
+  const std::optional<WeightDtype> dtype =
+      a.dtype.empty() ? std::nullopt : std::optional(parse_weight_dtype(a.dtype, "--dtype"));
+  const Encoder loaded = a.load(0.0f);
+  // --dtype: the FFN sublayers' matrices stored as bf16, fp16 or int8 (plain
+  // per-token int8, as `ffn run --dtype int8`); attention stays fp32.
+  const Encoder enc = dtype && *dtype != WeightDtype::fp32 ? loaded.converted(*dtype) : loaded;
   const Input in = read_input(a.input, a.lengths, Layout::tokens, enc.config().d_model, a.weights);
   check_not_an_input(a.output, "--output", {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}});
   const bool three_d = in.x.shape.size() == 3;
@@ -143,6 +148,9 @@ Command add_encode(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("encode", "encoder layers (attention + FFN) forward: --input X.npy -> --output Y.npy");
   a->add(cmd);
   cmd->add_option("--output", a->output, "output array (.npy), same shape as the input")->required();
+  cmd->add_option("--dtype", a->dtype,
+                  "the FFN sublayers' weight matrices as fp32 (default), bf16, fp16 or int8 (converted on load; "
+                  "attention stays fp32)");
   return {cmd, [a] {
             cmd_encode(*a);
             return 0;

@@ -131,6 +131,47 @@ TEST(EncoderCli, InitThenEncodeUsesTheFilesSettings) {
   EXPECT_TRUE(std::equal(y2.data.begin(), y2.data.end(), want.data.begin()));
 }
 
+// Issue 31: encode --dtype as run and embed have it. Each dtype gives the
+// bits of the library's Encoder::converted (the same conversion), and differs
+// from fp32 (so the flag is not ignored) by less than the FFN's int8/bf16
+// tolerance on this small stack (0.05 relative: 8-bit weights, 2 layers).
+TEST(EncoderCli, EncodeTakesDtype) {
+  const std::string w = tmp("dtype_w.safetensors");
+  ASSERT_EQ(ffn_cli("init --encoder --layers 2 --heads 4 --d-model 32 --d-ff 48 --activation gelu --seed 5 --output " + w)
+                .status, 0);
+  const Array x{{2, 7, 32}, test::randn(2 * 7 * 32, 6)};
+  write_npy(tmp("dtype_x.npy"), x);
+  const Encoder e = Encoder::load(w);
+  Array fp32{x.shape, std::vector<float>(x.data.size())};
+  e.forward(x.data.data(), fp32.data.data(), Shape{2, 7, Layout::tokens, {}});
+  for (const std::string dtype : {"fp32", "bf16", "fp16", "int8"}) {
+    const std::string out = tmp("dtype_y_" + dtype + ".npy");
+    const Result r = ffn_cli("encode --weights " + w + " --input " + tmp("dtype_x.npy") + " --dtype " + dtype +
+                             " --output " + out);
+    ASSERT_EQ(r.status, 0) << dtype << ": " << r.err;
+    const WeightDtype wd = parse_weight_dtype(dtype);
+    const Encoder conv = wd == WeightDtype::fp32 ? Encoder::load(w) : Encoder::load(w).converted(wd);
+    Array want{x.shape, std::vector<float>(x.data.size())};
+    conv.forward(x.data.data(), want.data.data(), Shape{2, 7, Layout::tokens, {}});
+    const Array y = read_npy(out);
+    EXPECT_EQ(y.data, want.data) << dtype;
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < y.data.size(); ++i) {
+      worst = std::max(worst, double(std::fabs(y.data[i] - fp32.data[i])));
+      scale = std::max(scale, double(std::fabs(fp32.data[i])));
+    }
+    if (dtype == "fp32") EXPECT_EQ(worst, 0.0);
+    else EXPECT_GT(worst, 0.0) << dtype << ": the same bits as fp32: --dtype ignored?";
+    EXPECT_LT(worst, 0.05 * scale) << dtype;
+  }
+  const Result bad = ffn_cli("encode --weights " + w + " --input " + tmp("dtype_x.npy") + " --dtype int4 --output " +
+                             tmp("dtype_bad.npy"));
+  EXPECT_EQ(bad.status, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--dtype"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("int4"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(tmp("dtype_bad.npy")));
+}
+
 TEST(EncoderCli, BenchEncoderPrintsJsonAndPassesItsCheck) {
   const Result r = ffn_cli("bench --encoder --d-model 32 --heads 4 --d-ff 48 --layers 2 --batch 2 --seq 20 --causal "
                            "--repeats 2 --warmup 0 --backward --json --threads 2");
