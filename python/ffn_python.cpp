@@ -32,6 +32,46 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
+// Array arguments. nanobind converts an nb::ndarray parameter while it picks
+// the overload, and what it cannot take as one (a big-endian NumPy array, a
+// list, a tensor on another device) ends in a TypeError listing every
+// signature, while bytes pass as uint8. ArrayArg (read) and OutArrayArg (written)
+// take any object instead, and the function converts it with as_input /
+// as_output, which say in one ffn.Error what it expected. Their names in
+// signatures and stubs are those of the nb::ndarray types they stand for.
+namespace ffn::python {
+struct ArrayArg {
+  nb::object obj;
+};
+struct OutArrayArg {
+  nb::object obj;
+};
+}  // namespace ffn::python
+
+namespace nanobind::detail {
+template <class T>
+struct any_object_caster {
+  bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
+    static_cast<T*>(this)->value.obj = borrow(src);
+    return true;
+  }
+};
+template <>
+struct type_caster<ffn::python::ArrayArg> : any_object_caster<type_caster<ffn::python::ArrayArg>> {
+  NB_TYPE_CASTER(ffn::python::ArrayArg, const_name("ndarray[device='cpu', writable=False]"))
+  static handle from_cpp(const ffn::python::ArrayArg& a, rv_policy, cleanup_list*) noexcept {
+    return a.obj.inc_ref();
+  }
+};
+template <>
+struct type_caster<ffn::python::OutArrayArg> : any_object_caster<type_caster<ffn::python::OutArrayArg>> {
+  NB_TYPE_CASTER(ffn::python::OutArrayArg, const_name("ndarray[device='cpu']"))
+  static handle from_cpp(const ffn::python::OutArrayArg& a, rv_policy, cleanup_list*) noexcept {
+    return a.obj.inc_ref();
+  }
+};
+}  // namespace nanobind::detail
+
 namespace ffn::python {
 namespace {
 
@@ -80,6 +120,48 @@ const float* input_data(const AnyArray& a, const char* what) {
 }
 
 std::vector<int64_t> shape_of(const AnyArray& a) { return {a.shape_ptr(), a.shape_ptr() + a.ndim()}; }
+
+// str(h) (nb::str of an nb::object would take it as a str without converting).
+std::string text(nb::handle h) { return nb::str(h).c_str(); }
+
+// Why `h` is not an array ffn can read (or write), as one ffn::Error naming `what`.
+[[noreturn]] void refuse_array(nb::handle h, const std::string& what, bool writable) {
+  const std::string type = nb::type_name(h.type()).c_str();
+  const bool array_like = nb::hasattr(h, "dtype") && nb::hasattr(h, "shape");  // NumPy, PyTorch, ...
+  if (array_like) {
+    nb::object dtype = h.attr("dtype");
+    if (nb::hasattr(dtype, "isnative") && !nb::cast<bool>(dtype.attr("isnative")))
+      throw Error(what + ": expected float32 in this machine's byte order, got " + text(dtype) +
+                  " (convert with a.astype(numpy.float32))");
+    if (nb::hasattr(h, "device") && text(h.attr("device")) != "cpu")
+      throw Error(what + ": on " + text(h.attr("device")) + ", but ffn runs on the CPU (move it with .cpu())");
+    if (writable) {
+      AnyArray ro;
+      if (nb::try_cast(h, ro)) throw Error(what + ": expected a writable array, got a read-only " + type);
+    }
+    throw Error(what + ": expected a float32 array, got " + type + " of dtype " + text(dtype));
+  }
+  throw Error(what + ": expected a float32 array (NumPy, a PyTorch CPU tensor or anything with the buffer "
+              "protocol), got " + type);
+}
+
+// The array an ArrayArg holds, read in place, or ffn::Error naming `what`.
+// bytes are refused although they are a buffer: read as uint8 they are never
+// what was meant, and the uint8 message would advise .astype.
+AnyArray as_input(const ArrayArg& arg, const std::string& what) {
+  if (PyBytes_Check(arg.obj.ptr()) || PyByteArray_Check(arg.obj.ptr()))
+    throw Error(what + ": expected a float32 array, got " + nb::type_name(arg.obj.type()).c_str() +
+                " (raw float32 bytes: numpy.frombuffer(b, dtype=numpy.float32).reshape(...))");
+  AnyArray a;
+  if (!nb::try_cast(arg.obj, a)) refuse_array(arg.obj, what, false);
+  return a;
+}
+
+AnyOutArray as_output(const OutArrayArg& arg, const std::string& what) {
+  AnyOutArray a;
+  if (PyBytes_Check(arg.obj.ptr()) || !nb::try_cast(arg.obj, a)) refuse_array(arg.obj, what, true);
+  return a;
+}
 
 // A new NumPy float32 array of `shape` that owns its memory.
 NumpyF32 new_array(const std::vector<int64_t>& shape) {
@@ -167,10 +249,8 @@ Weights weights_from_dict(const nb::dict& d, const TensorNames& names, const Con
     if (keys[i]->empty()) continue;
     const char* name = keys[i]->c_str();
     if (!d.contains(name)) throw Error("weights: missing tensor '" + *keys[i] + "'; this layer's are " + expected);
-    AnyArray a;
-    if (!nb::try_cast(d[name], a))
-      throw Error("weights['" + *keys[i] + "']: expected an array (NumPy, or anything with the buffer protocol)");
     const std::string what = "weights['" + *keys[i] + "']";
+    const AnyArray a = as_input(ArrayArg{d[name]}, what);
     const float* p = input_data(a, what.c_str());
     if (shape_of(a) != shapes[i])
       throw Error(what + ": shape " + shape_text(a.ndim(), a.shape_ptr()) + ", expected " +
@@ -196,7 +276,7 @@ struct Cache {
   uint64_t seed = 0;
 };
 
-float* output_data(std::optional<AnyOutArray>& out, const std::vector<int64_t>& shape, const char* what,
+float* output_data(const std::optional<AnyOutArray>& out, const std::vector<int64_t>& shape, const char* what,
                    const void* input) {
   check_f32(*out, what);
   if (shape_of(AnyArray(out->handle())) != shape)
@@ -210,9 +290,12 @@ float* output_data(std::optional<AnyOutArray>& out, const std::vector<int64_t>& 
   return static_cast<float*>(out->data());
 }
 
-nb::object forward(const FeedForward& layer, const AnyArray& x, std::optional<std::vector<int64_t>> lengths,
+nb::object forward(const FeedForward& layer, const ArrayArg& x_arg, std::optional<std::vector<int64_t>> lengths,
                    const std::string& layout, std::optional<int> threads, bool training, uint64_t seed,
-                   std::optional<AnyOutArray> out, bool cache) {
+                   std::optional<OutArrayArg> out_arg, bool cache) {
+  const AnyArray x = as_input(x_arg, "x");
+  std::optional<AnyOutArray> out;
+  if (out_arg) out = as_output(*out_arg, "out");
   const float* xp = input_data(x, "x");
   const std::vector<int64_t> xs = shape_of(x);
   const Shape shape = shape_for(layer.config(), xs, layout, lengths, "x");
@@ -238,9 +321,10 @@ nb::object forward(const FeedForward& layer, const AnyArray& x, std::optional<st
   return nb::make_tuple(y_obj, nb::cast(c.release(), nb::rv_policy::take_ownership));
 }
 
-nb::tuple backward(const FeedForward& layer, const AnyArray& x, const AnyArray& dy, Cache* cache,
+nb::tuple backward(const FeedForward& layer, const ArrayArg& x_arg, const ArrayArg& dy_arg, Cache* cache,
                    std::optional<std::vector<int64_t>> lengths, const std::string& layout,
                    std::optional<int> threads, bool training, uint64_t seed) {
+  const AnyArray x = as_input(x_arg, "x"), dy = as_input(dy_arg, "dy");
   const float* xp = input_data(x, "x");
   const float* dyp = input_data(dy, "dy");
   const std::vector<int64_t> xs = shape_of(x);
@@ -395,9 +479,7 @@ EncoderWeights encoder_weights_from_dict(const nb::dict& d, const EncoderConfig&
   for (const EncoderParam& p : params) {
     if (!d.contains(p.name.c_str())) throw Error("weights: missing tensor '" + p.name + "'; " + expected);
     const std::string what = "weights['" + p.name + "']";
-    AnyArray a;
-    if (!nb::try_cast(d[p.name.c_str()], a))
-      throw Error(what + ": expected an array (NumPy, or anything with the buffer protocol)");
+    const AnyArray a = as_input(ArrayArg{d[p.name.c_str()]}, what);
     const float* v = input_data(a, what.c_str());
     if (shape_of(a) != p.shape)
       throw Error(what + ": shape " + shape_text(a.ndim(), a.shape_ptr()) + ", expected " +
@@ -432,8 +514,9 @@ struct EncoderCacheHolder {
   EncoderRunOptions opts;
 };
 
-nb::object encoder_forward(const Encoder& enc, const AnyArray& x, std::optional<std::vector<int64_t>> lengths,
+nb::object encoder_forward(const Encoder& enc, const ArrayArg& x_arg, std::optional<std::vector<int64_t>> lengths,
                            bool causal, bool training, uint64_t seed, std::optional<int> threads, bool cache) {
+  const AnyArray x = as_input(x_arg, "x");
   const float* xp = input_data(x, "x");
   const std::vector<int64_t> xs = shape_of(x);
   EncoderRunOptions o;
@@ -451,8 +534,9 @@ nb::object encoder_forward(const Encoder& enc, const AnyArray& x, std::optional<
   return nb::make_tuple(y, nb::cast(c.release(), nb::rv_policy::take_ownership));
 }
 
-nb::tuple encoder_backward(const Encoder& enc, const AnyArray& x, const AnyArray& dy, const EncoderCacheHolder& cache,
-                           std::optional<int> threads) {
+nb::tuple encoder_backward(const Encoder& enc, const ArrayArg& x_arg, const ArrayArg& dy_arg,
+                           const EncoderCacheHolder& cache, std::optional<int> threads) {
+  const AnyArray x = as_input(x_arg, "x"), dy = as_input(dy_arg, "dy");
   const float* xp = input_data(x, "x");
   const float* dyp = input_data(dy, "dy");
   const std::vector<int64_t> xs = shape_of(x);
@@ -595,7 +679,8 @@ NB_MODULE(_ffn, m) {
                    "int8: the input channels kept in float32 (empty otherwise).")
       .def(
           "input_absmax",
-          [](const FeedForward& l, const AnyArray& x) {
+          [](const FeedForward& l, const ArrayArg& x_arg) {
+            const AnyArray x = as_input(x_arg, "x");
             const float* data = input_data(x, "x");
             if (x.ndim() != 2 || int64_t(x.shape(1)) != l.config().d_model)
               throw Error("x: expected [T, d_model = " + std::to_string(l.config().d_model) + "], got " +
@@ -777,6 +862,7 @@ NB_MODULE(_ffn, m) {
       },
       "path"_a, "A float32 .npy file as the program reads it.");
   m.def(
-      "_data_address", [](const AnyArray& a) { return reinterpret_cast<uintptr_t>(input_data(a, "array")); },
+      "_data_address",
+      [](const ArrayArg& a) { return reinterpret_cast<uintptr_t>(input_data(as_input(a, "array"), "array")); },
       "array"_a, "The address the library reads an input array at (tests prove inputs are not copied).");
 }

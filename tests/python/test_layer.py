@@ -238,6 +238,25 @@ def test_the_gil_is_released_while_computing(rng):
     (lambda l, x: l.set_weights({**l.weights, "linear1.bias": np.zeros(3, np.float32)}),
      r"weights\['linear1.bias'\]: shape \[3\], expected \[16\]"),
     (lambda l, x: ffn.Layer.load("/nonexistent/w.safetensors"), "/nonexistent/w.safetensors"),
+    # What nanobind cannot take as an array: one ffn.Error saying what to pass, not its signature dump.
+    (lambda l, x: l.forward(x.tobytes()), r"x: expected a float32 array, got bytes \(raw float32 bytes: "
+                                          r"numpy.frombuffer\(b, dtype=numpy.float32\).reshape\(...\)\)"),
+    (lambda l, x: l.forward(bytearray(x.tobytes())), "x: expected a float32 array, got bytearray"),
+    (lambda l, x: l.forward(x.astype(">f4")), r"x: expected float32 in this machine's byte order, got >f4 "
+                                              r"\(convert with a.astype\(numpy.float32\)\)"),
+    (lambda l, x: l.backward(x, x.astype(">f4")), "dy: expected float32 in this machine's byte order, got >f4"),
+    (lambda l, x: l.forward(x, out=np.empty((5, 8), ">f4")), "out: expected float32 in this machine's byte order"),
+    (lambda l, x: l.forward(x, out=np.broadcast_to(np.float32(0), (5, 8))), "out: expected a writable array"),
+    (lambda l, x: l.forward(x.tolist()), r"x: expected a float32 array \(NumPy, a PyTorch CPU tensor or anything "
+                                         r"with the buffer protocol\), got list"),
+    (lambda l, x: l.forward(torch.empty(5, 8, device="meta")), r"x: on meta, but ffn runs on the CPU \(move it "
+                                                               r"with .cpu\(\)\)"),
+    (lambda l, x: l.forward(np.array(x, dtype=object)), "x: expected a float32 array, got ndarray of dtype object"),
+    (lambda l, x: l.input_absmax(x.astype(">f4")), "x: expected float32 in this machine's byte order"),
+    (lambda l, x: l.set_weights({**l.weights, "linear1.bias": l.weights["linear1.bias"].tobytes()}),
+     r"weights\['linear1.bias'\]: expected a float32 array, got bytes"),
+    (lambda l, x: l.set_weights({**l.weights, "linear1.bias": l.weights["linear1.bias"].astype(">f4")}),
+     r"weights\['linear1.bias'\]: expected float32 in this machine's byte order, got >f4"),
     (lambda l, x: ffn.Config(d_model=0), "d_model"),
     (lambda l, x: ffn.Config(activation="tanh"), "activation"),
 ])

@@ -414,6 +414,11 @@ def test_encoder_binding_names_shapes_and_cache():
         (lambda: other.backward(x, np.ones_like(x), cache), "cache: from another encoder's forward"),
         (lambda: enc.backward(x[:1].copy(), np.ones_like(x[:1]), cache), r"cache: from a forward on shape \[2, 5, 12\]"),
         (lambda: enc.backward(x, np.ones_like(x[:1]), cache), r"dy: shape \[1, 5, 12\], expected x's shape"),
+        (lambda: enc.forward(x.astype(">f4")), "x: expected float32 in this machine's byte order, got >f4"),
+        (lambda: enc.forward(x.tobytes()), "x: expected a float32 array, got bytes"),
+        (lambda: enc.backward(x, np.ones_like(x).astype(">f4"), cache), "dy: expected float32 in this machine's"),
+        (lambda: ffn.Encoder(cfg, {**weights, "norm.bias": weights["norm.bias"].astype(">f4")}),
+         r"weights\['norm.bias'\]: expected float32 in this machine's byte order"),
         (lambda: ffn.EncoderConfig(d_model=12, heads=5), "heads must divide d_model"),
         (lambda: ffn.EncoderConfig(norm="none"), "norm"),
     ]:
