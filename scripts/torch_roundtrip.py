@@ -12,9 +12,10 @@
 `save` writes every tensor of the module's state_dict under the names ffn
 reads (an encoder layer's attention weights and norm1 too), and the settings
 a state_dict does not carry in the file's __metadata__ (ffn.activation,
-ffn.norm, ffn.norm_type, ffn.eps), taken from the module: without them ffn
-assumes ReLU and post-LN and says so on stderr. Keyword arguments override
-them (and are required for a plain state_dict).
+ffn.norm, ffn.norm_type, ffn.eps, and ffn.heads for an encoder layer), taken
+from the module: without them ffn refuses the file until the command line
+gives them (--activation, --norm, --heads). Keyword arguments override them
+(and are required for a plain state_dict).
 
 `load_into` reads F32, BF16 and F16 tensors (not ffn's int8 files) and loads
 the FFN's tensors into the module with load_state_dict; tensors the file has
@@ -60,6 +61,7 @@ def ffn_tensors(module):
             "norm": "pre" if module.norm_first else "post",
             "norm_type": "layernorm",
             "eps": module.norm2.eps,
+            "heads": module.self_attn.num_heads,  # `ffn encode` needs it; the tensors do not show it
         }
         return sd, settings  # ffn reads linear1, linear2 and norm2 under these names
     if isinstance(module, nn.Sequential) and len(module) == 3:
@@ -85,9 +87,10 @@ def save(module_or_state_dict, path, prefix="", **settings):
     else:
         tensors = {k: v.detach().float().cpu() for k, v in module_or_state_dict.items()}
     meta = {"format": "pt"}
-    for key in ("activation", "norm", "norm_type", "eps"):
+    for key in ("activation", "norm", "norm_type", "eps", "heads"):
         if key in settings:
-            meta["ffn." + key] = repr(float(settings[key])) if key == "eps" else str(settings[key])
+            meta["ffn." + key] = (repr(float(settings[key])) if key == "eps" else
+                                  str(int(settings[key])) if key == "heads" else str(settings[key]))
     header, blobs, offset = {"__metadata__": meta}, [], 0
     for name in sorted(tensors):
         a = np.ascontiguousarray(tensors[name].numpy(), dtype="<f4")

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """From PyTorch and back (README), run by ctest: scripts/torch_roundtrip.py
 saves an nn.TransformerEncoderLayer, an nn.Sequential and a LLaMA-style MLP;
-`ffn run` matches each module's FFN half with no setting assumed; `ffn train
+`ffn run` matches each module's FFN half with no setting assumed (and
+`ffn encode` an encoder layer, its head count recorded too); `ffn train
 --init` and `ffn quantize` keep the module's tensor names and its other
 tensors byte for byte, and their output loads back into the module, which
 then computes what `ffn run` computes on that file. A torch.save file or a
@@ -98,6 +99,36 @@ def run(tmp):
             r = ffn("run", "--weights", o, "--input", os.path.join(tmp, "x.npy"), "--output", y2)
             e = rel(torch.from_numpy(np.load(y2)), ffn_half(back, x)) if r.returncode == 0 else float("inf")
             check(e <= TOL, f"{name}: after ffn {cmd}, the module loaded back matches ffn run: rel {e:.2e}")
+
+    # An encoder layer through `ffn encode` (issue 31): save records the head
+    # count with the activation and the norm, so nothing is given or guessed;
+    # the same layer as a plain state_dict is refused, naming every flag to add.
+    torch.manual_seed(2)
+    enc = torch.nn.TransformerEncoderLayer(32, 4, 48, dropout=0.0, activation="gelu", norm_first=True, batch_first=True)
+    enc.eval()
+    xe = torch.randn(2, 6, 32)
+    np.save(os.path.join(tmp, "xe.npy"), xe.numpy())
+    we, bare = os.path.join(tmp, "enc.safetensors"), os.path.join(tmp, "enc_bare.safetensors")
+    tr.save(enc, we)
+    tr.save(enc.state_dict(), bare)
+    _, meta = tr.read(we)
+    check(meta.get("ffn.heads") == "4", f"save records the head count: {meta.get('ffn.heads')}")
+    ye = os.path.join(tmp, "ye.npy")
+    r = ffn("encode", "--weights", we, "--input", os.path.join(tmp, "xe.npy"), "--output", ye)
+    check(r.returncode == 0 and r.stderr == "", f"ffn encode on a saved encoder layer, nothing given ({r.stderr.strip()})")
+    with torch.no_grad():
+        e = rel(torch.from_numpy(np.load(ye)), enc(xe)) if r.returncode == 0 else float("inf")
+    check(e <= TOL, f"ffn encode matches the 4-head gelu pre-LN layer: rel {e:.2e}")
+    r = ffn("encode", "--weights", bare, "--input", os.path.join(tmp, "xe.npy"), "--output", os.path.join(tmp, "never.npy"))
+    check(r.returncode == 2 and r.stderr.count("\n") == 1 and "--heads" in r.stderr,
+          f"a plain state_dict without --heads: {r.stderr.strip()}")
+    r = ffn("encode", "--weights", bare, "--heads", "4", "--input", os.path.join(tmp, "xe.npy"),
+            "--output", os.path.join(tmp, "never.npy"))
+    check(r.returncode == 2 and "add --activation and --norm" in r.stderr,
+          f"a plain state_dict without --activation/--norm: {r.stderr.strip()}")
+    r = ffn("encode", "--weights", bare, "--heads", "3", "--activation", "gelu", "--norm", "pre",
+            "--input", os.path.join(tmp, "xe.npy"), "--output", os.path.join(tmp, "never.npy"))
+    check(r.returncode == 2 and "heads 3 does not divide d_model 32" in r.stderr, f"--heads 3: {r.stderr.strip()}")
 
     # Files of the wrong kind.
     m = tr._demo_modules()["sequential"]

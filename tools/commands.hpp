@@ -91,7 +91,26 @@ struct SettingOverrides {
 // Settings a load took from a default or a guess (FeedForward::assumed_settings):
 // one line on stderr saying so and which flags set them. A PyTorch
 // state_dict carries no activation, norm placement or eps.
+// A file that records neither the activation nor the norm placement (a plain
+// PyTorch state_dict) is refused unless the command line gives them: a wrong
+// guess is silently wrong by tenths. Names the flags to add.
+inline void refuse_guessed_settings(const std::string& path, const std::vector<AssumedSetting>& assumed) {
+  std::string what, flags;
+  for (const auto& [w, f] : assumed)
+    if (f == "--activation" || f == "--norm") {
+      what += (what.empty() ? "" : ", ") + w;
+      flags += (flags.empty() ? "" : " and ") + f;
+    }
+  if (!flags.empty())
+    throw Error(path + " does not record its " + (flags.find(" and ") != std::string::npos ? "activation and norm placement"
+                                                  : flags == "--norm" ? "norm placement" : "activation") +
+                " (a plain PyTorch state_dict carries no settings): add " + flags + " (ffn will not guess " + what + ")");
+}
+
+// Refuses guessed activation/norm (above); notes on stderr the other settings
+// taken from defaults (norm type, eps: PyTorch's own defaults).
 inline void note_assumed(const std::string& path, const std::vector<AssumedSetting>& assumed) {
+  refuse_guessed_settings(path, assumed);
   if (assumed.empty()) return;
   std::string what, flags;
   for (const auto& [w, f] : assumed) {

@@ -52,6 +52,7 @@ Prologue begin_parallel(const dist::Comm& comm, const ParallelArgs& a, F&& check
     if (comm.rank() == 0 && a.check_outputs) a.check_outputs();
   });
   p.tp.emplace(dist::ParallelFeedForward::load(comm, a.weights, a.load));
+  comm.agreed([&] { refuse_guessed_settings(a.weights, p.tp->local().assumed_settings()); });
   if (comm.rank() == 0) note_assumed(a.weights, p.tp->local().assumed_settings());
   comm.agreed([&] {
     check(p.tp->local());

@@ -138,10 +138,12 @@ TEST(Cli, InitThenRunUsesTheFilesSettings) {
 }
 
 // A file without ffn's __metadata__ (as a PyTorch state_dict saved to
-// safetensors): run, grad and quantize say on one stderr line which settings
-// they assumed and which flags set them; exit status unchanged. Nothing is
-// said when the flags or the metadata give every setting.
-TEST(Cli, SettingsTakenFromDefaultsAreNamedOnStderr) {
+// safetensors): run, grad and quantize refuse to guess the activation and the
+// norm placement (issue 31: a wrong guess was silently wrong by tenths) and
+// name the flags to add; with them given, the norm type and eps still taken
+// from PyTorch's defaults are named on one stderr line. Nothing is said when
+// the flags or the metadata give every setting.
+TEST(Cli, SettingsAFileDoesNotRecordMustBeGiven) {
   Config cfg;
   cfg.d_model = 8;
   cfg.d_ff = 16;
@@ -153,16 +155,23 @@ TEST(Cli, SettingsTakenFromDefaultsAreNamedOnStderr) {
   f.metadata.clear();
   write_safetensors(bare, f);
   write_npy(tmp("bare_x.npy"), Array{{2, 8}, test::randn(16, 5)});
-  const std::string io = " --input " + tmp("bare_x.npy") + " --output " + tmp("bare_y.npy");
+  const std::string out = tmp("bare_y.npy");
+  const std::string io = " --input " + tmp("bare_x.npy") + " --output " + out;
 
+  fs::remove(out);
   Result r = ffn_cli("run --weights " + bare + io);
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(bare + " does not record these settings; assumed activation relu, norm post, norm type "
-                             "layernorm, eps 1e-05 (set with --activation, --norm, --norm-type, --eps)"),
+  EXPECT_NE(r.err.find(bare + " does not record its activation and norm placement (a plain PyTorch state_dict carries "
+                             "no settings): add --activation and --norm (ffn will not guess activation relu, norm post)"),
             std::string::npos)
       << r.err;
-  // Only what is still assumed is named.
+  EXPECT_FALSE(fs::exists(out));
+  r = ffn_cli("run --weights " + bare + io + " --activation gelu");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("does not record its norm placement"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("add --norm (ffn will not guess norm post)"), std::string::npos) << r.err;
+  // Given both, what is still assumed (PyTorch's defaults) is named.
   r = ffn_cli("run --weights " + bare + io + " --activation gelu --norm pre");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("assumed norm type layernorm, eps 1e-05 (set with --norm-type, --eps)"), std::string::npos) << r.err;
@@ -175,22 +184,22 @@ TEST(Cli, SettingsTakenFromDefaultsAreNamedOnStderr) {
   r = ffn_cli("run --weights " + with_meta + io);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
-  // With the flags the result is the layer's own; without them it is not.
+  // With the flags the result is the layer's own.
   ASSERT_EQ(ffn_cli("run --weights " + with_meta + io).status, 0);
-  const std::vector<float> want = read_npy(tmp("bare_y.npy")).data;
+  const std::vector<float> want = read_npy(out).data;
   ASSERT_EQ(ffn_cli("run --weights " + bare + io + " --activation gelu --norm pre").status, 0);
-  EXPECT_EQ(read_npy(tmp("bare_y.npy")).data, want);
-  ASSERT_EQ(ffn_cli("run --weights " + bare + io).status, 0);
-  EXPECT_NE(read_npy(tmp("bare_y.npy")).data, want);
+  EXPECT_EQ(read_npy(out).data, want);
 
   write_npy(tmp("bare_dy.npy"), Array{{2, 8}, test::randn(16, 6)});
   r = ffn_cli("grad --weights " + bare + " --input " + tmp("bare_x.npy") + " --grad-output " + tmp("bare_dy.npy") +
               " --output-dir " + tmp("bare_grads"));
-  EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.err.find("assumed activation relu"), std::string::npos) << r.err;
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("add --activation and --norm"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(tmp("bare_grads")));
   r = ffn_cli("quantize --weights " + bare + " --dtype int8 --output " + tmp("bare_q.safetensors"));
-  EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.err.find("assumed activation relu"), std::string::npos) << r.err;
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("add --activation and --norm"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(tmp("bare_q.safetensors")));
   // quantize takes the same overrides, and writes them into the file.
   r = ffn_cli("quantize --weights " + bare + " --dtype int8 --activation gelu --norm pre --norm-type layernorm --eps 1e-5 "
               "--output " + tmp("bare_q2.safetensors"));
@@ -199,6 +208,18 @@ TEST(Cli, SettingsTakenFromDefaultsAreNamedOnStderr) {
   const FeedForward q = FeedForward::load(tmp("bare_q2.safetensors"));
   EXPECT_EQ(q.config().activation, Activation::gelu);
   EXPECT_EQ(q.config().norm, NormPlacement::pre);
+  // A bare file without norm tensors: the placement is known (none), the activation is not.
+  Config plain = cfg;
+  plain.norm = NormPlacement::none;
+  SafetensorsFile g = FeedForward(plain, 4).to_safetensors();
+  g.metadata.clear();
+  write_safetensors(tmp("bare_nonorm.safetensors"), g);
+  r = ffn_cli("run --weights " + tmp("bare_nonorm.safetensors") + io);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("does not record its activation (a plain PyTorch state_dict carries no settings): add "
+                       "--activation (ffn will not guess activation relu)"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(Cli, VersionPrintsTheProjectVersion) {
