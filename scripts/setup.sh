@@ -73,6 +73,11 @@ if ((python_ok)); then
   .venv/bin/pip install -q --no-build-isolation --no-deps . ||
     echo "setup: pip install . into .venv failed; the Python package is not installed" >&2
 fi
+# `ffn` on PATH once the environment is active (`. .venv/bin/activate`): a
+# link to the program just built, so the README's bare `ffn` commands work.
+if [ -d .venv/bin ]; then
+  ln -sfn "$PWD/build/bin/ffn" .venv/bin/ffn
+fi
 
 # ---- optional: the Hugging Face reference and the pretrained model ----------
 # Versions checked with Debian's torch 1.13 (transformers 4.57 and later
