@@ -749,6 +749,62 @@ int cmd_bench(const BenchArgs& a) {
 
 // The program's entry, callable in-process (the fuzz target for `ffn run`
 // calls it); main() below is the executable's.
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first --flag of the command line that its (sub)command does not have,
+// with the nearest one it has: "run: unknown flag --weight; did you mean
+// --weights? (see ffn run --help)". Checked before parsing, because CLI11 reports a required flag
+// missing (the one that was mistyped) before an unexpected one. "" if none.
+CLI::App* find_subcommand(CLI::App& app, const std::string& name) {
+  const auto subs = app.get_subcommands([&](CLI::App* s) { return s->get_name() == name; });
+  return subs.empty() ? nullptr : subs.front();
+}
+
+std::string unknown_flag(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  CLI::App* cmd = find_subcommand(app, argv[1]);
+  if (!cmd) return "";
+  std::string name = argv[1];
+  int first = 2;
+  if (argc > 2 && argv[2][0] != '-')
+    if (CLI::App* sub = find_subcommand(*cmd, argv[2])) cmd = sub, name += std::string(" ") + argv[2], first = 3;
+  std::vector<std::string> known = {"help", "help-all"};
+  for (const CLI::Option* o : cmd->get_options())
+    for (const std::string& l : o->get_lnames()) known.push_back(l);
+  for (int i = first; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;  // what follows is positional
+    if (arg.rfind("--", 0) != 0 || arg.size() < 3) continue;
+    const std::string flag = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+    if (std::find(known.begin(), known.end(), flag) != known.end()) continue;
+    std::string best;
+    size_t best_d = SIZE_MAX;
+    for (const std::string& k : known)
+      if (const size_t d = edit_distance(flag, k); d < best_d) best_d = d, best = k;
+    std::string msg = name + ": unknown flag --" + flag;
+    if (!best.empty() && best_d <= std::max<size_t>(2, flag.size() / 3)) msg += "; did you mean --" + best + "?";
+    return msg + " (see ffn " + name + " --help)";
+  }
+  return "";
+}
+
+}  // namespace
+
 int ffn_main(int argc, char** argv) {
   ffn::io::remove_temporaries_on_signals();
   CLI::App app{"ffn: the Transformer's position-wise feed-forward sublayer"};
@@ -857,6 +913,10 @@ int ffn_main(int argc, char** argv) {
                 << "', expected run, grad, init, quantize, bench, train, demo, encode, encode-grad or embed (see ffn --help)\n";
       return 2;
     }
+  }
+  if (const std::string typo = unknown_flag(app, argc, argv); !typo.empty()) {
+    std::cerr << "ffn: error: " << typo << "\n";
+    return 2;
   }
   try {
     app.parse(argc, argv);

@@ -351,6 +351,13 @@ TEST(CliBadInput, FlagsAndValues) {
   expect_bad("no command", "", {"subcommand"});
   expect_bad("unknown command", "frobnicate", {"frobnicate"});
   expect_bad("unknown flag", run + " --frobnicate 3", {"--frobnicate"}, out);
+  // Issue 31: a mistyped flag is named with the nearest known one, not as the
+  // required flag it was meant to be ("--weights is required").
+  expect_bad("mistyped required flag", "run --weight " + f.w + " --input " + f.x + " --output " + out,
+             {"run: unknown flag --weight; did you mean --weights? (see ffn run --help)"}, out);
+  expect_bad("mistyped flag with =", run + " --threds=2", {"unknown flag --threds; did you mean --threads?"}, out);
+  expect_bad("mistyped subcommand flag", "demo approximate --plto " + tmp("p.svg"),
+             {"demo approximate: unknown flag --plto; did you mean --plot?"});
   expect_bad("missing required", "run --weights " + f.w + " --output " + out, {"--input"}, out);
   expect_bad("bad activation", run + " --activation tanh", {"--activation", "tanh", "relu"}, out);
   expect_bad("bad norm", run + " --norm middle", {"--norm", "middle"}, out);
