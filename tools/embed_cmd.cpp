@@ -63,6 +63,73 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
+// Up to `n` more lines of standard input (fewer at its end).
+std::vector<std::string> read_stdin_lines(int64_t n) {
+  std::vector<std::string> lines;
+  std::string line;
+  while (int64_t(lines.size()) < n && std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(line);
+  }
+  if (std::cin.bad()) throw Error("--input-file -: read error on standard input");
+  return lines;
+}
+
+// Progress on stderr: a bar rewritten in place on a terminal; otherwise (a
+// log file, a pipe) one plain line at most every few seconds, so that only
+// long jobs print any. FFN_PROGRESS_SECONDS sets that interval (tests).
+class EmbedProgress {
+ public:
+  // bar: whether a terminal gets the bar (not for a job of one batch).
+  EmbedProgress(int64_t total, bool bar) : total_(total), tty_(isatty(STDERR_FILENO)), bar_(bar) {
+    if (const char* v = std::getenv("FFN_PROGRESS_SECONDS")) interval_ = std::max(0.0, std::atof(v));
+  }
+  // done: texts finished so far (of total_, or -1 when reading standard input).
+  void update(int64_t done) {
+    const double s = seconds();
+    if (tty_) {
+      if (total_ <= 0 || !bar_) return;
+      const int width = 30, filled = int(width * done / total_);
+      std::fprintf(stderr, "\r\033[Kffn embed: [%s%s] %lld/%lld texts, %.0f/s", std::string(size_t(filled), '=').c_str(),
+                   std::string(size_t(width - filled), ' ').c_str(), (long long)done, (long long)total_, double(done) / s);
+      if (done == total_) std::fprintf(stderr, "\r\033[K");
+    } else {
+      if (s < last_ + interval_) return;
+      last_ = s;
+      printed_ = true;
+      if (total_ > 0)
+        std::fprintf(stderr, "ffn embed: %lld/%lld texts, %.0f texts/s, %.0f s\n", (long long)done, (long long)total_,
+                     double(done) / s, s);
+      else
+        std::fprintf(stderr, "ffn embed: %lld texts, %.0f texts/s, %.0f s\n", (long long)done, double(done) / s, s);
+    }
+    std::fflush(stderr);
+  }
+  // The closing line, where a progress line was printed.
+  void finish(int64_t done) {
+    if (!tty_ && printed_)
+      std::fprintf(stderr, "ffn embed: done, %lld texts in %.1f s (%.0f texts/s)\n", (long long)done, seconds(),
+                   double(done) / seconds());
+  }
+
+ private:
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  int64_t total_;
+  bool tty_, bar_;
+  double interval_ = 5.0, last_ = 0.0;
+  bool printed_ = false;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+void print_rows(const Array& e, int64_t d) {
+  const size_t n = e.data.size() / size_t(d);
+  for (size_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < d; ++j) std::printf(j ? " %.7g" : "%.7g", e.data[i * size_t(d) + size_t(j)]);
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
 void cmd_embed(const EmbedArgs& a) {
   if (a.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(a.batch));
   const int threads = threads_or_throw(a.threads);
@@ -71,46 +138,21 @@ void cmd_embed(const EmbedArgs& a) {
   if (sim && (!a.texts.empty() || !a.input_file.empty() || !a.output.empty()))
     throw Error("--similarity: takes its two texts alone (no other TEXT, --input-file or --output)");
   if (!sim && a.texts.empty() == a.input_file.empty())
-    throw Error(a.texts.empty() ? "embed: give the texts (TEXT... or --input-file lines.txt)"
+    throw Error(a.texts.empty() ? "embed: give the texts (TEXT... or --input-file lines.txt, - for standard input)"
                                 : "embed: give TEXT... or --input-file, not both");
+  const bool from_stdin = a.input_file == "-";
   if (!a.output.empty()) {
     io::check_writable_target(a.output);
-    check_not_an_input(a.output, "--output", {{"--input-file", a.input_file}});
+    if (!from_stdin) check_not_an_input(a.output, "--output", {{"--input-file", a.input_file}});
   }
   SentenceLoadOptions lo = load_options(a.dtype, a.int8_outliers, a.int8_attention);
   lo.max_tokens = a.max_tokens;
   const std::string dir = a.model.empty() ? SentenceEncoder::default_model_dir() : a.model;
   const SentenceEncoder enc = SentenceEncoder::load(dir, lo);
-
-  std::vector<std::string> texts = sim ? a.similarity : a.texts;
-  if (!a.input_file.empty()) {
-    texts = read_lines(a.input_file);
-    for (size_t i = 0; i < texts.size(); ++i) {  // every line checked before any work
-      try {
-        enc.tokenize(texts[i]);
-      } catch (const Error& e) {
-        throw Error("--input-file " + a.input_file + ": line " + std::to_string(i + 1) + ": " + e.what());
-      }
-    }
-  }
-  EmbedOptions eo;
-  eo.threads = threads;
-  eo.batch = a.batch;
-  const bool tty = isatty(STDERR_FILENO);
-  const auto t0 = std::chrono::steady_clock::now();
-  if (tty && int64_t(texts.size()) > a.batch) {
-    eo.progress = [&](int64_t done, int64_t total) {
-      const int width = 30, filled = int(width * done / total);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "\r\033[Kffn embed: [%s%s] %lld/%lld texts, %.0f/s", std::string(size_t(filled), '=').c_str(),
-                   std::string(size_t(width - filled), ' ').c_str(), (long long)done, (long long)total, double(done) / s);
-      if (done == total) std::fprintf(stderr, "\r\033[K");
-      std::fflush(stderr);
-    };
-  }
-  const Array e = enc.embed(texts, eo);
   const int64_t d = enc.dim();
+
   if (sim) {
+    const Array e = enc.embed(a.similarity, EmbedOptions{threads, a.batch, {}});
     double dot = 0, na = 0, nb = 0;
     for (int64_t j = 0; j < d; ++j) {
       dot += double(e.data[size_t(j)]) * e.data[size_t(d + j)];
@@ -118,14 +160,61 @@ void cmd_embed(const EmbedArgs& a) {
       nb += double(e.data[size_t(d + j)]) * e.data[size_t(d + j)];
     }
     std::printf("%.6f\n", dot / std::sqrt(na * nb));
-  } else if (!a.output.empty()) {
-    write_npy(a.output, e);
-  } else {  // one line of d numbers per text
-    for (size_t i = 0; i < texts.size(); ++i) {
-      for (int64_t j = 0; j < d; ++j) std::printf(j ? " %.7g" : "%.7g", e.data[i * size_t(d) + size_t(j)]);
-      std::printf("\n");
+    return;
+  }
+
+  // Each line is checked (tokenized) before any work: the whole file, or
+  // each window of standard input before that window runs.
+  auto check_lines = [&](const std::vector<std::string>& lines, int64_t first) {
+    for (size_t i = 0; i < lines.size(); ++i) {
+      try {
+        enc.tokenize(lines[i]);
+      } catch (const Error& e) {
+        throw Error("--input-file " + a.input_file + ": line " + std::to_string(first + int64_t(i) + 1) + ": " + e.what());
+      }
+    }
+  };
+  std::vector<std::string> texts = a.texts;
+  if (!a.input_file.empty() && !from_stdin) {
+    texts = read_lines(a.input_file);
+    check_lines(texts, 0);
+  }
+
+  // Windows of texts, in input order: each is sorted by length inside
+  // embed() (the batches pack similar lengths) and, without --output, printed
+  // as soon as it is done. A text's embedding does not depend on the others
+  // in its batch or window, so the windows change no result.
+  const int64_t window = 16 * a.batch;
+  const int64_t total = from_stdin ? -1 : int64_t(texts.size());
+  EmbedProgress progress(total, total > a.batch);
+  EmbedOptions eo;
+  eo.threads = threads;
+  eo.batch = a.batch;
+  int64_t done = 0;
+  Array all;  // --output: every row, written at the end (atomically)
+  all.shape = {0, d};
+  for (int64_t start = 0;; start += window) {
+    std::vector<std::string> part;
+    if (from_stdin) {
+      part = read_stdin_lines(window);
+      check_lines(part, start);
+    } else {
+      if (start >= total) break;
+      part.assign(texts.begin() + start, texts.begin() + std::min(total, start + window));
+    }
+    if (part.empty()) break;
+    eo.progress = [&](int64_t n, int64_t) { progress.update(done + n); };
+    const Array e = enc.embed(part, eo);
+    done += int64_t(part.size());
+    if (a.output.empty()) {
+      print_rows(e, d);
+    } else {
+      all.data.insert(all.data.end(), e.data.begin(), e.data.end());
+      all.shape[0] += int64_t(part.size());
     }
   }
+  if (!a.output.empty()) write_npy(a.output, all);
+  progress.finish(done);
 }
 
 }  // namespace
@@ -175,7 +264,9 @@ Command add_embed(CLI::App& app) {
       "embed", "sentence embeddings (BERT, e.g. all-MiniLM-L6-v2): TEXT... or --input-file, or --similarity A B");
   cmd->add_option("texts", a->texts, "texts to embed (one embedding per text)");
   cmd->add_option("--model", a->model, "model directory (config.json, model.safetensors, vocab.txt); default: $FFN_MODEL_DIR, else ~/.cache/ffn/all-MiniLM-L6-v2");
-  cmd->add_option("--input-file", a->input_file, "UTF-8 text file, one text per line");
+  cmd->add_option("--input-file", a->input_file,
+                  "UTF-8 text file, one text per line; - reads standard input (embedded and printed a window of "
+                  "16 x --batch lines at a time)");
   cmd->add_option("--output", a->output, "write the embeddings as .npy [texts, dim] (default: print one line per text)");
   cmd->add_option("--similarity", a->similarity, "print the cosine similarity of the embeddings of A and B")->expected(2);
   cmd->add_option("--batch", a->batch, "texts per call (default 32)");

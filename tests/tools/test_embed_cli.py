@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""`ffn embed` on long inputs (issue 31, item 12), run by ctest:
+  - --input-file - reads standard input, and its output is written window by
+    window (16 x --batch texts) in input order while standard input is still
+    open: a reader gets the first window before the last line is written;
+  - windows change no result: the rows equal, bit for bit, those of one window
+    over all texts (a text's embedding does not depend on its batch), and the
+    printed lines are those rows as %.7g;
+  - without a terminal, progress goes to stderr as plain lines at most every
+    FFN_PROGRESS_SECONDS (default 5 s: nothing for a short job).
+
+    /usr/bin/python3 tests/tools/test_embed_cli.py FFN_BINARY
+Exits 77 (skipped) without numpy or without the model (scripts/setup.sh installs it).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+
+try:
+    import numpy as np
+except ImportError:
+    print("SKIPPED: no numpy in this Python")
+    sys.exit(77)
+
+FFN = sys.argv[1]
+model = os.environ.get("FFN_MODEL_DIR", os.path.expanduser("~/.cache/ffn/all-MiniLM-L6-v2"))
+if not os.path.isfile(os.path.join(model, "model.safetensors")):
+    print(f"SKIPPED: no model at {model} (scripts/setup.sh installs all-MiniLM-L6-v2)")
+    sys.exit(77)
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def lines_of(e):
+    return [" ".join("%.7g" % v for v in row) for row in e]
+
+
+def main(tmp):
+    words = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches".split()
+    # 40 texts of 1..15 words in an order unlike their lengths: sorting by length
+    # inside a window must not reorder the output.
+    texts = [" ".join(words[(i * 7) % len(words):][: 1 + (i * 11) % 15]) or "x" for i in range(40)]
+    src = os.path.join(tmp, "texts.txt")
+    with open(src, "w") as f:
+        f.write("\n".join(texts) + "\n")
+    one, win = os.path.join(tmp, "one.npy"), os.path.join(tmp, "win.npy")
+    r1 = subprocess.run([FFN, "embed", "--input-file", src, "--batch", "64", "--output", one], capture_output=True, text=True)
+    r2 = subprocess.run([FFN, "embed", "--input-file", src, "--batch", "2", "--output", win], capture_output=True, text=True)
+    check(r1.returncode == 0 and r2.returncode == 0, f"embed --output ({r1.stderr.strip()} {r2.stderr.strip()})")
+    e_one, e_win = np.load(one), np.load(win)
+    check(e_one.shape == (40, 384) and np.array_equal(e_one, e_win),
+          "2 windows (32 + 8 texts at --batch 2) give the bits of one window over all 40 texts")
+    check(r2.stderr == "", f"a short job without a terminal prints no progress: {r2.stderr!r}")
+
+    # Standard input, streamed: the first window (32 texts at --batch 2) comes
+    # back while standard input is still open.
+    p = subprocess.Popen([FFN, "embed", "--input-file", "-", "--batch", "2"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdin.write("\n".join(texts[:32]) + "\n")
+    p.stdin.flush()
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(p.stdout.readline() for _ in range(32)))
+    reader.start()
+    reader.join(timeout=120)  # the model loads in a few seconds; 120 s is far beyond that
+    streamed = not reader.is_alive()
+    check(streamed, f"the first window is written before standard input ends ({len(got)} of 32 lines)")
+    if not streamed:
+        p.kill()
+        return
+    p.stdin.write("\n".join(texts[32:]) + "\n")
+    p.stdin.close()
+    rest = p.stdout.read().splitlines()
+    err = p.stderr.read()
+    p.wait()
+    printed = [g.rstrip("\n") for g in got] + rest
+    check(p.returncode == 0, f"--input-file - exits 0 ({err.strip()})")
+    check(printed == lines_of(e_one), f"the printed lines are the rows in input order ({len(printed)} lines)")
+
+    # Progress lines without a terminal (interval 0 here: every batch).
+    env = dict(os.environ, FFN_PROGRESS_SECONDS="0")
+    r = subprocess.run([FFN, "embed", "--input-file", src, "--batch", "8", "--output", os.path.join(tmp, "p.npy")],
+                       capture_output=True, text=True, env=env)
+    lines = r.stderr.splitlines()
+    check(r.returncode == 0 and any(l.startswith("ffn embed: 8/40 texts") for l in lines)
+          and any(l.startswith("ffn embed: 40/40 texts") for l in lines) and lines[-1].startswith("ffn embed: done, 40 texts"),
+          f"progress lines on stderr: {lines}")
+    check("\r" not in r.stderr and "\033" not in r.stderr, "no terminal control characters in a log")
+
+
+with tempfile.TemporaryDirectory(prefix="ffn-embed-cli-") as tmp:
+    main(tmp)
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
