@@ -8,7 +8,8 @@
 //     saying what to pass, never converted behind the caller's back;
 //   - outputs are new NumPy arrays that own their memory, or `out=` arrays the
 //     caller passes (then written in place).
-// The GIL is released while the layer computes. The encoder (ffn.Encoder, for
+// The GIL is released while the layer computes, and Ctrl-C stops a long call
+// with KeyboardInterrupt (Interruptible, below). The encoder (ffn.Encoder, for
 // ffn.torch.TransformerEncoder) takes and returns its parameters under
 // nn.TransformerEncoder's state_dict names.
 #include <nanobind/nanobind.h>
@@ -19,6 +20,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -179,6 +181,75 @@ NumpyF32 to_numpy(const std::vector<float>& v, const std::vector<int64_t>& shape
   return a;
 }
 
+// ---- Ctrl-C --------------------------------------------------------------------
+//
+// Python runs its SIGINT handler (which raises KeyboardInterrupt) only when the
+// interpreter has control. While the library computes without the GIL, Ctrl-C
+// would wait for the end of the call, and the handler then ran inside the
+// first Python call after it: nanobind's export of the result, which turned
+// KeyboardInterrupt into a RuntimeError. So each long call hands the library
+// a RunOptions::interrupted hook: at its safe points (pieces of rows,
+// sublayers, batches: ffn/types.hpp) the hook takes the GIL and runs the
+// handlers (PyErr_CheckSignals); when one raises, the library stops with
+// ffn::Interrupted and the call raises that exception once the computation
+// has unwound, before any result is made. The object is left as it was.
+//
+// Python delivers signals to its main thread only, so calls from other
+// threads get no hook (nor any wait for the GIL). The hook takes the GIL at
+// most every kInterruptInterval: a stop waits that long at most (plus one
+// piece of work), and a Python thread busy with the GIL, which the hook may
+// wait for (up to the interpreter's 5 ms switch interval), costs a long call
+// 10 % at worst.
+constexpr std::chrono::milliseconds kInterruptInterval{50};
+unsigned long main_thread_ident = 0;  // threading.main_thread().ident, at import
+
+class Interruptible {
+ public:
+  // With the GIL held, on the thread that makes the call.
+  Interruptible() : main_(PyThread_get_thread_ident() == main_thread_ident) {}
+  Interruptible(const Interruptible&) = delete;
+  Interruptible& operator=(const Interruptible&) = delete;
+
+  // For RunOptions::interrupted (EmbedOptions::interrupted); empty off the main thread.
+  std::function<bool()> hook() {
+    if (!main_) return {};
+    return [this] { return signalled(); };
+  }
+
+  // compute() without the GIL. A stop raises the signal handler's exception;
+  // a signal that came after the last safe point has its handler run here,
+  // with the GIL, so the caller never exports a result after it.
+  template <class F>
+  void run(F&& compute) {
+    bool stopped = false;
+    {
+      nb::gil_scoped_release nogil;
+      try {
+        compute();
+      } catch (const Interrupted&) {
+        stopped = true;
+      }
+    }
+    if (stopped) throw std::move(*error_);  // set: only the hook stops the library
+    if (main_ && PyErr_CheckSignals() != 0) throw nb::python_error();
+  }
+
+ private:
+  bool signalled() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_) return false;
+    next_ = now + kInterruptInterval;
+    nb::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() == 0) return false;  // no signal, or a handler that did not raise
+    error_.emplace();  // takes the handler's exception (KeyboardInterrupt) off the error indicator
+    return true;
+  }
+
+  const bool main_;
+  std::chrono::steady_clock::time_point next_ = std::chrono::steady_clock::now() + kInterruptInterval;
+  std::optional<nb::python_error> error_;
+};
+
 // The Shape of an input array in `layout`: tokens [T, d] or [B, S, d]; ncw
 // [d, S] or [B, d, S].
 Shape shape_for(const Config& cfg, const std::vector<int64_t>& s, const std::string& layout_name,
@@ -299,7 +370,7 @@ nb::object forward(const FeedForward& layer, const ArrayArg& x_arg, std::optiona
   const float* xp = input_data(x, "x");
   const std::vector<int64_t> xs = shape_of(x);
   const Shape shape = shape_for(layer.config(), xs, layout, lengths, "x");
-  const RunOptions ro = run_options(threads, training, seed);
+  RunOptions ro = run_options(threads, training, seed);
   nb::object y_obj;
   float* yp;
   if (out) {
@@ -312,11 +383,12 @@ nb::object forward(const FeedForward& layer, const ArrayArg& x_arg, std::optiona
   }
   std::unique_ptr<Cache> c;
   if (cache) c.reset(new Cache{ForwardCache(), xs, layout, lengths, training, seed});
-  {
-    nb::gil_scoped_release nogil;
+  Interruptible stop;
+  ro.interrupted = stop.hook();
+  stop.run([&] {
     std::shared_lock lock(weights_lock);
     layer.forward(xp, yp, shape, ro, c ? &c->cache : nullptr);
-  }
+  });
   if (!cache) return y_obj;
   return nb::make_tuple(y_obj, nb::cast(c.release(), nb::rv_policy::take_ownership));
 }
@@ -341,11 +413,12 @@ nb::tuple backward(const FeedForward& layer, const ArrayArg& x_arg, const ArrayA
     if (layout != cache->layout) throw Error("layout: '" + layout + "', but the cache's forward used '" + cache->layout + "'");
   }
   const Shape shape = shape_for(layer.config(), xs, layout, lengths, "x");
-  const RunOptions ro = run_options(threads, training, seed);
+  RunOptions ro = run_options(threads, training, seed);
   NumpyF32 dx = new_array(xs);
   Weights grads;
-  {
-    nb::gil_scoped_release nogil;
+  Interruptible stop;
+  ro.interrupted = stop.hook();
+  stop.run([&] {
     std::shared_lock lock(weights_lock);
     ForwardCache own;
     const ForwardCache* c = cache ? &cache->cache : &own;
@@ -354,7 +427,7 @@ nb::tuple backward(const FeedForward& layer, const ArrayArg& x_arg, const ArrayA
       layer.forward(xp, y.data(), shape, ro, &own);
     }
     layer.backward(xp, dyp, shape, *c, dx.data(), grads, ro);
-  }
+  });
   return nb::make_tuple(dx, weights_dict(grads, layer.names(), layer.config()));
 }
 
@@ -526,10 +599,9 @@ nb::object encoder_forward(const Encoder& enc, const ArrayArg& x_arg, std::optio
   NumpyF32 y = new_array(xs);
   std::unique_ptr<EncoderCacheHolder> c;
   if (cache) c.reset(new EncoderCacheHolder{EncoderCache(), &enc, xs, shape, o});
-  {
-    nb::gil_scoped_release nogil;
-    enc.forward(xp, y.data(), shape, o, c ? &c->cache : nullptr);
-  }
+  Interruptible stop;
+  o.interrupted = stop.hook();  // after the copy in the cache holder: backward makes its own
+  stop.run([&] { enc.forward(xp, y.data(), shape, o, c ? &c->cache : nullptr); });
   if (!cache) return nb::cast(y);
   return nb::make_tuple(y, nb::cast(c.release(), nb::rv_policy::take_ownership));
 }
@@ -551,10 +623,9 @@ nb::tuple encoder_backward(const Encoder& enc, const ArrayArg& x_arg, const Arra
   o.threads = run_options(threads, false, 0).threads;
   NumpyF32 dx = new_array(xs);
   EncoderWeights grads;
-  {
-    nb::gil_scoped_release nogil;
-    enc.backward(xp, dyp, cache.shape, cache.cache, dx.data(), grads, o);
-  }
+  Interruptible stop;
+  o.interrupted = stop.hook();
+  stop.run([&] { enc.backward(xp, dyp, cache.shape, cache.cache, dx.data(), grads, o); });
   return nb::make_tuple(dx, encoder_weights_dict(enc.config(), std::move(grads)));
 }
 
@@ -588,6 +659,7 @@ NB_MODULE(_ffn, m) {
   m.doc() = "ffn: the Transformer's position-wise feed-forward sublayer (C++ library bindings)";
   m.attr("__version__") = FFN_VERSION;
   nb::exception<Error>(m, "Error", PyExc_ValueError);
+  main_thread_ident = nb::cast<unsigned long>(nb::module_::import_("threading").attr("main_thread")().attr("ident"));
   // An autograd graph alive at interpreter exit still holds a Cache; that is
   // not a reference-counting bug, so no warning about it.
   nb::set_leak_warnings(false);
@@ -801,10 +873,10 @@ NB_MODULE(_ffn, m) {
           [](const SentenceEncoder& s, const std::string& text, std::optional<int> threads) {
             EmbedOptions o;
             o.threads = run_options(threads, false, 0).threads;
-            Array a = [&] {
-              nb::gil_scoped_release nogil;
-              return s.embed({text}, o);
-            }();
+            Interruptible stop;
+            o.interrupted = stop.hook();
+            Array a;
+            stop.run([&] { a = s.embed({text}, o); });
             return to_numpy(a.data, {a.shape[1]});
           },
           "text"_a, "threads"_a = nb::none(), "The embedding of one text: float32 [dim].")
@@ -814,10 +886,10 @@ NB_MODULE(_ffn, m) {
             EmbedOptions o;
             o.batch = batch;
             o.threads = run_options(threads, false, 0).threads;
-            Array a = [&] {
-              nb::gil_scoped_release nogil;
-              return s.embed(texts, o);
-            }();
+            Interruptible stop;
+            o.interrupted = stop.hook();
+            Array a;
+            stop.run([&] { a = s.embed(texts, o); });
             return to_numpy(a.data, a.shape);
           },
           "texts"_a, "batch"_a = 32, "threads"_a = nb::none(),

@@ -53,6 +53,9 @@ struct EmbedOptions {
   int64_t batch = 32;   // texts per encoder call (padding has no effect on any result)
   // Called after each batch with the texts done so far and the total.
   std::function<void(int64_t done, int64_t total)> progress;
+  // As RunOptions::interrupted (ffn/types.hpp): asked before each batch and
+  // between the encoder's sublayers; true stops embed with Interrupted.
+  std::function<bool()> interrupted;
 };
 
 class SentenceEncoder {

@@ -1,7 +1,8 @@
 // ffn's shared types: the layer's settings (Config), parameters (Weights),
 // where they live in a file (TensorNames), the input's shape (Shape), what a
 // call runs (RunOptions: path, ISA, compute mode, threads), and the error
-// every bad input is reported with (Error).
+// every bad input is reported with (Error), and the one a call stopped by
+// its caller ends with (Interrupted).
 //
 // Weights use PyTorch nn.Linear layout (W1 is [d_ff, d_model], W2 is
 // [d_model, d_ff]) and all tensors are float32, row-major (C order).
@@ -12,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -27,6 +29,15 @@ namespace ffn {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message);
+};
+
+// A call stopped because its RunOptions::interrupted (EmbedOptions::interrupted)
+// hook asked it to, e.g. for Ctrl-C in Python. Not an Error: nothing was
+// wrong with the input, and code that adds context to an Error must not
+// turn a stop into a bad-input message.
+class Interrupted : public std::runtime_error {
+ public:
+  Interrupted() : std::runtime_error("interrupted") {}
 };
 
 enum class Activation { relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu };
@@ -170,6 +181,21 @@ struct RunOptions {
   // Data parallelism only (Trainer::set_team): which rows of a batch this
   // process runs and how the weight gradients are summed (ffn/parallel.hpp).
   RowPartition partition;
+  // Asked at safe points of a long call, so that a caller can stop it (the
+  // Python module runs Python's signal handlers here, for Ctrl-C): called
+  // on the calling thread only, never inside a parallel region; true stops
+  // the call by throwing Interrupted. The safe points: FeedForward::forward
+  // runs the rows in pieces of a few milliseconds' work and asks before
+  // each (the same bits as one piece: a token's result does not depend on
+  // the others); backward asks between its stages and between pieces of its
+  // row blocks and weight gradients (the same bits); Encoder asks before
+  // each sublayer (and inside the FFN sublayers) and in inference runs a
+  // large batch's sequences in groups (the same bits). An attention
+  // sublayer is not cut: on a very long sequence it is the longest wait.
+  // After a stop the outputs are partly written and a cache passed to the
+  // call is left unfilled (backward refuses it); the layer itself is
+  // unchanged. Unset: nothing is asked and every call runs in one piece.
+  std::function<bool()> interrupted;
 };
 
 }  // namespace ffn

@@ -13,7 +13,10 @@ in training mode, forward and backward; the C++ library's fast kernels.
     layer.save("w.safetensors"); ffn.Layer.load("w.safetensors")
 
 Arrays are float32 and C-contiguous and are read in place; anything else is
-refused with ffn.Error (a ValueError) saying what to pass. The PyTorch module
+refused with ffn.Error (a ValueError) saying what to pass. Ctrl-C stops a long
+forward, backward or embed (called from the main thread) with KeyboardInterrupt
+within a fraction of a second; the object stays usable (an out= array is then
+partly written). The PyTorch module
 is ffn.torch.FeedForward (import ffn.torch; needs PyTorch); the encoder around
 it, ffn.torch.TransformerEncoderLayer / TransformerEncoder, runs on ffn.Encoder.
 

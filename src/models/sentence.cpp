@@ -331,7 +331,10 @@ Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>
   out.shape = {N, d};
   out.data.assign(size_t(N * d), 0.0f);
   std::vector<float> x, y;
+  // A stop is asked for before each batch and inside the encoder (between its sublayers).
+  if (opts.interrupted) o.interrupted = opts.interrupted;
   for (int64_t b0 = 0; b0 < N; b0 += opts.batch) {
+    if (o.interrupted && o.interrupted()) throw Interrupted();
     const int64_t B = std::min(opts.batch, N - b0);
     std::vector<std::vector<int32_t>> ids(static_cast<size_t>(B));
     Shape shape{B, 0, Layout::tokens, {}};

@@ -419,6 +419,28 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
   const bool ref = opts.path == Path::reference;
   const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
   const auto& packed = *static_cast<const PackedEncoder*>(packed_.get());
+  // RunOptions::interrupted in inference: the sequences in groups of about
+  // 2^31 flops per thread, each through every layer (asking before each of
+  // its sublayers), so a stop need not wait for a whole sublayer of a large
+  // batch. In inference a sequence's result does not depend on the others
+  // (Encoder.ASequenceGivesTheSameBitsAloneOrInABatch): the same bits. Not
+  // in training (dropout keys are row numbers of the whole batch), with a
+  // cache (it holds the whole batch's rows) or with an observer (it is
+  // called once per layer with every row).
+  if (opts.interrupted && !opts.training && !cache && !opts.ffn_input && !opts.attention_input && shape.batch > 1) {
+    const double per_sequence = std::max(forward_flops(Shape{1, shape.seq, Layout::tokens, {}}, opts.causal), 1.0);
+    const int64_t group = std::max<int64_t>(1, int64_t(std::ldexp(double(threads), 31) / per_sequence));
+    if (group < shape.batch) {
+      const int64_t stride = shape.seq * d;
+      for (int64_t b0 = 0; b0 < shape.batch; b0 += group) {
+        Shape g{std::min(group, shape.batch - b0), shape.seq, Layout::tokens, {}};
+        if (!shape.lengths.empty())
+          g.lengths.assign(shape.lengths.begin() + b0, shape.lengths.begin() + b0 + g.batch);
+        forward(x + b0 * stride, y + b0 * stride, g, opts);
+      }
+      return;
+    }
+  }
   EncoderCacheData* c = cache ? &detail::CacheAccess::data(*cache) : nullptr;
   if (c) {
     c->filled = true;
@@ -445,9 +467,18 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
     nn::gather(x, nn::Addressing{d, shape.seq, Layout::tokens}, rows.pos, g);
     in = g;
   }
+  // RunOptions::interrupted: asked before each sublayer (and inside the FFN
+  // sublayers, which get opts); a stop leaves the cache unfilled.
+  auto ask = [&] {
+    if (opts.interrupted && opts.interrupted()) {
+      if (c) c->filled = false;
+      throw Interrupted();
+    }
+  };
   EncoderCacheData::LayerSaved scratch;  // reused by every layer in inference
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     EncoderCacheData::LayerSaved& s = c ? c->layers[size_t(l)] : scratch;
+    ask();
     attention_sublayer_forward(cfg_, w_.layers[size_t(l)], packed[size_t(l)], l, in, hbuf.data(), s, c != nullptr, rows,
                                shape.seq, opts, threads, ref, kc);
     if (c) s.h = hbuf;
@@ -459,7 +490,13 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
     fo.seed = nn::derive_seed(opts.seed, uint32_t(l), 1);
     fo.threads = threads;
     if (opts.ffn_input) opts.ffn_input(l, hbuf.data(), n);
-    ffn_[size_t(l)].forward(hbuf.data(), out, Shape::tokens(n), fo, c ? &s.ffn : nullptr);
+    ask();
+    try {
+      ffn_[size_t(l)].forward(hbuf.data(), out, Shape::tokens(n), fo, c ? &s.ffn : nullptr);
+    } catch (const Interrupted&) {
+      if (c) c->filled = false;
+      throw;
+    }
     in = out;
   }
   if (cfg_.final_norm) {
@@ -525,7 +562,10 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
     const auto& s = c.layers[size_t(l)];
     RunOptions fo = opts;
     fo.threads = threads;
+    // RunOptions::interrupted: asked inside the FFN sublayer's backward and
+    // before the attention sublayer's.
     ffn_[size_t(l)].backward(s.h.data(), g.data(), Shape::tokens(n), s.ffn, gx.data(), grads.layers[size_t(l)].ffn, fo);
+    if (opts.interrupted && opts.interrupted()) throw Interrupted();
     attention_sublayer_backward(cfg_, w_.layers[size_t(l)], packed[size_t(l)], l, s, rows, shape.seq, c, gx.data(),
                                 g.data(), grads.layers[size_t(l)], threads, ref, opts.isa, kc);
   }

@@ -15,6 +15,8 @@
 #include "reference/ffn_bf16_reference.hpp"
 #include "core/init.hpp"
 #include "ops/norm.hpp"
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/kernel_config.hpp"
 #include "backends/cpu/quantize.hpp"
 #include "reference/ffn_int8_reference.hpp"
 #include "core/philox.hpp"
@@ -377,6 +379,16 @@ ForwardCacheData* begin_cache(ForwardCache* cache, const Config& cfg, const Shap
   return c;
 }
 
+// Rows per piece of a forward whose caller may stop it (RunOptions::interrupted):
+// about 2^29 flops per thread (a few milliseconds: what a stop waits for at
+// most), in whole token blocks for every thread (so the fused kernel's
+// work per thread is the same as in one call; no bit depends on it).
+int64_t interruptible_rows(double flops_per_row, int threads, int64_t token_block) {
+  const int64_t unit = token_block * std::max(threads, 1);
+  const int64_t rows = int64_t(std::ldexp(double(std::max(threads, 1)), 29) / std::max(flops_per_row, 1.0));
+  return (std::max(rows, unit) + unit - 1) / unit * unit;
+}
+
 reference::Params<float> params_of(const Weights& w) {
   auto p = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   return {p(w.w1), p(w.b1), p(w.wg), p(w.bg), p(w.w2), p(w.b2), p(w.norm_weight), p(w.norm_bias)};
@@ -405,27 +417,49 @@ void FeedForward::forward(const float* x, float* y, const Shape& shape, const Ru
 
   const std::vector<int64_t> keys = dropout_keys(pos, opts.partition.position_offset);
   ForwardCacheData* c = begin_cache(cache, cfg_, shape, pos, opts);
-  auto ptr = [](auto& v) { return v.empty() ? nullptr : v.data(); };
 
   const ValidRows rows(x, y, shape, pos, d);
   const float* xr = rows.x;
   float* yr = rows.y;
-  if (n > 0) {
+  // Valid rows [r0, r0 + m): each row's result depends on that row alone
+  // (PerIsa.TokenResultIndependentOfTheBatch), so any cut gives the same bits.
+  auto run = [&](int64_t r0, int64_t m) {
+    const float* xi = xr + r0 * d;
+    float* yi = yr + r0 * d;
+    const int64_t* ki = keys.data() + r0;
+    auto at = [&](auto& v, int64_t width) { return v.empty() ? nullptr : v.data() + r0 * width; };
+    const int64_t F = cfg_.d_ff;
     if (opts.path == Path::reference && opts.compute == Compute::bf16) {
-      reference::forward_bf16(cfg_, params_of(w_), xr, n, yr);
+      reference::forward_bf16(cfg_, params_of(w_), xi, m, yi);
     } else if (opts.path == Path::reference && dtype_ == WeightDtype::int8) {
       const auto& q = *static_cast<const nn::QuantizedWeights*>(quant_.get());
-      reference::forward_int8(cfg_, q, params_of(w_), xr, n, yr);
+      reference::forward_int8(cfg_, q, params_of(w_), xi, m, yi);
     } else if (opts.path == Path::reference) {
       reference::Saved<float> s;
-      if (c) s = {ptr(c->z1), ptr(c->zg), ptr(c->mean), ptr(c->rstd), ptr(c->xhat)};
-      reference::forward(cfg_, params_of(w_), xr, n, keys.data(), {opts.training, opts.seed}, yr, c ? &s : nullptr);
+      if (c) s = {at(c->z1, F), at(c->zg, F), at(c->mean, 1), at(c->rstd, 1), at(c->xhat, d)};
+      reference::forward(cfg_, params_of(w_), xi, m, ki, {opts.training, opts.seed}, yi, c ? &s : nullptr);
     } else {
       nn::FusedSaved s;
-      if (c) s = {ptr(c->z1), ptr(c->zg), ptr(c->mean), ptr(c->rstd), ptr(c->xhat)};
+      if (c) s = {at(c->z1, F), at(c->zg, F), at(c->mean, 1), at(c->rstd, 1), at(c->xhat, d)};
       const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
-      nn::fused_forward(cfg_, w_, packed, xr, n, keys.data(), opts.training, opts.seed, threads, opts.isa, yr,
+      nn::fused_forward(cfg_, w_, packed, xi, m, ki, opts.training, opts.seed, threads, opts.isa, yi,
                         c ? &s : nullptr, opts.compute, nn::FusedSplit{shards_});
+    }
+  };
+  if (!opts.interrupted) {
+    if (n > 0) run(0, n);
+  } else {
+    // A caller that may stop the call: the rows in pieces, asking before each.
+    const int64_t block = opts.path == Path::reference ? 1 : nn::kernel_config(nn::resolve_isa(opts.isa)).token_block;
+    const int64_t step = interruptible_rows(forward_flops(1), threads, block);
+    try {
+      for (int64_t r0 = 0; r0 < n; r0 += step) {
+        if (opts.interrupted()) throw Interrupted();
+        run(r0, std::min(step, n - r0));
+      }
+    } catch (const Interrupted&) {
+      if (c) c->filled = false;  // its rows are partly written: backward must refuse it
+      throw;
     }
   }
   rows.finish(pos, shape, y);
@@ -553,6 +587,7 @@ void FeedForward::backward_impl(const float* x, const float* dy, const Shape& sh
   auto cptr = [](const auto& v) { return v.empty() ? nullptr : const_cast<float*>(v.data()); };
   auto gptr = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
   if (n > 0 && opts.path == Path::reference) {
+    if (opts.interrupted && opts.interrupted()) throw Interrupted();  // the reference is asked once, before
     // Rows [r0, r1) into gw (zeros for no rows).
     auto slice = [&](int64_t r0, int64_t r1, Weights& gw) {
       if (r0 == r1) {
@@ -593,7 +628,7 @@ void FeedForward::backward_impl(const float* x, const float* dy, const Shape& sh
     split.partial = din_partial;
     split.sum = din_sum;
     nn::fused_backward(cfg_, w_, packed, xr, n, keys.data(), c.training, c.seed, s, dyr, dxr, g, threads, opts.isa,
-                       split, opts.partition.token_slices);
+                       split, opts.partition.token_slices, opts.interrupted);
   }
   if (!direct && dx) scatter(dxout.data(), addr, pos, shape.positions(), dx);
 }

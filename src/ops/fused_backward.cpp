@@ -16,6 +16,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -62,6 +64,27 @@ void column_sum(const float* a, const float* b, int64_t rows, int64_t cols, floa
     }
   });
 }
+
+// RunOptions::interrupted as backward asks it: between its stages and
+// between pieces of its two big ones (the fused row blocks and the weight
+// gradients), on the calling thread, outside parallel regions.
+struct Stop {
+  const std::function<bool()>& interrupted;
+  void ask() const {
+    if (interrupted && interrupted()) throw Interrupted();
+  }
+  // Units (rows or columns) per piece of a stage of `total` units costing
+  // `flops` each: about 2^31 flops per thread (20–40 ms on one AVX2 core),
+  // a multiple of granule · threads; all of them in one piece when nothing
+  // can ask. Not smaller: a weight gradient's pieces each pack their A
+  // again (dW2's dOᵀ), which at 2^29 cost 10 % of backward (512 → 2048).
+  int64_t piece(int64_t total, double flops, int threads, int64_t granule) const {
+    if (!interrupted || total < 1) return std::max<int64_t>(total, 1);
+    const int64_t unit = granule * std::max(threads, 1);
+    const int64_t units = int64_t(std::ldexp(double(std::max(threads, 1)), 31) / std::max(flops, 1.0));
+    return (std::max(units, unit) + unit - 1) / unit * unit;
+  }
+};
 
 // The operands of a weight gradient C[m, n] = Σ_t A(i, t)·B(t, j) over the
 // call's rows t: A(i, t) = a[i·rsa + t·csa] (a row-major [rows, m] matrix has
@@ -176,10 +199,28 @@ void transposed_sum(const float* a, int64_t lda, int64_t count, const Slices& sl
 // tile (when they are long): measured at 512 → 2048, 2 threads, fwd + bwd
 // with 4 slices against one sum: +30 % at T = 64, +9 % at T = 256 and +2 %
 // at T = 4096 (bench/results/2026-11-23-data-parallel.md).
+// Without slices and with a Stop that can ask, C is formed in pieces along
+// its longer side, asking before each: each piece reads its own part of the
+// larger operand once (pieces of dW2's 64 rows at d_model 64 read H four
+// times: 1.7× the time), and each C element is the same chain (the same bits).
 void weight_gradient(const F32Gemm& kernel, int64_t m, int64_t n, const Sum& op, float* c, const Slices& sl,
-                     int threads) {
+                     int threads, const Stop& stop) {
   if (!c) return;
-  if (!sl.given()) return gemm(kernel, op.args(0, m, 0, n, 0, sl.rows, c, n), threads);
+  if (!sl.given()) {
+    const bool by_rows = m >= n;
+    const int64_t total = by_rows ? m : n, across = by_rows ? n : m;
+    const int64_t step = stop.piece(total, 2.0 * double(across) * double(sl.rows), threads, kPanel);
+    for (int64_t u0 = 0; u0 < total; u0 += step) {
+      stop.ask();
+      const int64_t len = std::min(step, total - u0);
+      if (by_rows)
+        gemm(kernel, op.args(u0, len, 0, n, 0, sl.rows, c + u0 * n, n), threads);
+      else  // u0 is a multiple of kPanel, as Sum::args needs
+        gemm(kernel, op.args(0, m, u0, len, 0, sl.rows, c + u0, n), threads);
+    }
+    return;
+  }
+  stop.ask();
   int64_t shortest = sl.rows;
   for (int64_t i = 0; i < sl.count(); ++i) shortest = std::min(shortest, sl.size(i));
   const int64_t TM = shortest >= 256 ? 512 : 256, TN = shortest >= 1024 ? 1024 : shortest >= 256 ? 512 : 256;
@@ -246,7 +287,7 @@ size_t backward_scratch_bytes() { return pool_bytes(); }
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
                     float* dx, const FusedGrads& g, int threads, Isa isa, const FusedSplit& split,
-                    std::span<const int64_t> token_slices) {
+                    std::span<const int64_t> token_slices, const std::function<bool()>& interrupted) {
   const KernelConfig& kc = kernel_config(resolve_isa(isa));
   const F32Gemm& kernel = kc.f32;
   const int64_t d = cfg.d_model, F = cfg.d_ff;
@@ -265,6 +306,8 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
   const Slices sl{token_slices, n};
   const int64_t ldt = padded(n), psb = padded(n * kPanel);  // transposed rows, B panels
   Scratch scratch;
+  const Stop stop{interrupted};
+  stop.ask();
 
   // dv = dL/d(x + o) through the post norm; In = Norm(x) again for pre-LN (xhat kept).
   auto post_dv = [&](float* dv) {
@@ -453,53 +496,64 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     const int64_t per_row = (gated ? 2 : 1) * widest * int64_t(sizeof(float));
     const int64_t fit = (int64_t(1) << 20) / std::max<int64_t>(per_row, 1) / kc.mr * kc.mr;
     const int64_t block = std::clamp<int64_t>(fit, kc.mr, kc.token_block);
-    const int64_t blocks = (n + block - 1) / block;
     const int nt = std::max(1, threads);
-    if (blocks >= nt || groups == 1) {
-      // Each thread takes an equal contiguous share of the tokens, in blocks.
+    float* others = nullptr;  // the few-blocks form's [groups - 1, n, d], taken when first needed
+    // Rows [r0, r1): each row's dH, dZ1, H and dIn are its own, so the rows
+    // may run in pieces (Stop) with the same bits.
+    auto rows_of = [&](int64_t r0, int64_t r1) {
+      const int64_t len = r1 - r0, blocks = (len + block - 1) / block;
+      if (blocks >= nt || groups == 1) {
+        // Each thread takes an equal contiguous share of the tokens, in blocks.
 #pragma omp parallel num_threads(int(std::min<int64_t>(nt, blocks)))
-      {
-        const int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
-        const int64_t begin = n * t / k, end = n * (t + 1) / k;
-        const int64_t rows = std::min(block, end - begin);
-        Work wk(rows, widest, gated, hid_rule.active());
-        // Shard 0's rows in din, the others' in this thread's buffer (in cache for the tree).
-        ScratchVector<float> others(size_t((groups - 1) * rows * d));
-        std::vector<float*> outs(static_cast<size_t>(groups));
-        for (int64_t grp = 1; grp < groups; ++grp) outs[size_t(grp)] = others.data() + (grp - 1) * rows * d;
-        for (int64_t t0 = begin; t0 < end; t0 += block) {
-          const int64_t m = std::min(block, end - t0);
-          outs[0] = din + t0 * d;
-          for (int64_t grp = 0; grp < groups; ++grp) shard_rows(t0, m, grp, wk, outs[size_t(grp)]);
-          tree(tree, outs.data(), m, sh.first, sh.last);
-        }
-      }
-    } else {
-      // Few blocks: one work item per (block, shard), then the sums; shard
-      // 0's rows in din, the others' in [groups - 1, n, d].
-      const int64_t items = blocks * groups, rows = std::min(block, n);
-      float* others = scratch.get(Scratch::kDinShards, size_t((groups - 1) * n * d));
-      auto out = [&](int64_t grp, int64_t t0) { return (grp == 0 ? din : others + (grp - 1) * n * d) + t0 * d; };
-#pragma omp parallel num_threads(int(std::min<int64_t>(nt, items)))
-      {
-        Work wk(rows, widest, gated, hid_rule.active());
-#pragma omp for schedule(static)
-        for (int64_t it = 0; it < items; ++it) {
-          const int64_t t0 = it / groups * block, grp = it % groups;
-          shard_rows(t0, std::min(block, n - t0), grp, wk, out(grp, t0));
-        }
-#pragma omp for schedule(static)
-        for (int64_t blk = 0; blk < blocks; ++blk) {
-          const int64_t t0 = blk * block;
+        {
+          const int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
+          const int64_t begin = r0 + len * t / k, end = r0 + len * (t + 1) / k;
+          const int64_t rows = std::min(block, end - begin);
+          Work wk(rows, widest, gated, hid_rule.active());
+          // Shard 0's rows in din, the others' in this thread's buffer (in cache for the tree).
+          ScratchVector<float> others_rows(size_t((groups - 1) * rows * d));
           std::vector<float*> outs(static_cast<size_t>(groups));
-          for (int64_t grp = 0; grp < groups; ++grp) outs[size_t(grp)] = out(grp, t0);
-          tree(tree, outs.data(), std::min(block, n - t0), sh.first, sh.last);
+          for (int64_t grp = 1; grp < groups; ++grp) outs[size_t(grp)] = others_rows.data() + (grp - 1) * rows * d;
+          for (int64_t t0 = begin; t0 < end; t0 += block) {
+            const int64_t m = std::min(block, end - t0);
+            outs[0] = din + t0 * d;
+            for (int64_t grp = 0; grp < groups; ++grp) shard_rows(t0, m, grp, wk, outs[size_t(grp)]);
+            tree(tree, outs.data(), m, sh.first, sh.last);
+          }
+        }
+      } else {
+        // Few blocks: one work item per (block, shard), then the sums; shard
+        // 0's rows in din, the others' in [groups - 1, n, d].
+        const int64_t items = blocks * groups, rows = std::min(block, len);
+        if (!others) others = scratch.get(Scratch::kDinShards, size_t((groups - 1) * n * d));
+        auto out = [&](int64_t grp, int64_t t0) { return (grp == 0 ? din : others + (grp - 1) * n * d) + t0 * d; };
+#pragma omp parallel num_threads(int(std::min<int64_t>(nt, items)))
+        {
+          Work wk(rows, widest, gated, hid_rule.active());
+#pragma omp for schedule(static)
+          for (int64_t it = 0; it < items; ++it) {
+            const int64_t t0 = r0 + it / groups * block, grp = it % groups;
+            shard_rows(t0, std::min(block, r1 - t0), grp, wk, out(grp, t0));
+          }
+#pragma omp for schedule(static)
+          for (int64_t blk = 0; blk < blocks; ++blk) {
+            const int64_t t0 = r0 + blk * block;
+            std::vector<float*> outs(static_cast<size_t>(groups));
+            for (int64_t grp = 0; grp < groups; ++grp) outs[size_t(grp)] = out(grp, t0);
+            tree(tree, outs.data(), std::min(block, r1 - t0), sh.first, sh.last);
+          }
         }
       }
+    };
+    // dH = dO · W2ᵀ-part and dIn = dZ1 · W1 (+ dZg · Wg): 2·d·F·(2 or 3) per row.
+    const int64_t step = stop.piece(n, 2.0 * double(d) * double(F) * (gated ? 3 : 2), nt, block);
+    for (int64_t r0 = 0; r0 < n; r0 += step) {
+      stop.ask();
+      rows_of(r0, std::min(n, r0 + step));
     }
   }
   // 3. dW2 = dOᵀ · H; db1 (and bg) = Σ_t dZ1.
-  weight_gradient(kernel, d, F, Sum{dout, 1, d, hp, psb}, g.w2, sl, threads);
+  weight_gradient(kernel, d, F, Sum{dout, 1, d, hp, psb}, g.w2, sl, threads, stop);
   scratch.get(Scratch::kH, 0);  // its pages back to the pool
   transposed_sum(dz1t, ldt, F, sl, g.b1, threads);
   if (gated) transposed_sum(dzgt, ldt, F, sl, g.bg, threads);
@@ -514,11 +568,12 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
       for (int64_t t = t0; t < t1; ++t) store_panel_row(x + t * d, d, t, psb, in_panels);
     });
   }
-  weight_gradient(kernel, F, d, Sum{dz1t, ldt, 1, in_panels, psb}, g.w1, sl, threads);
-  if (gated) weight_gradient(kernel, F, d, Sum{dzgt, ldt, 1, in_panels, psb}, g.wg, sl, threads);
+  weight_gradient(kernel, F, d, Sum{dz1t, ldt, 1, in_panels, psb}, g.w1, sl, threads, stop);
+  if (gated) weight_gradient(kernel, F, d, Sum{dzgt, ldt, 1, in_panels, psb}, g.wg, sl, threads, stop);
 
   // 5. dX from dIn.
   if (split.partial) return;  // stage 1: this layer's shards' dIn is in the caller's rows, for the sum across ranks
+  stop.ask();
   finish(din, dv, xhat);
 }
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -135,9 +136,11 @@ size_t backward_scratch_bytes();
 // its shards of dIn = dZ·W1 (+ dZg·Wg) written there [n, d_model] (dx
 // unused; it must not overlap x or dy: dY is read as dO while it is written);
 // sum, stage 2: dx (and the pre norm's γ, β) from dIn summed over every shard.
+// interrupted: RunOptions::interrupted, asked between the stages and between
+// pieces of the row blocks and of the weight gradients (the same bits).
 void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
                     const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
                     float* dx, const FusedGrads& g, int threads, Isa isa, const FusedSplit& split = {},
-                    std::span<const int64_t> token_slices = {});
+                    std::span<const int64_t> token_slices = {}, const std::function<bool()>& interrupted = {});
 
 }  // namespace ffn::nn

@@ -378,6 +378,30 @@ TEST(MiniLM, FfnInputObserverSeesEachSublayerInput) {
   EXPECT_EQ(h2, h);
 }
 
+// EmbedOptions::interrupted (issue 31, item 3: Ctrl-C in Python): asked before
+// each batch and inside the encoder; a stop at the second question throws
+// Interrupted there and the next call gives the same bits.
+TEST(MiniLM, EmbedStopsWhenAskedAndGivesTheSameBitsAfter) {
+  const SentenceEncoder* m = model();
+  REQUIRE_MODEL(m);
+  const auto s = sentences();
+  EmbedOptions o;
+  o.batch = 8;
+  const Array want = m->embed(s, o);
+  int asked = 0, stop_at = 0;
+  o.interrupted = [&] { return ++asked == stop_at; };
+  EXPECT_EQ(m->embed(s, o).data, want.data);
+  const int batches = int((s.size() + 7) / 8);
+  EXPECT_GE(asked, batches * (1 + 2 * int(m->encoder().config().layers)));
+  for (stop_at = 1; stop_at <= 3; ++stop_at) {
+    asked = 0;
+    EXPECT_THROW(m->embed(s, o), Interrupted);
+    EXPECT_EQ(asked, stop_at);
+  }
+  o.interrupted = nullptr;
+  EXPECT_EQ(m->embed(s, o).data, want.data);
+}
+
 // ---- ffn embed ---------------------------------------------------------------
 
 TEST(EmbedCli, FileAndSimilarityAgreeWithTheLibrary) {

@@ -403,6 +403,85 @@ TEST(Encoder, BitwiseSameForAnyThreadCount) {
   }
 }
 
+// RunOptions::interrupted (issue 31, item 3: Ctrl-C in Python): asked before
+// each sublayer and inside the FFN sublayers. A hook that never stops changes
+// no bit; a stop at each of the questions in turn throws Interrupted there,
+// leaves the forward's cache refused by backward, and the next calls give
+// the same bits.
+TEST(Encoder, InterruptedAtEverySafePointAndUsableAfter) {
+  EncoderConfig cfg = small_config();
+  cfg.dropout = 0.1f;
+  const Encoder e(cfg, 8);
+  const Shape s{2, 60, Layout::tokens, {60, 31}};
+  const auto x = randn(size_t(s.positions() * cfg.d_model), 4), dy = randn(x.size(), 5);
+  EncoderRunOptions o;
+  o.training = true;
+  o.seed = 3;
+  const Step want = step(e, x, dy, s, o);
+
+  int asked = 0, stop_at = 0;
+  EncoderRunOptions hooked = o;
+  hooked.interrupted = [&] { return ++asked == stop_at; };
+  const Step got = step(e, x, dy, s, hooked);
+  const int questions = asked;  // forward's and backward's
+  EXPECT_GE(questions, 4 * int(cfg.layers));
+  EXPECT_EQ(got.y, want.y);
+  EXPECT_EQ(got.dx, want.dx);
+  EXPECT_EQ(got.g.layers[1].in_proj_weight, want.g.layers[1].in_proj_weight);
+  EXPECT_EQ(got.g.layers[0].ffn.w1, want.g.layers[0].ffn.w1);
+
+  for (stop_at = 1; stop_at <= questions; ++stop_at) {
+    asked = 0;
+    std::vector<float> y(x.size()), dx(x.size());
+    EncoderWeights g;
+    EncoderCache c;
+    bool stopped_in_forward = false;
+    try {
+      e.forward(x.data(), y.data(), s, hooked, &c);
+    } catch (const Interrupted&) {
+      stopped_in_forward = true;
+    }
+    if (stopped_in_forward) {
+      EXPECT_EQ(asked, stop_at);
+      EXPECT_THROW(e.backward(x.data(), dy.data(), s, c, dx.data(), g, o), Error) << "stop " << stop_at;
+      e.forward(x.data(), y.data(), s, o, &c);  // again, without a stop
+    } else {
+      EXPECT_THROW(e.backward(x.data(), dy.data(), s, c, dx.data(), g, hooked), Interrupted) << "stop " << stop_at;
+      EXPECT_EQ(asked, stop_at);
+    }
+    e.backward(x.data(), dy.data(), s, c, dx.data(), g, o);
+    EXPECT_EQ(y, want.y) << "stop " << stop_at;
+    EXPECT_EQ(dx, want.dx) << "stop " << stop_at;
+    EXPECT_EQ(g.layers[0].in_proj_weight, want.g.layers[0].in_proj_weight) << "stop " << stop_at;
+    EXPECT_EQ(g.norm_weight, want.g.norm_weight) << "stop " << stop_at;
+  }
+}
+
+// In inference a hook makes the forward run a large batch's sequences in
+// groups (of about 2^31 flops per thread: 1000 sequences of up to 60 tokens
+// here are two groups at one thread): the same bits, asked in each group.
+TEST(Encoder, InferenceInGroupsOfSequencesGivesTheSameBits) {
+  const EncoderConfig cfg = small_config();
+  const Encoder e(cfg, 9);
+  Shape s{1000, 60, Layout::tokens, {}};
+  for (int64_t b = 0; b < s.batch; ++b) s.lengths.push_back(1 + (b * 37) % 60);
+  const auto x = randn(size_t(s.positions() * cfg.d_model), 6);
+  EncoderRunOptions o;
+  o.threads = 1;
+  std::vector<float> want(x.size()), got(x.size());
+  e.forward(x.data(), want.data(), s, o);
+  int asked = 0;
+  o.interrupted = [&] { return ++asked < 0; };
+  e.forward(x.data(), got.data(), s, o);
+  const int questions = asked;  // one batch: 3 per layer (2 sublayers, the FFN's one piece)
+  EXPECT_EQ(questions, 2 * 3 * int(cfg.layers)) << "two groups, each asked before each sublayer";
+  EXPECT_EQ(got, want);
+  asked = 0;
+  o.interrupted = [&] { return ++asked == questions / 2 + 1; };  // the second group's first question
+  EXPECT_THROW(e.forward(x.data(), got.data(), s, o), Interrupted);
+  EXPECT_EQ(asked, questions / 2 + 1);
+}
+
 TEST(Encoder, ASequenceGivesTheSameBitsAloneOrInABatch) {
   const EncoderConfig cfg = small_config();
   const Encoder e(cfg, 6);

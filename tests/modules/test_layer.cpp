@@ -520,3 +520,81 @@ TEST(Layer, ZeroTokensIsANoOp) {
   l.backward(nullptr, nullptr, Shape::tokens(0), cache, nullptr, g);
   for (float v : g.w1) EXPECT_EQ(v, 0.0f);
 }
+
+// RunOptions::interrupted (issue 31, item 3: Ctrl-C in Python). With a hook
+// the forward runs its rows in pieces (about 2^29 flops per thread each) and
+// backward its row blocks and weight gradients in pieces (2^31): the sizes
+// below give several of each at one thread. The pieces must not change a
+// bit (they rest on TokenResultIndependentOfTheBatch, tested per ISA), a
+// stop must come at the next safe point as Interrupted, leave the cache
+// unusable, and leave the layer as it was.
+TEST(Interrupt, PiecesGiveTheSameBitsAndAStopLeavesTheLayerUsable) {
+  struct Case {
+    Activation act;
+    NormPlacement norm;
+    std::vector<int64_t> lengths;  // padding: the pieces are of the gathered valid rows
+  };
+  const Case cases[] = {{Activation::gelu, NormPlacement::post, {}},
+                        {Activation::swiglu, NormPlacement::pre, {900, 700, 800}}};
+  for (const Case& k : cases) {
+    Config cfg;
+    cfg.d_model = 256;
+    cfg.d_ff = 2048;
+    cfg.activation = k.act;
+    cfg.norm = k.norm;
+    cfg.dropout_hidden = 0.1f;
+    cfg.dropout_output = 0.1f;
+    const FeedForward layer = make_layer(cfg, 21);
+    const Shape shape = k.lengths.empty() ? Shape::tokens(2500) : Shape{3, 900, Layout::tokens, k.lengths};
+    const size_t size = size_t(shape.positions() * cfg.d_model);
+    const auto x = randn(size, 22), dy = randn(size, 23);
+    RunOptions ro;
+    ro.threads = 1;
+    ro.training = true;
+    ro.seed = 9;
+    const std::string where = std::string(to_string(k.act)) + " " + std::string(to_string(k.norm));
+
+    // Without a hook: one piece.
+    std::vector<float> y(size), dx(size);
+    ForwardCache cache;
+    Weights g;
+    layer.forward(x.data(), y.data(), shape, ro, &cache);
+    layer.backward(x.data(), dy.data(), shape, cache, dx.data(), g, ro);
+
+    // A hook that never stops: asked more than once (pieces), the same bits.
+    int asked = 0;
+    RunOptions hooked = ro;
+    hooked.interrupted = [&] { return ++asked < 0; };
+    std::vector<float> y2(size), dx2(size);
+    ForwardCache cache2;
+    Weights g2;
+    layer.forward(x.data(), y2.data(), shape, hooked, &cache2);
+    EXPECT_GE(asked, 3) << where << ": the forward's rows in pieces";
+    EXPECT_EQ(std::memcmp(y.data(), y2.data(), size * 4), 0) << where;
+    const auto& a = detail::CacheAccess::data(cache);
+    const auto& b = detail::CacheAccess::data(cache2);
+    EXPECT_TRUE(a.z1 == b.z1 && a.zg == b.zg && a.mean == b.mean && a.rstd == b.rstd && a.xhat == b.xhat) << where;
+    asked = 0;
+    layer.backward(x.data(), dy.data(), shape, cache2, dx2.data(), g2, hooked);
+    EXPECT_GE(asked, 8) << where << ": backward's stages, row blocks and weight gradients in pieces";
+    EXPECT_EQ(std::memcmp(dx.data(), dx2.data(), size * 4), 0) << where;
+    for (size_t t = 0; t < 8; ++t) EXPECT_TRUE(*g.all()[t] == *g2.all()[t]) << where << " gradient " << t;
+
+    // A stop at the second question: Interrupted at once, the cache refused
+    // by backward, and the next calls give the same bits.
+    asked = 0;
+    hooked.interrupted = [&] { return ++asked == 2; };
+    ForwardCache stopped;
+    EXPECT_THROW(layer.forward(x.data(), y2.data(), shape, hooked, &stopped), Interrupted) << where;
+    EXPECT_EQ(asked, 2) << where;
+    EXPECT_THROW(layer.backward(x.data(), dy.data(), shape, stopped, dx2.data(), g2, ro), Error) << where;
+    asked = 0;
+    EXPECT_THROW(layer.backward(x.data(), dy.data(), shape, cache2, dx2.data(), g2, hooked), Interrupted) << where;
+    EXPECT_EQ(asked, 2) << where;
+    layer.forward(x.data(), y2.data(), shape, ro, &cache2);
+    layer.backward(x.data(), dy.data(), shape, cache2, dx2.data(), g2, ro);
+    EXPECT_EQ(std::memcmp(y.data(), y2.data(), size * 4), 0) << where;
+    EXPECT_EQ(std::memcmp(dx.data(), dx2.data(), size * 4), 0) << where;
+    for (size_t t = 0; t < 8; ++t) EXPECT_TRUE(*g.all()[t] == *g2.all()[t]) << where << " gradient " << t;
+  }
+}
