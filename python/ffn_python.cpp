@@ -856,14 +856,24 @@ NB_MODULE(_ffn, m) {
             o.int8_outliers = int8_outliers;
             o.int8_attention = int8_attention;
             const std::string dir = model ? *model : SentenceEncoder::default_model_dir();
-            nb::gil_scoped_release nogil;
-            return SentenceEncoder::load(dir, o);
+            SentenceEncoder enc = [&] {
+              nb::gil_scoped_release nogil;
+              return SentenceEncoder::load(dir, o);
+            }();
+            // What the directory's files left unsaid, as ffn embed's stderr
+            // lines: a UserWarning each, at the caller's line (stacklevel 1
+            // from C is the calling Python frame).
+            for (const std::string& note : enc.load_notes())
+              if (PyErr_WarnEx(PyExc_UserWarning, note.c_str(), 1) != 0) throw nb::python_error();
+            return enc;
           },
           "model"_a = nb::none(), "max_tokens"_a = nb::none(), "dtype"_a = "fp32", "int8_outliers"_a = true,
           "int8_attention"_a = true,
           "Loads a model directory (config.json, model.safetensors, vocab.txt); None: $FFN_MODEL_DIR,\n"
-          "else ~/.cache/ffn/all-MiniLM-L6-v2 (scripts/setup.sh installs it). dtype: the FFN sublayers'\n"
-          "weights as fp32, bf16 or int8. max_tokens: per text, [CLS] and [SEP] included.\n"
+          "else ~/.cache/ffn/all-MiniLM-L6-v2 (scripts/setup.sh installs it). What the files leave\n"
+          "unsaid (e.g. no 1_Pooling/config.json: mean pooling) raises a UserWarning each (load_notes).\n"
+          "dtype: the FFN sublayers' weights as fp32, bf16 or int8. max_tokens: per text, [CLS] and\n"
+          "[SEP] included.\n"
           "int8_outliers: keep each layer's outlier input channels in float32, found by running the\n"
           "float32 model over built-in calibration texts at load (False: plain per-token int8).\n"
           "int8_attention: the attention's Q/K/V and output projections in int8 too (False: FFN only).")
@@ -898,6 +908,9 @@ NB_MODULE(_ffn, m) {
       .def_prop_ro("dim", &SentenceEncoder::dim)
       .def_prop_ro("max_tokens", &SentenceEncoder::max_tokens)
       .def_prop_ro("model_dir", &SentenceEncoder::dir)
+      .def_prop_ro("load_notes", &SentenceEncoder::load_notes,
+                   "What load assumed or left unused because the directory's files do not say: one line\n"
+                   "each, naming the file (each was also a UserWarning from load).")
       .def_prop_ro("fp32_input_channels", &SentenceEncoder::fp32_input_channels,
                    "Per layer, the FFN input channels kept in float32 (int8 with outliers).");
 

@@ -10,7 +10,8 @@
 //
 // A model directory holds config.json, model.safetensors and vocab.txt (and,
 // from sentence-transformers, sentence_bert_config.json, modules.json and
-// 1_Pooling/config.json). Every error names the file, tensor or setting.
+// 1_Pooling/config.json). Every error names the file, tensor or setting;
+// what a file leaves unsaid is noted (SentenceEncoder::load_notes).
 #pragma once
 
 #include <cstdint>
@@ -76,6 +77,13 @@ class SentenceEncoder {
   // opts: the encoder call's run options (e.g. ffn_input), threads from `threads`.
   std::vector<float> hidden(const std::vector<int32_t>& ids, int threads = 0, const EncoderRunOptions& opts = {}) const;
 
+  // What load assumed or left unused because the directory's files do not
+  // say (e.g. "<dir>/1_Pooling/config.json: not found; assumed mean pooling",
+  // a config.json num_hidden_layers below the layers model.safetensors
+  // holds): one line each, naming the file; empty when the files say it all.
+  // The library prints nothing: the caller shows them (ffn embed on stderr,
+  // Python as UserWarnings from SentenceEncoder.load).
+  const std::vector<std::string>& load_notes() const;
   int64_t dim() const;
   int64_t max_tokens() const;
   const Encoder& encoder() const;

@@ -230,11 +230,29 @@ uint64_t checked_product(const int64_t* dims, size_t n, uint64_t limit, const st
   return p;
 }
 
+namespace {
+// A zip archive's kind from its first member's name (the local file header:
+// name length at byte 26, name at 30): torch.save writes <archive>/data.pkl
+// first, numpy.savez only <key>.npy members.
+FileKind zip_kind(const InputFile& f) {
+  unsigned char h[30];
+  if (f.size() < sizeof h) return FileKind::zip;
+  f.read_at(0, h, sizeof h, "zip header");
+  const uint64_t len = uint64_t(h[26]) | uint64_t(h[27]) << 8;
+  if (f.size() < sizeof h + len) return FileKind::zip;
+  std::string name(len, '\0');
+  f.read_at(sizeof h, name.data(), len, "zip member name");
+  if (name.ends_with("data.pkl")) return FileKind::torch_zip;
+  if (name.ends_with(".npy")) return FileKind::npz;
+  return FileKind::zip;
+}
+}  // namespace
+
 FileKind sniff(const InputFile& f) {
   unsigned char h[9] = {};
   const uint64_t n = std::min<uint64_t>(f.size(), 9);
   if (n > 0) f.read_at(0, h, n, "first bytes");
-  if (n >= 4 && std::memcmp(h, "PK\x03\x04", 4) == 0) return FileKind::torch_zip;
+  if (n >= 4 && std::memcmp(h, "PK\x03\x04", 4) == 0) return zip_kind(f);
   if (n >= 6 && std::memcmp(h, "\x93NUMPY", 6) == 0) return FileKind::npy;
   if (n >= 9 && h[8] == '{') return FileKind::safetensors;  // before pickle: a header length can start 0x80 0x02
   if (n >= 2 && h[0] == 0x80 && h[1] >= 2 && h[1] <= 5) return FileKind::pickle;  // PROTO 2–5
@@ -247,6 +265,10 @@ std::string wrong_kind(FileKind k, const std::string& expected) {
     case FileKind::torch_zip: return "a PyTorch checkpoint (torch.save), not " + expected + torch_hint;
     case FileKind::pickle: return "a pickle file (torch.save, legacy format), not " + expected + torch_hint;
     case FileKind::npy: return "a NumPy .npy array, not " + expected + " (weights are .safetensors files)";
+    case FileKind::npz:
+      return "a NumPy .npz archive (numpy.savez), not " + expected +
+             (expected == ".npy" ? " (save the one array with numpy.save)" : " (weights are .safetensors files)");
+    case FileKind::zip: return "a zip archive, not " + expected;
     case FileKind::safetensors: return "a safetensors file, not " + expected + " (arrays are float32 .npy files)";
     case FileKind::unknown: break;
   }

@@ -32,8 +32,10 @@ class InputFile {
   uint64_t size_ = 0;
 };
 
-// What a file is, from its first bytes (to explain a file of the wrong kind).
-enum class FileKind { unknown, torch_zip, pickle, npy, safetensors };
+// What a file is, from its first bytes (to explain a file of the wrong kind);
+// a zip archive by its first member: torch.save's (data.pkl), numpy.savez's
+// (.npy members) or another.
+enum class FileKind { unknown, torch_zip, pickle, npy, npz, zip, safetensors };
 FileKind sniff(const InputFile& f);
 // A one-line explanation for a file of kind k given where `expected` was
 // wanted ("safetensors" or ".npy"), e.g. "a PyTorch checkpoint (torch.save),

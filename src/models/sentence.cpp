@@ -27,6 +27,7 @@ struct detail::SentenceModel {
   float eps = 1e-12f;
   std::vector<float> word, position, token_type, ln_weight, ln_bias;  // embeddings
   bool mean_pooling = true, normalize = true;
+  std::vector<std::string> notes;  // SentenceEncoder::load_notes
 };
 
 namespace {
@@ -138,10 +139,11 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
   // The sentence-transformers pipeline (modules.json): Transformer, Pooling,
   // Normalize are what this reproduces; any other module is refused rather
   // than skipped. Without modules.json (a plain BERT directory): mean
-  // pooling and normalization.
+  // pooling and normalization. What the files do not say is assumed and
+  // noted (load_notes), since it changes every embedding.
+  const fs::path mp = dir / "modules.json";
   fs::path pooling = dir / "1_Pooling" / "config.json";
-  if (fs::exists(dir / "modules.json", ec)) {
-    const fs::path mp = dir / "modules.json";
+  if (fs::exists(mp, ec)) {
     const nlohmann::json mods = read_json(mp);
     if (!mods.is_array()) throw Error(mp.string() + ": expected a JSON list of modules");
     m.normalize = false;
@@ -153,8 +155,13 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
       else if (type != "sentence_transformers.models.Transformer")
         throw Error(mp.string() + ": module " + type + " is not supported (Transformer, Pooling, Normalize)");
     }
+    if (pooling.empty()) m.notes.push_back(mp.string() + ": no Pooling module; assumed mean pooling");
+  } else {
+    m.notes.push_back(mp.string() + ": not found; assumed L2-normalized embeddings (a Normalize module)");
   }
-  if (!pooling.empty() && fs::exists(pooling, ec)) {
+  if (!pooling.empty() && !fs::exists(pooling, ec)) {
+    m.notes.push_back(pooling.string() + ": not found; assumed mean pooling");
+  } else if (!pooling.empty()) {
     const nlohmann::json pc = read_json(pooling);
     const bool mean = json_opt<bool>(pc, "pooling_mode_mean_tokens", false, pooling);
     const bool cls = json_opt<bool>(pc, "pooling_mode_cls_token", false, pooling);
@@ -193,9 +200,32 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
     throw Error((dir / "vocab.txt").string() + ": " + std::to_string(m.vocab.vocab_size()) + " tokens, but " +
                 cfg_path.string() + " says vocab_size " + std::to_string(vocab_size));
 
-  // Weights: BertModel's names, with or without a "bert." prefix.
-  const io::SafetensorsReader f((dir / "model.safetensors").string());
+  // Weights: BertModel's names, with or without a "bert." prefix, from
+  // model.safetensors only: a pytorch_model.bin is a pickle, which runs code
+  // when it is read, so it is never read, only named with the way out.
+  const fs::path weights_path = dir / "model.safetensors";
+  if (const fs::path bin = dir / "pytorch_model.bin"; !fs::exists(weights_path, ec) && fs::exists(bin, ec))
+    throw Error(weights_path.string() + ": not found; " + bin.string() +
+                " is a PyTorch checkpoint, which ffn does not read (loading it runs pickled code); convert it once "
+                "with python -c \"from transformers import AutoModel; AutoModel.from_pretrained('" + dir_in +
+                "').save_pretrained('" + dir_in + "', safe_serialization=True)\"");
+  const io::SafetensorsReader f(weights_path.string());
   const std::string pre = f.has("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+  // Layers the file holds beyond num_hidden_layers are not run (transformers
+  // also loads such a model and warns that those weights were not used).
+  int64_t file_layers = 0;
+  for (const auto& [name, info] : f.tensors()) {
+    const std::string layer_prefix = pre + "encoder.layer.";
+    if (name.rfind(layer_prefix, 0) != 0) continue;
+    const size_t at = layer_prefix.size(), end = name.find('.', at);
+    if (end == std::string::npos || end == at || name.find_first_not_of("0123456789", at) != end) continue;
+    if (end - at <= 9) file_layers = std::max<int64_t>(file_layers, std::stoll(name.substr(at, end - at)) + 1);
+  }
+  if (file_layers > ec_.layers)
+    m.notes.push_back(cfg_path.string() + ": num_hidden_layers is " + std::to_string(ec_.layers) + ", but " +
+                      f.path() + " holds " + std::to_string(file_layers) + " layers; the tensors of layer" +
+                      (file_layers - ec_.layers > 1 ? "s " + std::to_string(ec_.layers) + ".." : " ") +
+                      std::to_string(file_layers - 1) + " are not used");
   auto get = [&](const std::string& name, std::vector<int64_t> shape) {
     const std::string full = pre + name;
     if (!f.has(full)) throw Error(f.path() + ": missing tensor " + full);
@@ -271,6 +301,7 @@ std::vector<int32_t> SentenceEncoder::tokenize(const std::string& text) const {
   return impl_->vocab.encode(text, impl_->max_tokens);
 }
 
+const std::vector<std::string>& SentenceEncoder::load_notes() const { return impl_->notes; }
 int64_t SentenceEncoder::dim() const { return impl_->d; }
 int64_t SentenceEncoder::max_tokens() const { return impl_->max_tokens; }
 const Encoder& SentenceEncoder::encoder() const { return *impl_->encoder; }

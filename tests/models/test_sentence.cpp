@@ -155,6 +155,17 @@ TEST(SentenceModelFiles, EachBadSettingIsNamed) {
     EXPECT_NE(m.find(c.expect), std::string::npos) << m;
     EXPECT_NE(m.find(c.dir), std::string::npos) << "the message names the file: " << m;
   }
+  // A directory with pytorch_model.bin only: the .bin is named, never read,
+  // and the message says how to convert it (issue 31, item 8).
+  const fs::path bin = make("bin", good, nullptr, nullptr);
+  fs::remove(bin / "model.safetensors");
+  std::ofstream(bin / "pytorch_model.bin") << "PK\x03\x04 (never read)";
+  const std::string m = message(bin.string());
+  EXPECT_NE(m.find((bin / "model.safetensors").string() + ": not found; " + (bin / "pytorch_model.bin").string() +
+                   " is a PyTorch checkpoint, which ffn does not read"), std::string::npos) << m;
+  EXPECT_NE(m.find("AutoModel.from_pretrained('" + bin.string() + "').save_pretrained('" + bin.string() +
+                   "', safe_serialization=True)"), std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 }
 
 // ---- all-MiniLM-L6-v2 against Hugging Face --------------------------------
@@ -376,6 +387,68 @@ TEST(MiniLM, FfnInputObserverSeesEachSublayerInput) {
   const std::vector<float> h2 = m->hidden(ids, 0, o);
   EXPECT_EQ(calls, m->encoder().config().layers);
   EXPECT_EQ(h2, h);
+}
+
+// A model directory is trusted only as far as its files go (issue 31, item
+// 8): copies of the installed model (model.safetensors linked, not copied)
+// with one file edited or removed load with a note naming the file, in
+// SentenceEncoder::load_notes (the library prints nothing); the installed
+// model itself has none.
+TEST(MiniLM, WhatTheFilesLeaveUnsaidIsNoted) {
+  const SentenceEncoder* m = model();
+  REQUIRE_MODEL(m);
+  EXPECT_TRUE(m->load_notes().empty()) << m->load_notes().front();
+  const fs::path src = SentenceEncoder::default_model_dir();
+  const fs::path base = test::scratch_dir("model_notes");
+  auto copy = [&](const std::string& name) {
+    const fs::path d = base / name;
+    fs::remove_all(d);
+    fs::create_directories(d);
+    for (const auto& e : fs::directory_iterator(src)) {
+      const fs::path to = d / e.path().filename();
+      if (e.path().filename() == "model.safetensors") fs::create_symlink(fs::absolute(e.path()), to);
+      else fs::copy(e.path(), to, fs::copy_options::recursive);
+    }
+    return d;
+  };
+  auto notes = [](const fs::path& d) { return SentenceEncoder::load(d.string()).load_notes(); };
+  auto expect_one = [](const std::vector<std::string>& got, const std::string& want) {
+    ASSERT_EQ(got.size(), 1u) << (got.empty() ? "no note" : got[0] + " and more");
+    EXPECT_EQ(got[0], want);
+  };
+
+  // num_hidden_layers 6 -> 4: runs 4 of the file's 6 layers, and says so.
+  const fs::path layers = copy("layers");
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src / "config.json"));
+  ASSERT_EQ(cfg["num_hidden_layers"], 6);
+  cfg["num_hidden_layers"] = 4;
+  std::ofstream(layers / "config.json") << cfg.dump();
+  expect_one(notes(layers), (layers / "config.json").string() + ": num_hidden_layers is 4, but " +
+                                (layers / "model.safetensors").string() +
+                                " holds 6 layers; the tensors of layers 4..5 are not used");
+  cfg["num_hidden_layers"] = 5;
+  std::ofstream(layers / "config.json") << cfg.dump();
+  expect_one(notes(layers), (layers / "config.json").string() + ": num_hidden_layers is 5, but " +
+                                (layers / "model.safetensors").string() +
+                                " holds 6 layers; the tensors of layer 5 are not used");
+
+  // No 1_Pooling/config.json: mean pooling, noted; the embeddings are the
+  // model's (which pools by the mean).
+  const fs::path pooling = copy("pooling");
+  fs::remove_all(pooling / "1_Pooling");
+  expect_one(notes(pooling), (pooling / "1_Pooling" / "config.json").string() + ": not found; assumed mean pooling");
+  const auto s = sentences();
+  EXPECT_EQ(SentenceEncoder::load(pooling.string()).embed(s).data, m->embed(s).data);
+
+  // modules.json without a Pooling module, and no modules.json at all.
+  const fs::path modules = copy("modules");
+  nlohmann::json mods = nlohmann::json::parse(std::ifstream(src / "modules.json"));
+  mods.erase(1);  // {"type": "sentence_transformers.models.Pooling", ...}
+  std::ofstream(modules / "modules.json") << mods.dump();
+  expect_one(notes(modules), (modules / "modules.json").string() + ": no Pooling module; assumed mean pooling");
+  fs::remove(modules / "modules.json");
+  expect_one(notes(modules), (modules / "modules.json").string() +
+                                 ": not found; assumed L2-normalized embeddings (a Normalize module)");
 }
 
 // EmbedOptions::interrupted (issue 31, item 3: Ctrl-C in Python): asked before

@@ -306,3 +306,26 @@ def test_npy_reader_agrees_with_numpy(name, tmp_path):
     assert not isinstance(got, Exception), f"{name}: numpy accepts, ours refuses: {got}"
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+def test_zip_archives_are_named_by_what_they_hold(tmp_path):
+    """A zip is torch.save's (data.pkl), numpy.savez's (.npy members) or
+    another; each is named as what it is, for both readers (issue 31, item 8:
+    an .npz was called a PyTorch checkpoint)."""
+    import zipfile
+
+    files = {"pt": "a PyTorch checkpoint (torch.save), not {}", "npz": "a NumPy .npz archive (numpy.savez), not {}",
+             "zip": "a zip archive, not {}"}
+    torch.save({"w": torch.zeros(2)}, str(tmp_path / "pt"))
+    np.savez(str(tmp_path / "npz.npz"), w=np.zeros(2, np.float32))
+    os.rename(tmp_path / "npz.npz", tmp_path / "npz")
+    with zipfile.ZipFile(tmp_path / "zip", "w") as z:
+        z.writestr("notes.txt", "hello")
+    for name, want in files.items():
+        path = str(tmp_path / name)
+        with pytest.raises(ffn.Error) as e:
+            _ffn._read_npy(path)
+        assert str(e.value).startswith(f"{path}: " + want.format(".npy")), e.value
+        with pytest.raises(ffn.Error) as e:
+            ffn.Layer.load(path)
+        assert str(e.value).startswith(f"{path}: " + want.format("safetensors")), e.value

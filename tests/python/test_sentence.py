@@ -4,6 +4,8 @@ installed all-MiniLM-L6-v2; skipped, saying why, where it is not installed."""
 import json
 import os
 import pathlib
+import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -71,3 +73,51 @@ def test_int8_keeps_outlier_channels_and_meets_the_target():
     ffn_only = ffn.SentenceEncoder.load(dtype="int8", int8_attention=False).embed(sentences, threads=2)
     assert cos(ffn_only).min() >= 0.999
     assert not np.array_equal(ffn_only, enc.embed(sentences, threads=2))
+
+
+def copy_model(tmp_path, name):
+    """A copy of the installed model's directory, model.safetensors linked."""
+    d = tmp_path / name
+    shutil.copytree(MODEL, d, ignore=shutil.ignore_patterns("model.safetensors"))
+    (d / "model.safetensors").symlink_to(os.path.join(os.path.abspath(MODEL), "model.safetensors"))
+    return d
+
+
+@needs_model
+def test_what_the_model_files_leave_unsaid_is_a_warning(tmp_path):
+    """Issue 31, item 8: each note of SentenceEncoder.load_notes is a
+    UserWarning at the caller's line; the installed model has none."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ffn.SentenceEncoder.load().load_notes == []
+    layers = copy_model(tmp_path, "layers")
+    cfg = json.loads((layers / "config.json").read_text())
+    cfg["num_hidden_layers"] = 4
+    (layers / "config.json").write_text(json.dumps(cfg))
+    pooling = copy_model(tmp_path, "pooling")
+    shutil.rmtree(pooling / "1_Pooling")
+    cases = {layers: f"{layers / 'config.json'}: num_hidden_layers is 4, but {layers / 'model.safetensors'} holds "
+                     "6 layers; the tensors of layers 4..5 are not used",
+             pooling: f"{pooling / '1_Pooling' / 'config.json'}: not found; assumed mean pooling"}
+    for d, want in cases.items():
+        with pytest.warns(UserWarning) as w:
+            enc = ffn.SentenceEncoder.load(str(d))
+        assert [str(x.message) for x in w] == [want] == enc.load_notes
+        assert w[0].filename == __file__  # the caller's line, as warnings.warn(..., stacklevel=2)
+
+
+def test_a_pytorch_model_bin_is_named_not_read(tmp_path):
+    """Issue 31, item 8: a directory with pytorch_model.bin and no
+    model.safetensors is refused in one line that says how to convert it."""
+    config = {"model_type": "bert", "hidden_act": "gelu", "hidden_size": 8, "num_attention_heads": 2,
+              "intermediate_size": 16, "num_hidden_layers": 1, "max_position_embeddings": 16, "vocab_size": 5}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"PK\x03\x04 never read")
+    with pytest.raises(ffn.Error) as e:
+        ffn.SentenceEncoder.load(str(tmp_path))
+    m = str(e.value)
+    assert m.startswith(f"{tmp_path / 'model.safetensors'}: not found; {tmp_path / 'pytorch_model.bin'} is a "
+                        "PyTorch checkpoint, which ffn does not read"), m
+    assert (f"AutoModel.from_pretrained('{tmp_path}').save_pretrained('{tmp_path}', safe_serialization=True)"
+            in m and "\n" not in m), m
