@@ -149,6 +149,7 @@ void cmd_embed(const EmbedArgs& a) {
   lo.max_tokens = a.max_tokens;
   const std::string dir = a.model.empty() ? SentenceEncoder::default_model_dir() : a.model;
   const SentenceEncoder enc = SentenceEncoder::load(dir, lo);
+  for (const std::string& note : enc.load_notes()) std::fprintf(stderr, "ffn: note: %s\n", note.c_str());
   const int64_t d = enc.dim();
 
   if (sim) {
@@ -226,6 +227,7 @@ int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, b
   const SentenceLoadOptions lo = load_options(a.dtype, a.int8_outliers, a.int8_attention);
   const std::string dir = a.model.empty() ? SentenceEncoder::default_model_dir() : a.model;
   const SentenceEncoder enc = SentenceEncoder::load(dir, lo);
+  for (const std::string& note : enc.load_notes()) std::fprintf(stderr, "ffn: note: %s\n", note.c_str());
   const std::vector<std::string> texts = a.text.empty() ? read_lines(a.input_file) : std::vector<std::string>{a.text};
   int64_t tokens = 0;
   for (const auto& t : texts) tokens += int64_t(enc.tokenize(t).size());

@@ -7,7 +7,8 @@
     over all texts (a text's embedding does not depend on its batch), and the
     printed lines are those rows as %.7g;
   - without a terminal, progress goes to stderr as plain lines at most every
-    FFN_PROGRESS_SECONDS (default 5 s: nothing for a short job).
+    FFN_PROGRESS_SECONDS (default 5 s: nothing for a short job);
+  - what a model directory leaves unsaid (here its pooling) is one note line.
 
     /usr/bin/python3 tests/tools/test_embed_cli.py FFN_BINARY
 Exits 77 (skipped) without numpy or without the model (scripts/setup.sh installs it).
@@ -93,6 +94,19 @@ def main(tmp):
           and any(l.startswith("ffn embed: 40/40 texts") for l in lines) and lines[-1].startswith("ffn embed: done, 40 texts"),
           f"progress lines on stderr: {lines}")
     check("\r" not in r.stderr and "\033" not in r.stderr, "no terminal control characters in a log")
+
+    # What a model directory leaves unsaid is noted on stderr (issue 31, item 8):
+    # a copy without 1_Pooling/config.json (the other files linked).
+    copy_dir = os.path.join(tmp, "model")
+    os.mkdir(copy_dir)
+    for name in os.listdir(model):
+        if name != "1_Pooling":
+            os.symlink(os.path.join(model, name), os.path.join(copy_dir, name))
+    r = subprocess.run([FFN, "embed", "--model", copy_dir, "hello"], capture_output=True, text=True)
+    check(r.returncode == 0 and r.stderr == f"ffn: note: {copy_dir}/1_Pooling/config.json: not found; assumed mean pooling\n",
+          f"a missing pooling config is noted: {r.stderr!r}")
+    r = subprocess.run([FFN, "embed", "--model", model, "hello"], capture_output=True, text=True)
+    check(r.returncode == 0 and r.stderr == "", f"the installed model: nothing noted ({r.stderr!r})")
 
 
 with tempfile.TemporaryDirectory(prefix="ffn-embed-cli-") as tmp:
