@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import ffn
+from conftest import ticks_during
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -195,28 +196,16 @@ def _write_safetensors(path, tensors):
 def test_the_gil_is_released_while_computing(rng):
     layer = ffn.init(ffn.Config(d_model=256, d_ff=1024), seed=0)
     x = rng.standard_normal((2048, 256)).astype(np.float32)
-    ticks = []
-    done = threading.Event()
 
-    def count():
-        while not done.is_set():
-            ticks.append(time.perf_counter())
-            time.sleep(0.001)
+    def work():
+        for _ in range(5):
+            layer.forward(x, threads=1)
 
-    t = threading.Thread(target=count)
-    t.start()
-    time.sleep(0.01)
-    start = time.perf_counter()
-    for _ in range(5):
-        layer.forward(x, threads=1)
-    end = time.perf_counter()
-    done.set()
-    t.join()
-    during = [s for s in ticks if start < s < end]
+    during, seconds = ticks_during(work)
     # With the GIL held for the whole call the other thread could not tick at
-    # all inside [start, end] except between the five calls.
-    assert end - start > 0.02, "the calls were too short to tell"
-    assert len(during) > 10, f"{len(during)} ticks in {end - start:.3f} s"
+    # all inside the calls except between the five of them.
+    assert seconds > 0.02, "the calls were too short to tell"
+    assert during > 10, f"{during} ticks in {seconds:.3f} s"
 
 
 @pytest.mark.parametrize("call,match", [

@@ -30,6 +30,7 @@ from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from ffn.torch import TransformerEncoder, TransformerEncoderLayer  # noqa: E402
+from conftest import ticks_during
 
 TOL_PER_LAYER = 1e-5
 
@@ -431,25 +432,13 @@ def test_the_gil_is_released_while_computing():
     torch.manual_seed(10)
     layer = TransformerEncoderLayer(128, 4, 512, dropout=0.0, batch_first=True, threads=1)
     x = torch.randn(8, 128, 128, requires_grad=True)
-    ticks = []
-    done = threading.Event()
 
-    def count():
-        while not done.is_set():
-            ticks.append(time.perf_counter())
-            time.sleep(0.001)
+    def work():
+        for _ in range(3):
+            layer(x).sum().backward()
 
-    t = threading.Thread(target=count)
-    t.start()
-    time.sleep(0.01)
-    start = time.perf_counter()
-    for _ in range(3):
-        layer(x).sum().backward()
-    end = time.perf_counter()
-    done.set()
-    t.join()
-    during = [s for s in ticks if start < s < end]
+    during, seconds = ticks_during(work)
     # With the GIL held through ffn's forward and backward the other thread could tick only
     # between them (PyTorch's own ops around them are short).
-    assert end - start > 0.02, "the calls were too short to tell"
-    assert len(during) > 10, f"{len(during)} ticks in {end - start:.3f} s"
+    assert seconds > 0.02, "the calls were too short to tell"
+    assert during > 10, f"{during} ticks in {seconds:.3f} s"
