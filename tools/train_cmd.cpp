@@ -187,34 +187,30 @@ struct Setup {
   std::string bad_train, bad_val;
 };
 
-// The first of `rows` whose data or float targets hold a NaN or Inf, named
-// (file, row, feature, value), or "". One pass over those rows.
+// The lowest of `rows` whose data or float targets hold a NaN or Inf, named
+// by its first such value (file, row, feature, value), or "". One pass.
 std::string first_non_finite(const train::Dataset& data, const std::vector<int64_t>& rows, const TrainArgs& a,
                              int64_t seq) {
-  int64_t best = -1;
-  std::string what;
-  for (int64_t r : rows) {
-    if (best >= 0 && r > best) continue;
-    for (int which = 0; which < 2; ++which) {
-      const std::vector<float>& v = which == 0 ? data.x : data.targets;
-      if (v.empty()) continue;
-      const float* row = v.data() + r * data.d;
-      for (int64_t j = 0; j < data.d; ++j)
-        if (!std::isfinite(row[j])) {
-          if (best < 0 || r < best) {
-            best = r;
-            const std::string at = seq > 0 ? " (sequence " + std::to_string(r / seq) + ", position " +
-                                                 std::to_string(r % seq) + ")"
-                                           : "";
-            what = (which == 0 ? a.data : a.targets) + ": row " + std::to_string(r) + at + ", feature " +
-                   std::to_string(j) + " is " + kind_of(row[j]);
-          }
-          which = 2;
-          break;
-        }
-    }
-  }
-  return what;
+  const std::pair<const std::vector<float>*, const std::string*> arrays[] = {{&data.x, &a.data},
+                                                                             {&data.targets, &a.targets}};
+  auto bad_at = [&](const std::vector<float>& v, int64_t r) -> int64_t {  // first bad feature of row r, or -1
+    if (v.empty()) return -1;
+    const float* row = v.data() + r * data.d;
+    for (int64_t j = 0; j < data.d; ++j)
+      if (!std::isfinite(row[j])) return j;
+    return -1;
+  };
+  int64_t first = -1;
+  for (int64_t r : rows)
+    if ((first < 0 || r < first) && (bad_at(data.x, r) >= 0 || bad_at(data.targets, r) >= 0)) first = r;
+  if (first < 0) return "";
+  const std::string at =
+      seq > 0 ? " (sequence " + std::to_string(first / seq) + ", position " + std::to_string(first % seq) + ")" : "";
+  for (const auto& [v, file] : arrays)
+    if (const int64_t j = bad_at(*v, first); j >= 0)
+      return *file + ": row " + std::to_string(first) + at + ", feature " + std::to_string(j) + " is " +
+             kind_of((*v)[size_t(first * data.d + j)]);
+  return "";
 }
 
 Setup prepare(const TrainArgs& a, bool lead) {
