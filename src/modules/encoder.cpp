@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "modules/attention_block.hpp"
 #include "ops/attention.hpp"
 #include "ops/linear.hpp"
 #include "core/buffer_pool.hpp"
@@ -107,30 +108,13 @@ const float* ptr_or_null(const std::vector<float>& v) { return v.empty() ? nullp
 float* ptr_or_null(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
 
-// Packed panels of one layer's attention weights (fast path).
-// Backward reads W_in and W_O as they are (row-major B, packed by the gemm
-// block by block), so inference holds one packed copy only.
-struct PackedAttention {
-  std::vector<float> in_fwd;   // B(p, j) = W_in[j, p]  (x · W_inᵀ)
-  std::vector<float> out_fwd;  // B(p, j) = W_O[j, p]
-  // int8 (Encoder::converted with attention_int8): the projections quantized
-  std::shared_ptr<const nn::Int8Linear> in_q, out_q;
-};
+using nn::PackedAttention;
 
-// y = x Wᵀ + b for one projection: int8 when it was converted and the ISA
-// runs the int8 linear (inference), else fp32.
-void project(const nn::KernelConfig& kc, bool ref, const nn::Int8Linear* q, bool training, const float* x, int64_t n,
-             int64_t k, const std::vector<float>& w, const std::vector<float>& packed, const std::vector<float>& b,
-             int64_t m, float* y, int threads) {
-  if (q && !training && (ref || nn::int8_linear_supported(kc))) {
-    if (ref)
-      reference::linear_forward_int8(x, n, k, q->q.data(), q->scale.data(), q->fp32_inputs.data(),
-                                     int64_t(q->fp32_inputs.size()), q->w32.data(), ptr_or_null(b), m, y);
-    else
-      nn::linear_forward_int8(kc, *q, x, n, ptr_or_null(b), y, threads);
-    return;
-  }
-  nn::linear_forward(kc, ref, x, n, k, w.data(), packed, ptr_or_null(b), m, y, threads);
+nn::AttentionBlockWeights block_weights(const EncoderLayerWeights& l) {
+  return {l.in_proj_weight, l.in_proj_bias, l.out_proj_weight, l.out_proj_bias, l.norm1_weight, l.norm1_bias};
+}
+nn::AttentionBlockGrads block_grads(EncoderLayerWeights& l) {
+  return {l.in_proj_weight, l.in_proj_bias, l.out_proj_weight, l.out_proj_bias, l.norm1_weight, l.norm1_bias};
 }
 using PackedEncoder = std::vector<PackedAttention>;
 
@@ -145,13 +129,7 @@ struct EncoderCache::Data {
   std::vector<int64_t> pos;  // global positions of the valid tokens
   bool causal = false, training = false;
   uint64_t seed = 0;
-  struct LayerSaved {
-    std::vector<float> x;           // [n, d] the layer's input
-    std::vector<float> u;           // [n, d] pre: Norm1(x), the attention's input
-    std::vector<float> r;           // [n, d] post: x + Drop(MHA(x)), Norm1's input
-    std::vector<float> mean, rstd;  // [n] Norm1's statistics
-    std::vector<float> qkv, ctx;    // [n, 3d], [n, d]
-    std::vector<float> lse;         // [n, heads]
+  struct LayerSaved : nn::AttentionSaved {  // the attention sublayer's (src/modules/attention_block.hpp)
     std::vector<float> h;           // [n, d] the attention sublayer's output, the FFN's input
     ForwardCache ffn;
   };
@@ -170,8 +148,7 @@ const EncoderCache::Data& EncoderCache::data() const { return *data_; }
 size_t EncoderCache::bytes() const {
   size_t b = 0;
   for (const auto& l : data_->layers)
-    b += (l.x.size() + l.u.size() + l.r.size() + l.mean.size() + l.rstd.size() + l.qkv.size() + l.ctx.size() +
-          l.lse.size() + l.h.size()) * sizeof(float) + l.ffn.bytes();
+    b += l.AttentionSaved::bytes() + l.h.size() * sizeof(float) + l.ffn.bytes();
   return b + (data_->last.size() + data_->mean.size() + data_->rstd.size()) * sizeof(float);
 }
 
@@ -214,10 +191,7 @@ void Encoder::prepare() {
   for (auto& l : w_.layers) {
     ffn_.emplace_back(cfg_.ffn_config(), std::move(l.ffn));  // checks the FFN's sizes
     l.ffn = Weights{};
-    PackedAttention p;
-    p.in_fwd = nn::pack_linear_weight(l.in_proj_weight.data(), d, 3 * d);
-    p.out_fwd = nn::pack_linear_weight(l.out_proj_weight.data(), d, d);
-    packed->push_back(std::move(p));
+    packed->push_back(PackedAttention::self(block_weights(l), d));
   }
   packed_ = std::move(packed);
 }
@@ -292,119 +266,12 @@ Rows valid_rows(const Shape& s) {
   return r;
 }
 
-reference::AttentionShape attention_shape(const EncoderConfig& cfg, const Rows& rows, int64_t S, bool causal,
-                                          bool training, uint64_t seed) {
-  reference::AttentionShape a;
-  a.d = cfg.d_model;
-  a.heads = cfg.heads;
-  a.S = S;
-  a.off = rows.off;
-  a.causal = causal;
-  a.dropout = cfg.dropout;
-  a.training = training;
-  a.seed = seed;
-  return a;
-}
-
 }  // namespace
 
-// out = the attention sublayer of layer l applied to x (n rows):
-//   post: Norm1(x + Drop(MHA(x)))      pre: x + Drop(MHA(Norm1(x)))
-// s holds the intermediate tensors; with `save` also what backward needs and
-// forward could otherwise overwrite (copies of x and of the residual sum).
 namespace {
-using LayerSaved = EncoderCacheData::LayerSaved;
 
-void attention_sublayer_forward(const EncoderConfig& cfg_, const EncoderLayerWeights& w, const PackedAttention& pk,
-                                int64_t l, const float* x, float* out, LayerSaved& s, bool save, const Rows& rows,
-                                int64_t S, const EncoderRunOptions& opts, int threads, bool ref,
-                                const nn::KernelConfig& kc) {
-  const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model, H = cfg_.heads;
-  const uint64_t seed = nn::derive_seed(opts.seed, uint32_t(l), 0);
-  const auto attn = attention_shape(cfg_, rows, S, opts.causal, opts.training, seed);
-  if (save) s.x.assign(x, x + n * d);
-  s.mean.resize(size_t(n));
-  s.rstd.resize(size_t(n));
-  const float* ain = x;
-  if (cfg_.norm == NormPlacement::pre) {
-    s.u.resize(size_t(n * d));
-    nn::norm_forward(cfg_.norm_type, cfg_.eps, x, n, d, w.norm1_weight.data(), ptr_or_null(w.norm1_bias), s.u.data(),
-                     s.mean.data(), s.rstd.data(), threads);
-    ain = s.u.data();
-  }
-  s.qkv.resize(size_t(n * 3 * d));
-  s.ctx.resize(size_t(n * d));
-  s.lse.resize(size_t(n * H));
-  if (opts.attention_input) opts.attention_input(l, ain, n);
-  project(kc, ref, pk.in_q.get(), opts.training, ain, n, d, w.in_proj_weight, pk.in_fwd, w.in_proj_bias, 3 * d,
-          s.qkv.data(), threads);
-  if (n > 0) {
-    if (ref)
-      reference::attention_forward(attn, s.qkv.data(), s.ctx.data(), s.lse.data());
-    else
-      nn::attention_forward(attn, s.qkv.data(), s.ctx.data(), s.lse.data(), threads, opts.isa);
-  }
-  project(kc, ref, pk.out_q.get(), opts.training, s.ctx.data(), n, d, w.out_proj_weight, pk.out_fwd, w.out_proj_bias,
-          d, out, threads);
-  const auto rule = nn::DropoutRule::make(opts.training ? cfg_.dropout : 0.0f);
-#pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < d; ++j) {
-      const float f = rule.factor(seed, nn::Stream::attention_output, uint64_t(i * d + j));
-      out[i * d + j] = x[i * d + j] + out[i * d + j] * f;
-    }
-  if (cfg_.norm == NormPlacement::post) {
-    if (save) s.r.assign(out, out + n * d);
-    // In place: each row's statistics are taken before any of it is written.
-    nn::norm_forward(cfg_.norm_type, cfg_.eps, out, n, d, w.norm1_weight.data(), ptr_or_null(w.norm1_bias), out,
-                     s.mean.data(), s.rstd.data(), threads);
-  }
-}
-
-// dx from dout through the attention sublayer of layer l; g receives the
-// layer's attention and norm1 gradients.
-void attention_sublayer_backward(const EncoderConfig& cfg_, const EncoderLayerWeights& w, const PackedAttention& pk,
-                                 int64_t l, const LayerSaved& s, const Rows& rows, int64_t S,
-                                 const EncoderCacheData& c, const float* dout, float* dx, EncoderLayerWeights& g,
-                                 int threads, bool ref, Isa isa, const nn::KernelConfig& kc) {
-  const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
-  const uint64_t seed = nn::derive_seed(c.seed, uint32_t(l), 0);
-  const auto attn = attention_shape(cfg_, rows, S, c.causal, c.training, seed);
-  const bool post = cfg_.norm == NormPlacement::post;
-  // dr: the gradient of the residual sum x + Drop(a).
-  Buffer dr(size_t(n * d));
-  if (post)
-    nn::norm_backward(cfg_.norm_type, s.r.data(), s.mean.data(), s.rstd.data(), n, d, w.norm1_weight.data(), dout,
-                      dr.data(), false, g.norm1_weight.data(), ptr_or_null(g.norm1_bias), threads);
-  else
-    std::copy(dout, dout + n * d, dr.begin());
-  std::copy(dr.begin(), dr.end(), dx);  // the residual path
-  const auto rule = nn::DropoutRule::make(c.training ? cfg_.dropout : 0.0f);
-  if (rule.active())
-#pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < d; ++j)
-        dr[size_t(i * d + j)] *= rule.factor(seed, nn::Stream::attention_output, uint64_t(i * d + j));
-  Buffer dctx(size_t(n * d)), dqkv(size_t(n * 3 * d));
-  nn::linear_backward(kc, ref, s.ctx.data(), n, d, w.out_proj_weight.data(), d, dr.data(), dctx.data(),
-                  false, g.out_proj_weight.data(), ptr_or_null(g.out_proj_bias), threads);
-  if (n > 0) {
-    if (ref)
-      reference::attention_backward(attn, s.qkv.data(), dctx.data(), dqkv.data());
-    else
-      nn::attention_backward(attn, s.qkv.data(), s.ctx.data(), s.lse.data(), dctx.data(), dqkv.data(), threads, isa);
-  }
-  const float* ain = post ? s.x.data() : s.u.data();
-  if (post) {
-    nn::linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), dx, true,
-                    g.in_proj_weight.data(), ptr_or_null(g.in_proj_bias), threads);
-  } else {
-    Buffer du(size_t(n * d));
-    nn::linear_backward(kc, ref, ain, n, d, w.in_proj_weight.data(), 3 * d, dqkv.data(), du.data(), false,
-                    g.in_proj_weight.data(), ptr_or_null(g.in_proj_bias), threads);
-    nn::norm_backward(cfg_.norm_type, s.x.data(), s.mean.data(), s.rstd.data(), n, d, w.norm1_weight.data(),
-                      du.data(), dx, true, g.norm1_weight.data(), ptr_or_null(g.norm1_bias), threads);
-  }
+nn::AttentionBlockConfig block_config(const EncoderConfig& c) {
+  return {c.d_model, c.heads, c.norm, c.norm_type, c.eps, c.dropout};
 }
 
 }  // namespace
@@ -479,8 +346,12 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     EncoderCacheData::LayerSaved& s = c ? c->layers[size_t(l)] : scratch;
     ask();
-    attention_sublayer_forward(cfg_, w_.layers[size_t(l)], packed[size_t(l)], l, in, hbuf.data(), s, c != nullptr, rows,
-                               shape.seq, opts, threads, ref, kc);
+    {
+      nn::BlockRun run{opts.training, opts.causal, nn::derive_seed(opts.seed, uint32_t(l), 0), threads, ref, opts.isa, &kc};
+      if (opts.attention_input) run.observe = [&](const float* a, int64_t rows_n) { opts.attention_input(l, a, rows_n); };
+      nn::attention_block_forward(block_config(cfg_), block_weights(w_.layers[size_t(l)]), packed[size_t(l)], in,
+                                  hbuf.data(), rows.off, shape.seq, {}, s, c != nullptr, run);
+    }
     if (c) s.h = hbuf;
     float* out = direct && l + 1 == cfg_.layers && !cfg_.final_norm ? y
                  : in == cur.data() && !cur.empty()                   ? buffer(next)
@@ -533,7 +404,6 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
   const bool ref = opts.path == Path::reference;
   const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
-  const auto& packed = *static_cast<const PackedEncoder*>(packed_.get());
   // Reuse the caller's gradient buffers when they have the right sizes: every
   // element is overwritten (a fresh zeroed 4·d·(d + d_ff)·layers floats per
   // step costs page faults and a memset).
@@ -566,8 +436,10 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
     // before the attention sublayer's.
     ffn_[size_t(l)].backward(s.h.data(), g.data(), Shape::tokens(n), s.ffn, gx.data(), grads.layers[size_t(l)].ffn, fo);
     if (opts.interrupted && opts.interrupted()) throw Interrupted();
-    attention_sublayer_backward(cfg_, w_.layers[size_t(l)], packed[size_t(l)], l, s, rows, shape.seq, c, gx.data(),
-                                g.data(), grads.layers[size_t(l)], threads, ref, opts.isa, kc);
+    nn::BlockRun run{c.training, c.causal, nn::derive_seed(c.seed, uint32_t(l), 0), threads, ref, opts.isa, &kc};
+    nn::AttentionBlockGrads bg = block_grads(grads.layers[size_t(l)]);
+    nn::attention_block_backward(block_config(cfg_), block_weights(w_.layers[size_t(l)]), rows.off, shape.seq, {}, s,
+                                 gx.data(), g.data(), nullptr, bg, run);
   }
   nn::scatter(g.data(), addr, rows.pos, shape.positions(), dx);
   (void)x;

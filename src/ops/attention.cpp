@@ -18,8 +18,10 @@ namespace {
 constexpr int64_t kQueryTile = 96;  // query rows per tile
 constexpr int64_t kKeyTile = 256;   // keys per tile (a multiple of kPanel)
 
+// A sequence's queries (rows base .. base + len) and its keys and values
+// (rows kbase .. kbase + klen of K and V).
 struct Seq {
-  int64_t base, len;
+  int64_t base, len, kbase, klen;
 };
 
 // One head's K of a sequence as 16-key panels for S = Q·Kᵀ:
@@ -73,19 +75,24 @@ void mm(const KernelConfig& kc, int64_t m, int64_t n, int64_t k, const float* a,
 }
 
 std::vector<Seq> sequences(const AttentionShape& a) {
+  reference::check_attention_shape(a);
   std::vector<Seq> s;
-  for (size_t b = 0; b + 1 < a.off.size(); ++b) s.push_back({a.off[b], a.off[b + 1] - a.off[b]});
+  for (size_t b = 0; b + 1 < a.off.size(); ++b) s.push_back({a.off[b], a.q_len(b), a.keys_base(b), a.keys_len(b)});
   return s;
 }
 
-// Keys a query at local position s may see: all of its sequence, or up to s.
-int64_t visible(const AttentionShape& a, const Seq& q, int64_t s) { return a.causal ? s + 1 : q.len; }
+// Keys a query at local position s may see: all of its sequence's, or (causal)
+// those up to its position, the queries being the last q.len of q.klen.
+int64_t visible(const AttentionShape& a, const Seq& q, int64_t s) {
+  return a.causal ? std::min(q.klen, q.klen - q.len + s + 1) : q.klen;
+}
 
 }  // namespace
 
-void attention_forward(const AttentionShape& a, const float* qkv, float* ctx, float* lse, int threads, Isa isa) {
+void attention_forward(const AttentionShape& a, const AttentionInput<float>& in, float* ctx, float* lse, int threads,
+                       Isa isa) {
   const KernelConfig& kc = kernel_config(resolve_isa(isa));
-  const int64_t d = a.d, H = a.heads, dh = d / H, ld = 3 * d;
+  const int64_t d = a.d, H = a.heads, dh = d / H;
   const float scale = float(1.0 / std::sqrt(double(dh)));
   const auto rule = DropoutRule::make(a.training ? a.dropout : 0.0f);
   const std::vector<Seq> seqs = sequences(a);
@@ -109,22 +116,22 @@ void attention_forward(const AttentionShape& a, const float* qkv, float* ctx, fl
       const auto [b, h, s0] = units[u];
       const Seq& sq = seqs[size_t(b)];
       if (b != packed_b || h != packed_h) {  // this thread's copy of the head's K and V panels
-        kp.resize(size_t(panels(sq.len) * kPanel * dh));
-        vp.resize(size_t(panels(dh) * kPanel * sq.len));
-        pack_keys(qkv + sq.base * ld + d + h * dh, ld, sq.len, dh, kp.data());
-        pack_rows_panels(qkv + sq.base * ld + 2 * d + h * dh, ld, sq.len, dh, vp.data());
+        kp.resize(size_t(panels(sq.klen) * kPanel * dh));
+        vp.resize(size_t(panels(dh) * kPanel * sq.klen));
+        pack_keys(in.k + sq.kbase * in.ldkv + h * dh, in.ldkv, sq.klen, dh, kp.data());
+        pack_rows_panels(in.v + sq.kbase * in.ldkv + h * dh, in.ldkv, sq.klen, dh, vp.data());
         packed_b = b;
         packed_h = h;
       }
       const int64_t rows = std::min(kQueryTile, sq.len - s0);
-      const int64_t keys = a.causal ? s0 + rows : sq.len;  // keys any row of the tile sees
-      const float* q = qkv + (sq.base + s0) * ld + h * dh;
+      const int64_t keys = visible(a, sq, s0 + rows - 1);  // keys any row of the tile sees
+      const float* q = in.q + (sq.base + s0) * in.ldq + h * dh;
       std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
       std::fill(sum.begin(), sum.end(), 0.0f);
       std::fill(o.begin(), o.end(), 0.0f);
       for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
         const int64_t kn = std::min(kKeyTile, keys - j0);
-        mm_packed(kc, rows, kn, dh, q, ld, kp.data() + (j0 / kPanel) * dh * kPanel, dh * kPanel, sbuf.data(),
+        mm_packed(kc, rows, kn, dh, q, in.ldq, kp.data() + (j0 / kPanel) * dh * kPanel, dh * kPanel, sbuf.data(),
                   kKeyTile, false);
         for (int64_t r = 0; r < rows; ++r) {
           float* srow = sbuf.data() + r * kKeyTile;
@@ -138,7 +145,7 @@ void attention_forward(const AttentionShape& a, const float* qkv, float* ctx, fl
           if (alpha != 1.0f)
             for (int64_t c = 0; c < dh; ++c) o[size_t(r * ldo + c)] *= alpha;
         }
-        mm_packed(kc, rows, dh, kn, sbuf.data(), kKeyTile, vp.data() + j0 * kPanel, sq.len * kPanel, o.data(), ldo,
+        mm_packed(kc, rows, dh, kn, sbuf.data(), kKeyTile, vp.data() + j0 * kPanel, sq.klen * kPanel, o.data(), ldo,
                   true);
       }
       for (int64_t r = 0; r < rows; ++r) {
@@ -156,10 +163,10 @@ void attention_forward(const AttentionShape& a, const float* qkv, float* ctx, fl
 // accumulates over key tiles in a [len, dh] buffer.
 //   P = e^(S·scale − lse),  P̃ = P ∘ Z,  dV += P̃ᵀ dO,  dP = Z ∘ (dO Vᵀ),
 //   dS = P ∘ (dP − D) · scale with D = rowsum(dO ∘ O),  dQ += dS K,  dK += dSᵀ Q.
-void attention_backward(const AttentionShape& a, const float* qkv, const float* ctx, const float* lse,
-                        const float* dctx, float* dqkv, int threads, Isa isa) {
+void attention_backward(const AttentionShape& a, const AttentionInput<float>& in, const float* ctx, const float* lse,
+                        const float* dctx, const AttentionGrad<float>& g, int threads, Isa isa) {
   const KernelConfig& kc = kernel_config(resolve_isa(isa));
-  const int64_t d = a.d, H = a.heads, dh = d / H, ld = 3 * d;
+  const int64_t d = a.d, H = a.heads, dh = d / H, ldq = in.ldq, ldkv = in.ldkv;
   const float scale = float(1.0 / std::sqrt(double(dh)));
   const auto rule = DropoutRule::make(a.training ? a.dropout : 0.0f);
   const std::vector<Seq> seqs = sequences(a);
@@ -167,7 +174,7 @@ void attention_backward(const AttentionShape& a, const float* qkv, const float* 
   std::vector<Unit> units;
   for (size_t b = 0; b < seqs.size(); ++b)
     for (int64_t h = 0; h < H; ++h)
-      if (seqs[b].len > 0) units.push_back({int64_t(b), h});
+      if (seqs[b].len > 0 || seqs[b].klen > 0) units.push_back({int64_t(b), h});
   if (units.empty()) return;
 
 #pragma omp parallel num_threads(int(std::min<int64_t>(threads, int64_t(units.size()))))
@@ -178,14 +185,15 @@ void attention_backward(const AttentionShape& a, const float* qkv, const float* 
     for (size_t u = 0; u < units.size(); ++u) {
       const auto [b, h] = units[u];
       const Seq& sq = seqs[size_t(b)];
-      const float* Q = qkv + sq.base * ld + h * dh;
-      const float* K = Q + d;
-      const float* V = Q + 2 * d;
+      const float* Q = in.q + sq.base * ldq + h * dh;
+      const float* K = in.k + sq.kbase * ldkv + h * dh;
+      const float* V = in.v + sq.kbase * ldkv + h * dh;
       const float* dO = dctx + sq.base * d + h * dh;
-      kp.resize(size_t(panels(sq.len) * kPanel * dh));
-      vp.resize(size_t(panels(sq.len) * kPanel * dh));
-      pack_keys(K, ld, sq.len, dh, kp.data());
-      pack_keys(V, ld, sq.len, dh, vp.data());  // Vᵀ panels, for dO·Vᵀ
+      const int64_t shift = sq.klen - sq.len;  // causal: query s sees keys up to shift + s
+      kp.resize(size_t(panels(sq.klen) * kPanel * dh));
+      vp.resize(size_t(panels(sq.klen) * kPanel * dh));
+      pack_keys(K, ldkv, sq.klen, dh, kp.data());
+      pack_keys(V, ldkv, sq.klen, dh, vp.data());  // Vᵀ panels, for dO·Vᵀ
       dq.assign(size_t(sq.len * dh), 0.0f);
       D.resize(size_t(sq.len));
       for (int64_t s = 0; s < sq.len; ++s) {
@@ -193,14 +201,15 @@ void attention_backward(const AttentionShape& a, const float* qkv, const float* 
         for (int64_t c = 0; c < dh; ++c) acc += dO[s * d + c] * ctx[(sq.base + s) * d + h * dh + c];
         D[size_t(s)] = acc;
       }
-      for (int64_t j0 = 0; j0 < sq.len; j0 += kKeyTile) {
-        const int64_t kn = std::min(kKeyTile, sq.len - j0);
+      for (int64_t j0 = 0; j0 < sq.klen; j0 += kKeyTile) {
+        const int64_t kn = std::min(kKeyTile, sq.klen - j0);
         std::fill(dk.begin(), dk.end(), 0.0f);
         std::fill(dv.begin(), dv.end(), 0.0f);
-        const int64_t first = a.causal ? j0 / kQueryTile * kQueryTile : 0;  // earlier queries see none of these keys
+        // Earlier queries see none of these keys.
+        const int64_t first = a.causal ? std::max<int64_t>(0, j0 - shift) / kQueryTile * kQueryTile : 0;
         for (int64_t s0 = first; s0 < sq.len; s0 += kQueryTile) {
           const int64_t rows = std::min(kQueryTile, sq.len - s0);
-          mm_packed(kc, rows, kn, dh, Q + s0 * ld, ld, kp.data() + (j0 / kPanel) * dh * kPanel, dh * kPanel,
+          mm_packed(kc, rows, kn, dh, Q + s0 * ldq, ldq, kp.data() + (j0 / kPanel) * dh * kPanel, dh * kPanel,
                     p.data(), kKeyTile, false);
           mm_packed(kc, rows, kn, dh, dO + s0 * d, d, vp.data() + (j0 / kPanel) * dh * kPanel, dh * kPanel,
                     dp.data(), kKeyTile, false);
@@ -227,17 +236,17 @@ void attention_backward(const AttentionShape& a, const float* qkv, const float* 
           }
           // dV[kn, dh] += P̃ᵀ dO ; dK[kn, dh] += dSᵀ Q ; dQ[rows, dh] += dS K
           mm(kc, kn, dh, rows, p.data(), 1, kKeyTile, dO + s0 * d, d, dv.data(), dh, true);
-          mm(kc, kn, dh, rows, dp.data(), 1, kKeyTile, Q + s0 * ld, ld, dk.data(), dh, true);
-          mm(kc, rows, dh, kn, dp.data(), kKeyTile, 1, K + j0 * ld, ld, dq.data() + s0 * dh, dh, true);
+          mm(kc, kn, dh, rows, dp.data(), 1, kKeyTile, Q + s0 * ldq, ldq, dk.data(), dh, true);
+          mm(kc, rows, dh, kn, dp.data(), kKeyTile, 1, K + j0 * ldkv, ldkv, dq.data() + s0 * dh, dh, true);
         }
         for (int64_t j = 0; j < kn; ++j)
           for (int64_t c = 0; c < dh; ++c) {
-            dqkv[(sq.base + j0 + j) * ld + d + h * dh + c] = dk[size_t(j * dh + c)];
-            dqkv[(sq.base + j0 + j) * ld + 2 * d + h * dh + c] = dv[size_t(j * dh + c)];
+            g.dk[(sq.kbase + j0 + j) * g.ldkv + h * dh + c] = dk[size_t(j * dh + c)];
+            g.dv[(sq.kbase + j0 + j) * g.ldkv + h * dh + c] = dv[size_t(j * dh + c)];
           }
       }
       for (int64_t s = 0; s < sq.len; ++s)
-        for (int64_t c = 0; c < dh; ++c) dqkv[(sq.base + s) * ld + h * dh + c] = dq[size_t(s * dh + c)];
+        for (int64_t c = 0; c < dh; ++c) g.dq[(sq.base + s) * g.ldq + h * dh + c] = dq[size_t(s * dh + c)];
     }
   }
 }

@@ -26,12 +26,26 @@
 
 namespace ffn::nn {
 
+using reference::AttentionGrad;
+using reference::AttentionInput;
 using reference::AttentionShape;
 
-void attention_forward(const AttentionShape& a, const float* qkv, float* ctx, float* lse, int threads, Isa isa);
+// Q, K and V where AttentionInput says (cross-attention, a key/value cache).
+void attention_forward(const AttentionShape& a, const AttentionInput<float>& in, float* ctx, float* lse, int threads,
+                       Isa isa);
+inline void attention_forward(const AttentionShape& a, const float* qkv, float* ctx, float* lse, int threads, Isa isa) {
+  attention_forward(a, AttentionInput<float>::packed(qkv, a.d), ctx, lse, threads, isa);
+}
 
-// dqkv [n, 3d] (overwritten) from dctx [n, d] and forward's ctx and lse.
-void attention_backward(const AttentionShape& a, const float* qkv, const float* ctx, const float* lse,
-                        const float* dctx, float* dqkv, int threads, Isa isa);
+// The gradients of Q, K and V (overwritten at the rows the sequences use)
+// from dctx [n, d] and forward's ctx and lse.
+void attention_backward(const AttentionShape& a, const AttentionInput<float>& in, const float* ctx, const float* lse,
+                        const float* dctx, const AttentionGrad<float>& g, int threads, Isa isa);
+// dqkv [n, 3d] (overwritten).
+inline void attention_backward(const AttentionShape& a, const float* qkv, const float* ctx, const float* lse,
+                               const float* dctx, float* dqkv, int threads, Isa isa) {
+  attention_backward(a, AttentionInput<float>::packed(qkv, a.d), ctx, lse, dctx, AttentionGrad<float>::packed(dqkv, a.d),
+                     threads, isa);
+}
 
 }  // namespace ffn::nn

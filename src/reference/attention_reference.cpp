@@ -5,8 +5,27 @@
 #include <limits>
 
 #include "core/philox.hpp"
+#include "ffn/types.hpp"
 
 namespace ffn::reference {
+
+void check_attention_shape(const AttentionShape& a) {
+  const size_t B = a.off.empty() ? 0 : a.off.size() - 1;
+  if (!a.kv_base.empty() || !a.kv_len.empty()) {
+    if (a.kv_base.size() != B || a.kv_len.size() != B)
+      throw Error("attention: " + std::to_string(B) + " sequences but " + std::to_string(a.kv_base.size()) +
+                  " key bases and " + std::to_string(a.kv_len.size()) + " key lengths");
+  }
+  for (size_t b = 0; b < B; ++b) {
+    const int64_t q = a.q_len(b), k = a.keys_len(b);
+    if (k < 0 || (q > 0 && k == 0))
+      throw Error("attention: sequence " + std::to_string(b) + " has " + std::to_string(q) + " queries and no keys");
+    if (a.causal && k < q)
+      throw Error("attention: causal sequence " + std::to_string(b) + " has " + std::to_string(q) +
+                  " queries but only " + std::to_string(k) + " keys (the queries are the last positions)");
+  }
+}
+
 namespace {
 
 using Acc = double;
@@ -15,18 +34,18 @@ using Acc = double;
 // the dropout factors Z[j] of query row `i` (local position s in sequence b)
 // in head h; returns the number of keys it attends to.
 template <typename T>
-int64_t probabilities(const AttentionShape& a, const T* qkv, int64_t b, int64_t s, int64_t h,
+int64_t probabilities(const AttentionShape& a, const AttentionInput<T>& in, int64_t b, int64_t s, int64_t h,
                       std::vector<Acc>& P, std::vector<Acc>& Z, Acc* lse = nullptr) {
-  const int64_t d = a.d, dh = d / a.heads, ld = 3 * d, base = a.off[size_t(b)];
-  const int64_t len = a.off[size_t(b) + 1] - base, i = base + s;
-  const int64_t keys = a.causal ? s + 1 : len;
+  const int64_t dh = a.d / a.heads, kb = a.keys_base(size_t(b));
+  const int64_t i = a.off[size_t(b)] + s;
+  const int64_t keys = a.visible(size_t(b), s);
   const Acc scale = 1.0 / std::sqrt(Acc(dh));
   P.assign(size_t(keys), 0.0);
   Z.assign(size_t(keys), 1.0);
-  const T* q = qkv + i * ld + h * dh;
+  const T* q = in.q + i * in.ldq + h * dh;
   Acc mx = -std::numeric_limits<Acc>::infinity();
   for (int64_t j = 0; j < keys; ++j) {
-    const T* k = qkv + (base + j) * ld + d + h * dh;
+    const T* k = in.k + (kb + j) * in.ldkv + h * dh;
     Acc dot = 0;
     for (int64_t c = 0; c < dh; ++c) dot += Acc(q[c]) * Acc(k[c]);
     P[size_t(j)] = dot * scale;
@@ -46,19 +65,20 @@ int64_t probabilities(const AttentionShape& a, const T* qkv, int64_t b, int64_t 
 }  // namespace
 
 template <typename T>
-void attention_forward(const AttentionShape& a, const T* qkv, T* ctx, float* lse) {
-  const int64_t d = a.d, dh = d / a.heads, ld = 3 * d;
+void attention_forward(const AttentionShape& a, const AttentionInput<T>& in, T* ctx, float* lse) {
+  check_attention_shape(a);
+  const int64_t d = a.d, dh = d / a.heads;
   std::vector<Acc> P, Z, o(static_cast<size_t>(dh));
   for (size_t b = 0; b + 1 < a.off.size(); ++b) {
-    const int64_t base = a.off[b], len = a.off[b + 1] - base;
+    const int64_t base = a.off[b], len = a.q_len(b), kb = a.keys_base(b);
     for (int64_t s = 0; s < len; ++s)
       for (int64_t h = 0; h < a.heads; ++h) {
         Acc l = 0;
-        const int64_t keys = probabilities(a, qkv, int64_t(b), s, h, P, Z, &l);
+        const int64_t keys = probabilities(a, in, int64_t(b), s, h, P, Z, &l);
         if (lse) lse[(base + s) * a.heads + h] = float(l);
         std::fill(o.begin(), o.end(), 0.0);
         for (int64_t j = 0; j < keys; ++j) {
-          const T* v = qkv + (base + j) * ld + 2 * d + h * dh;
+          const T* v = in.v + (kb + j) * in.ldkv + h * dh;
           const Acc w = P[size_t(j)] * Z[size_t(j)];
           for (int64_t c = 0; c < dh; ++c) o[size_t(c)] += w * Acc(v[c]);
         }
@@ -71,47 +91,61 @@ void attention_forward(const AttentionShape& a, const T* qkv, T* ctx, float* lse
 //   ctx = Σ_j P_j Z_j v_j,   dP_j = Z_j (dctx · v_j),
 //   dS_j = P_j (dP_j − Σ_l P_l dP_l)      (softmax backward),
 //   dq = Σ_j dS_j k_j / √dh,  dk_j += dS_j q / √dh,  dv_j += P_j Z_j dctx.
+// Each sequence's dK and dV are summed in double over its queries, then
+// written; the key rows of a sequence are its own.
 template <typename T>
-void attention_backward(const AttentionShape& a, const T* qkv, const T* dctx, T* dqkv) {
-  const int64_t d = a.d, dh = d / a.heads, ld = 3 * d, n = a.rows();
+void attention_backward(const AttentionShape& a, const AttentionInput<T>& in, const T* dctx, const AttentionGrad<T>& g) {
+  check_attention_shape(a);
+  const int64_t d = a.d, dh = d / a.heads;
   const Acc scale = 1.0 / std::sqrt(Acc(dh));
-  std::vector<Acc> acc(size_t(n * ld), 0.0), P, Z, dP;
+  std::vector<Acc> dq(static_cast<size_t>(d)), dk, dv, P, Z, dP;
   for (size_t b = 0; b + 1 < a.off.size(); ++b) {
-    const int64_t base = a.off[b], len = a.off[b + 1] - base;
-    for (int64_t s = 0; s < len; ++s)
+    const int64_t base = a.off[b], len = a.q_len(b), kb = a.keys_base(b), kl = a.keys_len(b);
+    dk.assign(size_t(kl * d), 0.0);
+    dv.assign(size_t(kl * d), 0.0);
+    for (int64_t s = 0; s < len; ++s) {
+      const int64_t i = base + s;
+      std::fill(dq.begin(), dq.end(), 0.0);
       for (int64_t h = 0; h < a.heads; ++h) {
-        const int64_t i = base + s, keys = probabilities(a, qkv, int64_t(b), s, h, P, Z);
-        const T* g = dctx + i * d + h * dh;
+        const int64_t keys = probabilities(a, in, int64_t(b), s, h, P, Z);
+        const T* gr = dctx + i * d + h * dh;
         dP.assign(size_t(keys), 0.0);
         Acc dot = 0;
         for (int64_t j = 0; j < keys; ++j) {
-          const T* v = qkv + (base + j) * ld + 2 * d + h * dh;
+          const T* v = in.v + (kb + j) * in.ldkv + h * dh;
           Acc gv = 0;
-          for (int64_t c = 0; c < dh; ++c) gv += Acc(g[c]) * Acc(v[c]);
+          for (int64_t c = 0; c < dh; ++c) gv += Acc(gr[c]) * Acc(v[c]);
           dP[size_t(j)] = Z[size_t(j)] * gv;
           dot += P[size_t(j)] * dP[size_t(j)];
-          Acc* dv = acc.data() + (base + j) * ld + 2 * d + h * dh;
-          for (int64_t c = 0; c < dh; ++c) dv[c] += P[size_t(j)] * Z[size_t(j)] * Acc(g[c]);
+          Acc* dvj = dv.data() + j * d + h * dh;
+          for (int64_t c = 0; c < dh; ++c) dvj[c] += P[size_t(j)] * Z[size_t(j)] * Acc(gr[c]);
         }
-        const T* q = qkv + i * ld + h * dh;
-        Acc* dq = acc.data() + i * ld + h * dh;
+        const T* q = in.q + i * in.ldq + h * dh;
         for (int64_t j = 0; j < keys; ++j) {
           const Acc ds = P[size_t(j)] * (dP[size_t(j)] - dot) * scale;
-          const T* k = qkv + (base + j) * ld + d + h * dh;
-          Acc* dk = acc.data() + (base + j) * ld + d + h * dh;
+          const T* k = in.k + (kb + j) * in.ldkv + h * dh;
+          Acc* dkj = dk.data() + j * d + h * dh;
           for (int64_t c = 0; c < dh; ++c) {
-            dq[c] += ds * Acc(k[c]);
-            dk[c] += ds * Acc(q[c]);
+            dq[size_t(h * dh + c)] += ds * Acc(k[c]);
+            dkj[c] += ds * Acc(q[c]);
           }
         }
       }
+      for (int64_t c = 0; c < d; ++c) g.dq[i * g.ldq + c] = T(dq[size_t(c)]);
+    }
+    for (int64_t j = 0; j < kl; ++j)
+      for (int64_t c = 0; c < d; ++c) {
+        g.dk[(kb + j) * g.ldkv + c] = T(dk[size_t(j * d + c)]);
+        g.dv[(kb + j) * g.ldkv + c] = T(dv[size_t(j * d + c)]);
+      }
   }
-  for (int64_t e = 0; e < n * ld; ++e) dqkv[e] = T(acc[size_t(e)]);
 }
 
-template void attention_forward<float>(const AttentionShape&, const float*, float*, float*);
-template void attention_forward<double>(const AttentionShape&, const double*, double*, float*);
-template void attention_backward<float>(const AttentionShape&, const float*, const float*, float*);
-template void attention_backward<double>(const AttentionShape&, const double*, const double*, double*);
+template void attention_forward<float>(const AttentionShape&, const AttentionInput<float>&, float*, float*);
+template void attention_forward<double>(const AttentionShape&, const AttentionInput<double>&, double*, float*);
+template void attention_backward<float>(const AttentionShape&, const AttentionInput<float>&, const float*,
+                                        const AttentionGrad<float>&);
+template void attention_backward<double>(const AttentionShape&, const AttentionInput<double>&, const double*,
+                                         const AttentionGrad<double>&);
 
 }  // namespace ffn::reference

@@ -3,18 +3,25 @@
 // the oracle the tiled fast path (src/ops/attention.cpp) is tested against
 // and, in double, the function the finite-difference checks differentiate.
 //
-// Rows are the valid tokens only, contiguous: sequence b is rows
+// Rows are the valid tokens only, contiguous: sequence b's queries are rows
 // [off[b], off[b+1]); a query attends to the keys of its own sequence (the
 // key padding mask), and with `causal` only to keys at or before it.
 //   qkv  [n, 3d]  the projected Q | K | V; head h uses columns h·dh..(h+1)·dh
 //                 of each third (dh = d / heads), as nn.MultiheadAttention
 //   ctx  [n, d]   softmax(Q Kᵀ / √dh) V per head, heads concatenated
+// Cross-attention and a decoder's key/value cache (AttentionInput): Q, K and
+// V from separate arrays, sequence b's keys and values rows
+// [kv_base[b], kv_base[b] + kv_len[b]) of K and V. With `causal` the queries
+// are the last q_len positions of the kv_len (kv_len ≥ q_len): query s sees
+// keys 0 .. kv_len − q_len + s, so a step that appends one position to a
+// cache computes what the whole prefix would.
 // Dropout on the attention probabilities (training): the probability of
 // query row i (of all n), head h, key j (position in its sequence) is kept
 // with factor 1/(1-p) unless Philox's bits for index (i·heads + h)·S + j
 // under Stream::attention are below p·2³², S the padded sequence length.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -24,20 +31,61 @@ struct AttentionShape {
   int64_t d = 0, heads = 1;
   int64_t S = 0;                 // padded sequence length (the dropout index's stride)
   std::vector<int64_t> off;      // B + 1 row offsets
+  // Keys and values of sequence b (AttentionInput); empty: the query rows
+  // themselves (self-attention over off).
+  std::vector<int64_t> kv_base, kv_len;
   bool causal = false;
   float dropout = 0.0f;          // p, used only when training
   bool training = false;
   uint64_t seed = 0;
   int64_t rows() const { return off.empty() ? 0 : off.back(); }
+  int64_t q_len(size_t b) const { return off[b + 1] - off[b]; }
+  int64_t keys_base(size_t b) const { return kv_base.empty() ? off[b] : kv_base[b]; }
+  int64_t keys_len(size_t b) const { return kv_len.empty() ? q_len(b) : kv_len[b]; }
+  // Keys query s of sequence b sees.
+  int64_t visible(size_t b, int64_t s) const {
+    const int64_t kl = keys_len(b);
+    return causal ? std::min(kl, kl - q_len(b) + s + 1) : kl;
+  }
 };
+
+// Where Q, K and V are: row i's query at q + i·ldq, key row r at k + r·ldkv,
+// value row r at v + r·ldkv (head h at column h·dh of each).
+template <typename T>
+struct AttentionInput {
+  const T *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t ldq = 0, ldkv = 0;
+  static AttentionInput packed(const T* qkv, int64_t d) { return {qkv, qkv + d, qkv + 2 * d, 3 * d, 3 * d}; }
+};
+// Where their gradients go (overwritten at the rows the sequences use).
+template <typename T>
+struct AttentionGrad {
+  T *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  int64_t ldq = 0, ldkv = 0;
+  static AttentionGrad packed(T* dqkv, int64_t d) { return {dqkv, dqkv + d, dqkv + 2 * d, 3 * d, 3 * d}; }
+};
+
+// Throws Error unless the kv lists have one entry per sequence and, with
+// causal, every sequence has at least as many keys as queries; and unless
+// every sequence with queries has keys.
+void check_attention_shape(const AttentionShape& a);
 
 // lse [n, heads] (optional): max + log Σ e^(s − max) of each query's scaled
 // scores, what the fast backward reads.
 template <typename T>
-void attention_forward(const AttentionShape& a, const T* qkv, T* ctx, float* lse = nullptr);
-
-// dqkv [n, 3d] (overwritten) from dctx [n, d].
+void attention_forward(const AttentionShape& a, const AttentionInput<T>& in, T* ctx, float* lse = nullptr);
 template <typename T>
-void attention_backward(const AttentionShape& a, const T* qkv, const T* dctx, T* dqkv);
+void attention_forward(const AttentionShape& a, const T* qkv, T* ctx, float* lse = nullptr) {
+  attention_forward(a, AttentionInput<T>::packed(qkv, a.d), ctx, lse);
+}
+
+// The gradients of Q, K and V from dctx [n, d].
+template <typename T>
+void attention_backward(const AttentionShape& a, const AttentionInput<T>& in, const T* dctx, const AttentionGrad<T>& g);
+// dqkv [n, 3d] (overwritten).
+template <typename T>
+void attention_backward(const AttentionShape& a, const T* qkv, const T* dctx, T* dqkv) {
+  attention_backward(a, AttentionInput<T>::packed(qkv, a.d), dctx, AttentionGrad<T>::packed(dqkv, a.d));
+}
 
 }  // namespace ffn::reference

@@ -1,0 +1,204 @@
+#include "modules/attention_block.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "core/buffer_pool.hpp"
+#include "core/philox.hpp"
+#include "ops/norm.hpp"
+#include "reference/attention_reference.hpp"
+#include "reference/linear_reference.hpp"
+
+namespace ffn::nn {
+namespace {
+
+using Buffer = std::vector<float, PoolAllocator<float>>;
+
+const float* ptr_or_null(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+float* ptr_or_null(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+const float* offset_or_null(const std::vector<float>& v, int64_t at) { return v.empty() ? nullptr : v.data() + at; }
+float* offset_or_null(std::vector<float>& v, int64_t at) { return v.empty() ? nullptr : v.data() + at; }
+
+// y = x Wᵀ + b for one projection: int8 when it was converted and the ISA
+// runs the int8 linear (inference), else fp32.
+void project(const BlockRun& run, const Int8Linear* q, const float* x, int64_t n, int64_t k, const float* w,
+             const std::vector<float>& packed, const float* b, int64_t m, float* y) {
+  const KernelConfig& kc = *run.kc;
+  if (q && !run.training && (run.ref || int8_linear_supported(kc))) {
+    if (run.ref)
+      reference::linear_forward_int8(x, n, k, q->q.data(), q->scale.data(), q->fp32_inputs.data(),
+                                     int64_t(q->fp32_inputs.size()), q->w32.data(), b, m, y);
+    else
+      linear_forward_int8(kc, *q, x, n, b, y, run.threads);
+    return;
+  }
+  linear_forward(kc, run.ref, x, n, k, w, packed, b, m, y, run.threads);
+}
+
+reference::AttentionShape attention_shape(const AttentionBlockConfig& cfg, const std::vector<int64_t>& off, int64_t S,
+                                          const KeysValues& kv, const BlockRun& run) {
+  reference::AttentionShape a;
+  a.d = cfg.d;
+  a.heads = cfg.heads;
+  a.S = kv.kind == KeysValues::Kind::memory ? kv.memory_S : S;
+  a.off = off;
+  if (kv.kind != KeysValues::Kind::self) {
+    a.kv_base = kv.kv_base;
+    a.kv_len = kv.kv_len;
+  }
+  a.causal = run.causal;
+  a.dropout = cfg.dropout;
+  a.training = run.training;
+  a.seed = run.seed;
+  return a;
+}
+
+}  // namespace
+
+PackedAttention PackedAttention::self(const AttentionBlockWeights& w, int64_t d) {
+  PackedAttention p;
+  p.in_fwd = pack_linear_weight(w.in_w.data(), d, 3 * d);
+  p.out_fwd = pack_linear_weight(w.out_w.data(), d, d);
+  return p;
+}
+
+PackedAttention PackedAttention::cross(const AttentionBlockWeights& w, int64_t d) {
+  PackedAttention p;
+  p.q_fwd = pack_linear_weight(w.in_w.data(), d, d);
+  p.kv_fwd = pack_linear_weight(w.in_w.data() + d * d, d, 2 * d);
+  p.out_fwd = pack_linear_weight(w.out_w.data(), d, d);
+  return p;
+}
+
+size_t AttentionSaved::bytes() const {
+  return (x.size() + u.size() + r.size() + mean.size() + rstd.size() + qkv.size() + kv.size() + ctx.size() +
+          lse.size()) * sizeof(float);
+}
+
+void project_memory(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w, const PackedAttention& pk,
+                    const float* memory, int64_t m, float* kv, const BlockRun& run) {
+  const int64_t d = cfg.d;
+  project(run, nullptr, memory, m, d, w.in_w.data() + d * d, pk.kv_fwd, offset_or_null(w.in_b, d), 2 * d, kv);
+}
+
+void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w, const PackedAttention& pk,
+                             const float* x, float* out, const std::vector<int64_t>& off, int64_t S,
+                             const KeysValues& kv, AttentionSaved& s, bool save, const BlockRun& run) {
+  const int64_t n = off.empty() ? 0 : off.back(), d = cfg.d, H = cfg.heads;
+  const auto attn = attention_shape(cfg, off, S, kv, run);
+  if (save) s.x.assign(x, x + n * d);
+  s.mean.resize(size_t(n));
+  s.rstd.resize(size_t(n));
+  const float* ain = x;
+  if (cfg.norm == NormPlacement::pre) {
+    s.u.resize(size_t(n * d));
+    norm_forward(cfg.norm_type, cfg.eps, x, n, d, w.norm_w.data(), ptr_or_null(w.norm_b), s.u.data(), s.mean.data(),
+                 s.rstd.data(), run.threads);
+    ain = s.u.data();
+  }
+  s.ctx.resize(size_t(n * d));
+  s.lse.resize(size_t(n * H));
+  if (run.observe) run.observe(ain, n);
+  AttentionInput<float> in;
+  if (kv.kind == KeysValues::Kind::memory) {
+    // Q of the rows; K|V of the memory rows (projected here unless given).
+    s.qkv.resize(size_t(n * d));
+    project(run, nullptr, ain, n, d, w.in_w.data(), pk.q_fwd, ptr_or_null(w.in_b), d, s.qkv.data());
+    const float* kvp = kv.projected;
+    if (!kvp) {
+      const int64_t m = kv.memory_off.empty() ? 0 : kv.memory_off.back();
+      s.kv.resize(size_t(m * 2 * d));
+      project_memory(cfg, w, pk, kv.memory, m, s.kv.data(), run);
+      kvp = s.kv.data();
+    }
+    in = {s.qkv.data(), kvp, kvp + d, d, 2 * d};
+  } else {
+    s.qkv.resize(size_t(n * 3 * d));
+    project(run, pk.in_q.get(), ain, n, d, w.in_w.data(), pk.in_fwd, ptr_or_null(w.in_b), 3 * d, s.qkv.data());
+    in = AttentionInput<float>::packed(s.qkv.data(), d);
+    if (kv.kind == KeysValues::Kind::cache) {
+      for (int64_t i = 0; i < n; ++i)
+        std::copy(s.qkv.data() + i * 3 * d + d, s.qkv.data() + (i + 1) * 3 * d, kv.cache + kv.write[size_t(i)] * 2 * d);
+      in = {s.qkv.data(), kv.cache, kv.cache + d, 3 * d, 2 * d};
+    }
+  }
+  if (n > 0) {
+    if (run.ref)
+      reference::attention_forward(attn, in, s.ctx.data(), s.lse.data());
+    else
+      attention_forward(attn, in, s.ctx.data(), s.lse.data(), run.threads, run.isa);
+  }
+  project(run, pk.out_q.get(), s.ctx.data(), n, d, w.out_w.data(), pk.out_fwd, ptr_or_null(w.out_b), d, out);
+  const auto rule = DropoutRule::make(run.training ? cfg.dropout : 0.0f);
+#pragma omp parallel for num_threads(run.threads) schedule(static) if (n * d > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      const float f = rule.factor(run.seed, Stream::attention_output, uint64_t(i * d + j));
+      out[i * d + j] = x[i * d + j] + out[i * d + j] * f;
+    }
+  if (cfg.norm == NormPlacement::post) {
+    if (save) s.r.assign(out, out + n * d);
+    // In place: each row's statistics are taken before any of it is written.
+    norm_forward(cfg.norm_type, cfg.eps, out, n, d, w.norm_w.data(), ptr_or_null(w.norm_b), out, s.mean.data(),
+                 s.rstd.data(), run.threads);
+  }
+}
+
+void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w,
+                              const std::vector<int64_t>& off, int64_t S, const KeysValues& kv,
+                              const AttentionSaved& s, const float* dout, float* dx, float* dmemory,
+                              AttentionBlockGrads& g, const BlockRun& run) {
+  if (kv.kind == KeysValues::Kind::cache) throw Error("backward: incremental decoding (a key/value cache) is inference only");
+  const KernelConfig& kc = *run.kc;
+  const int64_t n = off.empty() ? 0 : off.back(), d = cfg.d;
+  const int threads = run.threads;
+  const auto attn = attention_shape(cfg, off, S, kv, run);
+  const bool post = cfg.norm == NormPlacement::post, cross = kv.kind == KeysValues::Kind::memory;
+  // dr: the gradient of the residual sum x + Drop(a).
+  Buffer dr(size_t(n * d));
+  if (post)
+    norm_backward(cfg.norm_type, s.r.data(), s.mean.data(), s.rstd.data(), n, d, w.norm_w.data(), dout, dr.data(),
+                  false, g.norm_w.data(), ptr_or_null(g.norm_b), threads);
+  else
+    std::copy(dout, dout + n * d, dr.begin());
+  std::copy(dr.begin(), dr.end(), dx);  // the residual path
+  const auto rule = DropoutRule::make(run.training ? cfg.dropout : 0.0f);
+  if (rule.active())
+#pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < d; ++j)
+        dr[size_t(i * d + j)] *= rule.factor(run.seed, Stream::attention_output, uint64_t(i * d + j));
+  Buffer dctx(size_t(n * d));
+  linear_backward(kc, run.ref, s.ctx.data(), n, d, w.out_w.data(), d, dr.data(), dctx.data(), false, g.out_w.data(),
+                  ptr_or_null(g.out_b), threads);
+  const float* ain = post ? s.x.data() : s.u.data();
+  // dq [n, d] (cross) or dqkv [n, 3d] (self); dkv [m, 2d] (cross).
+  const int64_t m = cross ? (kv.memory_off.empty() ? 0 : kv.memory_off.back()) : 0;
+  Buffer dq(size_t(n * (cross ? d : 3 * d))), dkv(size_t(m * 2 * d));
+  const float* kvp = cross ? (kv.projected ? kv.projected : s.kv.data()) : nullptr;
+  const AttentionInput<float> in = cross ? AttentionInput<float>{s.qkv.data(), kvp, kvp + d, d, 2 * d}
+                                         : AttentionInput<float>::packed(s.qkv.data(), d);
+  const AttentionGrad<float> ga = cross ? AttentionGrad<float>{dq.data(), dkv.data(), dkv.data() + d, d, 2 * d}
+                                        : AttentionGrad<float>::packed(dq.data(), d);
+  if (cross) std::fill(dkv.begin(), dkv.end(), 0.0f);  // memory rows no query sees
+  if (n > 0) {
+    if (run.ref)
+      reference::attention_backward(attn, in, dctx.data(), ga);
+    else
+      attention_backward(attn, in, s.ctx.data(), s.lse.data(), dctx.data(), ga, threads, run.isa);
+  }
+  const int64_t qm = cross ? d : 3 * d;  // the outputs of the rows' projection
+  Buffer du(post ? 0 : size_t(n * d));
+  float* da = post ? dx : du.data();
+  linear_backward(kc, run.ref, ain, n, d, w.in_w.data(), qm, dq.data(), da, post, g.in_w.data(),
+                  ptr_or_null(g.in_b), threads);
+  if (!post)
+    norm_backward(cfg.norm_type, s.x.data(), s.mean.data(), s.rstd.data(), n, d, w.norm_w.data(), du.data(), dx, true,
+                  g.norm_w.data(), ptr_or_null(g.norm_b), threads);
+  if (cross)
+    linear_backward(kc, run.ref, kv.memory, m, d, w.in_w.data() + d * d, 2 * d, dkv.data(), dmemory, true,
+                    g.in_w.data() + d * d, offset_or_null(g.in_b, d), threads);
+}
+
+}  // namespace ffn::nn

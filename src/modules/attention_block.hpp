@@ -1,0 +1,129 @@
+// One multi-head attention sublayer with its residual and norm, as the
+// encoder and decoder layers use it (PyTorch's _sa_block / _mha_block):
+//
+//   post-LN:  out = Norm(x + Drop(MHA(x, kv)))      pre-LN:  out = x + Drop(MHA(Norm(x), kv))
+//
+// where the keys and values come from
+//   - the same rows (self-attention, optionally causal): Q|K|V = a W_inᵀ + b_in;
+//   - a decoder's key/value cache: the new rows' K|V are written into the
+//     cache and the queries attend to the cache (incremental decoding);
+//   - the encoder's output, "memory" (cross-attention): Q = a W_qᵀ + b_q from
+//     the rows, K|V = memory W_kvᵀ + b_kv, W_in = [W_q; W_k; W_v] as
+//     nn.MultiheadAttention's in_proj_weight.
+// The rows are the valid tokens, sequences by offsets (src/ops/attention.hpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/kernel_config.hpp"
+#include "ffn/types.hpp"
+#include "ops/attention.hpp"
+#include "ops/linear.hpp"
+
+namespace ffn::nn {
+
+struct AttentionBlockConfig {
+  int64_t d = 0, heads = 1;
+  NormPlacement norm = NormPlacement::post;
+  NormType norm_type = NormType::layernorm;
+  float eps = 1e-5f;
+  float dropout = 0.0f;  // training: the probabilities and the output
+};
+
+// A sublayer's parameters (views), nn.MultiheadAttention's and its norm's.
+struct AttentionBlockWeights {
+  const std::vector<float>& in_w;    // [3d, d]
+  const std::vector<float>& in_b;    // [3d] or empty
+  const std::vector<float>& out_w;   // [d, d]
+  const std::vector<float>& out_b;   // [d] or empty
+  const std::vector<float>& norm_w;  // [d]
+  const std::vector<float>& norm_b;  // [d] or empty (RMSNorm)
+};
+struct AttentionBlockGrads {
+  std::vector<float>& in_w;
+  std::vector<float>& in_b;
+  std::vector<float>& out_w;
+  std::vector<float>& out_b;
+  std::vector<float>& norm_w;
+  std::vector<float>& norm_b;
+};
+
+// Packed panels of a sublayer's projections (fast path). Backward reads W_in
+// and W_O as they are (the gemm packs them block by block).
+struct PackedAttention {
+  std::vector<float> in_fwd;   // B(p, j) = W_in[j, p] (all 3d outputs: self-attention)
+  std::vector<float> q_fwd;    // cross-attention: W_q's d outputs
+  std::vector<float> kv_fwd;   //                  W_k and W_v's 2d outputs
+  std::vector<float> out_fwd;  // B(p, j) = W_O[j, p]
+  // int8 (self-attention, Encoder::converted with attention_int8)
+  std::shared_ptr<const Int8Linear> in_q, out_q;
+  static PackedAttention self(const AttentionBlockWeights& w, int64_t d);
+  static PackedAttention cross(const AttentionBlockWeights& w, int64_t d);
+};
+
+// What forward keeps (all of it for backward when asked to save).
+struct AttentionSaved {
+  std::vector<float> x;           // [n, d] the sublayer's input (save)
+  std::vector<float> u;           // [n, d] pre: Norm(x), the attention's input
+  std::vector<float> r;           // [n, d] post: x + Drop(MHA(x)), the norm's input (save)
+  std::vector<float> mean, rstd;  // [n] the norm's statistics
+  std::vector<float> qkv;         // [n, 3d] self-attention; [n, d] Q for cross-attention
+  std::vector<float> kv;          // [m, 2d] cross-attention: K|V of the memory rows
+  std::vector<float> ctx;         // [n, d]
+  std::vector<float> lse;         // [n, heads]
+  size_t bytes() const;
+};
+
+// Where the keys and values come from.
+struct KeysValues {
+  enum class Kind { self, cache, memory } kind = Kind::self;
+  // cache: K|V rows [.., 2d] (row stride 2d), query row i's K|V written at
+  // row write[i] before attending; sequence b attends to rows kv_base[b] ..
+  // kv_base[b] + kv_len[b] (its new rows included, the last ones).
+  float* cache = nullptr;
+  std::vector<int64_t> write;
+  // memory: the encoder output's valid rows [m, d] and its sequences'
+  // offsets (B + 1), or K|V already projected ([m, 2d], e.g. at the start of
+  // generation: then `memory` is not read).
+  const float* memory = nullptr;
+  const float* projected = nullptr;
+  std::vector<int64_t> memory_off;
+  int64_t memory_S = 0;  // padded memory length (the dropout index's stride)
+  // cache and memory: sequence b's key rows
+  std::vector<int64_t> kv_base, kv_len;
+};
+
+struct BlockRun {
+  bool training = false;
+  bool causal = false;
+  uint64_t seed = 0;  // this sublayer's
+  int threads = 1;
+  bool ref = false;
+  Isa isa = Isa::automatic;
+  const KernelConfig* kc = nullptr;
+  // Called with the projection's input (a, n rows) before the projection.
+  std::function<void(const float*, int64_t)> observe;
+};
+
+// K|V = memory W_kvᵀ + b_kv, [m, 2d], for KeysValues::projected.
+void project_memory(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w, const PackedAttention& pk,
+                    const float* memory, int64_t m, float* kv, const BlockRun& run);
+
+// out [n, d] (may not alias x) from x [n, d]; off: the query sequences'
+// offsets (B + 1), S the padded target length.
+void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w, const PackedAttention& pk,
+                             const float* x, float* out, const std::vector<int64_t>& off, int64_t S,
+                             const KeysValues& kv, AttentionSaved& s, bool save, const BlockRun& run);
+
+// dx (overwritten) from dout through the sublayer, from what a saving
+// forward kept; g receives the sublayer's gradients (overwritten). Memory
+// keys: dmemory [m, d] gets the memory's gradient added.
+void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w,
+                              const std::vector<int64_t>& off, int64_t S, const KeysValues& kv,
+                              const AttentionSaved& s, const float* dout, float* dx, float* dmemory,
+                              AttentionBlockGrads& g, const BlockRun& run);
+
+}  // namespace ffn::nn
