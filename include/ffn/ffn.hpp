@@ -10,6 +10,7 @@
 //                         comparisons of results, how numbers are printed
 //   ffn/random.hpp        the counter-based generator of init and dropout
 //   ffn/encoder.hpp       the encoder layer and stack
+//   ffn/decoder.hpp       the decoder layer and stack, generation state
 //   ffn/sentence.hpp      sentence embeddings (BERT checkpoints)
 // and, in their own libraries: ffn/train.hpp (ffn_train), ffn/mpi.hpp (ffn_dist, MPI).
 #pragma once

@@ -6,6 +6,7 @@
 // src/modules/encoder.cpp.
 #pragma once
 
+#include "ffn/decoder.hpp"
 #include "ffn/encoder.hpp"
 #include "ffn/feed_forward.hpp"
 
@@ -14,10 +15,13 @@ namespace ffn::detail {
 struct CacheAccess {
   using ForwardData = ForwardCache::Data;
   using EncoderData = EncoderCache::Data;
+  using DecoderData = DecoderCache::Data;
   static ForwardData& data(ForwardCache& c) { return c.data(); }
   static const ForwardData& data(const ForwardCache& c) { return c.data(); }
   static EncoderData& data(EncoderCache& c) { return c.data(); }
   static const EncoderData& data(const EncoderCache& c) { return c.data(); }
+  static DecoderData& data(DecoderCache& c) { return c.data(); }
+  static const DecoderData& data(const DecoderCache& c) { return c.data(); }
 };
 
 }  // namespace ffn::detail

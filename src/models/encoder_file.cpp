@@ -5,6 +5,7 @@
 
 #include "core/positions.hpp"
 #include "models/metadata.hpp"
+#include "models/stack_file.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/encoder.hpp"
 
@@ -19,16 +20,6 @@ struct Naming {
   bool single = false;
   bool separate_qkv = false;
   std::string layer(int64_t i) const { return single ? prefix : prefix + "layers." + std::to_string(i) + "."; }
-};
-
-// Every tensor of an encoder: its name, its shape and where its values live.
-// qkv separate: in_proj_weight is three [d, d] tensors (q, k, v), each a
-// third of the vector (offset in elements).
-struct Slot {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<float>* v;
-  size_t offset = 0;
 };
 
 std::vector<Slot> slots(const EncoderConfig& cfg, const Naming& nm, EncoderWeights& w) {
@@ -66,32 +57,13 @@ std::vector<Slot> slots(const EncoderConfig& cfg, const Naming& nm, EncoderWeigh
   return out;
 }
 
-int64_t numel(const std::vector<int64_t>& s) {
-  int64_t n = 1;
-  for (int64_t v : s) n *= v;
-  return n;
-}
-
-SafetensorsFile to_file(const EncoderConfig& cfg, const Naming& nm, const EncoderWeights& w) {
-  SafetensorsFile f;
-  for (const Slot& s : slots(cfg, nm, const_cast<EncoderWeights&>(w))) {
-    NamedTensor t;
-    t.shape = s.shape;
-    t.data.assign(s.v->begin() + std::ptrdiff_t(s.offset), s.v->begin() + std::ptrdiff_t(s.offset + size_t(numel(s.shape))));
-    f.tensors[s.name] = std::move(t);
-  }
-  return f;
-}
-
 // The slots read values.size() elements from each vector: refuse a wrong size.
 void check_sizes(const EncoderConfig& cfg, const EncoderWeights& values) {
   const EncoderWeights want = EncoderWeights::zeros(cfg);
   if (values.layers.size() != want.layers.size()) throw Error("encoder gradients: wrong number of layers");
   const Naming nm;
-  const auto a = slots(cfg, nm, const_cast<EncoderWeights&>(want));
-  const auto b = slots(cfg, nm, const_cast<EncoderWeights&>(values));
-  if (a.size() != b.size()) throw Error("encoder gradients: a tensor is missing");
-  for (size_t i = 0; i < a.size(); ++i) nn::check_size(*b[i].v, a[i].v->size(), "encoder gradients: ", a[i].name);
+  check_slot_sizes(slots(cfg, nm, const_cast<EncoderWeights&>(want)), slots(cfg, nm, const_cast<EncoderWeights&>(values)),
+                   "encoder gradients: ");
 }
 
 }  // namespace
@@ -138,79 +110,12 @@ Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
   cfg.final_norm = !nm.single && has(nm.prefix + "norm.weight");
   const bool gated = has(l0 + "gate.weight");
 
-  auto meta = [&](const char* key) -> const std::string* {
-    auto it = f.metadata.find(key);
-    return it == f.metadata.end() ? nullptr : &it->second;
-  };
-  const std::string where = path + ": __metadata__ ";
   std::vector<AssumedSetting> assumed;
-  auto assume = [&](const std::string& what, const std::string& flag) { assumed.push_back({what, flag}); };
-  if (opts.heads) {
-    cfg.heads = *opts.heads;
-  } else if (const std::string* v = meta(kMetaHeads)) {
-    try {
-      size_t used = 0;
-      cfg.heads = std::stoll(*v, &used);
-      if (used != v->size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      throw Error(where + kMetaHeads + ": '" + *v + "' is not an integer");
-    }
-  } else {
-    throw Error(path + ": the number of attention heads is not in __metadata__ (" + std::string(kMetaHeads) +
-                "; a state_dict saved from PyTorch carries none): give it (--heads)");
-  }
-  if (cfg.heads < 1 || cfg.d_model % cfg.heads != 0)
-    throw Error(path + ": heads " + std::to_string(cfg.heads) + " does not divide d_model " + std::to_string(cfg.d_model));
-  if (opts.activation) cfg.activation = *opts.activation;
-  else if (const std::string* v = meta(kMetaActivation)) cfg.activation = parse_activation(*v, where + kMetaActivation);
-  else {
-    cfg.activation = gated ? Activation::swiglu : Activation::relu;
-    assume("activation " + std::string(to_string(cfg.activation)), "--activation");
-  }
-  if (is_gated(cfg.activation) != gated)
-    throw Error(path + ": activation " + std::string(to_string(cfg.activation)) +
-                (gated ? " is not gated, but the file has " + l0 + "gate.weight"
-                       : " is gated, but the file has no " + l0 + "gate.weight"));
-  if (opts.norm) {
-    cfg.norm = *opts.norm;
-    if (cfg.norm == NormPlacement::none) throw Error("norm: an encoder layer's norm is post or pre, got none (--norm)");
-  } else if (const std::string* v = meta(kMetaNorm)) {
-    cfg.norm = parse_norm_placement(*v, where + kMetaNorm);
-    if (cfg.norm == NormPlacement::none) throw Error(where + kMetaNorm + ": an encoder layer's norm is post or pre");
-  } else {
-    assume("norm post", "--norm");
-  }
-  if (opts.norm_type) cfg.norm_type = *opts.norm_type;
-  else if (const std::string* v = meta(kMetaNormType)) cfg.norm_type = parse_norm_type(*v, where + kMetaNormType);
-  else if (!has(l0 + "norm1.bias"))
-    // PyTorch ≥ 2.1's TransformerEncoderLayer(bias=False) drops the LayerNorms' β
-    // as well, which ffn's LayerNorm does not support; an RMSNorm file of
-    // ffn's own records ffn.norm_type.
-    throw Error(path + ": no tensor " + l0 + "norm1.bias: a LayerNorm without β (PyTorch's bias=False) is not "
-                "supported; if the model's norms are RMSNorm, say so (--norm-type rmsnorm)");
-  if (opts.eps) cfg.eps = *opts.eps;
-  else if (const std::string* v = meta(kMetaEps)) {
-    try {
-      size_t used = 0;
-      cfg.eps = std::stof(*v, &used);
-      if (used != v->size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      throw Error(where + kMetaEps + ": '" + *v + "' is not a number");
-    }
-  } else {
-    assume("eps " + num(cfg.eps), "--eps");
-  }
-  if (!(cfg.eps > 0.0f) || !std::isfinite(cfg.eps)) throw Error(where + kMetaEps + ": expected a positive number");
-  cfg.dropout = opts.dropout;
+  read_stack_settings(f, path, opts, gated, l0 + "norm1.bias", "an encoder layer's", cfg, assumed);
   cfg.validate();
 
   EncoderWeights w = EncoderWeights::zeros(cfg);
-  for (const Slot& s : slots(cfg, nm, w)) {
-    const NamedTensor& t = tensor(s.name);
-    if (t.shape != s.shape)
-      throw Error(path + ": tensor " + s.name + " has shape " + shape_str(t.shape) + ", expected " + shape_str(s.shape));
-    std::copy(t.data.begin(), t.data.end(), s.v->begin() + std::ptrdiff_t(s.offset));
-  }
+  fill_slots(f, path, slots(cfg, nm, w));
   Encoder e(cfg, std::move(w));
   e.prefix_ = nm.prefix;
   e.single_ = nm.single;
@@ -221,18 +126,13 @@ Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
 
 SafetensorsFile Encoder::to_safetensors(const EncoderWeights& values) const {
   check_sizes(cfg_, values);
-  return to_file(cfg_, Naming{prefix_, single_, separate_qkv_}, values);
+  return tensors_of(slots(cfg_, Naming{prefix_, single_, separate_qkv_}, const_cast<EncoderWeights&>(values)));
 }
 
 SafetensorsFile Encoder::to_safetensors() const {
-  SafetensorsFile f = to_file(cfg_, Naming{prefix_, single_, separate_qkv_}, weights());
-  f.metadata = {{kMetaKind, "encoder"},
-                {kMetaHeads, std::to_string(cfg_.heads)},
-                {kMetaLayers, std::to_string(cfg_.layers)},
-                {kMetaActivation, std::string(to_string(cfg_.activation))},
-                {kMetaNorm, std::string(to_string(cfg_.norm))},
-                {kMetaNormType, std::string(to_string(cfg_.norm_type))},
-                {kMetaEps, num(cfg_.eps)}};
+  EncoderWeights w = weights();
+  SafetensorsFile f = tensors_of(slots(cfg_, Naming{prefix_, single_, separate_qkv_}, w));
+  f.metadata = stack_metadata(cfg_, "encoder");
   return f;
 }
 

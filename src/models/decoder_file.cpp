@@ -1,0 +1,126 @@
+// Reading and writing the decoder's weights under nn.TransformerDecoder's
+// state_dict names (include/ffn/decoder.hpp); with prefix "decoder." an
+// nn.Transformer's decoder.
+#include "ffn/decoder.hpp"
+#include "ffn/diagnostics.hpp"
+#include "models/stack_file.hpp"
+
+namespace ffn {
+
+using namespace models;
+
+namespace {
+
+struct Naming {
+  std::string prefix;
+  bool single = false;
+  std::string layer(int64_t i) const { return single ? prefix : prefix + "layers." + std::to_string(i) + "."; }
+};
+
+std::vector<Slot> slots(const DecoderConfig& cfg, const Naming& nm, DecoderWeights& w) {
+  const int64_t d = cfg.d_model, F = cfg.d_ff;
+  std::vector<Slot> out;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float>& v) {
+    if (!v.empty()) out.push_back({name, std::move(shape), &v, 0});
+  };
+  for (int64_t i = 0; i < cfg.layers; ++i) {
+    auto& l = w.layers[size_t(i)];
+    const std::string p = nm.layer(i);
+    for (auto [a, name] : {std::pair{&l.self_attn, "self_attn."}, std::pair{&l.cross_attn, "multihead_attn."}}) {
+      add(p + name + "in_proj_weight", {3 * d, d}, a->in_proj_weight);
+      add(p + name + "in_proj_bias", {3 * d}, a->in_proj_bias);
+      add(p + name + "out_proj.weight", {d, d}, a->out_proj_weight);
+      add(p + name + "out_proj.bias", {d}, a->out_proj_bias);
+    }
+    add(p + "linear1.weight", {F, d}, l.ffn.w1);
+    add(p + "linear1.bias", {F}, l.ffn.b1);
+    add(p + "gate.weight", {F, d}, l.ffn.wg);
+    add(p + "gate.bias", {F}, l.ffn.bg);
+    add(p + "linear2.weight", {d, F}, l.ffn.w2);
+    add(p + "linear2.bias", {d}, l.ffn.b2);
+    add(p + "norm1.weight", {d}, l.norm1_weight);
+    add(p + "norm1.bias", {d}, l.norm1_bias);
+    add(p + "norm2.weight", {d}, l.norm2_weight);
+    add(p + "norm2.bias", {d}, l.norm2_bias);
+    add(p + "norm3.weight", {d}, l.ffn.norm_weight);
+    add(p + "norm3.bias", {d}, l.ffn.norm_bias);
+  }
+  add(nm.prefix + "norm.weight", {d}, w.norm_weight);
+  add(nm.prefix + "norm.bias", {d}, w.norm_bias);
+  return out;
+}
+
+}  // namespace
+
+Decoder Decoder::load(const std::string& path, const DecoderLoadOptions& opts) {
+  const SafetensorsFile f = read_safetensors(path);
+  Naming nm;
+  nm.prefix = opts.prefix;
+  if (!nm.prefix.empty() && nm.prefix.back() != '.') nm.prefix += '.';
+  auto has = [&](const std::string& name) { return f.tensors.count(name) > 0; };
+  DecoderConfig cfg;
+  cfg.layers = 0;
+  while (has(nm.prefix + "layers." + std::to_string(cfg.layers) + ".multihead_attn.in_proj_weight")) ++cfg.layers;
+  if (cfg.layers == 0) {
+    if (!has(nm.prefix + "multihead_attn.in_proj_weight"))
+      throw Error(path + ": no tensor " + nm.prefix + "layers.0.multihead_attn.in_proj_weight (nn.TransformerDecoder) or " +
+                  nm.prefix + "multihead_attn.in_proj_weight (nn.TransformerDecoderLayer): not a decoder's state_dict" +
+                  (nm.prefix.empty() ? " (an nn.Transformer's decoder is under prefix decoder.)"
+                                     : " under prefix " + nm.prefix));
+    nm.single = true;
+    cfg.layers = 1;
+  }
+  const std::string l0 = nm.layer(0);
+  auto tensor = [&](const std::string& name) -> const NamedTensor& {
+    auto it = f.tensors.find(name);
+    if (it == f.tensors.end()) throw Error(path + ": missing tensor " + name);
+    return it->second;
+  };
+  {
+    const std::string wname = l0 + "self_attn.out_proj.weight";
+    const NamedTensor& w = tensor(wname);
+    if (w.shape.size() != 2 || w.shape[0] != w.shape[1] || w.shape[0] < 1)
+      throw Error(path + ": tensor " + wname + " has shape " + shape_str(w.shape) + ", expected [d_model, d_model]");
+    cfg.d_model = w.shape[0];
+    const NamedTensor& w1 = tensor(l0 + "linear1.weight");
+    if (w1.shape.size() != 2 || w1.shape[0] < 1)
+      throw Error(path + ": tensor " + l0 + "linear1.weight has shape " + shape_str(w1.shape) + ", expected [d_ff, d_model]");
+    cfg.d_ff = w1.shape[0];
+  }
+  cfg.bias = has(l0 + "self_attn.in_proj_bias");
+  cfg.final_norm = !nm.single && has(nm.prefix + "norm.weight");
+  std::vector<AssumedSetting> assumed;
+  read_stack_settings(f, path, opts, has(l0 + "gate.weight"), l0 + "norm1.bias", "a decoder layer's", cfg, assumed);
+  cfg.validate();
+  DecoderWeights w = DecoderWeights::zeros(cfg);
+  fill_slots(f, path, slots(cfg, nm, w));
+  Decoder dec(cfg, std::move(w));
+  dec.prefix_ = nm.prefix;
+  dec.single_ = nm.single;
+  dec.assumed_ = std::move(assumed);
+  return dec;
+}
+
+SafetensorsFile Decoder::to_safetensors(const DecoderWeights& values) const {
+  const DecoderWeights want = DecoderWeights::zeros(cfg_);
+  if (values.layers.size() != want.layers.size()) throw Error("decoder gradients: wrong number of layers");
+  const Naming nm{prefix_, single_};
+  check_slot_sizes(slots(cfg_, nm, const_cast<DecoderWeights&>(want)), slots(cfg_, nm, const_cast<DecoderWeights&>(values)),
+                   "decoder gradients: ");
+  return tensors_of(slots(cfg_, nm, const_cast<DecoderWeights&>(values)));
+}
+
+SafetensorsFile Decoder::to_safetensors() const {
+  DecoderWeights w = weights();
+  SafetensorsFile f = tensors_of(slots(cfg_, Naming{prefix_, single_}, w));
+  f.metadata = stack_metadata(cfg_, "decoder");
+  return f;
+}
+
+void Decoder::save(const std::string& path) const { write_safetensors(path, to_safetensors()); }
+
+void Decoder::save_gradients(const std::string& path, const DecoderWeights& grads) const {
+  write_safetensors(path, to_safetensors(grads));
+}
+
+}  // namespace ffn

@@ -1,0 +1,129 @@
+#include "models/stack_file.hpp"
+
+#include <cmath>
+
+#include "ffn/diagnostics.hpp"
+#include "models/metadata.hpp"
+
+namespace ffn::models {
+
+namespace {
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t v : s) n *= v;
+  return n;
+}
+}  // namespace
+
+SafetensorsFile tensors_of(const std::vector<Slot>& slots) {
+  SafetensorsFile f;
+  for (const Slot& s : slots) {
+    NamedTensor t;
+    t.shape = s.shape;
+    t.data.assign(s.v->begin() + std::ptrdiff_t(s.offset), s.v->begin() + std::ptrdiff_t(s.offset + size_t(numel(s.shape))));
+    f.tensors[s.name] = std::move(t);
+  }
+  return f;
+}
+
+void fill_slots(const SafetensorsFile& f, const std::string& path, const std::vector<Slot>& slots) {
+  for (const Slot& s : slots) {
+    auto it = f.tensors.find(s.name);
+    if (it == f.tensors.end()) throw Error(path + ": missing tensor " + s.name);
+    const NamedTensor& t = it->second;
+    if (t.shape != s.shape)
+      throw Error(path + ": tensor " + s.name + " has shape " + shape_str(t.shape) + ", expected " + shape_str(s.shape));
+    std::copy(t.data.begin(), t.data.end(), s.v->begin() + std::ptrdiff_t(s.offset));
+  }
+}
+
+void check_slot_sizes(const std::vector<Slot>& want, const std::vector<Slot>& values, const std::string& what) {
+  if (want.size() != values.size()) throw Error(what + "a tensor is missing");
+  for (size_t i = 0; i < want.size(); ++i) {
+    const size_t n = want[i].v->size();
+    if (values[i].v->size() != n)
+      throw Error(what + want[i].name + ": expected " + std::to_string(n) + " values, got " +
+                  std::to_string(values[i].v->size()));
+  }
+}
+
+void read_stack_settings(const SafetensorsFile& f, const std::string& path, const EncoderLoadOptions& opts, bool gated,
+                         const std::string& norm1_bias, const std::string& what, EncoderConfig& cfg,
+                         std::vector<AssumedSetting>& assumed) {
+  auto meta = [&](const char* key) -> const std::string* {
+    auto it = f.metadata.find(key);
+    return it == f.metadata.end() ? nullptr : &it->second;
+  };
+  const std::string where = path + ": __metadata__ ";
+  auto assume = [&](const std::string& setting, const std::string& flag) { assumed.push_back({setting, flag}); };
+  if (opts.heads) {
+    cfg.heads = *opts.heads;
+  } else if (const std::string* v = meta(kMetaHeads)) {
+    try {
+      size_t used = 0;
+      cfg.heads = std::stoll(*v, &used);
+      if (used != v->size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      throw Error(where + kMetaHeads + ": '" + *v + "' is not an integer");
+    }
+  } else {
+    throw Error(path + ": the number of attention heads is not in __metadata__ (" + std::string(kMetaHeads) +
+                "; a state_dict saved from PyTorch carries none): give it (--heads)");
+  }
+  if (cfg.heads < 1 || cfg.d_model % cfg.heads != 0)
+    throw Error(path + ": heads " + std::to_string(cfg.heads) + " does not divide d_model " + std::to_string(cfg.d_model));
+  const std::string l0 = norm1_bias.substr(0, norm1_bias.size() - std::string("norm1.bias").size());
+  if (opts.activation) cfg.activation = *opts.activation;
+  else if (const std::string* v = meta(kMetaActivation)) cfg.activation = parse_activation(*v, where + kMetaActivation);
+  else {
+    cfg.activation = gated ? Activation::swiglu : Activation::relu;
+    assume("activation " + std::string(to_string(cfg.activation)), "--activation");
+  }
+  if (is_gated(cfg.activation) != gated)
+    throw Error(path + ": activation " + std::string(to_string(cfg.activation)) +
+                (gated ? " is not gated, but the file has " + l0 + "gate.weight"
+                       : " is gated, but the file has no " + l0 + "gate.weight"));
+  if (opts.norm) {
+    cfg.norm = *opts.norm;
+    if (cfg.norm == NormPlacement::none) throw Error("norm: " + what + " norm is post or pre, got none (--norm)");
+  } else if (const std::string* v = meta(kMetaNorm)) {
+    cfg.norm = parse_norm_placement(*v, where + kMetaNorm);
+    if (cfg.norm == NormPlacement::none) throw Error(where + kMetaNorm + ": " + what + " norm is post or pre");
+  } else {
+    assume("norm post", "--norm");
+  }
+  if (opts.norm_type) cfg.norm_type = *opts.norm_type;
+  else if (const std::string* v = meta(kMetaNormType)) cfg.norm_type = parse_norm_type(*v, where + kMetaNormType);
+  else if (!f.tensors.count(norm1_bias))
+    // PyTorch ≥ 2.1's TransformerEncoderLayer(bias=False) drops the LayerNorms' β
+    // as well, which ffn's LayerNorm does not support; an RMSNorm file of
+    // ffn's own records ffn.norm_type.
+    throw Error(path + ": no tensor " + norm1_bias + ": a LayerNorm without β (PyTorch's bias=False) is not "
+                "supported; if the model's norms are RMSNorm, say so (--norm-type rmsnorm)");
+  if (opts.eps) cfg.eps = *opts.eps;
+  else if (const std::string* v = meta(kMetaEps)) {
+    try {
+      size_t used = 0;
+      cfg.eps = std::stof(*v, &used);
+      if (used != v->size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      throw Error(where + kMetaEps + ": '" + *v + "' is not a number");
+    }
+  } else {
+    assume("eps " + num(cfg.eps), "--eps");
+  }
+  if (!(cfg.eps > 0.0f) || !std::isfinite(cfg.eps)) throw Error(where + kMetaEps + ": expected a positive number");
+  cfg.dropout = opts.dropout;
+}
+
+std::map<std::string, std::string> stack_metadata(const EncoderConfig& cfg, const std::string& kind) {
+  return {{kMetaKind, kind},
+          {kMetaHeads, std::to_string(cfg.heads)},
+          {kMetaLayers, std::to_string(cfg.layers)},
+          {kMetaActivation, std::string(to_string(cfg.activation))},
+          {kMetaNorm, std::string(to_string(cfg.norm))},
+          {kMetaNormType, std::string(to_string(cfg.norm_type))},
+          {kMetaEps, num(cfg.eps)}};
+}
+
+}  // namespace ffn::models

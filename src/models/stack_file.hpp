@@ -1,0 +1,40 @@
+// What the encoder and decoder files share (src/models/encoder_file.cpp,
+// src/models/decoder_file.cpp): a list of slots (every tensor's name, shape
+// and where its values live), and the settings a state_dict's tensors do not
+// give (heads, activation, norm placement and type, eps), from the options,
+// else __metadata__, else PyTorch's defaults where ffn does not refuse to guess.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ffn/encoder.hpp"
+
+namespace ffn::models {
+
+struct Slot {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float>* v;
+  size_t offset = 0;  // in elements (a third of in_proj_weight for separate q/k/v)
+};
+
+// The tensors of the slots (copies).
+SafetensorsFile tensors_of(const std::vector<Slot>& slots);
+// Fills the slots from f; throws Error naming path and the tensor when one is
+// missing or has another shape.
+void fill_slots(const SafetensorsFile& f, const std::string& path, const std::vector<Slot>& slots);
+// Throws Error naming `what` and the tensor unless `values` has the sizes of `want`.
+void check_slot_sizes(const std::vector<Slot>& want, const std::vector<Slot>& values, const std::string& what);
+
+// cfg.heads, activation, norm, norm_type, eps and dropout from opts, else f's
+// __metadata__ (what = "an encoder layer's" / "a decoder layer's" in messages);
+// `gated`: the file has a gate; `norm1_bias`: the name of the first norm's β,
+// whose absence means RMSNorm only when the metadata says so.
+void read_stack_settings(const SafetensorsFile& f, const std::string& path, const EncoderLoadOptions& opts, bool gated,
+                         const std::string& norm1_bias, const std::string& what, EncoderConfig& cfg,
+                         std::vector<AssumedSetting>& assumed);
+// The __metadata__ save writes: ffn.kind and the settings.
+std::map<std::string, std::string> stack_metadata(const EncoderConfig& cfg, const std::string& kind);
+
+}  // namespace ffn::models
