@@ -172,6 +172,8 @@ Command add_demo(CLI::App& app);   // ffn demo approximate | interaction
 Command add_encode(CLI::App& app);       // ffn encode
 Command add_encode_grad(CLI::App& app);  // ffn encode-grad
 Command add_embed(CLI::App& app);        // ffn embed (tools/embed_cmd.cpp)
+Command add_decode(CLI::App& app);       // ffn decode (tools/decoder_cmd.cpp)
+Command add_decode_grad(CLI::App& app);  // ffn decode-grad
 
 // ---- shared by the commands (tools/ffn_main.cpp) ---------------------------
 
@@ -205,12 +207,16 @@ int threads_or_throw(int t);
 // before any work: not an input, writable.
 struct GradTargets {
   std::string dir, grad_input, grads;
+  std::string grad_memory;  // decode-grad's third file (empty otherwise)
 };
-GradTargets grad_targets(const std::string& output_dir, const Flags& inputs);
-GradTargets grad_target_paths(const std::string& output_dir);  // the paths alone, unchecked
-// Writes both files into a staging directory, then renames them into place:
-// a failure or a signal leaves neither (nor a directory this run created).
-void write_gradient_pair(const GradTargets& t, const Array& dx, const std::function<void(const std::string&)>& save_grads);
+// memory: decode-grad's grad_memory.npy as well.
+GradTargets grad_targets(const std::string& output_dir, const Flags& inputs, bool memory = false);
+GradTargets grad_target_paths(const std::string& output_dir, bool memory = false);  // the paths alone, unchecked
+// Writes the files (with dmemory: grad_memory.npy too) into a staging
+// directory, then renames them into place: a failure or a signal leaves none
+// (nor a directory this run created).
+void write_gradient_pair(const GradTargets& t, const Array& dx, const std::function<void(const std::string&)>& save_grads,
+                         const Array* dmemory = nullptr);
 
 // ffn bench --encoder and ffn init --encoder (tools/encoder_cmd.cpp).
 struct EncoderBenchArgs {

@@ -1,5 +1,6 @@
-// ffn encode, ffn encode-grad, and the encoder parts of ffn init and ffn
-// bench: the encoder layer (include/ffn/encoder.hpp) from the command line,
+// ffn encode, ffn encode-grad, ffn decode, ffn decode-grad, and the encoder
+// parts of ffn init and ffn bench: the encoder and decoder layers
+// (include/ffn/encoder.hpp, decoder.hpp) from the command line,
 // with the FFN commands' options and their handling of bad input.
 #include <omp.h>
 #include <unistd.h>
@@ -11,26 +12,42 @@
 
 #include "commands.hpp"
 #include "ffn/diagnostics.hpp"
+#include "ffn/decoder.hpp"
 #include "ffn/encoder.hpp"
 #include "ffn/random.hpp"
 
 namespace ffn::cli {
 namespace {
 
-// Options shared by encode and encode-grad.
+// Options shared by encode and encode-grad, and (with decoder) decode and decode-grad.
 struct EncodeArgs {
   std::string weights, prefix, input, lengths;
+  std::string memory, memory_lengths;  // decode
   SettingOverrides settings;
   std::optional<int64_t> heads;
   bool causal = false, check_finite = false;
+  bool no_causal = false;  // decode
   int threads = 0;
 
-  void add(CLI::App* app) {
-    app->add_option("--weights", weights, "encoder weights (safetensors; nn.TransformerEncoder state_dict names)")->required();
-    app->add_option("--prefix", prefix, "tensor name prefix, e.g. encoder.");
-    app->add_option("--input", input, "input array (.npy float32): [B, S, d_model] or one sequence [S, d_model]")->required();
-    app->add_option("--lengths", lengths, "int32/int64 .npy of B sequence lengths (key padding mask); positions past them are padding");
-    app->add_flag("--causal", causal, "causal mask: position s attends to positions 0..s only");
+  void add(CLI::App* app, bool decoder = false) {
+    if (decoder) {
+      app->add_option("--weights", weights,
+                      "decoder weights (safetensors; nn.TransformerDecoder state_dict names, or an nn.Transformer's "
+                      "with --prefix decoder.)")->required();
+      app->add_option("--prefix", prefix, "tensor name prefix, e.g. decoder.");
+      app->add_option("--input", input, "target array (.npy float32): [B, T, d_model] or one sequence [T, d_model]")
+          ->required();
+      app->add_option("--lengths", lengths, "int32/int64 .npy of B target lengths (key padding); positions past them are padding");
+      app->add_option("--memory", memory, "the encoder's output (.npy float32): [B, S, d_model] or [S, d_model]")->required();
+      app->add_option("--memory-lengths", memory_lengths, "int32/int64 .npy of B memory lengths (the memory's key padding)");
+      app->add_flag("--no-causal", no_causal, "no causal mask on the self-attention (default: position t sees 0..t)");
+    } else {
+      app->add_option("--weights", weights, "encoder weights (safetensors; nn.TransformerEncoder state_dict names)")->required();
+      app->add_option("--prefix", prefix, "tensor name prefix, e.g. encoder.");
+      app->add_option("--input", input, "input array (.npy float32): [B, S, d_model] or one sequence [S, d_model]")->required();
+      app->add_option("--lengths", lengths, "int32/int64 .npy of B sequence lengths (key padding mask); positions past them are padding");
+      app->add_flag("--causal", causal, "causal mask: position s attends to positions 0..s only");
+    }
     settings.add(app);
     app->add_option("--heads", heads, "attention heads (default: from the file; required for a file saved from PyTorch)");
     app->add_option("--threads", threads, "threads, 0 = all cores (default 0)");
@@ -38,7 +55,7 @@ struct EncodeArgs {
                   "fail (exit 2, nothing written) at the first NaN or Inf in the input, weights or results");
   }
 
-  Encoder load(float dropout) const {
+  EncoderLoadOptions load_options(float dropout) const {
     LoadOptions lo;  // the FFN commands' parsing of the overrides
     settings.apply(lo);
     EncoderLoadOptions o;
@@ -52,9 +69,25 @@ struct EncodeArgs {
       o.heads = heads;
     }
     o.dropout = dropout;
-    Encoder e = Encoder::load(weights, o);
+    return o;
+  }
+  template <typename Stack>
+  Stack load(float dropout) const {
+    Stack e = Stack::load(weights, load_options(dropout));
     note_assumed(weights, e.assumed_settings());
     return e;
+  }
+  Encoder load(float dropout) const { return load<Encoder>(dropout); }
+  // The memory (decode): its batch must be the target's, its width d_model.
+  Input read_memory(const Input& target, int64_t d) const {
+    Input m = read_input(memory, memory_lengths, Layout::tokens, d, weights);
+    if (m.x.shape.size() != target.x.shape.size())
+      throw Error(memory + ": memory has shape " + shape_str(m.x.shape) + ", but the input has shape " +
+                  shape_str(target.x.shape) + " (both [B, ., d_model] or both [., d_model])");
+    if (m.shape.batch != target.shape.batch)
+      throw Error(memory + ": memory has " + std::to_string(m.shape.batch) + " sequences, the input " +
+                  std::to_string(target.shape.batch));
+    return m;
   }
 
   void check_weights_finite(const SafetensorsFile& f, const std::string& what) const {
@@ -141,6 +174,131 @@ void cmd_encode_grad(const EncodeGradArgs& a) {
   write_gradient_pair(targets, dx, [&](const std::string& path) { enc.save_gradients(path, grads); });
 }
 
+
+struct DecodeRunArgs : EncodeArgs {
+  std::string output, dtype;
+};
+
+void cmd_decode(const DecodeRunArgs& a) {
+  io::check_writable_target(a.output);
+  const int threads = threads_or_throw(a.threads);
+  const std::optional<WeightDtype> dtype =
+      a.dtype.empty() ? std::nullopt : std::optional(parse_weight_dtype(a.dtype, "--dtype"));
+  const Decoder loaded = a.load<Decoder>(0.0f);
+  // --dtype: the FFN sublayers' matrices stored as bf16, fp16 or int8; attention stays fp32.
+  const Decoder dec = dtype && *dtype != WeightDtype::fp32 ? loaded.converted(*dtype) : loaded;
+  const int64_t d = dec.config().d_model;
+  const Input in = read_input(a.input, a.lengths, Layout::tokens, d, a.weights);
+  const Input mem = a.read_memory(in, d);
+  check_not_an_input(a.output, "--output",
+                     {{"--input", a.input}, {"--weights", a.weights}, {"--lengths", a.lengths}, {"--memory", a.memory},
+                      {"--memory-lengths", a.memory_lengths}});
+  const bool three_d = in.x.shape.size() == 3;
+  if (a.check_finite) {
+    a.check_weights_finite(dec.to_safetensors(), a.weights);
+    check_finite_tokens(in.x.data.data(), in.shape, d, three_d, a.input + ": input");
+    check_finite_tokens(mem.x.data.data(), mem.shape, d, three_d, a.memory + ": memory");
+  }
+  Array y;
+  y.shape = in.x.shape;
+  y.data.resize(in.x.data.size());
+  DecoderRunOptions ro;
+  ro.threads = threads;
+  ro.causal = !a.no_causal;
+  dec.forward(in.x.data.data(), in.shape, mem.x.data.data(), mem.shape, y.data.data(), ro);
+  if (a.check_finite) check_finite_tokens(y.data.data(), in.shape, d, three_d, "output");
+  write_npy(a.output, y);
+}
+
+struct DecodeGradArgs : EncodeArgs {
+  std::string grad_output, output_dir;
+  std::optional<float> dropout;
+  uint64_t seed = 0;
+};
+
+void cmd_decode_grad(const DecodeGradArgs& a) {
+  if (a.dropout && !(*a.dropout >= 0.0f && *a.dropout <= 1.0f))
+    throw Error("--dropout: expected a probability in [0, 1], got " + num(*a.dropout));
+  const int threads = threads_or_throw(a.threads);
+  const GradTargets targets = grad_targets(a.output_dir,
+                                           {{"--input", a.input}, {"--weights", a.weights}, {"--grad-output", a.grad_output},
+                                            {"--lengths", a.lengths}, {"--memory", a.memory},
+                                            {"--memory-lengths", a.memory_lengths}},
+                                           true);
+  const Decoder dec = a.load<Decoder>(a.dropout.value_or(0.0f));
+  const int64_t d = dec.config().d_model;
+  const Input in = read_input(a.input, a.lengths, Layout::tokens, d, a.weights);
+  const Input mem = a.read_memory(in, d);
+  const Array dy = read_npy(a.grad_output);
+  if (dy.shape != in.x.shape)
+    throw Error(a.grad_output + ": grad-output has shape " + shape_str(dy.shape) + ", expected the input's shape " +
+                shape_str(in.x.shape));
+  DecoderRunOptions ro;
+  ro.threads = threads;
+  ro.causal = !a.no_causal;
+  ro.training = a.dropout.has_value();
+  ro.seed = a.seed;
+  Array y, dx, dm;
+  y.data.resize(in.x.data.size());
+  dx.shape = in.x.shape;
+  dx.data.resize(in.x.data.size());
+  dm.shape = mem.x.shape;
+  dm.data.resize(mem.x.data.size());
+  DecoderCache cache;
+  dec.forward(in.x.data.data(), in.shape, mem.x.data.data(), mem.shape, y.data.data(), ro, &cache);
+  DecoderWeights grads;
+  dec.backward(in.x.data.data(), dy.data.data(), in.shape, mem.x.data.data(), mem.shape, cache, dx.data.data(),
+               dm.data.data(), grads, ro);
+  if (a.check_finite) {
+    const bool three_d = in.x.shape.size() == 3;
+    a.check_weights_finite(dec.to_safetensors(), a.weights);
+    check_finite_tokens(in.x.data.data(), in.shape, d, three_d, a.input + ": input");
+    check_finite_tokens(mem.x.data.data(), mem.shape, d, three_d, a.memory + ": memory");
+    check_finite_tokens(dy.data.data(), in.shape, d, three_d, a.grad_output + ": grad-output");
+    check_finite_tokens(y.data.data(), in.shape, d, three_d, "output");
+    check_finite_tokens(dx.data.data(), in.shape, d, three_d, "grad_input");
+    check_finite_tokens(dm.data.data(), mem.shape, d, three_d, "grad_memory");
+    a.check_weights_finite(dec.to_safetensors(grads), "gradient");
+  }
+  write_gradient_pair(targets, dx, [&](const std::string& path) { dec.save_gradients(path, grads); }, &dm);
+}
+
+}  // namespace
+
+Command add_decode(CLI::App& app) {
+  auto a = std::make_shared<DecodeRunArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "decode", "decoder layers (causal self-attention, cross-attention over --memory, FFN) forward: --input T.npy -> --output Y.npy");
+  a->add(cmd, true);
+  cmd->add_option("--output", a->output, "output array (.npy), the input's shape")->required();
+  cmd->add_option("--dtype", a->dtype,
+                  "the FFN sublayers' weight matrices as fp32 (default), bf16, fp16 or int8 (converted on load; "
+                  "attention stays fp32)");
+  return {cmd, [a] {
+            cmd_decode(*a);
+            return 0;
+          }};
+}
+
+Command add_decode_grad(CLI::App& app) {
+  auto a = std::make_shared<DecodeGradArgs>();
+  CLI::App* cmd = app.add_subcommand("decode-grad",
+                                     "decoder backward: gradients of the input, the memory and every parameter");
+  a->add(cmd, true);
+  cmd->add_option("--grad-output", a->grad_output, "dL/dy (.npy), the input's shape")->required();
+  cmd->add_option("--output-dir", a->output_dir, "writes grad_input.npy, grad_memory.npy and grads.safetensors here")
+      ->required();
+  cmd->add_option("--dropout", a->dropout,
+                  "dropout p at the decoder's sites (attention probabilities, the three sublayer outputs, FFN hidden); "
+                  "enables training mode");
+  cmd->add_option("--seed", a->seed, "dropout seed")->check(CLI::NonNegativeNumber);
+  return {cmd, [a] {
+            cmd_decode_grad(*a);
+            return 0;
+          }};
+}
+
+namespace {
 }  // namespace
 
 Command add_encode(CLI::App& app) {

@@ -88,33 +88,36 @@ int threads_or_throw(int t) {
   return t;
 }
 
-GradTargets grad_target_paths(const std::string& output_dir) {
+GradTargets grad_target_paths(const std::string& output_dir, bool memory) {
   GradTargets t;
   t.dir = output_dir;
   t.grad_input = (fs::path(output_dir) / "grad_input.npy").string();
   t.grads = (fs::path(output_dir) / "grads.safetensors").string();
+  if (memory) t.grad_memory = (fs::path(output_dir) / "grad_memory.npy").string();
   return t;
 }
 
-GradTargets grad_targets(const std::string& output_dir, const Flags& inputs) {
+GradTargets grad_targets(const std::string& output_dir, const Flags& inputs, bool memory) {
   try {
     io::check_writable_directory(output_dir);
   } catch (const Error& e) {
     throw Error(std::string("--output-dir ") + e.what());
   }
-  const GradTargets t = grad_target_paths(output_dir);
-  check_not_an_input(t.grad_input, "--output-dir", inputs);
-  check_not_an_input(t.grads, "--output-dir", inputs);
+  const GradTargets t = grad_target_paths(output_dir, memory);
   // Files already there are replaced: they must be regular files.
   std::error_code ec;
-  for (const std::string* f : {&t.grad_input, &t.grads}) {
+  for (const std::string* f : {&t.grad_input, &t.grads, &t.grad_memory}) {
+    if (f->empty()) continue;
+    check_not_an_input(*f, "--output-dir", inputs);
     const fs::file_status st = fs::status(*f, ec);
     if (fs::exists(st) && !fs::is_regular_file(st)) throw Error(*f + ": cannot write: exists and is not a regular file");
   }
   return t;
 }
 
-void write_gradient_pair(const GradTargets& t, const Array& dx, const std::function<void(const std::string&)>& save_grads) {
+void write_gradient_pair(const GradTargets& t, const Array& dx, const std::function<void(const std::string&)>& save_grads,
+                         const Array* dmemory) {
+  if (t.grad_memory.empty() != (dmemory == nullptr)) throw std::logic_error("write_gradient_pair: grad_memory");
   std::error_code ec;
   // Both files are written completely into a staging directory inside D,
   // then renamed into place: a failure leaves neither a new file nor a
@@ -137,8 +140,8 @@ void write_gradient_pair(const GradTargets& t, const Array& dx, const std::funct
   }
   const fs::path stage(buf.data());
   // A signal from here on removes the staging directory (and D if this run made it).
-  io::remove_on_signal({(stage / "grad_input.npy").string(), (stage / "grads.safetensors").string(), stage.string(),
-                        created ? t.dir : std::string()});
+  io::remove_on_signal({(stage / "grad_input.npy").string(), (stage / "grads.safetensors").string(),
+                        (stage / "grad_memory.npy").string(), stage.string(), created ? t.dir : std::string()});
   struct Unregister {
     ~Unregister() { io::remove_on_signal({}); }
   } unregister;
@@ -146,7 +149,9 @@ void write_gradient_pair(const GradTargets& t, const Array& dx, const std::funct
   try {
     write_npy((stage / "grad_input.npy").string(), dx);
     save_grads((stage / "grads.safetensors").string());
+    if (dmemory) write_npy((stage / "grad_memory.npy").string(), *dmemory);
     fs::rename(stage / "grad_input.npy", t.grad_input);
+    if (dmemory) fs::rename(stage / "grad_memory.npy", t.grad_memory);
     fs::rename(stage / "grads.safetensors", t.grads);
   } catch (const std::exception& e) {
     fs::remove_all(stage, ec);
@@ -904,13 +909,17 @@ int ffn_main(int argc, char** argv) {
   const ffn::cli::Command encode_cmd = ffn::cli::add_encode(app);
   const ffn::cli::Command encode_grad_cmd = ffn::cli::add_encode_grad(app);
   const ffn::cli::Command embed_cmd = ffn::cli::add_embed(app);
+  const ffn::cli::Command decode_cmd = ffn::cli::add_decode(app);
+  const ffn::cli::Command decode_grad_cmd = ffn::cli::add_decode_grad(app);
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd != "run" && cmd != "grad" && cmd != "init" && cmd != "quantize" && cmd != "bench" && cmd != "train" &&
-        cmd != "demo" && cmd != "encode" && cmd != "encode-grad" && cmd != "embed") {
+        cmd != "demo" && cmd != "encode" && cmd != "encode-grad" && cmd != "embed" && cmd != "decode" &&
+        cmd != "decode-grad") {
       std::cerr << "ffn: error: unknown command '" << cmd
-                << "', expected run, grad, init, quantize, bench, train, demo, encode, encode-grad or embed (see ffn --help)\n";
+                << "', expected run, grad, init, quantize, bench, train, demo, encode, encode-grad, decode, decode-grad "
+                   "or embed (see ffn --help)\n";
       return 2;
     }
   }
@@ -956,6 +965,8 @@ int ffn_main(int argc, char** argv) {
     else if (*encode_cmd.app) return encode_cmd.run();
     else if (*encode_grad_cmd.app) return encode_grad_cmd.run();
     else if (*embed_cmd.app) return embed_cmd.run();
+    else if (*decode_cmd.app) return decode_cmd.run();
+    else if (*decode_grad_cmd.app) return decode_grad_cmd.run();
     return 0;
   } catch (const Error& e) {
     std::cerr << "ffn: error: " << e.what() << "\n";
