@@ -18,7 +18,9 @@ forward, backward or embed (called from the main thread) with KeyboardInterrupt
 within a fraction of a second; the object stays usable (an out= array is then
 partly written). The PyTorch module
 is ffn.torch.FeedForward (import ffn.torch; needs PyTorch); the encoder around
-it, ffn.torch.TransformerEncoderLayer / TransformerEncoder, runs on ffn.Encoder.
+it, ffn.torch.TransformerEncoderLayer / TransformerEncoder, runs on ffn.Encoder, and
+the decoder, ffn.torch.TransformerDecoderLayer / TransformerDecoder, on ffn.Decoder
+(whose start() gives a DecoderState for generation, one position per step).
 
 Sentence embeddings (all-MiniLM-L6-v2, installed by scripts/setup.sh):
 
@@ -26,7 +28,8 @@ Sentence embeddings (all-MiniLM-L6-v2, installed by scripts/setup.sh):
     e = enc.embed(["A man is eating food.", "A man is eating bread."])   # float32 [2, 384]
 """
 
-from ._ffn import Cache, Config, Encoder, EncoderCache, EncoderConfig, Error, Layer, SentenceEncoder, __version__, init
+from ._ffn import (Cache, Config, Decoder, DecoderCache, DecoderConfig, DecoderState, Encoder, EncoderCache,
+                   EncoderConfig, Error, Layer, SentenceEncoder, __version__, init)
 
-__all__ = ["Cache", "Config", "Encoder", "EncoderCache", "EncoderConfig", "Error", "Layer", "SentenceEncoder",
-           "__version__", "init"]
+__all__ = ["Cache", "Config", "Decoder", "DecoderCache", "DecoderConfig", "DecoderState", "Encoder", "EncoderCache",
+           "EncoderConfig", "Error", "Layer", "SentenceEncoder", "__version__", "init"]

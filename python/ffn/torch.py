@@ -1,5 +1,5 @@
-"""ffn.torch: ffn's FFN sublayer, and the Transformer encoder around it, as PyTorch
-modules with autograd.
+"""ffn.torch: ffn's FFN sublayer, and the Transformer encoder and decoder around it, as
+PyTorch modules with autograd.
 
     from ffn.torch import FeedForward
     ff = FeedForward(512, 2048, activation="gelu", norm="pre")   # or FeedForward.from_torch(m)
@@ -32,6 +32,15 @@ norms, forward and backward); see their docstrings for the masks they take.
     layer = TransformerEncoderLayer(384, 6, 1536, dropout=0.1, batch_first=True)   # or .from_torch(m)
     enc = TransformerEncoder(layer, 6)       # deep-copies layer, as nn.TransformerEncoder does
     y = enc(x, src_key_padding_mask=pad)     # pad: [N, S] bool, True at the end of shorter rows
+
+The decoder: TransformerDecoderLayer and TransformerDecoder, the same for nn.TransformerDecoderLayer
+and nn.TransformerDecoder on ffn.Decoder (self-attention, cross-attention to the memory, FFN;
+gradients of the target, the memory and every parameter):
+
+    from ffn.torch import TransformerDecoderLayer, TransformerDecoder
+    dec = TransformerDecoder(TransformerDecoderLayer(384, 6, 1536, batch_first=True), 6)   # or .from_torch(m)
+    y = dec(tgt, memory, tgt_mask=nn.Transformer.generate_square_subsequent_mask(T),
+            tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=memory_pad)
 """
 
 from __future__ import annotations
@@ -47,7 +56,8 @@ import torch.nn.functional as F
 from . import _ffn
 from ._ffn import Error
 
-__all__ = ["FeedForward", "TransformerEncoderLayer", "TransformerEncoder"]
+__all__ = ["FeedForward", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+           "TransformerDecoder"]
 
 _GATED = ("swiglu", "geglu", "reglu")
 
@@ -278,13 +288,33 @@ def _activation_name(act, what: str) -> str:
     raise Error(f"{what} is {act!r}; ffn has relu, gelu, gelu_tanh and silu")
 
 
-# ---- the encoder: nn.TransformerEncoderLayer / nn.TransformerEncoder on ffn.Encoder ----
+# ---- the encoder and decoder: nn.TransformerEncoder(Layer) on ffn.Encoder, nn.TransformerDecoder(Layer) on ffn.Decoder
 
-# One layer's parameters, as nn.TransformerEncoderLayer names them (and ffn.Encoder
-# after "layers.N.").
-_LAYER_PARAMS = ("self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
-                 "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
-                 "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias")
+
+class _Spec:
+    """What differs between the encoder's and the decoder's layers: the word for messages, the
+    attention submodules, norms and dropouts of one layer, its parameters as PyTorch names them
+    (and ffn.Encoder / ffn.Decoder after "layers.N."), PyTorch's layer class."""
+
+    def __init__(self, kind, attentions, norms, dropouts, params, torch_layer):
+        self.kind, self.attentions, self.norms, self.dropouts = kind, attentions, norms, dropouts
+        self.params, self.torch_layer = params, torch_layer
+
+
+def _attention_params(name):
+    return tuple(f"{name}.{p}" for p in ("in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"))
+
+
+_ENCODER = _Spec("encoder", ("self_attn",), ("norm1", "norm2"), ("dropout", "dropout1", "dropout2"),
+                 _attention_params("self_attn") + ("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
+                                                   "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"),
+                 nn.TransformerEncoderLayer)
+_DECODER = _Spec("decoder", ("self_attn", "multihead_attn"), ("norm1", "norm2", "norm3"),
+                 ("dropout", "dropout1", "dropout2", "dropout3"),
+                 _attention_params("self_attn") + _attention_params("multihead_attn")
+                 + ("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias", "norm1.weight", "norm1.bias",
+                    "norm2.weight", "norm2.bias", "norm3.weight", "norm3.bias"),
+                 nn.TransformerDecoderLayer)
 
 
 class _EncoderFunction(torch.autograd.Function):
@@ -309,17 +339,42 @@ class _EncoderFunction(torch.autograd.Function):
         return (torch.from_numpy(dx), None, None, None, None, None, None, None, *param_grads)
 
 
-def _check_factory(device, dtype) -> None:
-    """nn modules' device= and dtype=: ffn's encoder is CPU and float32."""
+class _DecoderFunction(torch.autograd.Function):
+    """y = ffn decoder forward on x [B, T, d] and memory [B, S, d]; backward = ffn's backward (dx,
+    dmemory and the parameters' gradients) from the forward's cache."""
+
+    @staticmethod
+    def forward(ctx, x, memory, decoder, names, lengths, memory_lengths, causal, training, seed, threads,
+                *params):  # noqa: D401
+        xb, mb = x.detach().contiguous(), memory.detach().contiguous()
+        y, cache = decoder.forward(xb.numpy(), mb.numpy(), lengths=lengths, memory_lengths=memory_lengths,
+                                   causal=causal, training=training, seed=seed, threads=threads, cache=True)
+        ctx.decoder, ctx.names, ctx.cache, ctx.threads = decoder, names, cache, threads
+        ctx.save_for_backward(xb, mb)  # ffn's backward reads the memory again
+        return torch.from_numpy(y)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # no double backward: it raises instead of giving zeros
+    def backward(ctx, dy):
+        xb, mb = ctx.saved_tensors
+        dy = dy.detach().to(torch.float32).contiguous()
+        dx, dmemory, grads = ctx.decoder.backward(xb.numpy(), mb.numpy(), dy.numpy(), ctx.cache, threads=ctx.threads)
+        param_grads = [torch.from_numpy(grads[n]) for n in ctx.names]
+        return (torch.from_numpy(dx), torch.from_numpy(dmemory), None, None, None, None, None, None, None, None,
+                *param_grads)
+
+
+def _check_factory(device, dtype, kind: str = "encoder") -> None:
+    """nn modules' device= and dtype=: ffn's encoder and decoder are CPU and float32."""
     if device is not None and torch.device(device).type != "cpu":
         raise Error(f"device: ffn runs on the CPU, got {device!r} (pass None or 'cpu')")
     if dtype is not None and dtype != torch.float32:
-        raise Error(f"dtype: ffn's encoder computes in float32, got {dtype} (pass None or torch.float32)")
+        raise Error(f"dtype: ffn's {kind} computes in float32, got {dtype} (pass None or torch.float32)")
 
 
 def _encoder_activation(act, what: str) -> str:
-    """ffn's name for a TransformerEncoderLayer activation: the strings 'relu' and 'gelu' (as
-    PyTorch), or a function or module _activation_name knows (F.relu, F.gelu, nn.GELU(), nn.SiLU(), ...)."""
+    """ffn's name for a TransformerEncoderLayer (or DecoderLayer) activation: the strings 'relu' and
+    'gelu' (as PyTorch), or a function or module _activation_name knows (F.relu, F.gelu, nn.GELU(), ...)."""
     if isinstance(act, str):
         if act in ("relu", "gelu"):
             return act
@@ -327,20 +382,32 @@ def _encoder_activation(act, what: str) -> str:
     return _activation_name(act, what)
 
 
-def _layer_settings(layer: "TransformerEncoderLayer", what: str) -> tuple:
-    """(d_model, nhead, d_ff, activation, norm_first, eps, dropout, batch_first) of a layer, read from its
-    submodules as they are now: a later change (layer.dropout.p = 0, a new activation) is followed or
-    refused, never ignored. ffn's layer has one eps and one dropout p: differing ones are refused."""
-    attn = layer.self_attn
+_SITES = {4: "four", 6: "six"}
+
+
+def _layer_settings(layer, what: str, spec: _Spec) -> tuple:
+    """(d_model, nhead, d_ff, activation, norm_first, eps, dropout, batch_first) of an encoder or decoder
+    layer (ours or PyTorch's), read from its submodules as they are now: a later change (layer.dropout.p
+    = 0, a new activation) is followed or refused, never ignored. ffn's layer has one eps and one dropout
+    p: differing ones are refused."""
+    attn = getattr(layer, spec.attentions[0])
     act = _encoder_activation(layer.activation, f"{what}.activation")
-    if layer.norm1.eps != layer.norm2.eps:
-        raise Error(f"{what}: norm1.eps {layer.norm1.eps:g} and norm2.eps {layer.norm2.eps:g} differ; ffn's encoder "
-                    "layer has one layer_norm_eps")
-    ps = {"self_attn.dropout": attn.dropout, "dropout.p": layer.dropout.p, "dropout1.p": layer.dropout1.p,
-          "dropout2.p": layer.dropout2.p}
+    eps = [f"{n}.eps {getattr(layer, n).eps:g}" for n in spec.norms]
+    if len({getattr(layer, n).eps for n in spec.norms}) != 1:
+        raise Error(f"{what}: {', '.join(eps[:-1])} and {eps[-1]} differ; ffn's {spec.kind} layer has one "
+                    "layer_norm_eps")
+    ps = {f"{n}.dropout": getattr(layer, n).dropout for n in spec.attentions}
+    ps.update({f"{n}.p": getattr(layer, n).p for n in spec.dropouts})
     if len(set(ps.values())) != 1:
         raise Error(f"{what}: dropout probabilities differ ({', '.join(f'{k} {v:g}' for k, v in ps.items())}); ffn's "
-                    "encoder layer has one dropout at the four sites")
+                    f"{spec.kind} layer has one dropout at the {_SITES.get(len(ps), len(ps))} sites")
+    for name in spec.attentions[1:]:
+        other = getattr(layer, name)
+        mine, theirs = (attn.embed_dim, attn.num_heads, attn.batch_first), (other.embed_dim, other.num_heads,
+                                                                           other.batch_first)
+        if mine != theirs:
+            raise Error(f"{what}: {name} has embed_dim, num_heads, batch_first {theirs}, {spec.attentions[0]} {mine}; "
+                        f"ffn's {spec.kind} layer has one setting")
     return (attn.embed_dim, attn.num_heads, layer.linear1.out_features, act, bool(layer.norm_first), layer.norm1.eps,
             float(attn.dropout), bool(attn.batch_first))
 
@@ -379,6 +446,25 @@ def _padding_lengths(mask, batch: int, seq: int, batched: bool, name: str):
     return [int(n) for n in lengths] if bool(pad.any()) else None
 
 
+def _blocked(mask, rows: int, cols: int, name: str, supported: str) -> torch.Tensor:
+    """The positions an attention mask [rows, cols] blocks (bool True, or float -inf; 0 elsewhere);
+    ffn.Error for anything else, ending with `supported`."""
+    if not isinstance(mask, torch.Tensor):
+        raise Error(f"{name}: expected a tensor of shape [{rows}, {cols}], got {type(mask).__name__}")
+    if list(mask.shape) != [rows, cols]:
+        raise Error(f"{name}: shape {list(mask.shape)}, expected [{rows}, {cols}]; {supported}")
+    if mask.device.type != "cpu":
+        raise Error(f"{name}: on {mask.device}, but ffn runs on the CPU (move it with .cpu())")
+    if mask.dtype == torch.bool:
+        return mask
+    if mask.is_floating_point():
+        blocked = mask == float("-inf")
+        if not bool(((mask == 0) | blocked).all()):
+            raise Error(f"{name}: a float mask with values other than 0 and -inf; {supported}")
+        return blocked
+    raise Error(f"{name}: expected a bool or float mask, got {mask.dtype}; {supported}")
+
+
 def _is_causal(mask, is_causal, seq: int, name: str) -> bool:
     """Whether the attention mask (with PyTorch's is_causal hint) is the causal mask; ffn.Error for a
     mask ffn's attention cannot apply (anything but causal, or none)."""
@@ -386,20 +472,7 @@ def _is_causal(mask, is_causal, seq: int, name: str) -> bool:
                  "above the diagonal and 0 elsewhere (nn.Transformer.generate_square_subsequent_mask(S))")
     if mask is None:
         return bool(is_causal)
-    if not isinstance(mask, torch.Tensor):
-        raise Error(f"{name}: expected a tensor of shape [{seq}, {seq}], got {type(mask).__name__}")
-    if list(mask.shape) != [seq, seq]:
-        raise Error(f"{name}: shape {list(mask.shape)}, expected [{seq}, {seq}]; {supported}")
-    if mask.device.type != "cpu":
-        raise Error(f"{name}: on {mask.device}, but ffn runs on the CPU (move it with .cpu())")
-    if mask.dtype == torch.bool:
-        blocked = mask
-    elif mask.is_floating_point():
-        blocked = mask == float("-inf")
-        if not bool(((mask == 0) | blocked).all()):
-            raise Error(f"{name}: a float mask with values other than 0 and -inf; {supported}")
-    else:
-        raise Error(f"{name}: expected a bool or float mask, got {mask.dtype}; {supported}")
+    blocked = _blocked(mask, seq, seq, name, supported)
     if torch.equal(blocked, torch.ones(seq, seq, dtype=torch.bool).triu(1)):
         return True
     if not bool(blocked.any()) and not is_causal:
@@ -407,10 +480,26 @@ def _is_causal(mask, is_causal, seq: int, name: str) -> bool:
     raise Error(f"{name}: not the causal mask{' (is_causal=True)' if is_causal else ''}; {supported}")
 
 
-class _EncoderModule(nn.Module):
-    """What TransformerEncoderLayer and TransformerEncoder share: the ffn.Encoder holding the current
-    parameters (re-made when a parameter or setting changed, detected as FeedForward does), copies
-    without it, and the forward."""
+def _check_memory_mask(mask, is_causal, tgt_len: int, memory_len: int) -> None:
+    """ffn's cross-attention sees every valid memory position: memory_mask None (or one that masks
+    nothing), memory_is_causal False; ffn.Error otherwise."""
+    supported = ("ffn supports memory_mask=None only (every target position attends to every memory position "
+                 "that is not padding; give padding as memory_key_padding_mask)")
+    if is_causal:
+        raise Error(f"memory_is_causal: True, but ffn's cross-attention is not causal; {supported}")
+    if mask is not None and bool(_blocked(mask, tgt_len, memory_len, "memory_mask", supported).any()):
+        raise Error(f"memory_mask: masks some memory positions; {supported}")
+
+
+class _StackModule(nn.Module):
+    """What the encoder's and decoder's layers and stacks share: the ffn.Encoder or ffn.Decoder holding
+    the current parameters (re-made when a parameter or setting changed, detected as FeedForward does)
+    and copies without it. Subclasses set _SPEC, _FFN (the ffn class) and _HELD (the attribute holding
+    one)."""
+
+    _SPEC: _Spec
+    _FFN: type
+    _HELD: str
 
     def _stack(self):
         """(the layers, the final norm or None, the prefix of messages about a layer)."""
@@ -418,57 +507,133 @@ class _EncoderModule(nn.Module):
 
     def _settings(self):
         """The stack's settings (_layer_settings of every layer, all equal), its final norm, its
-        parameters named as ffn.Encoder takes them, and whether it trains."""
+        parameters named as ffn.Encoder / ffn.Decoder take them, and whether it trains."""
+        spec = self._SPEC
         layers, norm, what = self._stack()
-        settings = [_layer_settings(layer, what(i)) for i, layer in enumerate(layers)]
+        settings = [_layer_settings(layer, what(i), spec) for i, layer in enumerate(layers)]
         for i, s in enumerate(settings):
             if s != settings[0]:
                 keys = ("d_model", "nhead", "dim_feedforward", "activation", "norm_first", "layer_norm_eps", "dropout",
                         "batch_first")
                 diff = ", ".join(f"{k} {a!r} vs {b!r}" for k, a, b in zip(keys, s, settings[0]) if a != b)
-                raise Error(f"{what(i)}: settings differ from layer 0's ({diff}); ffn's encoder runs every layer "
+                raise Error(f"{what(i)}: settings differ from layer 0's ({diff}); ffn's {spec.kind} runs every layer "
                             "with one setting")
         d, eps = settings[0][0], settings[0][5]
         if norm is not None:
             if not isinstance(norm, nn.LayerNorm) or not norm.elementwise_affine or tuple(norm.normalized_shape) != (d,):
                 raise Error(f"norm: expected None or nn.LayerNorm({d}) with weight and bias, got {norm!r}")
             if norm.eps != eps:
-                raise Error(f"norm: eps {norm.eps:g} differs from the layers' layer_norm_eps {eps:g}; ffn's encoder "
-                            "has one eps")
+                raise Error(f"norm: eps {norm.eps:g} differs from the layers' layer_norm_eps {eps:g}; ffn's "
+                            f"{spec.kind} has one eps")
         modes = {layer.training for layer in layers}
         if len(modes) != 1:
-            raise Error("layers: some in training mode and some not; call .train() or .eval() on the whole encoder")
-        named = [(f"layers.{i}.{n}", layer.get_parameter(n)) for i, layer in enumerate(layers) for n in _LAYER_PARAMS]
+            raise Error(f"layers: some in training mode and some not; call .train() or .eval() on the whole "
+                        f"{spec.kind}")
+        named = [(f"layers.{i}.{n}", layer.get_parameter(n)) for i, layer in enumerate(layers) for n in spec.params]
         if norm is not None:
             named += [("norm.weight", norm.weight), ("norm.bias", norm.bias)]
         return settings[0], len(layers), norm is not None, named, modes.pop()
 
     def refresh(self) -> None:
         """Re-pack the weights at the next call (after a write through `p.data`; see FeedForward.refresh)."""
-        self._encoder = None
+        setattr(self, self._HELD, None)
 
     def __getstate__(self):
         # Copies (deepcopy, pickle, torch.save, nn.TransformerEncoder's clones) leave out the
-        # ffn.Encoder: a cache of the parameters that cannot be pickled; the copy makes its own.
+        # ffn.Encoder / ffn.Decoder: a cache of the parameters that cannot be pickled; the copy makes its own.
         state = self.__dict__.copy()
-        state["_encoder"] = None
+        state[self._HELD] = None
         state["_stamp"] = None
         return state
 
-    def ffn_encoder(self, prepared=None) -> _ffn.Encoder:
-        """The ffn.Encoder holding the current parameters and settings (re-made when any changed)."""
-        settings, num_layers, final_norm, named, _ = self._settings() if prepared is None else prepared
+    def _held(self, prepared):
+        """The ffn object holding the current parameters and settings (re-made when any changed)."""
+        settings, num_layers, final_norm, named, _ = prepared
         for name, p in named:
             _check_tensor(p, f"{type(self).__name__} parameter {name}")
         stamp = (settings, num_layers, final_norm, tuple((p.data_ptr(), p._version) for _, p in named))
-        if self._encoder is None or stamp != self._stamp:
+        held = getattr(self, self._HELD)
+        if held is None or stamp != self._stamp:
             d, nhead, d_ff, act, norm_first, eps, p, _ = settings
             cfg = _ffn.EncoderConfig(d_model=d, heads=nhead, d_ff=d_ff, layers=num_layers, activation=act,
                                      norm="pre" if norm_first else "post", eps=eps, dropout=p, final_norm=final_norm)
-            # A new Encoder, not an edit: a forward still waiting for its backward keeps its weights.
-            self._encoder = _ffn.Encoder(cfg, {n: t.detach().contiguous().numpy() for n, t in named})
+            # A new object, not an edit: a forward still waiting for its backward keeps its weights.
+            held = type(self)._FFN(cfg, {n: t.detach().contiguous().numpy() for n, t in named})
+            setattr(self, self._HELD, held)
             self._stamp = stamp
-        return self._encoder
+        return held
+
+    @classmethod
+    def _from_torch_layer(cls, layer, threads):
+        """The equivalent layer of our class, with a copy of the parameters of PyTorch's."""
+        spec = cls._SPEC
+        torch_name = spec.torch_layer.__name__
+        if not isinstance(layer, spec.torch_layer):
+            raise Error(f"from_torch: expected an nn.{torch_name}, got {type(layer).__name__}")
+        for name in spec.attentions:
+            attn = getattr(layer, name)
+            if (not attn._qkv_same_embed_dim or attn.in_proj_bias is None or attn.out_proj.bias is None
+                    or attn.bias_k is not None or attn.add_zero_attn):
+                kind = "self-attention" if name == "self_attn" else "attention"
+                raise Error(f"from_torch: {name} must be plain {kind} as {torch_name} makes it (in_proj_weight and "
+                            "biases; no kdim/vdim, bias=False, add_bias_kv or add_zero_attn)")
+        for name in ("linear1", "linear2"):
+            if getattr(layer, name).bias is None:
+                raise Error(f"from_torch: {name} has no bias; ffn's {spec.kind} layer has every bias")
+        for name in spec.norms:
+            norm = getattr(layer, name)
+            if not isinstance(norm, nn.LayerNorm) or not norm.elementwise_affine or getattr(norm, "bias", 0) is None:
+                raise Error(f"from_torch: {name} is {norm!r}; ffn's {spec.kind} layer has LayerNorms with weight and "
+                            "bias")
+        for name, p in layer.named_parameters():
+            _check_tensor(p, f"from_torch: {name}")
+        act = copy.deepcopy(layer.activation) if isinstance(layer.activation, nn.Module) else layer.activation
+        d, nhead, d_ff, _, norm_first, eps, p, batch_first = _layer_settings(layer, "from_torch", spec)
+        out = cls(d, nhead, d_ff, p, act, eps, batch_first, norm_first, threads=threads)
+        out.load_state_dict(layer.state_dict())
+        out.train(layer.training)
+        return out
+
+
+def _check_layer_args(d_model, nhead, dim_feedforward, dropout, layer_norm_eps) -> None:
+    """A TransformerEncoderLayer's or DecoderLayer's arguments, named as PyTorch names them (before
+    PyTorch's own asserts)."""
+    if not isinstance(d_model, int) or d_model < 1:
+        raise Error(f"d_model: expected a positive int, got {d_model!r}")
+    if not isinstance(nhead, int) or nhead < 1 or d_model % nhead != 0:
+        raise Error(f"nhead: expected a divisor of d_model ({d_model}), got {nhead!r}")
+    if not isinstance(dim_feedforward, int) or dim_feedforward < 1:
+        raise Error(f"dim_feedforward: expected a positive int, got {dim_feedforward!r}")
+    if not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
+        raise Error(f"dropout: expected a probability in [0, 1], got {dropout!r}")
+    if not isinstance(layer_norm_eps, (int, float)) or not (layer_norm_eps > 0 and math.isfinite(layer_norm_eps)):
+        raise Error(f"layer_norm_eps: expected a positive number, got {layer_norm_eps!r}")
+
+
+def _clones(layer, layer_cls, num_layers, arg: str) -> nn.ModuleList:
+    """num_layers deep copies of layer (an instance of our layer_cls), as nn.TransformerEncoder and
+    nn.TransformerDecoder make them."""
+    if not isinstance(layer, layer_cls):
+        theirs = layer_cls._SPEC.torch_layer
+        hint = (f" (convert it with ffn.torch.{layer_cls.__name__}.from_torch(layer))"
+                if isinstance(layer, theirs) else "")
+        raise Error(f"{arg}: expected an ffn.torch.{layer_cls.__name__}, got "
+                    f"{type(layer).__module__}.{type(layer).__name__}{hint}")
+    if not isinstance(num_layers, int) or not 1 <= num_layers <= 4096:
+        raise Error(f"num_layers: expected 1..4096, got {num_layers!r}")
+    return nn.ModuleList([copy.deepcopy(layer) for _ in range(num_layers)])
+
+
+class _EncoderModule(_StackModule):
+    """TransformerEncoderLayer's and TransformerEncoder's forward on ffn.Encoder."""
+
+    _SPEC = _ENCODER
+    _FFN = _ffn.Encoder
+    _HELD = "_encoder"
+
+    def ffn_encoder(self, prepared=None) -> _ffn.Encoder:
+        """The ffn.Encoder holding the current parameters and settings (re-made when any changed)."""
+        return self._held(self._settings() if prepared is None else prepared)
 
     def _run(self, src, mask, src_key_padding_mask, is_causal, mask_name: str):
         prepared = self._settings()
@@ -495,20 +660,6 @@ class _EncoderModule(nn.Module):
         if not batched:
             return y.squeeze(0)
         return y if batch_first else y.transpose(0, 1).contiguous()  # contiguous [S, N, E], as PyTorch's
-
-
-def _check_layer_args(d_model, nhead, dim_feedforward, dropout, layer_norm_eps) -> None:
-    """TransformerEncoderLayer's arguments, named as PyTorch names them (before PyTorch's own asserts)."""
-    if not isinstance(d_model, int) or d_model < 1:
-        raise Error(f"d_model: expected a positive int, got {d_model!r}")
-    if not isinstance(nhead, int) or nhead < 1 or d_model % nhead != 0:
-        raise Error(f"nhead: expected a divisor of d_model ({d_model}), got {nhead!r}")
-    if not isinstance(dim_feedforward, int) or dim_feedforward < 1:
-        raise Error(f"dim_feedforward: expected a positive int, got {dim_feedforward!r}")
-    if not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
-        raise Error(f"dropout: expected a probability in [0, 1], got {dropout!r}")
-    if not isinstance(layer_norm_eps, (int, float)) or not (layer_norm_eps > 0 and math.isfinite(layer_norm_eps)):
-        raise Error(f"layer_norm_eps: expected a positive number, got {layer_norm_eps!r}")
 
 
 class TransformerEncoderLayer(_EncoderModule):
@@ -571,28 +722,7 @@ class TransformerEncoderLayer(_EncoderModule):
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer, threads: Optional[int] = None) -> "TransformerEncoderLayer":
         """The equivalent layer, with a copy of the parameters of an nn.TransformerEncoderLayer."""
-        if not isinstance(layer, nn.TransformerEncoderLayer):
-            raise Error(f"from_torch: expected an nn.TransformerEncoderLayer, got {type(layer).__name__}")
-        attn = layer.self_attn
-        if (not attn._qkv_same_embed_dim or attn.in_proj_bias is None or attn.out_proj.bias is None
-                or attn.bias_k is not None or attn.add_zero_attn):
-            raise Error("from_torch: self_attn must be plain self-attention as TransformerEncoderLayer makes it "
-                        "(in_proj_weight and biases; no kdim/vdim, bias=False, add_bias_kv or add_zero_attn)")
-        for name in ("linear1", "linear2"):
-            if getattr(layer, name).bias is None:
-                raise Error(f"from_torch: {name} has no bias; ffn's encoder layer has every bias")
-        for name in ("norm1", "norm2"):
-            norm = getattr(layer, name)
-            if not isinstance(norm, nn.LayerNorm) or not norm.elementwise_affine or getattr(norm, "bias", 0) is None:
-                raise Error(f"from_torch: {name} is {norm!r}; ffn's encoder layer has LayerNorms with weight and bias")
-        for name, p in layer.named_parameters():
-            _check_tensor(p, f"from_torch: {name}")
-        act = copy.deepcopy(layer.activation) if isinstance(layer.activation, nn.Module) else layer.activation
-        d, nhead, d_ff, _, norm_first, eps, p, batch_first = _layer_settings(layer, "from_torch")
-        out = cls(d, nhead, d_ff, p, act, eps, batch_first, norm_first, threads=threads)
-        out.load_state_dict(layer.state_dict())
-        out.train(layer.training)
-        return out
+        return cls._from_torch_layer(layer, threads)
 
 
 class TransformerEncoder(_EncoderModule):
@@ -610,14 +740,7 @@ class TransformerEncoder(_EncoderModule):
     def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: Optional[nn.Module] = None,
                  enable_nested_tensor: bool = True, mask_check: bool = True, threads: Optional[int] = None):
         super().__init__()
-        if not isinstance(encoder_layer, TransformerEncoderLayer):
-            hint = (" (convert it with ffn.torch.TransformerEncoderLayer.from_torch(layer))"
-                    if isinstance(encoder_layer, nn.TransformerEncoderLayer) else "")
-            raise Error(f"encoder_layer: expected an ffn.torch.TransformerEncoderLayer, got "
-                        f"{type(encoder_layer).__module__}.{type(encoder_layer).__name__}{hint}")
-        if not isinstance(num_layers, int) or not 1 <= num_layers <= 4096:
-            raise Error(f"num_layers: expected 1..4096, got {num_layers!r}")
-        self.layers = nn.ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.layers = _clones(encoder_layer, TransformerEncoderLayer, num_layers, "encoder_layer")
         self.num_layers = num_layers
         self.norm = norm
         self.enable_nested_tensor = enable_nested_tensor
@@ -648,4 +771,180 @@ class TransformerEncoder(_EncoderModule):
         out.layers = nn.ModuleList(layers)
         out._settings()  # layers whose settings differ are refused now
         out.train(encoder.training)
+        return out
+
+
+class _DecoderModule(_StackModule):
+    """TransformerDecoderLayer's and TransformerDecoder's forward on ffn.Decoder."""
+
+    _SPEC = _DECODER
+    _FFN = _ffn.Decoder
+    _HELD = "_decoder"
+
+    def ffn_decoder(self, prepared=None) -> _ffn.Decoder:
+        """The ffn.Decoder holding the current parameters and settings (re-made when any changed)."""
+        return self._held(self._settings() if prepared is None else prepared)
+
+    def _run(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
+             memory_is_causal):
+        prepared = self._settings()
+        (d, _, _, _, _, _, p, batch_first), _, _, named, training = prepared
+        decoder = self.ffn_decoder(prepared)
+        _check_tensor(tgt, f"{type(self).__name__} tgt")
+        _check_tensor(memory, f"{type(self).__name__} memory")
+        layout = "[N, {0}, E]" if batch_first else "[{0}, N, E]"
+        if tgt.dim() not in (2, 3) or tgt.shape[-1] != d:
+            raise Error(f"tgt: shape {list(tgt.shape)}, expected {layout.format('T')} (batch_first={batch_first}) or "
+                        f"unbatched [T, E], E = d_model = {d}")
+        batched = tgt.dim() == 3
+        if memory.dim() != tgt.dim() or memory.shape[-1] != d:
+            want = f"{layout.format('S')} (batch_first={batch_first})" if batched else "unbatched [S, E]"
+            raise Error(f"memory: shape {list(memory.shape)}, expected {want} as tgt {list(tgt.shape)}, "
+                        f"E = d_model = {d}")
+        x = (tgt if batch_first else tgt.transpose(0, 1)) if batched else tgt.unsqueeze(0)  # [N, T, E]
+        mem = (memory if batch_first else memory.transpose(0, 1)) if batched else memory.unsqueeze(0)  # [N, S, E]
+        if mem.shape[0] != x.shape[0]:
+            raise Error(f"memory: batch N = {mem.shape[0]}, but tgt's is {x.shape[0]} (shapes {list(memory.shape)} "
+                        f"and {list(tgt.shape)}, batch_first={batch_first})")
+        lengths = _padding_lengths(tgt_key_padding_mask, x.shape[0], x.shape[1], batched, "tgt_key_padding_mask")
+        memory_lengths = _padding_lengths(memory_key_padding_mask, mem.shape[0], mem.shape[1], batched,
+                                          "memory_key_padding_mask")
+        causal = _is_causal(tgt_mask, tgt_is_causal, x.shape[1], "tgt_mask")
+        _check_memory_mask(memory_mask, memory_is_causal, x.shape[1], mem.shape[1])
+        threads = torch.get_num_threads() if self.threads is None else self.threads
+        training = training and p > 0
+        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64)) if training else 0
+        if torch.is_grad_enabled() and (tgt.requires_grad or memory.requires_grad
+                                        or any(t.requires_grad for _, t in named)):
+            y = _DecoderFunction.apply(x, mem, decoder, [n for n, _ in named], lengths, memory_lengths, causal,
+                                       training, seed, threads, *[t for _, t in named])
+        else:
+            y = torch.from_numpy(decoder.forward(x.detach().contiguous().numpy(), mem.detach().contiguous().numpy(),
+                                                 lengths=lengths, memory_lengths=memory_lengths, causal=causal,
+                                                 training=training, seed=seed, threads=threads))
+        if not batched:
+            return y.squeeze(0)
+        return y if batch_first else y.transpose(0, 1).contiguous()  # contiguous [T, N, E], as PyTorch's
+
+
+class TransformerDecoderLayer(_DecoderModule):
+    """nn.TransformerDecoderLayer (torch 1.13) computed by ffn: the same arguments, submodules and
+    state_dict names (self_attn.*, multihead_attn.in_proj_weight, multihead_attn.in_proj_bias,
+    multihead_attn.out_proj.*, linear1.*, linear2.*, norm1.*, norm2.*, norm3.*) and, for a given
+    torch.manual_seed, the same initial values; forward and backward (gradients of tgt, memory and
+    every parameter) run in ffn's C++ decoder.
+
+    Args as PyTorch's: d_model, nhead, dim_feedforward, dropout (one p, used at PyTorch's six sites),
+    activation ('relu', 'gelu', F.relu, F.gelu, or an nn.ReLU/GELU/SiLU module), layer_norm_eps,
+    batch_first, norm_first; device and dtype only None, 'cpu', torch.float32. threads: threads ffn
+    uses; None follows torch.get_num_threads().
+
+    forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+            memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
+      tgt: [T, N, E] ([N, T, E] with batch_first) or unbatched [T, E]; memory (the encoder's output):
+        [S, N, E] ([N, S, E]) or unbatched [S, E]; float32 on the CPU.
+      tgt_key_padding_mask [N, T], memory_key_padding_mask [N, S] ([T], [S] unbatched): bool (True =
+        padding) or float (-inf = padding), each row tokens then padding.
+      tgt_mask: None or the causal mask ([T, T], bool True above the diagonal, or float -inf there and
+        0 elsewhere, as nn.Transformer.generate_square_subsequent_mask gives); tgt_is_causal=True alone
+        means the same. As PyTorch's, no mask means no causal masking. Any other mask is refused.
+      memory_mask: None only (or a mask that masks nothing); memory_is_causal: False only. Both are
+        refused otherwise with ffn.Error: ffn's cross-attention sees every memory position that is
+        not padding.
+    Differences from PyTorch: outputs at target padding positions are zeros, and no gradient flows
+    from them; a target sequence with tokens and a fully padded memory is refused (PyTorch: NaN).
+    Dropout masks come from ffn's Philox generator seeded from torch's (as FeedForward's).
+    Deep-copies, pickles and goes through torch.save/torch.load like any nn.Module.
+    """
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation=F.relu, layer_norm_eps: float = 1e-5, batch_first: bool = False, norm_first: bool = False,
+                 device=None, dtype=None, threads: Optional[int] = None):
+        super().__init__()
+        _check_factory(device, dtype, "decoder")
+        _check_layer_args(d_model, nhead, dim_feedforward, dropout, layer_norm_eps)
+        act = _encoder_activation(activation, "activation")
+        # The library's own checks of the rest (sizes up to 2^24), before any parameter is made.
+        _ffn.EncoderConfig(d_model=d_model, heads=nhead, d_ff=dim_feedforward, activation=act, eps=layer_norm_eps,
+                           dropout=dropout)
+        # Made in PyTorch's order, so a seed gives PyTorch's initial values.
+        self.self_attn = nn.MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=batch_first)
+        self.multihead_attn = nn.MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=batch_first)
+        self.linear1 = nn.Linear(d_model, dim_feedforward)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(dim_feedforward, d_model)
+        self.norm_first = norm_first
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+        self.activation = {"relu": F.relu, "gelu": F.gelu}[activation] if isinstance(activation, str) else activation
+        self.threads = threads
+        self._decoder = None
+        self._stamp = None
+
+    def _stack(self):
+        return [self], None, lambda i: "TransformerDecoderLayer"
+
+    def forward(self, tgt: torch.Tensor, memory: torch.Tensor, tgt_mask: Optional[torch.Tensor] = None,
+                memory_mask: Optional[torch.Tensor] = None, tgt_key_padding_mask: Optional[torch.Tensor] = None,
+                memory_key_padding_mask: Optional[torch.Tensor] = None, tgt_is_causal: bool = False,
+                memory_is_causal: bool = False) -> torch.Tensor:
+        return self._run(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                         tgt_is_causal, memory_is_causal)
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerDecoderLayer, threads: Optional[int] = None) -> "TransformerDecoderLayer":
+        """The equivalent layer, with a copy of the parameters of an nn.TransformerDecoderLayer."""
+        return cls._from_torch_layer(layer, threads)
+
+
+class TransformerDecoder(_DecoderModule):
+    """nn.TransformerDecoder (torch 1.13) computed by ffn: num_layers deep copies of decoder_layer (an
+    ffn.torch.TransformerDecoderLayer; convert PyTorch's with its from_torch) and an optional final
+    norm (nn.LayerNorm(d_model) with the layers' eps), state_dict names layers.N.* and norm.*. The
+    whole stack runs in one call of ffn's decoder, so every layer must keep the same settings.
+    threads: threads ffn uses; None follows torch.get_num_threads().
+
+    forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+            memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False): as
+    TransformerDecoderLayer.forward; outputs at target padding positions are zeros.
+    Generation with a key/value cache (one position per step) is ffn_decoder().start(memory, ...).
+    """
+
+    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: Optional[nn.Module] = None,
+                 threads: Optional[int] = None):
+        super().__init__()
+        self.layers = _clones(decoder_layer, TransformerDecoderLayer, num_layers, "decoder_layer")
+        self.num_layers = num_layers
+        self.norm = norm
+        self.threads = threads
+        self._decoder = None
+        self._stamp = None
+        self._settings()  # a norm ffn cannot compute is refused now, not at the first call
+
+    def _stack(self):
+        return list(self.layers), self.norm, lambda i: f"layers.{i}"
+
+    def forward(self, tgt: torch.Tensor, memory: torch.Tensor, tgt_mask: Optional[torch.Tensor] = None,
+                memory_mask: Optional[torch.Tensor] = None, tgt_key_padding_mask: Optional[torch.Tensor] = None,
+                memory_key_padding_mask: Optional[torch.Tensor] = None, tgt_is_causal: Optional[bool] = None,
+                memory_is_causal: bool = False) -> torch.Tensor:
+        return self._run(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                         bool(tgt_is_causal), memory_is_causal)
+
+    @classmethod
+    def from_torch(cls, decoder: nn.TransformerDecoder, threads: Optional[int] = None) -> "TransformerDecoder":
+        """The equivalent decoder, with a copy of the parameters of an nn.TransformerDecoder."""
+        if not isinstance(decoder, nn.TransformerDecoder):
+            raise Error(f"from_torch: expected an nn.TransformerDecoder, got {type(decoder).__name__}")
+        for name, p in decoder.named_parameters():
+            _check_tensor(p, f"from_torch: {name}")
+        layers = [TransformerDecoderLayer.from_torch(layer) for layer in decoder.layers]
+        out = cls(layers[0], len(layers), norm=copy.deepcopy(decoder.norm), threads=threads)
+        out.layers = nn.ModuleList(layers)
+        out._settings()  # layers whose settings differ are refused now
+        out.train(decoder.training)
         return out

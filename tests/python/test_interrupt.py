@@ -10,11 +10,14 @@ after the signal (at least 2.5 s: a case sized below 3 s fails). Now it must
 raise KeyboardInterrupt itself within 2 s: the binding asks every 50 ms, and
 the work between two questions (RunOptions::interrupted) is a piece of rows
 of some milliseconds, or in the encoder's backward one sublayer (here about
-0.25 s), so 2 s leaves a loaded machine 1.5 s of slack and stays below what a
-call that is not stopped takes. Then the object must still work and give the
+0.25 s), or in the decoder one attention sublayer (in its backward one
+layer's two; its cases stopped 0.13 s and 0.20 s after the signal), so 2 s
+leaves a loaded machine 1.5 s of slack and stays below what a call that is
+not stopped takes. Then the object must still work and give the
 same bits: the later call, made on the main thread (the binding's hook set,
 so the rows, or the encoder's sequences, run in pieces), is compared with one
-made before the signal on another thread (no hook: in one piece)."""
+made before the signal on another thread (no hook: in one piece). The
+decoder's cases use x as its own memory."""
 import json
 import os
 import pathlib
@@ -81,6 +84,19 @@ def encoder_weights(d, f, layers):
     return w
 
 
+def decoder_weights(d, f, layers):
+    w = encoder_weights(d, f, layers)
+    for l in range(layers):
+        p = f"layers.{l}."
+        w[p + "multihead_attn.in_proj_weight"] = rng.standard_normal((3 * d, d), dtype=np.float32) * d ** -0.5
+        w[p + "multihead_attn.in_proj_bias"] = np.zeros(3 * d, np.float32)
+        w[p + "multihead_attn.out_proj.weight"] = rng.standard_normal((d, d), dtype=np.float32) * d ** -0.5
+        w[p + "multihead_attn.out_proj.bias"] = np.zeros(d, np.float32)
+        w[p + "norm3.weight"] = np.ones(d, np.float32)
+        w[p + "norm3.bias"] = np.zeros(d, np.float32)
+    return w
+
+
 # Each case: the long call's input, the call, and a small input whose
 # results are compared before and after.
 if case in ("layer.forward", "layer.backward"):
@@ -110,6 +126,24 @@ elif case == "encoder.backward":
         caches[id(x)] = enc.forward(x, threads=1, cache=True)[1]
         return x
     call = lambda x: enc.backward(x, x, caches[id(x)], threads=1)
+    big, expected = sized(make, call, 2, 64)
+    small = make(2)
+elif case == "decoder.forward":
+    d, S = 128, 64
+    dec = ffn.Decoder(ffn.DecoderConfig(d_model=d, heads=4, d_ff=512, layers=4), decoder_weights(d, 512, 4))
+    make = lambda b: rng.standard_normal((b, S, d), dtype=np.float32)
+    call = lambda x: dec.forward(x, x, threads=1)
+    big, expected = sized(make, call, 16, 1 << 16)
+    small = make(24)
+elif case == "decoder.backward":
+    d, S = 64, 1024
+    dec = ffn.Decoder(ffn.DecoderConfig(d_model=d, heads=1, d_ff=128, layers=8), decoder_weights(d, 128, 8))
+    caches = {}
+    def make(b):
+        x = rng.standard_normal((b, S, d), dtype=np.float32)
+        caches[id(x)] = dec.forward(x, x, threads=1, cache=True)[1]
+        return x
+    call = lambda x: dec.backward(x, x, x, caches[id(x)], threads=1)
     big, expected = sized(make, call, 2, 64)
     small = make(2)
 else:  # embed
@@ -151,6 +185,7 @@ def run_case(case):
 
 
 @pytest.mark.parametrize("case", ["layer.forward", "layer.backward", "encoder.forward", "encoder.backward",
+                                  "decoder.forward", "decoder.backward",
                                   pytest.param("embed", marks=pytest.mark.skipif(
                                       not HAS_MODEL, reason=f"all-MiniLM-L6-v2 is not installed at {MODEL} "
                                                             "(scripts/setup.sh installs it)"))])
