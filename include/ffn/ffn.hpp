@@ -12,6 +12,7 @@
 //   ffn/encoder.hpp       the encoder layer and stack
 //   ffn/decoder.hpp       the decoder layer and stack, generation state
 //   ffn/sentence.hpp      sentence embeddings (BERT checkpoints)
+//   ffn/translation.hpp   translation with MarianMT checkpoints (greedy and beam search)
 // and, in their own libraries: ffn/train.hpp (ffn_train), ffn/mpi.hpp (ffn_dist, MPI).
 #pragma once
 

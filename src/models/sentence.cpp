@@ -10,6 +10,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "models/json_file.hpp"
+
 #include "ffn/diagnostics.hpp"
 #include "io/safetensors.hpp"
 #include "ops/norm.hpp"
@@ -32,32 +34,9 @@ struct detail::SentenceModel {
 
 namespace {
 
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  if (!f) throw Error(p.string() + ": cannot open");
-  try {
-    return nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(p.string() + ": not valid JSON (" + std::string(e.what()) + ")");
-  }
-}
-
-template <typename T>
-T json_get(const nlohmann::json& j, const char* key, const fs::path& p) {
-  if (!j.is_object() || !j.contains(key)) throw Error(p.string() + ": no \"" + std::string(key) + "\"");
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw Error(p.string() + ": \"" + std::string(key) + "\" has the wrong type (" + j.at(key).dump() + ")");
-  }
-}
-// The value at key, or `otherwise` when the key is absent (a present value of the wrong type is an error).
-template <typename T>
-T json_opt(const nlohmann::json& j, const char* key, T otherwise, const fs::path& p) {
-  if (!j.is_object() || !j.contains(key)) return otherwise;
-  return json_get<T>(j, key, p);
-}
-
+using models::json_get;
+using models::json_opt;
+using models::read_json;
 
 // Embeddings of texts, with the encoder's run options (threads set there); below.
 Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>& texts, const EmbedOptions& opts,

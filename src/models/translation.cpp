@@ -1,0 +1,569 @@
+// MarianMT checkpoints (include/ffn/translation.hpp): the mapping of
+// transformers' names onto ffn::Encoder and ffn::Decoder, the embeddings and
+// positions, the output projection, and greedy and beam search as
+// transformers 4.46's generate (GenerationMixin._sample / _beam_search,
+// BeamSearchScorer, BeamHypotheses).
+#include "ffn/translation.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <numeric>
+
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/kernel_config.hpp"
+#include "core/positions.hpp"
+#include "models/json_file.hpp"
+#include "ops/linear.hpp"
+
+namespace ffn {
+
+namespace fs = std::filesystem;
+using models::json_get;
+using models::json_opt;
+
+namespace {
+
+constexpr int64_t kMaxVocab = int64_t(1) << 24, kMaxPositions = int64_t(1) << 20;
+
+Activation marian_activation(const std::string& name, const fs::path& p) {
+  if (name == "swish" || name == "silu") return Activation::silu;
+  if (name == "gelu") return Activation::gelu;
+  if (name == "relu") return Activation::relu;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::gelu_tanh;
+  throw Error(p.string() + ": \"activation_function\" is '" + name +
+              "', expected swish, silu, gelu, gelu_new, gelu_pytorch_tanh or relu");
+}
+
+int64_t positive(const nlohmann::json& j, const char* key, const fs::path& p, int64_t max) {
+  const int64_t v = json_get<int64_t>(j, key, p);
+  if (v < 1 || v > max)
+    throw Error(p.string() + ": \"" + key + "\" is " + std::to_string(v) + ", expected 1.." + std::to_string(max));
+  return v;
+}
+
+// Marian's sinusoidal table: row p, column j < ⌈d/2⌉ is sin(p / 10000^(2j/d)),
+// column ⌈d/2⌉ + j is cos(p / 10000^(2j/d)) (transformers computes it in
+// double with numpy and rounds to float32, as here).
+std::vector<float> marian_positions(int64_t n, int64_t d) {
+  std::vector<float> t(size_t(n * d));
+  const int64_t half = (d + 1) / 2;
+  for (int64_t p = 0; p < n; ++p)
+    for (int64_t j = 0; j < d; ++j) {
+      const double angle = double(p) / std::pow(10000.0, double(2 * (j / 2)) / double(d));
+      const int64_t col = j % 2 == 0 ? j / 2 : half + j / 2;
+      t[size_t(p * d + col)] = float(j % 2 == 0 ? std::sin(angle) : std::cos(angle));
+    }
+  return t;
+}
+
+}  // namespace
+
+TranslationModel::TranslationModel(TranslationConfig cfg, Encoder e, Decoder d)
+    : cfg_(std::move(cfg)), encoder_(std::move(e)), decoder_(std::move(d)) {}
+
+TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype dtype) {
+  const fs::path dir(dir_in);
+  const fs::path cfg_path = dir / "config.json", gen_path = dir / "generation_config.json",
+                 w_path = dir / "model.safetensors";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw Error(dir_in + ": not a directory (expected a MarianMT model: config.json, model.safetensors)");
+  for (const fs::path& p : {cfg_path, w_path})
+    if (!fs::exists(p, ec)) throw Error(p.string() + ": missing (a MarianMT directory holds config.json and model.safetensors)");
+  const nlohmann::json j = models::read_json(cfg_path);
+  if (!j.is_object()) throw Error(cfg_path.string() + ": expected a JSON object");
+  const std::string type = json_opt<std::string>(j, "model_type", "", cfg_path);
+  if (type != "marian")
+    throw Error(cfg_path.string() + ": \"model_type\" is '" + type + "', expected marian (a MarianMTModel checkpoint)");
+  TranslationConfig c;
+  c.d_model = positive(j, "d_model", cfg_path, int64_t(1) << 16);
+  c.vocab_size = positive(j, "vocab_size", cfg_path, kMaxVocab);
+  c.decoder_vocab_size = json_opt<int64_t>(j, "decoder_vocab_size", c.vocab_size, cfg_path);
+  if (c.decoder_vocab_size < 1 || c.decoder_vocab_size > kMaxVocab)
+    throw Error(cfg_path.string() + ": \"decoder_vocab_size\" is " + std::to_string(c.decoder_vocab_size) + ", expected 1.." +
+                std::to_string(kMaxVocab));
+  c.max_positions = positive(j, "max_position_embeddings", cfg_path, kMaxPositions);
+  c.scale_embedding = json_opt<bool>(j, "scale_embedding", false, cfg_path);
+  c.shared_embeddings = json_opt<bool>(j, "share_encoder_decoder_embeddings", true, cfg_path);
+  c.tied_head = json_opt<bool>(j, "tie_word_embeddings", true, cfg_path);
+  if (c.shared_embeddings) c.decoder_vocab_size = c.vocab_size;  // transformers ignores decoder_vocab_size then
+  if (c.tied_head && c.decoder_vocab_size != c.vocab_size)
+    throw Error(cfg_path.string() + ": \"tie_word_embeddings\" ties the output projection to the " +
+                std::to_string(c.vocab_size) + " source embeddings, but \"decoder_vocab_size\" is " +
+                std::to_string(c.decoder_vocab_size) + " (transformers cannot run this model either)");
+  const Activation act = marian_activation(json_opt<std::string>(j, "activation_function", "gelu", cfg_path), cfg_path);
+  if (json_opt<bool>(j, "normalize_before", false, cfg_path))
+    throw Error(cfg_path.string() + ": \"normalize_before\" is true; MarianMT layers are post-LN");
+  for (auto [stack, layers, heads, ffn_dim] :
+       {std::tuple{&c.encoder, "encoder_layers", "encoder_attention_heads", "encoder_ffn_dim"},
+        std::tuple{&c.decoder, "decoder_layers", "decoder_attention_heads", "decoder_ffn_dim"}}) {
+    stack->d_model = c.d_model;
+    stack->layers = positive(j, layers, cfg_path, 4096);
+    stack->heads = positive(j, heads, cfg_path, c.d_model);
+    if (c.d_model % stack->heads != 0)
+      throw Error(cfg_path.string() + ": \"" + heads + "\" " + std::to_string(stack->heads) + " does not divide d_model " +
+                  std::to_string(c.d_model));
+    stack->d_ff = positive(j, ffn_dim, cfg_path, int64_t(1) << 20);
+    stack->activation = act;
+    stack->norm = NormPlacement::post;
+    stack->norm_type = NormType::layernorm;
+    stack->eps = 1e-5f;  // nn.LayerNorm's default, which MarianMT uses
+    stack->bias = true;
+    stack->final_norm = false;
+  }
+  // Token ids: generation_config.json overrides config.json, as in transformers.
+  nlohmann::json g = nlohmann::json::object();
+  if (fs::exists(gen_path, ec)) {
+    g = models::read_json(gen_path);
+    if (!g.is_object()) throw Error(gen_path.string() + ": expected a JSON object");
+  }
+  auto id = [&](const char* key, std::optional<int64_t> otherwise) -> std::optional<int64_t> {
+    std::optional<int64_t> v = otherwise;
+    if (j.contains(key) && !j.at(key).is_null()) v = json_get<int64_t>(j, key, cfg_path);
+    if (g.contains(key) && !g.at(key).is_null()) v = json_get<int64_t>(g, key, gen_path);
+    if (v && (*v < 0 || *v >= c.decoder_vocab_size))
+      throw Error((g.contains(key) ? gen_path : cfg_path).string() + ": \"" + key + "\" is " + std::to_string(*v) +
+                  ", outside the target vocabulary of " + std::to_string(c.decoder_vocab_size));
+    return v;
+  };
+  const auto pad = id("pad_token_id", std::nullopt), eos = id("eos_token_id", std::nullopt);
+  if (!pad) throw Error(cfg_path.string() + ": no \"pad_token_id\"");
+  if (!eos) throw Error(cfg_path.string() + ": no \"eos_token_id\"");
+  c.pad_id = *pad;
+  c.eos_id = *eos;
+  c.decoder_start_id = *id("decoder_start_token_id", c.pad_id);
+  // Generation settings: from generation_config.json alone when it exists
+  // (transformers' GenerationConfig.from_pretrained, its defaults for absent
+  // keys), else from config.json.
+  const bool has_gen = fs::exists(gen_path, ec);
+  const nlohmann::json& gs = has_gen ? g : j;
+  const fs::path& gs_path = has_gen ? gen_path : cfg_path;
+  auto setting = [&](const char* key, auto otherwise) { return json_opt<decltype(otherwise)>(gs, key, otherwise, gs_path); };
+  c.forced_eos_id.reset();
+  if (gs.contains("forced_eos_token_id") && !gs.at("forced_eos_token_id").is_null()) {
+    c.forced_eos_id = json_get<int64_t>(gs, "forced_eos_token_id", gs_path);
+    if (*c.forced_eos_id < 0 || *c.forced_eos_id >= c.decoder_vocab_size)
+      throw Error(gs_path.string() + ": \"forced_eos_token_id\" is " + std::to_string(*c.forced_eos_id) +
+                  ", outside the target vocabulary of " + std::to_string(c.decoder_vocab_size));
+  }
+  c.num_beams = setting("num_beams", int64_t(1));
+  c.max_length = setting("max_length", int64_t(20));
+  c.length_penalty = float(setting("length_penalty", 1.0));
+  c.early_stopping = setting("early_stopping", false);
+  if (c.num_beams < 1 || c.num_beams > 1024)
+    throw Error(gs_path.string() + ": \"num_beams\" is " + std::to_string(c.num_beams) + ", expected 1..1024");
+  if (c.max_length < 2) throw Error(gs_path.string() + ": \"max_length\" is " + std::to_string(c.max_length) + ", expected ≥ 2");
+  if (gs.contains("bad_words_ids") && !gs.at("bad_words_ids").is_null()) {
+    std::vector<std::vector<int64_t>> bad;
+    try {
+      bad = gs.at("bad_words_ids").get<std::vector<std::vector<int64_t>>>();
+    } catch (const nlohmann::json::exception&) {
+      throw Error(gs_path.string() + ": \"bad_words_ids\" is not a list of lists of token ids");
+    }
+    for (const auto& w : bad) {
+      if (w.size() != 1)
+        throw Error(gs_path.string() + ": \"bad_words_ids\" holds a sequence of " + std::to_string(w.size()) +
+                    " ids; only single-token bad words are supported");
+      if (w[0] < 0 || w[0] >= c.decoder_vocab_size)
+        throw Error(gs_path.string() + ": \"bad_words_ids\" holds " + std::to_string(w[0]) + ", outside the vocabulary");
+      c.bad_words.push_back(w[0]);
+    }
+  }
+
+  // The tensors.
+  const SafetensorsFile f = read_safetensors(w_path.string());
+  const int64_t d = c.d_model;
+  auto tensor = [&](const std::string& name, std::vector<int64_t> shape) -> const std::vector<float>& {
+    auto it = f.tensors.find(name);
+    if (it == f.tensors.end()) throw Error(w_path.string() + ": missing tensor " + name);
+    if (it->second.shape != shape)
+      throw Error(w_path.string() + ": tensor " + name + " has shape " + shape_str(it->second.shape) + ", expected " +
+                  shape_str(shape) + " (config.json)");
+    return it->second.data;
+  };
+  auto has = [&](const std::string& name) { return f.tensors.count(name) > 0; };
+  auto attention = [&](const std::string& p, std::vector<float>& in_w, std::vector<float>& in_b, std::vector<float>& out_w,
+                       std::vector<float>& out_b) {
+    in_w.clear();
+    in_b.clear();
+    for (const char* x : {"q_proj", "k_proj", "v_proj"}) {
+      const auto& w = tensor(p + x + ".weight", {d, d});
+      const auto& b = tensor(p + x + ".bias", {d});
+      in_w.insert(in_w.end(), w.begin(), w.end());
+      in_b.insert(in_b.end(), b.begin(), b.end());
+    }
+    out_w = tensor(p + "out_proj.weight", {d, d});
+    out_b = tensor(p + "out_proj.bias", {d});
+  };
+  auto ffn_weights = [&](const std::string& p, int64_t F) {
+    Weights w;
+    w.w1 = tensor(p + "fc1.weight", {F, d});
+    w.b1 = tensor(p + "fc1.bias", {F});
+    w.w2 = tensor(p + "fc2.weight", {d, F});
+    w.b2 = tensor(p + "fc2.bias", {d});
+    w.norm_weight = tensor(p + "final_layer_norm.weight", {d});
+    w.norm_bias = tensor(p + "final_layer_norm.bias", {d});
+    return w;
+  };
+  EncoderWeights ew = EncoderWeights::zeros(c.encoder);
+  for (int64_t l = 0; l < c.encoder.layers; ++l) {
+    const std::string p = "model.encoder.layers." + std::to_string(l) + ".";
+    auto& lw = ew.layers[size_t(l)];
+    attention(p + "self_attn.", lw.in_proj_weight, lw.in_proj_bias, lw.out_proj_weight, lw.out_proj_bias);
+    lw.norm1_weight = tensor(p + "self_attn_layer_norm.weight", {d});
+    lw.norm1_bias = tensor(p + "self_attn_layer_norm.bias", {d});
+    lw.ffn = ffn_weights(p, c.encoder.d_ff);
+  }
+  DecoderWeights dw = DecoderWeights::zeros(c.decoder);
+  for (int64_t l = 0; l < c.decoder.layers; ++l) {
+    const std::string p = "model.decoder.layers." + std::to_string(l) + ".";
+    auto& lw = dw.layers[size_t(l)];
+    attention(p + "self_attn.", lw.self_attn.in_proj_weight, lw.self_attn.in_proj_bias, lw.self_attn.out_proj_weight,
+              lw.self_attn.out_proj_bias);
+    attention(p + "encoder_attn.", lw.cross_attn.in_proj_weight, lw.cross_attn.in_proj_bias,
+              lw.cross_attn.out_proj_weight, lw.cross_attn.out_proj_bias);
+    lw.norm1_weight = tensor(p + "self_attn_layer_norm.weight", {d});
+    lw.norm1_bias = tensor(p + "self_attn_layer_norm.bias", {d});
+    lw.norm2_weight = tensor(p + "encoder_attn_layer_norm.weight", {d});
+    lw.norm2_bias = tensor(p + "encoder_attn_layer_norm.bias", {d});
+    lw.ffn = ffn_weights(p, c.decoder.d_ff);
+  }
+  if (has("model.encoder.layers." + std::to_string(c.encoder.layers) + ".fc1.weight") ||
+      has("model.decoder.layers." + std::to_string(c.decoder.layers) + ".fc1.weight"))
+    throw Error(w_path.string() + ": holds more layers than config.json's encoder_layers / decoder_layers");
+  Encoder enc(c.encoder, std::move(ew));
+  Decoder dec(c.decoder, std::move(dw));
+  if (dtype != WeightDtype::fp32) {
+    enc = enc.converted(dtype);
+    dec = dec.converted(dtype);
+  }
+  TranslationModel m(c, std::move(enc), std::move(dec));
+  // Embeddings: transformers saves one of tied tensors (model.shared.weight
+  // when shared); accept any of the tied names.
+  auto first_of = [&](std::initializer_list<const char*> names, int64_t rows) -> const std::vector<float>& {
+    for (const char* n : names)
+      if (has(n)) return tensor(n, {rows, d});
+    return tensor(*names.begin(), {rows, d});  // the error names the first
+  };
+  if (c.shared_embeddings) {
+    m.src_embed_ = first_of({"model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"},
+                            c.vocab_size);
+  } else {
+    m.src_embed_ = first_of({"model.encoder.embed_tokens.weight"}, c.vocab_size);
+    // transformers makes both tables copies of one of vocab_size rows.
+    m.tgt_embed_ = first_of({"model.decoder.embed_tokens.weight"}, c.vocab_size);
+  }
+  if (!c.tied_head) m.head_ = tensor("lm_head.weight", {c.decoder_vocab_size, d});
+  m.logits_bias_ = has("final_logits_bias") ? tensor("final_logits_bias", {1, c.decoder_vocab_size})
+                                            : std::vector<float>(size_t(c.decoder_vocab_size), 0.0f);
+  m.head_packed_ = nn::pack_linear_weight(m.head().data(), d, c.decoder_vocab_size);
+  m.positions_ = marian_positions(c.max_positions, d);
+  return m;
+}
+
+void TranslationModel::embed(const std::vector<float>& table, int64_t id, int64_t position, float* out) const {
+  const int64_t d = cfg_.d_model;
+  const float scale = cfg_.scale_embedding ? float(std::sqrt(double(d))) : 1.0f;
+  const float* e = table.data() + id * d;
+  const float* p = positions_.data() + position * d;
+  for (int64_t j = 0; j < d; ++j) out[j] = e[j] * scale + p[j];
+}
+
+void TranslationModel::project(const float* h, int64_t n, float* logits, int threads, Isa isa) const {
+  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(isa));
+  nn::linear_forward(kc, false, h, n, cfg_.d_model, head().data(), head_packed_, logits_bias_.data(),
+                     cfg_.decoder_vocab_size, logits, threads);
+}
+
+void TranslationModel::encode(const std::vector<std::vector<int64_t>>& sources, std::vector<float>& memory,
+                              Shape& shape, const GenerateOptions& opts) const {
+  const int64_t d = cfg_.d_model, B = int64_t(sources.size());
+  int64_t S = 0;
+  for (size_t b = 0; b < sources.size(); ++b) {
+    const auto& s = sources[b];
+    if (s.empty()) throw Error("source " + std::to_string(b) + " is empty (a source ends with EOS, id " +
+                               std::to_string(cfg_.eos_id) + ")");
+    if (int64_t(s.size()) > cfg_.max_positions)
+      throw Error("source " + std::to_string(b) + " has " + std::to_string(s.size()) + " tokens, more than the " +
+                  std::to_string(cfg_.max_positions) + " positions of the model (max_position_embeddings)");
+    for (int64_t id : s)
+      if (id < 0 || id >= cfg_.vocab_size)
+        throw Error("source " + std::to_string(b) + ": token id " + std::to_string(id) + " is outside the vocabulary of " +
+                    std::to_string(cfg_.vocab_size));
+    S = std::max<int64_t>(S, int64_t(s.size()));
+  }
+  shape = Shape{B, S, Layout::tokens, {}};
+  std::vector<float> x(size_t(B * S * d), 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    shape.lengths.push_back(int64_t(sources[size_t(b)].size()));
+    for (size_t i = 0; i < sources[size_t(b)].size(); ++i)
+      embed(src_embed_, sources[size_t(b)][i], int64_t(i), x.data() + (b * S + int64_t(i)) * d);
+  }
+  memory.assign(x.size(), 0.0f);
+  EncoderRunOptions eo;
+  eo.threads = opts.threads;
+  eo.isa = opts.isa;
+  eo.interrupted = opts.interrupted;
+  encoder_.forward(x.data(), memory.data(), shape, eo);
+}
+
+std::vector<float> TranslationModel::logits(const std::vector<int64_t>& source, const std::vector<int64_t>& decoder_input,
+                                            const RunOptions& opts) const {
+  GenerateOptions go;
+  go.threads = opts.threads;
+  go.isa = opts.isa;
+  std::vector<float> memory;
+  Shape ms;
+  encode({source}, memory, ms, go);
+  const int64_t d = cfg_.d_model, T = int64_t(decoder_input.size());
+  if (T > cfg_.max_positions) throw Error("decoder input longer than the position table");
+  std::vector<float> x(size_t(T * d)), y(x.size()), out(size_t(T * cfg_.decoder_vocab_size));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t id = decoder_input[size_t(t)];
+    if (id < 0 || id >= cfg_.decoder_vocab_size) throw Error("decoder input id " + std::to_string(id) + " is outside the vocabulary");
+    embed(target_embeddings(), id, t, x.data() + t * d);
+  }
+  DecoderRunOptions ro;
+  ro.threads = opts.threads;
+  ro.isa = opts.isa;
+  decoder_.forward(x.data(), Shape{1, T, Layout::tokens, {}}, memory.data(), ms, y.data(), ro);
+  project(y.data(), T, out.data(), nn::thread_count(opts), opts.isa);
+  return out;
+}
+
+// ---- generation ----------------------------------------------------------------
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// transformers' log_softmax of one row, in float: x − max − log Σ e^(x − max).
+void log_softmax(float* row, int64_t n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += std::exp(double(row[j] - mx));
+  const float lse = float(std::log(sum));
+  for (int64_t j = 0; j < n; ++j) row[j] = row[j] - mx - lse;
+}
+
+// BeamHypotheses of transformers 4.46: the num_beams best finished hypotheses.
+struct Hypotheses {
+  int64_t num_beams;
+  double length_penalty;
+  bool early_stopping;
+  std::vector<std::pair<double, std::vector<int64_t>>> beams;  // (score, tokens)
+  double worst = 1e9;
+  void add(std::vector<int64_t> tokens, double sum_logprobs, int64_t generated_len) {
+    const double score = sum_logprobs / std::pow(double(generated_len), length_penalty);
+    if (int64_t(beams.size()) < num_beams || score > worst) {
+      beams.emplace_back(score, std::move(tokens));
+      if (int64_t(beams.size()) > num_beams) {
+        // Drop the worst (the first of equal scores, as Python's sorted on (score, index)).
+        size_t w = 0;
+        for (size_t i = 1; i < beams.size(); ++i)
+          if (beams[i].first < beams[w].first) w = i;
+        beams.erase(beams.begin() + std::ptrdiff_t(w));
+        worst = beams[0].first;
+        for (const auto& b : beams) worst = std::min(worst, b.first);
+      } else {
+        worst = std::min(score, worst);
+      }
+    }
+  }
+  bool done(double best_sum_logprobs, int64_t generated_len) const {
+    if (int64_t(beams.size()) < num_beams) return false;
+    if (early_stopping) return true;
+    return worst >= best_sum_logprobs / std::pow(double(generated_len), length_penalty);
+  }
+};
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<std::vector<int64_t>>& sources,
+                                                             const GenerateOptions& opts, GenerateTimes* times) const {
+  const int64_t beams = opts.beams.value_or(cfg_.num_beams);
+  const int64_t N = opts.max_new_tokens.value_or(cfg_.max_length - 1);
+  if (beams < 1 || beams > 1024) throw Error("beams: expected 1..1024, got " + std::to_string(beams));
+  if (N < 1) throw Error("max_new_tokens: expected a positive number, got " + std::to_string(N));
+  if (N > cfg_.max_positions)
+    throw Error("max_new_tokens " + std::to_string(N) + " is past the model's " + std::to_string(cfg_.max_positions) +
+                " positions (max_position_embeddings)");
+  if (beams > cfg_.decoder_vocab_size / 2)
+    throw Error("beams: " + std::to_string(beams) + " is more than half the target vocabulary");
+  GenerateTimes local;
+  GenerateTimes& tm = times ? *times : local;
+  RunOptions ro;
+  ro.threads = opts.threads;
+  ro.isa = opts.isa;
+  const int threads = nn::thread_count(ro);
+  ro.threads = threads;
+  const int64_t d = cfg_.d_model, V = cfg_.decoder_vocab_size, B = int64_t(sources.size());
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
+  if (B == 0) return out;
+  auto t0 = Clock::now();
+  std::vector<float> memory;
+  Shape ms;
+  encode(sources, memory, ms, opts);
+  tm.encoder += seconds_since(t0);
+  DecoderState st = decoder_.start(memory.data(), ms, N, ro);
+  auto ask = [&] {
+    if (opts.interrupted && opts.interrupted()) throw Interrupted();
+  };
+  const float ninf = -std::numeric_limits<float>::infinity();
+  // The logits processors transformers applies: bad words, and EOS forced at
+  // the last position (cur_len == max_length − 1, i.e. the N-th new token).
+  auto process = [&](float* row, int64_t t) {
+    for (int64_t b : cfg_.bad_words) row[b] = ninf;
+    if (cfg_.forced_eos_id && t == N - 1) {
+      for (int64_t j = 0; j < V; ++j)
+        if (j != *cfg_.forced_eos_id) row[j] = ninf;
+      row[*cfg_.forced_eos_id] = 0.0f;
+    }
+  };
+  std::vector<float> x, y, logits;
+  // One decoding step of the live sequences whose last tokens are `last`.
+  auto step = [&](const std::vector<int64_t>& last, int64_t t) {
+    const int64_t n = int64_t(last.size());
+    x.resize(size_t(n * d));
+    y.resize(size_t(n * d));
+    logits.resize(size_t(n * V));
+    for (int64_t i = 0; i < n; ++i) embed(target_embeddings(), last[size_t(i)], t, x.data() + i * d);
+    auto t1 = Clock::now();
+    decoder_.step(st, x.data(), y.data(), ro);
+    auto t2 = Clock::now();
+    project(y.data(), n, logits.data(), threads, opts.isa);
+    tm.decoder += std::chrono::duration<double>(t2 - t1).count();
+    tm.projection += seconds_since(t2);
+    ++tm.steps;
+  };
+
+  if (beams == 1) {
+    // Greedy: the first highest logit; finished sequences leave the batch.
+    std::vector<int64_t> live(static_cast<size_t>(B)), last(static_cast<size_t>(B), cfg_.decoder_start_id);
+    std::iota(live.begin(), live.end(), 0);
+    for (int64_t t = 0; t < N && !live.empty(); ++t) {
+      ask();
+      step(last, t);
+      auto t3 = Clock::now();
+      std::vector<int64_t> keep, next_live, next_last;
+      for (size_t i = 0; i < live.size(); ++i) {
+        float* row = logits.data() + int64_t(i) * V;
+        process(row, t);
+        const int64_t tok = std::max_element(row, row + V) - row;
+        out[size_t(live[i])].push_back(tok);
+        ++tm.tokens;
+        if (tok != cfg_.eos_id) {
+          keep.push_back(int64_t(i));
+          next_live.push_back(live[i]);
+          next_last.push_back(tok);
+        }
+      }
+      if (next_live.size() != live.size()) st.select(keep);
+      live = std::move(next_live);
+      last = std::move(next_last);
+      tm.search += seconds_since(t3);
+    }
+    return out;
+  }
+
+  // Beam search (BeamSearchScorer.process / finalize of transformers 4.46):
+  // per source K beams with float scores; the 2K best (beam, token) pairs by
+  // beam score + log-softmax; an EOS among the first K closes a hypothesis
+  // (its score: the sum over generated_len^length_penalty), the others
+  // continue. A source is done when its K hypotheses cannot be beaten.
+  const int64_t K = beams;
+  struct Source {
+    int64_t b;
+    Hypotheses hyps;
+    std::vector<std::vector<int64_t>> tokens;  // per beam, after the start token
+    std::vector<float> scores;                 // per beam
+  };
+  std::vector<Source> srcs;
+  std::vector<int64_t> from;
+  for (int64_t b = 0; b < B; ++b) {
+    Source s{b, Hypotheses{K, double(cfg_.length_penalty), cfg_.early_stopping, {}, 1e9}, {}, {}};
+    s.tokens.assign(size_t(K), {});
+    s.scores.assign(size_t(K), -1e9f);
+    s.scores[0] = 0.0f;
+    srcs.push_back(std::move(s));
+    for (int64_t k = 0; k < K; ++k) from.push_back(b);
+  }
+  st.select(from);
+  std::vector<int64_t> last(size_t(B * K), cfg_.decoder_start_id);
+  auto best_of = [](const Hypotheses& h) {
+    // sorted(key=score).pop(): the last of the highest scores.
+    size_t best = 0;
+    for (size_t i = 1; i < h.beams.size(); ++i)
+      if (h.beams[i].first >= h.beams[best].first) best = i;
+    return h.beams[best].second;
+  };
+  std::vector<std::pair<float, int64_t>> cand;
+  for (int64_t t = 0; t < N && !srcs.empty(); ++t) {
+    ask();
+    step(last, t);
+    auto t3 = Clock::now();
+    std::vector<int64_t> sel, next_last;
+    std::vector<Source> next_srcs;
+    const int64_t generated_len = t + 1;  // cur_len − decoder_prompt_len in transformers
+    for (size_t si = 0; si < srcs.size(); ++si) {
+      Source& s = srcs[si];
+      // Scores of every (beam, token): processed log-softmax + the beam's score.
+      cand.clear();
+      for (int64_t k = 0; k < K; ++k) {
+        float* row = logits.data() + (int64_t(si) * K + k) * V;
+        log_softmax(row, V);
+        process(row, t);
+        for (int64_t j = 0; j < V; ++j) cand.emplace_back(row[j] + s.scores[size_t(k)], k * V + j);
+      }
+      const size_t keep = size_t(2 * K);
+      std::partial_sort(cand.begin(), cand.begin() + std::ptrdiff_t(keep), cand.end(),
+                        [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+      std::vector<std::vector<int64_t>> tokens;
+      std::vector<float> scores;
+      std::vector<int64_t> parents;
+      for (size_t r = 0; r < keep && int64_t(tokens.size()) < K; ++r) {
+        const int64_t k = cand[r].second / V, tok = cand[r].second % V;
+        if (tok == cfg_.eos_id) {
+          if (int64_t(r) >= K) continue;
+          std::vector<int64_t> h = s.tokens[size_t(k)];
+          h.push_back(tok);
+          s.hyps.add(std::move(h), double(cand[r].first), generated_len);
+        } else {
+          std::vector<int64_t> h = s.tokens[size_t(k)];
+          h.push_back(tok);
+          tokens.push_back(std::move(h));
+          scores.push_back(cand[r].first);
+          parents.push_back(int64_t(si) * K + k);
+        }
+      }
+      if (int64_t(tokens.size()) < K) throw Error("beam search: fewer than beams non-EOS candidates");
+      const bool done = s.hyps.done(double(cand[0].first), generated_len);
+      tm.tokens += K;
+      if (done || t + 1 == N) {
+        if (!done)  // finalize: the running beams join the hypotheses (no EOS)
+          for (int64_t k = 0; k < K; ++k) s.hyps.add(tokens[size_t(k)], double(scores[size_t(k)]), generated_len);
+        out[size_t(s.b)] = best_of(s.hyps);
+        continue;
+      }
+      s.tokens = std::move(tokens);
+      s.scores = std::move(scores);
+      for (int64_t k = 0; k < K; ++k) {
+        sel.push_back(parents[size_t(k)]);
+        next_last.push_back(s.tokens[size_t(k)].back());
+      }
+      next_srcs.push_back(std::move(s));
+    }
+    if (!next_srcs.empty()) st.select(sel);
+    srcs = std::move(next_srcs);
+    last = std::move(next_last);
+    tm.search += seconds_since(t3);
+  }
+  return out;
+}
+
+}  // namespace ffn

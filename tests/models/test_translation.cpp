@@ -1,0 +1,151 @@
+// MarianMT checkpoints against transformers 4.46.3 (tests/data/marian,
+// scripts/make_marian_golden.py): teacher-forced logits, and greedy and beam
+// search token for token as MarianMTModel.generate; hostile directories.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ffn/diagnostics.hpp"
+#include "ffn/translation.hpp"
+#include "test_util.hpp"
+
+namespace ffn {
+namespace {
+
+namespace fs = std::filesystem;
+
+const nlohmann::json& cases() {
+  static const nlohmann::json j = [] {
+    std::ifstream f(std::string(FFN_MARIAN_DIR) + "/cases.json");
+    return nlohmann::json::parse(f);
+  }();
+  return j;
+}
+
+std::string model_dir(const std::string& name) { return std::string(FFN_MARIAN_DIR) + "/" + name; }
+
+using Ids = std::vector<std::vector<int64_t>>;
+
+TEST(Translation, MatchesTransformersGenerate) {
+  ASSERT_EQ(cases()["models"].size(), 3u);
+  for (const auto& [name, c] : cases()["models"].items()) {
+    SCOPED_TRACE(name);
+    const TranslationModel m = TranslationModel::load(model_dir(name));
+    const Ids sources = c["sources"].get<Ids>();
+    // Teacher forcing: the logits of transformers' forward (float32 both;
+    // tolerance 1e-4 of the largest logit: the products sum over d_model and
+    // d_ff in another order through every layer, then over d_model again).
+    const int64_t V = m.config().decoder_vocab_size;
+    const auto want = c["logits"].get<std::vector<float>>();
+    RunOptions ro;
+    ro.threads = 2;
+    const std::vector<float> got =
+        m.logits(sources[c["logits_source"].get<size_t>()], c["logits_decoder_input"].get<std::vector<int64_t>>(), ro);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(int64_t(got.size()) % V, 0);
+    const Comparison cmp = compare(got.data(), want.data(), got.size());
+    EXPECT_TRUE(cmp.ok(1e-4)) << cmp.describe();
+    std::printf("[ measured ] %s logits vs transformers: scaled error %.2e (tolerance 1e-4)\n", name.c_str(),
+                cmp.max_error);
+    for (int threads : {1, 2}) {
+      GenerateOptions g;
+      g.threads = threads;
+      g.beams = 1;
+      EXPECT_EQ(m.generate(sources, g), c["greedy"].get<Ids>()) << "greedy, threads " << threads;
+      g.beams.reset();  // the generation config's num_beams
+      EXPECT_EQ(m.generate(sources, g), c["beam"].get<Ids>()) << "beam " << m.config().num_beams << ", threads " << threads;
+      g.beams = 1;
+      g.max_new_tokens = 4;
+      EXPECT_EQ(m.generate(sources, g), c["greedy_max_new_tokens_4"].get<Ids>()) << "max_new_tokens 4";
+    }
+    // A source's result does not depend on the others of its batch.
+    GenerateOptions g;
+    for (size_t i = 0; i < sources.size(); i += 3)
+      EXPECT_EQ(m.generate({sources[i]}, g)[0], c["beam"][i].get<std::vector<int64_t>>()) << "source " << i << " alone";
+  }
+}
+
+TEST(Translation, GenerationConfigSetsTheDefaults) {
+  const TranslationModel m = TranslationModel::load(model_dir("relu_untied"));
+  EXPECT_EQ(m.config().num_beams, 4);
+  EXPECT_EQ(m.config().max_length, 20);
+  EXPECT_FLOAT_EQ(m.config().length_penalty, 0.6f);
+  EXPECT_TRUE(m.config().early_stopping);
+  EXPECT_FALSE(m.config().tied_head);
+  EXPECT_EQ(m.config().bad_words, std::vector<int64_t>{66});
+  EXPECT_FALSE(m.config().forced_eos_id.has_value());
+  const TranslationModel s = TranslationModel::load(model_dir("gelu_separate"));
+  EXPECT_FALSE(s.config().shared_embeddings);
+  EXPECT_EQ(s.config().decoder_vocab_size, 47);
+  EXPECT_EQ(s.config().vocab_size, 53);
+  EXPECT_EQ(s.config().forced_eos_id, std::optional<int64_t>(0));
+}
+
+// Errors name the file and what is wrong; generation never reads past the position table.
+TEST(Translation, BadInputIsNamed) {
+  const TranslationModel m = TranslationModel::load(model_dir("swish_shared"));
+  auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  GenerateOptions g;
+  g.max_new_tokens = 65;
+  EXPECT_NE(message([&] { m.generate({{5, 0}}, g); }).find("max_new_tokens 65 is past the model's 64 positions"),
+            std::string::npos);
+  EXPECT_NE(message([&] { m.generate({{5, 61, 0}}); }).find("token id 61 is outside the vocabulary of 61"),
+            std::string::npos);
+  EXPECT_NE(message([&] { m.generate({{}}); }).find("source 0 is empty"), std::string::npos);
+  g.max_new_tokens = 64;  // the whole table is allowed
+  EXPECT_NO_THROW(m.generate({{5, 0}}, g));
+
+  const auto dir = test::scratch_dir("marian_bad");
+  const fs::path bad = dir / "m";
+  auto copy_model = [&] {
+    fs::remove_all(bad);
+    fs::copy(model_dir("swish_shared"), bad, fs::copy_options::recursive);
+  };
+  auto edit_config = [&](const std::function<void(nlohmann::json&)>& f) {
+    std::ifstream in(bad / "config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    in.close();
+    f(j);
+    std::ofstream(bad / "config.json") << j.dump();
+  };
+  copy_model();
+  edit_config([](nlohmann::json& j) { j["model_type"] = "bert"; });
+  EXPECT_NE(message([&] { TranslationModel::load(bad.string()); }).find("config.json: \"model_type\" is 'bert', expected marian"),
+            std::string::npos);
+  copy_model();
+  edit_config([](nlohmann::json& j) { j["encoder_ffn_dim"] = 37; });
+  EXPECT_NE(message([&] { TranslationModel::load(bad.string()); }).find("fc1.weight has shape [36, 20], expected [37, 20]"),
+            std::string::npos) << message([&] { TranslationModel::load(bad.string()); });
+  copy_model();
+  edit_config([](nlohmann::json& j) { j["activation_function"] = "tanh"; });
+  EXPECT_NE(message([&] { TranslationModel::load(bad.string()); }).find("\"activation_function\" is 'tanh'"),
+            std::string::npos);
+  copy_model();
+  edit_config([](nlohmann::json& j) { j["encoder_attention_heads"] = 3; });
+  EXPECT_NE(message([&] { TranslationModel::load(bad.string()); }).find("does not divide d_model 20"), std::string::npos);
+  copy_model();
+  edit_config([](nlohmann::json& j) { j["eos_token_id"] = 99; });
+  fs::remove(bad / "generation_config.json");
+  EXPECT_NE(message([&] { TranslationModel::load(bad.string()); }).find("config.json: \"eos_token_id\" is 99, outside"),
+            std::string::npos);
+  copy_model();
+  fs::remove(bad / "model.safetensors");
+  EXPECT_NE(message([&] { TranslationModel::load(bad.string()); }).find("model.safetensors: missing"), std::string::npos);
+  copy_model();
+  std::ofstream(bad / "generation_config.json") << "{\"num_beams\": ";
+  EXPECT_NE(message([&] { TranslationModel::load(bad.string()); }).find("generation_config.json: not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(message([&] { TranslationModel::load((dir / "nothing").string()); }).find("not a directory"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ffn
