@@ -14,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,37 @@ struct GenerateOptions {
 struct GenerateTimes {
   double encoder = 0, decoder = 0, projection = 0, search = 0;
   int64_t steps = 0, tokens = 0;  // decoding steps, target tokens produced
+};
+
+// transformers' MarianTokenizer: SentencePiece (source.spm, target.spm) and
+// the vocabulary mapping of vocab.json (target_vocab.json when
+// tokenizer_config.json says separate_vocabs); a leading language code
+// (>>fr<<) and the special tokens </s>, <unk>, <pad> written in the text are
+// tokens of their own; a piece the vocabulary lacks is <unk>; EOS is appended.
+// Decoding skips the special tokens and joins the target pieces with the
+// target model (clean_up_tokenization_spaces as tokenizer_config.json says,
+// default off as in transformers 4.46).
+class MarianTokenizer {
+ public:
+  // Throws Error naming the file when one is missing or malformed, or when
+  // the library was built without SentencePiece.
+  static MarianTokenizer load(const std::string& dir);
+  MarianTokenizer(MarianTokenizer&&) noexcept;
+  MarianTokenizer& operator=(MarianTokenizer&&) noexcept;
+  ~MarianTokenizer();
+  std::vector<int64_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<int64_t>& ids) const;
+  int64_t eos_id() const;
+  int64_t pad_id() const;
+  int64_t unk_id() const;
+  int64_t source_vocab_size() const;
+  int64_t target_vocab_size() const;
+
+  struct Impl;
+
+ private:
+  MarianTokenizer();
+  std::unique_ptr<Impl> p_;
 };
 
 class TranslationModel {

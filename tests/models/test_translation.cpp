@@ -149,3 +149,84 @@ TEST(Translation, BadInputIsNamed) {
 
 }  // namespace
 }  // namespace ffn
+
+namespace ffn {
+namespace {
+
+const nlohmann::json& text_cases() {
+  static const nlohmann::json j = [] {
+    std::ifstream f(std::string(FFN_MARIAN_TEXT_DIR) + "/cases.json");
+    return nlohmann::json::parse(f);
+  }();
+  return j;
+}
+
+// MarianTokenizer's ids on texts with accents, punctuation, numbers, unknown
+// characters, a language code, special tokens written in the text,
+// whitespace runs and an empty text; decoding skips the special tokens.
+TEST(MarianTokenizer, MatchesTransformers) {
+  const MarianTokenizer tok = MarianTokenizer::load(FFN_MARIAN_TEXT_DIR);
+  const auto texts = text_cases()["texts"].get<std::vector<std::string>>();
+  const auto ids = text_cases()["ids"].get<Ids>();
+  ASSERT_EQ(texts.size(), ids.size());
+  ASSERT_GE(texts.size(), 10u);
+  for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(tok.encode(texts[i]), ids[i]) << "'" << texts[i] << "'";
+  const auto dec = text_cases()["decode_ids"].get<Ids>();
+  const auto want = text_cases()["decoded"].get<std::vector<std::string>>();
+  for (size_t i = 0; i < dec.size(); ++i) EXPECT_EQ(tok.decode(dec[i]), want[i]);
+  EXPECT_EQ(tok.eos_id(), 0);
+  EXPECT_EQ(tok.unk_id(), 1);
+}
+
+TEST(MarianTokenizer, TextInTextOutAsTransformers) {
+  const MarianTokenizer tok = MarianTokenizer::load(FFN_MARIAN_TEXT_DIR);
+  const TranslationModel m = TranslationModel::load(FFN_MARIAN_TEXT_DIR);
+  Ids sources;
+  for (const auto& t : text_cases()["translated_texts"].get<std::vector<std::string>>()) sources.push_back(tok.encode(t));
+  EXPECT_EQ(sources, text_cases()["sources"].get<Ids>());
+  GenerateOptions g;
+  g.beams = 1;
+  const Ids greedy = m.generate(sources, g);
+  EXPECT_EQ(greedy, text_cases()["greedy"].get<Ids>());
+  const Ids beam = m.generate(sources);
+  EXPECT_EQ(beam, text_cases()["beam"].get<Ids>());
+  for (size_t i = 0; i < greedy.size(); ++i) {
+    EXPECT_EQ(tok.decode(greedy[i]), text_cases()["greedy_text"][i].get<std::string>());
+    EXPECT_EQ(tok.decode(beam[i]), text_cases()["beam_text"][i].get<std::string>());
+  }
+}
+
+TEST(MarianTokenizer, BadFilesAreNamed) {
+  const auto dir = test::scratch_dir("marian_tok_bad");
+  const fs::path bad = dir / "t";
+  auto fresh = [&] {
+    fs::remove_all(bad);
+    fs::copy(FFN_MARIAN_TEXT_DIR, bad, fs::copy_options::recursive);
+  };
+  auto message = [&] {
+    try {
+      MarianTokenizer::load(bad.string());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  fresh();
+  fs::remove(bad / "target.spm");
+  EXPECT_NE(message().find("target.spm: missing"), std::string::npos) << message();
+  fresh();
+  std::ofstream(bad / "source.spm") << "not a model";
+  EXPECT_NE(message().find("source.spm: not a SentencePiece model"), std::string::npos) << message();
+  fresh();
+  std::ofstream(bad / "vocab.json") << "{\"</s>\": 0, \"<pad>\": 2}";
+  EXPECT_NE(message().find("vocab.json: no <unk> token"), std::string::npos) << message();
+  fresh();
+  std::ofstream(bad / "vocab.json") << "{\"</s>\": \"zero\"}";
+  EXPECT_NE(message().find("vocab.json: the id of '</s>' is not a non-negative integer"), std::string::npos) << message();
+  fresh();
+  std::ofstream(bad / "vocab.json") << "[1, 2";
+  EXPECT_NE(message().find("vocab.json: not valid JSON"), std::string::npos) << message();
+}
+
+}  // namespace
+}  // namespace ffn
