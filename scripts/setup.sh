@@ -23,6 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(g++ cmake make pkg-config libgomp1 googletest libgtest-dev nlohmann-json3-dev libcli11-dev libpugixml-dev libutf8proc-dev
+          libsentencepiece-dev
           python3-dev python3-venv python3-numpy python3-torch python3-pytest "$@")
 missing=()
 for p in "${packages[@]}"; do
@@ -84,7 +85,8 @@ fi
 # disable PyTorch older than 2.1); all with --no-deps, so their requirements
 # on torch and numpy can never make pip replace Debian's.
 reference_requirements=("transformers==4.46.3" "tokenizers==0.20.3" "huggingface-hub==0.26.5"
-                        "regex==2024.11.6" "tqdm==4.67.1" "filelock==3.16.1" "fsspec==2024.10.0")
+                        "regex==2024.11.6" "tqdm==4.67.1" "filelock==3.16.1" "fsspec==2024.10.0"
+                        "sentencepiece==0.2.0")
 sentence_transformers_requirements=("sentence-transformers==3.4.1" "scikit-learn==1.5.2" "scipy==1.13.1"
                                     "joblib==1.4.2" "threadpoolctl==3.5.0" "pillow==11.0.0")
 model_dir="${FFN_MODEL_DIR:-$HOME/.cache/ffn/all-MiniLM-L6-v2}"

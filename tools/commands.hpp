@@ -172,7 +172,13 @@ Command add_demo(CLI::App& app);   // ffn demo approximate | interaction
 Command add_encode(CLI::App& app);       // ffn encode
 Command add_encode_grad(CLI::App& app);  // ffn encode-grad
 Command add_embed(CLI::App& app);        // ffn embed (tools/embed_cmd.cpp)
-Command add_decode(CLI::App& app);       // ffn decode (tools/decoder_cmd.cpp)
+Command add_decode(CLI::App& app);       // ffn decode (tools/encoder_cmd.cpp)
+Command add_translate(CLI::App& app);    // ffn translate (tools/translate_cmd.cpp)
+
+// Lines of a UTF-8 text file ("\r\n" or "\n"; a last line without a newline
+// counts), and up to n more lines of standard input (tools/embed_cmd.cpp).
+std::vector<std::string> read_lines(const std::string& path);
+std::vector<std::string> read_stdin_lines(int64_t n);
 Command add_decode_grad(CLI::App& app);  // ffn decode-grad
 
 // ---- shared by the commands (tools/ffn_main.cpp) ---------------------------

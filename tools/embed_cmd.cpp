@@ -12,6 +12,34 @@
 #include "ffn/sentence.hpp"
 
 namespace ffn::cli {
+
+// Lines of a UTF-8 text file, one text each ("\r\n" or "\n"; a last line
+// without a newline counts).
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("--input-file " + path + ": cannot open: " + io::errno_text());
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(f, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(line);
+  }
+  if (f.bad()) throw Error("--input-file " + path + ": read error");
+  return lines;
+}
+
+// Up to `n` more lines of standard input (fewer at its end).
+std::vector<std::string> read_stdin_lines(int64_t n) {
+  std::vector<std::string> lines;
+  std::string line;
+  while (int64_t(lines.size()) < n && std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(line);
+  }
+  if (std::cin.bad()) throw Error("--input-file -: read error on standard input");
+  return lines;
+}
+
 namespace {
 
 struct EmbedArgs {
@@ -46,33 +74,6 @@ std::string int8_note(const SentenceLoadOptions& lo) {
   if (lo.dtype != WeightDtype::int8) return "";
   return std::string(lo.int8_outliers ? " (outlier input channels in fp32)" : " (plain)") +
          (lo.int8_attention ? ", attention projections int8" : ", attention fp32");
-}
-
-// Lines of a UTF-8 text file, one text each ("\r\n" or "\n"; a last line
-// without a newline counts).
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("--input-file " + path + ": cannot open: " + io::errno_text());
-  std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(f, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(line);
-  }
-  if (f.bad()) throw Error("--input-file " + path + ": read error");
-  return lines;
-}
-
-// Up to `n` more lines of standard input (fewer at its end).
-std::vector<std::string> read_stdin_lines(int64_t n) {
-  std::vector<std::string> lines;
-  std::string line;
-  while (int64_t(lines.size()) < n && std::getline(std::cin, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(line);
-  }
-  if (std::cin.bad()) throw Error("--input-file -: read error on standard input");
-  return lines;
 }
 
 // Progress on stderr: a bar rewritten in place on a terminal; otherwise (a

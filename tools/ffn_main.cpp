@@ -911,15 +911,16 @@ int ffn_main(int argc, char** argv) {
   const ffn::cli::Command embed_cmd = ffn::cli::add_embed(app);
   const ffn::cli::Command decode_cmd = ffn::cli::add_decode(app);
   const ffn::cli::Command decode_grad_cmd = ffn::cli::add_decode_grad(app);
+  const ffn::cli::Command translate_cmd = ffn::cli::add_translate(app);
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd != "run" && cmd != "grad" && cmd != "init" && cmd != "quantize" && cmd != "bench" && cmd != "train" &&
         cmd != "demo" && cmd != "encode" && cmd != "encode-grad" && cmd != "embed" && cmd != "decode" &&
-        cmd != "decode-grad") {
+        cmd != "decode-grad" && cmd != "translate") {
       std::cerr << "ffn: error: unknown command '" << cmd
-                << "', expected run, grad, init, quantize, bench, train, demo, encode, encode-grad, decode, decode-grad "
-                   "or embed (see ffn --help)\n";
+                << "', expected run, grad, init, quantize, bench, train, demo, encode, encode-grad, decode, decode-grad, "
+                   "translate or embed (see ffn --help)\n";
       return 2;
     }
   }
@@ -967,6 +968,7 @@ int ffn_main(int argc, char** argv) {
     else if (*embed_cmd.app) return embed_cmd.run();
     else if (*decode_cmd.app) return decode_cmd.run();
     else if (*decode_grad_cmd.app) return decode_grad_cmd.run();
+    else if (*translate_cmd.app) return translate_cmd.run();
     return 0;
   } catch (const Error& e) {
     std::cerr << "ffn: error: " << e.what() << "\n";

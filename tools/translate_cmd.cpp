@@ -1,0 +1,163 @@
+// ffn translate: a MarianMT checkpoint (include/ffn/translation.hpp) from the
+// command line, text in and text out (or token ids with --ids), one result
+// line per input line, in input order.
+#include <algorithm>
+#include <charconv>
+#include <iostream>
+#include <numeric>
+#include <sstream>
+
+#include "commands.hpp"
+#include "ffn/diagnostics.hpp"
+#include "ffn/translation.hpp"
+
+namespace ffn::cli {
+namespace {
+
+struct TranslateArgs {
+  std::string model, input_file, output, dtype = "fp32";
+  std::vector<std::string> texts;
+  bool ids = false;
+  std::optional<int64_t> beams, max_new_tokens;
+  int64_t batch = 32;
+  int threads = 0;
+};
+
+// "5 17 0" -> {5, 17, 0}; `where` names the line in messages.
+std::vector<int64_t> parse_ids(const std::string& line, const std::string& where) {
+  std::vector<int64_t> ids;
+  std::istringstream in(line);
+  std::string word;
+  while (in >> word) {
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), v);
+    if (ec != std::errc() || end != word.data() + word.size() || v < 0)
+      throw Error(where + ": '" + word + "' is not a token id (--ids: space-separated non-negative integers)");
+    ids.push_back(v);
+  }
+  if (ids.empty()) throw Error(where + ": no token ids (--ids: each line holds a source's ids, ending with EOS)");
+  return ids;
+}
+
+void cmd_translate(const TranslateArgs& a) {
+  if (a.texts.empty() == a.input_file.empty())
+    throw Error("give the inputs either as arguments or with --input-file (one per line; - reads standard input)");
+  if (a.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(a.batch));
+  if (a.beams && (*a.beams < 1 || *a.beams > 1024))
+    throw Error("--beams: expected 1..1024, got " + std::to_string(*a.beams));
+  if (a.max_new_tokens && *a.max_new_tokens < 1)
+    throw Error("--max-new-tokens: expected a positive integer, got " + std::to_string(*a.max_new_tokens));
+  const int threads = threads_or_throw(a.threads);
+  const bool from_stdin = a.input_file == "-";
+  if (!a.output.empty()) {
+    io::check_writable_target(a.output);
+    if (!a.input_file.empty() && !from_stdin) check_not_an_input(a.output, "--output", {{"--input-file", a.input_file}});
+  }
+  const WeightDtype dtype = parse_weight_dtype(a.dtype, "--dtype");
+  if (dtype == WeightDtype::fp16) throw Error("--dtype: expected fp32, int8 or bf16, got fp16");
+  const TranslationModel model = TranslationModel::load(a.model, dtype);
+  const TranslationConfig& cfg = model.config();
+  std::optional<MarianTokenizer> tok;
+  if (!a.ids) {
+    try {
+      tok = MarianTokenizer::load(a.model);
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + "; or give token ids with --ids");
+    }
+  }
+  // --max-new-tokens: the generation config's max_length − 1 (transformers
+  // counts the start token), never past the position table.
+  const int64_t max_new = a.max_new_tokens.value_or(std::min(cfg.max_length - 1, cfg.max_positions));
+  if (max_new > cfg.max_positions)
+    throw Error("--max-new-tokens " + std::to_string(max_new) + " is past the model's " +
+                std::to_string(cfg.max_positions) + " positions (" + a.model + "/config.json max_position_embeddings)");
+  const int64_t beams = a.beams.value_or(cfg.num_beams);
+  if (beams > cfg.decoder_vocab_size / 2)
+    throw Error("--beams " + std::to_string(beams) + " is more than half the target vocabulary (" +
+                std::to_string(cfg.decoder_vocab_size) + ")");
+
+  const std::vector<std::string> lines =
+      !a.texts.empty() ? a.texts : from_stdin ? read_stdin_lines(std::numeric_limits<int64_t>::max()) : read_lines(a.input_file);
+  auto where = [&](size_t i) {
+    return a.texts.empty() ? "--input-file " + a.input_file + ": line " + std::to_string(i + 1)
+                           : "input " + std::to_string(i + 1);
+  };
+  std::vector<std::vector<int64_t>> sources;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::vector<int64_t> ids = a.ids ? parse_ids(lines[i], where(i)) : tok->encode(lines[i]);
+    for (int64_t id : ids)
+      if (id >= cfg.vocab_size)
+        throw Error(where(i) + ": token id " + std::to_string(id) + " is outside the vocabulary of " +
+                    std::to_string(cfg.vocab_size));
+    if (int64_t(ids.size()) > cfg.max_positions)
+      throw Error(where(i) + ": " + std::to_string(ids.size()) + " tokens, more than the model's " +
+                  std::to_string(cfg.max_positions) + " positions");
+    sources.push_back(std::move(ids));
+  }
+  // Batches of similar lengths (a source's result does not depend on its
+  // batch: Translation.MatchesTransformersGenerate checks sources alone).
+  std::vector<size_t> order(sources.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return sources[x].size() < sources[y].size(); });
+  std::vector<std::vector<int64_t>> results(sources.size());
+  GenerateOptions go;
+  go.beams = beams;
+  go.max_new_tokens = max_new;
+  go.threads = threads;
+  for (size_t b0 = 0; b0 < order.size(); b0 += size_t(a.batch)) {
+    const size_t b1 = std::min(order.size(), b0 + size_t(a.batch));
+    std::vector<std::vector<int64_t>> batch;
+    for (size_t k = b0; k < b1; ++k) batch.push_back(sources[order[k]]);
+    const auto out = model.generate(batch, go);
+    for (size_t k = b0; k < b1; ++k) results[order[k]] = out[k - b0];
+  }
+  auto line_of = [&](const std::vector<int64_t>& r) {
+    if (!a.ids) return tok->decode(r);
+    std::string s;
+    for (size_t k = 0; k < r.size(); ++k) s += (k ? " " : "") + std::to_string(r[k]);
+    return s;
+  };
+  if (a.output.empty()) {
+    for (const auto& r : results) std::cout << line_of(r) << '\n';
+    std::cout.flush();
+    if (!std::cout) throw Error("standard output: write error");
+    return;
+  }
+  io::write_file_atomic(a.output, [&](std::FILE* f) {
+    for (const auto& r : results) {
+      const std::string s = line_of(r) + "\n";
+      io::write_all(f, s.data(), s.size(), a.output);
+    }
+  });
+}
+
+}  // namespace
+
+Command add_translate(CLI::App& app) {
+  auto a = std::make_shared<TranslateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "translate", "translate with a Hugging Face MarianMT directory (opus-mt): text in, text out (or ids with --ids)");
+  cmd->add_option("--model", a->model,
+                  "MarianMT directory: config.json, model.safetensors, generation_config.json, source.spm, "
+                  "target.spm, vocab.json")
+      ->required();
+  cmd->add_option("texts", a->texts, "inputs (each like a line of --input-file)");
+  cmd->add_option("--input-file", a->input_file, "one input per line; - reads standard input");
+  cmd->add_flag("--ids", a->ids,
+                "inputs are token ids (space-separated, ending with EOS, as the tokenizer makes them); "
+                "outputs are the generated ids after the start token, up to and including EOS");
+  cmd->add_option("--beams", a->beams, "beam size (default: the generation config's num_beams; 1 = greedy)");
+  cmd->add_option("--max-new-tokens", a->max_new_tokens,
+                  "most tokens generated per input (default: the generation config's max_length - 1)");
+  cmd->add_option("--batch", a->batch, "inputs decoded together (default 32)");
+  cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
+  cmd->add_option("--dtype", a->dtype,
+                  "the encoder's and decoder's FFN weight matrices as fp32 (default), int8 or bf16 (converted on load)");
+  cmd->add_option("--output", a->output, "write the results here (default: standard output), one line per input");
+  return {cmd, [a] {
+            cmd_translate(*a);
+            return 0;
+          }};
+}
+
+}  // namespace ffn::cli
