@@ -235,6 +235,14 @@ struct EmbedBenchArgs {
   int64_t batch = 32;
 };
 int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, bool json);
+// ffn bench --translate (tools/translate_cmd.cpp): generate on the sources of
+// --input-file (token ids per line), timed.
+struct TranslateBenchArgs {
+  std::string model, input_file, dtype = "fp32";
+  int64_t batch = 32;
+  std::optional<int64_t> beams, max_new_tokens;
+};
+int bench_translate(const TranslateBenchArgs& a, int threads, int repeats, int warmup, bool json);
 // ffn run / bench --tensor-parallel (tools/parallel_cmd.cpp, with MPI only).
 struct ParallelArgs {  // what run and grad share
   std::string weights, input, lengths;

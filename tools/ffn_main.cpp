@@ -486,8 +486,9 @@ struct BenchArgs {
   int threads = 0, repeats = 10, warmup = 2;
   uint64_t seed = 0;
   bool backward = false, json = false, yes = false;
-  bool encoder = false, embed = false, tensor_parallel = false;
+  bool encoder = false, embed = false, tensor_parallel = false, translate = false;
   cli::EmbedBenchArgs emb;
+  std::optional<int64_t> beams, max_new_tokens;  // --translate
   int64_t layers = 1, heads = 8;
   cli::EncoderBenchArgs enc;
   CLI::Option *o_tokens = nullptr, *o_layers = nullptr, *o_heads = nullptr, *o_batch = nullptr, *o_seq = nullptr,
@@ -514,6 +515,22 @@ int cmd_bench(const BenchArgs& a) {
   if (!a.emb.int8_attention.empty() && !a.embed) throw Error("--int8-attention: only with --embed");
   if (a.tensor_parallel && (a.embed || a.encoder))
     throw Error("--tensor-parallel: the FFN layer's bench only (not with --embed or --encoder)");
+  if (a.translate) {
+    if (a.encoder || a.embed) throw Error("--translate: not with --encoder or --embed");
+    const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+    if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
+    if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
+    if (a.emb.model.empty()) throw Error("--translate: give --model, a MarianMT directory");
+    cli::TranslateBenchArgs t;
+    t.model = a.emb.model;
+    t.input_file = a.emb.input_file;
+    t.dtype = a.dtype;
+    t.batch = a.o_batch->count() ? a.enc.batch : 32;
+    t.beams = a.beams;
+    t.max_new_tokens = a.max_new_tokens;
+    return cli::bench_translate(t, threads, a.repeats, a.warmup, a.json);
+  }
+  if (a.beams || a.max_new_tokens) throw Error("--beams and --max-new-tokens: only with --translate");
   if (a.embed) {
     if (a.encoder) throw Error("--embed: not with --encoder");
     const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
@@ -880,7 +897,13 @@ int ffn_main(int argc, char** argv) {
                       "under mpirun -np P: each rank runs its shards of d_ff; per-rank compute and sum times, "
                       "bytes sent per call");
   bench_cmd->add_flag("--embed", bench.embed, "time ffn embed: --input-file (texts/s) or --text (one text's latency)");
-  bench_cmd->add_option("--model", bench.emb.model, "--embed: model directory (default: the installed all-MiniLM-L6-v2)");
+  bench_cmd->add_option("--model", bench.emb.model,
+                        "--embed: model directory (default: the installed all-MiniLM-L6-v2); --translate: MarianMT directory");
+  bench_cmd->add_flag("--translate", bench.translate,
+                      "time ffn translate on --input-file (token ids per line) with --model; --batch (default 32), "
+                      "--beams, --max-new-tokens");
+  bench_cmd->add_option("--beams", bench.beams, "--translate: beam size (default: the generation config's)");
+  bench_cmd->add_option("--max-new-tokens", bench.max_new_tokens, "--translate: most tokens generated per source");
   bench_cmd->add_option("--input-file", bench.emb.input_file, "--embed: texts, one per line");
   bench_cmd->add_option("--text", bench.emb.text, "--embed: one text");
   bench_cmd->add_option("--embed-batch", bench.emb.batch, "--embed: texts per call (default 32)");

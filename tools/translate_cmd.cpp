@@ -3,6 +3,7 @@
 // line per input line, in input order.
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <iostream>
 #include <numeric>
 #include <sstream>
@@ -132,6 +133,62 @@ void cmd_translate(const TranslateArgs& a) {
 }
 
 }  // namespace
+
+int bench_translate(const TranslateBenchArgs& b, int threads, int repeats, int warmup, bool json) {
+  if (b.input_file.empty()) throw Error("--translate: give --input-file with the sources' token ids, one source per line");
+  if (b.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(b.batch));
+  const WeightDtype dtype = parse_weight_dtype(b.dtype, "--dtype");
+  const TranslationModel model = TranslationModel::load(b.model, dtype);
+  const std::vector<std::string> lines = read_lines(b.input_file);
+  std::vector<std::vector<int64_t>> sources;
+  for (size_t i = 0; i < lines.size(); ++i)
+    sources.push_back(parse_ids(lines[i], "--input-file " + b.input_file + ": line " + std::to_string(i + 1)));
+  GenerateOptions go;
+  go.beams = b.beams;
+  go.max_new_tokens = b.max_new_tokens;
+  go.threads = threads;
+  std::vector<double> times;
+  GenerateTimes parts;
+  int64_t tokens = 0;
+  for (int r = 0; r < warmup + repeats; ++r) {
+    GenerateTimes t;
+    int64_t made = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t b0 = 0; b0 < sources.size(); b0 += size_t(b.batch)) {
+      const std::vector<std::vector<int64_t>> batch(sources.begin() + std::ptrdiff_t(b0),
+                                                    sources.begin() + std::ptrdiff_t(std::min(sources.size(), b0 + size_t(b.batch))));
+      for (const auto& o : model.generate(batch, go, &t)) made += int64_t(o.size());
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r < warmup) continue;
+    times.push_back(s);
+    tokens = made;
+    parts.encoder += t.encoder / repeats;
+    parts.decoder += t.decoder / repeats;
+    parts.projection += t.projection / repeats;
+    parts.search += t.search / repeats;
+  }
+  const double med = median(times), total = parts.encoder + parts.decoder + parts.projection + parts.search;
+  const int64_t beams = b.beams.value_or(model.config().num_beams);
+  if (json) {
+    std::printf("{\"sources\": %zu, \"target_tokens\": %lld, \"batch\": %lld, \"beams\": %lld, \"threads\": %d, "
+                "\"dtype\": \"%s\", \"median_s\": %.9g, \"ms_per_token\": %.6g, \"tokens_per_s\": %.6g, "
+                "\"share_encoder\": %.4f, \"share_decoder\": %.4f, \"share_projection\": %.4f, \"share_search\": %.4f}\n",
+                sources.size(), (long long)tokens, (long long)b.batch, (long long)beams, threads, b.dtype.c_str(), med,
+                med * 1e3 / double(std::max<int64_t>(tokens, 1)), double(tokens) / med, parts.encoder / total,
+                parts.decoder / total, parts.projection / total, parts.search / total);
+  } else {
+    std::printf("ffn bench --translate: %s, %zu source(s), batch %lld, beams %lld, %d threads, weights %s\n",
+                b.model.c_str(), sources.size(), (long long)b.batch, (long long)beams, threads, b.dtype.c_str());
+    std::printf("  time per run   median %.3f ms (%d runs), %lld target tokens: %.3f ms per token, %.1f tokens/s\n",
+                med * 1e3, repeats, (long long)tokens, med * 1e3 / double(std::max<int64_t>(tokens, 1)),
+                double(tokens) / med);
+    std::printf("  shares         encoder %.1f%%, decoder layers %.1f%%, output projection %.1f%%, search %.1f%%\n",
+                100 * parts.encoder / total, 100 * parts.decoder / total, 100 * parts.projection / total,
+                100 * parts.search / total);
+  }
+  return 0;
+}
 
 Command add_translate(CLI::App& app) {
   auto a = std::make_shared<TranslateArgs>();

@@ -341,14 +341,32 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// transformers' log_softmax of one row, in float: x − max − log Σ e^(x − max).
-void log_softmax(float* row, int64_t n) {
+// The log-softmax's shift of one row, max + log Σ e^(x − max) (the sum by
+// the ISA's vector exponentials into `tmp`): log_softmax(x) = x − shift.
+float log_softmax_shift(const nn::KernelConfig& kc, const float* row, int64_t n, float* tmp) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
-  double sum = 0;
-  for (int64_t j = 0; j < n; ++j) sum += std::exp(double(row[j] - mx));
-  const float lse = float(std::log(sum));
-  for (int64_t j = 0; j < n; ++j) row[j] = row[j] - mx - lse;
+  return mx + std::log(kc.exp_rows(row, n, 1.0f, mx, tmp));
+}
+
+// The best `k` (score, index) of (row − shift) + add, as floats in that order
+// (transformers: log_softmax, then + the beam's score), ordered by score,
+// then lower index first; appended to `out`: one pass with a small sorted list.
+void top_k(const float* row, int64_t n, float shift, float add, int64_t base, size_t k,
+           std::vector<std::pair<float, int64_t>>& out) {
+  auto better = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  std::vector<std::pair<float, int64_t>> best;
+  best.reserve(k + 1);
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = (row[j] - shift) + add;
+    if (best.size() == k && !(v > best.back().first)) continue;  // ties keep the lower index, seen first
+    const std::pair<float, int64_t> c{v, base + j};
+    best.insert(std::upper_bound(best.begin(), best.end(), c, better), c);
+    if (best.size() > k) best.pop_back();
+  }
+  out.insert(out.end(), best.begin(), best.end());
 }
 
 // BeamHypotheses of transformers 4.46: the num_beams best finished hypotheses.
@@ -503,6 +521,8 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
     return h.beams[best].second;
   };
   std::vector<std::pair<float, int64_t>> cand;
+  std::vector<std::vector<std::pair<float, int64_t>>> row_cand;
+  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
   for (int64_t t = 0; t < N && !srcs.empty(); ++t) {
     ask();
     step(last, t);
@@ -510,23 +530,43 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
     std::vector<int64_t> sel, next_last;
     std::vector<Source> next_srcs;
     const int64_t generated_len = t + 1;  // cur_len − decoder_prompt_len in transformers
+    // Per live beam (in parallel): the log-softmax's shift, the logits
+    // processors, then its best 2K continuations by beam score + log-prob.
+    const int64_t rows = int64_t(srcs.size()) * K;
+    row_cand.resize(size_t(rows));
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> tmp(static_cast<size_t>(V));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = logits.data() + r * V;
+        const float shift = log_softmax_shift(kc, row, V, tmp.data());
+        // The processors act on log-probabilities: −inf stays −inf, and a
+        // forced EOS's log-probability 0 is row − shift = 0 exactly.
+        for (int64_t b : cfg_.bad_words) row[b] = ninf;
+        if (cfg_.forced_eos_id && t == N - 1) {
+          for (int64_t j = 0; j < V; ++j)
+            if (j != *cfg_.forced_eos_id) row[j] = ninf;
+          row[*cfg_.forced_eos_id] = shift;
+        }
+        row_cand[size_t(r)].clear();
+        top_k(row, V, shift, srcs[size_t(r / K)].scores[size_t(r % K)], (r % K) * V, size_t(2 * K), row_cand[size_t(r)]);
+      }
+    }
     for (size_t si = 0; si < srcs.size(); ++si) {
       Source& s = srcs[si];
-      // Scores of every (beam, token): processed log-softmax + the beam's score.
+      // The best 2K (beam, token) pairs are among each beam's best 2K.
       cand.clear();
       for (int64_t k = 0; k < K; ++k) {
-        float* row = logits.data() + (int64_t(si) * K + k) * V;
-        log_softmax(row, V);
-        process(row, t);
-        for (int64_t j = 0; j < V; ++j) cand.emplace_back(row[j] + s.scores[size_t(k)], k * V + j);
+        const auto& rc = row_cand[size_t(int64_t(si) * K + k)];
+        cand.insert(cand.end(), rc.begin(), rc.end());
       }
-      const size_t keep = size_t(2 * K);
-      std::partial_sort(cand.begin(), cand.begin() + std::ptrdiff_t(keep), cand.end(),
-                        [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+      std::sort(cand.begin(), cand.end(),
+                [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
       std::vector<std::vector<int64_t>> tokens;
       std::vector<float> scores;
       std::vector<int64_t> parents;
-      for (size_t r = 0; r < keep && int64_t(tokens.size()) < K; ++r) {
+      for (size_t r = 0; r < size_t(2 * K) && int64_t(tokens.size()) < K; ++r) {
         const int64_t k = cand[r].second / V, tok = cand[r].second % V;
         if (tok == cfg_.eos_id) {
           if (int64_t(r) >= K) continue;

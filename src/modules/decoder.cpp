@@ -158,6 +158,7 @@ struct DecoderState::Data {
   int64_t memory_S = 0;
   std::vector<int64_t> src, len;              // per live sequence
   std::vector<std::vector<float>> self_kv;    // per layer [live · cap, 2d]
+  std::vector<float> spare;                   // select's other buffer (reused: no fresh pages per step)
 };
 
 DecoderState::DecoderState() : data_(std::make_unique<Data>()) {}
@@ -186,13 +187,16 @@ void DecoderState::select(const std::vector<int64_t>& from) {
     src.push_back(s.src[size_t(f)]);
     len.push_back(s.len[size_t(f)]);
   }
+  // Only the rows each sequence has are copied; the buffers are swapped
+  // and kept (beam search selects at every step).
   for (auto& kv : s.self_kv) {
-    std::vector<float> next(from.size() * size_t(rows));
+    std::vector<float>& next = s.spare;
+    if (next.size() < from.size() * size_t(rows)) next.resize(from.size() * size_t(rows));
     for (size_t i = 0; i < from.size(); ++i) {
       const float* a = kv.data() + from[i] * rows;
       std::copy(a, a + len[i] * 2 * s.d, next.data() + int64_t(i) * rows);
     }
-    kv = std::move(next);
+    std::swap(kv, next);
   }
   s.src = std::move(src);
   s.len = std::move(len);

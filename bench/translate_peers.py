@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""ffn translate against CTranslate2 and transformers on one MarianMT model of
+opus-mt-en-fr's size (bench/make_opus_size_marian.py), the same source ids and
+a fixed number of new tokens (the model never generates EOS), 2 threads.
+Each engine runs in its own process, in alternating rounds; the table shows
+medians over rounds and the ratios to ffn fp32, per case:
+
+  greedy-b1     one 20-token source, 30 new tokens: ms per generated token
+  greedy-b32    32 sources of 10-40 tokens, 30 new tokens each: target tokens/s
+  beam4-b32     the same with beam search, 4 beams
+
+    bench/translate_peers.py [--rounds 3] [--engines ffn,ffn-int8,ct2,ct2-int8,hf]
+
+Needs: the model in ~/.cache/ffn/bench/marian-opus-size (made if missing, with
+.venv's transformers), its CTranslate2 conversions (made if missing, with the
+peers venv's ct2-transformers-converter), build/bin/ffn.
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+CACHE = os.path.expanduser("~/.cache/ffn/bench")
+MODEL = os.path.join(CACHE, "marian-opus-size")
+PEERS = os.path.expanduser("~/.cache/ffn/peers-venv/bin/python")
+VENV = os.path.join(ROOT, ".venv", "bin", "python")
+FFN = os.path.join(ROOT, "build", "bin", "ffn")
+NEW = 30
+
+CT2_RUNNER = r"""
+import json, statistics, sys, time
+import ctranslate2
+model, compute, beams, path, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+vocab = json.load(open(model + "/shared_vocabulary.json"))
+srcs = [[vocab[int(t)] if int(t) else "</s>" for t in line.split()] for line in open(path)]
+tr = ctranslate2.Translator(model, device="cpu", compute_type=compute, inter_threads=1, intra_threads=2)
+times = []
+for r in range(repeats + 1):
+    t0 = time.perf_counter()
+    out = tr.translate_batch(srcs, beam_size=beams, max_decoding_length=%d, max_batch_size=32)
+    t = time.perf_counter() - t0
+    if r: times.append(t)
+tokens = sum(len(o.hypotheses[0]) for o in out)
+print(json.dumps({"median_s": statistics.median(times), "tokens": tokens}))
+""" % NEW
+
+HF_RUNNER = r"""
+import json, statistics, sys, time
+import torch
+import transformers.generation.utils as gu
+gu.is_fsdp_managed_module = lambda module: False
+from transformers import MarianMTModel
+torch.set_num_threads(2)
+model, beams, path, repeats = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+m = MarianMTModel.from_pretrained(model).eval()
+srcs = [[int(t) for t in line.split()] for line in open(path)]
+S = max(map(len, srcs))
+pad = m.config.pad_token_id
+ids = torch.tensor([s + [pad] * (S - len(s)) for s in srcs])
+mask = torch.tensor([[1] * len(s) + [0] * (S - len(s)) for s in srcs])
+times = []
+with torch.no_grad():
+    for r in range(repeats + 1):
+        t0 = time.perf_counter()
+        out = m.generate(input_ids=ids, attention_mask=mask, num_beams=beams, do_sample=False, max_new_tokens=%d)
+        t = time.perf_counter() - t0
+        if r: times.append(t)
+tokens = int(out.shape[0]) * (int(out.shape[1]) - 1)
+print(json.dumps({"median_s": statistics.median(times), "tokens": tokens}))
+""" % NEW
+
+
+def sources(path, n, lo, hi, seed):
+    r = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(n):
+            L = r.randint(lo, hi)
+            f.write(" ".join(str(r.randint(2, 59000)) for _ in range(L - 1)) + " 0\n")
+
+
+def run(engine, beams, path, repeats):
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    if engine.startswith("ffn"):
+        cmd = [FFN, "bench", "--translate", "--model", MODEL, "--input-file", path, "--beams", str(beams),
+               "--max-new-tokens", str(NEW), "--threads", "2", "--repeats", str(repeats), "--warmup", "1", "--json",
+               "--dtype", "int8" if engine.endswith("int8") else "fp32"]
+        out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
+        return {"median_s": out["median_s"], "tokens": out["target_tokens"],
+                "share_projection": out["share_projection"]}
+    if engine.startswith("ct2"):
+        m = MODEL + ("-ct2-int8" if engine.endswith("int8") else "-ct2-float32")
+        cmd = [PEERS, "-c", CT2_RUNNER, m, "int8" if engine.endswith("int8") else "float32", str(beams), path,
+               str(repeats)]
+    else:
+        cmd = [VENV, "-c", HF_RUNNER, MODEL, str(beams), path, str(repeats)]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip().split("\n")[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--engines", default="ffn,ffn-int8,ct2,ct2-int8,hf")
+    args = ap.parse_args()
+    if not os.path.isdir(MODEL):
+        subprocess.run([VENV, os.path.join(ROOT, "bench", "make_opus_size_marian.py"), MODEL], check=True)
+    for q in ("float32", "int8"):
+        if not os.path.isdir(f"{MODEL}-ct2-{q}"):
+            subprocess.run([os.path.join(os.path.dirname(PEERS), "ct2-transformers-converter"), "--model", MODEL,
+                            "--output_dir", f"{MODEL}-ct2-{q}", "--quantization", q], check=True)
+    p1, p32 = os.path.join(CACHE, "src-b1.txt"), os.path.join(CACHE, "src-b32.txt")
+    sources(p1, 1, 20, 20, 1)
+    sources(p32, 32, 10, 40, 2)
+    cases = [("greedy-b1", 1, p1), ("greedy-b32", 1, p32), ("beam4-b32", 4, p32)]
+    engines = args.engines.split(",")
+    results = {(c, e): [] for c, _, _ in cases for e in engines}
+    extra = {}
+    for r in range(args.rounds):
+        for c, beams, path in cases:
+            for e in engines:
+                out = run(e, beams, path, args.repeats)
+                results[(c, e)].append(out["median_s"] / out["tokens"])
+                if "share_projection" in out:
+                    extra[(c, e)] = out["share_projection"]
+                print(f"round {r} {c:10s} {e:9s} {1e3 * out['median_s'] / out['tokens']:8.3f} ms/token "
+                      f"({out['tokens']} tokens)", file=sys.stderr)
+    print(f"| case | engine | ms per target token | target tokens/s | vs ffn fp32 (time) | projection share |")
+    print("|---|---|---|---|---|---|")
+    for c, _, _ in cases:
+        base = statistics.median(results[(c, "ffn")]) if "ffn" in engines else None
+        for e in engines:
+            t = statistics.median(results[(c, e)])
+            ratio = f"{t / base:.2f}x" if base else ""
+            share = f"{100 * extra[(c, e)]:.0f}%" if (c, e) in extra else ""
+            print(f"| {c} | {e} | {1e3 * t:.3f} | {1 / t:.1f} | {ratio} | {share} |")
+
+
+if __name__ == "__main__":
+    main()
