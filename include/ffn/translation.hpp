@@ -97,7 +97,9 @@ class MarianTokenizer {
 class TranslationModel {
  public:
   // Reads a MarianMT directory; errors name the file and the setting or tensor.
-  // dtype: how the encoder's and decoder's FFN matrices are stored (as `ffn run --dtype`).
+  // dtype: how the encoder's and decoder's FFN matrices are stored (as `ffn
+  // run --dtype`); int8 also stores the output projection in int8 (per-row
+  // scales, activations quantized per token), where the CPU runs the int8 product.
   static TranslationModel load(const std::string& dir, WeightDtype dtype = WeightDtype::fp32);
 
   const TranslationConfig& config() const { return cfg_; }
@@ -123,6 +125,7 @@ class TranslationModel {
   std::vector<float> src_embed_, tgt_embed_;  // [vocab, d] each (tgt empty when shared; transformers copies one table)
   std::vector<float> head_;                   // [decoder_vocab, d] when not tied (lm_head.weight)
   std::vector<float> head_packed_;            // the output projection's panels
+  std::shared_ptr<const void> head_int8_;     // dtype int8: the output projection quantized (nn::Int8Linear)
   std::vector<float> logits_bias_;            // final_logits_bias [decoder_vocab]
   std::vector<float> positions_;              // [max_positions, d]
   TranslationModel(TranslationConfig cfg, Encoder e, Decoder d);

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "models/json_file.hpp"
+#include "core/json_file.hpp"
 
 #include "ffn/diagnostics.hpp"
 #include "io/safetensors.hpp"

@@ -15,7 +15,7 @@
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "core/positions.hpp"
-#include "models/json_file.hpp"
+#include "core/json_file.hpp"
 #include "ops/linear.hpp"
 
 namespace ffn {
@@ -260,6 +260,9 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
   m.logits_bias_ = has("final_logits_bias") ? tensor("final_logits_bias", {1, c.decoder_vocab_size})
                                             : std::vector<float>(size_t(c.decoder_vocab_size), 0.0f);
   m.head_packed_ = nn::pack_linear_weight(m.head().data(), d, c.decoder_vocab_size);
+  if (dtype == WeightDtype::int8)
+    m.head_int8_ = std::make_shared<const nn::Int8Linear>(
+        nn::quantize_linear(m.head().data(), d, c.decoder_vocab_size, {}, "output projection"));
   m.positions_ = marian_positions(c.max_positions, d);
   return m;
 }
@@ -274,6 +277,11 @@ void TranslationModel::embed(const std::vector<float>& table, int64_t id, int64_
 
 void TranslationModel::project(const float* h, int64_t n, float* logits, int threads, Isa isa) const {
   const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(isa));
+  if (head_int8_ && nn::int8_linear_supported(kc)) {
+    nn::linear_forward_int8(kc, *static_cast<const nn::Int8Linear*>(head_int8_.get()), h, n, logits_bias_.data(),
+                            logits, threads);
+    return;
+  }
   nn::linear_forward(kc, false, h, n, cfg_.d_model, head().data(), head_packed_, logits_bias_.data(),
                      cfg_.decoder_vocab_size, logits, threads);
 }

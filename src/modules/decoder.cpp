@@ -166,8 +166,21 @@ DecoderState::~DecoderState() = default;
 DecoderState::DecoderState(DecoderState&&) noexcept = default;
 DecoderState& DecoderState::operator=(DecoderState&&) noexcept = default;
 int64_t DecoderState::live() const { return int64_t(data_->src.size()); }
-int64_t DecoderState::length(int64_t i) const { return data_->len.at(size_t(i)); }
-int64_t DecoderState::source(int64_t i) const { return data_->src.at(size_t(i)); }
+namespace {
+void check_live(int64_t i, int64_t live, const char* what) {
+  if (i < 0 || i >= live)
+    throw Error(std::string(what) + ": live sequence " + std::to_string(i) + " does not exist (" + std::to_string(live) +
+                " live)");
+}
+}  // namespace
+int64_t DecoderState::length(int64_t i) const {
+  check_live(i, live(), "length");
+  return data_->len[size_t(i)];
+}
+int64_t DecoderState::source(int64_t i) const {
+  check_live(i, live(), "source");
+  return data_->src[size_t(i)];
+}
 int64_t DecoderState::capacity() const { return data_->cap; }
 size_t DecoderState::bytes() const {
   size_t b = 0;

@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "ffn/translation.hpp"
-#include "models/json_file.hpp"
+#include "core/json_file.hpp"
 
 #ifdef FFN_HAVE_SENTENCEPIECE
 #include <sentencepiece_processor.h>
