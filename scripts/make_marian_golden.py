@@ -48,12 +48,14 @@ MODELS = {
                           encoder_layers=1, decoder_layers=3, encoder_attention_heads=3, decoder_attention_heads=2,
                           encoder_ffn_dim=30, decoder_ffn_dim=22, max_position_embeddings=40,
                           activation_function="gelu", scale_embedding=False,
+                          eos_bias=0.7,
                           gen=dict(num_beams=2, max_length=30, bad_words_ids=[[46]], forced_eos_token_id=0)),
     "relu_untied": dict(vocab_size=67, d_model=24, encoder_layers=3, decoder_layers=1, encoder_attention_heads=6,
                         decoder_attention_heads=4, encoder_ffn_dim=40, decoder_ffn_dim=40, max_position_embeddings=50,
                         activation_function="relu", scale_embedding=True, tie_word_embeddings=False,
                         gen=dict(num_beams=4, max_length=20, length_penalty=0.6, early_stopping=True,
-                                 bad_words_ids=[[66]], forced_eos_token_id=None)),
+                                 bad_words_ids=[[66]], forced_eos_token_id=None, renormalize_logits=True,
+                                 min_length=4)),
 }
 
 
@@ -62,7 +64,7 @@ EMBED_SCALE = float(os.environ.get("EMBED_SCALE", "0.3"))
 QK_SCALE = float(os.environ.get("QK_SCALE", "6.0"))
 
 
-def randomize(model, gen):
+def randomize(model, gen, eos_bias=None):
     with torch.no_grad():
         for name, t in model.named_parameters():
             if "embed_positions" in name:  # the sinusoidal table (not saved: computed on load)
@@ -80,7 +82,7 @@ def randomize(model, gen):
             else:
                 t.copy_(0.5 * torch.randn(t.shape, generator=gen))
         model.final_logits_bias.copy_(0.1 * torch.randn(model.final_logits_bias.shape, generator=gen))
-        model.final_logits_bias[0, 0] += EOS_BIAS  # sequences end at various lengths
+        model.final_logits_bias[0, 0] += EOS_BIAS if eos_bias is None else eos_bias  # sequences end at various lengths
 
 
 def strip(seq, start, eos, pad):
@@ -103,11 +105,12 @@ def main():
     for name, spec in MODELS.items():
         spec = dict(spec)
         g = spec.pop("gen")
+        eos_bias = spec.pop("eos_bias", None)
         V = spec.get("decoder_vocab_size", spec["vocab_size"])
         pad = V - 1
         cfg = MarianConfig(pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, dropout=0.0, **spec)
         model = MarianMTModel(cfg)
-        randomize(model, gen)
+        randomize(model, gen, eos_bias)
         model.eval()
         for k, v in g.items():
             setattr(model.generation_config, k, v)

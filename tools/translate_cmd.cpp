@@ -138,6 +138,7 @@ int bench_translate(const TranslateBenchArgs& b, int threads, int repeats, int w
   if (b.input_file.empty()) throw Error("--translate: give --input-file with the sources' token ids, one source per line");
   if (b.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(b.batch));
   const WeightDtype dtype = parse_weight_dtype(b.dtype, "--dtype");
+  if (dtype == WeightDtype::fp16) throw Error("--dtype: expected fp32, int8 or bf16, got fp16");
   const TranslationModel model = TranslationModel::load(b.model, dtype);
   const std::vector<std::string> lines = read_lines(b.input_file);
   std::vector<std::vector<int64_t>> sources;
@@ -145,7 +146,8 @@ int bench_translate(const TranslateBenchArgs& b, int threads, int repeats, int w
     sources.push_back(parse_ids(lines[i], "--input-file " + b.input_file + ": line " + std::to_string(i + 1)));
   GenerateOptions go;
   go.beams = b.beams;
-  go.max_new_tokens = b.max_new_tokens;
+  go.max_new_tokens =
+      b.max_new_tokens.value_or(std::min(model.config().max_length - 1, model.config().max_positions));
   go.threads = threads;
   std::vector<double> times;
   GenerateTimes parts;

@@ -6,7 +6,10 @@
 // projection tied to the embeddings (or lm_head) plus final_logits_bias, and
 // generation as transformers' MarianMTModel.generate does it: greedy or beam
 // search (num_beams, length_penalty, early_stopping), bad_words_ids,
-// forced_eos_token_id at the last position, max_new_tokens.
+// forced_eos_token_id at the last position, min_length / min_new_tokens,
+// renormalize_logits, max_new_tokens. A generation setting that changes the
+// result and is not among these (sampling, repetition penalties, n-gram
+// bans, ...) is refused at load, naming the file and the key.
 //
 // A model directory holds config.json, model.safetensors and optionally
 // generation_config.json (its values override config.json's, as in
@@ -43,8 +46,11 @@ struct TranslationConfig {
   // Generation defaults (generation_config.json, else config.json, else transformers' defaults).
   int64_t num_beams = 1;
   int64_t max_length = 20;  // counts the decoder start token, as transformers does
-  float length_penalty = 1.0f;
+  double length_penalty = 1.0;
   bool early_stopping = false;
+  int64_t min_length = 0;             // EOS banned while the sequence (start token counted) is shorter
+  std::optional<int64_t> min_new_tokens;  // EOS banned before this many new tokens
+  bool renormalize_logits = false;    // log-softmax again after the processors (beam scores)
 };
 
 struct GenerateOptions {

@@ -151,8 +151,36 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
   }
   c.num_beams = setting("num_beams", int64_t(1));
   c.max_length = setting("max_length", int64_t(20));
-  c.length_penalty = float(setting("length_penalty", 1.0));
+  c.length_penalty = setting("length_penalty", 1.0);
   c.early_stopping = setting("early_stopping", false);
+  c.min_length = setting("min_length", int64_t(0));
+  if (gs.contains("min_new_tokens") && !gs.at("min_new_tokens").is_null())
+    c.min_new_tokens = json_get<int64_t>(gs, "min_new_tokens", gs_path);
+  if (gs.contains("max_new_tokens") && !gs.at("max_new_tokens").is_null()) {
+    // transformers: max_new_tokens overrides max_length (the start token counted).
+    const int64_t n = json_get<int64_t>(gs, "max_new_tokens", gs_path);
+    if (n < 1) throw Error(gs_path.string() + ": \"max_new_tokens\" is " + std::to_string(n) + ", expected ≥ 1");
+    c.max_length = n + 1;
+  }
+  c.renormalize_logits = setting("renormalize_logits", false);
+  // Settings that change the result and that ffn does not implement: refused
+  // unless they hold transformers' default.
+  const std::vector<std::pair<const char*, nlohmann::json>> unsupported = {
+      {"do_sample", false}, {"num_return_sequences", 1}, {"repetition_penalty", 1.0}, {"no_repeat_ngram_size", 0},
+      {"encoder_no_repeat_ngram_size", 0}, {"num_beam_groups", 1}, {"diversity_penalty", 0.0},
+      {"forced_bos_token_id", nullptr}, {"suppress_tokens", nullptr}, {"begin_suppress_tokens", nullptr},
+      {"exponential_decay_length_penalty", nullptr}, {"sequence_bias", nullptr}, {"force_words_ids", nullptr},
+      {"constraints", nullptr}, {"encoder_repetition_penalty", 1.0}, {"remove_invalid_values", false},
+      {"penalty_alpha", nullptr}, {"epsilon_cutoff", 0.0}, {"eta_cutoff", 0.0}, {"typical_p", 1.0}};
+  for (const auto& [key, def] : unsupported)
+    if (gs.contains(key) && !gs.at(key).is_null() && !(gs.at(key).is_array() && gs.at(key).empty()) && gs.at(key) != def && !(def.is_number() && gs.at(key).is_number() &&
+                                                                             gs.at(key).get<double>() == def.get<double>()))
+      throw Error(gs_path.string() + ": \"" + key + "\" is " + gs.at(key).dump() + "; ffn's generation does not " +
+                  "implement it (supported: num_beams, max_length, max_new_tokens, min_length, min_new_tokens, " +
+                  "length_penalty, early_stopping, bad_words_ids, forced_eos_token_id, renormalize_logits)");
+  if (gs.contains("early_stopping") && gs.at("early_stopping").is_string())
+    throw Error(gs_path.string() + ": \"early_stopping\" is " + gs.at("early_stopping").dump() +
+                "; ffn supports true and false");
   if (c.num_beams < 1 || c.num_beams > 1024)
     throw Error(gs_path.string() + ": \"num_beams\" is " + std::to_string(c.num_beams) + ", expected 1..1024");
   if (c.max_length < 2) throw Error(gs_path.string() + ": \"max_length\" is " + std::to_string(c.max_length) + ", expected ≥ 2");
@@ -253,8 +281,19 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
                             c.vocab_size);
   } else {
     m.src_embed_ = first_of({"model.encoder.embed_tokens.weight"}, c.vocab_size);
-    // transformers makes both tables copies of one of vocab_size rows.
-    m.tgt_embed_ = first_of({"model.decoder.embed_tokens.weight"}, c.vocab_size);
+    // transformers makes both tables copies of one of vocab_size rows
+    // (resize_decoder_token_embeddings: decoder_vocab_size rows); every
+    // target id (< decoder_vocab_size) must have a row.
+    const std::string name = "model.decoder.embed_tokens.weight";
+    auto it = f.tensors.find(name);
+    if (it == f.tensors.end()) throw Error(w_path.string() + ": missing tensor " + name);
+    const auto& sh = it->second.shape;
+    if (sh.size() != 2 || sh[1] != d || (sh[0] != c.vocab_size && sh[0] != c.decoder_vocab_size) ||
+        sh[0] < c.decoder_vocab_size)
+      throw Error(w_path.string() + ": tensor " + name + " has shape " + shape_str(sh) + ", expected [" +
+                  std::to_string(std::max(c.vocab_size, c.decoder_vocab_size)) + ", " + std::to_string(d) +
+                  "] (config.json's vocab_size / decoder_vocab_size: one row per target id)");
+    m.tgt_embed_ = it->second.data;
   }
   if (!c.tied_head) m.head_ = tensor("lm_head.weight", {c.decoder_vocab_size, d});
   m.logits_bias_ = has("final_logits_bias") ? tensor("final_logits_bias", {1, c.decoder_vocab_size})
@@ -349,26 +388,27 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The log-softmax's shift of one row, max + log Σ e^(x − max) (the sum by
-// the ISA's vector exponentials into `tmp`): log_softmax(x) = x − shift.
-float log_softmax_shift(const nn::KernelConfig& kc, const float* row, int64_t n, float* tmp) {
+// log_softmax of one row in place, in PyTorch's order: (x − max) − log Σ e^(x − max)
+// (the sum by the ISA's vector exponentials into `tmp`; e^(−inf) is 0).
+void log_softmax(const nn::KernelConfig& kc, float* row, int64_t n, float* tmp) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
-  return mx + std::log(kc.exp_rows(row, n, 1.0f, mx, tmp));
+  if (mx == -std::numeric_limits<float>::infinity()) return;  // every token banned: stays −inf
+  const float lse = std::log(kc.exp_rows(row, n, 1.0f, mx, tmp));
+  for (int64_t j = 0; j < n; ++j) row[j] = (row[j] - mx) - lse;
 }
 
-// The best `k` (score, index) of (row − shift) + add, as floats in that order
-// (transformers: log_softmax, then + the beam's score), ordered by score,
-// then lower index first; appended to `out`: one pass with a small sorted list.
-void top_k(const float* row, int64_t n, float shift, float add, int64_t base, size_t k,
-           std::vector<std::pair<float, int64_t>>& out) {
+// The best `k` (score, index) of row + add (the log-probabilities plus the
+// beam's score, in float as transformers), ordered by score, then lower
+// index first; appended to `out`: one pass with a small sorted list.
+void top_k(const float* row, int64_t n, float add, int64_t base, size_t k, std::vector<std::pair<float, int64_t>>& out) {
   auto better = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
   std::vector<std::pair<float, int64_t>> best;
   best.reserve(k + 1);
   for (int64_t j = 0; j < n; ++j) {
-    const float v = (row[j] - shift) + add;
+    const float v = row[j] + add;
     if (best.size() == k && !(v > best.back().first)) continue;  // ties keep the lower index, seen first
     const std::pair<float, int64_t> c{v, base + j};
     best.insert(std::upper_bound(best.begin(), best.end(), c, better), c);
@@ -441,9 +481,12 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
     if (opts.interrupted && opts.interrupted()) throw Interrupted();
   };
   const float ninf = -std::numeric_limits<float>::infinity();
-  // The logits processors transformers applies: bad words, and EOS forced at
-  // the last position (cur_len == max_length − 1, i.e. the N-th new token).
+  // The logits processors transformers applies, in its order: EOS banned
+  // before min_length / min_new_tokens, bad words, EOS forced at the last
+  // position (cur_len == max_length − 1, i.e. the N-th new token).
+  const int64_t min_new = std::max<int64_t>(cfg_.min_length - 1, cfg_.min_new_tokens.value_or(0));
   auto process = [&](float* row, int64_t t) {
+    if (t < min_new) row[cfg_.eos_id] = ninf;
     for (int64_t b : cfg_.bad_words) row[b] = ninf;
     if (cfg_.forced_eos_id && t == N - 1) {
       for (int64_t j = 0; j < V; ++j)
@@ -512,7 +555,7 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
   std::vector<Source> srcs;
   std::vector<int64_t> from;
   for (int64_t b = 0; b < B; ++b) {
-    Source s{b, Hypotheses{K, double(cfg_.length_penalty), cfg_.early_stopping, {}, 1e9}, {}, {}};
+    Source s{b, Hypotheses{K, cfg_.length_penalty, cfg_.early_stopping, {}, 1e9}, {}, {}};
     s.tokens.assign(size_t(K), {});
     s.scores.assign(size_t(K), -1e9f);
     s.scores[0] = 0.0f;
@@ -548,17 +591,11 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
         float* row = logits.data() + r * V;
-        const float shift = log_softmax_shift(kc, row, V, tmp.data());
-        // The processors act on log-probabilities: −inf stays −inf, and a
-        // forced EOS's log-probability 0 is row − shift = 0 exactly.
-        for (int64_t b : cfg_.bad_words) row[b] = ninf;
-        if (cfg_.forced_eos_id && t == N - 1) {
-          for (int64_t j = 0; j < V; ++j)
-            if (j != *cfg_.forced_eos_id) row[j] = ninf;
-          row[*cfg_.forced_eos_id] = shift;
-        }
+        log_softmax(kc, row, V, tmp.data());
+        process(row, t);  // on log-probabilities, as transformers' beam search
+        if (cfg_.renormalize_logits) log_softmax(kc, row, V, tmp.data());
         row_cand[size_t(r)].clear();
-        top_k(row, V, shift, srcs[size_t(r / K)].scores[size_t(r % K)], (r % K) * V, size_t(2 * K), row_cand[size_t(r)]);
+        top_k(row, V, srcs[size_t(r / K)].scores[size_t(r % K)], (r % K) * V, size_t(2 * K), row_cand[size_t(r)]);
       }
     }
     for (size_t si = 0; si < srcs.size(); ++si) {

@@ -91,11 +91,13 @@ TEST(Translation, GenerationConfigSetsTheDefaults) {
   const TranslationModel m = TranslationModel::load(model_dir("relu_untied"));
   EXPECT_EQ(m.config().num_beams, 4);
   EXPECT_EQ(m.config().max_length, 20);
-  EXPECT_FLOAT_EQ(m.config().length_penalty, 0.6f);
+  EXPECT_DOUBLE_EQ(m.config().length_penalty, 0.6);
   EXPECT_TRUE(m.config().early_stopping);
   EXPECT_FALSE(m.config().tied_head);
   EXPECT_EQ(m.config().bad_words, std::vector<int64_t>{66});
   EXPECT_FALSE(m.config().forced_eos_id.has_value());
+  EXPECT_TRUE(m.config().renormalize_logits);
+  EXPECT_EQ(m.config().min_length, 4);
   const TranslationModel s = TranslationModel::load(model_dir("gelu_separate"));
   EXPECT_FALSE(s.config().shared_embeddings);
   EXPECT_EQ(s.config().decoder_vocab_size, 47);
@@ -161,6 +163,13 @@ TEST(Translation, BadInputIsNamed) {
   fs::remove(bad / "model.safetensors");
   EXPECT_NE(message([&] { TranslationModel::load(bad.string()); }).find("model.safetensors: missing"), std::string::npos);
   copy_model();
+  std::ofstream(bad / "generation_config.json") << "{\"num_beams\": 2, \"repetition_penalty\": 1.2}";
+  EXPECT_NE(message([&] { TranslationModel::load(bad.string()); })
+                .find("generation_config.json: \"repetition_penalty\" is 1.2; ffn's generation does not implement it"),
+            std::string::npos)
+      << message([&] { TranslationModel::load(bad.string()); });
+  std::ofstream(bad / "generation_config.json") << "{\"num_beams\": 2, \"repetition_penalty\": 1.0, \"suppress_tokens\": []}";
+  EXPECT_NO_THROW(TranslationModel::load(bad.string())) << "defaults are accepted";
   std::ofstream(bad / "generation_config.json") << "{\"num_beams\": ";
   EXPECT_NE(message([&] { TranslationModel::load(bad.string()); }).find("generation_config.json: not valid JSON"),
             std::string::npos);
