@@ -33,7 +33,7 @@ void clear_pending(bool owner) {
 
 // Paths removed, in order, if a signal ends the program (files with unlink,
 // then directories with rmdir, which only removes them when empty).
-constexpr int kMaxCleanup = 4;
+constexpr int kMaxCleanup = 8;
 char g_cleanup[kMaxCleanup][4096];
 volatile sig_atomic_t g_cleanup_count = 0;
 
@@ -47,6 +47,8 @@ extern "C" void remove_pending_and_reraise(int sig) {
 }  // namespace
 
 void remove_on_signal(const std::vector<std::string>& paths) {
+  if (paths.size() > size_t(kMaxCleanup))  // a caller's mistake: it would leave files behind on a signal
+    throw std::logic_error("remove_on_signal: more than " + std::to_string(kMaxCleanup) + " paths");
   g_cleanup_count = 0;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   int n = 0;

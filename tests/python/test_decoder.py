@@ -529,7 +529,7 @@ def test_generation_steps_are_bitwise_the_forward_on_the_prefix(norm_first, fina
         (lambda: state.step(new), r"x: shape \[4, 20\], expected \[live, d_model\] = \[1, 20\]", ffn.Error),
         (lambda: state.step(new[:1].astype(np.float64)), "x: expected float32, got float64", ffn.Error),
         (lambda: state.select([1]), r"select: live sequence 1 does not exist \(1 live\)", ffn.Error),
-        (lambda: state.length(1), "", IndexError),
+        (lambda: state.length(1), r"length: live sequence 1 does not exist \(1 live\)", ffn.Error),
         (lambda: dec.start(memory, [0, 1, 1], capacity=2), "memory: sequence 0 has no valid memory position",
          ffn.Error),
         (lambda: dec.start(memory, capacity=0), "start: capacity must be at least 1, got 0", ffn.Error),
