@@ -43,6 +43,7 @@ struct EncoderConfig {
   bool final_norm = false;  // nn.TransformerEncoder's `norm` after the last layer
 
   void validate() const;  // throws Error naming the field
+  bool operator==(const EncoderConfig&) const = default;
   // The FFN sublayer's configuration (norm2 as its norm).
   Config ffn_config() const;
 };

@@ -90,22 +90,7 @@ Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
   }
   const std::string l0 = nm.layer(0);
   nm.separate_qkv = !has(l0 + "self_attn.in_proj_weight");
-  auto tensor = [&](const std::string& name) -> const NamedTensor& {
-    auto it = f.tensors.find(name);
-    if (it == f.tensors.end()) throw Error(path + ": missing tensor " + name);
-    return it->second;
-  };
-  {
-    const std::string wname = l0 + "self_attn.out_proj.weight";
-    const NamedTensor& w = tensor(wname);
-    if (w.shape.size() != 2 || w.shape[0] != w.shape[1] || w.shape[0] < 1)
-      throw Error(path + ": tensor " + wname + " has shape " + shape_str(w.shape) + ", expected [d_model, d_model]");
-    cfg.d_model = w.shape[0];
-    const NamedTensor& w1 = tensor(l0 + "linear1.weight");
-    if (w1.shape.size() != 2 || w1.shape[0] < 1)
-      throw Error(path + ": tensor " + l0 + "linear1.weight has shape " + shape_str(w1.shape) + ", expected [d_ff, d_model]");
-    cfg.d_ff = w1.shape[0];
-  }
+  read_stack_shapes(f, path, l0, cfg);
   cfg.bias = has(l0 + "self_attn.in_proj_bias");
   cfg.final_norm = !nm.single && has(nm.prefix + "norm.weight");
   const bool gated = has(l0 + "gate.weight");

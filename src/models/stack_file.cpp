@@ -47,6 +47,23 @@ void check_slot_sizes(const std::vector<Slot>& want, const std::vector<Slot>& va
   }
 }
 
+void read_stack_shapes(const SafetensorsFile& f, const std::string& path, const std::string& l0, EncoderConfig& cfg) {
+  auto tensor = [&](const std::string& name) -> const NamedTensor& {
+    auto it = f.tensors.find(name);
+    if (it == f.tensors.end()) throw Error(path + ": missing tensor " + name);
+    return it->second;
+  };
+  const std::string wname = l0 + "self_attn.out_proj.weight";
+  const NamedTensor& w = tensor(wname);
+  if (w.shape.size() != 2 || w.shape[0] != w.shape[1] || w.shape[0] < 1)
+    throw Error(path + ": tensor " + wname + " has shape " + shape_str(w.shape) + ", expected [d_model, d_model]");
+  cfg.d_model = w.shape[0];
+  const NamedTensor& w1 = tensor(l0 + "linear1.weight");
+  if (w1.shape.size() != 2 || w1.shape[0] < 1)
+    throw Error(path + ": tensor " + l0 + "linear1.weight has shape " + shape_str(w1.shape) + ", expected [d_ff, d_model]");
+  cfg.d_ff = w1.shape[0];
+}
+
 void read_stack_settings(const SafetensorsFile& f, const std::string& path, const EncoderLoadOptions& opts, bool gated,
                          const std::string& norm1_bias, const std::string& what, EncoderConfig& cfg,
                          std::vector<AssumedSetting>& assumed) {

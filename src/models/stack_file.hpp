@@ -27,6 +27,10 @@ void fill_slots(const SafetensorsFile& f, const std::string& path, const std::ve
 // Throws Error naming `what` and the tensor unless `values` has the sizes of `want`.
 void check_slot_sizes(const std::vector<Slot>& want, const std::vector<Slot>& values, const std::string& what);
 
+// cfg.d_model (from l0 + "self_attn.out_proj.weight") and cfg.d_ff (from
+// l0 + "linear1.weight"); throws Error naming path and the tensor.
+void read_stack_shapes(const SafetensorsFile& f, const std::string& path, const std::string& l0, EncoderConfig& cfg);
+
 // cfg.heads, activation, norm, norm_type, eps and dropout from opts, else f's
 // __metadata__ (what = "an encoder layer's" / "a decoder layer's" in messages);
 // `gated`: the file has a gate; `norm1_bias`: the name of the first norm's β,

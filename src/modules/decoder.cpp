@@ -425,9 +425,7 @@ void Decoder::backward(const float* x, const float* dy, const Shape& shape, cons
   const DecoderCacheData& c = detail::CacheAccess::data(cache);
   if (!c.filled) throw Error("backward: the cache was not filled by forward");
   const DecoderConfig& f = c.cfg;
-  if (f.d_model != cfg_.d_model || f.heads != cfg_.heads || f.d_ff != cfg_.d_ff || f.layers != cfg_.layers ||
-      f.activation != cfg_.activation || f.norm != cfg_.norm || f.norm_type != cfg_.norm_type || f.eps != cfg_.eps ||
-      f.bias != cfg_.bias || f.dropout != cfg_.dropout || f.final_norm != cfg_.final_norm)
+  if (f != cfg_)
     throw Error("backward: the cache comes from a forward call of a decoder with other settings");
   auto same = [](const Shape& a, const Shape& b) {
     return a.batch == b.batch && a.seq == b.seq && a.lengths == b.lengths && a.layout == b.layout;

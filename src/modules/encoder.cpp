@@ -393,9 +393,7 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
   if (!c.filled) throw Error("backward: the cache was not filled by forward");
   const Rows rows = valid_rows(shape);
   const EncoderConfig& f = c.cfg;
-  if (f.d_model != cfg_.d_model || f.heads != cfg_.heads || f.d_ff != cfg_.d_ff || f.layers != cfg_.layers ||
-      f.activation != cfg_.activation || f.norm != cfg_.norm || f.norm_type != cfg_.norm_type || f.eps != cfg_.eps ||
-      f.bias != cfg_.bias || f.dropout != cfg_.dropout || f.final_norm != cfg_.final_norm)
+  if (f != cfg_)
     throw Error("backward: the cache comes from a forward call of an encoder with other settings");
   if (c.batch != shape.batch || c.seq != shape.seq || c.pos != rows.pos)
     throw Error("backward: the cache comes from a forward call with another shape or lengths");
