@@ -87,6 +87,10 @@ struct EncodeArgs {
     if (m.shape.batch != target.shape.batch)
       throw Error(memory + ": memory has " + std::to_string(m.shape.batch) + " sequences, the input " +
                   std::to_string(target.shape.batch));
+    for (size_t b = 0; b < m.shape.lengths.size(); ++b)
+      if (m.shape.lengths[b] == 0 && (target.shape.lengths.empty() || target.shape.lengths[b] > 0))
+        throw Error(memory_lengths + ": memory length 0 for sequence " + std::to_string(b) +
+                    ", whose target positions would have nothing to attend to (--memory-lengths)");
     return m;
   }
 

@@ -282,6 +282,9 @@ DecoderWeights Decoder::weights() const {
 }
 
 double Decoder::forward_flops(const Shape& shape, const Shape& memory_shape, bool causal) const {
+  if (memory_shape.batch != shape.batch) throw Error("forward_flops: the memory's batch differs from the target's");
+  (void)nn::valid_positions(shape);  // checks the lengths
+  (void)nn::valid_positions(memory_shape);
   const double d = double(cfg_.d_model);
   double tokens = 0, mtokens = 0, pairs = 0;
   for (int64_t b = 0; b < shape.batch; ++b) {
