@@ -1,11 +1,14 @@
 // ffn demo approximate | interaction: the seeds' claims, measured, with SVG plots.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "commands.hpp"
 #include "ffn/diagnostics.hpp"
 #include "demo/demos.hpp"
+#include "demo/number_words.hpp"
+#include "demo/translate_demo.hpp"
 #include "plot/svg.hpp"
 
 namespace ffn::cli {
@@ -101,11 +104,103 @@ int cmd_interaction(InteractionArgs& a) {
   return 0;
 }
 
+struct TranslateArgs {
+  demo::TranslateDemoOptions o;
+  std::string loss_plot = "translate_loss.svg", attention_plot = "translate_attention.svg";
+  bool overwrite = false;
+};
+
+int cmd_translate(TranslateArgs& a) {
+  check_distinct({{"--loss-plot", a.loss_plot}, {"--attention-plot", a.attention_plot}});
+  io::check_writable_target(a.loss_plot);
+  io::check_writable_target(a.attention_plot);
+  std::error_code ec;
+  if (std::filesystem::exists(a.o.model_dir, ec) && !std::filesystem::is_directory(a.o.model_dir, ec))
+    throw Error("--model-dir " + a.o.model_dir + " is a file; expected a directory to write the model into");
+  if (std::filesystem::exists(std::filesystem::path(a.o.model_dir) / "model.safetensors", ec) && !a.overwrite)
+    throw Error("--model-dir " + a.o.model_dir + " already holds a model; pass --overwrite to replace it");
+  const auto& o = a.o;
+  std::printf("ffn demo translate: English number words -> French number words (0..999,999)\n");
+  std::printf("  model: %lld + %lld layers, d_model %lld, %lld heads, d_ff %lld, swish, dropout %g; batch %lld, %lld steps\n",
+              (long long)o.layers, (long long)o.layers, (long long)o.d_model, (long long)o.heads, (long long)o.d_ff,
+              double(o.dropout), (long long)o.batch, (long long)o.steps);
+  std::fflush(stdout);
+  const demo::TranslateDemoResult r = demo::translate_demo(a.o);
+  std::printf("  vocabulary %lld pieces (SentencePiece, trained on the training text); %lld parameters\n",
+              (long long)r.vocab, (long long)r.parameters);
+  std::printf("  trained in %.1f s; final 50-step mean loss %.4f\n", r.train_seconds, [&] {
+    double s = 0;
+    const size_t k = std::min<size_t>(50, r.loss.size());
+    for (size_t i = r.loss.size() - k; i < r.loss.size(); ++i) s += r.loss[i];
+    return s / double(k);
+  }());
+  std::printf("  held-out numbers (never seen in training): %lld of %lld translated exactly (%.2f%%), greedy, in %.1f s\n",
+              (long long)r.exact, (long long)r.held_out, 100.0 * double(r.exact) / double(r.held_out), r.eval_seconds);
+  for (const auto& e : r.samples)
+    std::printf("    %-7lld %s -> %s%s\n", (long long)e.number, e.english.c_str(), e.translation.c_str(),
+                e.translation == e.french ? "" : ("   (expected " + e.french + ")").c_str());
+  if (!r.wrong.empty()) {
+    std::printf("  wrong translations (first %zu):\n", r.wrong.size());
+    for (const auto& e : r.wrong)
+      std::printf("    %-7lld %s -> %s   (expected %s)\n", (long long)e.number, e.english.c_str(), e.translation.c_str(),
+                  e.french.c_str());
+  }
+  plot::write_svg(a.loss_plot, plot::render(r.loss_chart));
+  plot::write_svg(a.attention_plot, plot::render(r.attention, int(r.attention.size()),
+                                                  "Cross-attention of the last decoder layer (mean over heads)", 300));
+  std::printf("  wrote %s/ (MarianMT: config.json, generation_config.json, model.safetensors, source.spm, target.spm, "
+              "vocab.json, tokenizer_config.json), %s, %s\n",
+              o.model_dir.c_str(), a.loss_plot.c_str(), a.attention_plot.c_str());
+  std::printf("  try: ffn translate --model %s \"three hundred seventy-one\"\n", o.model_dir.c_str());
+  return 0;
+}
+
+struct NumberWordsArgs {
+  std::vector<int64_t> numbers;
+  bool all = false;
+};
+
+int cmd_number_words(const NumberWordsArgs& a) {
+  if (a.all == !a.numbers.empty()) throw Error("number-words: give numbers (0..999999) or --all");
+  auto line = [](int64_t n) {
+    std::printf("%lld\t%s\t%s\n", (long long)n, demo::english_number(n).c_str(), demo::french_number(n).c_str());
+  };
+  if (a.all)
+    for (int64_t n = 0; n <= demo::kMaxNumberWords; ++n) line(n);
+  for (int64_t n : a.numbers) line(n);
+  return 0;
+}
+
 }  // namespace
 
 Command add_demo(CLI::App& app) {
-  CLI::App* d = app.add_subcommand("demo", "the seeds' demonstrations: approximate, interaction");
+  CLI::App* d = app.add_subcommand("demo", "the seeds' demonstrations: approximate, interaction, translate (and number-words, its data)");
   d->require_subcommand(1);
+
+  auto tp = std::make_shared<TranslateArgs>();
+  CLI::App* t = d->add_subcommand("translate", "train an English -> French number translator (encoder-decoder, MarianMT) and score it");
+  t->add_option("--model-dir", tp->o.model_dir, "where the MarianMT model is written (default number-translator)");
+  t->add_flag("--overwrite", tp->overwrite, "replace a model already in --model-dir");
+  t->add_option("--steps", tp->o.steps, "optimizer steps (default 2500)");
+  t->add_option("--batch", tp->o.batch, "sentence pairs per step (default 64)");
+  t->add_option("--held-out", tp->o.held_out, "numbers kept out of training and scored (default 1000)");
+  t->add_option("--d-model", tp->o.d_model, "default 128");
+  t->add_option("--heads", tp->o.heads, "default 4");
+  t->add_option("--d-ff", tp->o.d_ff, "default 512");
+  t->add_option("--layers", tp->o.layers, "encoder and decoder layers each (default 2)");
+  t->add_option("--dropout", tp->o.dropout, "default 0.1");
+  t->add_option("--warmup", tp->o.train.warmup, "warm-up steps of the schedule (default 400)");
+  t->add_option("--lr-scale", tp->o.train.lr_scale, "the schedule's factor (default 1)");
+  t->add_option("--label-smoothing", tp->o.train.label_smoothing, "default 0.1");
+  t->add_option("--seed", tp->o.seed, "data, held-out split, initialization and dropout (default 0)")->check(CLI::NonNegativeNumber);
+  t->add_option("--threads", tp->o.threads, "threads, 0 = all cores (default 0)");
+  t->add_option("--loss-plot", tp->loss_plot, "SVG of the loss curve (default translate_loss.svg)");
+  t->add_option("--attention-plot", tp->attention_plot, "SVG of cross-attention maps (default translate_attention.svg)");
+
+  auto np = std::make_shared<NumberWordsArgs>();
+  CLI::App* nw = d->add_subcommand("number-words", "the demo's data: N, its English and its French words, tab-separated");
+  nw->add_option("numbers", np->numbers, "numbers in 0..999999");
+  nw->add_flag("--all", np->all, "every number 0..999999");
 
   auto ap = std::make_shared<ApproxArgs>();
   CLI::App* a = d->add_subcommand("approximate", "fit x^2 (or sin(pi x), |x|) with N ReLU units; error against the best possible");
@@ -135,7 +230,12 @@ Command add_demo(CLI::App& app) {
   i->add_option("--save", ip->save, "write the trained layer (.safetensors)");
   i->add_option("--plot", ip->plot, "SVG of both models over the (a, b) plane (default interaction.svg)");
 
-  return {d, [ap, ip, a] { return *a ? cmd_approximate(*ap) : cmd_interaction(*ip); }};
+  return {d, [ap, ip, tp, np, a, t, nw] {
+            if (*a) return cmd_approximate(*ap);
+            if (*t) return cmd_translate(*tp);
+            if (*nw) return cmd_number_words(*np);
+            return cmd_interaction(*ip);
+          }};
 }
 
 }  // namespace ffn::cli

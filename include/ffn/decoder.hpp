@@ -20,6 +20,7 @@
 // a step's output is bitwise the output the whole prefix would give.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -54,6 +55,11 @@ struct DecoderWeights {
 
 struct DecoderRunOptions : RunOptions {
   bool causal = true;  // target position s attends to target positions 0..s only
+  // Called from the calling thread with each cross-attention sublayer's
+  // query input (the valid target rows, n × d_model: x after norm1 for
+  // post-LN, Norm2(x) for pre-LN) before its projection: for inspection
+  // (Seq2SeqTrainer::cross_attention draws the attention from it).
+  std::function<void(int64_t layer, const float* x, int64_t n)> cross_attention_input;
 };
 
 // What forward saves for backward; opaque.

@@ -82,11 +82,24 @@ class MarianTokenizer {
   // Throws Error naming the file when one is missing or malformed, or when
   // the library was built without SentencePiece.
   static MarianTokenizer load(const std::string& dir);
+  // Trains SentencePiece unigram models on the lines of each side (about
+  // `*_pieces` pieces each; fewer when the text has fewer) and writes a
+  // tokenizer load() and transformers' MarianTokenizer read: source.spm,
+  // target.spm, one vocab.json for both sides (</s> 0, <unk> 1, the
+  // pieces, <pad> last), tokenizer_config.json (en → fr) and
+  // special_tokens_map.json, in dir (made if missing), each written atomically.
+  static void train(const std::string& dir, const std::vector<std::string>& source,
+                    const std::vector<std::string>& target, int64_t source_pieces, int64_t target_pieces);
   MarianTokenizer(MarianTokenizer&&) noexcept;
   MarianTokenizer& operator=(MarianTokenizer&&) noexcept;
   ~MarianTokenizer();
   std::vector<int64_t> encode(const std::string& text) const;
+  // The target side's ids of a text (transformers' tokenizer(text_target=...):
+  // target.spm and the target vocabulary), EOS appended: training labels.
+  std::vector<int64_t> encode_target(const std::string& text) const;
   std::string decode(const std::vector<int64_t>& ids) const;
+  // The vocabulary's piece of an id ("" when it has none), e.g. for labels.
+  std::string piece(int64_t id) const;
   int64_t eos_id() const;
   int64_t pad_id() const;
   int64_t unk_id() const;
@@ -98,7 +111,12 @@ class MarianTokenizer {
  private:
   MarianTokenizer();
   std::unique_ptr<Impl> p_;
+  std::vector<int64_t> encode_side(const std::string& text, bool target) const;
 };
+
+// Marian's sinusoidal position table [n, d]: row p, column j < ⌈d/2⌉ is
+// sin(p / 10000^(2j/d)), column ⌈d/2⌉ + j is cos(p / 10000^(2j/d)).
+std::vector<float> marian_positions(int64_t n, int64_t d);
 
 class TranslationModel {
  public:
@@ -111,6 +129,10 @@ class TranslationModel {
   const TranslationConfig& config() const { return cfg_; }
   const Encoder& encoder() const { return encoder_; }
   const Decoder& decoder() const { return decoder_; }
+  // The source embeddings [vocab_size, d_model] (the target's too when
+  // shared, and the output projection when tied), and final_logits_bias.
+  const std::vector<float>& source_embeddings() const { return src_embed_; }
+  const std::vector<float>& logits_bias() const { return logits_bias_; }
 
   // Teacher forcing, as MarianMTModel(input_ids, decoder_input_ids).logits:
   // [decoder_input.size(), decoder_vocab_size] for one source.

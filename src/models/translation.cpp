@@ -44,6 +44,8 @@ int64_t positive(const nlohmann::json& j, const char* key, const fs::path& p, in
   return v;
 }
 
+}  // namespace
+
 // Marian's sinusoidal table: row p, column j < ⌈d/2⌉ is sin(p / 10000^(2j/d)),
 // column ⌈d/2⌉ + j is cos(p / 10000^(2j/d)) (transformers computes it in
 // double with numpy and rounds to float32, as here).
@@ -58,8 +60,6 @@ std::vector<float> marian_positions(int64_t n, int64_t d) {
     }
   return t;
 }
-
-}  // namespace
 
 TranslationModel::TranslationModel(TranslationConfig cfg, Encoder e, Decoder d)
     : cfg_(std::move(cfg)), encoder_(std::move(e)), decoder_(std::move(d)) {}

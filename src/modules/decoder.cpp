@@ -395,6 +395,8 @@ void Decoder::forward(const float* x, const Shape& shape, const float* memory, c
     ask();
     run.causal = false;
     run.seed = cross_seed(opts.seed, l);
+    if (opts.cross_attention_input)
+      run.observe = [&](const float* q, int64_t rows_n) { opts.cross_attention_input(l, q, rows_n); };
     nn::attention_block_forward(bc, cross_weights(lw), packed[size_t(l)].cross, a.data(), h.data(), rows.off, shape.seq,
                                 mkv, s.cross, c != nullptr, run);
     if (c) s.h = h;

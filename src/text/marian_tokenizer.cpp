@@ -9,8 +9,17 @@
 #include "ffn/translation.hpp"
 #include "core/json_file.hpp"
 
+#include "ffn/io.hpp"
+
 #ifdef FFN_HAVE_SENTENCEPIECE
 #include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#ifdef FFN_SPM_MIN_LOG_LEVEL
+namespace sentencepiece::logging {  // exported by libsentencepiece, not declared in its headers
+int GetMinLogLevel();
+void SetMinLogLevel(int v);
+}  // namespace sentencepiece::logging
+#endif
 #endif
 
 namespace ffn {
@@ -22,6 +31,7 @@ namespace fs = std::filesystem;
 struct MarianTokenizer::Impl {
   sentencepiece::SentencePieceProcessor source, target;
   std::unordered_map<std::string, int64_t> encoder;         // vocab.json
+  std::unordered_map<std::string, int64_t> target_encoder;  // target_vocab.json when separate, else vocab.json
   std::unordered_map<int64_t, std::string> decoder;         // target ids -> pieces
   int64_t eos = 0, unk = 0, pad = 0, target_size = 0;
   bool cleanup = false;
@@ -83,6 +93,7 @@ MarianTokenizer MarianTokenizer::load(const std::string& dir_in) {
   p.encoder = read_vocab(vocab_path);
   const fs::path target_path = dir / "target_vocab.json";
   const auto target = separate ? read_vocab(target_path) : p.encoder;
+  p.target_encoder = target;
   for (const auto& [k, id] : target) {
     p.decoder[id] = k;
     p.target_size = std::max(p.target_size, id + 1);
@@ -98,8 +109,13 @@ MarianTokenizer MarianTokenizer::load(const std::string& dir_in) {
   return t;
 }
 
-std::vector<int64_t> MarianTokenizer::encode(const std::string& text_in) const {
+std::vector<int64_t> MarianTokenizer::encode(const std::string& text) const { return encode_side(text, false); }
+std::vector<int64_t> MarianTokenizer::encode_target(const std::string& text) const { return encode_side(text, true); }
+
+std::vector<int64_t> MarianTokenizer::encode_side(const std::string& text_in, bool target_side) const {
   const Impl& p = *p_;
+  const sentencepiece::SentencePieceProcessor& spm = target_side ? p.target : p.source;
+  const std::unordered_map<std::string, int64_t>& vocab = target_side ? p.target_encoder : p.encoder;
   std::vector<std::string> tokens;
   // A language code: the leftmost match of >>.+<< (greedy, no newline), kept
   // as a token when the text starts with it; any match is removed.
@@ -118,7 +134,7 @@ std::vector<int64_t> MarianTokenizer::encode(const std::string& text_in) const {
   auto encode_chunk = [&](const std::string& chunk) {
     if (chunk.empty()) return;
     std::vector<std::string> pieces;
-    const auto status = p.source.Encode(chunk, &pieces);
+    const auto status = spm.Encode(chunk, &pieces);
     if (!status.ok()) throw Error("tokenizer: " + status.ToString());
     tokens.insert(tokens.end(), pieces.begin(), pieces.end());
   };
@@ -140,12 +156,15 @@ std::vector<int64_t> MarianTokenizer::encode(const std::string& text_in) const {
     tokens.push_back(text.substr(best, len));
     start = best + len;
   }
+  // (The target side's <unk> and </s> are those of its vocabulary, as transformers' target mode.)
+  auto id_of = [&](const std::string& tok, int64_t otherwise) {
+    auto it = vocab.find(tok);
+    return it == vocab.end() ? otherwise : it->second;
+  };
+  const int64_t unk = id_of("<unk>", p.unk);
   std::vector<int64_t> ids;
-  for (const std::string& tok : tokens) {
-    auto it = p.encoder.find(tok);
-    ids.push_back(it == p.encoder.end() ? p.unk : it->second);
-  }
-  ids.push_back(p.eos);
+  for (const std::string& tok : tokens) ids.push_back(id_of(tok, unk));
+  ids.push_back(id_of("</s>", p.eos));
   return ids;
 }
 
@@ -169,6 +188,89 @@ std::string MarianTokenizer::decode(const std::vector<int64_t>& ids) const {
   return p.cleanup ? clean_up(out) : out;
 }
 
+
+namespace {
+
+class LinesIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit LinesIterator(const std::vector<std::string>& lines) : lines_(lines) {}
+  bool done() const override { return i_ >= lines_.size(); }
+  void Next() override { ++i_; }
+  const std::string& value() const override { return lines_[i_]; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  const std::vector<std::string>& lines_;
+  size_t i_ = 0;
+};
+
+std::string train_spm(const std::vector<std::string>& lines, int64_t pieces, const char* side) {
+  if (lines.empty()) throw Error(std::string("MarianTokenizer::train: no ") + side + " text");
+  if (pieces < 4) throw Error(std::string("MarianTokenizer::train: ") + side + " pieces " + std::to_string(pieces) + ", expected ≥ 4");
+  LinesIterator it(lines);
+  std::string proto;
+  // As transformers' own test models: a unigram model, no BOS/EOS pieces
+  // (Marian's vocab.json holds </s>), <unk> first; hard_vocab_limit off, so
+  // a small text gives the pieces it has.
+  const std::unordered_map<std::string, std::string> args = {
+      {"model_type", "unigram"}, {"vocab_size", std::to_string(pieces)}, {"character_coverage", "1.0"},
+      {"bos_id", "-1"}, {"eos_id", "-1"}, {"unk_id", "0"}, {"hard_vocab_limit", "false"}, {"num_threads", "1"},
+      {"input_sentence_size", "0"}, {"shuffle_input_sentence", "false"}};
+#ifdef FFN_SPM_MIN_LOG_LEVEL
+  // The trainer logs its settings and progress at INFO level; keep warnings.
+  const int level = sentencepiece::logging::GetMinLogLevel();
+  sentencepiece::logging::SetMinLogLevel(1);
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &proto);
+  sentencepiece::logging::SetMinLogLevel(level);
+#else
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &proto);
+#endif
+  if (!status.ok()) throw Error(std::string("MarianTokenizer::train: the ") + side + " SentencePiece model: " + status.ToString());
+  return proto;
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  io::write_file_atomic(p.string(), [&](std::FILE* f) { io::write_all(f, text.data(), text.size(), p.string()); });
+}
+
+}  // namespace
+
+void MarianTokenizer::train(const std::string& dir_in, const std::vector<std::string>& source,
+                            const std::vector<std::string>& target, int64_t source_pieces, int64_t target_pieces) {
+  const fs::path dir(dir_in);
+  const std::string src = train_spm(source, source_pieces, "source"), tgt = train_spm(target, target_pieces, "target");
+  // vocab.json: </s>, <unk>, the source's pieces, the target's not already
+  // there, and <pad> last (the layout of the opus-mt models).
+  nlohmann::ordered_json vocab;
+  int64_t next = 0;
+  vocab["</s>"] = next++;
+  vocab["<unk>"] = next++;
+  for (const std::string* proto : {&src, &tgt}) {
+    sentencepiece::SentencePieceProcessor sp;
+    const auto status = sp.LoadFromSerializedProto(*proto);
+    if (!status.ok()) throw Error("MarianTokenizer::train: " + status.ToString());
+    for (int i = 0; i < sp.GetPieceSize(); ++i) {
+      const std::string& piece = sp.IdToPiece(i);
+      if (piece == "<unk>" || piece == "<s>" || piece == "</s>" || vocab.contains(piece)) continue;
+      vocab[piece] = next++;
+    }
+  }
+  vocab["<pad>"] = next++;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir, ec)) throw Error(dir_in + ": cannot make the directory");
+  write_text(dir / "source.spm", src);
+  write_text(dir / "target.spm", tgt);
+  write_text(dir / "vocab.json", vocab.dump() + "\n");
+  const nlohmann::ordered_json config = {
+      {"tokenizer_class", "MarianTokenizer"}, {"source_lang", "en"}, {"target_lang", "fr"},
+      {"separate_vocabs", false}, {"eos_token", "</s>"}, {"unk_token", "<unk>"}, {"pad_token", "<pad>"},
+      {"model_max_length", 512}, {"clean_up_tokenization_spaces", false}, {"sp_model_kwargs", nlohmann::json::object()}};
+  write_text(dir / "tokenizer_config.json", config.dump(2) + "\n");
+  const nlohmann::ordered_json special = {{"eos_token", "</s>"}, {"unk_token", "<unk>"}, {"pad_token", "<pad>"}};
+  write_text(dir / "special_tokens_map.json", special.dump(2) + "\n");
+}
+
 #else  // built without SentencePiece
 
 struct MarianTokenizer::Impl {
@@ -180,7 +282,14 @@ MarianTokenizer MarianTokenizer::load(const std::string& dir) {
   throw Error(dir + ": this ffn was built without SentencePiece (install libsentencepiece-dev: scripts/setup.sh, then "
               "rebuild); use --ids to give token ids");
 }
+void MarianTokenizer::train(const std::string& dir, const std::vector<std::string>&, const std::vector<std::string>&,
+                            int64_t, int64_t) {
+  throw Error(dir + ": this ffn was built without SentencePiece (install libsentencepiece-dev: scripts/setup.sh, then "
+              "rebuild); training a tokenizer needs it");
+}
 std::vector<int64_t> MarianTokenizer::encode(const std::string&) const { return {}; }
+std::vector<int64_t> MarianTokenizer::encode_target(const std::string&) const { return {}; }
+std::vector<int64_t> MarianTokenizer::encode_side(const std::string&, bool) const { return {}; }
 std::string MarianTokenizer::decode(const std::vector<int64_t>&) const { return {}; }
 
 #endif
@@ -190,6 +299,11 @@ MarianTokenizer::MarianTokenizer(MarianTokenizer&&) noexcept = default;
 MarianTokenizer& MarianTokenizer::operator=(MarianTokenizer&&) noexcept = default;
 MarianTokenizer::~MarianTokenizer() = default;
 int64_t MarianTokenizer::eos_id() const { return p_->eos; }
+std::string MarianTokenizer::piece(int64_t id) const {
+  for (const auto& [k, v] : p_->encoder)
+    if (v == id) return k;
+  return {};
+}
 int64_t MarianTokenizer::pad_id() const { return p_->pad; }
 int64_t MarianTokenizer::unk_id() const { return p_->unk; }
 int64_t MarianTokenizer::source_vocab_size() const {

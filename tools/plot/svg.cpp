@@ -279,13 +279,20 @@ std::string render(const std::vector<LineChart>& charts, int columns, int width,
 std::string render(const std::vector<Heatmap>& maps, int columns, const std::string& title, int cell_px) {
   columns = std::max(1, std::min<int>(columns, int(maps.size())));
   const int rows = int((maps.size() + size_t(columns) - 1) / size_t(columns));
-  const int pw = cell_px + 130, ph = cell_px + 80, top = 40;
+  // Token labels (xticks / yticks) need room left of and under the map.
+  int label_left = 0, label_below = 0;
+  for (const Heatmap& h : maps) {
+    if (!h.yticks.empty()) label_left = 90;
+    if (!h.xticks.empty()) label_below = 70;
+  }
+  const int pw = cell_px + 130 + label_left, ph = cell_px + 80 + label_below, top = 40;
   std::string s = header(pw * columns + 20, ph * rows + top);
   s += "<text x=\"" + std::to_string((pw * columns + 20) / 2) +
        "\" y=\"24\" text-anchor=\"middle\" font-size=\"17\">" + xml_escape(title) + "</text>\n";
   for (size_t m = 0; m < maps.size(); ++m) {
     const Heatmap& h = maps[m];
-    const double left = 60.0 + double(int(m) % columns) * pw, ptop = top + 28.0 + double(int(m) / columns) * ph;
+    const double left = 60.0 + label_left + double(int(m) % columns) * pw, ptop = top + 28.0 + double(int(m) / columns) * ph;
+    auto color = [&](double t) { return h.sequential ? colormap(0.5 + 0.5 * std::clamp(t, 0.0, 1.0)) : colormap(t); };
     const double cw = double(cell_px) / h.nx, ch = double(cell_px) / h.ny;
     s += "<g class=\"heatmap\" data-nx=\"" + std::to_string(h.nx) + "\" data-ny=\"" + std::to_string(h.ny) +
          "\" data-x0=\"" + full(h.x0) + "\" data-x1=\"" + full(h.x1) + "\" data-y0=\"" + full(h.y0) + "\" data-y1=\"" +
@@ -301,7 +308,7 @@ std::string render(const std::vector<Heatmap>& maps, int columns, const std::str
       for (int ix = 0; ix < h.nx; ++ix) {
         const double v = h.v[size_t(iy * h.nx + ix)];
         s += "<rect x=\"" + short_num(left + ix * cw) + "\" y=\"" + short_num(ptop + (h.ny - 1 - iy) * ch) + "\" width=\"" +
-             short_num(cw) + "\" height=\"" + short_num(ch) + "\" fill=\"" + colormap((v - h.vmin) / (h.vmax - h.vmin)) + "\"/>";
+             short_num(cw) + "\" height=\"" + short_num(ch) + "\" fill=\"" + color((v - h.vmin) / (h.vmax - h.vmin)) + "\"/>";
       }
       s += "\n";
     }
@@ -315,14 +322,26 @@ std::string render(const std::vector<Heatmap>& maps, int columns, const std::str
          std::to_string(cell_px) + "\" fill=\"none\" stroke=\"#444\"/>\n";
     for (int k = 0; k <= 4; ++k) {
       const double fx = h.x0 + (h.x1 - h.x0) * k / 4, fy = h.y0 + (h.y1 - h.y0) * k / 4;
-      s += "<text x=\"" + px(X(fx)) + "\" y=\"" + px(ptop + cell_px + 16) +
-           "\" text-anchor=\"middle\" font-size=\"11\">" + tick_label(fx) + "</text>\n";
-      s += "<text x=\"" + px(left - 5) + "\" y=\"" + px(Y(fy) + 4) + "\" text-anchor=\"end\" font-size=\"11\">" +
-           tick_label(fy) + "</text>\n";
+      if (h.xticks.empty())
+        s += "<text x=\"" + px(X(fx)) + "\" y=\"" + px(ptop + cell_px + 16) +
+             "\" text-anchor=\"middle\" font-size=\"11\">" + tick_label(fx) + "</text>\n";
+      if (h.yticks.empty())
+        s += "<text x=\"" + px(left - 5) + "\" y=\"" + px(Y(fy) + 4) + "\" text-anchor=\"end\" font-size=\"11\">" +
+             tick_label(fy) + "</text>\n";
     }
-    s += "<text x=\"" + px(left + cell_px / 2.0) + "\" y=\"" + px(ptop + cell_px + 34) +
+    // One label per column (rotated, under the map) and per row (left of it).
+    for (size_t ix = 0; ix < h.xticks.size() && int(ix) < h.nx; ++ix) {
+      const double x = left + (double(ix) + 0.5) * cw, y = ptop + cell_px + 8;
+      s += "<text class=\"xtick\" x=\"" + px(x) + "\" y=\"" + px(y) + "\" transform=\"rotate(-60 " + px(x) + " " +
+           px(y) + ")\" text-anchor=\"end\" dominant-baseline=\"middle\" font-size=\"11\">" + xml_escape(h.xticks[ix]) +
+           "</text>\n";
+    }
+    for (size_t iy = 0; iy < h.yticks.size() && int(iy) < h.ny; ++iy)
+      s += "<text class=\"ytick\" x=\"" + px(left - 5) + "\" y=\"" + px(ptop + (h.ny - 1 - int(iy) + 0.5) * ch + 4) +
+           "\" text-anchor=\"end\" font-size=\"11\">" + xml_escape(h.yticks[iy]) + "</text>\n";
+    s += "<text x=\"" + px(left + cell_px / 2.0) + "\" y=\"" + px(ptop + cell_px + 34 + label_below) +
          "\" text-anchor=\"middle\" font-size=\"12\">" + xml_escape(h.xlabel) + "</text>\n";
-    s += "<text transform=\"translate(" + px(left - 38) + "," + px(ptop + cell_px / 2.0) +
+    s += "<text transform=\"translate(" + px(left - 38 - label_left) + "," + px(ptop + cell_px / 2.0) +
          ") rotate(-90)\" text-anchor=\"middle\" font-size=\"12\">" + xml_escape(h.ylabel) + "</text>\n";
     s += "</g>\n";
     // Colour bar right of the map: vmin at the bottom, vmax at the top, in
@@ -333,7 +352,7 @@ std::string render(const std::vector<Heatmap>& maps, int columns, const std::str
          "\" shape-rendering=\"crispEdges\">\n";
     for (int k = 0; k < kBarSteps; ++k)
       s += "<rect x=\"" + px(bx) + "\" y=\"" + px(ptop + cell_px - (k + 1) * bh) + "\" width=\"" + px(bw) +
-           "\" height=\"" + px(bh + 0.05) + "\" fill=\"" + colormap((k + 0.5) / kBarSteps) + "\"/>";
+           "\" height=\"" + px(bh + 0.05) + "\" fill=\"" + color((k + 0.5) / kBarSteps) + "\"/>";
     s += "\n<rect x=\"" + px(bx) + "\" y=\"" + px(ptop) + "\" width=\"" + px(bw) + "\" height=\"" +
          std::to_string(cell_px) + "\" fill=\"none\" stroke=\"#444\"/>\n";
     for (int k = 0; k <= 2; ++k) {

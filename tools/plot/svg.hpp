@@ -44,6 +44,10 @@ struct Heatmap {
   double vmin = 0, vmax = 1;
   std::string xlabel, ylabel;
   std::vector<std::array<double, 4>> segments;  // reference lines (x0, y0, x1, y1) in data coordinates
+  // Optional labels of the columns (nx) and rows (ny, from the bottom), in
+  // place of the numeric ticks: e.g. the tokens of an attention map.
+  std::vector<std::string> xticks, yticks;
+  bool sequential = false;  // white at vmin to red at vmax (else blue-white-red)
 };
 
 // One chart, width × height pixels.
