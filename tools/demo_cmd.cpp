@@ -128,7 +128,7 @@ int cmd_translate(TranslateArgs& a) {
   const demo::TranslateDemoResult r = demo::translate_demo(a.o);
   std::printf("  vocabulary %lld pieces (SentencePiece, trained on the training text); %lld parameters\n",
               (long long)r.vocab, (long long)r.parameters);
-  std::printf("  trained in %.1f s; final 50-step mean loss %.4f\n", r.train_seconds, [&] {
+  std::printf("  trained in %.1f s; loss %.4f at the first step, final 50-step mean %.4f\n", r.train_seconds, r.loss.front(), [&] {
     double s = 0;
     const size_t k = std::min<size_t>(50, r.loss.size());
     for (size_t i = r.loss.size() - k; i < r.loss.size(); ++i) s += r.loss[i];
@@ -144,6 +144,17 @@ int cmd_translate(TranslateArgs& a) {
     for (const auto& e : r.wrong)
       std::printf("    %-7lld %s -> %s   (expected %s)\n", (long long)e.number, e.english.c_str(), e.translation.c_str(),
                   e.french.c_str());
+  }
+  // Where each French piece looks: the source piece of largest weight per row.
+  for (const auto& h : r.attention) {
+    std::printf("  attention of %s (French piece <- English piece it attends to most):\n   ", h.title.c_str());
+    for (int iy = h.ny - 1; iy >= 0; --iy) {
+      int best = 0;
+      for (int ix = 1; ix < h.nx; ++ix)
+        if (h.v[size_t(iy * h.nx + ix)] > h.v[size_t(iy * h.nx + best)]) best = ix;
+      std::printf(" %s<-%s", h.yticks[size_t(iy)].c_str(), h.xticks[size_t(best)].c_str());
+    }
+    std::printf("\n");
   }
   plot::write_svg(a.loss_plot, plot::render(r.loss_chart));
   plot::write_svg(a.attention_plot, plot::render(r.attention, int(r.attention.size()),
