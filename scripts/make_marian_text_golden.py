@@ -96,6 +96,8 @@ def main():
              "unknown 🙂 characters 漢字 ✓ ß", ">>fr<< the green garden", "a </s> in the text <unk> and <pad>",
              "Numbers 0 12 345 6789 and 3.14, 2,718!", "Tabs\tand\nnewlines"]
     ids = [tok(t)["input_ids"] for t in texts]
+    target_texts = ["Le chat est très petit.", "Une maison rouge, et un grand jardin !", "Élève à côté du garçon 1984",
+                    "", "  espaces   partout  ", "inconnu 🙂 漢字", "a </s> et <unk> et <pad>", ">>fr<< le jardin"]
     target_ids = [[5, 6, 7, 0], [V - 1, 12, 30, 1, 0, 0], [40, 41, 42], list(range(2, 30))]
     decoded = [tok.decode(t, skip_special_tokens=True) for t in target_ids]
     sources = [i for i in ids if len(i) > 1]
@@ -112,6 +114,9 @@ def main():
         "greedy_text": tok.batch_decode(greedy, skip_special_tokens=True),
         "beam_text": tok.batch_decode(beam, skip_special_tokens=True),
         "translated_texts": [texts[i] for i in range(len(texts)) if len(ids[i]) > 1],
+        # The target side (tokenizer(text_target=...): target.spm), as training labels are made.
+        "target_texts": target_texts,
+        "target_ids": [tok(text_target=t)["input_ids"] for t in target_texts],
     }
     with open(os.path.join(out, "cases.json"), "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False, indent=0)

@@ -111,14 +111,22 @@ struct TranslateArgs {
 };
 
 int cmd_translate(TranslateArgs& a) {
+  demo::check_translate_options(a.o);
   check_distinct({{"--loss-plot", a.loss_plot}, {"--attention-plot", a.attention_plot}});
   io::check_writable_target(a.loss_plot);
   io::check_writable_target(a.attention_plot);
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::exists(a.o.model_dir, ec) && !std::filesystem::is_directory(a.o.model_dir, ec))
+  if (fs::exists(a.o.model_dir, ec) && !fs::is_directory(a.o.model_dir, ec))
     throw Error("--model-dir " + a.o.model_dir + " is a file; expected a directory to write the model into");
-  if (std::filesystem::exists(std::filesystem::path(a.o.model_dir) / "model.safetensors", ec) && !a.overwrite)
-    throw Error("--model-dir " + a.o.model_dir + " already holds a model; pass --overwrite to replace it");
+  io::check_writable_directory(a.o.model_dir);
+  for (const std::string& f : demo::kTranslateDemoFiles) {
+    const fs::path p = fs::path(a.o.model_dir) / f;
+    if (fs::exists(p, ec) && !a.overwrite)
+      throw Error("--model-dir " + a.o.model_dir + " already holds " + f + "; pass --overwrite to replace the model's files");
+    if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
+      throw Error("--model-dir " + a.o.model_dir + ": " + f + " is not a regular file");
+  }
   const auto& o = a.o;
   std::printf("ffn demo translate: English number words -> French number words (0..999,999)\n");
   std::printf("  model: %lld + %lld layers, d_model %lld, %lld heads, d_ff %lld, swish, dropout %g; batch %lld, %lld steps\n",
@@ -173,6 +181,9 @@ struct NumberWordsArgs {
 
 int cmd_number_words(const NumberWordsArgs& a) {
   if (a.all == !a.numbers.empty()) throw Error("number-words: give numbers (0..999999) or --all");
+  for (int64_t n : a.numbers)  // all checked before the first line is printed
+    if (n < 0 || n > demo::kMaxNumberWords)
+      throw Error("number-words: " + std::to_string(n) + " is outside 0.." + std::to_string(demo::kMaxNumberWords));
   auto line = [](int64_t n) {
     std::printf("%lld\t%s\t%s\n", (long long)n, demo::english_number(n).c_str(), demo::french_number(n).c_str());
   };

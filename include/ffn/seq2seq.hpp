@@ -63,7 +63,11 @@ class Seq2SeqTrainer {
   // Continues training a MarianMT checkpoint (TranslationModel::load's
   // directory) whose embeddings are shared and tied, scaled by √d_model, with
   // one layer shape for encoder and decoder. Its final_logits_bias is kept,
-  // fixed, as transformers keeps it (a buffer). Dropout as its config.json's "dropout".
+  // fixed, as transformers keeps it (a buffer). Dropout: config.json's
+  // "dropout" at every site (ffn's layers have one probability; transformers
+  // also has attention_dropout and activation_dropout, which save_marian
+  // writes equal to it). Generation settings are not kept: save_marian
+  // writes its own (greedy, max_length = max_positions).
   static Seq2SeqTrainer from_marian(const std::string& dir, const Seq2SeqTrainOptions& opts, uint64_t seed);
 
   // The loss of a batch and the gradient of every parameter, without a
@@ -91,6 +95,7 @@ class Seq2SeqTrainer {
                                      int64_t layer) const;
 
   const Seq2SeqConfig& config() const { return cfg_; }
+  int64_t parameters() const;  // trained values: embeddings, every weight, bias and norm
   int64_t steps() const { return adam_.steps(); }
   double learning_rate(int64_t step) const;  // the schedule at step ≥ 1
 

@@ -88,6 +88,8 @@ class MarianTokenizer {
   // target.spm, one vocab.json for both sides (</s> 0, <unk> 1, the
   // pieces, <pad> last), tokenizer_config.json (en → fr) and
   // special_tokens_map.json, in dir (made if missing), each written atomically.
+  // Silences SentencePiece's INFO log while it trains (a process-wide
+  // setting: do not run two trainings at once on different threads).
   static void train(const std::string& dir, const std::vector<std::string>& source,
                     const std::vector<std::string>& target, int64_t source_pieces, int64_t target_pieces);
   MarianTokenizer(MarianTokenizer&&) noexcept;
@@ -98,8 +100,9 @@ class MarianTokenizer {
   // target.spm and the target vocabulary), EOS appended: training labels.
   std::vector<int64_t> encode_target(const std::string& text) const;
   std::string decode(const std::vector<int64_t>& ids) const;
-  // The vocabulary's piece of an id ("" when it has none), e.g. for labels.
-  std::string piece(int64_t id) const;
+  // The vocabulary's piece of a source id, or of a target id when `target`
+  // ("" when it has none), e.g. for labels.
+  std::string piece(int64_t id, bool target = false) const;
   int64_t eos_id() const;
   int64_t pad_id() const;
   int64_t unk_id() const;

@@ -275,7 +275,7 @@ void MarianTokenizer::train(const std::string& dir_in, const std::vector<std::st
 
 struct MarianTokenizer::Impl {
   int64_t eos = 0, unk = 0, pad = 0, target_size = 0;
-  std::unordered_map<std::string, int64_t> encoder;
+  std::unordered_map<std::string, int64_t> encoder, target_encoder;
 };
 
 MarianTokenizer MarianTokenizer::load(const std::string& dir) {
@@ -299,8 +299,8 @@ MarianTokenizer::MarianTokenizer(MarianTokenizer&&) noexcept = default;
 MarianTokenizer& MarianTokenizer::operator=(MarianTokenizer&&) noexcept = default;
 MarianTokenizer::~MarianTokenizer() = default;
 int64_t MarianTokenizer::eos_id() const { return p_->eos; }
-std::string MarianTokenizer::piece(int64_t id) const {
-  for (const auto& [k, v] : p_->encoder)
+std::string MarianTokenizer::piece(int64_t id, bool target) const {
+  for (const auto& [k, v] : target ? p_->target_encoder : p_->encoder)
     if (v == id) return k;
   return {};
 }

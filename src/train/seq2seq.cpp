@@ -163,6 +163,12 @@ Seq2SeqTrainer Seq2SeqTrainer::from_marian(const std::string& dir, const Seq2Seq
   return t;
 }
 
+int64_t Seq2SeqTrainer::parameters() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : marian_tensors(ew_, dw_, embed_, false).tensors) n += int64_t(t.data.size());
+  return n;
+}
+
 double Seq2SeqTrainer::learning_rate(int64_t step) const {
   const double s = double(std::max<int64_t>(step, 1)), w = double(opts_.warmup);
   return opts_.lr_scale / std::sqrt(double(cfg_.d_model)) * std::min(1.0 / std::sqrt(s), s * std::pow(w, -1.5));
@@ -379,8 +385,11 @@ std::vector<float> Seq2SeqTrainer::cross_attention(const std::vector<int64_t>& s
   embed({source}, false, ss, xs, nullptr);
   embed({target}, true, ts, xt, nullptr);
   std::vector<float> memory(xs.size()), y(xt.size()), q_in;
-  encoder_.forward(xs.data(), memory.data(), ss);
+  EncoderRunOptions eo;
+  eo.threads = opts_.threads;
+  encoder_.forward(xs.data(), memory.data(), ss, eo);
   DecoderRunOptions o;
+  o.threads = opts_.threads;
   o.cross_attention_input = [&](int64_t l, const float* x, int64_t n) {
     if (l == layer) q_in.assign(x, x + n * d);
   };
@@ -478,11 +487,12 @@ void Seq2SeqTrainer::save_marian(const std::string& dir_in) const {
                     : cfg_.activation == Activation::relu ? "relu"
                                                           : nullptr;
   if (!act) throw Error("save_marian: MarianMT's activations are swish, gelu and relu");
+  const double dropout = std::round(double(cfg_.dropout) * 1e6) / 1e6;  // 0.1, not 0.10000000149
   const nlohmann::ordered_json config = {
-      {"activation_dropout", cfg_.dropout}, {"activation_function", act}, {"architectures", {"MarianMTModel"}},
-      {"attention_dropout", cfg_.dropout}, {"d_model", d}, {"decoder_attention_heads", cfg_.heads},
+      {"activation_dropout", dropout}, {"activation_function", act}, {"architectures", {"MarianMTModel"}},
+      {"attention_dropout", dropout}, {"d_model", d}, {"decoder_attention_heads", cfg_.heads},
       {"decoder_ffn_dim", cfg_.d_ff}, {"decoder_layerdrop", 0.0}, {"decoder_layers", cfg_.decoder_layers},
-      {"decoder_start_token_id", cfg_.pad_id}, {"decoder_vocab_size", V}, {"dropout", cfg_.dropout},
+      {"decoder_start_token_id", cfg_.pad_id}, {"decoder_vocab_size", V}, {"dropout", dropout},
       {"encoder_attention_heads", cfg_.heads}, {"encoder_ffn_dim", cfg_.d_ff}, {"encoder_layerdrop", 0.0},
       {"encoder_layers", cfg_.encoder_layers}, {"eos_token_id", cfg_.eos_id}, {"forced_eos_token_id", cfg_.eos_id},
       {"init_std", 0.02}, {"is_encoder_decoder", true}, {"max_position_embeddings", cfg_.max_positions},

@@ -205,6 +205,15 @@ TEST(MarianTokenizer, MatchesTransformers) {
   for (size_t i = 0; i < dec.size(); ++i) EXPECT_EQ(tok.decode(dec[i]), want[i]);
   EXPECT_EQ(tok.eos_id(), 0);
   EXPECT_EQ(tok.unk_id(), 1);
+  // The target side, as training labels are made (tokenizer(text_target=...)).
+  const auto targets = text_cases()["target_texts"].get<std::vector<std::string>>();
+  const auto target_ids = text_cases()["target_ids"].get<Ids>();
+  ASSERT_EQ(targets.size(), target_ids.size());
+  ASSERT_GE(targets.size(), 8u);
+  for (size_t i = 0; i < targets.size(); ++i)
+    EXPECT_EQ(tok.encode_target(targets[i]), target_ids[i]) << "'" << targets[i] << "'";
+  EXPECT_NE(tok.encode_target(targets[0]), tok.encode(targets[0]));  // the two sides' models differ
+  EXPECT_EQ(tok.piece(tok.eos_id(), true), "</s>");
 }
 
 TEST(MarianTokenizer, TextInTextOutAsTransformers) {

@@ -5,11 +5,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <random>
 #include <unordered_set>
 
 #include "demo/number_words.hpp"
 #include "ffn/translation.hpp"
+
+#include <unistd.h>
 
 namespace ffn::demo {
 namespace {
@@ -41,6 +44,32 @@ std::string piece_label(const std::string& text) {
 
 }  // namespace
 
+const std::vector<std::string> kTranslateDemoFiles = {
+    "config.json", "generation_config.json", "model.safetensors", "source.spm", "target.spm",
+    "vocab.json", "tokenizer_config.json", "special_tokens_map.json"};
+
+void check_translate_options(const TranslateDemoOptions& o) {
+  auto need = [](bool ok, const std::string& flag, const std::string& expected, const std::string& got) {
+    if (!ok) throw Error(flag + ": expected " + expected + ", got " + got);
+  };
+  auto str = [](auto v) { return std::to_string(v); };
+  need(o.steps >= 1 && o.steps <= 10000000, "--steps", "1..10000000", str(o.steps));
+  need(o.batch >= 1 && o.batch <= 4096, "--batch", "1..4096", str(o.batch));
+  need(o.held_out >= 1 && o.held_out <= 100000, "--held-out", "1..100000", str(o.held_out));
+  need(o.d_model >= 1 && o.d_model <= 4096, "--d-model", "1..4096", str(o.d_model));
+  need(o.heads >= 1 && o.heads <= o.d_model && o.d_model % o.heads == 0, "--heads", "a divisor of --d-model " + str(o.d_model),
+       str(o.heads));
+  need(o.d_ff >= 1 && o.d_ff <= 65536, "--d-ff", "1..65536", str(o.d_ff));
+  need(o.layers >= 1 && o.layers <= 64, "--layers", "1..64", str(o.layers));
+  need(o.dropout >= 0.0f && o.dropout < 1.0f, "--dropout", "a probability in [0, 1)", str(o.dropout));
+  need(o.train.warmup >= 1, "--warmup", "≥ 1 step", str(o.train.warmup));
+  need(o.train.lr_scale > 0.0 && o.train.lr_scale < 1000.0, "--lr-scale", "a number in (0, 1000)", str(o.train.lr_scale));
+  need(o.train.label_smoothing >= 0.0 && o.train.label_smoothing < 1.0, "--label-smoothing", "a number in [0, 1)",
+       str(o.train.label_smoothing));
+  need(o.threads >= 0 && o.threads <= kMaxThreads, "--threads", "0..1024", str(o.threads));
+  need(o.vocab_text >= 100, "vocab_text", "≥ 100 lines", str(o.vocab_text));
+}
+
 std::vector<int64_t> held_out_numbers(int64_t count, uint64_t seed) {
   std::mt19937_64 rng(seed ^ 0x5eedf00dULL);
   std::unordered_set<int64_t> seen;
@@ -54,12 +83,36 @@ std::vector<int64_t> held_out_numbers(int64_t count, uint64_t seed) {
   return out;
 }
 
+namespace {
+TranslateDemoResult run_demo(const TranslateDemoOptions& o, const std::string& dir);
+}  // namespace
+
 TranslateDemoResult translate_demo(const TranslateDemoOptions& o) {
-  if (o.steps < 1) throw Error("--steps: expected ≥ 1, got " + std::to_string(o.steps));
-  if (o.batch < 1 || o.batch > 4096) throw Error("--batch: expected 1..4096, got " + std::to_string(o.batch));
-  if (o.held_out < 1 || o.held_out > 100000)
-    throw Error("--held-out: expected 1..100000, got " + std::to_string(o.held_out));
-  if (o.vocab_text < 100) throw Error("--vocab-text: expected ≥ 100 lines");
+  namespace fs = std::filesystem;
+  check_translate_options(o);
+  const fs::path target(o.model_dir);
+  const fs::path work = target.string() + ".partial-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(work, ec);
+  try {
+    TranslateDemoResult r = run_demo(o, work.string());
+    fs::create_directories(target, ec);
+    if (!fs::is_directory(target, ec)) throw Error("--model-dir " + o.model_dir + ": cannot make the directory");
+    for (const std::string& f : kTranslateDemoFiles) {
+      fs::rename(work / f, target / f, ec);
+      if (ec) throw Error("--model-dir " + o.model_dir + ": cannot move " + f + " into it (" + ec.message() + ")");
+    }
+    fs::remove_all(work, ec);
+    return r;
+  } catch (...) {
+    fs::remove_all(work, ec);
+    throw;
+  }
+}
+
+namespace {
+
+TranslateDemoResult run_demo(const TranslateDemoOptions& o, const std::string& dir) {
   TranslateDemoResult r;
   const std::vector<int64_t> test = held_out_numbers(o.held_out, o.seed);
   const std::unordered_set<int64_t> banned(test.begin(), test.end());
@@ -76,8 +129,8 @@ TranslateDemoResult translate_demo(const TranslateDemoOptions& o) {
     en.push_back(english_number(n));
     fr.push_back(french_number(n));
   }
-  MarianTokenizer::train(o.model_dir, en, fr, o.source_pieces, o.target_pieces);
-  const MarianTokenizer tok = MarianTokenizer::load(o.model_dir);
+  MarianTokenizer::train(dir, en, fr, o.source_pieces, o.target_pieces);
+  const MarianTokenizer tok = MarianTokenizer::load(dir);
   r.vocab = tok.source_vocab_size();
 
   Seq2SeqConfig mc;
@@ -93,9 +146,7 @@ TranslateDemoResult translate_demo(const TranslateDemoOptions& o) {
   Seq2SeqTrainOptions to = o.train;
   to.threads = o.threads;
   Seq2SeqTrainer trainer(mc, to, o.seed);
-  r.parameters = mc.vocab * mc.d_model +
-                 2 * mc.encoder_layers * (mc.d_model * mc.d_ff) + mc.encoder_layers * (4 * mc.d_model * mc.d_model) +
-                 2 * mc.decoder_layers * (mc.d_model * mc.d_ff) + mc.decoder_layers * (8 * mc.d_model * mc.d_model);
+  r.parameters = trainer.parameters();
 
   // Training: fresh numbers every step (never a held-out one).
   const auto t0 = Clock::now();
@@ -118,11 +169,11 @@ TranslateDemoResult translate_demo(const TranslateDemoOptions& o) {
     }
   }
   r.train_seconds = seconds_since(t0);
-  trainer.save_marian(o.model_dir);
+  trainer.save_marian(dir);
 
   // Held-out numbers, translated by the saved checkpoint (greedy).
   const auto t1 = Clock::now();
-  const TranslationModel model = TranslationModel::load(o.model_dir);
+  const TranslationModel model = TranslationModel::load(dir);
   std::vector<std::vector<int64_t>> sources;
   for (int64_t n : test) sources.push_back(tok.encode(english_number(n)));
   GenerateOptions go;
@@ -132,7 +183,7 @@ TranslateDemoResult translate_demo(const TranslateDemoOptions& o) {
   r.eval_seconds = seconds_since(t1);
   r.held_out = int64_t(test.size());
   for (size_t i = 0; i < test.size(); ++i) {
-    TranslateDemoExample e{test[i], english_number(test[i]), french_number(test[i]), tok.decode(out[i])};
+    TranslateDemoExample e{test[i], english_number(test[i]), french_number(test[i]), tok.decode(out[i]), out[i]};
     if (e.translation == e.french) ++r.exact;
     else if (r.wrong.size() < 20) r.wrong.push_back(e);
     if (i % (test.size() / 8 + 1) == 0 && r.samples.size() < 8) r.samples.push_back(e);
@@ -167,7 +218,11 @@ TranslateDemoResult translate_demo(const TranslateDemoOptions& o) {
   // Cross-attention of the last decoder layer on three held-out numbers.
   for (size_t i = 0; i < r.samples.size() && r.attention.size() < 3; i += 3) {
     const auto& e = r.samples[i];
-    const std::vector<int64_t> s = tok.encode(e.english), t = tok.encode_target(e.translation);
+    // The ids the model produced (at most max_positions of them).
+    const std::vector<int64_t> s = tok.encode(e.english);
+    std::vector<int64_t> t = e.ids;
+    if (t.empty()) continue;
+    if (int64_t(t.size()) > mc.max_positions) t.resize(size_t(mc.max_positions));
     const std::vector<float> a = trainer.cross_attention(s, t, mc.decoder_layers - 1);
     plot::Heatmap h;
     h.title = std::to_string(e.number);
@@ -186,10 +241,11 @@ TranslateDemoResult translate_demo(const TranslateDemoOptions& o) {
     for (int iy = 0; iy < h.ny; ++iy)
       for (int ix = 0; ix < h.nx; ++ix) h.v[size_t(iy * h.nx + ix)] = a[size_t((h.ny - 1 - iy) * h.nx + ix)];
     for (int64_t id : s) h.xticks.push_back(piece_label(tok.piece(id)));
-    for (int iy = 0; iy < h.ny; ++iy) h.yticks.push_back(piece_label(tok.piece(t[size_t(h.ny - 1 - iy)])));
+    for (int iy = 0; iy < h.ny; ++iy) h.yticks.push_back(piece_label(tok.piece(t[size_t(h.ny - 1 - iy)], true)));
     r.attention.push_back(std::move(h));
   }
   return r;
 }
 
+}  // namespace
 }  // namespace ffn::demo

@@ -20,7 +20,7 @@ struct TranslateDemoOptions {
   std::string model_dir = "number-translator";  // the MarianMT directory written
   int64_t steps = 2500, batch = 64;
   int64_t held_out = 1000;     // numbers kept out of training, scored at the end
-  int64_t vocab_text = 20000;  // training lines the SentencePiece models learn from
+  int64_t vocab_text = 20000;  // training lines the SentencePiece models learn from (not a flag)
   int64_t source_pieces = 200, target_pieces = 200;
   int64_t d_model = 128, heads = 4, d_ff = 512, layers = 2;
   float dropout = 0.1f;
@@ -33,6 +33,7 @@ struct TranslateDemoOptions {
 struct TranslateDemoExample {
   int64_t number = 0;
   std::string english, french, translation;
+  std::vector<int64_t> ids;  // the translation's ids, EOS included
 };
 
 struct TranslateDemoResult {
@@ -46,11 +47,19 @@ struct TranslateDemoResult {
   std::vector<plot::Heatmap> attention;           // the last decoder layer's cross-attention on samples
 };
 
-// The held-out numbers of a seed: `count` numbers, a tenth of them below
-// 1000, the rest in 1000..999,999, never drawn for training.
+// The held-out numbers of a seed: `count` numbers, a tenth of them (at most
+// 500) below 1000, the rest in 1000..999,999, never drawn for training.
 std::vector<int64_t> held_out_numbers(int64_t count, uint64_t seed);
 
-// Throws Error on a bad option (naming the flag).
+// The files translate_demo writes into model_dir.
+extern const std::vector<std::string> kTranslateDemoFiles;
+
+// Throws Error naming the flag of the first bad option (before any work).
+void check_translate_options(const TranslateDemoOptions& o);
+
+// Checks the options, then builds everything in a sibling directory
+// (model_dir + ".partial-<pid>"), which replaces model_dir's files only
+// when training, saving and scoring succeeded; on an error it is removed.
 TranslateDemoResult translate_demo(const TranslateDemoOptions& o);
 
 }  // namespace ffn::demo
