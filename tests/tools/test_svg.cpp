@@ -61,6 +61,51 @@ pugi::xml_node series(const pugi::xml_node& chart, const std::string& prefix) {
   return {};
 }
 
+// Token labels and the sequential (white to red) colours of an attention
+// map: one label per column under the map and per row left of it, rows
+// labelled from the bottom as their values; each cell's colour maps back to
+// its value.
+TEST(Svg, AttentionMapHasTokenLabelsAndSequentialColours) {
+  plot::Heatmap h;
+  h.title = "attention";
+  h.nx = 3;
+  h.ny = 2;
+  h.v = {0.0, 0.25, 0.75, 1.0, 0.5, 0.0};  // row 0 (bottom) then row 1 (top)
+  h.vmin = 0;
+  h.vmax = 1;
+  h.sequential = true;
+  h.xticks = {"_one", "<b>", "four"};
+  h.yticks = {"</s>", "_cent"};
+  const pugi::xml_document doc = parse(plot::render({h}, 1, "t"));
+  const pugi::xml_node map = doc.select_node("//g[@class='heatmap']").node();
+  EXPECT_STREQ(map.attribute("data-sequential").value(), "1");
+  std::vector<std::string> xt, yt;
+  std::vector<double> xs, ys;
+  for (pugi::xpath_node n : map.select_nodes(".//text[@class='xtick']")) {
+    xt.push_back(n.node().child_value());
+    xs.push_back(n.node().attribute("x").as_double());
+  }
+  for (pugi::xpath_node n : map.select_nodes(".//text[@class='ytick']")) {
+    yt.push_back(n.node().child_value());
+    ys.push_back(n.node().attribute("y").as_double());
+  }
+  EXPECT_EQ(xt, (std::vector<std::string>{"_one", "<b>", "four"}));
+  EXPECT_EQ(yt, (std::vector<std::string>{"</s>", "_cent"}));
+  ASSERT_EQ(xs.size(), 3u);
+  EXPECT_LT(xs[0], xs[1]);
+  EXPECT_LT(xs[1], xs[2]);
+  ASSERT_EQ(ys.size(), 2u);
+  EXPECT_GT(ys[0], ys[1]);  // row 0 is the bottom one
+  std::vector<pugi::xml_node> cells;
+  for (pugi::xpath_node n : map.select_nodes(".//rect[@fill][not(@fill='none')]")) cells.push_back(n.node());
+  ASSERT_EQ(cells.size(), 6u);
+  // Cells from the top row down: row 1's values, then row 0's.
+  const double want[6] = {1.0, 0.5, 0.0, 0.0, 0.25, 0.75};
+  for (int k = 0; k < 6; ++k)
+    EXPECT_EQ(std::string(cells[size_t(k)].attribute("fill").value()), plot::colormap(0.5 + 0.5 * want[k])) << k;
+  EXPECT_EQ(plot::colormap(0.5 + 0.5 * 0.0), "#f7f7f7");  // 0 is white
+}
+
 }  // namespace
 
 TEST(Svg, ApproximateChartHoldsTheFitAndTheKinks) {

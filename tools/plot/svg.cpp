@@ -297,7 +297,7 @@ std::string render(const std::vector<Heatmap>& maps, int columns, const std::str
     s += "<g class=\"heatmap\" data-nx=\"" + std::to_string(h.nx) + "\" data-ny=\"" + std::to_string(h.ny) +
          "\" data-x0=\"" + full(h.x0) + "\" data-x1=\"" + full(h.x1) + "\" data-y0=\"" + full(h.y0) + "\" data-y1=\"" +
          full(h.y1) + "\" data-vmin=\"" + full(h.vmin) + "\" data-vmax=\"" + full(h.vmax) + "\" data-title=\"" +
-         xml_escape(h.title) + "\">\n";
+         xml_escape(h.title) + "\" data-sequential=\"" + (h.sequential ? "1" : "0") + "\">\n";
     s += "<text x=\"" + px(left + cell_px / 2.0) + "\" y=\"" + px(ptop - 8) +
          "\" text-anchor=\"middle\" font-size=\"14\">" + xml_escape(h.title) + "</text>\n";
     // Cells, row by row from the top (largest y) down, left to right: one
