@@ -15,6 +15,7 @@ Exits 77 (skipped) without numpy or without the model (scripts/setup.sh installs
 """
 import os
 import subprocess
+import time
 import sys
 import tempfile
 import threading
@@ -54,12 +55,19 @@ def main(tmp):
         f.write("\n".join(texts) + "\n")
     one, win = os.path.join(tmp, "one.npy"), os.path.join(tmp, "win.npy")
     r1 = subprocess.run([FFN, "embed", "--input-file", src, "--batch", "64", "--output", one], capture_output=True, text=True)
+    t2 = time.monotonic()
     r2 = subprocess.run([FFN, "embed", "--input-file", src, "--batch", "2", "--output", win], capture_output=True, text=True)
+    t2 = time.monotonic() - t2
     check(r1.returncode == 0 and r2.returncode == 0, f"embed --output ({r1.stderr.strip()} {r2.stderr.strip()})")
     e_one, e_win = np.load(one), np.load(win)
     check(e_one.shape == (40, 384) and np.array_equal(e_one, e_win),
           "2 windows (32 + 8 texts at --batch 2) give the bits of one window over all 40 texts")
-    check(r2.stderr == "", f"a short job without a terminal prints no progress: {r2.stderr!r}")
+    # "Short" is under FFN_PROGRESS_SECONDS' default of 5 s: on a loaded machine
+    # the same job may take longer, and then its progress lines are right.
+    if t2 < 4.0:
+        check(r2.stderr == "", f"a short job without a terminal prints no progress: {r2.stderr!r}")
+    else:
+        print(f"not checked: a short job prints no progress (this one took {t2:.1f} s; the machine is loaded)")
 
     # Standard input, streamed: the first window (32 texts at --batch 2) comes
     # back while standard input is still open.
