@@ -126,7 +126,12 @@ class Decoder {
   const DecoderConfig& config() const { return cfg_; }
   const std::vector<AssumedSetting>& assumed_settings() const { return assumed_; }
   // A copy whose FFN sublayers store their weight matrices as `dtype` (inference).
-  Decoder converted(WeightDtype dtype) const;
+  // attention_int8 (int8 only): the self- and cross-attention's projections
+  // (W_in, W_q, W_k|W_v, W_O) in int8 too, per-row weight scales and
+  // per-token activation scales as the FFN's; false: attention stays fp32.
+  // On CPUs whose int8 product is u8 × s8 only (AVX-512 VNNI, AMX) the
+  // projections run in fp32 for now, as the encoder's.
+  Decoder converted(WeightDtype dtype, bool attention_int8 = false) const;
   DecoderWeights weights() const;
   void set_weights(DecoderWeights w);
 

@@ -79,7 +79,7 @@ size_t AttentionSaved::bytes() const {
 void project_memory(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w, const PackedAttention& pk,
                     const float* memory, int64_t m, float* kv, const BlockRun& run) {
   const int64_t d = cfg.d;
-  project(run, nullptr, memory, m, d, w.in_w.data() + d * d, pk.kv_fwd, offset_or_null(w.in_b, d), 2 * d, kv);
+  project(run, pk.kv_q.get(), memory, m, d, w.in_w.data() + d * d, pk.kv_fwd, offset_or_null(w.in_b, d), 2 * d, kv);
 }
 
 void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w, const PackedAttention& pk,
@@ -104,7 +104,7 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
   if (kv.kind == KeysValues::Kind::memory) {
     // Q of the rows; K|V of the memory rows (projected here unless given).
     s.qkv.resize(size_t(n * d));
-    project(run, nullptr, ain, n, d, w.in_w.data(), pk.q_fwd, ptr_or_null(w.in_b), d, s.qkv.data());
+    project(run, pk.q_q.get(), ain, n, d, w.in_w.data(), pk.q_fwd, ptr_or_null(w.in_b), d, s.qkv.data());
     const float* kvp = kv.projected;
     if (!kvp) {
       const int64_t m = kv.memory_off.empty() ? 0 : kv.memory_off.back();

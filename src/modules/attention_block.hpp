@@ -58,8 +58,10 @@ struct PackedAttention {
   std::vector<float> q_fwd;    // cross-attention: W_q's d outputs
   std::vector<float> kv_fwd;   //                  W_k and W_v's 2d outputs
   std::vector<float> out_fwd;  // B(p, j) = W_O[j, p]
-  // int8 (self-attention, Encoder::converted with attention_int8)
-  std::shared_ptr<const Int8Linear> in_q, out_q;
+  // int8 (inference; Encoder::converted with attention_int8, Decoder::converted
+  // with attention_int8): in_q self-attention's W_in, q_q and kv_q
+  // cross-attention's W_q and W_k|W_v, out_q W_O. Null: fp32.
+  std::shared_ptr<const Int8Linear> in_q, q_q, kv_q, out_q;
   static PackedAttention self(const AttentionBlockWeights& w, int64_t d);
   static PackedAttention cross(const AttentionBlockWeights& w, int64_t d);
 };

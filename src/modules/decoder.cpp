@@ -156,9 +156,9 @@ struct DecoderState::Data {
   std::vector<std::vector<float>> memory_kv;  // per layer [m, 2d]
   std::vector<int64_t> memory_off;            // B + 1
   int64_t memory_S = 0;
-  std::vector<int64_t> src, len;              // per live sequence
-  std::vector<std::vector<float>> self_kv;    // per layer [live · cap, 2d]
-  std::vector<float> spare;                   // select's other buffer (reused: no fresh pages per step)
+  std::vector<int64_t> src, len, slot;        // per live sequence: source, positions, its slot of self_kv
+  int64_t slots = 0;                          // slots in self_kv (live ones and free ones)
+  std::vector<std::vector<float>> self_kv;    // per layer [slots · cap, 2d]
 };
 
 DecoderState::DecoderState() : data_(std::make_unique<Data>()) {}
@@ -191,28 +191,45 @@ size_t DecoderState::bytes() const {
 
 void DecoderState::select(const std::vector<int64_t>& from) {
   Data& s = *data_;
-  const int64_t rows = s.cap * 2 * s.d;  // one sequence's slot
+  const int64_t rows = s.cap * 2 * s.d;  // one slot
   for (int64_t f : from)
     if (f < 0 || f >= live()) throw Error("select: live sequence " + std::to_string(f) + " does not exist (" +
                                           std::to_string(live()) + " live)");
-  std::vector<int64_t> src, len;
-  for (int64_t f : from) {
-    src.push_back(s.src[size_t(f)]);
-    len.push_back(s.len[size_t(f)]);
-  }
-  // Only the rows each sequence has are copied; the buffers are swapped
-  // and kept (beam search selects at every step).
-  for (auto& kv : s.self_kv) {
-    std::vector<float>& next = s.spare;
-    if (next.size() < from.size() * size_t(rows)) next.resize(from.size() * size_t(rows));
-    for (size_t i = 0; i < from.size(); ++i) {
-      const float* a = kv.data() + from[i] * rows;
-      std::copy(a, a + len[i] * 2 * s.d, next.data() + int64_t(i) * rows);
+  // The first sequence to continue a parent takes over its slot (no copy);
+  // each further one gets a free slot (a dropped sequence's, or a new one)
+  // and a copy of the parent's rows. Nothing is read past a sequence's length.
+  std::vector<int64_t> src, len, slot(from.size(), -1);
+  std::vector<char> kept(size_t(s.slots), 0);
+  for (size_t i = 0; i < from.size(); ++i) {
+    const size_t f = size_t(from[i]);
+    src.push_back(s.src[f]);
+    len.push_back(s.len[f]);
+    if (!kept[size_t(s.slot[f])]) {
+      kept[size_t(s.slot[f])] = 1;
+      slot[i] = s.slot[f];
     }
-    std::swap(kv, next);
+  }
+  std::vector<int64_t> free;
+  for (int64_t p = s.slots; p-- > 0;)
+    if (!kept[size_t(p)]) free.push_back(p);
+  const int64_t copies = int64_t(std::count(slot.begin(), slot.end(), int64_t(-1)));
+  if (copies > int64_t(free.size())) {
+    const int64_t grow = copies - int64_t(free.size());
+    for (auto& kv : s.self_kv) kv.resize(size_t((s.slots + grow) * rows));
+    for (int64_t p = s.slots + grow; p-- > s.slots;) free.push_back(p);
+    s.slots += grow;
+  }
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (slot[i] >= 0) continue;
+    slot[i] = free.back();
+    free.pop_back();
+    const int64_t parent = s.slot[size_t(from[i])];
+    for (auto& kv : s.self_kv)
+      std::copy(kv.data() + parent * rows, kv.data() + parent * rows + len[i] * 2 * s.d, kv.data() + slot[i] * rows);
   }
   s.src = std::move(src);
   s.len = std::move(len);
+  s.slot = std::move(slot);
 }
 
 // ---- construction ---------------------------------------------------------------
@@ -263,15 +280,32 @@ void Decoder::prepare() {
   packed_ = std::move(packed);
 }
 
-Decoder Decoder::converted(WeightDtype dtype) const {
+Decoder Decoder::converted(WeightDtype dtype, bool attention_int8) const {
+  if (attention_int8 && dtype != WeightDtype::int8)
+    throw Error("attention int8 asked for dtype " + std::string(to_string(dtype)) + ", expected int8");
   Decoder e = *this;
+  auto packed = std::make_shared<PackedDecoder>(*static_cast<const PackedDecoder*>(packed_.get()));
+  const int64_t d = cfg_.d_model;
+  auto quantize = [&](const std::vector<float>& w, int64_t rows, int64_t from, const char* name) {
+    return std::make_shared<const nn::Int8Linear>(nn::quantize_linear(w.data() + from * d, d, rows, {}, name));
+  };
   for (size_t i = 0; i < e.ffn_.size(); ++i) {
     try {
       e.ffn_[i] = e.ffn_[i].converted(dtype);
+      if (attention_int8) {
+        const DecoderLayerWeights& l = w_.layers[i];
+        PackedLayer& p = (*packed)[i];
+        p.self.in_q = quantize(l.self_attn.in_proj_weight, 3 * d, 0, "self_attn.in_proj_weight");
+        p.self.out_q = quantize(l.self_attn.out_proj_weight, d, 0, "self_attn.out_proj.weight");
+        p.cross.q_q = quantize(l.cross_attn.in_proj_weight, d, 0, "multihead_attn.in_proj_weight");
+        p.cross.kv_q = quantize(l.cross_attn.in_proj_weight, 2 * d, d, "multihead_attn.in_proj_weight");
+        p.cross.out_q = quantize(l.cross_attn.out_proj_weight, d, 0, "multihead_attn.out_proj.weight");
+      }
     } catch (const Error& err) {
       throw Error("layer " + std::to_string(i) + ": " + err.what());
     }
   }
+  e.packed_ = std::move(packed);
   return e;
 }
 
@@ -516,7 +550,9 @@ DecoderState Decoder::start(const float* memory, const Shape& memory_shape, int6
   for (int64_t b = 0; b < memory_shape.batch; ++b) {
     s.src.push_back(b);
     s.len.push_back(0);
+    s.slot.push_back(b);
   }
+  s.slots = memory_shape.batch;
   return st;
 }
 
@@ -542,9 +578,9 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
   nn::KeysValues self;
   self.kind = nn::KeysValues::Kind::cache;
   for (int64_t i = 0; i < n; ++i) {
-    self.kv_base.push_back(i * s.cap);
+    self.kv_base.push_back(s.slot[size_t(i)] * s.cap);
     self.kv_len.push_back(s.len[size_t(i)] + 1);
-    self.write.push_back(i * s.cap + s.len[size_t(i)]);
+    self.write.push_back(s.slot[size_t(i)] * s.cap + s.len[size_t(i)]);
   }
   // Cross-attention over the memory rows of each sequence's source.
   nn::KeysValues cross;

@@ -1,6 +1,9 @@
 #include "ops/attention.hpp"
 
 #include <omp.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -26,28 +29,35 @@ struct Seq {
 
 // One head's K of a sequence as 16-key panels for S = Q·Kᵀ:
 //   out[(j/16)·dh·16 + c·16 + j%16] = src[j·ld + c], zero past len.
+// Whole groups of 4 keys × 4 columns move as SSE 4×4 transposes (x86-64's
+// baseline), the rest one by one; a pure copy, no arithmetic.
 void pack_keys(const float* src, int64_t ld, int64_t len, int64_t dh, float* out) {
-  for (int64_t q = 0; q < panels(len); ++q)
-    for (int64_t c = 0; c < dh; ++c) {
-      float* dst = out + (q * dh + c) * kPanel;
-      for (int64_t j = 0; j < kPanel; ++j) {
-        const int64_t key = q * kPanel + j;
-        dst[j] = key < len ? src[key * ld + c] : 0.0f;
+  for (int64_t q = 0; q < panels(len); ++q) {
+    float* panel = out + q * dh * kPanel;
+    const int64_t n = std::min(kPanel, len - q * kPanel);  // keys in this panel
+    const float* s = src + q * kPanel * ld;
+    int64_t j = 0;
+#if defined(__SSE2__)
+    for (; j + 4 <= n; j += 4) {
+      int64_t c = 0;
+      for (; c + 4 <= dh; c += 4) {
+        __m128 r0 = _mm_loadu_ps(s + (j + 0) * ld + c), r1 = _mm_loadu_ps(s + (j + 1) * ld + c);
+        __m128 r2 = _mm_loadu_ps(s + (j + 2) * ld + c), r3 = _mm_loadu_ps(s + (j + 3) * ld + c);
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        _mm_storeu_ps(panel + (c + 0) * kPanel + j, r0);
+        _mm_storeu_ps(panel + (c + 1) * kPanel + j, r1);
+        _mm_storeu_ps(panel + (c + 2) * kPanel + j, r2);
+        _mm_storeu_ps(panel + (c + 3) * kPanel + j, r3);
       }
+      for (; c < dh; ++c)
+        for (int64_t jj = j; jj < j + 4; ++jj) panel[c * kPanel + jj] = s[jj * ld + c];
     }
-}
-
-// One head's V (or K) of a sequence as 16-column panels of all its rows, for
-// P·V: out[(c/16)·len·16 + j·16 + c%16] = src[j·ld + c], zero past dh.
-void pack_rows_panels(const float* src, int64_t ld, int64_t len, int64_t dh, float* out) {
-  for (int64_t q = 0; q < panels(dh); ++q)
-    for (int64_t j = 0; j < len; ++j) {
-      float* dst = out + (q * len + j) * kPanel;
-      for (int64_t c = 0; c < kPanel; ++c) {
-        const int64_t col = q * kPanel + c;
-        dst[c] = col < dh ? src[j * ld + col] : 0.0f;
-      }
-    }
+#endif
+    for (; j < n; ++j)
+      for (int64_t c = 0; c < dh; ++c) panel[c * kPanel + j] = s[j * ld + c];
+    if (n < kPanel)
+      for (int64_t c = 0; c < dh; ++c) std::fill(panel + c * kPanel + n, panel + (c + 1) * kPanel, 0.0f);
+  }
 }
 
 // C[m, n] (+)= A[m, k] · B, B packed panels (ldb = 16).
@@ -57,6 +67,18 @@ void mm_packed(const KernelConfig& kc, int64_t m, int64_t n, int64_t k, const fl
   g.m = m; g.n = n; g.k = k;
   g.a = a; g.rsa = lda; g.csa = 1;
   g.b = b; g.ldb = kPanel; g.psb = psb;
+  g.c = c; g.ldc = ldc;
+  g.accumulate = accumulate;
+  gemm_packed(kc.f32, g);
+}
+
+// C[m, n] (+)= A[m, k] · B, B row-major (row stride ldb), on this thread.
+void mm_rows(const KernelConfig& kc, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  GemmArgs g;
+  g.m = m; g.n = n; g.k = k;
+  g.a = a; g.rsa = lda; g.csa = 1;
+  g.b = b; g.ldb = ldb; g.psb = kPanel;
   g.c = c; g.ldc = ldc;
   g.accumulate = accumulate;
   gemm_packed(kc.f32, g);
@@ -107,7 +129,7 @@ void attention_forward(const AttentionShape& a, const AttentionInput<float>& in,
 
 #pragma omp parallel num_threads(int(std::min<int64_t>(threads, int64_t(units.size()))))
   {
-    std::vector<float> kp, vp, sbuf(size_t(kQueryTile * kKeyTile)), o(size_t(kQueryTile * panels(dh) * kPanel));
+    std::vector<float> kp, sbuf(size_t(kQueryTile * kKeyTile)), o(size_t(kQueryTile * panels(dh) * kPanel));
     std::vector<float> mx(static_cast<size_t>(kQueryTile)), sum(static_cast<size_t>(kQueryTile));
     int64_t packed_b = -1, packed_h = -1;
     const int64_t ldo = panels(dh) * kPanel;
@@ -115,20 +137,20 @@ void attention_forward(const AttentionShape& a, const AttentionInput<float>& in,
     for (size_t u = 0; u < units.size(); ++u) {
       const auto [b, h, s0] = units[u];
       const Seq& sq = seqs[size_t(b)];
-      if (b != packed_b || h != packed_h) {  // this thread's copy of the head's K and V panels
+      if (b != packed_b || h != packed_h) {  // this thread's copy of the head's K panels
         kp.resize(size_t(panels(sq.klen) * kPanel * dh));
-        vp.resize(size_t(panels(dh) * kPanel * sq.klen));
         pack_keys(in.k + sq.kbase * in.ldkv + h * dh, in.ldkv, sq.klen, dh, kp.data());
-        pack_rows_panels(in.v + sq.kbase * in.ldkv + h * dh, in.ldkv, sq.klen, dh, vp.data());
         packed_b = b;
         packed_h = h;
       }
+      // V is read in place: its rows are B's rows (ldb = the row stride, 16-column panels side by side).
+      const float* v = in.v + sq.kbase * in.ldkv + h * dh;
       const int64_t rows = std::min(kQueryTile, sq.len - s0);
       const int64_t keys = visible(a, sq, s0 + rows - 1);  // keys any row of the tile sees
       const float* q = in.q + (sq.base + s0) * in.ldq + h * dh;
       std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
       std::fill(sum.begin(), sum.end(), 0.0f);
-      std::fill(o.begin(), o.end(), 0.0f);
+      std::fill(o.begin(), o.begin() + rows * ldo, 0.0f);
       for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
         const int64_t kn = std::min(kKeyTile, keys - j0);
         mm_packed(kc, rows, kn, dh, q, in.ldq, kp.data() + (j0 / kPanel) * dh * kPanel, dh * kPanel, sbuf.data(),
@@ -145,8 +167,7 @@ void attention_forward(const AttentionShape& a, const AttentionInput<float>& in,
           if (alpha != 1.0f)
             for (int64_t c = 0; c < dh; ++c) o[size_t(r * ldo + c)] *= alpha;
         }
-        mm_packed(kc, rows, dh, kn, sbuf.data(), kKeyTile, vp.data() + j0 * kPanel, sq.klen * kPanel, o.data(), ldo,
-                  true);
+        mm_rows(kc, rows, dh, kn, sbuf.data(), kKeyTile, v + j0 * in.ldkv, in.ldkv, o.data(), ldo, true);
       }
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = sq.base + s0 + r;

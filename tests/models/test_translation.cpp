@@ -67,11 +67,13 @@ TEST(Translation, MatchesTransformersGenerate) {
   }
 }
 
-// --dtype int8: the FFN matrices and the output projection in int8 (per-row
-// weight scales, per-token activation scales). The logits stay within 3e-2 of
-// the largest fp32 logit: each int8 product carries ~1/254 relative rounding
-// per operand, summed over d_model (random signs: ~√d of them) through every
-// layer's FFN and the projection; measured 1e-2 or less here.
+// --dtype int8: the FFN matrices, the decoder's attention projections and the
+// output projection in int8 (per-row weight scales, per-token activation
+// scales). The logits stay within 8e-2 of the largest fp32 logit: each int8
+// product carries ~1/254 relative rounding per operand, summed over d_model
+// (random signs: ~√d of them) through every layer and the projection, on
+// models of d_model 12-20; measured 2.1e-2 and 5.7e-2 here (2.6e-2 and
+// 4.6e-2 with the decoder's attention in fp32).
 TEST(Translation, Int8StaysCloseToFp32) {
   for (const char* name : {"swish_shared", "relu_untied"}) {
     const auto& c = cases()["models"][name];

@@ -96,8 +96,9 @@ struct F32Gemm {
   }
 };
 
-// A product whose B is packed panels (ldb = 16) and whose A is row-major
-// (csa = 1), blocked for the caches, on the calling thread.
+// A product whose A is row-major (csa = 1) and whose B is 16-column panels
+// (packed, ldb = 16, or a row-major matrix read in place, psb = 16),
+// blocked for the caches, on the calling thread.
 template <typename TB>
 void gemm_packed(const F32Gemm& kernel, const GemmArgsT<TB>& g);
 
