@@ -211,7 +211,8 @@ Command add_translate(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "inputs decoded together (default 32)");
   cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
   cmd->add_option("--dtype", a->dtype,
-                  "the encoder's and decoder's FFN weight matrices as fp32 (default), int8 or bf16 (converted on load)");
+                  "weights as fp32 (default), int8 (the FFN matrices, the decoder's attention projections and the "
+                  "output projection) or bf16 (the FFN matrices), converted on load");
   cmd->add_option("--output", a->output, "write the results here (default: standard output), one line per input");
   return {cmd, [a] {
             cmd_translate(*a);
