@@ -320,13 +320,17 @@ void TranslationModel::embed(const std::vector<float>& table, int64_t id, int64_
 
 void TranslationModel::project(const float* h, int64_t n, float* logits, int threads, Isa isa) const {
   const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(isa));
+  // opus-mt's final_logits_bias is all zeros: adding it would only sweep
+  // the [n, vocabulary] logits once more (and turn −0 into +0, which
+  // compares equal everywhere the logits are used).
+  const bool no_bias = std::all_of(logits_bias_.begin(), logits_bias_.end(), [](float v) { return v == 0.0f; });
+  const float* bias = no_bias ? nullptr : logits_bias_.data();
   if (head_int8_ && nn::int8_linear_supported(kc)) {
-    nn::linear_forward_int8(kc, *static_cast<const nn::Int8Linear*>(head_int8_.get()), h, n, logits_bias_.data(),
-                            logits, threads);
+    nn::linear_forward_int8(kc, *static_cast<const nn::Int8Linear*>(head_int8_.get()), h, n, bias, logits, threads);
     return;
   }
-  nn::linear_forward(kc, false, h, n, cfg_.d_model, head().data(), head_packed_, logits_bias_.data(),
-                     cfg_.decoder_vocab_size, logits, threads);
+  nn::linear_forward(kc, false, h, n, cfg_.d_model, head().data(), head_packed_, bias, cfg_.decoder_vocab_size, logits,
+                     threads);
 }
 
 void TranslationModel::encode(const std::vector<std::vector<int64_t>>& sources, std::vector<float>& memory,

@@ -583,12 +583,22 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
     self.write.push_back(s.slot[size_t(i)] * s.cap + s.len[size_t(i)]);
   }
   // Cross-attention over the memory rows of each sequence's source.
+  // Consecutive live sequences of one source (beam search's beams) form one
+  // group of query rows over those keys: each row's result is the same as
+  // alone (no row's arithmetic depends on the rows beside it), and the
+  // keys are packed once per group.
   nn::KeysValues cross;
   cross.kind = nn::KeysValues::Kind::memory;
   cross.memory_off = s.memory_off;
   cross.memory_S = s.memory_S;
+  std::vector<int64_t> cross_off{0};
   for (int64_t i = 0; i < n; ++i) {
     const int64_t b = s.src[size_t(i)];
+    if (i > 0 && b == s.src[size_t(i) - 1]) {
+      ++cross_off.back();
+      continue;
+    }
+    cross_off.push_back(i + 1);
     cross.kv_base.push_back(s.memory_off[size_t(b)]);
     cross.kv_len.push_back(s.memory_off[size_t(b) + 1] - s.memory_off[size_t(b)]);
   }
@@ -603,8 +613,8 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
                                 scratch, false, run);
     run.causal = false;
     cross.projected = s.memory_kv[size_t(l)].data();
-    nn::attention_block_forward(bc, cross_weights(lw), packed[size_t(l)].cross, a.data(), h.data(), off, s.cap, cross,
-                                scratch, false, run);
+    nn::attention_block_forward(bc, cross_weights(lw), packed[size_t(l)].cross, a.data(), h.data(), cross_off, s.cap,
+                                cross, scratch, false, run);
     RunOptions fo = opts;
     fo.threads = threads;
     fo.training = false;

@@ -36,6 +36,7 @@ void pack_keys(const float* src, int64_t ld, int64_t len, int64_t dh, float* out
     float* panel = out + q * dh * kPanel;
     const int64_t n = std::min(kPanel, len - q * kPanel);  // keys in this panel
     const float* s = src + q * kPanel * ld;
+    if (n < kPanel) std::fill(panel, panel + dh * kPanel, 0.0f);  // the keys past len stay zero
     int64_t j = 0;
 #if defined(__SSE2__)
     for (; j + 4 <= n; j += 4) {
@@ -55,8 +56,6 @@ void pack_keys(const float* src, int64_t ld, int64_t len, int64_t dh, float* out
 #endif
     for (; j < n; ++j)
       for (int64_t c = 0; c < dh; ++c) panel[c * kPanel + j] = s[j * ld + c];
-    if (n < kPanel)
-      for (int64_t c = 0; c < dh; ++c) std::fill(panel + c * kPanel + n, panel + (c + 1) * kPanel, 0.0f);
   }
 }
 

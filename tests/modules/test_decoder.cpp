@@ -328,11 +328,13 @@ TEST(Decoder, SelectedSequencesContinueBitwise) {
     dec.step(st, x.data(), y.data());
     for (int64_t b = 0; b < B; ++b) xs[size_t(b)].emplace_back(x.begin() + b * d, x.begin() + (b + 1) * d);
   }
-  st.select({1, 0, 1});
+  // Two copies of sequence 1 side by side (beams of one source: the
+  // cross-attention groups their queries), then sequence 0.
+  st.select({1, 1, 0});
   ASSERT_EQ(st.live(), 3);
   EXPECT_EQ(st.source(0), 1);
-  EXPECT_EQ(st.source(1), 0);
-  auto hist = std::vector<std::vector<std::vector<float>>>{xs[1], xs[0], xs[1]};
+  EXPECT_EQ(st.source(2), 0);
+  auto hist = std::vector<std::vector<std::vector<float>>>{xs[1], xs[1], xs[0]};
   for (int64_t t = 3; t < T; ++t) {
     std::vector<float> x = randn(size_t(3 * d), uint64_t(300 + t)), y(size_t(3 * d));
     dec.step(st, x.data(), y.data());
