@@ -3,13 +3,16 @@
 opus-mt-en-fr's size (bench/make_opus_size_marian.py), the same source ids and
 a fixed number of new tokens (the model never generates EOS), 2 threads.
 Each engine runs in its own process, in alternating rounds; the table shows
-medians over rounds and the ratios to ffn fp32, per case:
+medians over rounds, the ratios to ffn fp32 (of the medians, and the median
+of the rounds' own ratios) and each peer against ffn at its precision (fp32
+or int8; median of the rounds' ratios, > 1: ffn is faster), per case:
 
   greedy-b1     one 20-token source, 30 new tokens: ms per generated token
   greedy-b32    32 sources of 10-40 tokens, 30 new tokens each: target tokens/s
   beam4-b32     the same with beam search, 4 beams
 
     bench/translate_peers.py [--rounds 3] [--engines ffn,ffn-int8,ct2,ct2-int8,hf]
+                             [--cases greedy-b1,greedy-b32,beam4-b32]
 
 Needs: the model in ~/.cache/ffn/bench/marian-opus-size (made if missing, with
 .venv's transformers), its CTranslate2 conversions (made if missing, with the
@@ -105,6 +108,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--engines", default="ffn,ffn-int8,ct2,ct2-int8,hf")
+    ap.add_argument("--cases", default="greedy-b1,greedy-b32,beam4-b32")
     args = ap.parse_args()
     if not os.path.isdir(MODEL):
         subprocess.run([VENV, os.path.join(ROOT, "bench", "make_opus_size_marian.py"), MODEL], check=True)
@@ -115,7 +119,8 @@ def main():
     p1, p32 = os.path.join(CACHE, "src-b1.txt"), os.path.join(CACHE, "src-b32.txt")
     sources(p1, 1, 20, 20, 1)
     sources(p32, 32, 10, 40, 2)
-    cases = [("greedy-b1", 1, p1), ("greedy-b32", 1, p32), ("beam4-b32", 4, p32)]
+    cases = [c for c in [("greedy-b1", 1, p1), ("greedy-b32", 1, p32), ("beam4-b32", 4, p32)]
+             if c[0] in args.cases.split(",")]
     engines = args.engines.split(",")
     results = {(c, e): [] for c, _, _ in cases for e in engines}
     extra = {}
@@ -128,15 +133,25 @@ def main():
                     extra[(c, e)] = out["share_projection"]
                 print(f"round {r} {c:10s} {e:9s} {1e3 * out['median_s'] / out['tokens']:8.3f} ms/token "
                       f"({out['tokens']} tokens)", file=sys.stderr)
-    print(f"| case | engine | ms per target token | target tokens/s | vs ffn fp32 (time) | projection share |")
-    print("|---|---|---|---|---|---|")
+    # Ratios two ways: of the medians, and the median of each round's ratio
+    # (engines of one round run minutes apart, so a slow spell of this
+    # shared machine moves both sides of a round's ratio together).
+    print(f"| case | engine | ms per target token | target tokens/s | vs ffn fp32 (time, medians) "
+          f"| vs ffn fp32 (median of per-round ratios) | vs its ffn peer (median of per-round ratios) "
+          f"| projection share |")
+    print("|---|---|---|---|---|---|---|---|")
     for c, _, _ in cases:
         base = statistics.median(results[(c, "ffn")]) if "ffn" in engines else None
         for e in engines:
             t = statistics.median(results[(c, e)])
             ratio = f"{t / base:.2f}x" if base else ""
+            rounds = f"{statistics.median(a / b for a, b in zip(results[(c, e)], results[(c, 'ffn')])):.2f}x" \
+                if base else ""
+            peer = "ffn-int8" if e.endswith("int8") else "ffn"
+            vs_peer = f"{statistics.median(a / b for a, b in zip(results[(c, e)], results[(c, peer)])):.2f}x" \
+                if peer in engines and not e.startswith("ffn") else ""
             share = f"{100 * extra[(c, e)]:.0f}%" if (c, e) in extra else ""
-            print(f"| {c} | {e} | {1e3 * t:.3f} | {1 / t:.1f} | {ratio} | {share} |")
+            print(f"| {c} | {e} | {1e3 * t:.3f} | {1 / t:.1f} | {ratio} | {rounds} | {vs_peer} | {share} |")
 
 
 if __name__ == "__main__":
