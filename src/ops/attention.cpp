@@ -59,28 +59,24 @@ void pack_keys(const float* src, int64_t ld, int64_t len, int64_t dh, float* out
   }
 }
 
-// C[m, n] (+)= A[m, k] · B, B packed panels (ldb = 16).
-void mm_packed(const KernelConfig& kc, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-               const float* b, int64_t psb, float* c, int64_t ldc, bool accumulate) {
+// C[m, n] (+)= A[m, k] · B on this thread, B in 16-column panels:
+// B(p, j) = b[(j/16)·psb + p·ldb + j%16] (packed: ldb = 16; a row-major
+// matrix read in place: ldb its row stride, psb = 16).
+void mm_panels(const KernelConfig& kc, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+               int64_t ldb, int64_t psb, float* c, int64_t ldc, bool accumulate) {
   GemmArgs g;
   g.m = m; g.n = n; g.k = k;
   g.a = a; g.rsa = lda; g.csa = 1;
-  g.b = b; g.ldb = kPanel; g.psb = psb;
+  g.b = b; g.ldb = ldb; g.psb = psb;
   g.c = c; g.ldc = ldc;
   g.accumulate = accumulate;
   gemm_packed(kc.f32, g);
 }
 
-// C[m, n] (+)= A[m, k] · B, B row-major (row stride ldb), on this thread.
-void mm_rows(const KernelConfig& kc, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  GemmArgs g;
-  g.m = m; g.n = n; g.k = k;
-  g.a = a; g.rsa = lda; g.csa = 1;
-  g.b = b; g.ldb = ldb; g.psb = kPanel;
-  g.c = c; g.ldc = ldc;
-  g.accumulate = accumulate;
-  gemm_packed(kc.f32, g);
+// C[m, n] (+)= A[m, k] · B, B packed panels (ldb = 16).
+void mm_packed(const KernelConfig& kc, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t psb, float* c, int64_t ldc, bool accumulate) {
+  mm_panels(kc, m, n, k, a, lda, b, kPanel, psb, c, ldc, accumulate);
 }
 
 // C[m, n] (+)= A · B with any A strides and a row-major B (ldb), on this thread.
@@ -166,7 +162,7 @@ void attention_forward(const AttentionShape& a, const AttentionInput<float>& in,
           if (alpha != 1.0f)
             for (int64_t c = 0; c < dh; ++c) o[size_t(r * ldo + c)] *= alpha;
         }
-        mm_rows(kc, rows, dh, kn, sbuf.data(), kKeyTile, v + j0 * in.ldkv, in.ldkv, o.data(), ldo, true);
+        mm_panels(kc, rows, dh, kn, sbuf.data(), kKeyTile, v + j0 * in.ldkv, in.ldkv, kPanel, o.data(), ldo, true);
       }
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = sq.base + s0 + r;
