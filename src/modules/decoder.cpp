@@ -292,9 +292,10 @@ Decoder Decoder::converted(WeightDtype dtype, bool attention_int8) const {
   for (size_t i = 0; i < e.ffn_.size(); ++i) {
     try {
       e.ffn_[i] = e.ffn_[i].converted(dtype);
+      PackedLayer& p = (*packed)[i];
+      p.self.in_q = p.self.out_q = p.cross.q_q = p.cross.kv_q = p.cross.out_q = nullptr;  // none left from an earlier conversion
       if (attention_int8) {
         const DecoderLayerWeights& l = w_.layers[i];
-        PackedLayer& p = (*packed)[i];
         p.self.in_q = quantize(l.self_attn.in_proj_weight, 3 * d, 0, "self_attn.in_proj_weight");
         p.self.out_q = quantize(l.self_attn.out_proj_weight, d, 0, "self_attn.out_proj.weight");
         p.cross.q_q = quantize(l.cross_attn.in_proj_weight, d, 0, "multihead_attn.in_proj_weight");

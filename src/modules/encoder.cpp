@@ -216,9 +216,10 @@ Encoder Encoder::converted(WeightDtype dtype, const std::vector<int64_t>& layers
     if (layers.empty() || std::find(layers.begin(), layers.end(), int64_t(i)) != layers.end()) {
       try {
         e.ffn_[i] = int8.empty() ? e.ffn_[i].converted(dtype) : e.ffn_[i].converted(dtype, int8[i]);
+        PackedAttention& p = (*packed)[i];
+        p.in_q = p.out_q = nullptr;  // none left from an earlier conversion
         if (!attention_int8.empty()) {
           const EncoderLayerWeights& l = w_.layers[i];
-          PackedAttention& p = (*packed)[i];
           p.in_q = std::make_shared<const nn::Int8Linear>(nn::quantize_linear(
               l.in_proj_weight.data(), d, 3 * d, attention_int8[i].fp32_input_channels, "in_proj_weight"));
           p.out_q = std::make_shared<const nn::Int8Linear>(

@@ -312,41 +312,56 @@ TEST(Decoder, Int8AttentionStaysCloseToFp32) {
   std::printf("[ measured ] int8 attention + FFN vs fp32: scaled error %.2e (tolerance 3e-2)\n", c.max_error);
   EXPECT_TRUE(c.ok(3e-2)) << c.describe();
   EXPECT_NE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "the attention was not quantized";
+  const std::vector<float> again = run(all.converted(WeightDtype::int8));
+  EXPECT_NE(std::memcmp(again.data(), b.data(), b.size() * sizeof(float)), 0)
+      << "converting again without attention_int8 kept the int8 attention";
 }
 
 TEST(Decoder, SelectedSequencesContinueBitwise) {
   // Beam search's bookkeeping: rearranged, repeated and dropped sequences
-  // continue as if each had been generated alone.
+  // continue as if each had been generated alone (slots handed over, copied,
+  // freed and reused, grown; repeats side by side form one cross-attention
+  // group, repeats apart do not).
   const Decoder dec(small_config(NormPlacement::post, false), 9);
-  const int64_t d = 48, B = 2, S = 9, T = 8;
+  const int64_t d = 48, B = 2, S = 9, T = 12;
   const std::vector<float> memory = randn(size_t(B * S * d), 10);
   const Shape ms{B, S, Layout::tokens, {9, 4}};
   DecoderState st = dec.start(memory.data(), ms, T);
-  std::vector<std::vector<std::vector<float>>> xs(static_cast<size_t>(B));
-  for (int64_t t = 0; t < 3; ++t) {
-    std::vector<float> x = randn(size_t(B * d), uint64_t(200 + t)), y(size_t(B * d));
-    dec.step(st, x.data(), y.data());
-    for (int64_t b = 0; b < B; ++b) xs[size_t(b)].emplace_back(x.begin() + b * d, x.begin() + (b + 1) * d);
-  }
-  // Two copies of sequence 1 side by side (beams of one source: the
-  // cross-attention groups their queries), then sequence 0.
-  st.select({1, 1, 0});
-  ASSERT_EQ(st.live(), 3);
+  std::vector<std::vector<std::vector<float>>> hist(static_cast<size_t>(B));  // per live sequence: its rows
+  auto steps = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = st.live();
+      std::vector<float> x = randn(size_t(n * d), uint64_t(200 + t)), y(size_t(n * d));
+      dec.step(st, x.data(), y.data());
+      for (int64_t i = 0; i < n; ++i) {
+        hist[size_t(i)].emplace_back(x.begin() + i * d, x.begin() + (i + 1) * d);
+        const int64_t b = st.source(i), ml = ms.lengths[size_t(b)];
+        const std::vector<float> mem_b(memory.begin() + b * S * d, memory.begin() + (b * S + ml) * d);
+        const std::vector<float> want = prefix_row(dec, hist[size_t(i)], t, mem_b, ml, 2);
+        ASSERT_EQ(std::memcmp(want.data(), y.data() + i * d, size_t(d) * sizeof(float)), 0)
+            << "live " << i << " step " << t;
+      }
+    }
+  };
+  auto select = [&](const std::vector<int64_t>& from) {
+    std::vector<std::vector<std::vector<float>>> next;
+    for (int64_t f : from) next.push_back(hist[size_t(f)]);
+    st.select(from);
+    hist = std::move(next);
+    ASSERT_EQ(st.live(), int64_t(from.size()));
+  };
+  steps(0, 3);
+  select({1, 1, 0});  // sequence 1 twice side by side: a slot handed over, one copied
   EXPECT_EQ(st.source(0), 1);
   EXPECT_EQ(st.source(2), 0);
-  auto hist = std::vector<std::vector<std::vector<float>>>{xs[1], xs[1], xs[0]};
-  for (int64_t t = 3; t < T; ++t) {
-    std::vector<float> x = randn(size_t(3 * d), uint64_t(300 + t)), y(size_t(3 * d));
-    dec.step(st, x.data(), y.data());
-    for (int64_t i = 0; i < 3; ++i) {
-      hist[size_t(i)].emplace_back(x.begin() + i * d, x.begin() + (i + 1) * d);
-      const int64_t b = st.source(i), ml = ms.lengths[size_t(b)];
-      const std::vector<float> mem_b(memory.begin() + b * S * d, memory.begin() + (b * S + ml) * d);
-      const std::vector<float> want = prefix_row(dec, hist[size_t(i)], t, mem_b, ml, 2);
-      ASSERT_EQ(std::memcmp(want.data(), y.data() + i * d, size_t(d) * sizeof(float)), 0) << "live " << i << " step " << t;
-    }
-  }
-  st.select({2});
+  steps(3, 6);
+  select({2, 0, 2});  // live 1 dropped (its slot freed and reused), live 2 repeated apart
+  EXPECT_EQ(st.source(0), 0);
+  EXPECT_EQ(st.source(1), 1);
+  steps(6, 8);
+  select({1, 1, 1, 0, 2});  // more than before: the slots grow
+  steps(8, T);
+  select({2});
   EXPECT_EQ(st.live(), 1);
   EXPECT_EQ(st.length(0), T);
   EXPECT_THROW(st.select({1}), Error);
