@@ -16,7 +16,10 @@ or int8; median of the rounds' ratios, > 1: ffn is faster), per case:
 
 Needs: the model in ~/.cache/ffn/bench/marian-opus-size (made if missing, with
 .venv's transformers), its CTranslate2 conversions (made if missing, with the
-peers venv's ct2-transformers-converter), build/bin/ffn.
+peers venv's ct2-transformers-converter), build/bin/ffn. The peers venv is
+bench/embed_peers.py's (run it once, e.g. with --quick); the converter's
+MarianTokenizer also needs sentencepiece there, which this script installs
+(pinned, --no-deps) when missing.
 """
 import argparse
 import json
@@ -33,6 +36,7 @@ PEERS = os.path.expanduser("~/.cache/ffn/peers-venv/bin/python")
 VENV = os.path.join(ROOT, ".venv", "bin", "python")
 FFN = os.path.join(ROOT, "build", "bin", "ffn")
 NEW = 30
+SENTENCEPIECE = "sentencepiece==0.2.0"  # the version scripts/setup.sh puts in .venv
 
 CT2_RUNNER = r"""
 import json, statistics, sys, time
@@ -112,6 +116,12 @@ def main():
     args = ap.parse_args()
     if not os.path.isdir(MODEL):
         subprocess.run([VENV, os.path.join(ROOT, "bench", "make_opus_size_marian.py"), MODEL], check=True)
+    if not os.path.exists(PEERS):
+        sys.exit("translate_peers: no peers venv at ~/.cache/ffn/peers-venv; "
+                 "make it with `/usr/bin/python3 bench/embed_peers.py --quick`")
+    if subprocess.run([PEERS, "-c", "import sentencepiece"], capture_output=True).returncode != 0:
+        subprocess.run([PEERS, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                        SENTENCEPIECE], check=True)
     for q in ("float32", "int8"):
         if not os.path.isdir(f"{MODEL}-ct2-{q}"):
             subprocess.run([os.path.join(os.path.dirname(PEERS), "ct2-transformers-converter"), "--model", MODEL,

@@ -92,7 +92,7 @@ void check_writable_directory(const std::string& dir);
 void remove_temporaries_on_signals();
 // Also remove these paths (files, then empty directories, in order) if such a
 // signal ends the program; an empty list clears them. For a program's own
-// staging files; at most 4 paths.
+// staging files; at most 16 paths (more is a logic_error).
 void remove_on_signal(const std::vector<std::string>& paths);
 
 // Holds SIGINT, SIGTERM and SIGHUP back (they stay pending) while it lives.

@@ -34,7 +34,7 @@ void clear_pending(bool owner) {
 
 // Paths removed, in order, if a signal ends the program (files with unlink,
 // then directories with rmdir, which only removes them when empty).
-constexpr int kMaxCleanup = 8;
+constexpr int kMaxCleanup = 16;
 char g_cleanup[kMaxCleanup][4096];
 volatile sig_atomic_t g_cleanup_count = 0;
 

@@ -11,10 +11,13 @@ transformers, which do not depend on how well a 150-step model translates.
 Usage: test_demo_translate.py FFN_BINARY  (skipped, exit 77, without transformers)
 """
 import os
+import random
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 
 try:
@@ -102,6 +105,37 @@ def main():
             att_svg, *small[:1], "5", *small[2:])
         assert open(os.path.join(d, "model.safetensors"), "rb").read() != before
         assert not [f for f in os.listdir(tmp) if ".partial-" in f]
+
+        # Ctrl-C (or SIGTERM) at random moments of an --overwrite run: the
+        # model's files stay all old (or, if it got that far, all new) and no
+        # sibling directory or temporary file is left.
+        files = ("config.json", "generation_config.json", "model.safetensors", "source.spm", "target.spm",
+                 "vocab.json", "tokenizer_config.json", "special_tokens_map.json")
+
+        def snapshot():
+            return {f: open(os.path.join(d, f), "rb").read() for f in files}
+
+        rng = random.Random(7)
+        stopped = 0
+        for i, delay in enumerate([0.3, 1.0] + [rng.uniform(0.05, 4.0) for _ in range(4)]):
+            old = snapshot()
+            p = subprocess.Popen([ffn, "demo", "translate", "--model-dir", d, "--overwrite", "--seed", str(100 + i),
+                                  "--loss-plot", loss_svg, "--attention-plot", att_svg, *small],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            time.sleep(delay)
+            p.send_signal(signal.SIGTERM if i % 2 else signal.SIGINT)
+            err = p.communicate()[1]
+            assert p.returncode in (0, -signal.SIGINT, -signal.SIGTERM), (p.returncode, err)
+            now = snapshot()
+            if now != old:  # a new model (another seed): complete, so it translates
+                assert now["model.safetensors"] != old["model.safetensors"], f"a signal after {delay:.2f} s mixed files"
+                run(ffn, "translate", "--model", d, "twenty-one")
+            stopped += p.returncode != 0
+            left = [f for f in os.listdir(tmp) if ".partial-" in f or ".tmp" in f]
+            assert not left, f"a signal after {delay:.2f} s left {left}"
+        assert stopped >= 3, f"only {stopped} of 6 runs were stopped by the signal"
+        print(f"SIGINT/SIGTERM at 6 moments ({stopped} stopped the run): no partial directory left, "
+              "the model's files all old or all new")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "demo/number_words.hpp"
+#include "ffn/io.hpp"
 #include "ffn/translation.hpp"
 
 #include <unistd.h>
@@ -94,15 +95,29 @@ TranslateDemoResult translate_demo(const TranslateDemoOptions& o) {
   const fs::path work = target.string() + ".partial-" + std::to_string(::getpid());
   std::error_code ec;
   fs::remove_all(work, ec);
+  // Ctrl-C (SIGINT, SIGTERM, SIGHUP) while the demo trains removes the
+  // sibling directory's files and then the directory; the files' own
+  // temporaries are write_file_atomic's. The move into model_dir holds the
+  // signals back, so a signal leaves model_dir's files all old or all new.
+  std::vector<std::string> cleanup;
+  for (const std::string& f : kTranslateDemoFiles) cleanup.push_back((work / f).string());
+  cleanup.push_back(work.string());
+  io::remove_on_signal(cleanup);
+  struct Unregister {
+    ~Unregister() { io::remove_on_signal({}); }
+  } unregister;
   try {
     TranslateDemoResult r = run_demo(o, work.string());
-    fs::create_directories(target, ec);
-    if (!fs::is_directory(target, ec)) throw Error("--model-dir " + o.model_dir + ": cannot make the directory");
-    for (const std::string& f : kTranslateDemoFiles) {
-      fs::rename(work / f, target / f, ec);
-      if (ec) throw Error("--model-dir " + o.model_dir + ": cannot move " + f + " into it (" + ec.message() + ")");
+    {
+      io::SignalBlock hold;
+      fs::create_directories(target, ec);
+      if (!fs::is_directory(target, ec)) throw Error("--model-dir " + o.model_dir + ": cannot make the directory");
+      for (const std::string& f : kTranslateDemoFiles) {
+        fs::rename(work / f, target / f, ec);
+        if (ec) throw Error("--model-dir " + o.model_dir + ": cannot move " + f + " into it (" + ec.message() + ")");
+      }
+      fs::remove_all(work, ec);
     }
-    fs::remove_all(work, ec);
     return r;
   } catch (...) {
     fs::remove_all(work, ec);
