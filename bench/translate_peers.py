@@ -13,6 +13,13 @@ or int8; median of the rounds' ratios, > 1: ffn is faster), per case:
 
     bench/translate_peers.py [--rounds 3] [--engines ffn,ffn-int8,ct2,ct2-int8,hf]
                              [--cases greedy-b1,greedy-b32,beam4-b32]
+                             [--wait-policy passive|active|default]
+
+Every engine runs with OMP_WAIT_POLICY=PASSIVE unless --wait-policy says
+otherwise ('default' leaves it unset: each runtime's own). transformers runs
+on Debian's torch, which calls the system's libblas.so.3: with only libblas3
+(the reference BLAS) installed it is ~30x slower than with OpenBLAS
+(`apt-get install libopenblas0-pthread`); check before quoting it.
 
 Needs: the model in ~/.cache/ffn/bench/marian-opus-size (made if missing, with
 .venv's transformers), its CTranslate2 conversions (made if missing, with the
@@ -89,8 +96,11 @@ def sources(path, n, lo, hi, seed):
             f.write(" ".join(str(r.randint(2, 59000)) for _ in range(L - 1)) + " 0\n")
 
 
-def run(engine, beams, path, repeats):
-    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+def run(engine, beams, path, repeats, wait_policy):
+    env = dict(os.environ)
+    env.pop("OMP_WAIT_POLICY", None)
+    if wait_policy != "default":
+        env["OMP_WAIT_POLICY"] = wait_policy.upper()
     if engine.startswith("ffn"):
         cmd = [FFN, "bench", "--translate", "--model", MODEL, "--input-file", path, "--beams", str(beams),
                "--max-new-tokens", str(NEW), "--threads", "2", "--repeats", str(repeats), "--warmup", "1", "--json",
@@ -113,6 +123,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--engines", default="ffn,ffn-int8,ct2,ct2-int8,hf")
     ap.add_argument("--cases", default="greedy-b1,greedy-b32,beam4-b32")
+    ap.add_argument("--wait-policy", default="passive", choices=["passive", "active", "default"],
+                    help="OMP_WAIT_POLICY of every engine (default: passive, so a busy core does not "
+                         "slow a spinning thread; 'default' leaves it unset: each runtime's own)")
     args = ap.parse_args()
     if not os.path.isdir(MODEL):
         subprocess.run([VENV, os.path.join(ROOT, "bench", "make_opus_size_marian.py"), MODEL], check=True)
@@ -137,7 +150,7 @@ def main():
     for r in range(args.rounds):
         for c, beams, path in cases:
             for e in engines:
-                out = run(e, beams, path, args.repeats)
+                out = run(e, beams, path, args.repeats, args.wait_policy)
                 results[(c, e)].append(out["median_s"] / out["tokens"])
                 if "share_projection" in out:
                     extra[(c, e)] = out["share_projection"]
