@@ -142,9 +142,9 @@ class Encoder {
   // attention_int8 (int8 only; one per layer, or empty): the attention's
   // Q/K/V and output projections of the converted layers in int8 too, the
   // Q/K/V projection with layer l's fp32 input channels (the output
-  // projection with none). Empty: attention stays fp32. On CPUs whose int8
-  // product is u8 × s8 only (AVX-512 VNNI, AMX) the projections run in fp32
-  // for now (the int16 × int8 form runs them on scalar and AVX2).
+  // projection with none). Empty: attention stays fp32. The projections run
+  // on the int16 × int8 product (AVX2's vpmaddwd on AVX2, AVX-512, VNNI and
+  // AMX CPUs; portable code elsewhere).
   Encoder converted(WeightDtype dtype, const std::vector<int64_t>& layers = {},
                     const std::vector<Int8Options>& int8 = {},
                     const std::vector<Int8Options>& attention_int8 = {}) const;

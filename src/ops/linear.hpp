@@ -38,9 +38,9 @@ struct Int8Linear {
 // Throws Error naming `name` for a non-finite weight or a bad channel list.
 Int8Linear quantize_linear(const float* w, int64_t k, int64_t m, const std::vector<int64_t>& fp32_inputs,
                            const std::string& name);
-// Whether kc runs linear_forward_int8: the int16 × int8 product (scalar, AVX2).
-// AVX-512 VNNI has only the u8 × s8 form, not wired to this op yet: callers
-// keep the fp32 weights and use linear_forward there.
+// Whether kc runs linear_forward_int8: the int16 × int8 product (scalar;
+// AVX2's vpmaddwd, which the AVX-512, VNNI and AMX sets borrow). Where it is
+// false callers keep the fp32 weights and use linear_forward.
 inline bool int8_linear_supported(const KernelConfig& kc) { return kc.int8 && kc.int8->igemm; }
 // y = x Wᵀ + b; the bits of reference::linear_forward_int8 for any thread count.
 void linear_forward_int8(const KernelConfig& kc, const Int8Linear& w, const float* x, int64_t n, const float* b,

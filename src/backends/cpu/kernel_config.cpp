@@ -107,6 +107,22 @@ const KernelConfig kAvx2{
 // each weight panel pair fetched from L3 serves 12 row tiles (measured on the
 // Zen 5, 2 threads, T = 4096, alternating: 96 rows 399, 144 rows 405, 192
 // rows 380 GFLOP/s; see bench/results/2026-11-23-avx512.md).
+// The VNNI int8 set: the FFN's u8 × s8 products on vpdpbusd, and the int8
+// linear (attention projections, output heads: int16 × int8 pairs) on AVX2's
+// vpmaddwd, which every AVX-512 CPU has. Both are integer computations with
+// their reference's bits, so borrowing the AVX2 pair kernel changes nothing
+// but where the pair products run (without it the int8 linear had no kernel
+// on these CPUs and stayed fp32).
+const Int8Kernels& vnni_int8() {
+  static const Int8Kernels k = [] {
+    Int8Kernels v = avx512::int8_kernels_vnni;
+    v.igemm = avx2::int8_kernels.igemm;
+    v.quantize_row = avx2::int8_kernels.quantize_row;
+    return v;
+  }();
+  return k;
+}
+
 KernelConfig make_avx512() {
   // int8 on vpdpbusd where the CPU has AVX512_VNNI, else on AVX2's vpmaddwd;
   // bf16 compute on vdpbf16ps where it has AVX512_BF16, else portable.
@@ -116,7 +132,7 @@ KernelConfig make_avx512() {
     .f32 = {.f32 = &avx512::gemm_block, .bf16 = &avx512::gemm_block, .fp16 = &avx512::gemm_block,
             .blocking = {.mc = 144, .kc = 256, .nc = 512}},
     .mr = 12, .nr = 32,
-    .int8 = vnni ? &avx512::int8_kernels_vnni : &avx2::int8_kernels,
+    .int8 = vnni ? &vnni_int8() : &avx2::int8_kernels,
     .int8_instr = vnni ? "AVX-512 vpdpbusd zmm" : "AVX2 vpmaddwd ymm",
     .activate = &avx512::activate,
     .token_block = 144,
@@ -134,7 +150,7 @@ KernelConfig make_avx512() {
 // AVX512_VNNI and AVX512_BF16).
 KernelConfig make_amx() {
   static const Int8Kernels int8 = [] {
-    Int8Kernels k = avx512::int8_kernels_vnni;
+    Int8Kernels k = vnni_int8();
     k.igemm_u8 = &amx::igemm_u8;
     return k;
   }();
