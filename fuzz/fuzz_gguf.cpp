@@ -1,0 +1,21 @@
+// libFuzzer target: the GGUF reader (src/io/gguf.hpp) on arbitrary bytes:
+// header, metadata of every type, tensor infos, and every tensor
+// dequantized. Every input must end in a result or an ffn::Error — never a
+// crash, an out-of-bounds read of the mapping (ASan), undefined behaviour
+// (UBSan) or an allocation sized by an unchecked count (-malloc_limit_mb).
+#include <cstdint>
+
+#include "ffn/ffn.hpp"
+#include "fuzz_util.hpp"
+#include "ffn/gguf.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string path = ffn::fuzz::write_file("m.gguf", data, size);
+  try {
+    const ffn::GgufFile f(path);
+    for (const ffn::GgufTensor& t : f.tensors())
+      if (t.numel <= (int64_t(1) << 24)) (void)f.read_f32(t.name);  // the file holds its bytes: numel is bounded by size
+  } catch (const ffn::Error&) {
+  }
+  return 0;
+}
