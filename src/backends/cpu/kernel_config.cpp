@@ -108,15 +108,13 @@ const KernelConfig kAvx2{
 // Zen 5, 2 threads, T = 4096, alternating: 96 rows 399, 144 rows 405, 192
 // rows 380 GFLOP/s; see bench/results/2026-11-23-avx512.md).
 // The VNNI int8 set: the FFN's u8 × s8 products on vpdpbusd, and the int8
-// linear (attention projections, output heads: int16 × int8 pairs) on AVX2's
-// vpmaddwd, which every AVX-512 CPU has. Both are integer computations with
-// their reference's bits, so borrowing the AVX2 pair kernel changes nothing
-// but where the pair products run (without it the int8 linear had no kernel
-// on these CPUs and stayed fp32).
+// linear (attention projections, output heads: int16 × int8 pairs) on
+// vpdpwssd, with AVX2's int16 row quantizer. Both products are integer
+// computations with their reference's bits. (Until 2026-11-25 the set had
+// no pair product, and the int8 linear stayed fp32 on these CPUs.)
 const Int8Kernels& vnni_int8() {
   static const Int8Kernels k = [] {
     Int8Kernels v = avx512::int8_kernels_vnni;
-    v.igemm = avx2::int8_kernels.igemm;
     v.quantize_row = avx2::int8_kernels.quantize_row;
     return v;
   }();

@@ -151,6 +151,79 @@ void dequant(const int32_t* acc, int64_t n, float s_a, const float* s_w, const f
   for (; j < n; ++j) out[j] = std::fma(float(acc[j]), s_a * s_w[j], prev ? prev[j] : 0.0f);
 }
 
+// ---- the int16 × int8 pair product (IGemmArgs; the int8 linear) -------------
+// Per pair of k: NP panel rows of B (32 bytes: 16 columns × 2 k) widened by
+// vpmovsxbw to 16 int16 pairs in one zmm, the pair (A(i, p), A(i, p+1)) of
+// each row broadcast, MR·NP vpdpwssd (32 int16 multiply-adds each, summed
+// pairwise into int32: exact, as the reference). Twice AVX2's vpmaddwd +
+// vpaddd per instruction, on twice the width.
+inline void dpwssd(__m512i& acc, __m512i a, __m512i b) {
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+}
+
+constexpr int64_t kPairBlock = 256;  // k pairs per block: NP = 2 panels of B are 16 KiB, L1
+
+template <int MR, int NP>
+inline void pair_tile(const IGemmArgs& g, int64_t row, int64_t panel, int64_t p0, int64_t p1, bool accumulate) {
+  __m512i acc[MR][NP];
+  int32_t* c = g.c + row * g.ldc + panel * kPanel;
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q)
+      acc[r][q] = accumulate ? _mm512_loadu_si512(c + r * g.ldc + q * kPanel) : _mm512_setzero_si512();
+  const int16_t* a = g.a + row * g.lda;
+  const int8_t* b = g.b + panel * g.psb;
+#pragma GCC unroll 2
+  for (int64_t p = p0; p < p1; ++p) {
+    __m512i bv[NP];
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q)
+      bv[q] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q * g.psb + p * 32)));
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, a + r * g.lda + 2 * p, 4);
+      const __m512i av = _mm512_set1_epi32(pair);
+#pragma GCC unroll 8
+      for (int q = 0; q < NP; ++q) dpwssd(acc[r][q], av, bv[q]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) _mm512_storeu_si512(c + r * g.ldc + q * kPanel, acc[r][q]);
+}
+
+template <int MR>
+void pair_strip(const IGemmArgs& g, int64_t row, int64_t np, int64_t p0, int64_t p1, bool accumulate) {
+  int64_t q = 0;
+  for (; q + 2 <= np; q += 2) pair_tile<MR, 2>(g, row, q, p0, p1, accumulate);
+  if (q < np) pair_tile<MR, 1>(g, row, q, p0, p1, accumulate);
+}
+
+using PairStrip = void (*)(const IGemmArgs&, int64_t, int64_t, int64_t, int64_t, bool);
+constexpr PairStrip kPairStrips[] = {nullptr, &pair_strip<1>, &pair_strip<2>, &pair_strip<3>, &pair_strip<4>,
+                                     &pair_strip<5>, &pair_strip<6>, &pair_strip<7>, &pair_strip<8>,
+                                     &pair_strip<9>, &pair_strip<10>, &pair_strip<11>, &pair_strip<12>};
+
+void igemm_pairs(const IGemmArgs& g) {
+  const int64_t np = panels(g.n);
+  if (g.kp == 0) {
+    for (int64_t i = 0; i < g.m; ++i) std::fill(g.c + i * g.ldc, g.c + i * g.ldc + np * kPanel, 0);
+    return;
+  }
+  // Rows in near-equal tiles of at most 12 (24 accumulators at NP = 2).
+  const int64_t tiles = (g.m + 11) / 12;
+  for (int64_t p0 = 0; p0 < g.kp; p0 += kPairBlock) {
+    const int64_t p1 = std::min(g.kp, p0 + kPairBlock);
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t r0 = g.m * t / tiles, r1 = g.m * (t + 1) / tiles;
+      kPairStrips[r1 - r0](g, r0, np, p0, p1, p0 > 0);
+    }
+  }
+}
+
 // fp32_input_part (src/backends/cpu/quantize.hpp) compiled for this ISA.
 void fp32_part(const float* xs, int64_t k, const float* wt, int64_t ld, const float* b, int64_t n, float* prev) {
   fp32_input_part(xs, k, wt, ld, b, n, prev);
@@ -158,6 +231,8 @@ void fp32_part(const float* xs, int64_t k, const float* wt, int64_t ld, const fl
 
 }  // namespace
 
-const Int8Kernels int8_kernels_vnni{nullptr, &igemm_u8, nullptr, &quantize_row_u8, &dequant, &fp32_part};
+// quantize_row (for the pair product) is AVX2's, set where the kernel table is
+// built (src/backends/cpu/kernel_config.cpp).
+const Int8Kernels int8_kernels_vnni{&igemm_pairs, &igemm_u8, nullptr, &quantize_row_u8, &dequant, &fp32_part};
 
 }  // namespace ffn::nn::avx512
