@@ -102,11 +102,6 @@ const KernelConfig kAvx2{
     .exp_rows = &avx2::exp_rows, .softmax_step = &avx2::softmax_step, .sum_rows = &avx2::sum_rows,
 };
 
-// 12×32 tiles of zmm (24 accumulators), k 256 (a pair of panels is 32 KiB,
-// L1), 512 columns; 144 rows per block and per fused-forward token block, so
-// each weight panel pair fetched from L3 serves 12 row tiles (measured on the
-// Zen 5, 2 threads, T = 4096, alternating: 96 rows 399, 144 rows 405, 192
-// rows 380 GFLOP/s; see bench/results/2026-11-23-avx512.md).
 // The VNNI int8 set: the FFN's u8 × s8 products on vpdpbusd, and the int8
 // linear (attention projections, output heads: int16 × int8 pairs) on
 // vpdpwssd, with AVX2's int16 row quantizer. Both products are integer
@@ -121,6 +116,11 @@ const Int8Kernels& vnni_int8() {
   return k;
 }
 
+// 12×32 tiles of zmm (24 accumulators), k 256 (a pair of panels is 32 KiB,
+// L1), 512 columns; 144 rows per block and per fused-forward token block, so
+// each weight panel pair fetched from L3 serves 12 row tiles (measured on the
+// Zen 5, 2 threads, T = 4096, alternating: 96 rows 399, 144 rows 405, 192
+// rows 380 GFLOP/s; see bench/results/2026-11-23-avx512.md).
 KernelConfig make_avx512() {
   // int8 on vpdpbusd where the CPU has AVX512_VNNI, else on AVX2's vpmaddwd;
   // bf16 compute on vdpbf16ps where it has AVX512_BF16, else portable.
