@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake make pkg-config libgomp1 googletest libgtest-dev nlohmann-json3-dev libcli11-dev libpugixml-dev libutf8proc-dev
+packages=(g++ cmake make pkg-config libgomp1 googletest libgtest-dev nlohmann-json3-dev libcli11-dev libpugixml-dev libutf8proc-dev libpcre2-dev
           libsentencepiece-dev
           python3-dev python3-venv python3-numpy python3-torch python3-pytest "$@")
 missing=()

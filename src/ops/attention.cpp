@@ -126,20 +126,21 @@ void attention_forward(const AttentionShape& a, const AttentionInput<float>& in,
   {
     std::vector<float> kp, sbuf(size_t(kQueryTile * kKeyTile)), o(size_t(kQueryTile * panels(dh) * kPanel));
     std::vector<float> mx(static_cast<size_t>(kQueryTile)), sum(static_cast<size_t>(kQueryTile));
-    int64_t packed_b = -1, packed_h = -1;
+    int64_t packed_b = -1, packed_col = -1;
     const int64_t ldo = panels(dh) * kPanel;
 #pragma omp for schedule(dynamic, 1)
     for (size_t u = 0; u < units.size(); ++u) {
       const auto [b, h, s0] = units[u];
       const Seq& sq = seqs[size_t(b)];
-      if (b != packed_b || h != packed_h) {  // this thread's copy of the head's K panels
+      const int64_t col = a.kv_column(h);  // its key/value head's columns (grouped-query: shared by heads)
+      if (b != packed_b || col != packed_col) {  // this thread's copy of the head's K panels
         kp.resize(size_t(panels(sq.klen) * kPanel * dh));
-        pack_keys(in.k + sq.kbase * in.ldkv + h * dh, in.ldkv, sq.klen, dh, kp.data());
+        pack_keys(in.k + sq.kbase * in.ldkv + col, in.ldkv, sq.klen, dh, kp.data());
         packed_b = b;
-        packed_h = h;
+        packed_col = col;
       }
       // V is read in place: its rows are B's rows (ldb = the row stride, 16-column panels side by side).
-      const float* v = in.v + sq.kbase * in.ldkv + h * dh;
+      const float* v = in.v + sq.kbase * in.ldkv + col;
       const int64_t rows = std::min(kQueryTile, sq.len - s0);
       const int64_t keys = visible(a, sq, s0 + rows - 1);  // keys any row of the tile sees
       const float* q = in.q + (sq.base + s0) * in.ldq + h * dh;
@@ -184,6 +185,7 @@ void attention_backward(const AttentionShape& a, const AttentionInput<float>& in
   const KernelConfig& kc = kernel_config(resolve_isa(isa));
   const int64_t d = a.d, H = a.heads, dh = d / H, ldq = in.ldq, ldkv = in.ldkv;
   const float scale = float(1.0 / std::sqrt(double(dh)));
+  if (a.kv_heads > 0 && a.kv_heads != a.heads) throw Error("attention backward: grouped-query attention is inference only");
   const auto rule = DropoutRule::make(a.training ? a.dropout : 0.0f);
   const std::vector<Seq> seqs = sequences(a);
   struct Unit { int64_t b, h; };

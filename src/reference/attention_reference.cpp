@@ -10,6 +10,11 @@
 namespace ffn::reference {
 
 void check_attention_shape(const AttentionShape& a) {
+  if (a.kv_heads < 0 || (a.kv_heads > 0 && a.heads % a.kv_heads != 0))
+    throw Error("attention: " + std::to_string(a.heads) + " query heads cannot share " + std::to_string(a.kv_heads) +
+                " key/value heads (kv_heads must divide heads)");
+  if (a.kv_heads > 0 && a.kv_heads != a.heads && a.training)
+    throw Error("attention: grouped-query attention (kv_heads < heads) is inference only");
   const size_t B = a.off.empty() ? 0 : a.off.size() - 1;
   if (!a.kv_base.empty() || !a.kv_len.empty()) {
     if (a.kv_base.size() != B || a.kv_len.size() != B)
@@ -45,7 +50,7 @@ int64_t probabilities(const AttentionShape& a, const AttentionInput<T>& in, int6
   const T* q = in.q + i * in.ldq + h * dh;
   Acc mx = -std::numeric_limits<Acc>::infinity();
   for (int64_t j = 0; j < keys; ++j) {
-    const T* k = in.k + (kb + j) * in.ldkv + h * dh;
+    const T* k = in.k + (kb + j) * in.ldkv + a.kv_column(h);
     Acc dot = 0;
     for (int64_t c = 0; c < dh; ++c) dot += Acc(q[c]) * Acc(k[c]);
     P[size_t(j)] = dot * scale;
@@ -78,7 +83,7 @@ void attention_forward(const AttentionShape& a, const AttentionInput<T>& in, T* 
         if (lse) lse[(base + s) * a.heads + h] = float(l);
         std::fill(o.begin(), o.end(), 0.0);
         for (int64_t j = 0; j < keys; ++j) {
-          const T* v = in.v + (kb + j) * in.ldkv + h * dh;
+          const T* v = in.v + (kb + j) * in.ldkv + a.kv_column(h);
           const Acc w = P[size_t(j)] * Z[size_t(j)];
           for (int64_t c = 0; c < dh; ++c) o[size_t(c)] += w * Acc(v[c]);
         }
@@ -96,6 +101,7 @@ void attention_forward(const AttentionShape& a, const AttentionInput<T>& in, T* 
 template <typename T>
 void attention_backward(const AttentionShape& a, const AttentionInput<T>& in, const T* dctx, const AttentionGrad<T>& g) {
   check_attention_shape(a);
+  if (a.kv_heads > 0 && a.kv_heads != a.heads) throw Error("attention backward: grouped-query attention is inference only");
   const int64_t d = a.d, dh = d / a.heads;
   const Acc scale = 1.0 / std::sqrt(Acc(dh));
   std::vector<Acc> dq(static_cast<size_t>(d)), dk, dv, P, Z, dP;

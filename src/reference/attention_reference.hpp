@@ -35,6 +35,9 @@ struct AttentionShape {
   // themselves (self-attention over off).
   std::vector<int64_t> kv_base, kv_len;
   bool causal = false;
+  // Grouped-query attention (inference): K and V hold kv_heads heads, query
+  // head h reading kv head h / (heads / kv_heads); 0 means heads.
+  int64_t kv_heads = 0;
   float dropout = 0.0f;          // p, used only when training
   bool training = false;
   uint64_t seed = 0;
@@ -42,6 +45,11 @@ struct AttentionShape {
   int64_t q_len(size_t b) const { return off[b + 1] - off[b]; }
   int64_t keys_base(size_t b) const { return kv_base.empty() ? off[b] : kv_base[b]; }
   int64_t keys_len(size_t b) const { return kv_len.empty() ? q_len(b) : kv_len[b]; }
+  // The column of K and V where query head h's key/value head starts.
+  int64_t kv_column(int64_t h) const {
+    const int64_t dh = d / heads;
+    return (kv_heads > 0 ? h / (heads / kv_heads) : h) * dh;
+  }
   // Keys query s of sequence b sees.
   int64_t visible(size_t b, int64_t s) const {
     const int64_t kl = keys_len(b);
@@ -65,7 +73,8 @@ struct AttentionGrad {
   static AttentionGrad packed(T* dqkv, int64_t d) { return {dqkv, dqkv + d, dqkv + 2 * d, 3 * d, 3 * d}; }
 };
 
-// Throws Error unless the kv lists have one entry per sequence and, with
+// Throws Error unless the kv lists have one entry per sequence, kv_heads
+// divides heads (and is only set with training off), and, with
 // causal, every sequence has at least as many keys as queries; and unless
 // every sequence with queries has keys.
 void check_attention_shape(const AttentionShape& a);

@@ -1,0 +1,116 @@
+// A decoder-only language model of the LLaMA architecture (Touvron et al.
+// 2023; Hugging Face's LlamaForCausalLM), the family of today's LLMs:
+//
+//   x = embed(ids)
+//   per layer:  x = x + W_O · Attn(RoPE(W_Q · RMSNorm₁(x)), RoPE(W_K · RMSNorm₁(x)), W_V · RMSNorm₁(x))
+//               x = x + W_down (silu(W_gate · RMSNorm₂(x)) ⊙ W_up · RMSNorm₂(x))
+//   logits = W_head · RMSNorm(x)         (W_head the embedding when tied)
+//
+// Attention is causal and grouped-query (kv_heads key/value heads, each
+// shared by heads / kv_heads query heads); rotary positions as transformers'
+// rotate_half (the first and second half of each head rotated together,
+// frequencies θ^(−2i/head_dim) in float32). The SwiGLU sublayer is
+// ffn::FeedForward (pre-norm, RMSNorm, no bias), the project's own layer.
+//
+// Checkpoints: a GGUF file of architecture "llama" (llama.cpp's names,
+// blk.N.attn_q.weight ...; Q and K rows in the file's rotary order are put back
+// in transformers' order, as its GGUF loader does) or a Hugging Face
+// directory (config.json, model.safetensors, tokenizer.json). Weights are
+// float32 in memory (quantized GGUF blocks dequantized as ggml does).
+//
+// Generation: CausalLMState holds each sequence's keys and values (after
+// RoPE) of every layer; extend appends positions to the sequences and gives
+// their logits. A position's result is bitwise the same whether its prefix
+// was appended in one call or one position at a time, and does not depend on
+// the other sequences of the batch or on the thread count.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ffn/tokenizer.hpp"
+#include "ffn/types.hpp"
+
+namespace ffn {
+
+struct CausalLMConfig {
+  int64_t vocab = 0, d_model = 0, layers = 0;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;  // head_dim: d_model / heads unless the checkpoint says
+  int64_t d_ff = 0;
+  double rope_theta = 10000.0;
+  float eps = 1e-5f;          // RMSNorm's
+  bool tied = true;           // the output projection is the token embedding
+  int64_t context = 0;        // positions the checkpoint was trained for (0: unknown)
+  int64_t bos = -1, eos = -1; // -1: none
+  // Throws Error naming the field if a size is out of range.
+  void validate() const;
+};
+
+// The keys and values of a batch of sequences being generated (made by
+// CausalLM::start, advanced by extend). select() rearranges them.
+class CausalLMState {
+ public:
+  CausalLMState();
+  ~CausalLMState();
+  CausalLMState(CausalLMState&&) noexcept;
+  CausalLMState& operator=(CausalLMState&&) noexcept;
+  int64_t live() const;
+  int64_t length(int64_t i) const;  // positions sequence i holds
+  int64_t capacity() const;         // the most positions a sequence may hold
+  // New sequence i is a copy of old sequence from[i] (any order, repeats allowed).
+  void select(const std::vector<int64_t>& from);
+  size_t bytes() const;
+
+  struct Data;
+
+ private:
+  friend class CausalLM;
+  std::unique_ptr<Data> data_;
+};
+
+class CausalLM {
+ public:
+  // A GGUF file (architecture llama) or a Hugging Face LLaMA directory.
+  // Errors name the file and what was expected.
+  static CausalLM load(const std::string& path);
+
+  const CausalLMConfig& config() const { return cfg_; }
+  // The checkpoint's tokenizer (GGUF metadata or tokenizer.json); null if it has none.
+  const BpeTokenizer* tokenizer() const { return tok_.get(); }
+  // The GGUF's or tokenizer_config.json's chat template ("" if none).
+  const std::string& chat_template() const { return chat_template_; }
+
+  // Empty sequences for at most `capacity` positions each.
+  CausalLMState start(int64_t sequences, int64_t capacity) const;
+  // Appends counts[i] tokens to sequence i (ids: all of them, sequence 0's
+  // first; counts.size() == state.live()). logits: with every_position,
+  // [Σ counts, vocab], the logits after each appended position; otherwise
+  // [live, vocab], after each sequence's last (each count must then be ≥ 1).
+  // Errors (before anything is changed): an id outside the vocabulary, a
+  // sequence past the state's capacity.
+  void extend(CausalLMState& state, const int32_t* ids, const std::vector<int64_t>& counts, float* logits,
+              bool every_position, const RunOptions& opts = {}) const;
+
+  // The logits after every position of one sequence: [ids.size(), vocab].
+  std::vector<float> logits(const std::vector<int32_t>& ids, const RunOptions& opts = {}) const;
+
+  // Operations of appending t positions to a sequence holding p (2 per multiply-add).
+  double flops(int64_t t, int64_t p) const;
+
+  CausalLM(CausalLM&&) noexcept;
+  CausalLM& operator=(CausalLM&&) noexcept;
+  ~CausalLM();
+
+  struct Weights;
+
+ private:
+  CausalLM();
+  CausalLMConfig cfg_;
+  std::shared_ptr<const BpeTokenizer> tok_;
+  std::string chat_template_;
+  std::unique_ptr<Weights> w_;
+};
+
+}  // namespace ffn

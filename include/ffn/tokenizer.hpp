@@ -1,0 +1,69 @@
+// Byte-level BPE (GPT-2's scheme, used by LLaMA-family models such as
+// SmolLM2), as Hugging Face `tokenizers` runs it:
+//   1. special tokens written in the text ("<|im_start|>") are cut out and
+//      become their own ids (longest match first);
+//   2. the rest is split by the pre-tokenizer: GPT-2's regular expression
+//      (ByteLevel), optionally after single digits (Digits) or another
+//      Split pattern, run by PCRE2 with Unicode properties;
+//   3. each piece's UTF-8 bytes become GPT-2's printable byte characters and
+//      are merged pairwise, lowest merge rank first, into vocabulary tokens.
+// Read from a GGUF file's tokenizer.ggml.* metadata (model "gpt2"; the
+// pre-tokenizer is GPT-2's expression, what transformers' GGUF loader builds)
+// or from a tokenizer.json (model BPE; pre-tokenizers ByteLevel, Digits,
+// Split and Sequence of them; decoder ByteLevel).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace ffn {
+
+class GgufFile;
+
+class BpeTokenizer {
+ public:
+  static BpeTokenizer from_gguf(const GgufFile& f);
+  static BpeTokenizer from_json(const std::string& path);
+
+  int64_t vocab_size() const { return int64_t(tokens_.size()); }
+  // The ids of text (UTF-8; Error if it is not), no BOS or EOS added.
+  std::vector<int32_t> encode(const std::string& text) const;
+  // The text of ids (bytes joined; an incomplete UTF-8 sequence is kept as
+  // bytes). skip_special: special tokens give nothing.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+  const std::string& token(int32_t id) const { return tokens_.at(size_t(id)); }
+  int32_t id_of(const std::string& token) const;  // -1 if absent
+  bool is_special(int32_t id) const;
+
+  BpeTokenizer(BpeTokenizer&&) noexcept;
+  BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
+  ~BpeTokenizer();
+
+ private:
+  BpeTokenizer();
+  struct Step {  // one pre-tokenizer stage
+    enum class Kind { regex, digits } kind = Kind::regex;
+    std::string pattern;          // regex: the expression (matches and the text between become pieces)
+    bool individual = true;       // digits: one piece per digit
+    std::shared_ptr<void> code;   // the compiled pcre2_code
+  };
+  void init(const std::string& where);
+  void split(const std::string& text, std::vector<std::string>& pieces) const;
+  void bpe(const std::string& piece, std::vector<int32_t>& out) const;
+
+  std::vector<std::string> tokens_;
+  std::unordered_map<std::string, int32_t> ids_;
+  std::unordered_map<std::string, int32_t> ranks_;  // "left right" → merge rank
+  std::vector<bool> special_;
+  std::vector<std::pair<std::string, int32_t>> specials_;  // longest first
+  std::vector<Step> steps_;
+  bool add_prefix_space_ = false;
+  bool ignore_merges_ = false;
+  std::string where_;  // the file, for messages
+};
+
+}  // namespace ffn

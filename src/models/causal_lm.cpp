@@ -1,0 +1,432 @@
+// The LLaMA-architecture causal language model (include/ffn/causal_lm.hpp):
+// checkpoint reading (GGUF, Hugging Face directories) and the forward pass
+// over a key/value cache.
+#include "ffn/causal_lm.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/kernel_config.hpp"
+#include "core/json_file.hpp"
+#include "core/positions.hpp"
+#include "ffn/feed_forward.hpp"
+#include "ffn/gguf.hpp"
+#include "ffn/io.hpp"
+#include "ops/attention.hpp"
+#include "ops/linear.hpp"
+#include "ops/norm.hpp"
+#include "ops/rope.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ffn {
+
+struct CausalLM::Weights {
+  struct Layer {
+    std::vector<float> attn_norm;     // [d]
+    std::vector<float> wqkv;          // [qd + 2 kvd, d]: W_Q, W_K, W_V stacked
+    std::vector<float> wqkv_packed;
+    std::vector<float> wo, wo_packed; // [d, qd]
+    FeedForward ffn;                  // ffn_norm, gate, up, down (pre-norm RMSNorm SwiGLU)
+  };
+  std::vector<float> embed;            // [vocab, d]
+  std::vector<float> norm;             // [d]
+  std::vector<float> head;             // [vocab, d] when untied
+  std::vector<float> head_packed;
+  std::vector<Layer> layers;
+};
+
+struct CausalLMState::Data {
+  int64_t layers = 0, kvd = 0, cap = 0, head_dim = 0;
+  std::vector<std::vector<float>> k, v;  // per layer [slots · cap, kvd]
+  std::vector<int64_t> len, slot;        // per live sequence
+  int64_t slots = 0;
+  nn::RopeTable rope;
+};
+
+CausalLMState::CausalLMState() : data_(std::make_unique<Data>()) {}
+CausalLMState::~CausalLMState() = default;
+CausalLMState::CausalLMState(CausalLMState&&) noexcept = default;
+CausalLMState& CausalLMState::operator=(CausalLMState&&) noexcept = default;
+int64_t CausalLMState::live() const { return int64_t(data_->len.size()); }
+int64_t CausalLMState::length(int64_t i) const { return data_->len.at(size_t(i)); }
+int64_t CausalLMState::capacity() const { return data_->cap; }
+size_t CausalLMState::bytes() const {
+  size_t b = 0;
+  for (const auto& x : data_->k) b += x.size() * sizeof(float);
+  for (const auto& x : data_->v) b += x.size() * sizeof(float);
+  return b;
+}
+
+void CausalLMState::select(const std::vector<int64_t>& from) {
+  Data& s = *data_;
+  for (int64_t f : from)
+    if (f < 0 || f >= live())
+      throw Error("select: sequence " + std::to_string(f) + " does not exist (" + std::to_string(live()) + " live)");
+  const int64_t n = int64_t(from.size());
+  for (int64_t l = 0; l < s.layers; ++l) {
+    std::vector<float> k(size_t(n * s.cap * s.kvd)), v(k.size());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t src = s.slot[size_t(from[size_t(i)])] * s.cap * s.kvd, rows = s.len[size_t(from[size_t(i)])];
+      std::copy_n(s.k[size_t(l)].begin() + src, rows * s.kvd, k.begin() + i * s.cap * s.kvd);
+      std::copy_n(s.v[size_t(l)].begin() + src, rows * s.kvd, v.begin() + i * s.cap * s.kvd);
+    }
+    s.k[size_t(l)].swap(k);
+    s.v[size_t(l)].swap(v);
+  }
+  std::vector<int64_t> len(static_cast<size_t>(n)), slot(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    len[size_t(i)] = s.len[size_t(from[size_t(i)])];
+    slot[size_t(i)] = i;
+  }
+  s.len.swap(len);
+  s.slot.swap(slot);
+  s.slots = n;
+}
+
+void CausalLMConfig::validate() const {
+  auto positive = [](int64_t v, const char* name) {
+    if (v < 1) throw Error(std::string("causal LM: ") + name + " must be at least 1, got " + std::to_string(v));
+  };
+  positive(vocab, "vocab");
+  positive(d_model, "d_model");
+  positive(layers, "layers");
+  positive(heads, "heads");
+  positive(kv_heads, "kv_heads");
+  positive(head_dim, "head_dim");
+  positive(d_ff, "d_ff");
+  if (heads % kv_heads != 0)
+    throw Error("causal LM: " + std::to_string(heads) + " query heads cannot share " + std::to_string(kv_heads) +
+                " key/value heads evenly");
+  if (head_dim % 2 != 0) throw Error("causal LM: head_dim must be even for rotary positions, got " + std::to_string(head_dim));
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) throw Error("causal LM: rope_theta must be positive");
+  if (!(eps > 0)) throw Error("causal LM: eps must be positive");
+  if (bos >= vocab || eos >= vocab) throw Error("causal LM: BOS/EOS id outside the vocabulary");
+}
+
+CausalLM::CausalLM() : w_(std::make_unique<Weights>()) {}
+CausalLM::~CausalLM() = default;
+CausalLM::CausalLM(CausalLM&&) noexcept = default;
+CausalLM& CausalLM::operator=(CausalLM&&) noexcept = default;
+
+namespace {
+
+// GGUF keeps W_Q's and W_K's rows in llama.cpp's rotary order (each head's
+// rows interleaved in pairs); transformers' order has the two halves of the
+// head apart: new row h·2m + t·m + i = file row h·2m + 2i + t (m = head_dim / 2).
+std::vector<float> unpermute_rows(const std::vector<float>& w, int64_t heads, int64_t cols) {
+  const int64_t rows = int64_t(w.size()) / cols, m = rows / heads / 2;
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t t = 0; t < 2; ++t)
+      for (int64_t i = 0; i < m; ++i)
+        std::copy_n(w.begin() + (h * 2 * m + 2 * i + t) * cols, cols, out.begin() + (h * 2 * m + t * m + i) * cols);
+  return out;
+}
+
+struct RawLayer {
+  std::vector<float> attn_norm, q, k, v, o, ffn_norm, gate, up, down;
+};
+
+}  // namespace
+
+CausalLM CausalLM::load(const std::string& path) {
+  CausalLM lm;
+  CausalLMConfig& c = lm.cfg_;
+  Weights& w = *lm.w_;
+  std::vector<RawLayer> raw;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const fs::path dir(path), cfg_path = dir / "config.json", st_path = dir / "model.safetensors",
+        tok_path = dir / "tokenizer.json";
+    for (const auto& p : {cfg_path, st_path})
+      if (!fs::exists(p, ec))
+        throw Error(p.string() + ": missing (a Hugging Face LLaMA directory holds config.json and model.safetensors)");
+    const nlohmann::json j = models::read_json(cfg_path);
+    const std::string type = j.value("model_type", std::string());
+    if (type != "llama")
+      throw Error(cfg_path.string() + ": model_type is \"" + type + "\"; expected \"llama\" (LlamaForCausalLM)");
+    using models::json_get;
+    c.vocab = json_get<int64_t>(j, "vocab_size", cfg_path);
+    c.d_model = json_get<int64_t>(j, "hidden_size", cfg_path);
+    c.layers = json_get<int64_t>(j, "num_hidden_layers", cfg_path);
+    c.heads = json_get<int64_t>(j, "num_attention_heads", cfg_path);
+    c.kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                     ? json_get<int64_t>(j, "num_key_value_heads", cfg_path)
+                     : c.heads;
+    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? json_get<int64_t>(j, "head_dim", cfg_path)
+                                                                    : (c.heads > 0 ? c.d_model / c.heads : 0);
+    c.d_ff = json_get<int64_t>(j, "intermediate_size", cfg_path);
+    c.rope_theta = j.value("rope_theta", 10000.0);
+    c.eps = float(j.value("rms_norm_eps", 1e-6));
+    c.tied = j.value("tie_word_embeddings", false);
+    c.context = j.value("max_position_embeddings", int64_t(0));
+    if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos = j["bos_token_id"].get<int64_t>();
+    if (j.contains("eos_token_id")) {
+      const auto& e = j["eos_token_id"];
+      if (e.is_number_integer()) c.eos = e.get<int64_t>();
+      else if (e.is_array() && !e.empty() && e[0].is_number_integer()) c.eos = e[0].get<int64_t>();
+    }
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+      throw Error(cfg_path.string() + ": rope_scaling " + j["rope_scaling"].dump() + " is not supported");
+    if (j.value("attention_bias", false) || j.value("mlp_bias", false))
+      throw Error(cfg_path.string() + ": attention_bias/mlp_bias are not supported (LLaMA has no biases)");
+    if (j.value("hidden_act", std::string("silu")) != "silu")
+      throw Error(cfg_path.string() + ": hidden_act is " + j["hidden_act"].dump() + "; expected \"silu\" (SwiGLU)");
+    c.validate();
+    const SafetensorsFile f = read_safetensors(st_path.string());
+    auto tensor = [&](const std::string& name, std::vector<int64_t> shape) -> std::vector<float> {
+      auto it = f.tensors.find(name);
+      if (it == f.tensors.end()) throw Error(st_path.string() + ": missing tensor " + name);
+      if (it->second.shape != shape)
+        throw Error(st_path.string() + ": tensor " + name + " has shape " + shape_str(it->second.shape) + ", expected " +
+                    shape_str(shape) + " (config.json)");
+      return it->second.data;
+    };
+    const int64_t d = c.d_model, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
+    w.embed = tensor("model.embed_tokens.weight", {c.vocab, d});
+    w.norm = tensor("model.norm.weight", {d});
+    if (!c.tied) {
+      if (!f.tensors.count("lm_head.weight"))
+        throw Error(st_path.string() + ": missing tensor lm_head.weight (config.json: tie_word_embeddings is false)");
+      w.head = tensor("lm_head.weight", {c.vocab, d});
+    }
+    for (int64_t l = 0; l < c.layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      RawLayer r;
+      r.attn_norm = tensor(p + "input_layernorm.weight", {d});
+      r.q = tensor(p + "self_attn.q_proj.weight", {qd, d});
+      r.k = tensor(p + "self_attn.k_proj.weight", {kvd, d});
+      r.v = tensor(p + "self_attn.v_proj.weight", {kvd, d});
+      r.o = tensor(p + "self_attn.o_proj.weight", {d, qd});
+      r.ffn_norm = tensor(p + "post_attention_layernorm.weight", {d});
+      r.gate = tensor(p + "mlp.gate_proj.weight", {c.d_ff, d});
+      r.up = tensor(p + "mlp.up_proj.weight", {c.d_ff, d});
+      r.down = tensor(p + "mlp.down_proj.weight", {d, c.d_ff});
+      raw.push_back(std::move(r));
+    }
+    if (fs::exists(tok_path, ec)) lm.tok_ = std::make_shared<BpeTokenizer>(BpeTokenizer::from_json(tok_path.string()));
+    const fs::path tc = dir / "tokenizer_config.json";
+    if (fs::exists(tc, ec)) {
+      const nlohmann::json t = models::read_json(tc);
+      if (t.contains("chat_template") && t["chat_template"].is_string()) lm.chat_template_ = t["chat_template"];
+    }
+  } else {
+    const GgufFile f(path);
+    const std::string& arch = f.get_string("general.architecture");
+    if (arch != "llama")
+      throw Error(path + ": general.architecture is \"" + arch + "\"; only \"llama\" is supported");
+    auto u = [&](const std::string& k) { return int64_t(f.get_uint("llama." + k)); };
+    c.d_model = u("embedding_length");
+    c.layers = u("block_count");
+    c.d_ff = u("feed_forward_length");
+    c.heads = u("attention.head_count");
+    c.kv_heads = f.find("llama.attention.head_count_kv") ? u("attention.head_count_kv") : c.heads;
+    c.head_dim = f.find("llama.rope.dimension_count") ? u("rope.dimension_count") : c.d_model / std::max<int64_t>(c.heads, 1);
+    c.rope_theta = f.find("llama.rope.freq_base") ? f.get_float("llama.rope.freq_base") : 10000.0;
+    c.eps = float(f.get_float("llama.attention.layer_norm_rms_epsilon"));
+    c.context = f.find("llama.context_length") ? u("context_length") : 0;
+    if (f.find("llama.rope.scaling.type") && f.get_string("llama.rope.scaling.type") != "none")
+      throw Error(path + ": llama.rope.scaling.type " + f.get_string("llama.rope.scaling.type") + " is not supported");
+    const GgufTensor& te = f.tensor("token_embd.weight");
+    if (te.ne.size() != 2 || te.ne[0] != c.d_model)
+      throw Error(path + ": token_embd.weight has shape " + shape_str(te.ne) + ", expected [" +
+                  std::to_string(c.d_model) + ", vocabulary] (ne[0] innermost)");
+    c.vocab = te.ne[1];
+    c.tied = !f.has("output.weight");
+    if (f.find("tokenizer.ggml.bos_token_id")) c.bos = int64_t(f.get_uint("tokenizer.ggml.bos_token_id"));
+    if (f.find("tokenizer.ggml.eos_token_id")) c.eos = int64_t(f.get_uint("tokenizer.ggml.eos_token_id"));
+    c.validate();
+    const int64_t d = c.d_model, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
+    auto tensor = [&](const std::string& name, int64_t rows, int64_t cols) {
+      const GgufTensor& t = f.tensor(name);
+      const std::vector<int64_t> want = rows == 1 ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows};
+      if (t.ne != want)
+        throw Error(path + ": tensor " + name + " has shape " + shape_str(t.ne) + ", expected " + shape_str(want) +
+                    " (ne[0] innermost, from the llama.* metadata)");
+      return f.read_f32(name);
+    };
+    w.embed = tensor("token_embd.weight", c.vocab, d);
+    w.norm = tensor("output_norm.weight", 1, d);
+    if (!c.tied) w.head = tensor("output.weight", c.vocab, d);
+    for (int64_t l = 0; l < c.layers; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      RawLayer r;
+      r.attn_norm = tensor(p + "attn_norm.weight", 1, d);
+      r.q = unpermute_rows(tensor(p + "attn_q.weight", qd, d), c.heads, d);
+      r.k = unpermute_rows(tensor(p + "attn_k.weight", kvd, d), c.kv_heads, d);
+      r.v = tensor(p + "attn_v.weight", kvd, d);
+      r.o = tensor(p + "attn_output.weight", d, qd);
+      r.ffn_norm = tensor(p + "ffn_norm.weight", 1, d);
+      r.gate = tensor(p + "ffn_gate.weight", c.d_ff, d);
+      r.up = tensor(p + "ffn_up.weight", c.d_ff, d);
+      r.down = tensor(p + "ffn_down.weight", d, c.d_ff);
+      raw.push_back(std::move(r));
+    }
+    if (f.find("tokenizer.ggml.model")) lm.tok_ = std::make_shared<BpeTokenizer>(BpeTokenizer::from_gguf(f));
+    if (f.find("tokenizer.chat_template")) lm.chat_template_ = f.get_string("tokenizer.chat_template");
+  }
+  if (lm.tok_ && lm.tok_->vocab_size() > c.vocab)
+    throw Error(path + ": the tokenizer has " + std::to_string(lm.tok_->vocab_size()) + " tokens, the model " +
+                std::to_string(c.vocab));
+  // Pack the products once.
+  const int64_t d = c.d_model, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
+  Config fc;
+  fc.d_model = d;
+  fc.d_ff = c.d_ff;
+  fc.activation = Activation::swiglu;
+  fc.bias = false;
+  fc.norm = NormPlacement::pre;
+  fc.norm_type = NormType::rmsnorm;
+  fc.eps = c.eps;
+  for (auto& r : raw) {
+    ffn::Weights fw;
+    fw.w1 = std::move(r.up);
+    fw.wg = std::move(r.gate);
+    fw.w2 = std::move(r.down);
+    fw.norm_weight = std::move(r.ffn_norm);
+    std::vector<float> wqkv = std::move(r.q);
+    wqkv.insert(wqkv.end(), r.k.begin(), r.k.end());
+    wqkv.insert(wqkv.end(), r.v.begin(), r.v.end());
+    std::vector<float> qkv_packed = nn::pack_linear_weight(wqkv.data(), d, qd + 2 * kvd);
+    std::vector<float> o_packed = nn::pack_linear_weight(r.o.data(), qd, d);
+    w.layers.push_back(Weights::Layer{std::move(r.attn_norm), std::move(wqkv), std::move(qkv_packed), std::move(r.o),
+                                      std::move(o_packed), FeedForward(fc, std::move(fw))});
+  }
+  w.head_packed = nn::pack_linear_weight(c.tied ? w.embed.data() : w.head.data(), d, c.vocab);
+  return lm;
+}
+
+CausalLMState CausalLM::start(int64_t sequences, int64_t capacity) const {
+  if (sequences < 0) throw Error("start: sequences must be at least 0, got " + std::to_string(sequences));
+  if (capacity < 1) throw Error("start: capacity must be at least 1, got " + std::to_string(capacity));
+  CausalLMState st;
+  auto& s = *st.data_;
+  s.layers = cfg_.layers;
+  s.kvd = cfg_.kv_heads * cfg_.head_dim;
+  s.head_dim = cfg_.head_dim;
+  s.cap = capacity;
+  s.slots = sequences;
+  for (int64_t l = 0; l < cfg_.layers; ++l) {
+    s.k.emplace_back(size_t(sequences * capacity * s.kvd));
+    s.v.emplace_back(size_t(sequences * capacity * s.kvd));
+  }
+  s.len.assign(size_t(sequences), 0);
+  s.slot.resize(size_t(sequences));
+  std::iota(s.slot.begin(), s.slot.end(), 0);
+  s.rope = nn::RopeTable::make(capacity, cfg_.head_dim, cfg_.rope_theta);
+  return st;
+}
+
+void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vector<int64_t>& counts, float* logits,
+                      bool every_position, const RunOptions& opts) const {
+  CausalLMState::Data& s = *state.data_;
+  const CausalLMConfig& c = cfg_;
+  if (s.layers != c.layers || s.kvd != c.kv_heads * c.head_dim)
+    throw Error("extend: the state was started by a model with other settings");
+  const int64_t B = state.live();
+  if (int64_t(counts.size()) != B)
+    throw Error("extend: " + std::to_string(counts.size()) + " counts for " + std::to_string(B) + " live sequences");
+  std::vector<int64_t> off(size_t(B) + 1, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t k = counts[size_t(b)];
+    if (k < 0 || (!every_position && k == 0))
+      throw Error("extend: sequence " + std::to_string(b) + " is given " + std::to_string(k) +
+                  " tokens (at least 1 for its logits)");
+    if (s.len[size_t(b)] + k > s.cap)
+      throw Error("extend: sequence " + std::to_string(b) + " would hold " + std::to_string(s.len[size_t(b)] + k) +
+                  " positions, more than the state's capacity " + std::to_string(s.cap));
+    off[size_t(b) + 1] = off[size_t(b)] + k;
+  }
+  const int64_t n = off.back();
+  if (n == 0) return;
+  if (!ids || !logits) throw Error("extend: ids and logits must not be null");
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= c.vocab)
+      throw Error("token id " + std::to_string(ids[i]) + " is outside the vocabulary (0.." + std::to_string(c.vocab - 1) + ")");
+  const int threads = nn::thread_count(opts);
+  const bool ref = opts.path == Path::reference;
+  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
+  const int64_t d = c.d_model, dh = c.head_dim, qd = c.heads * dh, kvd = s.kvd, width = qd + 2 * kvd;
+
+  std::vector<float> x(size_t(n * d)), a(size_t(n * d)), qkv(size_t(n * width)), ctx(size_t(n * qd));
+  std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n)), lse(size_t(n * c.heads));
+  for (int64_t i = 0; i < n; ++i) std::copy_n(w_->embed.begin() + int64_t(ids[i]) * d, d, x.begin() + i * d);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r) pos[size_t(r)] = s.len[size_t(b)] + r - off[size_t(b)];
+
+  nn::AttentionShape as;
+  as.d = qd;
+  as.heads = c.heads;
+  as.kv_heads = c.kv_heads;
+  as.off = off;
+  as.causal = true;
+  for (int64_t b = 0; b < B; ++b) {
+    as.kv_base.push_back(s.slot[size_t(b)] * s.cap);
+    as.kv_len.push_back(s.len[size_t(b)] + counts[size_t(b)]);
+  }
+  as.S = s.cap;
+  RunOptions fo = opts;
+  fo.threads = threads;
+  fo.training = false;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Weights::Layer& L = w_->layers[size_t(l)];
+    nn::norm_forward(NormType::rmsnorm, c.eps, x.data(), n, d, L.attn_norm.data(), nullptr, a.data(), mean.data(),
+                     rstd.data(), threads);
+    nn::linear_forward(kc, ref, a.data(), n, d, L.wqkv.data(), L.wqkv_packed, nullptr, width, qkv.data(), threads);
+    float* K = s.k[size_t(l)].data();
+    float* V = s.v[size_t(l)].data();
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > 16)
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = qkv.data() + i * width;
+      nn::rope_apply(s.rope, row, c.heads, dh, pos[size_t(i)]);
+      nn::rope_apply(s.rope, row + qd, c.kv_heads, dh, pos[size_t(i)]);
+    }
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r) {
+        const int64_t at = (s.slot[size_t(b)] * s.cap + pos[size_t(r)]) * kvd;
+        std::copy_n(qkv.begin() + r * width + qd, kvd, K + at);
+        std::copy_n(qkv.begin() + r * width + qd + kvd, kvd, V + at);
+      }
+    const nn::AttentionInput<float> in{qkv.data(), K, V, width, kvd};
+    if (ref) reference::attention_forward(as, in, ctx.data());
+    else nn::attention_forward(as, in, ctx.data(), lse.data(), threads, opts.isa);
+    nn::linear_forward(kc, ref, ctx.data(), n, qd, L.wo.data(), L.wo_packed, nullptr, d, a.data(), threads);
+    for (int64_t i = 0; i < n * d; ++i) a[size_t(i)] += x[size_t(i)];
+    L.ffn.forward(a.data(), x.data(), Shape::tokens(n), fo);
+  }
+  // The rows whose logits are asked for.
+  int64_t m = n;
+  if (!every_position) {
+    m = B;
+    for (int64_t b = 0; b < B; ++b)
+      std::copy_n(x.begin() + (off[size_t(b) + 1] - 1) * d, d, x.begin() + b * d);
+  }
+  nn::norm_forward(NormType::rmsnorm, c.eps, x.data(), m, d, w_->norm.data(), nullptr, a.data(), mean.data(),
+                   rstd.data(), threads);
+  nn::linear_forward(kc, ref, a.data(), m, d, c.tied ? w_->embed.data() : w_->head.data(), w_->head_packed, nullptr,
+                     c.vocab, logits, threads);
+  for (int64_t b = 0; b < B; ++b) s.len[size_t(b)] += counts[size_t(b)];
+}
+
+std::vector<float> CausalLM::logits(const std::vector<int32_t>& ids, const RunOptions& opts) const {
+  CausalLMState st = start(1, std::max<int64_t>(1, int64_t(ids.size())));
+  std::vector<float> out(ids.size() * size_t(cfg_.vocab));
+  extend(st, ids.data(), {int64_t(ids.size())}, out.data(), true, opts);
+  return out;
+}
+
+double CausalLM::flops(int64_t t, int64_t p) const {
+  const CausalLMConfig& c = cfg_;
+  const double d = double(c.d_model), qd = double(c.heads * c.head_dim), kvd = double(c.kv_heads * c.head_dim);
+  const double per_token = 2.0 * (d * (qd + 2 * kvd) + qd * d + 3.0 * d * double(c.d_ff));
+  // Attention: each query against p + its own position keys, QKᵀ and PV.
+  const double keys = double(t) * double(p) + double(t) * double(t + 1) / 2.0;
+  return double(c.layers) * (double(t) * per_token + 4.0 * qd * keys) + 2.0 * double(t) * d * double(c.vocab);
+}
+
+}  // namespace ffn

@@ -1,0 +1,395 @@
+// Byte-level BPE (include/ffn/tokenizer.hpp).
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
+
+#include "ffn/gguf.hpp"
+#include "ffn/tokenizer.hpp"
+#include "ffn/types.hpp"
+
+namespace ffn {
+namespace {
+
+// GPT-2's pre-tokenizer expression (tokenizers' ByteLevel with use_regex).
+constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// GPT-2's bytes_to_unicode: the printable bytes stand for themselves, the
+// others (controls, space, 0x7f-0xa0, 0xad) for U+0100 onwards in order.
+struct ByteMap {
+  std::string of_byte[256];                      // UTF-8 of each byte's character
+  std::unordered_map<int32_t, uint8_t> to_byte;  // code point → byte
+  ByteMap() {
+    int next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      const int cp = printable ? b : next++;
+      uint8_t buf[4];
+      const auto n = utf8proc_encode_char(cp, buf);
+      of_byte[b] = std::string(reinterpret_cast<char*>(buf), size_t(n));
+      to_byte[cp] = uint8_t(b);
+    }
+  }
+};
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
+}
+
+bool valid_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  utf8proc_ssize_t i = 0, n = utf8proc_ssize_t(s.size());
+  while (i < n) {
+    utf8proc_int32_t cp;
+    const auto len = utf8proc_iterate(p + i, n - i, &cp);
+    if (len <= 0) return false;
+    i += len;
+  }
+  return true;
+}
+
+std::shared_ptr<void> compile(const std::string& pattern, const std::string& where) {
+  int err = 0;
+  PCRE2_SIZE at = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &at, nullptr);
+  if (!code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    throw Error(where + ": pre-tokenizer pattern " + pattern + " does not compile (" +
+                reinterpret_cast<const char*>(msg) + " at " + std::to_string(at) + ")");
+  }
+  return std::shared_ptr<void>(code, [](void* c) { pcre2_code_free(static_cast<pcre2_code*>(c)); });
+}
+
+// Cuts text into the regex's matches and the text between them (tokenizers'
+// Split with behavior Isolated).
+void regex_split(const pcre2_code* code, const std::string& text, std::vector<std::string>& out) {
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  const auto* s = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t pos = 0, last = 0;
+  while (pos <= text.size()) {
+    const int rc = pcre2_match(code, s, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc < 0) break;
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    if (ov[0] > last) out.emplace_back(text.substr(last, ov[0] - last));
+    if (ov[1] > ov[0]) {
+      out.emplace_back(text.substr(ov[0], ov[1] - ov[0]));
+      pos = last = ov[1];
+    } else {  // an empty match: step over one character
+      pos = ov[0] + 1;
+      while (pos < text.size() && (uint8_t(text[pos]) & 0xC0) == 0x80) ++pos;
+    }
+  }
+  pcre2_match_data_free(md);
+  if (last < text.size()) out.emplace_back(text.substr(last));
+}
+
+// Digits: each numeric character (Unicode N*) its own piece, or runs of them.
+void digit_split(const std::string& text, bool individual, std::vector<std::string>& out) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  const utf8proc_ssize_t n = utf8proc_ssize_t(text.size());
+  utf8proc_ssize_t i = 0, start = 0;
+  int prev = -1;  // 1 digit run, 0 other
+  while (i < n) {
+    utf8proc_int32_t cp;
+    const auto len = utf8proc_iterate(p + i, n - i, &cp);
+    const auto cat = utf8proc_category(cp);
+    const int digit = (cat == UTF8PROC_CATEGORY_ND || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO);
+    if (i > start && (digit != prev || (digit && individual))) {
+      out.emplace_back(text.substr(size_t(start), size_t(i - start)));
+      start = i;
+    }
+    prev = digit;
+    i += len;
+  }
+  if (n > start) out.emplace_back(text.substr(size_t(start)));
+}
+
+}  // namespace
+
+BpeTokenizer::BpeTokenizer() = default;
+BpeTokenizer::~BpeTokenizer() = default;
+BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
+BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
+
+void BpeTokenizer::init(const std::string& where) {
+  where_ = where;
+  ids_.reserve(tokens_.size());
+  for (size_t i = 0; i < tokens_.size(); ++i) ids_.emplace(tokens_[i], int32_t(i));
+  special_.resize(tokens_.size(), false);
+  std::sort(specials_.begin(), specials_.end(),
+            [](const auto& a, const auto& b) { return a.first.size() != b.first.size() ? a.first.size() > b.first.size() : a.second < b.second; });
+  for (auto& s : steps_)
+    if (s.kind == Step::Kind::regex) s.code = compile(s.pattern, where);
+  // Every byte must have a token, or some text could not be encoded.
+  for (int b = 0; b < 256; ++b)
+    if (!ids_.count(byte_map().of_byte[b]))
+      throw Error(where + ": the vocabulary has no token for byte " + std::to_string(b) +
+                  " (not a byte-level BPE vocabulary)");
+}
+
+BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
+  const std::string where = f.path();
+  const std::string& model = f.get_string("tokenizer.ggml.model");
+  if (model != "gpt2")
+    throw Error(where + ": tokenizer.ggml.model is \"" + model + "\"; only byte-level BPE (\"gpt2\") is supported");
+  BpeTokenizer t;
+  t.tokens_ = f.get_strings("tokenizer.ggml.tokens");
+  const auto& merges = f.get_strings("tokenizer.ggml.merges");
+  for (size_t r = 0; r < merges.size(); ++r) {
+    if (merges[r].find(' ') == std::string::npos)
+      throw Error(where + ": tokenizer.ggml.merges[" + std::to_string(r) + "] is not two tokens separated by a space");
+    t.ranks_.emplace(merges[r], int32_t(std::min<size_t>(r, INT32_MAX)));
+  }
+  t.special_.assign(t.tokens_.size(), false);
+  if (const GgufValue* types = f.find("tokenizer.ggml.token_type")) {
+    if (types->type != GgufType::array || types->ints.size() != t.tokens_.size())
+      throw Error(where + ": tokenizer.ggml.token_type must be an integer array with one entry per token (" +
+                  std::to_string(t.tokens_.size()) + ")");
+    for (size_t i = 0; i < t.tokens_.size(); ++i)
+      if (types->ints[i] == 3 || types->ints[i] == 4) {  // control, user-defined: matched in the text as they are
+        t.special_[i] = types->ints[i] == 3;
+        t.specials_.emplace_back(t.tokens_[i], int32_t(i));
+      }
+  }
+  Step s;
+  s.pattern = kGpt2Pattern;
+  t.steps_.push_back(s);
+  t.init(where);
+  return t;
+}
+
+BpeTokenizer BpeTokenizer::from_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": not valid JSON (" + std::string(e.what()) + ")");
+  }
+  BpeTokenizer t;
+  try {
+    const auto& m = j.at("model");
+    if (m.value("type", std::string("BPE")) != "BPE")
+      throw Error(path + ": model.type is " + m.at("type").dump() + "; only BPE is supported");
+    t.ignore_merges_ = m.value("ignore_merges", false);
+    const auto& vocab = m.at("vocab");
+    if (!vocab.is_object()) throw Error(path + ": model.vocab must be an object of token → id");
+    int64_t n = 0;
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) n = std::max<int64_t>(n, it.value().get<int64_t>() + 1);
+    if (j.contains("added_tokens"))
+      for (const auto& a : j.at("added_tokens")) n = std::max<int64_t>(n, a.at("id").get<int64_t>() + 1);
+    if (n > (int64_t(1) << 24)) throw Error(path + ": more than 2^24 token ids");
+    t.tokens_.assign(size_t(n), std::string());
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+      const int64_t id = it.value().get<int64_t>();
+      if (id < 0) throw Error(path + ": model.vocab gives token " + it.key() + " a negative id");
+      t.tokens_[size_t(id)] = it.key();
+    }
+    t.special_.assign(size_t(n), false);
+    const auto& merges = m.at("merges");
+    for (size_t r = 0; r < merges.size(); ++r) {
+      std::string key;
+      if (merges[r].is_string()) key = merges[r].get<std::string>();
+      else if (merges[r].is_array() && merges[r].size() == 2)
+        key = merges[r][0].get<std::string>() + " " + merges[r][1].get<std::string>();
+      else throw Error(path + ": model.merges[" + std::to_string(r) + "] is neither \"a b\" nor [a, b]");
+      t.ranks_.emplace(key, int32_t(r));
+    }
+    if (j.contains("added_tokens"))
+      for (const auto& a : j.at("added_tokens")) {
+        const int32_t id = a.at("id").get<int32_t>();
+        if (id < 0) throw Error(path + ": added token with a negative id");
+        t.tokens_[size_t(id)] = a.at("content").get<std::string>();
+        t.special_[size_t(id)] = a.value("special", false);
+        t.specials_.emplace_back(t.tokens_[size_t(id)], id);
+      }
+    if (j.contains("normalizer") && !j.at("normalizer").is_null())
+      throw Error(path + ": normalizer " + j.at("normalizer").value("type", std::string("?")) +
+                  " is not supported (byte-level BPE tokenizers have none)");
+    // The pre-tokenizer: ByteLevel, Digits, Split, or a Sequence of them.
+    std::vector<nlohmann::json> steps;
+    const auto& pre = j.at("pre_tokenizer");
+    if (pre.is_null()) throw Error(path + ": no pre_tokenizer (expected ByteLevel)");
+    if (pre.at("type") == "Sequence") for (const auto& p : pre.at("pretokenizers")) steps.push_back(p);
+    else steps.push_back(pre);
+    bool byte_level = false;
+    for (const auto& p : steps) {
+      const std::string type = p.at("type").get<std::string>();
+      Step s;
+      if (type == "ByteLevel") {
+        byte_level = true;
+        t.add_prefix_space_ = p.value("add_prefix_space", false);
+        if (!p.value("use_regex", true)) continue;
+        s.pattern = kGpt2Pattern;
+      } else if (type == "Digits") {
+        s.kind = Step::Kind::digits;
+        s.individual = p.value("individual_digits", false);
+      } else if (type == "Split") {
+        const auto& pat = p.at("pattern");
+        if (pat.contains("Regex")) s.pattern = pat.at("Regex").get<std::string>();
+        else {  // a literal string
+          for (char c : pat.at("String").get<std::string>()) {
+            if (std::strchr("\\^$.|?*+()[]{}", c)) s.pattern += '\\';
+            s.pattern += c;
+          }
+        }
+        if (p.value("behavior", std::string("Isolated")) != "Isolated" || p.value("invert", false))
+          throw Error(path + ": pre-tokenizer Split with behavior " + p.value("behavior", std::string("?")) +
+                      (p.value("invert", false) ? " inverted" : "") + " is not supported (only Isolated)");
+      } else {
+        throw Error(path + ": pre-tokenizer " + type + " is not supported (ByteLevel, Digits, Split, Sequence)");
+      }
+      t.steps_.push_back(std::move(s));
+    }
+    if (!byte_level) throw Error(path + ": the pre-tokenizer has no ByteLevel step (not a byte-level BPE)");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": not a tokenizers BPE file (" + std::string(e.what()) + ")");
+  }
+  t.init(path);
+  return t;
+}
+
+int32_t BpeTokenizer::id_of(const std::string& token) const {
+  auto it = ids_.find(token);
+  return it == ids_.end() ? -1 : it->second;
+}
+
+bool BpeTokenizer::is_special(int32_t id) const { return id >= 0 && size_t(id) < special_.size() && special_[size_t(id)]; }
+
+void BpeTokenizer::split(const std::string& text, std::vector<std::string>& pieces) const {
+  std::vector<std::string> cur{add_prefix_space_ && (text.empty() || text[0] != ' ') ? " " + text : text}, next;
+  for (const Step& s : steps_) {
+    next.clear();
+    for (const auto& p : cur) {
+      if (s.kind == Step::Kind::digits) digit_split(p, s.individual, next);
+      else regex_split(static_cast<const pcre2_code*>(s.code.get()), p, next);
+    }
+    cur.swap(next);
+  }
+  for (auto& p : cur) pieces.push_back(std::move(p));
+}
+
+void BpeTokenizer::bpe(const std::string& piece, std::vector<int32_t>& out) const {
+  const ByteMap& bm = byte_map();
+  std::string mapped;
+  for (unsigned char c : piece) mapped += bm.of_byte[c];
+  if (ignore_merges_) {
+    auto it = ids_.find(mapped);
+    if (it != ids_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  std::vector<std::string> sym;
+  for (unsigned char c : piece) sym.push_back(bm.of_byte[c]);
+  std::string key;
+  while (sym.size() > 1) {
+    int32_t best = INT32_MAX;
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < sym.size(); ++i) {
+      key.assign(sym[i]).append(" ").append(sym[i + 1]);
+      auto it = ranks_.find(key);
+      if (it != ranks_.end() && it->second < best) {
+        best = it->second;
+        at = i;
+      }
+    }
+    if (best == INT32_MAX) break;
+    // Merge every occurrence of this pair, left to right (as tokenizers does for one rank).
+    const std::string a = sym[at], b = sym[at + 1];
+    std::vector<std::string> merged;
+    for (size_t i = 0; i < sym.size(); ++i) {
+      if (i + 1 < sym.size() && sym[i] == a && sym[i + 1] == b) {
+        merged.push_back(a + b);
+        ++i;
+      } else {
+        merged.push_back(sym[i]);
+      }
+    }
+    sym.swap(merged);
+  }
+  for (const auto& s : sym) {
+    auto it = ids_.find(s);
+    if (it == ids_.end()) throw Error(where_ + ": merged token " + s + " is not in the vocabulary");
+    out.push_back(it->second);
+  }
+}
+
+std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
+  if (!valid_utf8(text)) throw Error("text is not valid UTF-8");
+  std::vector<int32_t> out;
+  std::vector<std::string> pieces;
+  auto plain = [&](size_t from, size_t to) {
+    if (to <= from) return;
+    pieces.clear();
+    split(text.substr(from, to - from), pieces);
+    for (const auto& p : pieces) bpe(p, out);
+  };
+  size_t start = 0, i = 0;
+  while (i < text.size()) {
+    int32_t hit = -1;
+    size_t len = 0;
+    if (!specials_.empty())
+      for (const auto& [s, id] : specials_)
+        if (!s.empty() && text.compare(i, s.size(), s) == 0) {
+          hit = id;
+          len = s.size();
+          break;  // longest first
+        }
+    if (hit < 0) {
+      ++i;
+      continue;
+    }
+    plain(start, i);
+    out.push_back(hit);
+    i += len;
+    start = i;
+  }
+  plain(start, text.size());
+  return out;
+}
+
+std::string BpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  const ByteMap& bm = byte_map();
+  std::string out;
+  for (int32_t id : ids) {
+    if (id < 0 || size_t(id) >= tokens_.size())
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(tokens_.size()) + ")");
+    if (is_special(id)) {
+      if (!skip_special) out += tokens_[size_t(id)];
+      continue;
+    }
+    const std::string& t = tokens_[size_t(id)];
+    bool added = false;
+    for (const auto& s : specials_)
+      if (s.second == id) added = true;
+    if (added) {  // an added (non-special) token: its text as it is
+      out += t;
+      continue;
+    }
+    const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(t.data());
+    utf8proc_ssize_t k = 0, n = utf8proc_ssize_t(t.size());
+    while (k < n) {
+      utf8proc_int32_t cp;
+      const auto len = utf8proc_iterate(p + k, n - k, &cp);
+      if (len <= 0) break;
+      auto it = bm.to_byte.find(cp);
+      if (it != bm.to_byte.end()) out += char(it->second);
+      else out.append(t, size_t(k), size_t(len));
+      k += len;
+    }
+  }
+  return out;
+}
+
+}  // namespace ffn
