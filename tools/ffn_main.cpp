@@ -486,7 +486,8 @@ struct BenchArgs {
   int threads = 0, repeats = 10, warmup = 2;
   uint64_t seed = 0;
   bool backward = false, json = false, yes = false;
-  bool encoder = false, embed = false, tensor_parallel = false, translate = false;
+  bool encoder = false, embed = false, tensor_parallel = false, translate = false, generate = false;
+  std::optional<int64_t> prompt_tokens, new_tokens;  // --generate
   cli::EmbedBenchArgs emb;
   std::optional<int64_t> beams, max_new_tokens;  // --translate
   int64_t layers = 1, heads = 8;
@@ -515,6 +516,16 @@ int cmd_bench(const BenchArgs& a) {
   if (!a.emb.int8_attention.empty() && !a.embed) throw Error("--int8-attention: only with --embed");
   if (a.tensor_parallel && (a.embed || a.encoder))
     throw Error("--tensor-parallel: the FFN layer's bench only (not with --embed or --encoder)");
+  if (a.generate) {
+    if (a.encoder || a.embed || a.translate) throw Error("--generate: not with --encoder, --embed or --translate");
+    const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+    if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
+    if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
+    if (a.emb.model.empty()) throw Error("--generate: give --model, a GGUF file or a Hugging Face LLaMA directory");
+    return cli::bench_generate(a.emb.model, a.prompt_tokens.value_or(512), a.new_tokens.value_or(128), threads,
+                               a.repeats, a.warmup, a.json);
+  }
+  if (a.prompt_tokens || a.new_tokens) throw Error("--prompt-tokens and --new-tokens: only with --generate");
   if (a.translate) {
     if (a.encoder || a.embed) throw Error("--translate: not with --encoder or --embed");
     const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
@@ -898,10 +909,16 @@ int ffn_main(int argc, char** argv) {
                       "bytes sent per call");
   bench_cmd->add_flag("--embed", bench.embed, "time ffn embed: --input-file (texts/s) or --text (one text's latency)");
   bench_cmd->add_option("--model", bench.emb.model,
-                        "--embed: model directory (default: the installed all-MiniLM-L6-v2); --translate: MarianMT directory");
+                        "--embed: model directory (default: the installed all-MiniLM-L6-v2); --translate: MarianMT directory; "
+                        "--generate: GGUF file or LLaMA directory");
   bench_cmd->add_flag("--translate", bench.translate,
                       "time ffn translate on --input-file (token ids per line) with --model; --batch (default 32), "
                       "--beams, --max-new-tokens");
+  bench_cmd->add_flag("--generate", bench.generate,
+                      "time ffn generate with --model (GGUF or LLaMA directory): a --prompt-tokens prompt (default "
+                      "512), then --new-tokens greedy tokens (default 128); tokens/s of each");
+  bench_cmd->add_option("--prompt-tokens", bench.prompt_tokens, "--generate: prompt length (default 512)");
+  bench_cmd->add_option("--new-tokens", bench.new_tokens, "--generate: tokens generated after it (default 128)");
   bench_cmd->add_option("--beams", bench.beams, "--translate: beam size (default: the generation config's)");
   bench_cmd->add_option("--max-new-tokens", bench.max_new_tokens, "--translate: most tokens generated per source");
   bench_cmd->add_option("--input-file", bench.emb.input_file, "--embed: texts, one per line");
@@ -935,15 +952,17 @@ int ffn_main(int argc, char** argv) {
   const ffn::cli::Command decode_cmd = ffn::cli::add_decode(app);
   const ffn::cli::Command decode_grad_cmd = ffn::cli::add_decode_grad(app);
   const ffn::cli::Command translate_cmd = ffn::cli::add_translate(app);
+  const ffn::cli::Command generate_cmd = ffn::cli::add_generate(app);
+  const ffn::cli::Command tokenize_cmd = ffn::cli::add_tokenize(app);
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
     if (cmd != "run" && cmd != "grad" && cmd != "init" && cmd != "quantize" && cmd != "bench" && cmd != "train" &&
         cmd != "demo" && cmd != "encode" && cmd != "encode-grad" && cmd != "embed" && cmd != "decode" &&
-        cmd != "decode-grad" && cmd != "translate") {
+        cmd != "decode-grad" && cmd != "translate" && cmd != "generate" && cmd != "tokenize") {
       std::cerr << "ffn: error: unknown command '" << cmd
                 << "', expected run, grad, init, quantize, bench, train, demo, encode, encode-grad, decode, decode-grad, "
-                   "translate or embed (see ffn --help)\n";
+                   "translate, embed, generate or tokenize (see ffn --help)\n";
       return 2;
     }
   }
@@ -992,6 +1011,8 @@ int ffn_main(int argc, char** argv) {
     else if (*decode_cmd.app) return decode_cmd.run();
     else if (*decode_grad_cmd.app) return decode_grad_cmd.run();
     else if (*translate_cmd.app) return translate_cmd.run();
+    else if (*generate_cmd.app) return generate_cmd.run();
+    else if (*tokenize_cmd.app) return tokenize_cmd.run();
     return 0;
   } catch (const Error& e) {
     std::cerr << "ffn: error: " << e.what() << "\n";

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,30 @@ struct CausalLMConfig {
   // Throws Error naming the field if a size is out of range.
   void validate() const;
 };
+
+// How generate chooses each next token, as transformers' generate does:
+// the repetition penalty (a seen token's logit divided by it if positive,
+// multiplied if negative), then greedy (temperature 0: the first largest
+// logit), or logits / temperature, the top_k largest kept, the smallest set
+// of largest probabilities reaching top_p kept, and a draw from the softmax
+// of the rest. Draws come from Philox (seed, step): the same seed, the same
+// tokens on every machine and thread count.
+struct SamplingOptions {
+  int64_t max_new_tokens = 128;
+  float temperature = 0.0f;   // 0: greedy
+  int64_t top_k = 0;          // 0: no limit
+  float top_p = 1.0f;         // 1: no limit
+  float repeat_penalty = 1.0f;
+  uint64_t seed = 0;
+  bool stop_at_eos = true;    // stop after the model's EOS (which is returned)
+  // Throws Error naming the setting (as its command-line flag) if out of range.
+  void validate() const;
+};
+
+// The token chosen from one row of logits (modified in place) after the
+// tokens `seen` (prompt and generated so far), at generation step `step`.
+int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& seen, const SamplingOptions& s,
+                     int64_t step);
 
 // The keys and values of a batch of sequences being generated (made by
 // CausalLM::start, advanced by extend). select() rearranges them.
@@ -95,6 +120,13 @@ class CausalLM {
 
   // The logits after every position of one sequence: [ids.size(), vocab].
   std::vector<float> logits(const std::vector<int32_t>& ids, const RunOptions& opts = {}) const;
+
+  // The new tokens after `prompt` (at least one id), EOS included if it
+  // came; on_token, if set, is called with each as it is chosen (returning
+  // false stops).
+  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SamplingOptions& s,
+                                const std::function<bool(int32_t)>& on_token = {},
+                                const RunOptions& opts = {}) const;
 
   // Operations of appending t positions to a sequence holding p (2 per multiply-add).
   double flops(int64_t t, int64_t p) const;

@@ -54,6 +54,7 @@ class BpeTokenizer {
   void init(const std::string& where);
   void split(const std::string& text, std::vector<std::string>& pieces) const;
   void bpe(const std::string& piece, std::vector<int32_t>& out) const;
+  void merge(std::vector<std::string>& sym, std::vector<int32_t>& out) const;
 
   std::vector<std::string> tokens_;
   std::unordered_map<std::string, int32_t> ids_;
@@ -63,6 +64,7 @@ class BpeTokenizer {
   std::vector<Step> steps_;
   bool add_prefix_space_ = false;
   bool ignore_merges_ = false;
+  int32_t unk_ = -1;  // the unknown token, for bytes without a token (-1: they are left out)
   std::string where_;  // the file, for messages
 };
 

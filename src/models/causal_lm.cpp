@@ -15,6 +15,7 @@
 #include "ffn/feed_forward.hpp"
 #include "ffn/gguf.hpp"
 #include "ffn/io.hpp"
+#include "ffn/random.hpp"
 #include "ops/attention.hpp"
 #include "ops/linear.hpp"
 #include "ops/norm.hpp"
@@ -417,6 +418,92 @@ std::vector<float> CausalLM::logits(const std::vector<int32_t>& ids, const RunOp
   CausalLMState st = start(1, std::max<int64_t>(1, int64_t(ids.size())));
   std::vector<float> out(ids.size() * size_t(cfg_.vocab));
   extend(st, ids.data(), {int64_t(ids.size())}, out.data(), true, opts);
+  return out;
+}
+
+void SamplingOptions::validate() const {
+  if (max_new_tokens < 0) throw Error("--max-new-tokens: expected 0 or more, got " + std::to_string(max_new_tokens));
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    throw Error("--temperature: expected a finite value >= 0, got " + std::to_string(temperature));
+  if (top_k < 0) throw Error("--top-k: expected 0 (no limit) or more, got " + std::to_string(top_k));
+  if (!(top_p > 0 && top_p <= 1)) throw Error("--top-p: expected a value in (0, 1], got " + std::to_string(top_p));
+  if (!(repeat_penalty > 0) || !std::isfinite(repeat_penalty))
+    throw Error("--repeat-penalty: expected a finite value > 0, got " + std::to_string(repeat_penalty));
+}
+
+int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& seen, const SamplingOptions& s,
+                     int64_t step) {
+  if (s.repeat_penalty != 1.0f) {
+    std::vector<char> done(size_t(vocab), 0);
+    for (int32_t t : seen) {
+      if (t < 0 || t >= vocab || done[size_t(t)]) continue;
+      done[size_t(t)] = 1;
+      float& l = logits[t];
+      l = l < 0 ? l * s.repeat_penalty : l / s.repeat_penalty;
+    }
+  }
+  if (s.temperature == 0.0f) return int32_t(std::max_element(logits, logits + vocab) - logits);
+  // Candidates, largest first (ties: the lower id first, as a stable sort).
+  std::vector<int32_t> idx(static_cast<size_t>(vocab));
+  std::iota(idx.begin(), idx.end(), 0);
+  for (int64_t v = 0; v < vocab; ++v) logits[v] /= s.temperature;
+  int64_t keep = vocab;
+  if (s.top_k > 0 && s.top_k < vocab) {
+    std::partial_sort(idx.begin(), idx.begin() + s.top_k, idx.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    // Tokens tied with the k-th are kept too (transformers keeps logits >= the k-th largest).
+    keep = s.top_k;
+    const float kth = logits[idx[size_t(keep - 1)]];
+    std::sort(idx.begin() + keep, idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    while (keep < vocab && logits[idx[size_t(keep)]] >= kth) ++keep;
+  } else {
+    std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  }
+  const float mx = logits[idx[0]];
+  std::vector<double> p(static_cast<size_t>(keep));
+  double sum = 0;
+  for (int64_t i = 0; i < keep; ++i) sum += (p[size_t(i)] = std::exp(double(logits[idx[size_t(i)]]) - double(mx)));
+  if (s.top_p < 1.0f) {  // the smallest prefix whose probability reaches top_p
+    double acc = 0;
+    int64_t n = 0;
+    while (n < keep) {
+      acc += p[size_t(n)] / sum;
+      ++n;
+      if (acc >= double(s.top_p)) break;
+    }
+    keep = n;
+    sum = 0;
+    for (int64_t i = 0; i < keep; ++i) sum += p[size_t(i)];
+  }
+  const auto r = philox4x32_10({uint32_t(step), uint32_t(uint64_t(step) >> 32), uint32_t(Stream::data), 0x5a4dU},
+                               {uint32_t(s.seed), uint32_t(s.seed >> 32)});
+  const double u = (double(r[0] >> 11) * 2097152.0 + double(r[1] >> 11)) / 9007199254740992.0 * sum;  // 53 bits
+  double acc = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    acc += p[size_t(i)];
+    if (u < acc) return idx[size_t(i)];
+  }
+  return idx[size_t(keep - 1)];
+}
+
+std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, const SamplingOptions& s,
+                                        const std::function<bool(int32_t)>& on_token, const RunOptions& opts) const {
+  s.validate();
+  if (prompt.empty()) throw Error("generate: the prompt must hold at least one token");
+  const int64_t V = cfg_.vocab;
+  CausalLMState st = start(1, int64_t(prompt.size()) + std::max<int64_t>(s.max_new_tokens, 1));
+  std::vector<float> lg(static_cast<size_t>(V));
+  std::vector<int32_t> seen(prompt), out;
+  if (s.max_new_tokens == 0) return out;
+  extend(st, prompt.data(), {int64_t(prompt.size())}, lg.data(), false, opts);
+  for (int64_t t = 0; t < s.max_new_tokens; ++t) {
+    const int32_t next = choose_token(lg.data(), V, seen, s, t);
+    out.push_back(next);
+    seen.push_back(next);
+    if (on_token && !on_token(next)) break;
+    if ((s.stop_at_eos && next == cfg_.eos) || t + 1 == s.max_new_tokens) break;
+    extend(st, &next, {1}, lg.data(), false, opts);
+  }
   return out;
 }
 

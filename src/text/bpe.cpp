@@ -129,11 +129,13 @@ void BpeTokenizer::init(const std::string& where) {
             [](const auto& a, const auto& b) { return a.first.size() != b.first.size() ? a.first.size() > b.first.size() : a.second < b.second; });
   for (auto& s : steps_)
     if (s.kind == Step::Kind::regex) s.code = compile(s.pattern, where);
-  // Every byte must have a token, or some text could not be encoded.
-  for (int b = 0; b < 256; ++b)
-    if (!ids_.count(byte_map().of_byte[b]))
-      throw Error(where + ": the vocabulary has no token for byte " + std::to_string(b) +
-                  " (not a byte-level BPE vocabulary)");
+  // A byte without a token (SmolLM2's vocabulary lacks some control bytes)
+  // becomes the unknown token if there is one, else is left out, as
+  // tokenizers' BPE does.
+  int have = 0;
+  for (int b = 0; b < 256; ++b) have += ids_.count(byte_map().of_byte[b]) ? 1 : 0;
+  if (have < 128) throw Error(where + ": only " + std::to_string(have) + " of the 256 byte tokens are in the vocabulary "
+                              "(not a byte-level BPE vocabulary)");
 }
 
 BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
@@ -159,6 +161,11 @@ BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
         t.special_[i] = types->ints[i] == 3;
         t.specials_.emplace_back(t.tokens_[i], int32_t(i));
       }
+  }
+  if (f.find("tokenizer.ggml.unknown_token_id")) {
+    const uint64_t u = f.get_uint("tokenizer.ggml.unknown_token_id");
+    if (u >= t.tokens_.size()) throw Error(where + ": tokenizer.ggml.unknown_token_id is outside the vocabulary");
+    t.unk_ = int32_t(u);
   }
   Step s;
   s.pattern = kGpt2Pattern;
@@ -213,6 +220,11 @@ BpeTokenizer BpeTokenizer::from_json(const std::string& path) {
         t.special_[size_t(id)] = a.value("special", false);
         t.specials_.emplace_back(t.tokens_[size_t(id)], id);
       }
+    if (m.contains("unk_token") && m.at("unk_token").is_string()) {
+      const std::string u = m.at("unk_token").get<std::string>();
+      for (size_t i = 0; i < t.tokens_.size(); ++i)
+        if (t.tokens_[i] == u) t.unk_ = int32_t(i);
+    }
     if (j.contains("normalizer") && !j.at("normalizer").is_null())
       throw Error(path + ": normalizer " + j.at("normalizer").value("type", std::string("?")) +
                   " is not supported (byte-level BPE tokenizers have none)");
@@ -290,8 +302,22 @@ void BpeTokenizer::bpe(const std::string& piece, std::vector<int32_t>& out) cons
       return;
     }
   }
+  // Runs of bytes with tokens are merged; a byte without one becomes the
+  // unknown token between them (or nothing).
   std::vector<std::string> sym;
-  for (unsigned char c : piece) sym.push_back(bm.of_byte[c]);
+  for (unsigned char c : piece) {
+    if (ids_.count(bm.of_byte[c])) {
+      sym.push_back(bm.of_byte[c]);
+      continue;
+    }
+    merge(sym, out);
+    sym.clear();
+    if (unk_ >= 0) out.push_back(unk_);
+  }
+  merge(sym, out);
+}
+
+void BpeTokenizer::merge(std::vector<std::string>& sym, std::vector<int32_t>& out) const {
   std::string key;
   while (sym.size() > 1) {
     int32_t best = INT32_MAX;

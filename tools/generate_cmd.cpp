@@ -1,0 +1,295 @@
+// ffn generate and ffn tokenize: a LLaMA-architecture model (include/ffn/causal_lm.hpp)
+// from a GGUF file or a Hugging Face directory.
+#include <charconv>
+#include <chrono>
+#include <iostream>
+#include <sstream>
+
+#include "commands.hpp"
+#include "ffn/causal_lm.hpp"
+#include "ffn/diagnostics.hpp"
+#include "ffn/gguf.hpp"
+#include "ffn/io.hpp"
+
+namespace ffn::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt, prompt_file, chat, compute = "fp32", logits;
+  bool ids = false, chat_given = false;
+  SamplingOptions s;
+  int threads = 0;
+};
+
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& where, int64_t vocab) {
+  std::vector<int32_t> ids;
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) {
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), v);
+    if (ec != std::errc() || end != word.data() + word.size() || v < 0)
+      throw Error(where + ": '" + word + "' is not a token id (--ids: space-separated non-negative integers)");
+    if (v >= vocab)
+      throw Error(where + ": token id " + word + " is outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
+    ids.push_back(int32_t(v));
+  }
+  return ids;
+}
+
+std::string read_all(const std::string& path, const std::string& flag) {
+  if (path == "-") {
+    std::ostringstream s;
+    s << std::cin.rdbuf();
+    return s.str();
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(flag + " " + path + ": cannot open");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The chat prompt as transformers' apply_chat_template(add_generation_prompt=True)
+// renders a ChatML template (<|im_start|>role\ncontent<|im_end|>\n), with the
+// default system message the template inserts when the conversation has none.
+std::string chat_prompt(const CausalLM& m, const std::string& message, const std::string& where) {
+  const std::string& t = m.chat_template();
+  if (t.empty()) throw Error(where + ": the model has no chat template (--chat needs one; give the prompt as text)");
+  if (t.find("<|im_start|>") == std::string::npos || t.find("<|im_end|>") == std::string::npos)
+    throw Error(where + ": its chat template is not ChatML (<|im_start|>role ... <|im_end|>); only ChatML templates "
+                "are supported. The template begins: " + t.substr(0, 80));
+  std::string out;
+  const std::string sys = "<|im_start|>system\n";
+  if (const size_t at = t.find(sys); at != std::string::npos) {
+    const size_t end = t.find("<|im_end|>", at);
+    const std::string text = t.substr(at + sys.size(), end - at - sys.size());
+    if (end != std::string::npos && text.find("{{") == std::string::npos && text.find("{%") == std::string::npos &&
+        text.find('\'') == std::string::npos)
+      out += sys + text + "<|im_end|>\n";
+  }
+  return out + "<|im_start|>user\n" + message + "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+// Writes the complete UTF-8 characters of `pending`, keeping an unfinished one.
+void flush_utf8(std::string& pending, bool all) {
+  size_t cut = pending.size();
+  if (!all) {
+    // Back up over a trailing incomplete sequence (at most 3 bytes).
+    for (size_t k = 1; k <= 3 && k <= pending.size(); ++k) {
+      const auto c = uint8_t(pending[pending.size() - k]);
+      if ((c & 0xC0) == 0x80) continue;
+      const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+      if (need > k) cut = pending.size() - k;
+      break;
+    }
+  }
+  std::cout.write(pending.data(), std::streamsize(cut));
+  std::cout.flush();
+  pending.erase(0, cut);
+}
+
+void check_compute(const std::string& compute) {
+  if (compute == "fp32") return;
+  if (compute == "native")
+    throw Error("--compute native: the 4-bit/8-bit integer products are not built yet; use --compute fp32 "
+                "(weights dequantized to float32)");
+  throw Error("--compute: expected fp32 or native, got " + compute);
+}
+
+int cmd_generate(GenerateArgs& a) {
+  const int given = int(!a.prompt.empty()) + int(!a.prompt_file.empty()) + int(a.chat_given);
+  if (given != 1) throw Error("give exactly one of PROMPT, --prompt-file F or --chat MESSAGE");
+  if (a.chat_given && a.ids) throw Error("--chat: not with --ids (the chat template is text)");
+  check_compute(a.compute);
+  a.s.validate();
+  const int threads = threads_or_throw(a.threads);
+  if (!a.logits.empty()) {
+    if (a.s.max_new_tokens != 0) throw Error("--logits: only with --max-new-tokens 0 (the prompt's logits)");
+    io::check_writable_target(a.logits);
+    if (!a.prompt_file.empty() && a.prompt_file != "-") check_not_an_input(a.logits, "--logits", {{"--prompt-file", a.prompt_file}});
+    check_not_an_input(a.logits, "--logits", {{"--model", a.model}});
+  }
+  const std::string text = !a.prompt_file.empty() ? read_all(a.prompt_file, "--prompt-file") : a.chat_given ? a.chat : a.prompt;
+  const CausalLM m = CausalLM::load(a.model);
+  const BpeTokenizer* tok = m.tokenizer();
+  if (!a.ids && !tok) throw Error(a.model + ": no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json); give token ids with --ids");
+  const std::string where = !a.prompt_file.empty() ? "--prompt-file " + a.prompt_file : a.chat_given ? "--chat" : "PROMPT";
+  std::vector<int32_t> prompt;
+  if (a.ids) prompt = parse_ids(text, where, m.config().vocab);
+  else prompt = tok->encode(a.chat_given ? chat_prompt(m, text, a.model) : text);
+  if (prompt.empty()) throw Error(where + ": the prompt has no tokens");
+  const int64_t total = int64_t(prompt.size()) + a.s.max_new_tokens;
+  if (m.config().context > 0 && total > m.config().context)
+    throw Error(where + ": " + std::to_string(prompt.size()) + " prompt tokens + --max-new-tokens " +
+                std::to_string(a.s.max_new_tokens) + " is past the model's context of " +
+                std::to_string(m.config().context) + " positions");
+  RunOptions ro;
+  ro.threads = threads;
+  if (!a.logits.empty()) {
+    Array out;
+    out.shape = {int64_t(prompt.size()), m.config().vocab};
+    out.data = m.logits(prompt, ro);
+    write_npy(a.logits, out);
+    return 0;
+  }
+  std::string pending;
+  std::vector<int32_t> made;
+  auto on_token = [&](int32_t id) {
+    made.push_back(id);
+    if (!a.ids) {
+      pending += tok->decode({id}, true);
+      flush_utf8(pending, false);
+    }
+    return true;
+  };
+  m.generate(prompt, a.s, on_token, ro);
+  if (a.ids) {
+    for (size_t i = 0; i < made.size(); ++i) std::cout << (i ? " " : "") << made[i];
+    std::cout << '\n';
+  } else {
+    flush_utf8(pending, true);
+    std::cout << '\n';
+  }
+  std::cout.flush();
+  if (!std::cout) throw Error("standard output: write error");
+  return 0;
+}
+
+struct TokenizeArgs {
+  std::string model, text, input_file, output;
+  bool text_given = false;
+};
+
+int cmd_tokenize(const TokenizeArgs& a) {
+  if (int(a.text_given) + int(!a.input_file.empty()) != 1) throw Error("give exactly one of TEXT or --input-file F");
+  if (!a.output.empty()) {
+    io::check_writable_target(a.output);
+    if (!a.input_file.empty() && a.input_file != "-") check_not_an_input(a.output, "--output", {{"--input-file", a.input_file}});
+  }
+  // Only the tokenizer is needed: tokenizer.json alone, or a GGUF's metadata.
+  std::unique_ptr<BpeTokenizer> tok;
+  std::error_code ec;
+  if (std::filesystem::is_directory(a.model, ec)) {
+    const std::string p = a.model + "/tokenizer.json";
+    if (!std::filesystem::exists(p, ec)) throw Error(p + ": missing (ffn tokenize reads a directory's tokenizer.json)");
+    tok = std::make_unique<BpeTokenizer>(BpeTokenizer::from_json(p));
+  } else {
+    const GgufFile f(a.model);
+    tok = std::make_unique<BpeTokenizer>(BpeTokenizer::from_gguf(f));
+  }
+  std::vector<std::string> lines;
+  if (a.text_given) lines.push_back(a.text);
+  else lines = a.input_file == "-" ? read_stdin_lines(std::numeric_limits<int64_t>::max()) : read_lines(a.input_file);
+  std::string out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::vector<int32_t> ids;
+    try {
+      ids = tok->encode(lines[i]);
+    } catch (const Error& e) {
+      throw Error((a.text_given ? std::string("TEXT") : "--input-file " + a.input_file + ": line " + std::to_string(i + 1)) +
+                  ": " + e.what());
+    }
+    for (size_t k = 0; k < ids.size(); ++k) out += (k ? " " : "") + std::to_string(ids[k]);
+    out += '\n';
+  }
+  if (a.output.empty()) {
+    std::cout << out;
+    std::cout.flush();
+    if (!std::cout) throw Error("standard output: write error");
+  } else {
+    io::write_file_atomic(a.output, [&](std::FILE* f) { io::write_all(f, out.data(), out.size(), a.output); });
+  }
+  return 0;
+}
+
+}  // namespace
+
+int bench_generate(const std::string& model, int64_t prompt_tokens, int64_t new_tokens, int threads, int repeats,
+                   int warmup, bool json) {
+  if (prompt_tokens < 1) throw Error("--prompt-tokens: expected a positive integer, got " + std::to_string(prompt_tokens));
+  if (new_tokens < 0) throw Error("--new-tokens: expected 0 or more, got " + std::to_string(new_tokens));
+  const CausalLM m = CausalLM::load(model);
+  // A fixed pseudo-random prompt (no EOS), as llama-bench uses random tokens.
+  std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
+  uint64_t r = 0x9E3779B97F4A7C15ull;
+  for (auto& t : prompt) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    t = int32_t(r % uint64_t(m.config().vocab));
+    if (t == m.config().eos) t = 0;
+  }
+  RunOptions ro;
+  ro.threads = threads;
+  const int64_t V = m.config().vocab;
+  std::vector<double> pp, tg;
+  std::vector<float> lg(static_cast<size_t>(V));
+  for (int rep = 0; rep < warmup + repeats; ++rep) {
+    CausalLMState st = m.start(1, prompt_tokens + new_tokens);
+    const auto t0 = std::chrono::steady_clock::now();
+    m.extend(st, prompt.data(), {prompt_tokens}, lg.data(), false, ro);
+    const auto t1 = std::chrono::steady_clock::now();
+    SamplingOptions s;
+    for (int64_t t = 0; t < new_tokens; ++t) {
+      const int32_t next = choose_token(lg.data(), V, {}, s, t);
+      m.extend(st, &next, {1}, lg.data(), false, ro);
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    if (rep < warmup) continue;
+    pp.push_back(std::chrono::duration<double>(t1 - t0).count());
+    tg.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  const double p = median(pp), g = median(tg);
+  const double pp_tps = double(prompt_tokens) / p, tg_tps = new_tokens > 0 ? double(new_tokens) / g : 0.0;
+  if (json) {
+    std::printf("{\"model\": \"%s\", \"prompt_tokens\": %lld, \"new_tokens\": %lld, \"threads\": %d, \"compute\": \"fp32\", "
+                "\"prompt_s\": %.9g, \"generate_s\": %.9g, \"prompt_tokens_per_s\": %.6g, \"generate_tokens_per_s\": %.6g}\n",
+                model.c_str(), (long long)prompt_tokens, (long long)new_tokens, threads, p, g, pp_tps, tg_tps);
+  } else {
+    std::printf("ffn bench --generate: %s, %d threads, compute fp32, median of %d runs\n", model.c_str(), threads, repeats);
+    std::printf("  prompt %lld tokens   %.3f s   %.1f tokens/s\n", (long long)prompt_tokens, p, pp_tps);
+    std::printf("  generate %lld tokens %.3f s   %.1f tokens/s\n", (long long)new_tokens, g, tg_tps);
+  }
+  return 0;
+}
+
+Command add_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "continue a prompt with a LLaMA-architecture model (GGUF file or Hugging Face directory); prints the "
+                  "new text only, as it is made");
+  cmd->add_option("--model", a->model, "GGUF file (architecture llama) or Hugging Face directory (config.json, "
+                                       "model.safetensors, tokenizer.json)")
+      ->required();
+  cmd->add_option("prompt", a->prompt, "the prompt text (or ids with --ids)");
+  cmd->add_option("--prompt-file", a->prompt_file, "read the prompt from this file (- reads standard input)");
+  cmd->add_option("--chat", a->chat, "one user message, put in the model's chat template (ChatML) with its default "
+                                     "system message and the assistant's turn opened")
+      ->each([a](const std::string&) { a->chat_given = true; });
+  cmd->add_flag("--ids", a->ids, "the prompt is token ids (space-separated); the generated ids are printed on one "
+                                 "line, EOS included");
+  cmd->add_option("--max-new-tokens", a->s.max_new_tokens, "most new tokens (default 128); 0 with --logits");
+  cmd->add_option("--temperature", a->s.temperature, "0 = greedy (default); > 0 samples from softmax(logits / T)");
+  cmd->add_option("--top-k", a->s.top_k, "sample among the K most likely tokens (default 0: all)");
+  cmd->add_option("--top-p", a->s.top_p, "sample among the most likely tokens whose probability reaches P (default 1)");
+  cmd->add_option("--seed", a->s.seed, "seed of the sampling draws (default 0); the same seed gives the same tokens");
+  cmd->add_option("--repeat-penalty", a->s.repeat_penalty,
+                  "divide the logits of tokens already seen by R (multiply if negative), as transformers' "
+                  "repetition_penalty (default 1: off)");
+  cmd->add_option("--compute", a->compute, "fp32 (weights dequantized to float32; the only mode built so far) or native");
+  cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
+  cmd->add_option("--logits", a->logits, "with --max-new-tokens 0: write float32 [prompt tokens, vocabulary] .npy, "
+                                         "the logits after every prompt position");
+  return {cmd, [a] { return cmd_generate(*a); }};
+}
+
+Command add_tokenize(CLI::App& app) {
+  auto a = std::make_shared<TokenizeArgs>();
+  CLI::App* cmd = app.add_subcommand("tokenize", "the token ids of text (no BOS/EOS added), one line of ids per input line");
+  cmd->add_option("--model", a->model, "GGUF file or Hugging Face directory (its tokenizer.json)")->required();
+  cmd->add_option("text", a->text, "the text")->each([a](const std::string&) { a->text_given = true; });
+  cmd->add_option("--input-file", a->input_file, "one text per line; - reads standard input");
+  cmd->add_option("--output", a->output, "write the ids here (default: standard output)");
+  return {cmd, [a] { return cmd_tokenize(*a); }};
+}
+
+}  // namespace ffn::cli
