@@ -86,7 +86,8 @@ fi
 # on torch and numpy can never make pip replace Debian's.
 reference_requirements=("transformers==4.46.3" "tokenizers==0.20.3" "huggingface-hub==0.26.5"
                         "regex==2024.11.6" "tqdm==4.67.1" "filelock==3.16.1" "fsspec==2024.10.0"
-                        "sentencepiece==0.2.0" "num2words==0.5.14" "gguf==0.10.0" "accelerate==0.34.2")
+                        "sentencepiece==0.2.0" "num2words==0.5.14" "gguf==0.10.0" "accelerate==0.34.2"
+                        "jinja2==3.1.4" "MarkupSafe==2.1.5")
 sentence_transformers_requirements=("sentence-transformers==3.4.1" "scikit-learn==1.5.2" "scipy==1.13.1"
                                     "joblib==1.4.2" "threadpoolctl==3.5.0" "pillow==11.0.0")
 model_dir="${FFN_MODEL_DIR:-$HOME/.cache/ffn/all-MiniLM-L6-v2}"

@@ -477,7 +477,7 @@ int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& s
   }
   const auto r = philox4x32_10({uint32_t(step), uint32_t(uint64_t(step) >> 32), uint32_t(Stream::data), 0x5a4dU},
                                {uint32_t(s.seed), uint32_t(s.seed >> 32)});
-  const double u = (double(r[0] >> 11) * 2097152.0 + double(r[1] >> 11)) / 9007199254740992.0 * sum;  // 53 bits
+  const double u = double((uint64_t(r[0]) << 21) | (r[1] >> 11)) / 9007199254740992.0 * sum;  // 53 bits in [0, 1)
   double acc = 0;
   for (int64_t i = 0; i < keep; ++i) {
     acc += p[size_t(i)];

@@ -225,7 +225,10 @@ BpeTokenizer BpeTokenizer::from_json(const std::string& path) {
       for (size_t i = 0; i < t.tokens_.size(); ++i)
         if (t.tokens_[i] == u) t.unk_ = int32_t(i);
     }
-    if (j.contains("normalizer") && !j.at("normalizer").is_null())
+    const bool no_normalizer = !j.contains("normalizer") || j.at("normalizer").is_null() ||
+                               (j.at("normalizer").value("type", std::string()) == "Sequence" &&
+                                j.at("normalizer").value("normalizers", nlohmann::json::array()).empty());
+    if (!no_normalizer)
       throw Error(path + ": normalizer " + j.at("normalizer").value("type", std::string("?")) +
                   " is not supported (byte-level BPE tokenizers have none)");
     // The pre-tokenizer: ByteLevel, Digits, Split, or a Sequence of them.

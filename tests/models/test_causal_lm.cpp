@@ -232,3 +232,75 @@ TEST(CausalLM, ToleranceCatchesAWrongRotaryOrder) {
 
 }  // namespace
 }  // namespace ffn
+
+namespace ffn {
+namespace {
+
+// The draws follow the softmax of the kept logits: frequencies over 40,000
+// steps within 5 standard deviations of p (a uniform draw of too few bits,
+// or a wrong cumulative sum, is off by far more), and nothing outside top-k /
+// top-p is ever chosen.
+TEST(Sampling, DrawsFollowTheKeptSoftmax) {
+  const std::vector<float> base = {0.0f, 1.0f, 2.0f, 0.5f, -1.0f, 1.5f};
+  const int64_t V = int64_t(base.size()), draws = 40000;
+  auto frequencies = [&](SamplingOptions s) {
+    std::vector<double> f(size_t(V), 0.0);
+    for (int64_t t = 0; t < draws; ++t) {
+      std::vector<float> l = base;
+      f[size_t(choose_token(l.data(), V, {}, s, t))] += 1.0 / double(draws);
+    }
+    return f;
+  };
+  auto softmax = [&](float temp, std::vector<int> keep) {
+    std::vector<double> p(size_t(V), 0.0);
+    double sum = 0;
+    for (int i : keep) sum += (p[size_t(i)] = std::exp(double(base[size_t(i)]) / temp));
+    for (auto& x : p) x /= sum;
+    return p;
+  };
+  auto expect_close = [&](const std::vector<double>& f, const std::vector<double>& p) {
+    for (int64_t i = 0; i < V; ++i) {
+      const double sd = std::sqrt(p[size_t(i)] * (1 - p[size_t(i)]) / double(draws));
+      if (p[size_t(i)] == 0) EXPECT_EQ(f[size_t(i)], 0.0) << "token " << i;
+      else EXPECT_NEAR(f[size_t(i)], p[size_t(i)], 5 * sd + 1e-12) << "token " << i;
+    }
+  };
+  SamplingOptions s;
+  s.temperature = 1.0f;
+  expect_close(frequencies(s), softmax(1.0f, {0, 1, 2, 3, 4, 5}));
+  s.temperature = 0.5f;
+  expect_close(frequencies(s), softmax(0.5f, {0, 1, 2, 3, 4, 5}));
+  s.temperature = 1.0f;
+  s.top_k = 3;  // tokens 2, 5, 1
+  expect_close(frequencies(s), softmax(1.0f, {2, 5, 1}));
+  s.top_k = 0;
+  s.top_p = 0.5f;  // p sorted: 0.353 (2), 0.214 (5) reach 0.5
+  expect_close(frequencies(s), softmax(1.0f, {2, 5}));
+  // Seeds: the same seed the same draw, another seed another sequence.
+  s.top_p = 1.0f;
+  s.seed = 1;
+  std::vector<int32_t> a, b, c;
+  for (int64_t t = 0; t < 50; ++t) {
+    std::vector<float> l = base;
+    a.push_back(choose_token(l.data(), V, {}, s, t));
+    l = base;
+    b.push_back(choose_token(l.data(), V, {}, s, t));
+  }
+  s.seed = 2;
+  for (int64_t t = 0; t < 50; ++t) {
+    std::vector<float> l = base;
+    c.push_back(choose_token(l.data(), V, {}, s, t));
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  // Repetition penalty as transformers: positive logits divided, negative multiplied.
+  SamplingOptions g;
+  g.repeat_penalty = 4.0f;
+  std::vector<float> l = base;
+  EXPECT_EQ(choose_token(l.data(), V, {2, 2, 4}, g, 0), 5);  // 2.0 / 4 = 0.5 < 1.5
+  EXPECT_EQ(l[2], 0.5f);
+  EXPECT_EQ(l[4], -4.0f);
+}
+
+}  // namespace
+}  // namespace ffn

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""`ffn generate` and `ffn tokenize`:
+
+1. On the random LLaMA models of tests/data/llama (scripts/make_llama_golden.py,
+   always): --ids greedy continuations equal transformers' generate, tokenize
+   (positional, --input-file, --output) equals its ids, --logits writes the
+   logits transformers gave (2e-3 of each position's largest |logit|), sampling
+   is reproducible under a seed and top-k 1 is greedy, bad input gets one
+   line, exit 2 and no output file.
+2. On SmolLM2-135M-Instruct.Q4_1.gguf (installed by scripts/setup.sh;
+   FFN_SMOLLM2_GGUF overrides; skipped, saying so, when absent or when
+   transformers cannot be imported): ids equal to what transformers' tokenizer
+   makes of the same GGUF on text with Unicode, emoji, code, numbers,
+   whitespace runs, control bytes and special tokens, also through the
+   tokenizer.json transformers saves from it; logits after every position of
+   prompts of 1 to 512 tokens within 2e-3 of each position's largest |logit|
+   of transformers' float32 model from the same file; greedy continuations
+   token for token; --chat equal to apply_chat_template(add_generation_prompt=True).
+
+    python tests/tools/test_generate_cli.py FFN_BINARY DATA_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+FFN, DATA = sys.argv[1], sys.argv[2]
+LLAMA = os.path.join(DATA, "llama")
+failures = []
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def ffn(*args, stdin=None):
+    return subprocess.run([FFN, *args], capture_output=True, text=True, input=stdin)
+
+
+def refused(r, words, path=None):
+    return (r.returncode == 2 and r.stderr.count("\n") == 1 and all(w in r.stderr for w in words)
+            and (path is None or not os.path.exists(path)))
+
+
+def worst_relative(got, want):
+    return float((np.abs(got - want).max(axis=1) / np.abs(want).max(axis=1)).max())
+
+
+def read_safetensors(path):
+    """The F32 tensors of a safetensors file (its format is a JSON header, then the bytes)."""
+    raw = open(path, "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", name
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype="<f4").reshape(t["shape"])
+    return out
+
+
+def random_models(tmp):
+    cases = json.load(open(os.path.join(LLAMA, "cases.json"), encoding="utf-8"))["models"]
+    golden = read_safetensors(os.path.join(LLAMA, "cases.safetensors"))
+    for name, c in cases.items():
+        d = os.path.join(LLAMA, name)
+        ok = True
+        for prompt, want in zip(c["prompts"], c["greedy"]):
+            r = ffn("generate", "--model", d, "--ids", " ".join(map(str, prompt)), "--max-new-tokens", str(len(want)))
+            ok &= r.returncode == 0 and r.stdout.split() == [str(x) for x in want]
+        check(ok, f"{name}: --ids greedy equals transformers' generate on {len(c['prompts'])} prompts")
+        r = ffn("tokenize", "--model", d, c["texts"][0])
+        check(r.returncode == 0 and r.stdout.split() == [str(x) for x in c["text_ids"][0]], f"{name}: tokenize TEXT")
+        lines = [t for t in c["texts"] if "\n" not in t]
+        with open(os.path.join(tmp, "in.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        out = os.path.join(tmp, name + ".ids")
+        r = ffn("tokenize", "--model", d, "--input-file", os.path.join(tmp, "in.txt"), "--output", out)
+        want = [" ".join(map(str, c["text_ids"][c["texts"].index(t)])) for t in lines]
+        check(r.returncode == 0 and open(out).read().split("\n")[:-1] == want,
+              f"{name}: tokenize --input-file --output, one line of ids per line ({len(lines)} lines)")
+        npy = os.path.join(tmp, name + ".npy")
+        r = ffn("generate", "--model", d, "--ids", " ".join(map(str, c["prompts"][3])), "--max-new-tokens", "0",
+                "--logits", npy)
+        got = np.load(npy) if r.returncode == 0 else None
+        want = golden[f"{name}.3"]
+        check(got is not None and got.shape == want.shape and worst_relative(got, want) <= 2e-3,
+              f"{name}: --logits [prompt, vocab] within 2e-3 of transformers' ({r.stderr.strip()})")
+    d = os.path.join(LLAMA, "gqa2_untied")
+    p = " ".join(map(str, cases["gqa2_untied"]["prompts"][2]))
+    a = ffn("generate", "--model", d, "--ids", p, "--temperature", "0.9", "--top-p", "0.9", "--seed", "7")
+    b = ffn("generate", "--model", d, "--ids", p, "--temperature", "0.9", "--top-p", "0.9", "--seed", "7")
+    c2 = ffn("generate", "--model", d, "--ids", p, "--temperature", "0.9", "--top-p", "0.9", "--seed", "8")
+    check(a.returncode == 0 and a.stdout == b.stdout and a.stdout != c2.stdout and len(a.stdout.split()) == 128,
+          "sampling: the same seed gives the same 128 tokens, another seed others")
+    g = ffn("generate", "--model", d, "--ids", p, "--max-new-tokens", "16")
+    k1 = ffn("generate", "--model", d, "--ids", p, "--max-new-tokens", "16", "--temperature", "1.5", "--top-k", "1")
+    check(g.returncode == 0 and g.stdout == k1.stdout, "sampling with --top-k 1 is greedy")
+    t1 = ffn("generate", "--model", d, "--ids", p, "--max-new-tokens", "16", "--threads", "1")
+    check(t1.stdout == g.stdout, "1 thread and all threads give the same tokens")
+    rp = ffn("generate", "--model", d, "--ids", p, "--max-new-tokens", "16", "--repeat-penalty", "1.3")
+    check(rp.returncode == 0 and len(set(rp.stdout.split())) >= len(set(g.stdout.split())),
+          "--repeat-penalty 1.3 repeats no more tokens than greedy")
+    # Bad input: one line, exit 2, no output file.
+    npy = os.path.join(tmp, "bad.npy")
+    check(refused(ffn("generate", "--model", d, "--ids", p, "--logits", npy), ["--logits", "--max-new-tokens 0"], npy),
+          "--logits without --max-new-tokens 0 is refused before any work")
+    check(refused(ffn("generate", "--model", d, "--ids", "1 2 99999"), ["99999", "outside the vocabulary"]),
+          "an id outside the vocabulary is named")
+    check(refused(ffn("generate", "--model", d, "--ids", "1 x"), ["'x' is not a token id"]), "a non-id is named")
+    check(refused(ffn("generate", "--model", d, "--ids", p, "--top-p", "0"), ["--top-p"]), "--top-p 0 is refused")
+    check(refused(ffn("generate", "--model", d, "--ids", p, "--temperature", "-1"), ["--temperature"]),
+          "a negative --temperature is refused")
+    check(refused(ffn("generate", "--model", d, "hi", "--chat", "hi"), ["exactly one of"]),
+          "PROMPT and --chat together are refused")
+    check(refused(ffn("generate", "--model", d, "--chat", "hi"), ["no chat template"]),
+          "--chat on a model without a chat template is refused, naming it")
+    check(refused(ffn("generate", "--model", d, "--ids", p, "--compute", "int3"), ["--compute", "int3"]),
+          "an unknown --compute is named")
+    check(refused(ffn("generate", "--model", os.path.join(tmp, "nothing"), "hi"), ["nothing"]),
+          "a missing model is named")
+    check(refused(ffn("generate", "--model", d, "--ids", p, "--max-new-tokens", "1000"), ["context", "256"]),
+          "a prompt plus --max-new-tokens past the model's context is refused")
+    out = os.path.join(tmp, "t.ids")
+    check(refused(ffn("tokenize", "--model", d, "--input-file", os.path.join(tmp, "missing.txt"), "--output", out),
+                  ["missing.txt"], out), "tokenize: a missing --input-file is named, no --output written")
+    check(refused(ffn("tokenize", "--model", d, "ok", "--input-file", "x"), ["exactly one of"]),
+          "tokenize: TEXT and --input-file together are refused")
+
+
+def smollm2(tmp):
+    path = os.environ.get("FFN_SMOLLM2_GGUF",
+                          os.path.expanduser("~/.cache/ffn/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if not os.path.exists(path):
+        print(f"SKIPPED: SmolLM2 checks: {path} is not installed (scripts/setup.sh installs it)")
+        return
+    try:
+        import torch  # noqa: PLC0415
+        import transformers.generation.utils as gu  # noqa: PLC0415
+        gu.is_fsdp_managed_module = lambda module: False  # Debian's torch 1.13 lacks torch.distributed.fsdp
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+        import accelerate  # noqa: F401,PLC0415 (transformers' GGUF loader needs it)
+    except ImportError as e:
+        print(f"SKIPPED: SmolLM2 checks: the transformers reference is not importable ({e})")
+        return
+    d, f = os.path.dirname(path), os.path.basename(path)
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    texts = ["Hello world 12345", "emoji 🙂🚀👩‍👩‍👧 ok", "  multiple   spaces\tand\ttabs  ", "\n\n\nnewlines\r\n",
+             "def f(x):\n    return x**2  # squared\n", "Größe naïve café 東京 Привет мир العربية",
+             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "<jupyter_code>x = 1<file_sep>",
+             "3.14159, 2718, 1e-5; 100000 and ١٢٣", "ctrl \x04\x07 bytes", "'s 're 've 'll 'd I'M", "",
+             "a" * 300, "The quick brown fox jumps over the lazy dog. " * 3]
+    ok = True
+    for t in texts:
+        want = tok(t, add_special_tokens=False)["input_ids"]
+        r = ffn("tokenize", "--model", path, t)
+        if r.returncode != 0 or r.stdout.split() != [str(x) for x in want]:
+            ok = False
+            print(f"  differs on {t!r}: {r.stdout.strip()[:200]} vs {want[:40]} {r.stderr.strip()}")
+    check(ok, f"SmolLM2 GGUF: tokenize equals transformers' ids on {len(texts)} texts")
+    tok.save_pretrained(os.path.join(tmp, "smol_tok"))
+    ok = all(ffn("tokenize", "--model", os.path.join(tmp, "smol_tok"), t).stdout.split() ==
+             [str(x) for x in tok(t, add_special_tokens=False)["input_ids"]] for t in texts[:8])
+    check(ok, "SmolLM2 tokenizer.json (transformers' save_pretrained): the same ids")
+
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=torch.float32).eval()
+    model.lm_head.weight = model.model.embed_tokens.weight  # transformers 4.46 leaves the tied GGUF head untied
+    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md"),
+                encoding="utf-8").read()
+    long_ids = tok(text, add_special_tokens=False)["input_ids"]
+    worst = 0.0
+    for n in (1, 5, 64, 512):
+        ids = long_ids[:n]
+        with torch.no_grad():
+            want = model(torch.tensor([ids])).logits[0].numpy()
+        npy = os.path.join(tmp, f"smol{n}.npy")
+        r = ffn("generate", "--model", path, "--compute", "fp32", "--ids", " ".join(map(str, ids)),
+                "--max-new-tokens", "0", "--logits", npy)
+        got = np.load(npy) if r.returncode == 0 else np.zeros_like(want)
+        worst = max(worst, worst_relative(got, want) if got.shape == want.shape else 1.0)
+    check(worst <= 2e-3, f"SmolLM2: logits after every position of 1, 5, 64, 512-token prompts within 2e-3 of "
+                         f"transformers' (worst {worst:.2g} of the position's max |logit|)")
+    ok = True
+    for start in (0, 700, 1500):
+        ids = long_ids[start:start + 40]
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 do_sample=False, max_new_tokens=32)
+        want = out[0, len(ids):].tolist()
+        r = ffn("generate", "--model", path, "--compute", "fp32", "--ids", " ".join(map(str, ids)),
+                "--max-new-tokens", "32")
+        ok &= r.stdout.split() == [str(x) for x in want]
+    check(ok, "SmolLM2: greedy continuations (32 tokens after 3 prompts) equal transformers' generate")
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    ids = tok.apply_chat_template(msgs, add_generation_prompt=True)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             do_sample=False, max_new_tokens=40)
+    want = tok.decode(out[0, len(ids):], skip_special_tokens=True)
+    r = ffn("generate", "--model", path, "--compute", "fp32", "--chat", msgs[0]["content"], "--max-new-tokens", "40")
+    check(r.returncode == 0 and r.stdout == want + "\n",
+          f"SmolLM2 --chat equals apply_chat_template + generate: {r.stdout.strip()!r}")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        random_models(tmp)
+        smollm2(tmp)
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
