@@ -84,6 +84,7 @@ const KernelConfig kScalar{
     .int8_peak = nullptr,
     .bf16 = &scalar::bf16_kernels, .bf16_peak = nullptr, .bf16_peak_instr = "",
     .exp_rows = &scalar::exp_rows, .softmax_step = &scalar::softmax_step, .sum_rows = &scalar::sum_rows,
+    .qgemm = &scalar::qgemm, .qgemm_instr = "int32 multiply-add (portable)",
 };
 
 // 6×16 tiles of ymm (12 accumulators): rows per block 48 (A block 48 KiB in
@@ -100,6 +101,7 @@ const KernelConfig kAvx2{
     .int8_peak = &avx2::madd_loop,
     .bf16 = &scalar::bf16_kernels, .bf16_peak = nullptr, .bf16_peak_instr = "",
     .exp_rows = &avx2::exp_rows, .softmax_step = &avx2::softmax_step, .sum_rows = &avx2::sum_rows,
+    .qgemm = &avx2::qgemm, .qgemm_instr = "AVX2 vpmaddubsw ymm",
 };
 
 // The VNNI int8 set: the FFN's u8 × s8 products on vpdpbusd, and the int8
@@ -140,6 +142,8 @@ KernelConfig make_avx512() {
     .bf16_peak = bf16 ? &avx512::dpbf16_loop : nullptr,
     .bf16_peak_instr = bf16 ? "AVX-512 vdpbf16ps zmm" : "",
     .exp_rows = &avx512::exp_rows, .softmax_step = &avx512::softmax_step, .sum_rows = &avx512::sum_rows,
+    .qgemm = vnni ? &avx512::qgemm_vnni : &avx2::qgemm,
+    .qgemm_instr = vnni ? "AVX-512 vpdpbusd zmm" : "AVX2 vpmaddubsw ymm",
   };
 }
 

@@ -6,6 +6,8 @@
 // src/backends/cpu/kernel_config.cpp.
 #pragma once
 
+#include "backends/cpu/qgemm.hpp"
+
 #include <cstdint>
 
 #include "ffn/types.hpp"
@@ -66,6 +68,8 @@ struct KernelConfig {
   ExpRowsFn exp_rows;     // attention's softmax exponentials
   SoftmaxStepFn softmax_step;
   SumRowsFn sum_rows;     // the fused forward's sums of shard partials
+  QGemmFn qgemm;          // block-quantized weights (Q4_0/Q4_1/Q8_0) × 8-bit activations
+  const char* qgemm_instr;
 };
 
 // The configuration of a resolved ISA (never Isa::automatic).

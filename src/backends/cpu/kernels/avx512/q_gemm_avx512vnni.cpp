@@ -1,0 +1,84 @@
+// Block-quantized product on AVX-512 VNNI (src/backends/cpu/qgemm.hpp): a
+// group's 16 rows in the 16 int32 lanes of a zmm; per block, 8 vpdpbusd
+// (u8 weights × a token's 4 s8 activations broadcast) give each row's exact
+// integer sum, then the rule's two float operations per lane. Q8_0's s8
+// weights are made u8 by flipping their top bit (q + 128), and 128 Σq_x is
+// taken back off. Up to 4 tokens share each unpacked block.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/qgemm.hpp"
+
+namespace ffn::nn::avx512 {
+namespace {
+
+template <QType kType, int NT>
+void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int64_t ldy, __mmask16 mask) {
+  constexpr int64_t qbytes = kType == QType::q8_0 ? 512 : 256;
+  const __m512i lo = _mm512_set1_epi8(0x0f);
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  __m512 acc[NT];
+  for (int u = 0; u < NT; ++u) acc[u] = _mm512_setzero_ps();
+  const int64_t k = w.k, nb = w.blocks;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.at(g, b);
+    __m512i wv[8];
+    if constexpr (kType == QType::q8_0) {
+      for (int j = 0; j < 8; ++j) wv[j] = _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * j), flip);
+    } else {
+      for (int i = 0; i < 4; ++i) {
+        const __m512i v = _mm512_loadu_si512(blk + 64 * i);
+        wv[i] = _mm512_and_si512(v, lo);
+        wv[i + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes)));
+    __m512 m = _mm512_setzero_ps();
+    if constexpr (kType == QType::q4_1)
+      m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes + 32)));
+    for (int u = 0; u < NT; ++u) {
+      const int64_t at = (t + u) * nb + b;
+      const int8_t* xq = x.q.data() + (t + u) * k + b * kQBlock;
+      __m512i s = _mm512_setzero_si512();
+      for (int j = 0; j < 8; ++j) {
+        int32_t four;
+        std::memcpy(&four, xq + 4 * j, 4);
+        s = _mm512_dpbusd_epi32(s, wv[j], _mm512_set1_epi32(four));
+      }
+      if constexpr (kType == QType::q8_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(128 * x.sum[size_t(at)]));
+      if constexpr (kType == QType::q4_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * x.sum[size_t(at)]));
+      const __m512 p = _mm512_mul_ps(d, _mm512_set1_ps(x.d[size_t(at)]));
+      acc[u] = _mm512_fmadd_ps(p, _mm512_cvtepi32_ps(s), acc[u]);
+      if constexpr (kType == QType::q4_1) acc[u] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
+    }
+  }
+  for (int u = 0; u < NT; ++u) _mm512_mask_storeu_ps(y + (t + u) * ldy + g * kQRows, mask, acc[u]);
+}
+
+template <QType kType>
+void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t rows = std::min<int64_t>(kQRows, w.m - g * kQRows);
+    const __mmask16 mask = __mmask16((1u << rows) - 1u);
+    int64_t t = t0;
+    for (; t + 4 <= t1; t += 4) tile<kType, 4>(w, x, g, t, y, ldy, mask);
+    if (t1 - t == 3) tile<kType, 3>(w, x, g, t, y, ldy, mask);
+    else if (t1 - t == 2) tile<kType, 2>(w, x, g, t, y, ldy, mask);
+    else if (t1 - t == 1) tile<kType, 1>(w, x, g, t, y, ldy, mask);
+  }
+}
+
+}  // namespace
+
+void qgemm_vnni(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y,
+                int64_t ldy) {
+  switch (w.type) {
+    case QType::q4_0: return run<QType::q4_0>(w, x, g0, g1, t0, t1, y, ldy);
+    case QType::q4_1: return run<QType::q4_1>(w, x, g0, g1, t0, t1, y, ldy);
+    case QType::q8_0: return run<QType::q8_0>(w, x, g0, g1, t0, t1, y, ldy);
+  }
+}
+
+}  // namespace ffn::nn::avx512

@@ -1,0 +1,85 @@
+// Products with ggml's block-quantized weights (Q4_0, Q4_1, Q8_0: 32 weights
+// per block, one f16 scale d, Q4_1 also an f16 minimum m), kept quantized in
+// memory: y[t, r] = Σ_k x[t, k] · W[r, k] with the activations quantized per
+// token and block of 32 to 8 bits, and integer dot products.
+//
+// The arithmetic, which every ISA's kernel reproduces bit for bit (the
+// reference is reference::qlinear_forward, from the file's own blocks):
+//   activations, per token t and block b of 32 values x:
+//     amax = max |x|, dx = amax / 127, id = amax > 0 ? 127 / amax : 0,
+//     q_i = nearbyint(x_i · id) (ties to even), Σq, sx = dx · float(Σq)
+//   weights: Q4_0 w = d (q − 8), q ∈ 0..15; Q4_1 w = d q + m; Q8_0 w = d q, q ∈ −128..127
+//   output, blocks in order, acc = 0:
+//     isum = Σ_i q_w,i · q_x,i − (Q4_0: 8 Σq)          (exact int32)
+//     acc = fma(float(d) · dx, float(isum), acc)
+//     Q4_1: acc = fma(float(m), sx, acc)
+//   y = acc.
+// The order of the float operations is per (token, row) and the same on
+// every ISA: the vector kernels run 16 rows in the lanes of a register, each
+// lane doing one row's sequence.
+//
+// Layout (QPanels): rows in groups of 16 (the last padded with zero rows);
+// per group, its blocks in order; per (group, block):
+//   nibbles (Q4_*): 4 × 64 bytes; byte 4r + e of vector i holds row r's
+//     file byte qs[4i + e] (low nibble: weight 4i + e, high: 16 + 4i + e), so
+//     vector i's low nibbles are weights 4i..4i+3 of each row in its lane r
+//     (u8 × s8 dot products over 4 bytes per lane: vpdpbusd, vpmaddubsw),
+//     its high nibbles weights 16 + 4i..;
+//   bytes (Q8_0): 8 × 64 bytes, vector j holding weights 4j..4j+3 of each row;
+//   then d[16] (f16), then Q4_1's m[16] (f16).
+// A group of 16 rows of the file's blocks and a group here have the same
+// bytes: resident memory stays the file's size.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/aligned.hpp"
+
+namespace ffn::nn {
+
+enum class QType { q4_0, q4_1, q8_0 };
+constexpr int64_t kQBlock = 32;  // weights per block
+constexpr int64_t kQRows = 16;   // rows per group (a zmm's int32 lanes)
+
+// Bytes of one (group, block).
+constexpr int64_t qgroup_block_bytes(QType t) {
+  return t == QType::q4_0 ? 288 : t == QType::q4_1 ? 320 : 544;
+}
+// Bytes of one row's block in a GGUF file.
+constexpr int64_t qfile_block_bytes(QType t) { return t == QType::q4_0 ? 18 : t == QType::q4_1 ? 20 : 34; }
+
+struct QPanels {
+  QType type = QType::q4_1;
+  int64_t k = 0, m = 0;       // W is [m, k]
+  int64_t blocks = 0;         // k / 32
+  int64_t groups = 0;         // ceil(m / 16)
+  AlignedVector<uint8_t> data;
+  int64_t group_bytes() const { return blocks * qgroup_block_bytes(type); }
+  const uint8_t* at(int64_t g, int64_t b) const { return data.data() + g * group_bytes() + b * qgroup_block_bytes(type); }
+  size_t bytes() const { return data.size(); }
+};
+
+// Panels from the file's rows: rows[r] points at row r's blocks (k / 32 of
+// them, qfile_block_bytes each).
+QPanels repack_rows(QType type, const std::vector<const uint8_t*>& rows, int64_t k);
+// Row r dequantized (w = d q ..., as ggml), k floats.
+void dequantize_panel_row(const QPanels& w, int64_t r, float* out);
+
+// Quantized activations of n tokens, per the rule above.
+struct QActs {
+  int64_t n = 0, blocks = 0;
+  AlignedVector<int8_t> q;      // [n, blocks · 32]
+  std::vector<float> d, s;      // [n, blocks]: dx, sx
+  std::vector<int32_t> sum;     // [n, blocks]: Σq
+};
+void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out);
+
+// y[t · ldy + r] for the rows of groups [g0, g1) (rows ≥ m skipped) and tokens [t0, t1).
+using QGemmFn = void (*)(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y,
+                         int64_t ldy);
+namespace scalar { void qgemm(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t); }
+namespace avx2 { void qgemm(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t); }
+namespace avx512 { void qgemm_vnni(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t); }
+
+}  // namespace ffn::nn

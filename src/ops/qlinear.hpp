@@ -1,0 +1,19 @@
+// The linear op on block-quantized weights (src/backends/cpu/qgemm.hpp):
+// y[n, m] = x[n, k] · Wᵀ with W kept as the file's Q4_0/Q4_1/Q8_0 blocks,
+// on the ISA's kernel (KernelConfig::qgemm). Work is split over groups of 16
+// rows; each (token, row) result is computed by one thread in the rule's
+// order, so the bits do not depend on the thread count, the batch or the ISA.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/kernel_config.hpp"
+#include "backends/cpu/qgemm.hpp"
+
+namespace ffn::nn {
+
+// acts: scratch for the quantized activations (reused between calls).
+void qlinear_forward(const KernelConfig& kc, const QPanels& w, const float* x, int64_t n, float* y, int threads,
+                     QActs& acts);
+
+}  // namespace ffn::nn

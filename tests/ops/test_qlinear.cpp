@@ -1,0 +1,131 @@
+// The block-quantized linear (src/ops/qlinear.hpp) on every ISA against its
+// reference (src/reference/qlinear_reference.hpp, which reads the file's own
+// rows): bit for bit, on Q4_0, Q4_1 and Q8_0 rows of random bytes and scales,
+// row counts around the 16-row groups and 8-row halves, k of 1 to 18 blocks,
+// 1 to 9 tokens (the kernels' tiles of 4 and 2 and their tails), 1 and 2
+// threads. Also the repacked rows dequantize as ggml's (ffn::dequantize).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/kernel_config.hpp"
+#include "backends/cpu/quantize.hpp"
+#include "ffn/diagnostics.hpp"
+#include "ffn/gguf.hpp"
+#include "ops/qlinear.hpp"
+#include "reference/qlinear_reference.hpp"
+
+using namespace ffn;
+
+namespace {
+
+// A matrix of m rows of k / 32 file blocks each: random quant bytes, scales
+// d ∈ ±[0.001, 0.05] (and Q4_1's minimum ∈ ±0.05) as f16.
+std::vector<uint8_t> random_rows(nn::QType t, int64_t m, int64_t k, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f), sign(-1.0f, 1.0f);
+  const int64_t fb = nn::qfile_block_bytes(t), nb = k / 32;
+  std::vector<uint8_t> v(size_t(m * nb * fb));
+  for (int64_t r = 0; r < m * nb; ++r) {
+    uint8_t* blk = v.data() + r * fb;
+    for (int64_t i = 0; i < fb; ++i) blk[i] = uint8_t(rng());
+    const uint16_t d = nn::float_to_fp16(scale(rng) * (sign(rng) < 0 ? -1.0f : 1.0f));
+    std::memcpy(blk, &d, 2);
+    if (t == nn::QType::q4_1) {
+      const uint16_t mm = nn::float_to_fp16(0.05f * sign(rng));
+      std::memcpy(blk + 2, &mm, 2);
+    }
+  }
+  return v;
+}
+
+std::vector<const uint8_t*> row_pointers(const std::vector<uint8_t>& v, nn::QType t, int64_t m, int64_t k) {
+  std::vector<const uint8_t*> rows;
+  for (int64_t r = 0; r < m; ++r) rows.push_back(v.data() + r * (k / 32) * nn::qfile_block_bytes(t));
+  return rows;
+}
+
+GgmlType ggml_of(nn::QType t) {
+  return t == nn::QType::q4_0 ? GgmlType::q4_0 : t == nn::QType::q4_1 ? GgmlType::q4_1 : GgmlType::q8_0;
+}
+
+class QLinearPerIsa : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
+  const Isa isa = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
+  const nn::KernelConfig& kc = nn::kernel_config(isa);
+  std::printf("[ INFO     ] %s: block-quantized product on %s\n", std::string(to_string(isa)).c_str(), kc.qgemm_instr);
+  int checked = 0;
+  for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0})
+    for (int64_t m : {1, 7, 8, 9, 16, 17, 33, 50})
+      for (int64_t k : {32, 96, 576})
+        for (int64_t n : {1, 2, 3, 5, 9}) {
+          SCOPED_TRACE("type " + std::to_string(int(t)) + " m " + std::to_string(m) + " k " + std::to_string(k) +
+                       " n " + std::to_string(n));
+          const auto bytes = random_rows(t, m, k, uint64_t(m * 1000 + k * 10 + n));
+          const auto rows = row_pointers(bytes, t, m, k);
+          std::mt19937_64 rng(uint64_t(n * 7 + m));
+          std::normal_distribution<float> g(0.0f, 1.0f);
+          std::vector<float> x(size_t(n * k));
+          for (auto& e : x) e = g(rng);
+          if (k > 32) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block (dx = 0)
+          std::vector<float> want(size_t(n * m)), got(want.size(), -1.0f);
+          reference::qlinear_forward(t, rows, k, x.data(), n, want.data());
+          const nn::QPanels p = nn::repack_rows(t, rows, k);
+          nn::QActs acts;
+          for (int threads : {1, 2}) {
+            nn::qlinear_forward(kc, p, x.data(), n, got.data(), threads, acts);
+            ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << threads << " thread(s)";
+          }
+          ++checked;
+        }
+  EXPECT_EQ(checked, 3 * 8 * 3 * 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, QLinearPerIsa, ::testing::ValuesIn(all_isas()),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+// The result is close to the float product of the dequantized weights: the
+// 8-bit activations' error only (|Δy| ≤ Σ_b |d| ·Σ|q_w| · dx/2 + Q4_1's m ·
+// 32 · dx/2, checked with a margin), and the reference would fail if the
+// rule's scales were swapped (the bound is far tighter than y's size).
+TEST(QLinear, CloseToTheDequantizedProduct) {
+  for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0}) {
+    const int64_t m = 21, k = 192, n = 3;
+    const auto bytes = random_rows(t, m, k, 99);
+    const auto rows = row_pointers(bytes, t, m, k);
+    std::vector<float> x(size_t(n * k));
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (auto& e : x) e = g(rng);
+    std::vector<float> y(size_t(n * m));
+    reference::qlinear_forward(t, rows, k, x.data(), n, y.data());
+    const nn::QPanels p = nn::repack_rows(t, rows, k);
+    std::vector<float> w(static_cast<size_t>(k)), w_file(static_cast<size_t>(k));
+    for (int64_t r = 0; r < m; ++r) {
+      nn::dequantize_panel_row(p, r, w.data());
+      dequantize(ggml_of(t), rows[size_t(r)], k, w_file.data());
+      ASSERT_EQ(0, std::memcmp(w.data(), w_file.data(), size_t(k) * 4)) << "row " << r << " dequantized";
+      for (int64_t i = 0; i < n; ++i) {
+        double exact = 0, bound = 0;
+        for (int64_t c = 0; c < k; ++c) exact += double(w[size_t(c)]) * double(x[size_t(i * k + c)]);
+        for (int64_t b = 0; b < k / 32; ++b) {
+          float amax = 0;
+          for (int64_t c = 0; c < 32; ++c) amax = std::max(amax, std::fabs(x[size_t(i * k + b * 32 + c)]));
+          double wsum = 0;
+          for (int64_t c = 0; c < 32; ++c) wsum += std::fabs(w[size_t(b * 32 + c)]);
+          bound += wsum * (amax / 127.0) / 2;
+        }
+        EXPECT_LE(std::fabs(double(y[size_t(i * m + r)]) - exact), 1.01 * bound + 1e-5) << "row " << r;
+      }
+    }
+  }
+}
+
+}  // namespace
