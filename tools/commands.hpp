@@ -171,7 +171,7 @@ Command add_train(CLI::App& app);  // ffn train
 Command add_generate(CLI::App& app);  // ffn generate (tools/generate_cmd.cpp)
 Command add_tokenize(CLI::App& app);  // ffn tokenize
 // ffn bench --generate: prompt processing and generation tokens/s.
-int bench_generate(const std::string& model, int64_t prompt_tokens, int64_t new_tokens, int threads, int repeats,
+int bench_generate(const std::string& model, const std::string& compute, int64_t prompt_tokens, int64_t new_tokens, int threads, int repeats,
                    int warmup, bool json);
 Command add_demo(CLI::App& app);   // ffn demo approximate | interaction
 Command add_encode(CLI::App& app);       // ffn encode

@@ -493,7 +493,7 @@ struct BenchArgs {
   int64_t layers = 1, heads = 8;
   cli::EncoderBenchArgs enc;
   CLI::Option *o_tokens = nullptr, *o_layers = nullptr, *o_heads = nullptr, *o_batch = nullptr, *o_seq = nullptr,
-              *o_causal = nullptr;
+              *o_causal = nullptr, *o_compute = nullptr;
 };
 
 // Longest run `ffn bench` starts without --yes (estimated up front).
@@ -522,8 +522,8 @@ int cmd_bench(const BenchArgs& a) {
     if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
     if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
     if (a.emb.model.empty()) throw Error("--generate: give --model, a GGUF file or a Hugging Face LLaMA directory");
-    return cli::bench_generate(a.emb.model, a.prompt_tokens.value_or(512), a.new_tokens.value_or(128), threads,
-                               a.repeats, a.warmup, a.json);
+    return cli::bench_generate(a.emb.model, a.o_compute->count() ? a.compute : "native", a.prompt_tokens.value_or(512),
+                               a.new_tokens.value_or(128), threads, a.repeats, a.warmup, a.json);
   }
   if (a.prompt_tokens || a.new_tokens) throw Error("--prompt-tokens and --new-tokens: only with --generate");
   if (a.translate) {
@@ -939,7 +939,9 @@ int ffn_main(int argc, char** argv) {
   bench_cmd->add_option("--seed", bench.seed, "weights and input seed")->check(CLI::NonNegativeNumber);
   bench_cmd->add_option("--isa", bench.isa, "auto (default: FFN_ISA, else the best), scalar, avx2, avx512, amx");
   bench_cmd->add_option("--dtype", bench.dtype, "weight matrices as fp32 (default), bf16, fp16 or int8");
-  bench_cmd->add_option("--compute", bench.compute, "products in fp32 (default) or bf16 (operands rounded to bf16)");
+  bench.o_compute = bench_cmd->add_option("--compute", bench.compute,
+                                          "products in fp32 (default) or bf16 (operands rounded to bf16); "
+                                          "--generate: native (default: quantized blocks) or fp32");
   bench_cmd->add_flag("--backward", bench.backward, "time forward + backward");
   bench_cmd->add_flag("--json", bench.json, "print one JSON object");
   bench_cmd->add_flag("--yes", bench.yes, "run even if the estimated time is over a minute");

@@ -15,7 +15,7 @@ namespace ffn::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, prompt_file, chat, compute = "fp32", logits;
+  std::string model, prompt, prompt_file, chat, compute = "native", logits;
   bool ids = false, chat_given = false;
   SamplingOptions s;
   int threads = 0;
@@ -89,19 +89,17 @@ void flush_utf8(std::string& pending, bool all) {
   pending.erase(0, cut);
 }
 
-void check_compute(const std::string& compute) {
-  if (compute == "fp32") return;
-  if (compute == "native")
-    throw Error("--compute native: the 4-bit/8-bit integer products are not built yet; use --compute fp32 "
-                "(weights dequantized to float32)");
-  throw Error("--compute: expected fp32 or native, got " + compute);
+LMCompute parse_lm_compute(const std::string& compute) {
+  if (compute == "fp32") return LMCompute::fp32;
+  if (compute == "native") return LMCompute::native;
+  throw Error("--compute: expected native or fp32, got " + compute);
 }
 
 int cmd_generate(GenerateArgs& a) {
   const int given = int(!a.prompt.empty()) + int(!a.prompt_file.empty()) + int(a.chat_given);
   if (given != 1) throw Error("give exactly one of PROMPT, --prompt-file F or --chat MESSAGE");
   if (a.chat_given && a.ids) throw Error("--chat: not with --ids (the chat template is text)");
-  check_compute(a.compute);
+  const LMCompute compute = parse_lm_compute(a.compute);
   a.s.validate();
   const int threads = threads_or_throw(a.threads);
   if (!a.logits.empty()) {
@@ -111,7 +109,7 @@ int cmd_generate(GenerateArgs& a) {
     check_not_an_input(a.logits, "--logits", {{"--model", a.model}});
   }
   const std::string text = !a.prompt_file.empty() ? read_all(a.prompt_file, "--prompt-file") : a.chat_given ? a.chat : a.prompt;
-  const CausalLM m = CausalLM::load(a.model);
+  const CausalLM m = CausalLM::load(a.model, {compute});
   const BpeTokenizer* tok = m.tokenizer();
   if (!a.ids && !tok) throw Error(a.model + ": no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json); give token ids with --ids");
   const std::string where = !a.prompt_file.empty() ? "--prompt-file " + a.prompt_file : a.chat_given ? "--chat" : "PROMPT";
@@ -205,11 +203,11 @@ int cmd_tokenize(const TokenizeArgs& a) {
 
 }  // namespace
 
-int bench_generate(const std::string& model, int64_t prompt_tokens, int64_t new_tokens, int threads, int repeats,
+int bench_generate(const std::string& model, const std::string& compute, int64_t prompt_tokens, int64_t new_tokens, int threads, int repeats,
                    int warmup, bool json) {
   if (prompt_tokens < 1) throw Error("--prompt-tokens: expected a positive integer, got " + std::to_string(prompt_tokens));
   if (new_tokens < 0) throw Error("--new-tokens: expected 0 or more, got " + std::to_string(new_tokens));
-  const CausalLM m = CausalLM::load(model);
+  const CausalLM m = CausalLM::load(model, {parse_lm_compute(compute)});
   // A fixed pseudo-random prompt (no EOS), as llama-bench uses random tokens.
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
   uint64_t r = 0x9E3779B97F4A7C15ull;
@@ -241,11 +239,14 @@ int bench_generate(const std::string& model, int64_t prompt_tokens, int64_t new_
   const double p = median(pp), g = median(tg);
   const double pp_tps = double(prompt_tokens) / p, tg_tps = new_tokens > 0 ? double(new_tokens) / g : 0.0;
   if (json) {
-    std::printf("{\"model\": \"%s\", \"prompt_tokens\": %lld, \"new_tokens\": %lld, \"threads\": %d, \"compute\": \"fp32\", "
-                "\"prompt_s\": %.9g, \"generate_s\": %.9g, \"prompt_tokens_per_s\": %.6g, \"generate_tokens_per_s\": %.6g}\n",
-                model.c_str(), (long long)prompt_tokens, (long long)new_tokens, threads, p, g, pp_tps, tg_tps);
+    std::printf("{\"model\": \"%s\", \"prompt_tokens\": %lld, \"new_tokens\": %lld, \"threads\": %d, \"compute\": \"%s\", "
+                "\"weight_bytes\": %zu, \"prompt_s\": %.9g, \"generate_s\": %.9g, \"prompt_tokens_per_s\": %.6g, "
+                "\"generate_tokens_per_s\": %.6g}\n",
+                model.c_str(), (long long)prompt_tokens, (long long)new_tokens, threads, compute.c_str(), m.weight_bytes(),
+                p, g, pp_tps, tg_tps);
   } else {
-    std::printf("ffn bench --generate: %s, %d threads, compute fp32, median of %d runs\n", model.c_str(), threads, repeats);
+    std::printf("ffn bench --generate: %s, %d threads, compute %s (weights %.1f MiB), median of %d runs\n",
+                model.c_str(), threads, compute.c_str(), double(m.weight_bytes()) / (1 << 20), repeats);
     std::printf("  prompt %lld tokens   %.3f s   %.1f tokens/s\n", (long long)prompt_tokens, p, pp_tps);
     std::printf("  generate %lld tokens %.3f s   %.1f tokens/s\n", (long long)new_tokens, g, tg_tps);
   }
@@ -275,7 +276,9 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--repeat-penalty", a->s.repeat_penalty,
                   "divide the logits of tokens already seen by R (multiply if negative), as transformers' "
                   "repetition_penalty (default 1: off)");
-  cmd->add_option("--compute", a->compute, "fp32 (weights dequantized to float32; the only mode built so far) or native");
+  cmd->add_option("--compute", a->compute,
+                  "native (default): Q4_0/Q4_1/Q8_0 matrices stay quantized, products on 8-bit activations; fp32: "
+                  "every matrix dequantized to float32 (logits as transformers')");
   cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
   cmd->add_option("--logits", a->logits, "with --max-new-tokens 0: write float32 [prompt tokens, vocabulary] .npy, "
                                          "the logits after every prompt position");

@@ -73,6 +73,17 @@ struct SamplingOptions {
 int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& seen, const SamplingOptions& s,
                      int64_t step);
 
+// How the products run. native: matrices stored in the file as Q4_0, Q4_1
+// or Q8_0 blocks stay so in memory (resident memory ≈ the file's size) and
+// multiply 8-bit-quantized activations with integer dot products
+// (src/backends/cpu/qgemm.hpp: the same bits on every ISA); other matrices
+// (F32, F16, BF16, K-quants) and Hugging Face checkpoints are float32.
+// fp32: every matrix dequantized to float32 (logits as transformers').
+enum class LMCompute { native, fp32 };
+struct CausalLMLoadOptions {
+  LMCompute compute = LMCompute::native;
+};
+
 // The keys and values of a batch of sequences being generated (made by
 // CausalLM::start, advanced by extend). select() rearranges them.
 class CausalLMState {
@@ -99,9 +110,13 @@ class CausalLM {
  public:
   // A GGUF file (architecture llama) or a Hugging Face LLaMA directory.
   // Errors name the file and what was expected.
-  static CausalLM load(const std::string& path);
+  static CausalLM load(const std::string& path, const CausalLMLoadOptions& opts = {});
 
   const CausalLMConfig& config() const { return cfg_; }
+  // Whether some product keeps quantized blocks (native compute on a GGUF with Q4_0/Q4_1/Q8_0 matrices).
+  bool quantized() const { return native_; }
+  // Bytes of the weights in memory.
+  size_t weight_bytes() const;
   // The checkpoint's tokenizer (GGUF metadata or tokenizer.json); null if it has none.
   const BpeTokenizer* tokenizer() const { return tok_.get(); }
   // The GGUF's or tokenizer_config.json's chat template ("" if none).
@@ -142,6 +157,7 @@ class CausalLM {
   CausalLMConfig cfg_;
   std::shared_ptr<const BpeTokenizer> tok_;
   std::string chat_template_;
+  bool native_ = false;
   std::unique_ptr<Weights> w_;
 };
 

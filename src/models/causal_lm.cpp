@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernel_config.hpp"
@@ -18,6 +19,7 @@
 #include "ffn/random.hpp"
 #include "ops/attention.hpp"
 #include "ops/linear.hpp"
+#include "ops/qlinear.hpp"
 #include "ops/norm.hpp"
 #include "ops/rope.hpp"
 
@@ -25,18 +27,44 @@ namespace fs = std::filesystem;
 
 namespace ffn {
 
+// One product y = x Wᵀ: W kept as the file's quantized blocks (native
+// compute, Q4_0/Q4_1/Q8_0) or as float32 with its GEMM panels.
+struct Proj {
+  int64_t k = 0, m = 0;
+  bool quant = false;
+  nn::QPanels q;
+  std::vector<float> w, packed;
+  size_t bytes() const { return quant ? q.bytes() : (w.size() + packed.size()) * sizeof(float); }
+};
+
+Proj float_proj(std::vector<float> w, int64_t k, int64_t m) {
+  Proj p;
+  p.k = k;
+  p.m = m;
+  p.packed = nn::pack_linear_weight(w.data(), k, m);
+  p.w = std::move(w);
+  return p;
+}
+
+void proj_forward(const Proj& p, const nn::KernelConfig& kc, bool ref, const float* x, int64_t n, float* y, int threads,
+                  nn::QActs& acts) {
+  if (p.quant) nn::qlinear_forward(ref ? nn::kernel_config(Isa::scalar) : kc, p.q, x, n, y, threads, acts);
+  else nn::linear_forward(kc, ref, x, n, p.k, p.w.data(), p.packed, nullptr, p.m, y, threads);
+}
+
 struct CausalLM::Weights {
   struct Layer {
-    std::vector<float> attn_norm;     // [d]
-    std::vector<float> wqkv;          // [qd + 2 kvd, d]: W_Q, W_K, W_V stacked
-    std::vector<float> wqkv_packed;
-    std::vector<float> wo, wo_packed; // [d, qd]
-    FeedForward ffn;                  // ffn_norm, gate, up, down (pre-norm RMSNorm SwiGLU)
+    std::vector<float> attn_norm;   // [d]
+    Proj qkv;                       // [qd + 2 kvd, d]: W_Q, W_K, W_V stacked
+    Proj o;                         // [d, qd]
+    std::vector<FeedForward> ffn;   // fp32 compute: ffn_norm, gate, up, down as one pre-norm RMSNorm SwiGLU sublayer
+    std::vector<float> ffn_norm;    // native compute: the same sublayer on quantized products
+    Proj up_gate;                   // [2 d_ff, d]: W_up, W_gate stacked
+    Proj down;                      // [d, d_ff]
   };
-  std::vector<float> embed;            // [vocab, d]
-  std::vector<float> norm;             // [d]
-  std::vector<float> head;             // [vocab, d] when untied
-  std::vector<float> head_packed;
+  std::vector<float> embed;         // [vocab, d] float32, or empty: rows of head's panels (tied, quantized)
+  std::vector<float> norm;          // [d]
+  Proj head;                        // [vocab, d]
   std::vector<Layer> layers;
 };
 
@@ -134,8 +162,9 @@ struct RawLayer {
 
 }  // namespace
 
-CausalLM CausalLM::load(const std::string& path) {
+CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts) {
   CausalLM lm;
+  const bool native = opts.compute == LMCompute::native;
   CausalLMConfig& c = lm.cfg_;
   Weights& w = *lm.w_;
   std::vector<RawLayer> raw;
@@ -190,11 +219,9 @@ CausalLM CausalLM::load(const std::string& path) {
     const int64_t d = c.d_model, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
     w.embed = tensor("model.embed_tokens.weight", {c.vocab, d});
     w.norm = tensor("model.norm.weight", {d});
-    if (!c.tied) {
-      if (!f.tensors.count("lm_head.weight"))
-        throw Error(st_path.string() + ": missing tensor lm_head.weight (config.json: tie_word_embeddings is false)");
-      w.head = tensor("lm_head.weight", {c.vocab, d});
-    }
+    if (!c.tied && !f.tensors.count("lm_head.weight"))
+      throw Error(st_path.string() + ": missing tensor lm_head.weight (config.json: tie_word_embeddings is false)");
+    w.head = float_proj(c.tied ? w.embed : tensor("lm_head.weight", {c.vocab, d}), d, c.vocab);
     for (int64_t l = 0; l < c.layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       RawLayer r;
@@ -250,11 +277,79 @@ CausalLM CausalLM::load(const std::string& path) {
                     " (ne[0] innermost, from the llama.* metadata)");
       return f.read_f32(name);
     };
-    w.embed = tensor("token_embd.weight", c.vocab, d);
+    // A product from the file's tensors (stacked by rows): their blocks where
+    // native compute can keep them (every part Q4_0, Q4_1 or Q8_0, the same
+    // type), else float32. heads > 0: W_Q/W_K rows in transformers' order.
+    struct Part {
+      std::string name;
+      int64_t rows, heads;
+    };
+    auto product = [&](const std::vector<Part>& parts, int64_t k) -> Proj {
+      std::optional<nn::QType> qt;
+      bool same = native;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const GgufTensor& t = f.tensor(parts[i].name);
+        const std::vector<int64_t> want{k, parts[i].rows};
+        if (t.ne != want)
+          throw Error(path + ": tensor " + parts[i].name + " has shape " + shape_str(t.ne) + ", expected " +
+                      shape_str(want) + " (ne[0] innermost, from the llama.* metadata)");
+        std::optional<nn::QType> ti;
+        if (t.type == GgmlType::q4_0) ti = nn::QType::q4_0;
+        if (t.type == GgmlType::q4_1) ti = nn::QType::q4_1;
+        if (t.type == GgmlType::q8_0) ti = nn::QType::q8_0;
+        if (!ti || (i > 0 && ti != qt)) same = false;
+        if (i == 0) qt = ti;
+      }
+      if (same && qt) {
+        std::vector<const uint8_t*> rows;
+        const int64_t row_bytes = k / nn::kQBlock * nn::qfile_block_bytes(*qt);
+        for (const Part& p : parts) {
+          const uint8_t* base = f.data(f.tensor(p.name));
+          for (int64_t r = 0; r < p.rows; ++r) {
+            int64_t src = r;
+            if (p.heads > 0) {  // new row h·2m + t·m + i is file row h·2m + 2i + t
+              const int64_t m = p.rows / p.heads / 2, h = r / (2 * m), t = (r % (2 * m)) / m, i = r % m;
+              src = h * 2 * m + 2 * i + t;
+            }
+            rows.push_back(base + src * row_bytes);
+          }
+        }
+        Proj pr;
+        pr.k = k;
+        pr.m = int64_t(rows.size());
+        pr.quant = true;
+        pr.q = nn::repack_rows(*qt, rows, k);
+        return pr;
+      }
+      std::vector<float> all;
+      for (const Part& p : parts) {
+        std::vector<float> v = f.read_f32(p.name);
+        if (p.heads > 0) v = unpermute_rows(v, p.heads, k);
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      return float_proj(std::move(all), k, int64_t(all.size()) / k);
+    };
     w.norm = tensor("output_norm.weight", 1, d);
-    if (!c.tied) w.head = tensor("output.weight", c.vocab, d);
+    w.head = product({{c.tied ? "token_embd.weight" : "output.weight", c.vocab, 0}}, d);
+    if (c.tied && w.head.quant) {
+      // The embedding's rows come from the head's panels (no float copy).
+    } else {
+      w.embed = c.tied ? w.head.w : tensor("token_embd.weight", c.vocab, d);
+    }
     for (int64_t l = 0; l < c.layers; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
+      if (native) {
+        Weights::Layer L;
+        L.attn_norm = tensor(p + "attn_norm.weight", 1, d);
+        L.qkv = product({{p + "attn_q.weight", qd, c.heads}, {p + "attn_k.weight", kvd, c.kv_heads},
+                         {p + "attn_v.weight", kvd, 0}}, d);
+        L.o = product({{p + "attn_output.weight", d, 0}}, qd);
+        L.ffn_norm = tensor(p + "ffn_norm.weight", 1, d);
+        L.up_gate = product({{p + "ffn_up.weight", c.d_ff, 0}, {p + "ffn_gate.weight", c.d_ff, 0}}, d);
+        L.down = product({{p + "ffn_down.weight", d, 0}}, c.d_ff);
+        w.layers.push_back(std::move(L));
+        continue;
+      }
       RawLayer r;
       r.attn_norm = tensor(p + "attn_norm.weight", 1, d);
       r.q = unpermute_rows(tensor(p + "attn_q.weight", qd, d), c.heads, d);
@@ -292,12 +387,16 @@ CausalLM CausalLM::load(const std::string& path) {
     std::vector<float> wqkv = std::move(r.q);
     wqkv.insert(wqkv.end(), r.k.begin(), r.k.end());
     wqkv.insert(wqkv.end(), r.v.begin(), r.v.end());
-    std::vector<float> qkv_packed = nn::pack_linear_weight(wqkv.data(), d, qd + 2 * kvd);
-    std::vector<float> o_packed = nn::pack_linear_weight(r.o.data(), qd, d);
-    w.layers.push_back(Weights::Layer{std::move(r.attn_norm), std::move(wqkv), std::move(qkv_packed), std::move(r.o),
-                                      std::move(o_packed), FeedForward(fc, std::move(fw))});
+    Weights::Layer L;
+    L.attn_norm = std::move(r.attn_norm);
+    L.qkv = float_proj(std::move(wqkv), d, qd + 2 * kvd);
+    L.o = float_proj(std::move(r.o), qd, d);
+    L.ffn.push_back(FeedForward(fc, std::move(fw)));
+    w.layers.push_back(std::move(L));
   }
-  w.head_packed = nn::pack_linear_weight(c.tied ? w.embed.data() : w.head.data(), d, c.vocab);
+  lm.native_ = false;
+  for (const auto& L : w.layers) lm.native_ = lm.native_ || L.qkv.quant || L.up_gate.quant || L.down.quant;
+  lm.native_ = lm.native_ || w.head.quant;
   return lm;
 }
 
@@ -354,8 +453,13 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   const int64_t d = c.d_model, dh = c.head_dim, qd = c.heads * dh, kvd = s.kvd, width = qd + 2 * kvd;
 
   std::vector<float> x(size_t(n * d)), a(size_t(n * d)), qkv(size_t(n * width)), ctx(size_t(n * qd));
+  std::vector<float> ug, hid;  // native FFN: [n, 2 d_ff], [n, d_ff]
+  nn::QActs acts;
   std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n)), lse(size_t(n * c.heads));
-  for (int64_t i = 0; i < n; ++i) std::copy_n(w_->embed.begin() + int64_t(ids[i]) * d, d, x.begin() + i * d);
+  for (int64_t i = 0; i < n; ++i) {
+    if (w_->embed.empty()) nn::dequantize_panel_row(w_->head.q, ids[i], x.data() + i * d);
+    else std::copy_n(w_->embed.begin() + int64_t(ids[i]) * d, d, x.begin() + i * d);
+  }
   std::vector<int64_t> pos(static_cast<size_t>(n));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r) pos[size_t(r)] = s.len[size_t(b)] + r - off[size_t(b)];
@@ -378,7 +482,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     const Weights::Layer& L = w_->layers[size_t(l)];
     nn::norm_forward(NormType::rmsnorm, c.eps, x.data(), n, d, L.attn_norm.data(), nullptr, a.data(), mean.data(),
                      rstd.data(), threads);
-    nn::linear_forward(kc, ref, a.data(), n, d, L.wqkv.data(), L.wqkv_packed, nullptr, width, qkv.data(), threads);
+    proj_forward(L.qkv, kc, ref, a.data(), n, qkv.data(), threads, acts);
     float* K = s.k[size_t(l)].data();
     float* V = s.v[size_t(l)].data();
 #pragma omp parallel for num_threads(threads) schedule(static) if (n > 16)
@@ -396,9 +500,27 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     const nn::AttentionInput<float> in{qkv.data(), K, V, width, kvd};
     if (ref) reference::attention_forward(as, in, ctx.data());
     else nn::attention_forward(as, in, ctx.data(), lse.data(), threads, opts.isa);
-    nn::linear_forward(kc, ref, ctx.data(), n, qd, L.wo.data(), L.wo_packed, nullptr, d, a.data(), threads);
+    proj_forward(L.o, kc, ref, ctx.data(), n, a.data(), threads, acts);
     for (int64_t i = 0; i < n * d; ++i) a[size_t(i)] += x[size_t(i)];
-    L.ffn.forward(a.data(), x.data(), Shape::tokens(n), fo);
+    if (!L.ffn.empty()) {
+      L.ffn[0].forward(a.data(), x.data(), Shape::tokens(n), fo);
+      continue;
+    }
+    // Native compute: the same sublayer, x = a + W_down (silu(W_gate h) ⊙ W_up h), h = RMSNorm(a).
+    const int64_t F = c.d_ff;
+    nn::norm_forward(NormType::rmsnorm, c.eps, a.data(), n, d, L.ffn_norm.data(), nullptr, x.data(), mean.data(),
+                     rstd.data(), threads);
+    ug.resize(size_t(n * 2 * F));
+    hid.resize(size_t(n * F));
+    proj_forward(L.up_gate, kc, ref, x.data(), n, ug.data(), threads, acts);
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > 8)
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = ug.data() + i * 2 * F;
+      kc.activate(nn::Unit::silu, row, row + F, F, nullptr, nullptr);  // up ← silu(gate) · up
+      std::copy_n(row, F, hid.data() + i * F);
+    }
+    proj_forward(L.down, kc, ref, hid.data(), n, x.data(), threads, acts);
+    for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += a[size_t(i)];
   }
   // The rows whose logits are asked for.
   int64_t m = n;
@@ -409,8 +531,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   }
   nn::norm_forward(NormType::rmsnorm, c.eps, x.data(), m, d, w_->norm.data(), nullptr, a.data(), mean.data(),
                    rstd.data(), threads);
-  nn::linear_forward(kc, ref, a.data(), m, d, c.tied ? w_->embed.data() : w_->head.data(), w_->head_packed, nullptr,
-                     c.vocab, logits, threads);
+  proj_forward(w_->head, kc, ref, a.data(), m, logits, threads, acts);
   for (int64_t b = 0; b < B; ++b) s.len[size_t(b)] += counts[size_t(b)];
 }
 
@@ -505,6 +626,19 @@ std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, cons
     extend(st, &next, {1}, lg.data(), false, opts);
   }
   return out;
+}
+
+size_t CausalLM::weight_bytes() const {
+  size_t b = (w_->embed.size() + w_->norm.size()) * sizeof(float) + w_->head.bytes();
+  for (const auto& L : w_->layers) {
+    b += (L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float) + L.qkv.bytes() + L.o.bytes() + L.up_gate.bytes() +
+         L.down.bytes();
+    for (const auto& f : L.ffn) {
+      const ffn::Weights& fw = f.weights();
+      b += 2 * (fw.w1.size() + fw.wg.size() + fw.w2.size()) * sizeof(float);  // values and packed panels
+    }
+  }
+  return b;
 }
 
 double CausalLM::flops(int64_t t, int64_t p) const {
