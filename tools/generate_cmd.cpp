@@ -50,27 +50,6 @@ std::string read_all(const std::string& path, const std::string& flag) {
   return s.str();
 }
 
-// The chat prompt as transformers' apply_chat_template(add_generation_prompt=True)
-// renders a ChatML template (<|im_start|>role\ncontent<|im_end|>\n), with the
-// default system message the template inserts when the conversation has none.
-std::string chat_prompt(const CausalLM& m, const std::string& message, const std::string& where) {
-  const std::string& t = m.chat_template();
-  if (t.empty()) throw Error(where + ": the model has no chat template (--chat needs one; give the prompt as text)");
-  if (t.find("<|im_start|>") == std::string::npos || t.find("<|im_end|>") == std::string::npos)
-    throw Error(where + ": its chat template is not ChatML (<|im_start|>role ... <|im_end|>); only ChatML templates "
-                "are supported. The template begins: " + t.substr(0, 80));
-  std::string out;
-  const std::string sys = "<|im_start|>system\n";
-  if (const size_t at = t.find(sys); at != std::string::npos) {
-    const size_t end = t.find("<|im_end|>", at);
-    const std::string text = t.substr(at + sys.size(), end - at - sys.size());
-    if (end != std::string::npos && text.find("{{") == std::string::npos && text.find("{%") == std::string::npos &&
-        text.find('\'') == std::string::npos)
-      out += sys + text + "<|im_end|>\n";
-  }
-  return out + "<|im_start|>user\n" + message + "<|im_end|>\n<|im_start|>assistant\n";
-}
-
 // Writes the complete UTF-8 characters of `pending`, keeping an unfinished one.
 void flush_utf8(std::string& pending, bool all) {
   size_t cut = pending.size();
@@ -115,7 +94,7 @@ int cmd_generate(GenerateArgs& a) {
   const std::string where = !a.prompt_file.empty() ? "--prompt-file " + a.prompt_file : a.chat_given ? "--chat" : "PROMPT";
   std::vector<int32_t> prompt;
   if (a.ids) prompt = parse_ids(text, where, m.config().vocab);
-  else prompt = tok->encode(a.chat_given ? chat_prompt(m, text, a.model) : text);
+  else prompt = tok->encode(a.chat_given ? m.chat_prompt(text) : text);
   if (prompt.empty()) throw Error(where + ": the prompt has no tokens");
   const int64_t total = int64_t(prompt.size()) + a.s.max_new_tokens;
   if (m.config().context > 0 && total > m.config().context)

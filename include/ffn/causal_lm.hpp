@@ -121,6 +121,11 @@ class CausalLM {
   const BpeTokenizer* tokenizer() const { return tok_.get(); }
   // The GGUF's or tokenizer_config.json's chat template ("" if none).
   const std::string& chat_template() const { return chat_template_; }
+  // One user message in the chat template, as transformers'
+  // apply_chat_template(add_generation_prompt=True) renders it: ChatML
+  // templates only (Error naming the model otherwise), with the default
+  // system message the template inserts when the conversation has none.
+  std::string chat_prompt(const std::string& user_message) const;
 
   // Empty sequences for at most `capacity` positions each.
   CausalLMState start(int64_t sequences, int64_t capacity) const;
@@ -156,7 +161,7 @@ class CausalLM {
   CausalLM();
   CausalLMConfig cfg_;
   std::shared_ptr<const BpeTokenizer> tok_;
-  std::string chat_template_;
+  std::string chat_template_, path_;
   bool native_ = false;
   std::unique_ptr<Weights> w_;
 };

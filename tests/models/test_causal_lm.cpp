@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ffn/causal_lm.hpp"
+#include "ffn/diagnostics.hpp"
 #include "ffn/io.hpp"
 #include "test_util.hpp"
 
@@ -300,6 +301,115 @@ TEST(Sampling, DrawsFollowTheKeptSoftmax) {
   EXPECT_EQ(choose_token(l.data(), V, {2, 2, 4}, g, 0), 5);  // 2.0 / 4 = 0.5 < 1.5
   EXPECT_EQ(l[2], 0.5f);
   EXPECT_EQ(l[4], -4.0f);
+}
+
+}  // namespace
+}  // namespace ffn
+
+// ---- GGUF ---------------------------------------------------------------------
+// tests/data/gguf/llama_q.gguf (scripts/make_llama_gguf_golden.py): Q8_0,
+// Q4_1, Q4_0 blocks, W_Q/W_K in llama.cpp's rotary order, GQA 2; the oracle
+// is transformers' model and tokenizer from the same file.
+namespace ffn {
+namespace {
+
+const nlohmann::json& gguf_cases() {
+  static const nlohmann::json j = [] {
+    std::ifstream f(std::string(FFN_GGUF_DIR) + "/llama_q.json");
+    return nlohmann::json::parse(f);
+  }();
+  return j;
+}
+std::string gguf_model() { return std::string(FFN_GGUF_DIR) + "/llama_q.gguf"; }
+
+float worst_relative(const std::vector<float>& got, const nlohmann::json& want, int64_t V) {
+  float worst = 0;
+  for (size_t p = 0; p < want.size(); ++p) {
+    float mx = 0, err = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      const float w = want[p][size_t(v)].get<float>();
+      mx = std::max(mx, std::fabs(w));
+      err = std::max(err, std::fabs(got[p * size_t(V) + size_t(v)] - w));
+    }
+    worst = std::max(worst, err / mx);
+  }
+  return worst;
+}
+
+TEST(CausalLMGguf, Fp32MatchesTransformers) {
+  const CausalLM m = CausalLM::load(gguf_model(), {LMCompute::fp32});
+  EXPECT_FALSE(m.quantized());
+  EXPECT_EQ(m.config().kv_heads, 2);
+  const int64_t V = m.config().vocab;
+  const auto& c = gguf_cases();
+  const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    // 2e-3 of each position's max |logit| (the bound; measured ~1e-5).
+    EXPECT_LE(worst_relative(m.logits(prompts[k]), c["logits"][k], V), 2e-3f) << "prompt " << k;
+    EXPECT_EQ(greedy(m, prompts[k], 12), c["greedy"][k].get<std::vector<int32_t>>()) << "prompt " << k;
+  }
+  const auto texts = c["texts"].get<std::vector<std::string>>();
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(m.tokenizer()->encode(texts[i]), c["text_ids"][i].get<std::vector<int32_t>>()) << texts[i];
+  EXPECT_EQ(m.tokenizer()->encode(m.chat_prompt("hi there")), c["chat_ids"].get<std::vector<int32_t>>());
+}
+
+// Native compute on every ISA of this CPU: the same bits for any thread
+// count, one position at a time or all at once (the quantized products have
+// the same bits on every ISA, tests/ops/test_qlinear.cpp; the float parts
+// around them, the attention, norms and activations, are each ISA's own);
+// against transformers' float32 model the top token agrees at every
+// position of these prompts and the logits stay within 15% of each
+// position's max |logit| (measured 8%: 8-bit activations through two
+// layers of a random model with peaked attention; a wrong scale, offset or
+// row order gives errors of the logits' own size).
+TEST(CausalLMGguf, NativeIsOneComputationOnEveryIsa) {
+  const CausalLM m = CausalLM::load(gguf_model());
+  EXPECT_TRUE(m.quantized());
+  const int64_t V = m.config().vocab;
+  const auto& c = gguf_cases();
+  const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
+  const std::vector<int32_t>& ids = prompts[3];
+  const int64_t n = int64_t(ids.size());
+  int isas = 0;
+  for (Isa isa : all_isas()) {
+    if (!isa_supported(isa)) {
+      std::printf("[ SKIPPED  ] native compute on %s: not supported by this CPU\n", std::string(to_string(isa)).c_str());
+      continue;
+    }
+    SCOPED_TRACE(std::string(to_string(isa)));
+    ++isas;
+    RunOptions one;
+    one.isa = isa;
+    one.threads = 1;
+    const std::vector<float> whole = m.logits(ids, one);
+    EXPECT_LE(worst_relative(whole, c["logits"][3], V), 0.15f);
+    for (int64_t p = 0; p < n; ++p) {
+      int64_t want = 0;
+      for (int64_t v = 1; v < V; ++v)
+        if (c["logits"][3][size_t(p)][size_t(v)].get<float>() > c["logits"][3][size_t(p)][size_t(want)].get<float>())
+          want = v;
+      EXPECT_EQ(argmax(whole.data() + p * V, V), want) << "position " << p;
+    }
+    RunOptions two = one;
+    two.threads = 2;
+    EXPECT_EQ(0, std::memcmp(m.logits(ids, two).data(), whole.data(), whole.size() * 4)) << "2 threads";
+    CausalLMState st = m.start(1, n);
+    std::vector<float> lg(static_cast<size_t>(V));
+    for (int64_t i = 0; i < n; ++i) {
+      m.extend(st, &ids[size_t(i)], {1}, lg.data(), false, two);
+      ASSERT_EQ(0, std::memcmp(lg.data(), whole.data() + i * V, size_t(V) * 4)) << "step " << i;
+    }
+    for (size_t k = 0; k < prompts.size(); ++k)
+      EXPECT_EQ(greedy(m, prompts[k], 12, two), c["greedy"][k].get<std::vector<int32_t>>()) << "prompt " << k;
+  }
+  EXPECT_GE(isas, 1);
+}
+
+TEST(CausalLMGguf, RefusesOtherArchitecturesAndChatTemplates) {
+  expect_error([] { CausalLM::load(std::string(FFN_GGUF_DIR) + "/types.gguf"); }, "llama.embedding_length");
+  const CausalLM m = CausalLM::load(model_dir("mha_odd"));
+  expect_error([&] { m.chat_prompt("hi"); }, "no chat template");
 }
 
 }  // namespace
