@@ -48,6 +48,13 @@ enum class PeakKind {
 // Ops counted as FLOPs are: 2 per multiply-add. int8 and u8s8 need AVX2 (else 0).
 Peak measure_peak(int threads, PeakKind kind = PeakKind::fp32);
 
+// Memory read bandwidth, measured: GB/s (1e9 bytes) of `threads` threads
+// reading a fresh buffer of `bytes` bytes (each its contiguous share, 256-bit
+// loads where the CPU has AVX2), best of 5 passes after one that warms the
+// caches. With the size of a model's weights it is the rate at which
+// generation, which reads every weight once per token, could at best go.
+double measure_read_bandwidth(int64_t bytes, int threads);
+
 // The kernels the matrix products of a run on `isa` (resolved, not
 // automatic) use, for reports.
 struct KernelInfo {

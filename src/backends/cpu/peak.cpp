@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "backends/cpu/isa.hpp"
+#include "core/aligned.hpp"
 #include "backends/cpu/kernel_config.hpp"
 
 namespace ffn::nn {
@@ -52,6 +54,39 @@ Peak measure_peak(int threads, PeakKind kind) {
     p.gflops = std::max(p.gflops, flops / s * 1e-9);
   }
   return p;
+}
+
+double measure_read_bandwidth(int64_t bytes, int threads) {
+  using namespace nn;
+  constexpr int64_t kChunk = 256;
+  if (bytes < kChunk * threads) throw Error("measure_read_bandwidth: buffer too small");
+  const int64_t per = bytes / threads / kChunk * kChunk;
+  AlignedVector<uint8_t> buf(size_t(per * threads));
+  const bool avx = best_isa() != Isa::scalar;
+  double best = 0;
+  uint64_t sink = 0;
+  for (int pass = 0; pass < 6; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(| : sink)
+    {
+      const uint8_t* p = buf.data() + int64_t(omp_get_thread_num()) * per;
+      if (pass == 0) std::fill(const_cast<uint8_t*>(p), const_cast<uint8_t*>(p) + per, uint8_t(pass + 1));
+      if (avx) {
+        sink |= avx2::read_loop(p, per);
+      } else {
+        uint64_t acc = 0;
+        for (int64_t i = 0; i + 8 <= per; i += 8) {
+          uint64_t v;
+          std::memcpy(&v, p + i, 8);
+          acc |= v;
+        }
+        sink |= acc;
+      }
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (pass > 0) best = std::max(best, double(per * threads) / s * 1e-9);
+  }
+  return sink == 12345 ? best + 1e-12 : best;
 }
 
 }  // namespace ffn

@@ -15,6 +15,7 @@ using ffn::PeakKind;
 
 namespace avx2 {
 double fma_loop(int64_t iters, float seed);
+uint64_t read_loop(const uint8_t* p, int64_t bytes);  // ORs every 32-byte word (bytes a multiple of 256)
 double madd_loop(int64_t iters, float seed);
 double maddubs_loop(int64_t iters, float seed);
 }  // namespace avx2

@@ -74,3 +74,22 @@ double maddubs_loop(int64_t iters, float) {
 }
 
 }  // namespace ffn::nn::avx2
+
+namespace ffn::nn::avx2 {
+
+// Reads bytes (a multiple of 256) with 8 independent 256-bit loads per step
+// and ORs them together, so that no load can be dropped.
+uint64_t read_loop(const uint8_t* p, int64_t bytes) {
+  __m256i acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_si256();
+  for (int64_t at = 0; at < bytes; at += 256)
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i)
+      acc[i] = _mm256_or_si256(acc[i], _mm256_load_si256(reinterpret_cast<const __m256i*>(p + at + 32 * i)));
+  for (int i = 1; i < 8; ++i) acc[0] = _mm256_or_si256(acc[0], acc[i]);
+  alignas(32) uint64_t out[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), acc[0]);
+  return out[0] | out[1] | out[2] | out[3];
+}
+
+}  // namespace ffn::nn::avx2
