@@ -1,12 +1,16 @@
 // libFuzzer target: the GGUF reader (src/io/gguf.hpp) on arbitrary bytes:
 // header, metadata of every type, tensor infos, and every tensor
-// dequantized. Every input must end in a result or an ffn::Error — never a
+// dequantized; then the file as a language model (ffn/causal_lm.hpp: its
+// llama.* settings, tensors and tokenizer.ggml.* vocabulary and merges, in
+// both compute modes) and, when it loads, two positions of logits and the
+// tokenizer on a text with a special token. Every input must end in a result or an ffn::Error — never a
 // crash, an out-of-bounds read of the mapping (ASan), undefined behaviour
 // (UBSan) or an allocation sized by an unchecked count (-malloc_limit_mb).
 #include <cstdint>
 
 #include "ffn/ffn.hpp"
 #include "fuzz_util.hpp"
+#include "ffn/causal_lm.hpp"
 #include "ffn/gguf.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -16,6 +20,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const ffn::GgufTensor& t : f.tensors())
       if (t.numel <= (int64_t(1) << 24)) (void)f.read_f32(t.name);  // the file holds its bytes: numel is bounded by size
   } catch (const ffn::Error&) {
+    return 0;
+  }
+  for (ffn::LMCompute c : {ffn::LMCompute::native, ffn::LMCompute::fp32}) {
+    try {
+      const ffn::CausalLM m = ffn::CausalLM::load(path, {c});
+      ffn::RunOptions o;
+      o.threads = 1;
+      (void)m.logits({0, int32_t(m.config().vocab - 1)}, o);
+      if (m.tokenizer()) (void)m.tokenizer()->decode(m.tokenizer()->encode("Hello <|im_start|> world 123 \xc3\xa9"));
+    } catch (const ffn::Error&) {
+    }
   }
   return 0;
 }

@@ -15,6 +15,8 @@
 namespace ffn::nn::avx2 {
 namespace {
 
+constexpr int64_t kPrefetch = 4096;  // as the AVX-512 kernel's (q_gemm_avx512vnni.cpp)
+
 template <QType kType, int NT>
 void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* y, int64_t ldy, int64_t rows) {
   constexpr int64_t qbytes = kType == QType::q8_0 ? 512 : 256;
@@ -25,6 +27,9 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
   const int64_t k = w.k, nb = w.blocks;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.at(g, b);
+    if (h == 0)  // the first half's pass streams the group; the second finds it in cache
+      for (int64_t l = 0; l < qgroup_block_bytes(kType); l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
     __m256i wv[8];
     if constexpr (kType == QType::q8_0) {
       for (int j = 0; j < 8; ++j) wv[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * j + 32 * h));

@@ -14,6 +14,12 @@
 namespace ffn::nn::avx512 {
 namespace {
 
+// Software prefetch distance: generation (one token) streams every weight
+// once and is bound by how many lines are in flight; prefetching 4 KiB ahead
+// took SmolLM2's generation from 85 to 106-126 tokens/s on 1 thread and from
+// 179-196 to 230-242 on 2 (Xeon, 2026-11-25; 2, 4 and 8 KiB within noise).
+constexpr int64_t kPrefetch = 4096;
+
 template <QType kType, int NT>
 void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int64_t ldy, __mmask16 mask) {
   constexpr int64_t qbytes = kType == QType::q8_0 ? 512 : 256;
@@ -24,6 +30,10 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int6
   const int64_t k = w.k, nb = w.blocks;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.at(g, b);
+    // The stream of blocks is read once per token at generation: fetch
+    // kPrefetch bytes ahead (the next groups' blocks follow this one's).
+    for (int64_t l = 0; l < qgroup_block_bytes(kType); l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
     __m512i wv[8];
     if constexpr (kType == QType::q8_0) {
       for (int j = 0; j < 8; ++j) wv[j] = _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * j), flip);
