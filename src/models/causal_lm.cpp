@@ -619,6 +619,11 @@ std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, cons
   if (s.max_new_tokens == 0) return out;
   extend(st, prompt.data(), {int64_t(prompt.size())}, lg.data(), false, opts);
   for (int64_t t = 0; t < s.max_new_tokens; ++t) {
+    for (int64_t v = 0; v < V; ++v)
+      if (!std::isfinite(lg[size_t(v)]))
+        throw Error("generate: the logits for new token " + std::to_string(t + 1) + " are not finite (" +
+                    std::to_string(lg[size_t(v)]) + " for token " + std::to_string(v) +
+                    "): the model's weights hold NaN or Inf, or its activations overflow");
     const int32_t next = choose_token(lg.data(), V, seen, s, t);
     out.push_back(next);
     seen.push_back(next);

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "ffn/causal_lm.hpp"
 #include "ffn/diagnostics.hpp"
+#include "ffn/gguf.hpp"
 #include "ffn/io.hpp"
 #include "test_util.hpp"
 
@@ -404,6 +406,33 @@ TEST(CausalLMGguf, NativeIsOneComputationOnEveryIsa) {
       EXPECT_EQ(greedy(m, prompts[k], 12, two), c["greedy"][k].get<std::vector<int32_t>>()) << "prompt " << k;
   }
   EXPECT_GE(isas, 1);
+}
+
+// A NaN weight (output_norm) makes every logit NaN: generate says so
+// instead of choosing token 0 (fuzz_gguf's NaN activations were UB in the
+// int8 conversion before they became q = 0 with a NaN scale).
+TEST(CausalLMGguf, NonFiniteLogitsAreNamed) {
+  const fs::path dir = scratch_dir("causal_lm_nan");
+  const fs::path p = dir / "nan.gguf";
+  fs::copy_file(gguf_model(), p, fs::copy_options::overwrite_existing);
+  uint64_t at = 0;
+  {
+    const GgufFile f(p.string());
+    at = f.data_start() + f.tensor("output_norm.weight").offset;
+  }
+  {
+    std::fstream io(p, std::ios::in | std::ios::out | std::ios::binary);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    io.seekp(std::streamoff(at));
+    io.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  for (LMCompute c : {LMCompute::native, LMCompute::fp32}) {
+    const CausalLM m = CausalLM::load(p.string(), {c});
+    SamplingOptions s;
+    s.max_new_tokens = 3;
+    expect_error([&] { m.generate({1, 2, 3}, s); }, "logits for new token 1 are not finite");
+  }
+  fs::remove_all(dir);
 }
 
 TEST(CausalLMGguf, RefusesOtherArchitecturesAndChatTemplates) {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,6 +87,31 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
           ++checked;
         }
   EXPECT_EQ(checked, 3 * 8 * 3 * 5);
+}
+
+// A NaN or Inf activation makes its block's products NaN on every ISA (as
+// float arithmetic would), and leaves the other tokens' results alone.
+TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
+  const Isa isa = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
+  const nn::KernelConfig& kc = nn::kernel_config(isa);
+  for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0}) {
+    const int64_t m = 19, k = 64, n = 3;
+    const auto bytes = random_rows(t, m, k, 7);
+    const auto rows = row_pointers(bytes, t, m, k);
+    std::vector<float> x(size_t(n * k), 0.25f), y(size_t(n * m)), want(y.size());
+    x[size_t(k + 5)] = std::numeric_limits<float>::quiet_NaN();
+    x[size_t(2 * k + 40)] = std::numeric_limits<float>::infinity();
+    const nn::QPanels p = nn::repack_rows(t, rows, k);
+    nn::QActs acts;
+    nn::qlinear_forward(kc, p, x.data(), n, y.data(), 2, acts);
+    reference::qlinear_forward(t, rows, k, x.data(), n, want.data());
+    for (int64_t r = 0; r < m; ++r) {
+      EXPECT_TRUE(std::isfinite(y[size_t(r)])) << "token 0 is finite";
+      EXPECT_TRUE(std::isnan(y[size_t(m + r)]) && std::isnan(y[size_t(2 * m + r)])) << "row " << r;
+    }
+    EXPECT_EQ(0, std::memcmp(y.data(), want.data(), size_t(m) * 4));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, QLinearPerIsa, ::testing::ValuesIn(all_isas()),

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/quantize.hpp"
 #include "ffn/types.hpp"
@@ -82,12 +83,19 @@ void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out) {
     for (int64_t b = 0; b < out.blocks; ++b) {
       const float* v = x + t * k + b * kQBlock;
       float amax = 0.0f;
-      for (int64_t i = 0; i < kQBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
-      const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      bool finite = true;
+      for (int64_t i = 0; i < kQBlock; ++i) {
+        amax = std::max(amax, std::fabs(v[i]));
+        finite = finite && std::isfinite(v[i]);
+      }
+      // A block holding NaN or Inf (from non-finite weights): q = 0 and a NaN
+      // scale, so the products come out NaN as float arithmetic would.
+      const float d = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+      const float id = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
       int8_t* q = out.q.data() + t * k + b * kQBlock;
       int32_t sum = 0;
       for (int64_t i = 0; i < kQBlock; ++i) {
-        q[i] = int8_t(std::nearbyint(v[i] * id));
+        q[i] = finite ? int8_t(std::nearbyint(v[i] * id)) : int8_t(0);
         sum += q[i];
       }
       const size_t at = size_t(t * out.blocks + b);
