@@ -90,8 +90,10 @@ void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out) {
       }
       // A block holding NaN or Inf (from non-finite weights): q = 0 and a NaN
       // scale, so the products come out NaN as float arithmetic would.
+      // A block so small that 127 / amax overflows (amax < 2^-121) counts as zero.
+      float id = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
+      if (!std::isfinite(id)) id = 0.0f, amax = 0.0f;
       const float d = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
-      const float id = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
       int8_t* q = out.q.data() + t * k + b * kQBlock;
       int32_t sum = 0;
       for (int64_t i = 0; i < kQBlock; ++i) {

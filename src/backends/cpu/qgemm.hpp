@@ -8,7 +8,8 @@
 //   activations, per token t and block b of 32 values x:
 //     amax = max |x|, dx = amax / 127, id = amax > 0 ? 127 / amax : 0,
 //     q_i = nearbyint(x_i · id) (ties to even), Σq, sx = dx · float(Σq)
-//     (a block holding NaN or Inf: q = 0 and dx = NaN, so its products are NaN)
+//     (a block holding NaN or Inf: q = 0 and dx = NaN, so its products are NaN;
+//     one whose 127 / amax overflows, amax < 2^-121: q = 0, dx = 0)
 //   weights: Q4_0 w = d (q − 8), q ∈ 0..15; Q4_1 w = d q + m; Q8_0 w = d q, q ∈ −128..127
 //   output, blocks in order, acc = 0:
 //     isum = Σ_i q_w,i · q_x,i − (Q4_0: 8 Σq)          (exact int32)
