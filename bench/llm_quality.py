@@ -9,10 +9,10 @@ every position's logits come from `ffn generate --max-new-tokens 0
 --logits` in both modes. Perplexity: exp of the mean negative log-likelihood
 of each next token (the window's first token is not predicted).
 
-    python3 bench/llm_quality.py [--model M.gguf] [--files README.md,...] [--windows-per-file 2] [--json F]
+    /usr/bin/python3 bench/llm_quality.py [--model M.gguf] [--files README.md,...] [--windows-per-file 2] [--json F]
                                  [--ffn build/bin/ffn]
 
-Standard library and numpy only (Debian's /usr/bin/python3 has numpy).
+Standard library and numpy only (Debian's /usr/bin/python3 has numpy; the python3 on PATH may not).
 """
 import argparse
 import json
@@ -74,6 +74,7 @@ def measure(model, files, per_file, threads=0):
 
 
 def main():
+    global FFN
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--ffn", default=FFN, help="the program (default: build/bin/ffn)")
@@ -83,7 +84,6 @@ def main():
     a = ap.parse_args()
     if not os.path.exists(a.model):
         sys.exit(f"{a.model}: missing (scripts/setup.sh installs it)")
-    global FFN
     FFN = a.ffn
     r = measure(a.model, a.files.split(","), a.windows_per_file)
     print(json.dumps({k: v for k, v in r.items() if k != "per_window"}))

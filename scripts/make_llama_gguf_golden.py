@@ -40,6 +40,9 @@ from gguf.quants import quantize  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_llama_golden import redraw  # noqa: E402
+
 TEXT = [
     "The feed-forward network is applied to each position separately and identically.",
     "It consists of two linear transformations with a ReLU activation in between.",
@@ -58,6 +61,7 @@ def permute(w, n_head):  # convert_hf_to_gguf.LlamaModel.permute
 
 
 def main(out):
+    os.makedirs(out, exist_ok=True)
     g = torch.Generator().manual_seed(33)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -80,15 +84,7 @@ def main(out):
                       max_position_embeddings=128, bos_token_id=1, eos_token_id=2)
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_(torch.randn(p.shape, generator=g))
-            elif "embed_tokens" in name:
-                p.copy_(torch.randn(p.shape, generator=g))
-            else:
-                bound = 2.0 / math.sqrt(p.shape[1]) * (4.0 if ("q_proj" in name or "k_proj" in name) else 1.0)
-                p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
+    redraw(model, g)  # make_llama_golden.py's scales
 
     path = os.path.join(out, "llama_q.gguf")
     w = gguf.GGUFWriter(path, "llama")

@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -41,6 +43,26 @@ inline int launched_ranks() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
     if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
   return 0;
+}
+
+// "5 17 0" -> {5, 17, 0}: token ids, space-separated non-negative integers;
+// `where` names the input (a line, a flag) in messages. Empty text: no ids.
+inline std::vector<int64_t> parse_token_ids(const std::string& text, const std::string& where) {
+  std::vector<int64_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    size_t j = i;
+    while (j < text.size() && !std::isspace(static_cast<unsigned char>(text[j]))) ++j;
+    if (j == i) break;
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data() + i, text.data() + j, v);
+    if (ec != std::errc() || end != text.data() + j || v < 0)
+      throw Error(where + ": '" + text.substr(i, j - i) + "' is not a token id (--ids: space-separated non-negative integers)");
+    ids.push_back(v);
+    i = j;
+  }
+  return ids;
 }
 
 // (flag, path) pairs, e.g. {"--input", "x.npy"}; empty paths are skipped.

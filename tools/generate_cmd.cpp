@@ -23,15 +23,9 @@ struct GenerateArgs {
 
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& where, int64_t vocab) {
   std::vector<int32_t> ids;
-  std::istringstream in(text);
-  std::string word;
-  while (in >> word) {
-    int64_t v = 0;
-    const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), v);
-    if (ec != std::errc() || end != word.data() + word.size() || v < 0)
-      throw Error(where + ": '" + word + "' is not a token id (--ids: space-separated non-negative integers)");
+  for (int64_t v : parse_token_ids(text, where)) {
     if (v >= vocab)
-      throw Error(where + ": token id " + word + " is outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
+      throw Error(where + ": token id " + std::to_string(v) + " is outside the vocabulary (0.." + std::to_string(vocab - 1) + ")");
     ids.push_back(int32_t(v));
   }
   return ids;

@@ -24,18 +24,8 @@ struct TranslateArgs {
   int threads = 0;
 };
 
-// "5 17 0" -> {5, 17, 0}; `where` names the line in messages.
 std::vector<int64_t> parse_ids(const std::string& line, const std::string& where) {
-  std::vector<int64_t> ids;
-  std::istringstream in(line);
-  std::string word;
-  while (in >> word) {
-    int64_t v = 0;
-    const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), v);
-    if (ec != std::errc() || end != word.data() + word.size() || v < 0)
-      throw Error(where + ": '" + word + "' is not a token id (--ids: space-separated non-negative integers)");
-    ids.push_back(v);
-  }
+  std::vector<int64_t> ids = parse_token_ids(line, where);
   if (ids.empty()) throw Error(where + ": no token ids (--ids: each line holds a source's ids, ending with EOS)");
   return ids;
 }
