@@ -1213,17 +1213,20 @@ NB_MODULE(_ffn, m) {
                        "Face directory, with its byte-level BPE tokenizer: logits and generation, as ffn generate.")
       .def_static(
           "load",
-          [](const std::string& path, const std::string& compute) {
+          [](const std::string& path, const std::string& compute, const std::string& dtype) {
             CausalLMLoadOptions o;
             if (compute == "native") o.compute = LMCompute::native;
             else if (compute == "fp32") o.compute = LMCompute::fp32;
             else throw Error("compute: expected native or fp32, got " + compute);
+            o.ffn_dtype = parse_weight_dtype(dtype, "dtype");
             nb::gil_scoped_release nogil;
             return CausalLM::load(path, o);
           },
-          "path"_a, "compute"_a = "native",
+          "path"_a, "compute"_a = "native", "dtype"_a = "fp32",
           "compute: native (Q4_0/Q4_1/Q8_0 matrices stay quantized; products on 8-bit activations) or\n"
-          "fp32 (every matrix dequantized to float32; logits as transformers').")
+          "fp32 (every matrix dequantized to float32; logits as transformers'). dtype: the SwiGLU\n"
+          "sublayers' weights where they are float32 (Hugging Face checkpoints, GGUF with compute fp32):\n"
+          "fp32, int8 or bf16.")
       .def_prop_ro("config",
                    [](const CausalLM& lm) {
                      const CausalLMConfig& c = lm.config();

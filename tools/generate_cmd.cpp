@@ -15,7 +15,7 @@ namespace ffn::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, prompt_file, chat, compute = "native", logits;
+  std::string model, prompt, prompt_file, chat, compute = "native", logits, dtype = "fp32";
   bool ids = false, chat_given = false;
   SamplingOptions s;
   int threads = 0;
@@ -82,7 +82,15 @@ int cmd_generate(GenerateArgs& a) {
     check_not_an_input(a.logits, "--logits", {{"--model", a.model}});
   }
   const std::string text = !a.prompt_file.empty() ? read_all(a.prompt_file, "--prompt-file") : a.chat_given ? a.chat : a.prompt;
-  const CausalLM m = CausalLM::load(a.model, {compute});
+  CausalLMLoadOptions lo;
+  lo.compute = compute;
+  lo.ffn_dtype = parse_weight_dtype(a.dtype, "--dtype");
+  if (lo.ffn_dtype == WeightDtype::fp16) throw Error("--dtype: expected fp32, int8 or bf16, got fp16");
+  std::error_code ec;
+  if (lo.ffn_dtype != WeightDtype::fp32 && compute == LMCompute::native && !std::filesystem::is_directory(a.model, ec))
+    throw Error("--dtype " + a.dtype + ": for Hugging Face checkpoints, or a GGUF with --compute fp32 (native compute "
+                "keeps the file's own quantized blocks)");
+  const CausalLM m = CausalLM::load(a.model, lo);
   const BpeTokenizer* tok = m.tokenizer();
   if (!a.ids && !tok) throw Error(a.model + ": no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json); give token ids with --ids");
   const std::string where = !a.prompt_file.empty() ? "--prompt-file " + a.prompt_file : a.chat_given ? "--chat" : "PROMPT";
@@ -258,6 +266,9 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--compute", a->compute,
                   "native (default): Q4_0/Q4_1/Q8_0 matrices stay quantized, products on 8-bit activations; fp32: "
                   "every matrix dequantized to float32 (logits as transformers')");
+  cmd->add_option("--dtype", a->dtype,
+                  "the SwiGLU sublayers' weights where they are float32 (Hugging Face checkpoints, or GGUF with "
+                  "--compute fp32): fp32 (default), int8 or bf16, converted on load");
   cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
   cmd->add_option("--logits", a->logits, "with --max-new-tokens 0: write float32 [prompt tokens, vocabulary] .npy, "
                                          "the logits after every prompt position");

@@ -82,6 +82,10 @@ int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& s
 enum class LMCompute { native, fp32 };
 struct CausalLMLoadOptions {
   LMCompute compute = LMCompute::native;
+  // The SwiGLU sublayers' weight matrices where they are ffn::FeedForward
+  // (Hugging Face checkpoints; GGUF files with compute fp32): fp32, or the
+  // FFN's int8 (per-row weight scales, per-token activations) or bf16 modes.
+  WeightDtype ffn_dtype = WeightDtype::fp32;
 };
 
 // The keys and values of a batch of sequences being generated (made by

@@ -392,7 +392,8 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     L.attn_norm = std::move(r.attn_norm);
     L.qkv = float_proj(std::move(wqkv), d, qd + 2 * kvd);
     L.o = float_proj(std::move(r.o), qd, d);
-    L.ffn.push_back(FeedForward(fc, std::move(fw)));
+    L.ffn.push_back(opts.ffn_dtype == WeightDtype::fp32 ? FeedForward(fc, std::move(fw))
+                                                        : FeedForward(fc, std::move(fw)).converted(opts.ffn_dtype));
     w.layers.push_back(std::move(L));
   }
   lm.native_ = false;

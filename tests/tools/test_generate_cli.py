@@ -108,6 +108,17 @@ def random_models(tmp):
     rp = ffn("generate", "--model", d, "--ids", p, "--max-new-tokens", "16", "--repeat-penalty", "1.3")
     check(rp.returncode == 0 and len(set(rp.stdout.split())) >= len(set(g.stdout.split())),
           "--repeat-penalty 1.3 repeats no more tokens than greedy")
+    # The FFN's int8 and bf16 modes on a Hugging Face checkpoint: the same
+    # greedy tokens as fp32 on these prompts (the random model's top-2 gaps
+    # are large), and --dtype refused where native compute keeps GGUF blocks.
+    for dt in ("int8", "bf16"):
+        r = ffn("generate", "--model", d, "--ids", p, "--max-new-tokens", "16", "--dtype", dt)
+        check(r.returncode == 0 and r.stdout == g.stdout, f"--dtype {dt} on a Hugging Face checkpoint: greedy as fp32")
+    gguf_q = os.path.join(DATA, "gguf", "llama_q.gguf")
+    check(refused(ffn("generate", "--model", gguf_q, "hi", "--dtype", "int8"), ["--dtype int8", "--compute fp32"]),
+          "--dtype int8 with native compute on a GGUF is refused")
+    r = ffn("generate", "--model", gguf_q, "--ids", "5 6 7", "--max-new-tokens", "4", "--dtype", "int8", "--compute", "fp32")
+    check(r.returncode == 0 and len(r.stdout.split()) >= 1, "--dtype int8 with --compute fp32 on a GGUF runs")
     # Bad input: one line, exit 2, no output file.
     npy = os.path.join(tmp, "bad.npy")
     check(refused(ffn("generate", "--model", d, "--ids", p, "--logits", npy), ["--logits", "--max-new-tokens 0"], npy),
