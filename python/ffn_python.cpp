@@ -1301,7 +1301,12 @@ NB_MODULE(_ffn, m) {
                 return true;
               }, o);
             });
-            if (text) return utf8_text(lm.tokenizer()->decode(out, true));
+            if (text) {
+              std::vector<int32_t> known;  // ids past the tokenizer's (a model's padding rows) have no text
+              for (int32_t id : out)
+                if (id < lm.tokenizer()->vocab_size()) known.push_back(id);
+              return utf8_text(lm.tokenizer()->decode(known, true));
+            }
             return nb::cast(out);
           },
           "prompt"_a, "max_new_tokens"_a = 128, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,

@@ -98,11 +98,6 @@ int cmd_generate(GenerateArgs& a) {
   if (a.ids) prompt = parse_ids(text, where, m.config().vocab);
   else prompt = tok->encode(a.chat_given ? m.chat_prompt(text) : text);
   if (prompt.empty()) throw Error(where + ": the prompt has no tokens");
-  const int64_t total = int64_t(prompt.size()) + a.s.max_new_tokens;
-  if (m.config().context > 0 && total > m.config().context)
-    throw Error(where + ": " + std::to_string(prompt.size()) + " prompt tokens + --max-new-tokens " +
-                std::to_string(a.s.max_new_tokens) + " is past the model's context of " +
-                std::to_string(m.config().context) + " positions");
   RunOptions ro;
   ro.threads = threads;
   if (!a.logits.empty()) {
@@ -116,7 +111,7 @@ int cmd_generate(GenerateArgs& a) {
   std::vector<int32_t> made;
   auto on_token = [&](int32_t id) {
     made.push_back(id);
-    if (!a.ids) {
+    if (!a.ids && id < tok->vocab_size()) {  // ids past the tokenizer's (a model's padding rows) have no text
       pending += tok->decode({id}, true);
       flush_utf8(pending, false);
     }

@@ -15,8 +15,10 @@
 // Checkpoints: a GGUF file of architecture "llama" (llama.cpp's names,
 // blk.N.attn_q.weight ...; Q and K rows in the file's rotary order are put back
 // in transformers' order, as its GGUF loader does) or a Hugging Face
-// directory (config.json, model.safetensors, tokenizer.json). Weights are
-// float32 in memory (quantized GGUF blocks dequantized as ggml does).
+// directory (config.json, model.safetensors, tokenizer.json). With native
+// compute (LMCompute) a GGUF's Q4_0/Q4_1/Q8_0 matrices stay in their blocks;
+// everything else is float32 (quantized blocks dequantized as ggml does).
+// No BOS token is added to prompts (give it among the ids if a model wants it).
 //
 // Generation: CausalLMState holds each sequence's keys and values (after
 // RoPE) of every layer; extend appends positions to the sequences and gives
@@ -77,7 +79,8 @@ int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& s
 // or Q8_0 blocks stay so in memory (resident memory ≈ the file's size) and
 // multiply 8-bit-quantized activations with integer dot products
 // (src/backends/cpu/qgemm.hpp: the same bits on every ISA); other matrices
-// (F32, F16, BF16, K-quants) and Hugging Face checkpoints are float32.
+// (F32, F16, BF16, K-quants; and a stacked product, Q|K|V or up|gate, whose
+// parts differ in type) and Hugging Face checkpoints are float32.
 // fp32: every matrix dequantized to float32 (logits as transformers').
 enum class LMCompute { native, fp32 };
 struct CausalLMLoadOptions {
@@ -147,7 +150,8 @@ class CausalLM {
 
   // The new tokens after `prompt` (at least one id), EOS included if it
   // came; on_token, if set, is called with each as it is chosen (returning
-  // false stops).
+  // false stops). A prompt plus max_new_tokens past the model's context is
+  // refused (Error) before any work.
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SamplingOptions& s,
                                 const std::function<bool(int32_t)>& on_token = {},
                                 const RunOptions& opts = {}) const;

@@ -8,7 +8,10 @@
 //   3. each piece's UTF-8 bytes become GPT-2's printable byte characters and
 //      are merged pairwise, lowest merge rank first, into vocabulary tokens.
 // Read from a GGUF file's tokenizer.ggml.* metadata (model "gpt2"; the
-// pre-tokenizer is GPT-2's expression, what transformers' GGUF loader builds)
+// pre-tokenizer is GPT-2's expression, what transformers' GGUF loader builds,
+// whatever tokenizer.ggml.pre says: files whose models were trained with
+// another expression, LLaMA 3's or Qwen's, tokenize as transformers' loader
+// does, not as their own tokenizer.json would)
 // or from a tokenizer.json (model BPE; pre-tokenizers ByteLevel, Digits,
 // Split and Sequence of them; decoder ByteLevel).
 #pragma once

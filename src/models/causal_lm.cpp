@@ -96,16 +96,21 @@ void CausalLMState::select(const std::vector<int64_t>& from) {
     if (f < 0 || f >= live())
       throw Error("select: sequence " + std::to_string(f) + " does not exist (" + std::to_string(live()) + " live)");
   const int64_t n = int64_t(from.size());
+  // Every new cache first, then the swap: an allocation failure leaves the state as it was.
+  std::vector<std::vector<float>> nk(size_t(s.layers)), nv(size_t(s.layers));
   for (int64_t l = 0; l < s.layers; ++l) {
-    std::vector<float> k(size_t(n * s.cap * s.kvd)), v(k.size());
+    std::vector<float>& k = nk[size_t(l)];
+    std::vector<float>& v = nv[size_t(l)];
+    k.resize(size_t(n * s.cap * s.kvd));
+    v.resize(k.size());
     for (int64_t i = 0; i < n; ++i) {
       const int64_t src = s.slot[size_t(from[size_t(i)])] * s.cap * s.kvd, rows = s.len[size_t(from[size_t(i)])];
       std::copy_n(s.k[size_t(l)].begin() + src, rows * s.kvd, k.begin() + i * s.cap * s.kvd);
       std::copy_n(s.v[size_t(l)].begin() + src, rows * s.kvd, v.begin() + i * s.cap * s.kvd);
     }
-    s.k[size_t(l)].swap(k);
-    s.v[size_t(l)].swap(v);
   }
+  s.k.swap(nk);
+  s.v.swap(nv);
   std::vector<int64_t> len(static_cast<size_t>(n)), slot(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     len[size_t(i)] = s.len[size_t(from[size_t(i)])];
@@ -127,6 +132,19 @@ void CausalLMConfig::validate() const {
   positive(kv_heads, "kv_heads");
   positive(head_dim, "head_dim");
   positive(d_ff, "d_ff");
+  // Bounds far above any real model, so that no product of sizes below overflows.
+  auto at_most = [](int64_t v, int64_t limit, const char* name) {
+    if (v > limit)
+      throw Error(std::string("causal LM: ") + name + " is " + std::to_string(v) + ", more than " + std::to_string(limit));
+  };
+  at_most(vocab, int64_t(1) << 24, "vocab");
+  at_most(d_model, int64_t(1) << 20, "d_model");
+  at_most(d_ff, int64_t(1) << 22, "d_ff");
+  at_most(layers, 4096, "layers");
+  at_most(heads, 4096, "heads");
+  at_most(kv_heads, 4096, "kv_heads");
+  at_most(head_dim, 4096, "head_dim");
+  at_most(context, int64_t(1) << 24, "context");
   if (heads % kv_heads != 0)
     throw Error("causal LM: " + std::to_string(heads) + " query heads cannot share " + std::to_string(kv_heads) +
                 " key/value heads evenly");
@@ -166,6 +184,13 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   CausalLM lm;
   const bool native = opts.compute == LMCompute::native;
   lm.path_ = path;
+  {
+    std::error_code e;
+    if (opts.ffn_dtype != WeightDtype::fp32 && native && !fs::is_directory(path, e))
+      throw Error(path + ": dtype " + std::string(to_string(opts.ffn_dtype)) +
+                  " applies to float32 SwiGLU sublayers (Hugging Face checkpoints, or a GGUF with compute fp32); native "
+                  "compute keeps the file's own quantized blocks");
+  }
   CausalLMConfig& c = lm.cfg_;
   Weights& w = *lm.w_;
   std::vector<RawLayer> raw;
@@ -177,7 +202,8 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
       if (!fs::exists(p, ec))
         throw Error(p.string() + ": missing (a Hugging Face LLaMA directory holds config.json and model.safetensors)");
     const nlohmann::json j = models::read_json(cfg_path);
-    const std::string type = j.value("model_type", std::string());
+    using models::json_opt;
+    const std::string type = json_opt<std::string>(j, "model_type", "", cfg_path);
     if (type != "llama")
       throw Error(cfg_path.string() + ": model_type is \"" + type + "\"; expected \"llama\" (LlamaForCausalLM)");
     using models::json_get;
@@ -191,10 +217,10 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? json_get<int64_t>(j, "head_dim", cfg_path)
                                                                     : (c.heads > 0 ? c.d_model / c.heads : 0);
     c.d_ff = json_get<int64_t>(j, "intermediate_size", cfg_path);
-    c.rope_theta = j.value("rope_theta", 10000.0);
-    c.eps = float(j.value("rms_norm_eps", 1e-6));
-    c.tied = j.value("tie_word_embeddings", false);
-    c.context = j.value("max_position_embeddings", int64_t(0));
+    c.rope_theta = json_opt<double>(j, "rope_theta", 10000.0, cfg_path);
+    c.eps = float(json_opt<double>(j, "rms_norm_eps", 1e-6, cfg_path));
+    c.tied = json_opt<bool>(j, "tie_word_embeddings", false, cfg_path);
+    c.context = json_opt<int64_t>(j, "max_position_embeddings", 0, cfg_path);
     if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos = j["bos_token_id"].get<int64_t>();
     if (j.contains("eos_token_id")) {
       const auto& e = j["eos_token_id"];
@@ -203,9 +229,9 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     }
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
       throw Error(cfg_path.string() + ": rope_scaling " + j["rope_scaling"].dump() + " is not supported");
-    if (j.value("attention_bias", false) || j.value("mlp_bias", false))
+    if (json_opt<bool>(j, "attention_bias", false, cfg_path) || json_opt<bool>(j, "mlp_bias", false, cfg_path))
       throw Error(cfg_path.string() + ": attention_bias/mlp_bias are not supported (LLaMA has no biases)");
-    if (j.value("hidden_act", std::string("silu")) != "silu")
+    if (json_opt<std::string>(j, "hidden_act", "silu", cfg_path) != "silu")
       throw Error(cfg_path.string() + ": hidden_act is " + j["hidden_act"].dump() + "; expected \"silu\" (SwiGLU)");
     c.validate();
     const SafetensorsFile f = read_safetensors(st_path.string());
@@ -405,6 +431,11 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
 CausalLMState CausalLM::start(int64_t sequences, int64_t capacity) const {
   if (sequences < 0) throw Error("start: sequences must be at least 0, got " + std::to_string(sequences));
   if (capacity < 1) throw Error("start: capacity must be at least 1, got " + std::to_string(capacity));
+  // The caches' floats per layer, K and V each; refused past 2^40 (4 TiB), which also keeps the products exact.
+  const int64_t kvd = cfg_.kv_heads * cfg_.head_dim;
+  if (capacity > (int64_t(1) << 40) / kvd || sequences > (int64_t(1) << 40) / (capacity * kvd))
+    throw Error("start: " + std::to_string(sequences) + " sequences of " + std::to_string(capacity) +
+                " positions need more cache than any machine has");
   CausalLMState st;
   auto& s = *st.data_;
   s.layers = cfg_.layers;
@@ -427,7 +458,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
                       bool every_position, const RunOptions& opts) const {
   CausalLMState::Data& s = *state.data_;
   const CausalLMConfig& c = cfg_;
-  if (s.layers != c.layers || s.kvd != c.kv_heads * c.head_dim)
+  if (s.layers != c.layers || s.kvd != c.kv_heads * c.head_dim || s.head_dim != c.head_dim)
     throw Error("extend: the state was started by a model with other settings");
   const int64_t B = state.live();
   if (int64_t(counts.size()) != B)
@@ -613,8 +644,12 @@ std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, cons
                                         const std::function<bool(int32_t)>& on_token, const RunOptions& opts) const {
   s.validate();
   if (prompt.empty()) throw Error("generate: the prompt must hold at least one token");
+  if (cfg_.context > 0 && s.max_new_tokens > cfg_.context - int64_t(prompt.size()))
+    throw Error("generate: " + std::to_string(prompt.size()) + " prompt tokens + " + std::to_string(s.max_new_tokens) +
+                " new tokens is past the model's context of " + std::to_string(cfg_.context) + " positions");
   const int64_t V = cfg_.vocab;
-  CausalLMState st = start(1, int64_t(prompt.size()) + std::max<int64_t>(s.max_new_tokens, 1));
+  // (start refuses a capacity no machine could hold; the clamp keeps the sum from overflowing.)
+  CausalLMState st = start(1, int64_t(prompt.size()) + std::clamp<int64_t>(s.max_new_tokens, 1, int64_t(1) << 41));
   std::vector<float> lg(static_cast<size_t>(V));
   std::vector<int32_t> seen(prompt), out;
   if (s.max_new_tokens == 0) return out;

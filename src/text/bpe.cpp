@@ -4,6 +4,8 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <new>
 #include <nlohmann/json.hpp>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -72,13 +74,20 @@ std::shared_ptr<void> compile(const std::string& pattern, const std::string& whe
 // Cuts text into the regex's matches and the text between them (tokenizers'
 // Split with behavior Isolated).
 void regex_split(const pcre2_code* code, const std::string& text, std::vector<std::string>& out) {
-  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(pcre2_match_data_create_from_pattern(code, nullptr),
+                                                                    pcre2_match_data_free);
+  if (!md) throw std::bad_alloc();
   const auto* s = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0, last = 0;
   while (pos <= text.size()) {
-    const int rc = pcre2_match(code, s, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
-    if (rc < 0) break;
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const int rc = pcre2_match(code, s, text.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(rc, msg, sizeof msg);
+      throw Error(std::string("pre-tokenizer expression failed on the text: ") + reinterpret_cast<const char*>(msg));
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     if (ov[0] > last) out.emplace_back(text.substr(last, ov[0] - last));
     if (ov[1] > ov[0]) {
       out.emplace_back(text.substr(ov[0], ov[1] - ov[0]));
@@ -88,7 +97,6 @@ void regex_split(const pcre2_code* code, const std::string& text, std::vector<st
       while (pos < text.size() && (uint8_t(text[pos]) & 0xC0) == 0x80) ++pos;
     }
   }
-  pcre2_match_data_free(md);
   if (last < text.size()) out.emplace_back(text.substr(last));
 }
 
@@ -157,7 +165,9 @@ BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
       throw Error(where + ": tokenizer.ggml.token_type must be an integer array with one entry per token (" +
                   std::to_string(t.tokens_.size()) + ")");
     for (size_t i = 0; i < t.tokens_.size(); ++i)
-      if (types->ints[i] == 3 || types->ints[i] == 4) {  // control, user-defined: matched in the text as they are
+      // Control and user-defined tokens are matched in the text as they are
+      // (not one that is not UTF-8: it could cut a character in two).
+      if ((types->ints[i] == 3 || types->ints[i] == 4) && valid_utf8(t.tokens_[i])) {
         t.special_[i] = types->ints[i] == 3;
         t.specials_.emplace_back(t.tokens_[i], int32_t(i));
       }
@@ -191,17 +201,25 @@ BpeTokenizer BpeTokenizer::from_json(const std::string& path) {
     t.ignore_merges_ = m.value("ignore_merges", false);
     const auto& vocab = m.at("vocab");
     if (!vocab.is_object()) throw Error(path + ": model.vocab must be an object of token → id");
+    // Ids are dense in a real file: each must be below the number of entries
+    // (vocabulary plus added tokens), checked before it indexes anything.
+    const int64_t added = j.contains("added_tokens") ? int64_t(j.at("added_tokens").size()) : 0;
+    const int64_t limit = int64_t(vocab.size()) + added;
+    auto checked_id = [&](const nlohmann::json& v, const std::string& what) {
+      if (!v.is_number_integer()) throw Error(path + ": " + what + " has id " + v.dump() + ", not an integer");
+      const int64_t id = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX) ? -1 : v.get<int64_t>();
+      if (id < 0 || id >= limit)
+        throw Error(path + ": " + what + " has id " + v.dump() + ", outside 0.." + std::to_string(limit - 1) +
+                    " (the vocabulary and added tokens)");
+      return id;
+    };
     int64_t n = 0;
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) n = std::max<int64_t>(n, it.value().get<int64_t>() + 1);
+    for (auto it = vocab.begin(); it != vocab.end(); ++it)
+      n = std::max<int64_t>(n, checked_id(it.value(), "model.vocab token " + it.key()) + 1);
     if (j.contains("added_tokens"))
-      for (const auto& a : j.at("added_tokens")) n = std::max<int64_t>(n, a.at("id").get<int64_t>() + 1);
-    if (n > (int64_t(1) << 24)) throw Error(path + ": more than 2^24 token ids");
+      for (const auto& a : j.at("added_tokens")) n = std::max<int64_t>(n, checked_id(a.at("id"), "an added token") + 1);
     t.tokens_.assign(size_t(n), std::string());
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      const int64_t id = it.value().get<int64_t>();
-      if (id < 0) throw Error(path + ": model.vocab gives token " + it.key() + " a negative id");
-      t.tokens_[size_t(id)] = it.key();
-    }
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) t.tokens_[size_t(it.value().get<int64_t>())] = it.key();
     t.special_.assign(size_t(n), false);
     const auto& merges = m.at("merges");
     for (size_t r = 0; r < merges.size(); ++r) {
@@ -214,8 +232,7 @@ BpeTokenizer BpeTokenizer::from_json(const std::string& path) {
     }
     if (j.contains("added_tokens"))
       for (const auto& a : j.at("added_tokens")) {
-        const int32_t id = a.at("id").get<int32_t>();
-        if (id < 0) throw Error(path + ": added token with a negative id");
+        const int32_t id = int32_t(a.at("id").get<int64_t>());  // in range: checked above
         t.tokens_[size_t(id)] = a.at("content").get<std::string>();
         t.special_[size_t(id)] = a.value("special", false);
         t.specials_.emplace_back(t.tokens_[size_t(id)], id);

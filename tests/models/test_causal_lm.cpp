@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <climits>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -195,10 +196,36 @@ TEST(CausalLM, RefusesBadInput) {
   write(j);
   expect_error([&] { CausalLM::load(dir.string()); }, "has shape [293, 36], expected [293, 48]");
   j = orig;
+  j["num_attention_heads"] = int64_t(1) << 40;  // heads · head_dim would overflow
+  j["num_key_value_heads"] = int64_t(1) << 40;
+  j["head_dim"] = 12;
+  write(j);
+  expect_error([&] { CausalLM::load(dir.string()); }, "heads is 1099511627776, more than 4096");
+  j = orig;
+  j["rms_norm_eps"] = "small";
+  write(j);
+  expect_error([&] { CausalLM::load(dir.string()); }, "\"rms_norm_eps\" has the wrong type");
+  j = orig;
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
   write(j);
   expect_error([&] { CausalLM::load(dir.string()); }, "rope_scaling");
   write(orig);
+  {  // A tokenizer.json id far past the vocabulary is refused before it indexes anything.
+    std::ifstream f(dir / "tokenizer.json");
+    nlohmann::json t = nlohmann::json::parse(f);
+    t["model"]["vocab"]["zzz"] = INT64_MAX;
+    std::ofstream(dir / "tokenizer.json") << t.dump();
+  }
+  expect_error([&] { CausalLM::load(dir.string()); }, "model.vocab token zzz has id 9223372036854775807, outside");
+  // The library refuses a prompt plus new tokens past the context (256) before any work.
+  fs::copy_file(model_dir("mha_odd") + "/tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  {
+    const CausalLM ok = CausalLM::load(dir.string());
+    SamplingOptions s;
+    s.max_new_tokens = INT64_MAX;
+    expect_error([&] { ok.generate({1, 2}, s); }, "past the model's context of 256");
+    expect_error([&] { ok.start(1, int64_t(1) << 50); }, "more cache than any machine has");
+  }
   fs::remove(dir / "model.safetensors");
   expect_error([&] { CausalLM::load(dir.string()); }, "model.safetensors: missing");
   fs::remove_all(dir);

@@ -87,6 +87,21 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
           ++checked;
         }
   EXPECT_EQ(checked, 3 * 8 * 3 * 5);
+  // Several work units (4 groups × 64 tokens each): 100 rows, 70 tokens on 2 threads.
+  for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0}) {
+    const int64_t m = 100, k = 96, n = 70;
+    const auto bytes = random_rows(t, m, k, 4242);
+    const auto rows = row_pointers(bytes, t, m, k);
+    std::vector<float> x(size_t(n * k));
+    std::mt19937_64 rng(3);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (auto& e : x) e = g(rng);
+    std::vector<float> want(size_t(n * m)), got(want.size());
+    reference::qlinear_forward(t, rows, k, x.data(), n, want.data());
+    nn::QActs acts;
+    nn::qlinear_forward(kc, nn::repack_rows(t, rows, k), x.data(), n, got.data(), 2, acts);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << "type " << int(t) << ", several units";
+  }
 }
 
 // A NaN or Inf activation makes its block's products NaN on every ISA (as

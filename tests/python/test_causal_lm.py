@@ -1,7 +1,8 @@
-"""ffn.CausalLM on the committed test models: the quantized GGUF of
-scripts/make_llama_gguf_golden.py (tests/data/gguf/llama_q.*) and a random
-Hugging Face LLaMA directory of scripts/make_llama_golden.py, against what
-transformers made of them; the same code as ffn generate."""
+"""ffn.CausalLM on the quantized GGUF of scripts/make_llama_gguf_golden.py
+(tests/data/gguf/llama_q.*) against what transformers made of it, and its
+errors (a random Hugging Face directory of scripts/make_llama_golden.py for
+the missing chat template); the same code as ffn generate, whose Hugging Face
+paths tests/models/test_causal_lm.cpp covers."""
 import json
 import os
 

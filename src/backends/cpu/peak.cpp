@@ -66,10 +66,12 @@ double measure_read_bandwidth(int64_t bytes, int threads) {
   double best = 0;
   uint64_t sink = 0;
   for (int pass = 0; pass < 6; ++pass) {
+    int64_t read = 0;  // what the threads OpenMP gave read (it may give fewer than asked)
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads) reduction(| : sink)
+#pragma omp parallel num_threads(threads) reduction(| : sink) reduction(+ : read)
     {
       const uint8_t* p = buf.data() + int64_t(omp_get_thread_num()) * per;
+      read += per;
       if (pass == 0) std::fill(const_cast<uint8_t*>(p), const_cast<uint8_t*>(p) + per, uint8_t(pass + 1));
       if (avx) {
         sink |= avx2::read_loop(p, per);
@@ -84,7 +86,7 @@ double measure_read_bandwidth(int64_t bytes, int threads) {
       }
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (pass > 0) best = std::max(best, double(per * threads) / s * 1e-9);
+    if (pass > 0) best = std::max(best, double(read) / s * 1e-9);
   }
   return sink == 12345 ? best + 1e-12 : best;
 }

@@ -17,8 +17,9 @@
 //     Q4_1: acc = fma(float(m), sx, acc)
 //   y = acc.
 // The order of the float operations is per (token, row) and the same on
-// every ISA: the vector kernels run 16 rows in the lanes of a register, each
-// lane doing one row's sequence.
+// every ISA: the vector kernels run a group's rows in the lanes of a register
+// (16 per zmm; AVX2 8 per ymm, a group in two halves), each lane doing one
+// row's sequence.
 //
 // Layout (QPanels): rows in groups of 16 (the last padded with zero rows);
 // per group, its blocks in order; per (group, block):
