@@ -77,7 +77,8 @@ int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& s
 
 // How the products run. native: matrices stored in the file as Q4_0, Q4_1
 // or Q8_0 blocks stay so in memory (resident memory ≈ the file's size) and
-// multiply 8-bit-quantized activations with integer dot products
+// multiply activations quantized per block of 32 to 16 bits (two 8-bit
+// planes) with integer dot products
 // (src/backends/cpu/qgemm.hpp: the same bits on every ISA); other matrices
 // (F32, F16, BF16, K-quants; and a stacked product, Q|K|V or up|gate, whose
 // parts differ in type) and Hugging Face checkpoints are float32.

@@ -18,7 +18,10 @@ void qlinear_forward(nn::QType type, const std::vector<const uint8_t*>& rows, in
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = rows[size_t(r)] + b * fb;
-        const int8_t* q = a.q.data() + t * k + b * nn::kQBlock;
+        const int8_t* qh = a.hi.data() + t * k + b * nn::kQBlock;
+        const int8_t* ql = a.lo.data() + t * k + b * nn::kQBlock;
+        int32_t q[nn::kQBlock];  // the 16-bit activations
+        for (int64_t i = 0; i < nn::kQBlock; ++i) q[i] = 255 * qh[i] + ql[i];
         uint16_t dh, mh = 0;
         std::memcpy(&dh, blk, 2);
         int32_t isum = 0;

@@ -126,7 +126,7 @@ TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
       EXPECT_TRUE(std::isnan(y[size_t(m + r)]) && std::isnan(y[size_t(2 * m + r)])) << "row " << r;
     }
     EXPECT_EQ(0, std::memcmp(y.data(), want.data(), size_t(m) * 4));
-    // Subnormal activations (127 / amax overflows): the block counts as zero, the result is finite.
+    // Subnormal activations (32512 / amax overflows): the block counts as zero, the result is finite.
     std::fill(x.begin(), x.end(), 1e-39f);
     nn::qlinear_forward(kc, p, x.data(), n, y.data(), 1, acts);
     for (float v : y) EXPECT_EQ(v, 0.0f);
@@ -137,10 +137,14 @@ INSTANTIATE_TEST_SUITE_P(Isas, QLinearPerIsa, ::testing::ValuesIn(all_isas()),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 // The result is close to the float product of the dequantized weights: the
-// 8-bit activations' error only (|Δy| ≤ Σ_b |d| ·Σ|q_w| · dx/2 + Q4_1's m ·
-// 32 · dx/2, checked with a margin), and the reference would fail if the
-// rule's scales were swapped (the bound is far tighter than y's size).
+// 16-bit activations' rounding, |Δy| ≤ Σ_b Σ_i |w_i| · dx_b / 2 (dx = amax /
+// 32512), plus float32's: each block's term is rounded three times (the
+// scale product, float(isum), the fma) and the sum once per block, so
+// ≤ (blocks + 3) · 2^-24 · Σ|w x| (first order). The bound is far tighter than
+// y's size and than 8-bit activations' error (checked: it would fail them),
+// so a wrong scale or plane weight fails it.
 TEST(QLinear, CloseToTheDequantizedProduct) {
+  double worst_ratio = 0;
   for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0}) {
     const int64_t m = 21, k = 192, n = 3;
     const auto bytes = random_rows(t, m, k, 99);
@@ -158,19 +162,28 @@ TEST(QLinear, CloseToTheDequantizedProduct) {
       dequantize(ggml_of(t), rows[size_t(r)], k, w_file.data());
       ASSERT_EQ(0, std::memcmp(w.data(), w_file.data(), size_t(k) * 4)) << "row " << r << " dequantized";
       for (int64_t i = 0; i < n; ++i) {
-        double exact = 0, bound = 0;
-        for (int64_t c = 0; c < k; ++c) exact += double(w[size_t(c)]) * double(x[size_t(i * k + c)]);
+        double exact = 0, bound = 0, bound8 = 0, wx = 0;
+        for (int64_t c = 0; c < k; ++c) {
+          exact += double(w[size_t(c)]) * double(x[size_t(i * k + c)]);
+          wx += std::fabs(double(w[size_t(c)]) * double(x[size_t(i * k + c)]));
+        }
         for (int64_t b = 0; b < k / 32; ++b) {
           float amax = 0;
           for (int64_t c = 0; c < 32; ++c) amax = std::max(amax, std::fabs(x[size_t(i * k + b * 32 + c)]));
           double wsum = 0;
           for (int64_t c = 0; c < 32; ++c) wsum += std::fabs(w[size_t(b * 32 + c)]);
-          bound += wsum * (amax / 127.0) / 2;
+          bound += wsum * (amax / 32512.0) / 2;
+          bound8 += wsum * (amax / 127.0) / 2;
         }
-        EXPECT_LE(std::fabs(double(y[size_t(i * m + r)]) - exact), 1.01 * bound + 1e-5) << "row " << r;
+        bound += double(k / 32 + 3) * 0x1p-24 * wx;
+        const double err = std::fabs(double(y[size_t(i * m + r)]) - exact);
+        EXPECT_LE(err, 1.01 * bound) << "row " << r;
+        worst_ratio = std::max(worst_ratio, err / bound);
+        EXPECT_LT(bound, bound8 / 20) << "the bound separates 16-bit from 8-bit activations";
       }
     }
   }
+  std::printf("[ INFO     ] worst |error| / bound: %.3f\n", worst_ratio);
 }
 
 }  // namespace

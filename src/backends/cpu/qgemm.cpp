@@ -2,6 +2,7 @@
 // rows into groups of 16, activation quantization, a row back to floats.
 #include "backends/cpu/qgemm.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -75,7 +76,8 @@ void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out) {
   if (k % kQBlock != 0) throw Error("quantized product: k = " + std::to_string(k) + " is not a multiple of 32");
   out.n = n;
   out.blocks = k / kQBlock;
-  out.q.resize(size_t(n * k));
+  out.hi.resize(size_t(n * k));
+  out.lo.resize(size_t(n * k));
   out.d.resize(size_t(n * out.blocks));
   out.s.resize(out.d.size());
   out.sum.resize(out.d.size());
@@ -88,17 +90,22 @@ void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out) {
         amax = std::max(amax, std::fabs(v[i]));
         finite = finite && std::isfinite(v[i]);
       }
-      // A block holding NaN or Inf (from non-finite weights): q = 0 and a NaN
+      // A block holding NaN or Inf (from non-finite weights): Q = 0 and a NaN
       // scale, so the products come out NaN as float arithmetic would.
-      // A block so small that 127 / amax overflows (amax < 2^-121) counts as zero.
-      float id = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
+      // A block so small that 32512 / amax overflows (amax < 2^-113) counts as zero.
+      float id = finite && amax > 0.0f ? float(kQActMax) / amax : 0.0f;
       if (!std::isfinite(id)) id = 0.0f, amax = 0.0f;
-      const float d = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
-      int8_t* q = out.q.data() + t * k + b * kQBlock;
+      const float d = finite ? amax / float(kQActMax) : std::numeric_limits<float>::quiet_NaN();
+      int8_t* hi = out.hi.data() + t * k + b * kQBlock;
+      int8_t* lo = out.lo.data() + t * k + b * kQBlock;
       int32_t sum = 0;
       for (int64_t i = 0; i < kQBlock; ++i) {
-        q[i] = finite ? int8_t(std::nearbyint(v[i] * id)) : int8_t(0);
-        sum += q[i];
+        int32_t q = finite ? int32_t(std::nearbyint(v[i] * id)) : 0;
+        q = std::clamp(q, -kQActMax, kQActMax);  // |v · id| ≤ 32512 up to rounding
+        const int32_t h = q >= 0 ? (q + 127) / 255 : -((127 - q) / 255);  // nearest; 255 is odd, no ties
+        hi[i] = int8_t(h);
+        lo[i] = int8_t(q - 255 * h);
+        sum += q;
       }
       const size_t at = size_t(t * out.blocks + b);
       out.d[at] = d;

@@ -1,10 +1,11 @@
 // Block-quantized product on AVX2 (src/backends/cpu/qgemm.hpp): each half of
-// a group (8 rows) in the 8 int32 lanes of a ymm. Q4: vpmaddubsw (u8 weights
-// × a token's 4 s8 activations broadcast: pairs ≤ 2·15·127) summed over the
-// block's 8 vectors in int16 (≤ 30480, no overflow), then vpmaddwd by ones.
-// Q8_0: |w| × sign(x, w) in vpmaddubsw (pairs ≤ 2·128·127 = 32512), each
-// vector widened by vpmaddwd. The same integer sums and float operations as
-// the rule; up to 2 tokens share each unpacked block.
+// a group (8 rows) in the 8 int32 lanes of a ymm; per activation plane (hi,
+// lo): Q4: vpmaddubsw (u8 weights × a token's 4 s8 activations broadcast:
+// pairs ≤ 2·15·127) summed over the block's 8 vectors in int16 (≤ 30480, no
+// overflow), then vpmaddwd by ones. Q8_0: |w| × sign(x, w) in vpmaddubsw
+// (pairs ≤ 2·128·127 = 32512), each vector widened by vpmaddwd. isum =
+// 255·hi's + lo's: the same integer sums and float operations as the rule;
+// up to 2 tokens share each unpacked block.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -46,27 +47,36 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
       m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 32 + 16 * h)));
     for (int u = 0; u < NT; ++u) {
       const int64_t at = (t + u) * nb + b;
-      const int8_t* xq = x.q.data() + (t + u) * k + b * kQBlock;
-      __m256i s;
+      const int8_t* xh = x.hi.data() + (t + u) * k + b * kQBlock;
+      const int8_t* xl = x.lo.data() + (t + u) * k + b * kQBlock;
+      __m256i sh, sl;
       if constexpr (kType == QType::q8_0) {
-        s = _mm256_setzero_si256();
+        sh = sl = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
-          int32_t four;
-          std::memcpy(&four, xq + 4 * j, 4);
-          const __m256i xv = _mm256_set1_epi32(four);
-          const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv[j]), _mm256_sign_epi8(xv, wv[j]));
-          s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+          int32_t four_h, four_l;
+          std::memcpy(&four_h, xh + 4 * j, 4);
+          std::memcpy(&four_l, xl + 4 * j, 4);
+          const __m256i aw = _mm256_abs_epi8(wv[j]);
+          const __m256i ph = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(four_h), wv[j]));
+          const __m256i pl = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(four_l), wv[j]));
+          sh = _mm256_add_epi32(sh, _mm256_madd_epi16(ph, ones));
+          sl = _mm256_add_epi32(sl, _mm256_madd_epi16(pl, ones));
         }
       } else {
-        __m256i p16 = _mm256_setzero_si256();
+        __m256i ph = _mm256_setzero_si256(), pl = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
-          int32_t four;
-          std::memcpy(&four, xq + 4 * j, 4);
-          p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(four)));
+          int32_t four_h, four_l;
+          std::memcpy(&four_h, xh + 4 * j, 4);
+          std::memcpy(&four_l, xl + 4 * j, 4);
+          ph = _mm256_add_epi16(ph, _mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(four_h)));
+          pl = _mm256_add_epi16(pl, _mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(four_l)));
         }
-        s = _mm256_madd_epi16(p16, ones);
-        if constexpr (kType == QType::q4_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * x.sum[size_t(at)]));
+        sh = _mm256_madd_epi16(ph, ones);
+        sl = _mm256_madd_epi16(pl, ones);
       }
+      // isum = 255 sh + sl = (sh << 8) − sh + sl
+      __m256i s = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh, 8), sh), sl);
+      if constexpr (kType == QType::q4_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * x.sum[size_t(at)]));
       const __m256 p = _mm256_mul_ps(d, _mm256_set1_ps(x.d[size_t(at)]));
       acc[u] = _mm256_fmadd_ps(p, _mm256_cvtepi32_ps(s), acc[u]);
       if constexpr (kType == QType::q4_1) acc[u] = _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);

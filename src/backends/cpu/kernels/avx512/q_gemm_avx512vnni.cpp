@@ -1,9 +1,10 @@
 // Block-quantized product on AVX-512 VNNI (src/backends/cpu/qgemm.hpp): a
-// group's 16 rows in the 16 int32 lanes of a zmm; per block, 8 vpdpbusd
-// (u8 weights × a token's 4 s8 activations broadcast) give each row's exact
-// integer sum, then the rule's two float operations per lane. Q8_0's s8
-// weights are made u8 by flipping their top bit (q + 128), and 128 Σq_x is
-// taken back off. Up to 4 tokens share each unpacked block.
+// group's 16 rows in the 16 int32 lanes of a zmm; per block and activation
+// plane (hi, lo), 8 vpdpbusd (u8 weights × a token's 4 s8 activations
+// broadcast) give each row's exact integer sum, 255·hi's + lo's is the
+// rule's isum, then its two float operations per lane. Q8_0's s8 weights are
+// made u8 by flipping their top bit (q + 128), and 128 ΣQ is taken back off.
+// Up to 4 tokens share each unpacked block.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -50,13 +51,18 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int6
       m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes + 32)));
     for (int u = 0; u < NT; ++u) {
       const int64_t at = (t + u) * nb + b;
-      const int8_t* xq = x.q.data() + (t + u) * k + b * kQBlock;
-      __m512i s = _mm512_setzero_si512();
+      const int8_t* xh = x.hi.data() + (t + u) * k + b * kQBlock;
+      const int8_t* xl = x.lo.data() + (t + u) * k + b * kQBlock;
+      __m512i sh = _mm512_setzero_si512(), sl = _mm512_setzero_si512();
       for (int j = 0; j < 8; ++j) {
-        int32_t four;
-        std::memcpy(&four, xq + 4 * j, 4);
-        s = _mm512_dpbusd_epi32(s, wv[j], _mm512_set1_epi32(four));
+        int32_t four_h, four_l;
+        std::memcpy(&four_h, xh + 4 * j, 4);
+        std::memcpy(&four_l, xl + 4 * j, 4);
+        sh = _mm512_dpbusd_epi32(sh, wv[j], _mm512_set1_epi32(four_h));
+        sl = _mm512_dpbusd_epi32(sl, wv[j], _mm512_set1_epi32(four_l));
       }
+      // isum = 255 sh + sl = (sh << 8) − sh + sl
+      __m512i s = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(sh, 8), sh), sl);
       if constexpr (kType == QType::q8_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(128 * x.sum[size_t(at)]));
       if constexpr (kType == QType::q4_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * x.sum[size_t(at)]));
       const __m512 p = _mm512_mul_ps(d, _mm512_set1_ps(x.d[size_t(at)]));

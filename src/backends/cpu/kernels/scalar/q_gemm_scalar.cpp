@@ -16,7 +16,10 @@ void qgemm(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0,
         float acc = 0.0f;
         for (int64_t b = 0; b < w.blocks; ++b) {
           const uint8_t* blk = w.at(g, b);
-          const int8_t* q = x.q.data() + t * w.k + b * kQBlock;
+          const int8_t* qh = x.hi.data() + t * w.k + b * kQBlock;
+          const int8_t* ql = x.lo.data() + t * w.k + b * kQBlock;
+          int32_t q[kQBlock];  // the 16-bit activations
+          for (int64_t i = 0; i < kQBlock; ++i) q[i] = 255 * qh[i] + ql[i];
           int32_t isum = 0;
           if (w.type == QType::q8_0) {
             for (int64_t j = 0; j < 8; ++j)
