@@ -2,8 +2,8 @@
 // reference (src/reference/qlinear_reference.hpp, which reads the file's own
 // rows): bit for bit, on Q4_0, Q4_1 and Q8_0 rows of random bytes and scales,
 // row counts around the 16-row groups and 8-row halves, k of 1 to 18 blocks,
-// 1 to 9 tokens (the kernels' tiles of 4 and 2 and their tails), 1 and 2
-// threads. Also the repacked rows dequantize as ggml's (ffn::dequantize).
+// 1 to 35 tokens (the kernels' tiles of 4, 2 and AMX's 16, and their
+// tails), 1 and 2 threads. Also the repacked rows dequantize as ggml's (ffn::dequantize).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,7 +66,7 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
   for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0})
     for (int64_t m : {1, 7, 8, 9, 16, 17, 33, 50})
       for (int64_t k : {32, 96, 576})
-        for (int64_t n : {1, 2, 3, 5, 9}) {
+        for (int64_t n : {1, 2, 3, 5, 9, 16, 17, 35}) {
           SCOPED_TRACE("type " + std::to_string(int(t)) + " m " + std::to_string(m) + " k " + std::to_string(k) +
                        " n " + std::to_string(n));
           const auto bytes = random_rows(t, m, k, uint64_t(m * 1000 + k * 10 + n));
@@ -86,7 +86,7 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
           }
           ++checked;
         }
-  EXPECT_EQ(checked, 3 * 8 * 3 * 5);
+  EXPECT_EQ(checked, 3 * 8 * 3 * 8);
   // Several work units (4 groups × 64 tokens each): 100 rows, 70 tokens on 2 threads.
   for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0}) {
     const int64_t m = 100, k = 96, n = 70;
@@ -111,7 +111,7 @@ TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
   if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
   const nn::KernelConfig& kc = nn::kernel_config(isa);
   for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0}) {
-    const int64_t m = 19, k = 64, n = 3;
+    const int64_t m = 19, k = 64, n = 18;  // 16 tokens: AMX's tile
     const auto bytes = random_rows(t, m, k, 7);
     const auto rows = row_pointers(bytes, t, m, k);
     std::vector<float> x(size_t(n * k), 0.25f), y(size_t(n * m)), want(y.size());
@@ -126,11 +126,57 @@ TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
       EXPECT_TRUE(std::isnan(y[size_t(m + r)]) && std::isnan(y[size_t(2 * m + r)])) << "row " << r;
     }
     EXPECT_EQ(0, std::memcmp(y.data(), want.data(), size_t(m) * 4));
+    EXPECT_EQ(0, std::memcmp(y.data() + 3 * m, want.data() + 3 * m, size_t((n - 3) * m) * 4)) << "tokens 3..";
     // Subnormal activations (32512 / amax overflows): the block counts as zero, the result is finite.
     std::fill(x.begin(), x.end(), 1e-39f);
     nn::qlinear_forward(kc, p, x.data(), n, y.data(), 1, acts);
     for (float v : y) EXPECT_EQ(v, 0.0f);
   }
+}
+
+// Each ISA's activation quantizer gives the scalar rule's planes, sums and
+// scales bit for bit: random blocks, blocks of ties (x · id = j + 0.5),
+// ±amax, zeros, subnormal (32512 / amax overflows), NaN and Inf, and huge values.
+TEST_P(QLinearPerIsa, ActivationQuantizerSameBits) {
+  const Isa isa = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
+  const nn::KernelConfig& kc = nn::kernel_config(isa);
+  const int64_t k = 32 * 9, n = 13;
+  std::vector<float> x(size_t(n * k));
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  for (auto& e : x) e = g(rng);
+  float* b1 = x.data() + 32;  // ties: amax 32512 (id = 1), values j + 0.5
+  for (int i = 0; i < 32; ++i) b1[i] = float(i * 1000 - 16000) + 0.5f;
+  b1[5] = 32512.0f;
+  b1[6] = -32512.0f;
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);                          // zeros
+  std::fill(x.begin() + 96, x.begin() + 128, -1e-39f);                      // subnormal
+  x[130] = std::numeric_limits<float>::quiet_NaN();                          // NaN
+  x[170] = -std::numeric_limits<float>::infinity();                          // Inf
+  std::fill(x.begin() + 192, x.begin() + 224, 3e38f);                         // huge
+  x[200] = -3.4e38f;
+  for (int i = 0; i < 32; ++i) x[size_t(k + i)] = float(i) * 1e-30f;          // tiny but quantizable
+  nn::QActs want, got;
+  nn::quantize_acts(x.data(), n, k, want);
+  nn::size_acts(n, k, got);
+  kc.qacts(x.data(), 0, 6, got);
+  kc.qacts(x.data(), 6, n, got);
+  EXPECT_EQ(0, std::memcmp(got.hi.data(), want.hi.data(), want.hi.size()));
+  EXPECT_EQ(0, std::memcmp(got.lo.data(), want.lo.data(), want.lo.size()));
+  EXPECT_EQ(got.sum, want.sum);
+  EXPECT_EQ(0, std::memcmp(got.d.data(), want.d.data(), want.d.size() * 4));
+  EXPECT_EQ(0, std::memcmp(got.s.data(), want.s.data(), want.s.size() * 4));
+  // The planes recompose Q within its range, and the ties went to even.
+  for (size_t i = 0; i < want.hi.size(); ++i) {
+    const int q = 255 * want.hi[i] + want.lo[i];
+    ASSERT_LE(std::abs(q), nn::kQActMax);
+    ASSERT_LE(std::abs(int(want.lo[i])), 127);
+  }
+  EXPECT_EQ(255 * want.hi[32] + want.lo[32], -16000) << "-15999.5 rounds to even";
+  EXPECT_EQ(255 * want.hi[33] + want.lo[33], -15000) << "-14999.5 rounds to even";
+  EXPECT_TRUE(std::isnan(want.d[4]) && std::isnan(want.s[4]));
+  EXPECT_EQ(want.d[3], 0.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, QLinearPerIsa, ::testing::ValuesIn(all_isas()),

@@ -84,7 +84,7 @@ const KernelConfig kScalar{
     .int8_peak = nullptr,
     .bf16 = &scalar::bf16_kernels, .bf16_peak = nullptr, .bf16_peak_instr = "",
     .exp_rows = &scalar::exp_rows, .softmax_step = &scalar::softmax_step, .sum_rows = &scalar::sum_rows,
-    .qgemm = &scalar::qgemm, .qgemm_instr = "int32 multiply-add (portable)",
+    .qgemm = &scalar::qgemm, .qgemm_instr = "int32 multiply-add (portable)", .qacts = &scalar::quantize_acts,
 };
 
 // 6×16 tiles of ymm (12 accumulators): rows per block 48 (A block 48 KiB in
@@ -101,7 +101,7 @@ const KernelConfig kAvx2{
     .int8_peak = &avx2::madd_loop,
     .bf16 = &scalar::bf16_kernels, .bf16_peak = nullptr, .bf16_peak_instr = "",
     .exp_rows = &avx2::exp_rows, .softmax_step = &avx2::softmax_step, .sum_rows = &avx2::sum_rows,
-    .qgemm = &avx2::qgemm, .qgemm_instr = "AVX2 vpmaddubsw ymm",
+    .qgemm = &avx2::qgemm, .qgemm_instr = "AVX2 vpmaddubsw ymm", .qacts = &avx2::quantize_acts,
 };
 
 // The VNNI int8 set: the FFN's u8 × s8 products on vpdpbusd, and the int8
@@ -144,6 +144,7 @@ KernelConfig make_avx512() {
     .exp_rows = &avx512::exp_rows, .softmax_step = &avx512::softmax_step, .sum_rows = &avx512::sum_rows,
     .qgemm = vnni ? &avx512::qgemm_vnni : &avx2::qgemm,
     .qgemm_instr = vnni ? "AVX-512 vpdpbusd zmm" : "AVX2 vpmaddubsw ymm",
+    .qacts = &avx512::quantize_acts,
   };
 }
 
@@ -164,6 +165,8 @@ KernelConfig make_amx() {
   k.bf16 = &amx::bf16_kernels;
   k.bf16_peak = &amx::tdpbf16_loop;
   k.bf16_peak_instr = "AMX tdpbf16ps";
+  k.qgemm = &amx::qgemm;
+  k.qgemm_instr = "AMX tdpbsud/tdpbssd (16 tokens at a time; the rest on AVX-512 vpdpbusd zmm)";
   return k;
 }
 

@@ -68,8 +68,9 @@ struct KernelConfig {
   ExpRowsFn exp_rows;     // attention's softmax exponentials
   SoftmaxStepFn softmax_step;
   SumRowsFn sum_rows;     // the fused forward's sums of shard partials
-  QGemmFn qgemm;          // block-quantized weights (Q4_0/Q4_1/Q8_0) × 8-bit activations
+  QGemmFn qgemm;          // block-quantized weights (Q4_0/Q4_1/Q8_0) × 16-bit activations
   const char* qgemm_instr;
+  QActsFn qacts;          // its activation quantization
 };
 
 // The configuration of a resolved ISA (never Isa::automatic).

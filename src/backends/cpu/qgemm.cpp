@@ -72,7 +72,7 @@ void dequantize_panel_row(const QPanels& w, int64_t r, float* out) {
   }
 }
 
-void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out) {
+void size_acts(int64_t n, int64_t k, QActs& out) {
   if (k % kQBlock != 0) throw Error("quantized product: k = " + std::to_string(k) + " is not a multiple of 32");
   out.n = n;
   out.blocks = k / kQBlock;
@@ -81,7 +81,18 @@ void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out) {
   out.d.resize(size_t(n * out.blocks));
   out.s.resize(out.d.size());
   out.sum.resize(out.d.size());
-  for (int64_t t = 0; t < n; ++t)
+}
+
+void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out) {
+  size_acts(n, k, out);
+  scalar::quantize_acts(x, 0, n, out);
+}
+
+namespace scalar {
+
+void quantize_acts(const float* x, int64_t t0, int64_t t1, QActs& out) {
+  const int64_t k = out.blocks * kQBlock;
+  for (int64_t t = t0; t < t1; ++t)
     for (int64_t b = 0; b < out.blocks; ++b) {
       const float* v = x + t * k + b * kQBlock;
       float amax = 0.0f;
@@ -114,4 +125,5 @@ void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out) {
     }
 }
 
+}  // namespace scalar
 }  // namespace ffn::nn

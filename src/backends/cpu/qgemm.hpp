@@ -88,12 +88,24 @@ struct QActs {
   std::vector<int32_t> sum;      // [n, blocks]: ΣQ
 };
 void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out);
+// The same in two steps, for the vector kernels and threads: size `out` for
+// n tokens (k a multiple of 32), then quantize tokens [t0, t1) of x into it.
+void size_acts(int64_t n, int64_t k, QActs& out);
+using QActsFn = void (*)(const float* x, int64_t t0, int64_t t1, QActs& out);
 
 // y[t · ldy + r] for the rows of groups [g0, g1) (rows ≥ m skipped) and tokens [t0, t1).
 using QGemmFn = void (*)(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y,
                          int64_t ldy);
-namespace scalar { void qgemm(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t); }
-namespace avx2 { void qgemm(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t); }
+namespace scalar {
+void qgemm(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+void quantize_acts(const float* x, int64_t t0, int64_t t1, QActs& out);
+}
+namespace avx2 {
+void qgemm(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+void quantize_acts(const float* x, int64_t t0, int64_t t1, QActs& out);
+}
+namespace avx512 { void quantize_acts(const float* x, int64_t t0, int64_t t1, QActs& out); }
 namespace avx512 { void qgemm_vnni(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t); }
+namespace amx { void qgemm(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t); }
 
 }  // namespace ffn::nn

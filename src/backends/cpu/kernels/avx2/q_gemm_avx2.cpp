@@ -9,7 +9,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/qgemm.hpp"
 
@@ -114,6 +117,72 @@ void qgemm(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0,
     case QType::q4_1: return run<QType::q4_1>(w, x, g0, g1, t0, t1, y, ldy);
     case QType::q8_0: return run<QType::q8_0>(w, x, g0, g1, t0, t1, y, ldy);
   }
+}
+
+}  // namespace ffn::nn::avx2
+
+// Activation quantization (the rule in qgemm.hpp, the bits of
+// scalar::quantize_acts): as the AVX-512 one (avx512/q_acts_avx512.cpp),
+// a block in four ymm.
+namespace ffn::nn::avx2 {
+
+void quantize_acts(const float* x, int64_t t0, int64_t t1, QActs& out) {
+  const int64_t k = out.blocks * kQBlock;
+  const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(FLT_MAX);
+  const __m256i qmax = _mm256_set1_epi32(kQActMax), qmin = _mm256_set1_epi32(-kQActMax);
+  const __m256i c127 = _mm256_set1_epi32(127), c1 = _mm256_set1_epi32(1), c255 = _mm256_set1_epi32(255);
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t b = 0; b < out.blocks; ++b) {
+      const float* v = x + t * k + b * kQBlock;
+      __m256 vv[4], av[4];
+      __m256 fin = _mm256_castsi256_ps(_mm256_set1_epi32(-1)), mx = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        vv[i] = _mm256_loadu_ps(v + 8 * i);
+        av[i] = _mm256_andnot_ps(sign, vv[i]);
+        fin = _mm256_and_ps(fin, _mm256_cmp_ps(av[i], big, _CMP_LE_OQ));  // false for NaN, Inf
+        mx = _mm256_max_ps(mx, av[i]);
+      }
+      const bool finite = _mm256_movemask_ps(fin) == 0xff;
+      float amax = 0.0f;
+      if (finite) {
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        amax = _mm_cvtss_f32(m4);
+      }
+      float id = finite && amax > 0.0f ? float(kQActMax) / amax : 0.0f;
+      if (!std::isfinite(id)) id = 0.0f, amax = 0.0f;
+      const float d = finite ? amax / float(kQActMax) : std::numeric_limits<float>::quiet_NaN();
+      if (!finite)
+        for (auto& e : vv) e = _mm256_setzero_ps();  // Q = 0 (NaN · 0 would convert to INT_MIN)
+      const __m256 vid = _mm256_set1_ps(id);
+      __m256i q[4], h[4], l[4];
+      __m256i sum8 = _mm256_setzero_si256();
+      for (int i = 0; i < 4; ++i) {
+        q[i] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vv[i], vid)), qmin), qmax);
+        const __m256i a = _mm256_add_epi32(_mm256_abs_epi32(q[i]), c127);
+        h[i] = _mm256_sign_epi32(_mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, c1), _mm256_srli_epi32(a, 8)), 8),
+                                 q[i]);
+        l[i] = _mm256_sub_epi32(q[i], _mm256_mullo_epi32(h[i], c255));
+        sum8 = _mm256_add_epi32(sum8, q[i]);
+      }
+      // int32 → int8 (values in −127..127): packs saturate nothing; undo the lane interleave.
+      const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+      const __m256i hp = _mm256_permutevar8x32_epi32(
+          _mm256_packs_epi16(_mm256_packs_epi32(h[0], h[1]), _mm256_packs_epi32(h[2], h[3])), perm);
+      const __m256i lp = _mm256_permutevar8x32_epi32(
+          _mm256_packs_epi16(_mm256_packs_epi32(l[0], l[1]), _mm256_packs_epi32(l[2], l[3])), perm);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.hi.data() + t * k + b * kQBlock), hp);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.lo.data() + t * k + b * kQBlock), lp);
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+      const int32_t sum = _mm_cvtsi128_si32(s4);
+      const size_t at = size_t(t * out.blocks + b);
+      out.d[at] = d;
+      out.sum[at] = sum;
+      out.s[at] = d * float(sum);
+    }
 }
 
 }  // namespace ffn::nn::avx2
