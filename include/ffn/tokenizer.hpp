@@ -63,6 +63,7 @@ class BpeTokenizer {
   std::unordered_map<std::string, int32_t> ids_;
   std::unordered_map<std::string, int32_t> ranks_;  // "left right" → merge rank
   std::vector<bool> special_;
+  std::vector<bool> added_;  // special or added: decoded as its text
   std::vector<std::pair<std::string, int32_t>> specials_;  // longest first
   std::vector<Step> steps_;
   bool add_prefix_space_ = false;

@@ -12,21 +12,31 @@ void qlinear_forward(const KernelConfig& kc, const QPanels& w, const float* x, i
   if (n == 0 || w.m == 0) return;
   size_acts(n, w.k, acts);
   // Units: (group range, token range); tokens in pieces of 64 so that a
-  // prompt's work spreads over threads even with few groups. One parallel
-  // region: the activations' quantization (per token), then the products.
+  // prompt's work spreads over threads even with few groups. A prompt's
+  // activations are quantized per piece in the products' parallel region; up
+  // to 64 tokens (generation) on this thread before it, which saves the
+  // region's inner barrier (a sleep and a wake-up per product with passive
+  // OpenMP: generation at 2 threads went from 68.8 to 44.5 tokens/s with it).
   constexpr int64_t kGroupsPerUnit = 4, kTokensPerUnit = 64;
   const int64_t gu = (w.groups + kGroupsPerUnit - 1) / kGroupsPerUnit, tu = (n + kTokensPerUnit - 1) / kTokensPerUnit;
   const int64_t units = gu * tu;
   const int nt = int(std::min<int64_t>(threads, units));
+  const auto products = [&](int64_t u) {
+    const int64_t g0 = (u % gu) * kGroupsPerUnit, t0 = (u / gu) * kTokensPerUnit;
+    kc.qgemm(w, acts, g0, std::min(w.groups, g0 + kGroupsPerUnit), t0, std::min(n, t0 + kTokensPerUnit), y, w.m);
+  };
+  if (tu == 1) {
+    kc.qacts(x, 0, n, acts);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t u = 0; u < units; ++u) products(u);
+    return;
+  }
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < tu; ++u) kc.qacts(x, u * kTokensPerUnit, std::min(n, (u + 1) * kTokensPerUnit), acts);
 #pragma omp for schedule(static)
-    for (int64_t u = 0; u < units; ++u) {
-      const int64_t g0 = (u % gu) * kGroupsPerUnit, t0 = (u / gu) * kTokensPerUnit;
-      kc.qgemm(w, acts, g0, std::min(w.groups, g0 + kGroupsPerUnit), t0, std::min(n, t0 + kTokensPerUnit), y, w.m);
-    }
+    for (int64_t u = 0; u < units; ++u) products(u);
   }
 }
 

@@ -133,6 +133,8 @@ void BpeTokenizer::init(const std::string& where) {
   ids_.reserve(tokens_.size());
   for (size_t i = 0; i < tokens_.size(); ++i) ids_.emplace(tokens_[i], int32_t(i));
   special_.resize(tokens_.size(), false);
+  added_.assign(tokens_.size(), false);
+  for (const auto& s : specials_) added_[size_t(s.second)] = true;
   std::sort(specials_.begin(), specials_.end(),
             [](const auto& a, const auto& b) { return a.first.size() != b.first.size() ? a.first.size() > b.first.size() : a.second < b.second; });
   for (auto& s : steps_)
@@ -313,9 +315,9 @@ void BpeTokenizer::split(const std::string& text, std::vector<std::string>& piec
 
 void BpeTokenizer::bpe(const std::string& piece, std::vector<int32_t>& out) const {
   const ByteMap& bm = byte_map();
-  std::string mapped;
-  for (unsigned char c : piece) mapped += bm.of_byte[c];
-  if (ignore_merges_) {
+  if (ignore_merges_) {  // a piece that is a token is that token
+    std::string mapped;
+    for (unsigned char c : piece) mapped += bm.of_byte[c];
     auto it = ids_.find(mapped);
     if (it != ids_.end()) {
       out.push_back(it->second);
@@ -416,10 +418,7 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_spec
       continue;
     }
     const std::string& t = tokens_[size_t(id)];
-    bool added = false;
-    for (const auto& s : specials_)
-      if (s.second == id) added = true;
-    if (added) {  // an added (non-special) token: its text as it is
+    if (added_[size_t(id)]) {  // an added (non-special) token: its text as it is
       out += t;
       continue;
     }
