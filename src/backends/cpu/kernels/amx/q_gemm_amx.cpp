@@ -132,6 +132,10 @@ void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, i
     for (int64_t t = t0; t + kTok <= t1; t += kTok) {
       __m512 acc[kTok];
       for (auto& a : acc) a = _mm512_setzero_ps();
+      if (nb == 0) {  // k = 0: y = 0
+        for (int u = 0; u < kTok; ++u) _mm512_mask_storeu_ps(y + (t + u) * ldy + g * kQRows, mask, acc[u]);
+        continue;
+      }
       // Block b's products, then block b − 1's float part (from the other pair).
       products<kType, 0>(w, x, g, t, 0, scratch);
       for (int64_t b = 1; b < nb; ++b) {
