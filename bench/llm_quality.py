@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How close native compute (the GGUF's Q4_1/Q8_0 blocks × 8-bit activations)
+"""How close native compute (the GGUF's Q4_1/Q8_0 blocks × 16-bit activations)
 stays to fp32 compute (every matrix dequantized to float32) on SmolLM2:
 top-1 agreement of the next-token logits and perplexity, over a few
 thousand tokens of varied text (prose, Markdown tables and commands, C++).

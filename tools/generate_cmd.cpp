@@ -259,7 +259,7 @@ Command add_generate(CLI::App& app) {
                   "divide the logits of tokens already seen by R (multiply if negative), as transformers' "
                   "repetition_penalty (default 1: off)");
   cmd->add_option("--compute", a->compute,
-                  "native (default): Q4_0/Q4_1/Q8_0 matrices stay quantized, products on 8-bit activations; fp32: "
+                  "native (default): Q4_0/Q4_1/Q8_0 matrices stay quantized, products on 16-bit activations (two 8-bit planes); fp32: "
                   "every matrix dequantized to float32 (logits as transformers')");
   cmd->add_option("--dtype", a->dtype,
                   "the SwiGLU sublayers' weights where they are float32 (Hugging Face checkpoints, or GGUF with "
