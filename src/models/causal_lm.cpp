@@ -354,7 +354,10 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
         if (p.heads > 0) v = unpermute_rows(v, p.heads, k);
         all.insert(all.end(), v.begin(), v.end());
       }
-      return float_proj(std::move(all), k, int64_t(all.size()) / k);
+      // The row count first: the arguments' order of evaluation is unspecified
+      // (clang moved `all` away before its size was read: an empty product).
+      const int64_t rows = int64_t(all.size()) / k;
+      return float_proj(std::move(all), k, rows);
     };
     w.norm = tensor("output_norm.weight", 1, d);
     w.head = product({{c.tied ? "token_embd.weight" : "output.weight", c.vocab, 0}}, d);
