@@ -12,9 +12,9 @@ void qlinear_forward(const KernelConfig& kc, const QPanels& w, const float* x, i
   if (n == 0 || w.m == 0) return;
   size_acts(n, w.k, acts);
   // Units: (group range, token range); tokens in pieces of 64 so that a
-  // prompt's work spreads over threads even with few groups. A prompt's
-  // activations are quantized per piece in the products' parallel region; up
-  // to 64 tokens (generation) on this thread before it, which saves the
+  // prompt's work spreads over threads even with few groups. Over 64 tokens,
+  // the activations are quantized per piece in the products' parallel region;
+  // up to 64 (generation, short prompts) on this thread before it, which saves the
   // region's inner barrier (a sleep and a wake-up per product with passive
   // OpenMP: generation at 2 threads went from 68.8 to 44.5 tokens/s with it).
   constexpr int64_t kGroupsPerUnit = 4, kTokensPerUnit = 64;

@@ -134,6 +134,64 @@ TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
   }
 }
 
+// The integer sums at their bounds: every activation at ±amax (Q = ±32512,
+// both planes ±127) against weights at their extremes (Q4 nibbles all 0xF or
+// all 0, Q8_0 bytes all -128 or all 127), and planes of alternating sign. These
+// reach AVX2's int16 sums (4-bit: 8 · 3810 = 30480; Q8_0: 2 · 128 · 127 per
+// pair) and VNNI's offset sum Σ(q + 128)·Q, which Gaussian activations never do
+// (their planes reach ±127 only at a block's maximum). 17 and 35 tokens: AMX's
+// tiles and their VNNI tail.
+TEST_P(QLinearPerIsa, IntegerSumsAtTheirBounds) {
+  const Isa isa = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
+  const nn::KernelConfig& kc = nn::kernel_config(isa);
+  const int64_t m = 17, k = 96;
+  for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0})
+    for (uint8_t fill : {uint8_t(0xff), uint8_t(0x00), uint8_t(0x80), uint8_t(0x7f)}) {
+      if (t != nn::QType::q8_0 && (fill == 0x80 || fill == 0x7f)) continue;
+      const int64_t fb = nn::qfile_block_bytes(t);
+      std::vector<uint8_t> bytes(size_t(m * (k / 32) * fb), fill);
+      for (int64_t r = 0; r < m * (k / 32); ++r) {
+        const uint16_t d = nn::float_to_fp16(r % 2 ? 0.03125f : -0.0625f);
+        std::memcpy(bytes.data() + r * fb, &d, 2);
+        if (t == nn::QType::q4_1) {
+          const uint16_t mm = nn::float_to_fp16(0.5f);
+          std::memcpy(bytes.data() + r * fb + 2, &mm, 2);
+        }
+      }
+      const auto rows = row_pointers(bytes, t, m, k);
+      const nn::QPanels p = nn::repack_rows(t, rows, k);
+      for (int64_t n : {17, 35}) {
+        std::vector<float> x(size_t(n * k));
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < k; ++j)
+            // token 0: all +2, token 1: all -2, then blocks of alternating sign
+            x[size_t(i * k + j)] = i == 0 ? 2.0f : i == 1 ? -2.0f : ((j + i) % 2 ? 2.0f : -2.0f);
+        std::vector<float> want(size_t(n * m)), got(want.size(), -1.0f);
+        reference::qlinear_forward(t, rows, k, x.data(), n, want.data());
+        nn::QActs acts;
+        for (int threads : {1, 2}) {
+          nn::qlinear_forward(kc, p, x.data(), n, got.data(), threads, acts);
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
+              << "type " << int(t) << " fill 0x" << std::hex << int(fill) << std::dec << " n " << n << ", "
+              << threads << " thread(s)";
+        }
+        // And the value itself: the product of the dequantized weights (every
+        // activation is exactly representable here, so only float rounding differs).
+        const int w = t == nn::QType::q8_0 ? int(int8_t(fill)) : t == nn::QType::q4_0 ? (fill & 15) - 8 : (fill & 15);
+        for (int64_t r = 0; r < m; ++r) {
+          double y0 = 0;
+          for (int64_t b = 0; b < k / 32; ++b) {
+            const double d = (r * (k / 32) + b) % 2 ? 0.03125 : -0.0625;
+            y0 += 32 * 2.0 * (d * w + (t == nn::QType::q4_1 ? 0.5 : 0.0));
+          }
+          EXPECT_NEAR(want[size_t(r)], y0, 1e-3 * (std::abs(y0) + 1)) << "row " << r;
+          EXPECT_NEAR(want[size_t(m + r)], -y0, 1e-3 * (std::abs(y0) + 1)) << "row " << r;
+        }
+      }
+    }
+}
+
 // Each ISA's activation quantizer gives the scalar rule's planes, sums and
 // scales bit for bit: random blocks, blocks of ties (x · id = j + 0.5),
 // ±amax, zeros, subnormal (32512 / amax overflows), NaN and Inf, and huge values.

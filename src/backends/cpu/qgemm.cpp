@@ -103,7 +103,7 @@ void quantize_acts(const float* x, int64_t t0, int64_t t1, QActs& out) {
       }
       // A block holding NaN or Inf (from non-finite weights): Q = 0 and a NaN
       // scale, so the products come out NaN as float arithmetic would.
-      // A block so small that 32512 / amax overflows (amax < 2^-113) counts as zero.
+      // A block so small that 32512 / amax overflows (amax < 32512 / FLT_MAX, about 0.99 · 2^-113) counts as zero.
       float id = finite && amax > 0.0f ? float(kQActMax) / amax : 0.0f;
       if (!std::isfinite(id)) id = 0.0f, amax = 0.0f;
       const float d = finite ? amax / float(kQActMax) : std::numeric_limits<float>::quiet_NaN();

@@ -66,6 +66,10 @@ inline void products(const QPanels& w, const QActs& x, int64_t g, int64_t t, int
     asm volatile("" ::: "memory");
     _tile_loadd(2, bscratch, 64);
   }
+  // Nor does it read the activation planes as memory: they were written by an
+  // opaque call before this one today, but a barrier keeps a fused or inlined
+  // quantizer's stores ahead of the loads too.
+  asm volatile("" ::: "memory");
   _tile_loadd(0, x.hi.data() + t * k + b * kQBlock, k);
   _tile_loadd(1, x.lo.data() + t * k + b * kQBlock, k);
   // The intrinsics paste the tile number into the instruction: literals only.
