@@ -165,7 +165,7 @@ TEST_P(QLinearPerIsa, IntegerSumsAtTheirBounds) {
         std::vector<float> x(size_t(n * k));
         for (int64_t i = 0; i < n; ++i)
           for (int64_t j = 0; j < k; ++j)
-            // token 0: all +2, token 1: all -2, then blocks of alternating sign
+            // token 0: all +2, token 1: all -2, then values of alternating sign
             x[size_t(i * k + j)] = i == 0 ? 2.0f : i == 1 ? -2.0f : ((j + i) % 2 ? 2.0f : -2.0f);
         std::vector<float> want(size_t(n * m)), got(want.size(), -1.0f);
         reference::qlinear_forward(t, rows, k, x.data(), n, want.data());
