@@ -13,6 +13,7 @@
 #include "backends/cpu/kernel_config.hpp"
 #include "core/json_file.hpp"
 #include "core/positions.hpp"
+#include "core/thread_pool.hpp"
 #include "ffn/feed_forward.hpp"
 #include "ffn/gguf.hpp"
 #include "ffn/io.hpp"
@@ -521,12 +522,15 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     proj_forward(L.qkv, kc, ref, a.data(), n, qkv.data(), threads, acts);
     float* K = s.k[size_t(l)].data();
     float* V = s.v[size_t(l)].data();
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > 16)
-    for (int64_t i = 0; i < n; ++i) {
-      float* row = qkv.data() + i * width;
-      nn::rope_apply(s.rope, row, c.heads, dh, pos[size_t(i)]);
-      nn::rope_apply(s.rope, row + qd, c.kv_heads, dh, pos[size_t(i)]);
-    }
+    const auto rope_rows = [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) {
+        float* row = qkv.data() + i * width;
+        nn::rope_apply(s.rope, row, c.heads, dh, pos[size_t(i)]);
+        nn::rope_apply(s.rope, row + qd, c.kv_heads, dh, pos[size_t(i)]);
+      }
+    };
+    if (n > 16) nn::parallel_range(threads, n, nn::grain_for(n, threads), rope_rows);
+    else rope_rows(0, n, 0);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r) {
         const int64_t at = (s.slot[size_t(b)] * s.cap + pos[size_t(r)]) * kvd;
@@ -549,12 +553,15 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     ug.resize(size_t(n * 2 * F));
     hid.resize(size_t(n * F));
     proj_forward(L.up_gate, kc, ref, x.data(), n, ug.data(), threads, acts);
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > 8)
-    for (int64_t i = 0; i < n; ++i) {
-      float* row = ug.data() + i * 2 * F;
-      kc.activate(nn::Unit::silu, row, row + F, F, nullptr, nullptr);  // up ← silu(gate) · up
-      std::copy_n(row, F, hid.data() + i * F);
-    }
+    const auto gate_rows = [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) {
+        float* row = ug.data() + i * 2 * F;
+        kc.activate(nn::Unit::silu, row, row + F, F, nullptr, nullptr);  // up ← silu(gate) · up
+        std::copy_n(row, F, hid.data() + i * F);
+      }
+    };
+    if (n > 8) nn::parallel_range(threads, n, nn::grain_for(n, threads), gate_rows);
+    else gate_rows(0, n, 0);
     proj_forward(L.down, kc, ref, hid.data(), n, x.data(), threads, acts);
     for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += a[size_t(i)];
   }

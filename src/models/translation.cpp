@@ -15,6 +15,7 @@
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "core/positions.hpp"
+#include "core/thread_pool.hpp"
 #include "core/json_file.hpp"
 #include "ops/linear.hpp"
 
@@ -565,12 +566,11 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
       auto t3 = Clock::now();
       std::vector<int64_t> keep, next_live, next_last, best(live.size());
       const int64_t rows = int64_t(live.size());
-#pragma omp parallel for num_threads(threads) schedule(static) if (rows > 1)
-      for (int64_t i = 0; i < rows; ++i) {
+      nn::parallel_units(rows > 1 ? threads : 1, rows, [&](int64_t i, int) {
         float* row = logits.data() + i * V;
         process(row, t);
         best[size_t(i)] = row_argmax(row, V);
-      }
+      });
       for (size_t i = 0; i < live.size(); ++i) {
         const int64_t tok = best[i];
         out[size_t(live[i])].push_back(tok);
@@ -622,6 +622,7 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
   };
   std::vector<std::pair<float, int64_t>> cand;
   std::vector<std::vector<std::pair<float, int64_t>>> row_cand;
+  std::vector<std::vector<float>> tmp_rows;  // each thread's log-softmax scratch [V]
   const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
   for (int64_t t = 0; t < N && !srcs.empty(); ++t) {
     ask();
@@ -634,19 +635,17 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
     // processors, then its best 2K continuations by beam score + log-prob.
     const int64_t rows = int64_t(srcs.size()) * K;
     row_cand.resize(size_t(rows));
-#pragma omp parallel num_threads(threads)
-    {
-      std::vector<float> tmp(static_cast<size_t>(V));
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) {
-        float* row = logits.data() + r * V;
-        log_softmax(kc, row, V, tmp.data());
-        process(row, t);  // on log-probabilities, as transformers' beam search
-        if (cfg_.renormalize_logits) log_softmax(kc, row, V, tmp.data());
-        row_cand[size_t(r)].clear();
-        top_k(row, V, srcs[size_t(r / K)].scores[size_t(r % K)], (r % K) * V, size_t(2 * K), row_cand[size_t(r)]);
-      }
-    }
+    tmp_rows.resize(size_t(std::max(threads, 1)));
+    nn::parallel_units(threads, rows, [&](int64_t r, int slot) {
+      std::vector<float>& tmp = tmp_rows[size_t(slot)];
+      tmp.resize(static_cast<size_t>(V));
+      float* row = logits.data() + r * V;
+      log_softmax(kc, row, V, tmp.data());
+      process(row, t);  // on log-probabilities, as transformers' beam search
+      if (cfg_.renormalize_logits) log_softmax(kc, row, V, tmp.data());
+      row_cand[size_t(r)].clear();
+      top_k(row, V, srcs[size_t(r / K)].scores[size_t(r % K)], (r % K) * V, size_t(2 * K), row_cand[size_t(r)]);
+    });
     for (size_t si = 0; si < srcs.size(); ++si) {
       Source& s = srcs[si];
       // The best 2K (beam, token) pairs are among each beam's best 2K.

@@ -1,11 +1,11 @@
 #include "modules/attention_block.hpp"
 
-#include <omp.h>
 
 #include <algorithm>
 
 #include "core/buffer_pool.hpp"
 #include "core/philox.hpp"
+#include "core/thread_pool.hpp"
 #include "ops/norm.hpp"
 #include "reference/attention_reference.hpp"
 #include "reference/linear_reference.hpp"
@@ -131,12 +131,15 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
   }
   project(run, pk.out_q.get(), s.ctx.data(), n, d, w.out_w.data(), pk.out_fwd, ptr_or_null(w.out_b), d, out);
   const auto rule = DropoutRule::make(run.training ? cfg.dropout : 0.0f);
-#pragma omp parallel for num_threads(run.threads) schedule(static) if (n * d > 65536)
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < d; ++j) {
-      const float f = rule.factor(run.seed, Stream::attention_output, uint64_t(i * d + j));
-      out[i * d + j] = x[i * d + j] + out[i * d + j] * f;
-    }
+  const auto residual_rows = [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t j = 0; j < d; ++j) {
+        const float f = rule.factor(run.seed, Stream::attention_output, uint64_t(i * d + j));
+        out[i * d + j] = x[i * d + j] + out[i * d + j] * f;
+      }
+  };
+  if (n * d > 65536) parallel_range(run.threads, n, grain_for(n, run.threads), residual_rows);
+  else residual_rows(0, n, 0);
   if (cfg.norm == NormPlacement::post) {
     if (save) s.r.assign(out, out + n * d);
     // In place: each row's statistics are taken before any of it is written.
@@ -165,10 +168,15 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
   std::copy(dr.begin(), dr.end(), dx);  // the residual path
   const auto rule = DropoutRule::make(run.training ? cfg.dropout : 0.0f);
   if (rule.active())
-#pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < d; ++j)
-        dr[size_t(i * d + j)] *= rule.factor(run.seed, Stream::attention_output, uint64_t(i * d + j));
+  {
+    const auto dropout_rows = [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = 0; j < d; ++j)
+          dr[size_t(i * d + j)] *= rule.factor(run.seed, Stream::attention_output, uint64_t(i * d + j));
+    };
+    if (n * d > 65536) parallel_range(threads, n, grain_for(n, threads), dropout_rows);
+    else dropout_rows(0, n, 0);
+  }
   Buffer dctx(size_t(n * d));
   linear_backward(kc, run.ref, s.ctx.data(), n, d, w.out_w.data(), d, dr.data(), dctx.data(), false, g.out_w.data(),
                   ptr_or_null(g.out_b), threads);

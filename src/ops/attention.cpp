@@ -1,6 +1,5 @@
 #include "ops/attention.hpp"
 
-#include <omp.h>
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
@@ -14,6 +13,7 @@
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "core/philox.hpp"
+#include "core/thread_pool.hpp"
 
 namespace ffn::nn {
 namespace {
@@ -122,15 +122,26 @@ void attention_forward(const AttentionShape& a, const AttentionInput<float>& in,
       for (int64_t s0 = 0; s0 < seqs[b].len; s0 += kQueryTile) units.push_back({int64_t(b), h, s0});
   if (units.empty()) return;
 
-#pragma omp parallel num_threads(int(std::min<int64_t>(threads, int64_t(units.size()))))
-  {
-    std::vector<float> kp, sbuf(size_t(kQueryTile * kKeyTile)), o(size_t(kQueryTile * panels(dh) * kPanel));
-    std::vector<float> mx(static_cast<size_t>(kQueryTile)), sum(static_cast<size_t>(kQueryTile));
+  // Each thread's scratch, made when the thread takes its first unit; it keeps
+  // the K panels of the (sequence, head) it did last.
+  struct Scratch {
+    std::vector<float> kp, sbuf, o, mx, sum;
     int64_t packed_b = -1, packed_col = -1;
-    const int64_t ldo = panels(dh) * kPanel;
-#pragma omp for schedule(dynamic, 1)
-    for (size_t u = 0; u < units.size(); ++u) {
-      const auto [b, h, s0] = units[u];
+  };
+  const int nt = int(std::min<int64_t>(threads, int64_t(units.size())));
+  std::vector<Scratch> scratch(static_cast<size_t>(std::max(nt, 1)));
+  const int64_t ldo = panels(dh) * kPanel;
+  parallel_units(nt, int64_t(units.size()), [&](int64_t u, int slot) {
+      Scratch& t = scratch[size_t(slot)];
+      if (t.sbuf.empty()) {
+        t.sbuf.resize(size_t(kQueryTile * kKeyTile));
+        t.o.resize(size_t(kQueryTile * ldo));
+        t.mx.resize(size_t(kQueryTile));
+        t.sum.resize(size_t(kQueryTile));
+      }
+      std::vector<float>&kp = t.kp, &sbuf = t.sbuf, &o = t.o, &mx = t.mx, &sum = t.sum;
+      int64_t &packed_b = t.packed_b, &packed_col = t.packed_col;
+      const auto [b, h, s0] = units[size_t(u)];
       const Seq& sq = seqs[size_t(b)];
       const int64_t col = a.kv_column(h);  // its key/value head's columns (grouped-query: shared by heads)
       if (b != packed_b || col != packed_col) {  // this thread's copy of the head's K panels
@@ -171,8 +182,7 @@ void attention_forward(const AttentionShape& a, const AttentionInput<float>& in,
         for (int64_t c = 0; c < dh; ++c) ctx[i * d + h * dh + c] = o[size_t(r * ldo + c)] * inv;
         lse[i * H + h] = mx[size_t(r)] + std::log(sum[size_t(r)]);
       }
-    }
-  }
+  });
 }
 
 // Per (sequence, head), key tiles outer and query tiles inner (FlashAttention-2's
@@ -195,13 +205,21 @@ void attention_backward(const AttentionShape& a, const AttentionInput<float>& in
       if (seqs[b].len > 0 || seqs[b].klen > 0) units.push_back({int64_t(b), h});
   if (units.empty()) return;
 
-#pragma omp parallel num_threads(int(std::min<int64_t>(threads, int64_t(units.size()))))
-  {
-    std::vector<float> kp, vp, dq, D, p(size_t(kQueryTile * kKeyTile)), dp(size_t(kQueryTile * kKeyTile));
-    std::vector<float> dk(static_cast<size_t>(kKeyTile * dh)), dv(static_cast<size_t>(kKeyTile * dh));
-#pragma omp for schedule(dynamic, 1)
-    for (size_t u = 0; u < units.size(); ++u) {
-      const auto [b, h] = units[u];
+  struct Scratch {
+    std::vector<float> kp, vp, dq, D, p, dp, dk, dv;
+  };
+  const int nt = int(std::min<int64_t>(threads, int64_t(units.size())));
+  std::vector<Scratch> scratch(static_cast<size_t>(std::max(nt, 1)));
+  parallel_units(nt, int64_t(units.size()), [&](int64_t u, int slot) {
+      Scratch& t = scratch[size_t(slot)];
+      if (t.p.empty()) {
+        t.p.resize(size_t(kQueryTile * kKeyTile));
+        t.dp.resize(size_t(kQueryTile * kKeyTile));
+        t.dk.resize(size_t(kKeyTile * dh));
+        t.dv.resize(size_t(kKeyTile * dh));
+      }
+      std::vector<float>&kp = t.kp, &vp = t.vp, &dq = t.dq, &D = t.D, &p = t.p, &dp = t.dp, &dk = t.dk, &dv = t.dv;
+      const auto [b, h] = units[size_t(u)];
       const Seq& sq = seqs[size_t(b)];
       const float* Q = in.q + sq.base * ldq + h * dh;
       const float* K = in.k + sq.kbase * ldkv + h * dh;
@@ -265,8 +283,7 @@ void attention_backward(const AttentionShape& a, const AttentionInput<float>& in
       }
       for (int64_t s = 0; s < sq.len; ++s)
         for (int64_t c = 0; c < dh; ++c) g.dq[(sq.base + s) * g.ldq + h * dh + c] = dq[size_t(s * dh + c)];
-    }
-  }
+  });
 }
 
 }  // namespace ffn::nn

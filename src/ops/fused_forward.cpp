@@ -2,16 +2,17 @@
 // run in the per-ISA gemm kernels; the epilogues here are portable C++.
 #include "ops/fused_forward.hpp"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "backends/cpu/activation.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "backends/cpu/norm_row.hpp"
 #include "core/philox.hpp"
+#include "core/thread_pool.hpp"
 
 namespace ffn::nn {
 
@@ -547,43 +548,55 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
   };
   if (split.sum) {  // the tail alone, from the sum over every shard
     threads = int(std::min<int64_t>(threads, std::max<int64_t>(blocks, 1)));
-#pragma omp parallel num_threads(threads)
-    {
-      Forward::Work wk(f, 0);
-      ScratchVector<float> o(size_t(kTokenBlock * d));
-#pragma omp for schedule(static)
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
-        std::copy(split.sum + t0 * d, split.sum + (t0 + m) * d, o.data());
-        f.finish_rows(t0, m, o.data(), wk);
+    struct Scratch {
+      std::optional<Forward::Work> wk;
+      ScratchVector<float> o;
+    };
+    std::vector<Scratch> scratch(static_cast<size_t>(threads));
+    parallel_units(threads, blocks, [&](int64_t blk, int slot) {
+      Scratch& sc = scratch[size_t(slot)];
+      if (!sc.wk) {
+        sc.wk.emplace(f, 0);
+        sc.o.resize(size_t(kTokenBlock * d));
       }
-    }
+      const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
+      std::copy(split.sum + t0 * d, split.sum + (t0 + m) * d, sc.o.data());
+      f.finish_rows(t0, m, sc.o.data(), *sc.wk);
+    });
     return;
   }
   if (blocks >= threads || f.groups == 1) {
-    // Each thread takes an equal contiguous share of the tokens, in blocks.
+    // One unit per token block, taken by whichever thread is free; each
+    // thread's buffers hold one block.
     threads = int(std::min<int64_t>(threads, blocks));
-#pragma omp parallel num_threads(threads)
-    {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
-      const int64_t rows = std::min(kTokenBlock, end - begin);
-      Forward::Work wk(f, rows);
-      ScratchVector<float> acc(size_t(f.groups * rows * d));
-      std::vector<float*> parts(static_cast<size_t>(f.groups));
-      for (int64_t g = 0; g < f.groups; ++g) parts[size_t(g)] = acc.data() + g * rows * d;
-      for (int64_t t0 = begin; t0 < end; t0 += kTokenBlock) {
-        const int64_t m = std::min(kTokenBlock, end - t0);
-        poison(acc);
-        f.input_rows(t0, m, wk, true);
-        const bool keep_root = !split.partial && f.fuses_root();
-        for (int64_t g = 0; g < f.groups; ++g) {
-          f.group_partial(t0, m, g, wk, parts[size_t(g)], g + 1 < f.groups ? g + 1 : t0 + m < end ? 0 : -1);
-          f.tree_after(m, parts.data(), g, keep_root);
-        }
-        done(t0, m, parts.data(), wk, true);
+    const int64_t rows = std::min(kTokenBlock, n);
+    struct Scratch {
+      std::optional<Forward::Work> wk;
+      ScratchVector<float> acc;
+      std::vector<float*> parts;
+    };
+    std::vector<Scratch> scratch(static_cast<size_t>(threads));
+    parallel_units(threads, blocks, [&](int64_t blk, int slot) {
+      Scratch& sc = scratch[size_t(slot)];
+      if (!sc.wk) {
+        sc.wk.emplace(f, rows);
+        sc.acc.resize(size_t(f.groups * rows * d));
+        sc.parts.resize(static_cast<size_t>(f.groups));
+        for (int64_t g = 0; g < f.groups; ++g) sc.parts[size_t(g)] = sc.acc.data() + g * rows * d;
       }
-    }
+      Forward::Work& wk = *sc.wk;
+      const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
+      poison(sc.acc);
+      f.input_rows(t0, m, wk, true);
+      const bool keep_root = !split.partial && f.fuses_root();
+      for (int64_t g = 0; g < f.groups; ++g) {
+        // The next group's W1 is prefetched: this block's next group, else the
+        // first group of the next block (likely this thread's next unit).
+        f.group_partial(t0, m, g, wk, sc.parts[size_t(g)], g + 1 < f.groups ? g + 1 : t0 + m < n ? 0 : -1);
+        f.tree_after(m, sc.parts.data(), g, keep_root);
+      }
+      done(t0, m, sc.parts.data(), wk, true);
+    });
     return;
   }
   // Few blocks: one work item per (block, shard), then the sums.
@@ -592,33 +605,32 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
   ScratchVector<float> acc(size_t(items * rows * d));
   auto part = [&](int64_t blk, int64_t g) { return acc.data() + (blk * f.groups + g) * rows * d; };
   threads = int(std::min<int64_t>(threads, items));
-#pragma omp parallel num_threads(threads)
-  {
-    Forward::Work wk(f, rows);
-    // A contiguous range of items per thread (so each knows the one it does next).
-    const int64_t nt = omp_get_num_threads(), th = omp_get_thread_num();
-    const int64_t it1 = items * (th + 1) / nt;
-    for (int64_t it = items * th / nt; it < it1; ++it) {
-      const int64_t blk = it / f.groups, g = it % f.groups;
-      const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
-      f.input_rows(t0, m, wk, g == 0);
-      f.group_partial(t0, m, g, wk, part(blk, g), it + 1 < it1 ? (it + 1) % f.groups : -1);
-    }
-#pragma omp barrier
-    // The sums and the tail, each block's rows cut into one slice per thread
-    // (elementwise per row: the same bits however they are cut).
-    const int64_t slices = nt;
-#pragma omp for schedule(static)
-    for (int64_t it = 0; it < blocks * slices; ++it) {
-      const int64_t blk = it / slices, s = it % slices;
-      const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
-      const int64_t r0 = m * s / slices, r1 = m * (s + 1) / slices;
-      if (r0 == r1) continue;
-      std::vector<float*> parts(static_cast<size_t>(f.groups));
-      for (int64_t g = 0; g < f.groups; ++g) parts[size_t(g)] = part(blk, g) + r0 * d;
-      done(t0 + r0, r1 - r0, parts.data(), wk, false);
-    }
-  }
+  std::vector<std::optional<Forward::Work>> work(static_cast<size_t>(threads));
+  auto work_of = [&](int slot) -> Forward::Work& {
+    std::optional<Forward::Work>& wk = work[size_t(slot)];
+    if (!wk) wk.emplace(f, rows);
+    return *wk;
+  };
+  parallel_units(threads, items, [&](int64_t it, int slot) {
+    Forward::Work& wk = work_of(slot);
+    const int64_t blk = it / f.groups, g = it % f.groups;
+    const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
+    f.input_rows(t0, m, wk, g == 0);
+    f.group_partial(t0, m, g, wk, part(blk, g), it + 1 < items ? (it + 1) % f.groups : -1);
+  });
+  // The sums and the tail, each block's rows cut into one slice per thread
+  // (elementwise per row: the same bits however they are cut).
+  const int64_t slices = threads;
+  parallel_units(threads, blocks * slices, [&](int64_t it, int slot) {
+    Forward::Work& wk = work_of(slot);
+    const int64_t blk = it / slices, s = it % slices;
+    const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);
+    const int64_t r0 = m * s / slices, r1 = m * (s + 1) / slices;
+    if (r0 == r1) return;
+    std::vector<float*> parts(static_cast<size_t>(f.groups));
+    for (int64_t g = 0; g < f.groups; ++g) parts[size_t(g)] = part(blk, g) + r0 * d;
+    done(t0 + r0, r1 - r0, parts.data(), wk, false);
+  });
 }
 
 }  // namespace ffn::nn

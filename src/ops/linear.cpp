@@ -1,11 +1,10 @@
 #include "ops/linear.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 
 #include "backends/cpu/gemm.hpp"
 #include "core/aligned.hpp"
+#include "core/thread_pool.hpp"
 #include "reference/linear_reference.hpp"
 
 namespace ffn::nn {
@@ -26,9 +25,12 @@ void linear_forward(const KernelConfig& kc, bool reference, const float* x, int6
   g.c = y; g.ldc = m;
   gemm(kc.f32, g, threads);
   if (b) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n * m > 65536)
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < m; ++j) y[i * m + j] += b[j];
+    const auto rows = [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = 0; j < m; ++j) y[i * m + j] += b[j];
+    };
+    if (n * m > 65536) parallel_range(threads, n, grain_for(n, threads), rows);
+    else rows(0, n, 0);
   }
 }
 
@@ -98,15 +100,30 @@ void linear_forward_int8(const KernelConfig& kc, const Int8Linear& w, const floa
   const int64_t row_blocks = (n + kRows - 1) / kRows, col_blocks = (m + kCols - 1) / kCols;
   const int64_t units = row_blocks * col_blocks;
   const int nt = int(std::max<int64_t>(1, std::min<int64_t>({threads, units, n * m * k / 65536 + 1})));
-#pragma omp parallel num_threads(nt)
-  {
-    ScratchVector<int16_t> a(static_cast<size_t>(kRows * lda));
-    ScratchVector<float> sa(static_cast<size_t>(kRows)), row(static_cast<size_t>(k));
-    ScratchVector<float> x32(static_cast<size_t>(kRows * n32)), prev(static_cast<size_t>(kCols));
-    ScratchVector<int32_t> acc(static_cast<size_t>(kRows * kCols));
+  // Each thread's scratch, made at its first unit; a holds the row block it
+  // quantized last (units go row block by row block, so a thread taking the
+  // next column block of the same rows reuses it).
+  struct Scratch {
+    ScratchVector<int16_t> a;
+    ScratchVector<float> sa, row, x32, prev;
+    ScratchVector<int32_t> acc;
     int64_t quantized = -1;  // the row block a holds
-#pragma omp for schedule(static)
-    for (int64_t u = 0; u < units; ++u) {
+  };
+  std::vector<Scratch> scratch(static_cast<size_t>(nt));
+  parallel_units(nt, units, [&](int64_t u, int slot) {
+      Scratch& t = scratch[size_t(slot)];
+      if (t.acc.empty()) {
+        t.a.resize(static_cast<size_t>(kRows * lda));
+        t.sa.resize(static_cast<size_t>(kRows));
+        t.row.resize(static_cast<size_t>(k));
+        t.x32.resize(static_cast<size_t>(kRows * n32));
+        t.prev.resize(static_cast<size_t>(kCols));
+        t.acc.resize(static_cast<size_t>(kRows * kCols));
+      }
+      ScratchVector<int16_t>& a = t.a;
+      ScratchVector<float>&sa = t.sa, &row = t.row, &x32 = t.x32, &prev = t.prev;
+      ScratchVector<int32_t>& acc = t.acc;
+      int64_t& quantized = t.quantized;
       const int64_t r0 = u / col_blocks * kRows, c0 = u % col_blocks * kCols;
       const int64_t rows = std::min(kRows, n - r0), cols = std::min(kCols, m - c0);
       if (quantized != r0) {
@@ -139,8 +156,7 @@ void linear_forward_int8(const KernelConfig& kc, const Int8Linear& w, const floa
         }
         ik.dequant(acc.data() + r * kCols, cols, sa[size_t(r)], w.scale.data() + c0, pv, y + (r0 + r) * m + c0);
       }
-    }
-  }
+  });
 }
 
 }  // namespace ffn::nn

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/norm_row.hpp"
+#include "core/thread_pool.hpp"
 #include "ffn/types.hpp"
 
 namespace ffn::nn {
@@ -19,9 +20,12 @@ namespace ffn::nn {
 // out[n, d] = Norm(v[n, d]); mean, rstd: [n] (mean is 0 for RMSNorm). out may be v.
 inline void norm_forward(NormType type, float eps, const float* v, int64_t n, int64_t d, const float* gamma,
                          const float* beta, float* out, float* mean, float* rstd, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
-  for (int64_t i = 0; i < n; ++i)
-    normalize_row<double>(type, v + i * d, d, eps, gamma, beta, out + i * d, nullptr, mean + i, rstd + i);
+  const auto rows = [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i)
+      normalize_row<double>(type, v + i * d, d, eps, gamma, beta, out + i * d, nullptr, mean + i, rstd + i);
+  };
+  if (n * d > 65536) parallel_range(threads, n, grain_for(n, threads), rows);
+  else rows(0, n, 0);
 }
 
 // dv[n, d] (= or +=) from dout through out = γ·x̂ + β, x̂ = (v − mean)·rstd:
@@ -30,8 +34,8 @@ inline void norm_forward(NormType type, float eps, const float* v, int64_t n, in
 inline void norm_backward(NormType type, const float* v, const float* mean, const float* rstd, int64_t n,
                           int64_t d, const float* gamma, const float* dout, float* dv, bool accumulate,
                           float* dgamma, float* dbeta, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n * d > 65536)
-  for (int64_t i = 0; i < n; ++i) {
+  const auto rows = [&](int64_t i0, int64_t i1, int) {
+  for (int64_t i = i0; i < i1; ++i) {
     const float* x = v + i * d;
     const float* g = dout + i * d;
     const double mu = mean[i], r = rstd[i];
@@ -49,6 +53,9 @@ inline void norm_backward(NormType type, const float* v, const float* mean, cons
       dv[i * d + j] = accumulate ? dv[i * d + j] + val : val;
     }
   }
+  };
+  if (n * d > 65536) parallel_range(threads, n, grain_for(n, threads), rows);
+  else rows(0, n, 0);
   std::vector<double> sg(size_t(d), 0.0), sb(size_t(d), 0.0);
   for (int64_t i = 0; i < n; ++i) {
     const float* x = v + i * d;

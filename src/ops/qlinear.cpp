@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/thread_pool.hpp"
 #include "ffn/types.hpp"
 
 namespace ffn::nn {
@@ -13,10 +14,10 @@ void qlinear_forward(const KernelConfig& kc, const QPanels& w, const float* x, i
   size_acts(n, w.k, acts);
   // Units: (group range, token range); tokens in pieces of 64 so that a
   // prompt's work spreads over threads even with few groups. Over 64 tokens,
-  // the activations are quantized per piece in the products' parallel region;
-  // up to 64 (generation, short prompts) on this thread before it, which saves the
-  // region's inner barrier (a sleep and a wake-up per product with passive
-  // OpenMP: generation at 2 threads went from 68.8 to 44.5 tokens/s with it).
+  // the activations are quantized per piece in a job of their own before the
+  // products; up to 64 (generation, short prompts) on this thread, which
+  // saves a job per product (with passive OpenMP's inner barrier that cost
+  // generation at 2 threads 68.8 -> 44.5 tokens/s).
   constexpr int64_t kGroupsPerUnit = 4, kTokensPerUnit = 64;
   const int64_t gu = (w.groups + kGroupsPerUnit - 1) / kGroupsPerUnit, tu = (n + kTokensPerUnit - 1) / kTokensPerUnit;
   const int64_t units = gu * tu;
@@ -27,17 +28,13 @@ void qlinear_forward(const KernelConfig& kc, const QPanels& w, const float* x, i
   };
   if (tu == 1) {
     kc.qacts(x, 0, n, acts);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int64_t u = 0; u < units; ++u) products(u);
+    parallel_units(nt, units, [&](int64_t u, int) { products(u); });
     return;
   }
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-#pragma omp for schedule(static)
-    for (int64_t u = 0; u < tu; ++u) kc.qacts(x, u * kTokensPerUnit, std::min(n, (u + 1) * kTokensPerUnit), acts);
-#pragma omp for schedule(static)
-    for (int64_t u = 0; u < units; ++u) products(u);
-  }
+  parallel_units(nt, tu, [&](int64_t u, int) {
+    kc.qacts(x, u * kTokensPerUnit, std::min(n, (u + 1) * kTokensPerUnit), acts);
+  });
+  parallel_units(nt, units, [&](int64_t u, int) { products(u); });
 }
 
 }  // namespace ffn::nn

@@ -2,7 +2,7 @@
 // y[n, m] = x[n, k] · Wᵀ with W kept as the file's Q4_0/Q4_1/Q8_0 blocks,
 // on the ISA's kernel (KernelConfig::qgemm). Work is split into units of 4
 // groups of 16 rows × 64 tokens; over 64 tokens the activations are quantized
-// per 64-token piece inside the parallel region. Each (token, row) result is
+// per 64-token piece in a job of the thread pool before the products. Each (token, row) result is
 // computed by one thread in the rule's order, so the bits do not depend on the
 // thread count, the batch or the ISA.
 #pragma once

@@ -1,14 +1,14 @@
 // Cache blocking, threading and packing around the per-ISA block kernels.
 #include "backends/cpu/gemm.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <memory>
 
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
+
+#include "core/thread_pool.hpp"
 
 namespace ffn::nn {
 
@@ -229,15 +229,17 @@ void gemm(const F32Gemm& kernel, const GemmArgs& g, int threads) {
     run_range(kernel, g, 0, g.m, 0, np);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t u0 = units * t / nt, u1 = units * (t + 1) / nt;
+  // Each output element's sum is the same in any range (the k blocks in
+  // order), so the ranges can be cut into pieces that threads take as they
+  // come: about 4 per thread, rows in multiples of 16.
+  int64_t grain = grain_for(units, threads);
+  if (by_rows) grain = (grain + 15) / 16 * 16;
+  parallel_range(threads, units, grain, [&](int64_t u0, int64_t u1, int) {
     if (by_rows)
       run_range(kernel, g, u0, u1, 0, np);
     else
       run_range(kernel, g, 0, g.m, u0, u1);
-  }
+  });
 }
 
 void pack_panels(const float* src, int64_t K, int64_t N, bool n_major, float* out) {
