@@ -31,7 +31,7 @@ for job in "${jobs[@]}"; do
       [ -f "$archer" ] || { echo "sanitize.sh: $archer not found (libomp-14-dev)" >&2; exit 1; }
       OMP_TOOL_LIBRARIES="$archer" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1 \
         build-tsan/bin/ffn_tests --gtest_brief=1 \
-        --gtest_filter='Threads.*:*BitwiseIdentical*:*TokenResultIndependent*:*Bf16PerIsa.InvariantOverThreads*:Fit.PermutationSplitAndDeterminism:*QLinearPerIsa.SameBitsAsTheReference*:CausalLM.CacheStepsAreBitwiseTheWholePrefix:CausalLMGguf.NativeIsOneComputationOnEveryIsa'
+        --gtest_filter='ThreadPool.*:Threads.*:*BitwiseIdentical*:*TokenResultIndependent*:*Bf16PerIsa.InvariantOverThreads*:Fit.PermutationSplitAndDeterminism:*QLinearPerIsa.SameBitsAsTheReference*:CausalLM.CacheStepsAreBitwiseTheWholePrefix:CausalLMGguf.NativeIsOneComputationOnEveryIsa'
       ;;
     *) echo "sanitize.sh: unknown job '$job' (expected asan or tsan)" >&2; exit 2 ;;
   esac

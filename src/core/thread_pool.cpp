@@ -1,19 +1,24 @@
 // The engine's threads (src/core/thread_pool.hpp).
 //
-// One job at a time, published in three words that carry its generation g in
-// their high 32 bits, so that a worker that arrives late (the OS ran it after
-// the job was taken) fails its compare-exchange and touches nothing:
-//   seats = g:taken   a worker takes slot taken + 1 while it is < threads
-//   next  = g:i       the next unclaimed unit; a claim is i -> i + 1
-//   done              units finished (the caller waits for all of them)
-// The job's function, argument, unit count and thread count are read by a
-// worker only while its claim (or seat) of generation g can still succeed; the
-// caller does not publish g + 1 before every unit of g is done, so a
-// successful claim pins them.
+// One job at a time, published in words that carry its generation g, so that
+// a worker that arrives late (the OS ran it after the job was taken) fails its
+// compare-exchange and touches nothing:
+//   seats = g:taken          a worker takes slot taken + 1 while it is < threads
+//   next  = g:front:back     units [front, back) unclaimed; the caller claims
+//                            front -> front + 1, workers back -> back - 1
+//   done                     units the workers finished (the caller waits for
+//                            all it did not run itself)
+// The job's function, argument and thread count are read by a worker only
+// while its claim (or seat) of generation g can still succeed; the caller does
+// not publish g + 1 before every unit of g is done, so a successful claim pins
+// them. g has 24 bits: a worker stalled across 2^24 jobs whose claim word then
+// matches exactly would take a unit of the current job with a seat of an old
+// one; at ~15,000 jobs a second (generation) that is a stall of 18 minutes.
 #include "core/thread_pool.hpp"
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -35,8 +40,8 @@ inline void cpu_pause() {
 #endif
 }
 
-int64_t now_micros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+int64_t now_nanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -45,6 +50,9 @@ thread_local bool t_in_unit = false;  // this thread runs a unit (or is a worker
 class Pool {
  public:
   ~Pool() {
+    if (std::getenv("FFN_POOL_STATS"))
+      std::fprintf(stderr, "ffn thread pool: %lld jobs by the team, %lld by the caller alone, %lld spells alone\n",
+                   (long long)team_jobs_.load(), (long long)solo_jobs_.load(), (long long)solo_spells_.load());
     stop_.store(true);
     gen_.fetch_add(1);
     gen_.notify_all();
@@ -54,36 +62,67 @@ class Pool {
   void run(int threads, int64_t units, Call call, void* fn) {
     std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
     if (!lock.owns_lock()) return serial(units, call, fn);
+    const int64_t t0 = now_nanos();
+    if (t0 < solo_until_) {
+      solo_jobs_.fetch_add(1, std::memory_order_relaxed);
+      return serial(units, call, fn);
+    }
+    team_jobs_.fetch_add(1, std::memory_order_relaxed);
     start_workers(threads - 1);
-    const uint64_t g = ++jobs_ & 0xffffffffu;
+    const uint64_t g = ++jobs_ & kGenMask;
     call_.store(call, std::memory_order_relaxed);
     fn_.store(fn, std::memory_order_relaxed);
-    units_.store(units, std::memory_order_relaxed);
     threads_.store(threads, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     seats_.store(g << 32, std::memory_order_release);
-    next_.store(g << 32, std::memory_order_release);
+    next_.store(make_word(g, 0, uint64_t(units)), std::memory_order_release);
     gen_.store(uint32_t(g), std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) gen_.notify_all();
 
     t_in_unit = true;
     const int64_t mine = claim_and_run(g, 0);
     t_in_unit = false;
+    const int64_t t1 = now_nanos();
     // Wait for the units workers claimed: pauses, then give the core away
     // (the worker may be waiting for it).
     if (mine < units) {
-      const int64_t t0 = now_micros();
       for (int spins = 0; done_.load(std::memory_order_acquire) < units - mine; ++spins) {
-        if (spins < 256 || now_micros() - t0 < 20) cpu_pause();
+        if (spins < 256 || now_nanos() - t1 < 20000) cpu_pause();
         else sched_yield();
       }
     }
+    account(units, mine, t0, t1, now_nanos());
+  }
+
+  // Whether the team pays: over windows of kWindow of job time, the time the
+  // jobs took against what the caller alone would have taken at its own rate
+  // per unit (its time over the units it ran, times all units). Where other
+  // processes hold the cores, a worker joins late or is preempted holding a
+  // unit, and the caller alone is faster (measured: generation beside one
+  // busy loop, team 115 against alone 171 tokens/s): then jobs run on the
+  // caller for a back-off that doubles while the team keeps losing (5 ms to
+  // 1 s), and the idle workers go to sleep, leaving the cores to the others.
+  static constexpr int64_t kWindow = 2'000'000, kMinBackoff = 5'000'000, kMaxBackoff = 1'000'000'000;
+  void account(int64_t units, int64_t mine, int64_t t0, int64_t t1, int64_t t2) {
+    window_team_ += t2 - t0;
+    window_alone_ += mine > 0 ? (t1 - t0) * units / mine : 2 * (t2 - t0);  // no unit of its own: the workers were quick
+    if (window_team_ < kWindow) return;
+    if (window_team_ * 4 > window_alone_ * 3) {  // the team saves less than a quarter: the caller alone
+      solo_until_ = t2 + backoff_;
+      backoff_ = std::min(2 * backoff_, kMaxBackoff);
+      ++solo_spells_;
+    } else {
+      backoff_ = std::max(backoff_ / 2, kMinBackoff);  // one good window in a busy spell is luck as often as not
+    }
+    window_team_ = window_alone_ = 0;
   }
 
   int workers() {
     std::lock_guard<std::mutex> g(grow_);
     return int(workers_.size());
   }
+
+  PoolStats stats() const { return {team_jobs_.load(), solo_jobs_.load(), solo_spells_.load()}; }
 
  private:
   static void serial(int64_t units, Call call, void* fn) {
@@ -98,16 +137,32 @@ class Pool {
     while (int(workers_.size()) < want) workers_.emplace_back([this] { work(); });
   }
 
-  // Claims and runs units of generation g as `slot`; returns how many it ran.
+  // The claim word: generation (24 bits) | front (20 bits) | back (20 bits);
+  // units [front, back) are unclaimed. The caller takes them from the front,
+  // workers from the back, so that with two threads each runs one contiguous
+  // stretch (a unit's prefetches run into the next unit, which is then its own).
+  static constexpr int kIndexBits = 20;
+  static constexpr uint64_t kIndexMask = (uint64_t(1) << kIndexBits) - 1;
+  static constexpr uint64_t kGenMask = (uint64_t(1) << (64 - 2 * kIndexBits)) - 1;
+  static uint64_t word_gen(uint64_t w) { return w >> (2 * kIndexBits); }
+  static uint64_t make_word(uint64_t g, uint64_t front, uint64_t back) {
+    return (g << (2 * kIndexBits)) | (front << kIndexBits) | back;
+  }
+
+  // Claims and runs units of generation g as `slot` (from the front for the
+  // caller, from the back for workers); returns how many it ran.
   int64_t claim_and_run(uint64_t g, int slot) {
     int64_t ran = 0;
+    const bool from_back = slot != 0;
     uint64_t w = next_.load(std::memory_order_acquire);
     for (;;) {
-      if ((w >> 32) != g) break;
-      const int64_t i = int64_t(w & 0xffffffffu);
-      if (i >= units_.load(std::memory_order_relaxed)) break;
-      if (!next_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-      call_.load(std::memory_order_relaxed)(fn_.load(std::memory_order_relaxed), i, slot);
+      if (word_gen(w) != g) break;
+      const uint64_t front = (w >> kIndexBits) & kIndexMask, back = w & kIndexMask;
+      if (front >= back) break;
+      const uint64_t claimed = from_back ? make_word(g, front, back - 1) : make_word(g, front + 1, back);
+      if (!next_.compare_exchange_weak(w, claimed, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      call_.load(std::memory_order_relaxed)(fn_.load(std::memory_order_relaxed), int64_t(from_back ? back - 1 : front),
+                                            slot);
       ++ran;
       w = next_.load(std::memory_order_acquire);
     }
@@ -134,18 +189,18 @@ class Pool {
     t_in_unit = true;
     const int64_t spin = pool_spin_micros();
     uint32_t seen = gen_.load(std::memory_order_acquire);
-    int64_t idle_since = now_micros();
+    int64_t idle_since = now_nanos();
     for (int spins = 0;; ++spins) {
       const uint32_t g = gen_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_relaxed)) return;
       if (g != seen) {
         seen = g;
         join(g);
-        idle_since = now_micros();
+        idle_since = now_nanos();
         spins = 0;
         continue;
       }
-      if ((spins & 63) != 63 || now_micros() - idle_since < spin) {
+      if ((spins & 63) != 63 || now_nanos() - idle_since < spin * 1000) {
         cpu_pause();
         continue;
       }
@@ -155,18 +210,26 @@ class Pool {
     }
   }
 
+  // Each word that one side writes while the other reads it has a cache line
+  // of its own: the job (written once per job, read by every joiner), the
+  // wake word (polled by idle workers), the claim counter, the done counter.
+  static constexpr size_t kLine = 64;
   std::mutex busy_;  // one caller at a time (a second runs its units in place)
   std::mutex grow_;
   std::vector<std::thread> workers_;
-  uint64_t jobs_ = 0;  // under busy_
-  std::atomic<uint32_t> gen_{0};
-  std::atomic<int> sleepers_{0};
-  std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> seats_{0}, next_{0};
-  std::atomic<int64_t> done_{0}, units_{0};
-  std::atomic<int> threads_{0};
-  std::atomic<Call> call_{nullptr};
+  uint64_t jobs_ = 0;  // under busy_, as the four below
+  int64_t window_team_ = 0, window_alone_ = 0, solo_until_ = 0, backoff_ = kMinBackoff;
+  std::atomic<int64_t> team_jobs_{0}, solo_jobs_{0}, solo_spells_{0};
+  alignas(kLine) std::atomic<Call> call_{nullptr};
   std::atomic<void*> fn_{nullptr};
+  std::atomic<int> threads_{0};
+  std::atomic<bool> stop_{false};
+  alignas(kLine) std::atomic<uint32_t> gen_{0};
+  alignas(kLine) std::atomic<int> sleepers_{0};
+  alignas(kLine) std::atomic<uint64_t> seats_{0};
+  alignas(kLine) std::atomic<uint64_t> next_{0};
+  alignas(kLine) std::atomic<int64_t> done_{0};
+  char pad_[kLine - sizeof(std::atomic<int64_t>)];
 };
 
 Pool& pool() {
@@ -190,7 +253,7 @@ int64_t pool_spin_micros() {
 void parallel_units_erased(int threads, int64_t units, Call call, void* fn) {
   if (units <= 0) return;
   if (threads > units) threads = int(units);
-  if (threads <= 1 || t_in_unit || units >= (int64_t(1) << 31)) {
+  if (threads <= 1 || t_in_unit || units >= (int64_t(1) << 20)) {
     const bool outer = t_in_unit;
     t_in_unit = true;
     for (int64_t u = 0; u < units; ++u) call(fn, u, 0);
@@ -201,5 +264,7 @@ void parallel_units_erased(int threads, int64_t units, Call call, void* fn) {
 }
 
 int pool_workers() { return pool().workers(); }
+
+PoolStats pool_stats() { return pool().stats(); }
 
 }  // namespace ffn::nn

@@ -18,11 +18,17 @@
 // and the ops' thread-count tests).
 //
 // Waiting: an idle worker spins on the job word (a pause loop) for
-// kSpinMicros after its last job, then sleeps on it (a futex, through
+// pool_spin_micros() after its last job, then sleeps on it (a futex, through
 // std::atomic::wait); generation's back-to-back products therefore never pay
 // a wake-up, and an idle process sleeps. The caller waits for claimed units
-// with pauses, yielding the core after a few microseconds in case the worker
-// it waits for shares it. Measured in bench/results/2026-11-26-busy-machine.md.
+// with pauses, yielding the core after 20 us in case the worker it waits for
+// shares it.
+//
+// A busy machine: the caller measures whether the team pays (the jobs' time
+// against its own rate per unit times all units, over 2 ms windows); where it
+// saves less than a quarter, the caller runs the jobs alone for a back-off
+// (5 ms, doubling to 1 s while the team keeps losing) and the workers sleep.
+// Measured in bench/results/2026-11-26-busy-machine.md.
 #pragma once
 
 #include <cstdint>
@@ -72,5 +78,12 @@ inline int64_t grain_for(int64_t n, int threads, int64_t min = 1) {
 
 // Threads the pool has started (workers, not counting callers); for tests.
 int pool_workers();
+// Jobs the team ran, jobs the caller ran alone because the team did not pay
+// (other processes held the cores), and the spells alone; for tests and
+// diagnostics (FFN_POOL_STATS=1 prints them to stderr at exit).
+struct PoolStats {
+  int64_t team_jobs, alone_jobs, spells_alone;
+};
+PoolStats pool_stats();
 
 }  // namespace ffn::nn
