@@ -11,8 +11,8 @@ loops, medians over the rounds.
 Loads: idle; busy1 = one busy loop at nice 0 beside ffn at nice 0 (a build,
 a browser); nice19busy2 = two busy loops at nice 0 beside ffn at nice 19 (a
 background job on a full machine). The busy loops are separate processes
-(`sh -c 'while :; do :; done'`) started before each load's rounds and killed
-after. Each figure is the program's own rate (`ffn bench --json`): tokens/s
+(`sh -c 'while :; do :; done'`, each in a session of its own, as jobs from
+another terminal are) started before each load's rounds and killed after. Each figure is the program's own rate (`ffn bench --json`): tokens/s
 of the FFN call's median, prompt and generation tokens/s, texts/s. A run that
 passes --timeout counts as 0 (printed as "timeout").
 
@@ -112,7 +112,10 @@ def main():
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  rounds {args.rounds}  old {progs['old']}  new {progs['new']}", flush=True)
     for load in args.loads.split(","):
         busy, nice = LOADS[load]
-        hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(busy)]
+        # Each busy loop in a session of its own, as a job from another
+        # terminal or a service is (with the kernel's autogroups, nice then
+        # weighs ffn's threads against each other, not against those jobs).
+        hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True) for _ in range(busy)]
         try:
             time.sleep(0.5 if busy else 0)
             results = {}  # (case, metric, prog, threads) -> [values]

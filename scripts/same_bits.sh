@@ -12,11 +12,15 @@
 # 300 and 1 and 2 threads, and FFN_ISA=avx2 and scalar; grad with and without
 # dropout; quantize (int8 with and without calibration, bf16, fp16); train
 # (mse, xent, dropout, adam/sgd, cosine) with its printed curve and plot;
-# encode and encode-grad (post/pre, causal, lengths, dropout); the
-# reference path through `bench --json`'s check (FFN fp32/int8/bf16 compute,
-# backward, encoder); embed fp32,
-# int8 and bf16 and --similarity when the MiniLM model is installed (said so
-# when it is not); demo approximate --save. --quick runs a subset (one thread
+# encode and encode-grad (post/pre, causal, lengths, dropout); decode and
+# decode-grad (an nn.Transformer's decoder, causal or not); translate (the
+# repository's MarianMT models, text and ids, beams and greedy); generate
+# (the repository's GGUF and Hugging Face LLaMA models: logits, greedy and
+# sampled tokens, native and fp32 compute, FFN_ISA=avx2 and scalar; SmolLM2's
+# chat and logits when installed) and tokenize; the reference path through
+# `bench --json`'s check (FFN fp32/int8/bf16 compute, backward, encoder); embed
+# fp32, int8 and bf16 and --similarity when the MiniLM model is installed
+# (said so when it is not); demo approximate and demo interaction --save. --quick runs a subset (one thread
 # count, fewer sizes). Exit 0 when every output is identical, 1 when one
 # differs (each named), 2 on a usage or build error.
 set -euo pipefail
@@ -65,7 +69,7 @@ work=$(mktemp -d)
 mkdir -p "$work/in" "$work/old" "$work/new"
 
 # ---- inputs (numpy, fixed seeds) --------------------------------------------
-"$py" - "$work/in" <<'EOF'
+FFN_ROOT="$root" "$py" - "$work/in" <<'EOF'
 import numpy as np, sys, os
 d = sys.argv[1]
 r = np.random.default_rng(30)
@@ -87,7 +91,22 @@ np.save(os.path.join(d, "dye.npy"), r.standard_normal((2, 9, 40)).astype(np.floa
 np.save(os.path.join(d, "lene.npy"), np.array([9, 5], dtype=np.int64))
 with open(os.path.join(d, "texts.txt"), "w") as f:
     f.write("The cat sits on the mat.\nA feed-forward network is applied to every position separately and identically.\n"
-            "Où est la gare ?\nunaffable naïve café — 東京\n\nshort\n")
+            "Où est la gare ?\nunaffable naïve café — 東京\n\nshort\n")# decoder: a random nn.Transformer (2 + 2 layers, d_model 24, 4 heads), its
+# target, memory and lengths (torch: Debian's python3 has it)
+try:
+    import torch
+    sys.path.insert(0, os.path.join(os.environ["FFN_ROOT"], "scripts"))
+    import torch_roundtrip as tr
+    torch.manual_seed(3)
+    m = torch.nn.Transformer(24, 4, 2, 2, 40, dropout=0.0, activation="gelu", batch_first=True)
+    tr.save(m.state_dict(), os.path.join(d, "tf.safetensors"), heads=4, activation="gelu", norm="post", eps=1e-5)
+    np.save(os.path.join(d, "tgt.npy"), r.standard_normal((2, 6, 24)).astype(np.float32))
+    np.save(os.path.join(d, "dtgt.npy"), r.standard_normal((2, 6, 24)).astype(np.float32))
+    np.save(os.path.join(d, "mem.npy"), r.standard_normal((2, 7, 24)).astype(np.float32))
+    np.save(os.path.join(d, "tl.npy"), np.array([6, 3], dtype=np.int64))
+    np.save(os.path.join(d, "ml.npy"), np.array([7, 4], dtype=np.int64))
+except ImportError:
+    pass
 EOF
 
 ncmp=0 ndiff=0 nfail=0
@@ -230,8 +249,62 @@ done
 run_both bench.encoder bench --encoder --layers 2 --heads 4 --d-model 40 --d-ff 56 --batch 2 --seq 9 --repeats 1 \
          --warmup 0 --threads 1 --json
 
+# ---- decoder --------------------------------------------------------------------
+if [ -f "$work/in/tf.safetensors" ]; then
+  dec=(--weights tf.safetensors --prefix decoder. --input tgt.npy --lengths tl.npy --memory mem.npy --memory-lengths ml.npy)
+  for t in "${threads[@]}"; do
+    run_both "decode.t$t" decode "${dec[@]}" --threads $t --output @OUT@/decode.t$t.npy
+    run_both "decode.nocausal.t$t" decode "${dec[@]}" --no-causal --threads $t --output @OUT@/decode.nocausal.t$t.npy
+    mkdir -p "$work/old/dgrad.t$t" "$work/new/dgrad.t$t"
+    run_both "dgrad.t$t" decode-grad "${dec[@]}" --grad-output dtgt.npy --threads $t --output-dir @OUT@/dgrad.t$t
+  done
+else
+  echo "same_bits: decode skipped: $py has no torch to write the nn.Transformer"
+fi
+
+# ---- translate (the repository's small MarianMT models) ------------------------
+data=$root/tests/data
+for t in "${threads[@]}"; do
+  run_both "translate.text.t$t" translate --model "$data/marian_text" --threads $t "The cat sits on the mat." "Où est la gare ?"
+  run_both "translate.greedy.t$t" translate --model "$data/marian_text" --beams 1 --threads $t "A red house." "short"
+  for m in relu_untied gelu_separate swish_shared; do
+    run_both "translate.$m.t$t" translate --model "$data/marian/$m" --ids "5 9 13 2 0" --max-new-tokens 12 --threads $t
+  done
+done
+
+# ---- generate, tokenize (the repository's small LLaMA models; SmolLM2 when installed) ---
+ids="$(seq -s ' ' 3 2 201)"  # 100 ids
+for t in "${threads[@]}"; do
+  for compute in native fp32; do
+    run_both "gen.q.$compute.logits.t$t" generate --model "$data/gguf/llama_q.gguf" --compute $compute --ids "$ids"              --max-new-tokens 0 --logits @OUT@/gen.q.$compute.logits.t$t.npy --threads $t
+    run_both "gen.q.$compute.greedy.t$t" generate --model "$data/gguf/llama_q.gguf" --compute $compute --ids "$ids"              --max-new-tokens 24 --threads $t
+  done
+  run_both "gen.q.sample.t$t" generate --model "$data/gguf/llama_q.gguf" "Once upon a time" --temperature 0.8            --top-k 40 --top-p 0.95 --repeat-penalty 1.1 --seed 7 --max-new-tokens 24 --threads $t
+  for m in mha_odd gqa2_untied gqa3_tied; do
+    run_both "gen.$m.logits.t$t" generate --model "$data/llama/$m" --ids "$ids" --max-new-tokens 0              --logits @OUT@/gen.$m.logits.t$t.npy --threads $t
+    run_both "gen.$m.greedy.t$t" generate --model "$data/llama/$m" "The feed-forward network" --max-new-tokens 16 --threads $t
+  done
+done
+for isa in avx2 scalar; do
+  FFN_ISA=$isa run_both "gen.q.native.$isa" generate --model "$data/gguf/llama_q.gguf" --ids "$ids" \
+                        --max-new-tokens 0 --logits @OUT@/gen.q.native.$isa.npy --threads 2
+done
+run_both tok.gguf tokenize --model "$data/gguf/llama_q.gguf" --input-file texts.txt --output @OUT@/tok.gguf.txt
+run_both tok.hf tokenize --model "$data/llama/mha_odd" --input-file texts.txt --output @OUT@/tok.hf.txt
+llm="${FFN_SMOLLM2_GGUF:-$HOME/.cache/ffn/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}"
+if [ -f "$llm" ]; then
+  for t in "${threads[@]}"; do
+    run_both "smollm2.chat.t$t" generate --model "$llm" --chat "What is the capital of France?" --max-new-tokens 16 --threads $t
+    run_both "smollm2.logits.t$t" generate --model "$llm" --ids "$ids" --max-new-tokens 0 --logits @OUT@/smollm2.logits.t$t.npy --threads $t
+  done
+  run_both smollm2.tok tokenize --model "$llm" --input-file texts.txt --output @OUT@/smollm2.tok.txt
+else
+  echo "same_bits: SmolLM2 skipped: no $llm (scripts/setup.sh installs it)"
+fi
+
 # ---- demo ----------------------------------------------------------------------
 run_both demo.approximate demo approximate --neurons 8 --steps 300 --save @OUT@/demo.safetensors
+run_both demo.interaction demo interaction --d-ff 16 --epochs 20 --seed 2 --save @OUT@/demo.interaction.safetensors
 
 # ---- compare -------------------------------------------------------------------
 normalize() {

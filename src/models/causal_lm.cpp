@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "backends/cpu/isa.hpp"
+#include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "core/json_file.hpp"
 #include "core/positions.hpp"
@@ -47,10 +48,9 @@ Proj float_proj(std::vector<float> w, int64_t k, int64_t m) {
   return p;
 }
 
-void proj_forward(const Proj& p, const nn::KernelConfig& kc, bool ref, const float* x, int64_t n, float* y, int threads,
-                  nn::QActs& acts) {
-  if (p.quant) nn::qlinear_forward(ref ? nn::kernel_config(Isa::scalar) : kc, p.q, x, n, y, threads, acts);
-  else nn::linear_forward(kc, ref, x, n, p.k, p.w.data(), p.packed, nullptr, p.m, y, threads);
+void proj_forward(const nn::Context& cx, const Proj& p, const float* x, int64_t n, float* y, nn::QActs& acts) {
+  if (p.quant) nn::qlinear_forward(cx, p.q, x, n, y, acts);
+  else nn::linear_forward(cx, x, n, p.k, p.w.data(), p.packed, nullptr, p.m, y);
 }
 
 struct CausalLM::Weights {
@@ -484,9 +484,10 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= c.vocab)
       throw Error("token id " + std::to_string(ids[i]) + " is outside the vocabulary (0.." + std::to_string(c.vocab - 1) + ")");
-  const int threads = nn::thread_count(opts);
-  const bool ref = opts.path == Path::reference;
-  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
+  const nn::Context cx(opts);
+  const int threads = cx.threads();
+  const bool ref = cx.reference();
+  const nn::KernelConfig& kc = cx.kernels();
   const int64_t d = c.d_model, dh = c.head_dim, qd = c.heads * dh, kvd = s.kvd, width = qd + 2 * kvd;
 
   std::vector<float> x(size_t(n * d)), a(size_t(n * d)), qkv(size_t(n * width)), ctx(size_t(n * qd));
@@ -517,9 +518,9 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   fo.training = false;
   for (int64_t l = 0; l < c.layers; ++l) {
     const Weights::Layer& L = w_->layers[size_t(l)];
-    nn::norm_forward(NormType::rmsnorm, c.eps, x.data(), n, d, L.attn_norm.data(), nullptr, a.data(), mean.data(),
-                     rstd.data(), threads);
-    proj_forward(L.qkv, kc, ref, a.data(), n, qkv.data(), threads, acts);
+    nn::norm_forward(cx, NormType::rmsnorm, c.eps, x.data(), n, d, L.attn_norm.data(), nullptr, a.data(), mean.data(),
+                     rstd.data());
+    proj_forward(cx, L.qkv, a.data(), n, qkv.data(), acts);
     float* K = s.k[size_t(l)].data();
     float* V = s.v[size_t(l)].data();
     const auto rope_rows = [&](int64_t i0, int64_t i1, int) {
@@ -539,8 +540,8 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
       }
     const nn::AttentionInput<float> in{qkv.data(), K, V, width, kvd};
     if (ref) reference::attention_forward(as, in, ctx.data());
-    else nn::attention_forward(as, in, ctx.data(), lse.data(), threads, opts.isa);
-    proj_forward(L.o, kc, ref, ctx.data(), n, a.data(), threads, acts);
+    else nn::attention_forward(cx, as, in, ctx.data(), lse.data());
+    proj_forward(cx, L.o, ctx.data(), n, a.data(), acts);
     for (int64_t i = 0; i < n * d; ++i) a[size_t(i)] += x[size_t(i)];
     if (!L.ffn.empty()) {
       L.ffn[0].forward(a.data(), x.data(), Shape::tokens(n), fo);
@@ -548,11 +549,11 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     }
     // Native compute: the same sublayer, x = a + W_down (silu(W_gate h) ⊙ W_up h), h = RMSNorm(a).
     const int64_t F = c.d_ff;
-    nn::norm_forward(NormType::rmsnorm, c.eps, a.data(), n, d, L.ffn_norm.data(), nullptr, x.data(), mean.data(),
-                     rstd.data(), threads);
+    nn::norm_forward(cx, NormType::rmsnorm, c.eps, a.data(), n, d, L.ffn_norm.data(), nullptr, x.data(), mean.data(),
+                     rstd.data());
     ug.resize(size_t(n * 2 * F));
     hid.resize(size_t(n * F));
-    proj_forward(L.up_gate, kc, ref, x.data(), n, ug.data(), threads, acts);
+    proj_forward(cx, L.up_gate, x.data(), n, ug.data(), acts);
     const auto gate_rows = [&](int64_t i0, int64_t i1, int) {
       for (int64_t i = i0; i < i1; ++i) {
         float* row = ug.data() + i * 2 * F;
@@ -562,7 +563,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     };
     if (n > 8) nn::parallel_range(threads, n, nn::grain_for(n, threads), gate_rows);
     else gate_rows(0, n, 0);
-    proj_forward(L.down, kc, ref, hid.data(), n, x.data(), threads, acts);
+    proj_forward(cx, L.down, hid.data(), n, x.data(), acts);
     for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += a[size_t(i)];
   }
   // The rows whose logits are asked for.
@@ -572,9 +573,9 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     for (int64_t b = 0; b < B; ++b)
       std::copy_n(x.begin() + (off[size_t(b) + 1] - 1) * d, d, x.begin() + b * d);
   }
-  nn::norm_forward(NormType::rmsnorm, c.eps, x.data(), m, d, w_->norm.data(), nullptr, a.data(), mean.data(),
-                   rstd.data(), threads);
-  proj_forward(w_->head, kc, ref, a.data(), m, logits, threads, acts);
+  nn::norm_forward(cx, NormType::rmsnorm, c.eps, x.data(), m, d, w_->norm.data(), nullptr, a.data(), mean.data(),
+                   rstd.data());
+  proj_forward(cx, w_->head, a.data(), m, logits, acts);
   for (int64_t b = 0; b < B; ++b) s.len[size_t(b)] += counts[size_t(b)];
 }
 

@@ -14,6 +14,7 @@
 
 #include "ffn/diagnostics.hpp"
 #include "io/safetensors.hpp"
+#include "backends/context.hpp"
 #include "ops/norm.hpp"
 #include "text/calibration.hpp"
 #include "text/wordpiece.hpp"
@@ -301,8 +302,8 @@ void embed_tokens(const detail::SentenceModel& m, const std::vector<std::vector<
       for (int64_t j = 0; j < d; ++j) xb[i * d + j] = w[j] + p[j] + m.token_type[size_t(j)];
     }
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
-    nn::norm_forward(NormType::layernorm, m.eps, xb, n, d, m.ln_weight.data(), m.ln_bias.data(), xb, mean.data(),
-                     rstd.data(), threads);
+    nn::norm_forward(nn::Context(Isa::automatic, threads), NormType::layernorm, m.eps, xb, n, d, m.ln_weight.data(),
+                     m.ln_bias.data(), xb, mean.data(), rstd.data());
   }
 }
 

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "backends/cpu/isa.hpp"
+#include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "core/positions.hpp"
 #include "core/thread_pool.hpp"
@@ -320,18 +321,18 @@ void TranslationModel::embed(const std::vector<float>& table, int64_t id, int64_
 }
 
 void TranslationModel::project(const float* h, int64_t n, float* logits, int threads, Isa isa) const {
-  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(isa));
+  const nn::Context ctx(isa, threads);
+  const nn::KernelConfig& kc = ctx.kernels();
   // opus-mt's final_logits_bias is all zeros: adding it would only sweep
   // the [n, vocabulary] logits once more (and turn −0 into +0, which
   // compares equal everywhere the logits are used).
   const bool no_bias = std::all_of(logits_bias_.begin(), logits_bias_.end(), [](float v) { return v == 0.0f; });
   const float* bias = no_bias ? nullptr : logits_bias_.data();
   if (head_int8_ && nn::int8_linear_supported(kc)) {
-    nn::linear_forward_int8(kc, *static_cast<const nn::Int8Linear*>(head_int8_.get()), h, n, bias, logits, threads);
+    nn::linear_forward_int8(ctx, *static_cast<const nn::Int8Linear*>(head_int8_.get()), h, n, bias, logits);
     return;
   }
-  nn::linear_forward(kc, false, h, n, cfg_.d_model, head().data(), head_packed_, bias, cfg_.decoder_vocab_size, logits,
-                     threads);
+  nn::linear_forward(ctx, h, n, cfg_.d_model, head().data(), head_packed_, bias, cfg_.decoder_vocab_size, logits);
 }
 
 void TranslationModel::encode(const std::vector<std::vector<int64_t>>& sources, std::vector<float>& memory,
@@ -623,7 +624,7 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
   std::vector<std::pair<float, int64_t>> cand;
   std::vector<std::vector<std::pair<float, int64_t>>> row_cand;
   std::vector<std::vector<float>> tmp_rows;  // each thread's log-softmax scratch [V]
-  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
+  const nn::KernelConfig& kc = nn::Context(opts.isa, threads).kernels();
   for (int64_t t = 0; t < N && !srcs.empty(); ++t) {
     ask();
     step(last, t);

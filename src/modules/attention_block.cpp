@@ -24,16 +24,16 @@ float* offset_or_null(std::vector<float>& v, int64_t at) { return v.empty() ? nu
 // runs the int8 linear (inference), else fp32.
 void project(const BlockRun& run, const Int8Linear* q, const float* x, int64_t n, int64_t k, const float* w,
              const std::vector<float>& packed, const float* b, int64_t m, float* y) {
-  const KernelConfig& kc = *run.kc;
-  if (q && !run.training && (run.ref || int8_linear_supported(kc))) {
-    if (run.ref)
+  const KernelConfig& kc = run.ctx->kernels();
+  if (q && !run.training && (run.ctx->reference() || int8_linear_supported(kc))) {
+    if (run.ctx->reference())
       reference::linear_forward_int8(x, n, k, q->q.data(), q->scale.data(), q->fp32_inputs.data(),
                                      int64_t(q->fp32_inputs.size()), q->w32.data(), b, m, y);
     else
-      linear_forward_int8(kc, *q, x, n, b, y, run.threads);
+      linear_forward_int8(*run.ctx, *q, x, n, b, y);
     return;
   }
-  linear_forward(kc, run.ref, x, n, k, w, packed, b, m, y, run.threads);
+  linear_forward(*run.ctx, x, n, k, w, packed, b, m, y);
 }
 
 reference::AttentionShape attention_shape(const AttentionBlockConfig& cfg, const std::vector<int64_t>& off, int64_t S,
@@ -93,8 +93,8 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
   const float* ain = x;
   if (cfg.norm == NormPlacement::pre) {
     s.u.resize(size_t(n * d));
-    norm_forward(cfg.norm_type, cfg.eps, x, n, d, w.norm_w.data(), ptr_or_null(w.norm_b), s.u.data(), s.mean.data(),
-                 s.rstd.data(), run.threads);
+    norm_forward(*run.ctx, cfg.norm_type, cfg.eps, x, n, d, w.norm_w.data(), ptr_or_null(w.norm_b), s.u.data(), s.mean.data(),
+                 s.rstd.data());
     ain = s.u.data();
   }
   s.ctx.resize(size_t(n * d));
@@ -124,10 +124,10 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
     }
   }
   if (n > 0) {
-    if (run.ref)
+    if (run.ctx->reference())
       reference::attention_forward(attn, in, s.ctx.data(), s.lse.data());
     else
-      attention_forward(attn, in, s.ctx.data(), s.lse.data(), run.threads, run.isa);
+      attention_forward(*run.ctx, attn, in, s.ctx.data(), s.lse.data());
   }
   project(run, pk.out_q.get(), s.ctx.data(), n, d, w.out_w.data(), pk.out_fwd, ptr_or_null(w.out_b), d, out);
   const auto rule = DropoutRule::make(run.training ? cfg.dropout : 0.0f);
@@ -138,13 +138,13 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
         out[i * d + j] = x[i * d + j] + out[i * d + j] * f;
       }
   };
-  if (n * d > 65536) parallel_range(run.threads, n, grain_for(n, run.threads), residual_rows);
+  if (n * d > 65536) run.ctx->parallel_range(n, grain_for(n, run.ctx->threads()), residual_rows);
   else residual_rows(0, n, 0);
   if (cfg.norm == NormPlacement::post) {
     if (save) s.r.assign(out, out + n * d);
     // In place: each row's statistics are taken before any of it is written.
-    norm_forward(cfg.norm_type, cfg.eps, out, n, d, w.norm_w.data(), ptr_or_null(w.norm_b), out, s.mean.data(),
-                 s.rstd.data(), run.threads);
+    norm_forward(*run.ctx, cfg.norm_type, cfg.eps, out, n, d, w.norm_w.data(), ptr_or_null(w.norm_b), out, s.mean.data(),
+                 s.rstd.data());
   }
 }
 
@@ -153,16 +153,16 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
                               const AttentionSaved& s, const float* dout, float* dx, float* dmemory,
                               AttentionBlockGrads& g, const BlockRun& run) {
   if (kv.kind == KeysValues::Kind::cache) throw Error("backward: incremental decoding (a key/value cache) is inference only");
-  const KernelConfig& kc = *run.kc;
+  const Context& ctx = *run.ctx;
   const int64_t n = off.empty() ? 0 : off.back(), d = cfg.d;
-  const int threads = run.threads;
+  const int threads = ctx.threads();
   const auto attn = attention_shape(cfg, off, S, kv, run);
   const bool post = cfg.norm == NormPlacement::post, cross = kv.kind == KeysValues::Kind::memory;
   // dr: the gradient of the residual sum x + Drop(a).
   Buffer dr(size_t(n * d));
   if (post)
-    norm_backward(cfg.norm_type, s.r.data(), s.mean.data(), s.rstd.data(), n, d, w.norm_w.data(), dout, dr.data(),
-                  false, g.norm_w.data(), ptr_or_null(g.norm_b), threads);
+    norm_backward(ctx, cfg.norm_type, s.r.data(), s.mean.data(), s.rstd.data(), n, d, w.norm_w.data(), dout, dr.data(),
+                  false, g.norm_w.data(), ptr_or_null(g.norm_b));
   else
     std::copy(dout, dout + n * d, dr.begin());
   std::copy(dr.begin(), dr.end(), dx);  // the residual path
@@ -178,8 +178,8 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
     else dropout_rows(0, n, 0);
   }
   Buffer dctx(size_t(n * d));
-  linear_backward(kc, run.ref, s.ctx.data(), n, d, w.out_w.data(), d, dr.data(), dctx.data(), false, g.out_w.data(),
-                  ptr_or_null(g.out_b), threads);
+  linear_backward(ctx, s.ctx.data(), n, d, w.out_w.data(), d, dr.data(), dctx.data(), false, g.out_w.data(),
+                  ptr_or_null(g.out_b));
   const float* ain = post ? s.x.data() : s.u.data();
   // dq [n, d] (cross) or dqkv [n, 3d] (self); dkv [m, 2d] (cross).
   const int64_t m = cross ? (kv.memory_off.empty() ? 0 : kv.memory_off.back()) : 0;
@@ -191,22 +191,22 @@ void attention_block_backward(const AttentionBlockConfig& cfg, const AttentionBl
                                         : AttentionGrad<float>::packed(dq.data(), d);
   if (cross) std::fill(dkv.begin(), dkv.end(), 0.0f);  // memory rows no query sees
   if (n > 0) {
-    if (run.ref)
+    if (ctx.reference())
       reference::attention_backward(attn, in, dctx.data(), ga);
     else
-      attention_backward(attn, in, s.ctx.data(), s.lse.data(), dctx.data(), ga, threads, run.isa);
+      attention_backward(ctx, attn, in, s.ctx.data(), s.lse.data(), dctx.data(), ga);
   }
   const int64_t qm = cross ? d : 3 * d;  // the outputs of the rows' projection
   Buffer du(post ? 0 : size_t(n * d));
   float* da = post ? dx : du.data();
-  linear_backward(kc, run.ref, ain, n, d, w.in_w.data(), qm, dq.data(), da, post, g.in_w.data(),
-                  ptr_or_null(g.in_b), threads);
+  linear_backward(ctx, ain, n, d, w.in_w.data(), qm, dq.data(), da, post, g.in_w.data(),
+                  ptr_or_null(g.in_b));
   if (!post)
-    norm_backward(cfg.norm_type, s.x.data(), s.mean.data(), s.rstd.data(), n, d, w.norm_w.data(), du.data(), dx, true,
-                  g.norm_w.data(), ptr_or_null(g.norm_b), threads);
+    norm_backward(ctx, cfg.norm_type, s.x.data(), s.mean.data(), s.rstd.data(), n, d, w.norm_w.data(), du.data(), dx, true,
+                  g.norm_w.data(), ptr_or_null(g.norm_b));
   if (cross)
-    linear_backward(kc, run.ref, kv.memory, m, d, w.in_w.data() + d * d, 2 * d, dkv.data(), dmemory, true,
-                    g.in_w.data() + d * d, offset_or_null(g.in_b, d), threads);
+    linear_backward(ctx, kv.memory, m, d, w.in_w.data() + d * d, 2 * d, dkv.data(), dmemory, true,
+                    g.in_w.data() + d * d, offset_or_null(g.in_b, d));
 }
 
 }  // namespace ffn::nn

@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "ffn/types.hpp"
 #include "ops/attention.hpp"
@@ -102,10 +103,7 @@ struct BlockRun {
   bool training = false;
   bool causal = false;
   uint64_t seed = 0;  // this sublayer's
-  int threads = 1;
-  bool ref = false;
-  Isa isa = Isa::automatic;
-  const KernelConfig* kc = nullptr;
+  const Context* ctx = nullptr;  // the call's execution context (kernels, threads, path); never null
   // Called with the projection's input (a, n rows) before the projection.
   std::function<void(const float*, int64_t)> observe;
 };

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "backends/cpu/isa.hpp"
+#include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "core/cache_access.hpp"
 #include "core/init.hpp"
@@ -387,13 +388,12 @@ void Decoder::forward(const float* x, const Shape& shape, const float* memory, c
                       const DecoderRunOptions& opts, DecoderCache* cache) const {
   const Rows rows = valid_rows(shape, "input"), mrows = valid_rows(memory_shape, "memory");
   check_pair(shape, memory_shape, rows, mrows);
-  const int threads = nn::thread_count(opts);
+  const nn::Context ctx(opts);
+  const int threads = ctx.threads();
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
   if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
   if (!mrows.pos.empty() && !memory) throw Error("forward: memory must not be null");
   if (opts.compute != Compute::fp32) throw Error("forward: the decoder computes in fp32 (--compute bf16 is the FFN's)");
-  const bool ref = opts.path == Path::reference;
-  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
   const auto& packed = *static_cast<const PackedDecoder*>(packed_.get());
   DecoderCacheData* c = cache ? &detail::CacheAccess::data(*cache) : nullptr;
   if (c) {
@@ -424,7 +424,7 @@ void Decoder::forward(const float* x, const Shape& shape, const float* memory, c
     DecoderCacheData::LayerSaved& s = c ? c->layers[size_t(l)] : scratch;
     const DecoderLayerWeights& lw = w_.layers[size_t(l)];
     ask();
-    nn::BlockRun run{opts.training, opts.causal, self_seed(opts.seed, l), threads, ref, opts.isa, &kc, {}};
+    nn::BlockRun run{opts.training, opts.causal, self_seed(opts.seed, l), &ctx, {}};
     nn::attention_block_forward(bc, self_weights(lw), packed[size_t(l)].self, cur.data(), a.data(), rows.off, shape.seq,
                                 {}, s.self, c != nullptr, run);
     ask();
@@ -449,8 +449,8 @@ void Decoder::forward(const float* x, const Shape& shape, const float* memory, c
   if (cfg_.final_norm) {
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
     if (c) c->last = cur;
-    nn::norm_forward(cfg_.norm_type, cfg_.eps, cur.data(), n, d, w_.norm_weight.data(), ptr_or_null(w_.norm_bias),
-                     cur.data(), mean.data(), rstd.data(), threads);
+    nn::norm_forward(ctx, cfg_.norm_type, cfg_.eps, cur.data(), n, d, w_.norm_weight.data(), ptr_or_null(w_.norm_bias),
+                     cur.data(), mean.data(), rstd.data());
     if (c) {
       c->mean = std::move(mean);
       c->rstd = std::move(rstd);
@@ -475,10 +475,9 @@ void Decoder::backward(const float* x, const float* dy, const Shape& shape, cons
   const Rows rows = valid_rows(shape, "input"), mrows = valid_rows(memory_shape, "memory");
   if (shape.positions() > 0 && (!dy || !dx)) throw Error("backward: dy and dx must not be null");
   if (memory_shape.positions() > 0 && (!memory || !dmemory)) throw Error("backward: memory and dmemory must not be null");
-  const int threads = nn::thread_count(opts);
+  const nn::Context ctx(opts);
+  const int threads = ctx.threads();
   const int64_t n = int64_t(rows.pos.size()), m = int64_t(mrows.pos.size()), d = cfg_.d_model;
-  const bool ref = opts.path == Path::reference;
-  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
   grads = DecoderWeights::zeros(cfg_);  // FFN parts are overwritten by its backward
 
   std::vector<float> mcopy;
@@ -488,8 +487,8 @@ void Decoder::backward(const float* x, const float* dy, const Shape& shape, cons
   const nn::Addressing addr{d, shape.seq, Layout::tokens};
   nn::gather(dy, addr, rows.pos, g.data());
   if (cfg_.final_norm) {
-    nn::norm_backward(cfg_.norm_type, c.last.data(), c.mean.data(), c.rstd.data(), n, d, w_.norm_weight.data(),
-                      g.data(), gx.data(), false, grads.norm_weight.data(), ptr_or_null(grads.norm_bias), threads);
+    nn::norm_backward(ctx, cfg_.norm_type, c.last.data(), c.mean.data(), c.rstd.data(), n, d, w_.norm_weight.data(),
+                      g.data(), gx.data(), false, grads.norm_weight.data(), ptr_or_null(grads.norm_bias));
     std::swap(g, gx);
   }
   const nn::AttentionBlockConfig bc = block_config(cfg_);
@@ -501,7 +500,7 @@ void Decoder::backward(const float* x, const float* dy, const Shape& shape, cons
     fo.threads = threads;
     ffn_[size_t(l)].backward(s.h.data(), g.data(), Shape::tokens(n), s.ffn, gh.data(), gl.ffn, fo);
     if (opts.interrupted && opts.interrupted()) throw Interrupted();
-    nn::BlockRun run{c.training, false, cross_seed(c.seed, l), threads, ref, opts.isa, &kc, {}};
+    nn::BlockRun run{c.training, false, cross_seed(c.seed, l), &ctx, {}};
     nn::AttentionBlockGrads cg = cross_grads(gl);
     nn::attention_block_backward(bc, cross_weights(lw), rows.off, shape.seq, mkv, s.cross, gh.data(), gx.data(),
                                  dmem.data(), cg, run);
@@ -528,9 +527,8 @@ DecoderState Decoder::start(const float* memory, const Shape& memory_shape, int6
     if (mrows.off[size_t(b) + 1] == mrows.off[size_t(b)])
       throw Error("memory: sequence " + std::to_string(b) + " has no valid memory position to attend to (length 0)");
   if (!mrows.pos.empty() && !memory) throw Error("start: memory must not be null");
-  const int threads = nn::thread_count(opts);
+  const nn::Context ctx(opts);
   const int64_t m = int64_t(mrows.pos.size()), d = cfg_.d_model;
-  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
   const auto& packed = *static_cast<const PackedDecoder*>(packed_.get());
   std::vector<float> mcopy;
   const float* mem = rows_of(memory, memory_shape, mrows, d, mcopy);
@@ -541,7 +539,7 @@ DecoderState Decoder::start(const float* memory, const Shape& memory_shape, int6
   s.cap = capacity;
   s.memory_off = mrows.off;
   s.memory_S = memory_shape.seq;
-  nn::BlockRun run{false, false, 0, threads, opts.path == Path::reference, opts.isa, &kc, {}};
+  nn::BlockRun run{false, false, 0, &ctx, {}};
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     s.memory_kv.emplace_back(size_t(m * 2 * d));
     nn::project_memory(block_config(cfg_), cross_weights(w_.layers[size_t(l)]), packed[size_t(l)].cross, mem, m,
@@ -569,9 +567,8 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
   if (n == 0) return;
   if (!x || !y) throw Error("step: x and y must not be null");
   if (opts.compute != Compute::fp32) throw Error("step: the decoder computes in fp32");
-  const int threads = nn::thread_count(opts);
-  const bool ref = opts.path == Path::reference;
-  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
+  const nn::Context ctx(opts);
+  const int threads = ctx.threads();
   const auto& packed = *static_cast<const PackedDecoder*>(packed_.get());
   std::vector<int64_t> off(size_t(n) + 1);
   for (int64_t i = 0; i <= n; ++i) off[size_t(i)] = i;
@@ -608,7 +605,7 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
   nn::AttentionSaved scratch;
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const DecoderLayerWeights& lw = w_.layers[size_t(l)];
-    nn::BlockRun run{false, true, 0, threads, ref, opts.isa, &kc, {}};
+    nn::BlockRun run{false, true, 0, &ctx, {}};
     self.cache = s.self_kv[size_t(l)].data();
     nn::attention_block_forward(bc, self_weights(lw), packed[size_t(l)].self, cur.data(), a.data(), off, s.cap, self,
                                 scratch, false, run);
@@ -623,8 +620,8 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
   }
   if (cfg_.final_norm) {
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
-    nn::norm_forward(cfg_.norm_type, cfg_.eps, cur.data(), n, d, w_.norm_weight.data(), ptr_or_null(w_.norm_bias),
-                     cur.data(), mean.data(), rstd.data(), threads);
+    nn::norm_forward(ctx, cfg_.norm_type, cfg_.eps, cur.data(), n, d, w_.norm_weight.data(), ptr_or_null(w_.norm_bias),
+                     cur.data(), mean.data(), rstd.data());
   }
   std::copy(cur.begin(), cur.end(), y);
   for (auto& v : s.len) ++v;

@@ -21,6 +21,7 @@
 #include "core/cache_access.hpp"
 #include "core/init.hpp"
 #include "backends/cpu/isa.hpp"
+#include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "ops/norm.hpp"
 #include "core/philox.hpp"
@@ -280,12 +281,11 @@ nn::AttentionBlockConfig block_config(const EncoderConfig& c) {
 void Encoder::forward(const float* x, float* y, const Shape& shape, const EncoderRunOptions& opts,
                       EncoderCache* cache) const {
   const Rows rows = valid_rows(shape);
-  const int threads = nn::thread_count(opts);
+  const nn::Context ctx(opts);
+  const int threads = ctx.threads();
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
   if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
   if (opts.compute != Compute::fp32) throw Error("forward: the encoder computes in fp32 (--compute bf16 is the FFN's)");
-  const bool ref = opts.path == Path::reference;
-  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
   const auto& packed = *static_cast<const PackedEncoder*>(packed_.get());
   // RunOptions::interrupted in inference: the sequences in groups of about
   // 2^31 flops per thread, each through every layer (asking before each of
@@ -348,7 +348,7 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
     EncoderCacheData::LayerSaved& s = c ? c->layers[size_t(l)] : scratch;
     ask();
     {
-      nn::BlockRun run{opts.training, opts.causal, nn::derive_seed(opts.seed, uint32_t(l), 0), threads, ref, opts.isa, &kc};
+      nn::BlockRun run{opts.training, opts.causal, nn::derive_seed(opts.seed, uint32_t(l), 0), &ctx};
       if (opts.attention_input) run.observe = [&](const float* a, int64_t rows_n) { opts.attention_input(l, a, rows_n); };
       nn::attention_block_forward(block_config(cfg_), block_weights(w_.layers[size_t(l)]), packed[size_t(l)], in,
                                   hbuf.data(), rows.off, shape.seq, {}, s, c != nullptr, run);
@@ -374,8 +374,8 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
   if (cfg_.final_norm) {
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
     float* out = direct ? y : hbuf.data();
-    nn::norm_forward(cfg_.norm_type, cfg_.eps, in, n, d, w_.norm_weight.data(), ptr_or_null(w_.norm_bias), out,
-                     mean.data(), rstd.data(), threads);
+    nn::norm_forward(ctx, cfg_.norm_type, cfg_.eps, in, n, d, w_.norm_weight.data(), ptr_or_null(w_.norm_bias), out,
+                     mean.data(), rstd.data());
     if (c) {
       c->last.assign(in, in + n * d);
       c->mean = std::move(mean);
@@ -399,10 +399,9 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
   if (c.batch != shape.batch || c.seq != shape.seq || c.pos != rows.pos)
     throw Error("backward: the cache comes from a forward call with another shape or lengths");
   if (shape.positions() > 0 && (!dy || !dx)) throw Error("backward: dy and dx must not be null");
-  const int threads = nn::thread_count(opts);
+  const nn::Context ctx(opts);
+  const int threads = ctx.threads();
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
-  const bool ref = opts.path == Path::reference;
-  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(opts.isa));
   // Reuse the caller's gradient buffers when they have the right sizes: every
   // element is overwritten (a fresh zeroed 4·d·(d + d_ff)·layers floats per
   // step costs page faults and a memset).
@@ -423,8 +422,8 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
   const nn::Addressing addr{d, shape.seq, Layout::tokens};
   nn::gather(dy, addr, rows.pos, g.data());
   if (cfg_.final_norm) {
-    nn::norm_backward(cfg_.norm_type, c.last.data(), c.mean.data(), c.rstd.data(), n, d, w_.norm_weight.data(),
-                      g.data(), gx.data(), false, grads.norm_weight.data(), ptr_or_null(grads.norm_bias), threads);
+    nn::norm_backward(ctx, cfg_.norm_type, c.last.data(), c.mean.data(), c.rstd.data(), n, d, w_.norm_weight.data(),
+                      g.data(), gx.data(), false, grads.norm_weight.data(), ptr_or_null(grads.norm_bias));
     std::swap(g, gx);
   }
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
@@ -435,7 +434,7 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
     // before the attention sublayer's.
     ffn_[size_t(l)].backward(s.h.data(), g.data(), Shape::tokens(n), s.ffn, gx.data(), grads.layers[size_t(l)].ffn, fo);
     if (opts.interrupted && opts.interrupted()) throw Interrupted();
-    nn::BlockRun run{c.training, c.causal, nn::derive_seed(c.seed, uint32_t(l), 0), threads, ref, opts.isa, &kc};
+    nn::BlockRun run{c.training, c.causal, nn::derive_seed(c.seed, uint32_t(l), 0), &ctx};
     nn::AttentionBlockGrads bg = block_grads(grads.layers[size_t(l)]);
     nn::attention_block_backward(block_config(cfg_), block_weights(w_.layers[size_t(l)]), rows.off, shape.seq, {}, s,
                                  gx.data(), g.data(), nullptr, bg, run);

@@ -16,6 +16,7 @@
 #include "core/init.hpp"
 #include "ops/norm.hpp"
 #include "backends/cpu/isa.hpp"
+#include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "backends/cpu/quantize.hpp"
 #include "reference/ffn_int8_reference.hpp"
@@ -153,8 +154,8 @@ void FeedForward::input_absmax(const float* x, int64_t n, std::vector<float>& ab
   for (int64_t t = 0; t < n; ++t) {
     const float* v = x + t * d;
     if (cfg_.norm == NormPlacement::pre) {
-      nn::norm_forward(cfg_.norm_type, cfg_.eps, v, 1, d, w_.norm_weight.data(),
-                       w_.norm_bias.empty() ? nullptr : w_.norm_bias.data(), row.data(), &mean, &rstd, 1);
+      nn::norm_forward(nn::Context(Isa::automatic, 1), cfg_.norm_type, cfg_.eps, v, 1, d, w_.norm_weight.data(),
+                       w_.norm_bias.empty() ? nullptr : w_.norm_bias.data(), row.data(), &mean, &rstd);
       v = row.data();
     }
     for (int64_t j = 0; j < d; ++j) absmax[size_t(j)] = std::max(absmax[size_t(j)], std::fabs(v[j]));
@@ -442,7 +443,7 @@ void FeedForward::forward(const float* x, float* y, const Shape& shape, const Ru
       nn::FusedSaved s;
       if (c) s = {at(c->z1, F), at(c->zg, F), at(c->mean, 1), at(c->rstd, 1), at(c->xhat, d)};
       const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
-      nn::fused_forward(cfg_, w_, packed, xi, m, ki, opts.training, opts.seed, threads, opts.isa, yi,
+      nn::fused_forward(nn::Context(opts.isa, threads), cfg_, w_, packed, xi, m, ki, opts.training, opts.seed, yi,
                         c ? &s : nullptr, opts.compute, nn::FusedSplit{shards_});
     }
   };
@@ -450,7 +451,7 @@ void FeedForward::forward(const float* x, float* y, const Shape& shape, const Ru
     if (n > 0) run(0, n);
   } else {
     // A caller that may stop the call: the rows in pieces, asking before each.
-    const int64_t block = opts.path == Path::reference ? 1 : nn::kernel_config(nn::resolve_isa(opts.isa)).token_block;
+    const int64_t block = opts.path == Path::reference ? 1 : nn::Context(opts.isa, threads).kernels().token_block;
     const int64_t step = interruptible_rows(forward_flops(1), threads, block);
     try {
       for (int64_t r0 = 0; r0 < n; r0 += step) {
@@ -483,8 +484,8 @@ void FeedForward::forward_partial(const float* x, const Shape& shape, float* par
   const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
   nn::FusedSplit split{shards_};
   split.partial = partial;
-  nn::fused_forward(cfg_, w_, packed, rows.x, n, keys.data(), opts.training, opts.seed, nn::thread_count(opts), opts.isa,
-                    nullptr, c ? &s : nullptr, opts.compute, split);
+  nn::fused_forward(nn::Context(opts.isa, nn::thread_count(opts)), cfg_, w_, packed, rows.x, n, keys.data(),
+                    opts.training, opts.seed, nullptr, c ? &s : nullptr, opts.compute, split);
 }
 
 void FeedForward::forward_tail(const float* x, const Shape& shape, const float* sum, float* y, const RunOptions& opts,
@@ -505,8 +506,8 @@ void FeedForward::forward_tail(const float* x, const Shape& shape, const float* 
     ForwardCacheData* c = cache ? &detail::CacheAccess::data(*cache) : nullptr;  // the post norm's statistics
     nn::FusedSaved s;
     if (c && cfg_.norm == NormPlacement::post) s = {nullptr, nullptr, nullptr, c->rstd.data(), c->xhat.data()};
-    nn::fused_forward(cfg_, w_, packed, xr, n, keys.data(), opts.training, opts.seed, nn::thread_count(opts),
-                      opts.isa, yr, c ? &s : nullptr, opts.compute, split);
+    nn::fused_forward(nn::Context(opts.isa, nn::thread_count(opts)), cfg_, w_, packed, xr, n, keys.data(),
+                      opts.training, opts.seed, yr, c ? &s : nullptr, opts.compute, split);
   }
   rows.finish(pos, shape, y);
 }
@@ -627,8 +628,8 @@ void FeedForward::backward_impl(const float* x, const float* dy, const Shape& sh
     nn::FusedSplit split{shards_};
     split.partial = din_partial;
     split.sum = din_sum;
-    nn::fused_backward(cfg_, w_, packed, xr, n, keys.data(), c.training, c.seed, s, dyr, dxr, g, threads, opts.isa,
-                       split, opts.partition.token_slices, opts.interrupted);
+    nn::fused_backward(nn::Context(opts.isa, threads, Path::automatic, &opts.interrupted), cfg_, w_, packed, xr, n,
+                       keys.data(), c.training, c.seed, s, dyr, dxr, g, split, opts.partition.token_slices);
   }
   if (!direct && dx) scatter(dxout.data(), addr, pos, shape.positions(), dx);
 }

@@ -1,16 +1,11 @@
 #include "ops/attention.hpp"
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backends/cpu/gemm.hpp"
-#include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "core/philox.hpp"
 #include "core/thread_pool.hpp"
@@ -26,38 +21,6 @@ constexpr int64_t kKeyTile = 256;   // keys per tile (a multiple of kPanel)
 struct Seq {
   int64_t base, len, kbase, klen;
 };
-
-// One head's K of a sequence as 16-key panels for S = Q·Kᵀ:
-//   out[(j/16)·dh·16 + c·16 + j%16] = src[j·ld + c], zero past len.
-// Whole groups of 4 keys × 4 columns move as SSE 4×4 transposes (x86-64's
-// baseline), the rest one by one; a pure copy, no arithmetic.
-void pack_keys(const float* src, int64_t ld, int64_t len, int64_t dh, float* out) {
-  for (int64_t q = 0; q < panels(len); ++q) {
-    float* panel = out + q * dh * kPanel;
-    const int64_t n = std::min(kPanel, len - q * kPanel);  // keys in this panel
-    const float* s = src + q * kPanel * ld;
-    if (n < kPanel) std::fill(panel, panel + dh * kPanel, 0.0f);  // the keys past len stay zero
-    int64_t j = 0;
-#if defined(__SSE2__)
-    for (; j + 4 <= n; j += 4) {
-      int64_t c = 0;
-      for (; c + 4 <= dh; c += 4) {
-        __m128 r0 = _mm_loadu_ps(s + (j + 0) * ld + c), r1 = _mm_loadu_ps(s + (j + 1) * ld + c);
-        __m128 r2 = _mm_loadu_ps(s + (j + 2) * ld + c), r3 = _mm_loadu_ps(s + (j + 3) * ld + c);
-        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-        _mm_storeu_ps(panel + (c + 0) * kPanel + j, r0);
-        _mm_storeu_ps(panel + (c + 1) * kPanel + j, r1);
-        _mm_storeu_ps(panel + (c + 2) * kPanel + j, r2);
-        _mm_storeu_ps(panel + (c + 3) * kPanel + j, r3);
-      }
-      for (; c < dh; ++c)
-        for (int64_t jj = j; jj < j + 4; ++jj) panel[c * kPanel + jj] = s[jj * ld + c];
-    }
-#endif
-    for (; j < n; ++j)
-      for (int64_t c = 0; c < dh; ++c) panel[c * kPanel + j] = s[j * ld + c];
-  }
-}
 
 // C[m, n] (+)= A[m, k] · B on this thread, B in 16-column panels:
 // B(p, j) = b[(j/16)·psb + p·ldb + j%16] (packed: ldb = 16; a row-major
@@ -106,9 +69,10 @@ int64_t visible(const AttentionShape& a, const Seq& q, int64_t s) {
 
 }  // namespace
 
-void attention_forward(const AttentionShape& a, const AttentionInput<float>& in, float* ctx, float* lse, int threads,
-                       Isa isa) {
-  const KernelConfig& kc = kernel_config(resolve_isa(isa));
+void attention_forward(const Context& cx, const AttentionShape& a, const AttentionInput<float>& in, float* ctx,
+                       float* lse) {
+  const KernelConfig& kc = cx.kernels();
+  const int threads = cx.threads();
   const int64_t d = a.d, H = a.heads, dh = d / H;
   const float scale = float(1.0 / std::sqrt(double(dh)));
   const auto rule = DropoutRule::make(a.training ? a.dropout : 0.0f);
@@ -146,7 +110,7 @@ void attention_forward(const AttentionShape& a, const AttentionInput<float>& in,
       const int64_t col = a.kv_column(h);  // its key/value head's columns (grouped-query: shared by heads)
       if (b != packed_b || col != packed_col) {  // this thread's copy of the head's K panels
         kp.resize(size_t(panels(sq.klen) * kPanel * dh));
-        pack_keys(in.k + sq.kbase * in.ldkv + col, in.ldkv, sq.klen, dh, kp.data());
+        pack_rows_as_panels(in.k + sq.kbase * in.ldkv + col, in.ldkv, sq.klen, dh, kp.data());
         packed_b = b;
         packed_col = col;
       }
@@ -190,9 +154,10 @@ void attention_forward(const AttentionShape& a, const AttentionInput<float>& in,
 // accumulates over key tiles in a [len, dh] buffer.
 //   P = e^(S·scale − lse),  P̃ = P ∘ Z,  dV += P̃ᵀ dO,  dP = Z ∘ (dO Vᵀ),
 //   dS = P ∘ (dP − D) · scale with D = rowsum(dO ∘ O),  dQ += dS K,  dK += dSᵀ Q.
-void attention_backward(const AttentionShape& a, const AttentionInput<float>& in, const float* ctx, const float* lse,
-                        const float* dctx, const AttentionGrad<float>& g, int threads, Isa isa) {
-  const KernelConfig& kc = kernel_config(resolve_isa(isa));
+void attention_backward(const Context& cx, const AttentionShape& a, const AttentionInput<float>& in, const float* ctx,
+                        const float* lse, const float* dctx, const AttentionGrad<float>& g) {
+  const KernelConfig& kc = cx.kernels();
+  const int threads = cx.threads();
   const int64_t d = a.d, H = a.heads, dh = d / H, ldq = in.ldq, ldkv = in.ldkv;
   const float scale = float(1.0 / std::sqrt(double(dh)));
   if (a.kv_heads > 0 && a.kv_heads != a.heads) throw Error("attention backward: grouped-query attention is inference only");
@@ -228,8 +193,8 @@ void attention_backward(const AttentionShape& a, const AttentionInput<float>& in
       const int64_t shift = sq.klen - sq.len;  // causal: query s sees keys up to shift + s
       kp.resize(size_t(panels(sq.klen) * kPanel * dh));
       vp.resize(size_t(panels(sq.klen) * kPanel * dh));
-      pack_keys(K, ldkv, sq.klen, dh, kp.data());
-      pack_keys(V, ldkv, sq.klen, dh, vp.data());  // Vᵀ panels, for dO·Vᵀ
+      pack_rows_as_panels(K, ldkv, sq.klen, dh, kp.data());
+      pack_rows_as_panels(V, ldkv, sq.klen, dh, vp.data());  // Vᵀ panels, for dO·Vᵀ
       dq.assign(size_t(sq.len * dh), 0.0f);
       D.resize(size_t(sq.len));
       for (int64_t s = 0; s < sq.len; ++s) {
@@ -299,7 +264,7 @@ void self_attention_forward(const float* qkv, float* ctx, float* lse, int64_t d_
   as.causal = causal;
   as.off = {0};
   for (int64_t b = 0; b < batch; ++b) as.off.push_back(as.off.back() + seq);
-  nn::attention_forward(as, qkv, ctx, lse, threads, isa);
+  nn::attention_forward(nn::Context(isa, threads), as, qkv, ctx, lse);
 }
 
 }  // namespace ffn

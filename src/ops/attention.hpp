@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "backends/context.hpp"
 #include "ffn/types.hpp"
 #include "reference/attention_reference.hpp"
 
@@ -30,22 +31,23 @@ using reference::AttentionGrad;
 using reference::AttentionInput;
 using reference::AttentionShape;
 
-// Q, K and V where AttentionInput says (cross-attention, a key/value cache).
-void attention_forward(const AttentionShape& a, const AttentionInput<float>& in, float* ctx, float* lse, int threads,
-                       Isa isa);
-inline void attention_forward(const AttentionShape& a, const float* qkv, float* ctx, float* lse, int threads, Isa isa) {
-  attention_forward(a, AttentionInput<float>::packed(qkv, a.d), ctx, lse, threads, isa);
+// Q, K and V where AttentionInput says (cross-attention, a key/value cache);
+// out [n, d] is the context vectors.
+void attention_forward(const Context& ctx, const AttentionShape& a, const AttentionInput<float>& in, float* out,
+                       float* lse);
+inline void attention_forward(const Context& ctx, const AttentionShape& a, const float* qkv, float* out, float* lse) {
+  attention_forward(ctx, a, AttentionInput<float>::packed(qkv, a.d), out, lse);
 }
 
 // The gradients of Q, K and V (overwritten at the rows the sequences use)
-// from dctx [n, d] and forward's ctx and lse.
-void attention_backward(const AttentionShape& a, const AttentionInput<float>& in, const float* ctx, const float* lse,
-                        const float* dctx, const AttentionGrad<float>& g, int threads, Isa isa);
+// from dout [n, d] and forward's out and lse.
+void attention_backward(const Context& ctx, const AttentionShape& a, const AttentionInput<float>& in, const float* out,
+                        const float* lse, const float* dout, const AttentionGrad<float>& g);
 // dqkv [n, 3d] (overwritten).
-inline void attention_backward(const AttentionShape& a, const float* qkv, const float* ctx, const float* lse,
-                               const float* dctx, float* dqkv, int threads, Isa isa) {
-  attention_backward(a, AttentionInput<float>::packed(qkv, a.d), ctx, lse, dctx, AttentionGrad<float>::packed(dqkv, a.d),
-                     threads, isa);
+inline void attention_backward(const Context& ctx, const AttentionShape& a, const float* qkv, const float* out,
+                               const float* lse, const float* dout, float* dqkv) {
+  attention_backward(ctx, a, AttentionInput<float>::packed(qkv, a.d), out, lse, dout,
+                     AttentionGrad<float>::packed(dqkv, a.d));
 }
 
 }  // namespace ffn::nn

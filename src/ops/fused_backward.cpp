@@ -13,11 +13,11 @@
 //   dZ1 = dH ⊙ mask ⊙ act'(Z1)  (gated: dZ1 = dH ⊙ mask ⊙ act(Zg), dZg = dH ⊙ mask ⊙ Z1 ⊙ act'(Zg))
 //   db1 = Σ_t dZ1                              dW1 = dZ1ᵀ · In
 //   dIn = dZ1 · W1 (+ dZg · Wg)                dX  = residual + (pre ? Norm'(dIn) : dIn)
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -28,11 +28,13 @@
 #include "backends/cpu/kernel_config.hpp"
 #include "backends/cpu/norm_row.hpp"
 #include "core/philox.hpp"
+#include "core/thread_pool.hpp"
 
 namespace ffn::nn {
 namespace {
 
-// Rows [0, rows) split over threads; fn(r0, r1).
+// Rows [0, rows) in pieces that threads take as they come; fn(r0, r1) (each
+// row's result its own).
 template <typename Fn>
 void parallel_rows(int64_t rows, int threads, int64_t row_cost, Fn fn) {
   const int64_t useful = std::max<int64_t>(1, rows * row_cost / 16384);
@@ -41,11 +43,7 @@ void parallel_rows(int64_t rows, int threads, int64_t row_cost, Fn fn) {
     fn(int64_t(0), rows);
     return;
   }
-#pragma omp parallel num_threads(nt)
-  {
-    const int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
-    fn(rows * t / k, rows * (t + 1) / k);
-  }
+  parallel_range(nt, rows, grain_for(rows, nt), [&](int64_t r0, int64_t r1, int) { fn(r0, r1); });
 }
 
 // out[j] = Σ_t a[t, j] (· b[t, j] when b is given), t in order.
@@ -226,13 +224,13 @@ void weight_gradient(const F32Gemm& kernel, int64_t m, int64_t n, const Sum& op,
   const int64_t TM = shortest >= 256 ? 512 : 256, TN = shortest >= 1024 ? 1024 : shortest >= 256 ? 512 : 256;
   const int64_t tn = (n + TN - 1) / TN, tiles = (m + TM - 1) / TM * tn;
   const int nt = int(std::max<int64_t>(1, std::min<int64_t>(threads, tiles)));
-#pragma omp parallel num_threads(nt)
-  {
-    // From the buffer pool, not zero-filled: every element read is written first.
-    const size_t bytes = size_t(sl.depth() * TM * TN) * sizeof(float);
-    float* temporaries = static_cast<float*>(pool_take(bytes));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tiles; ++t) {
+  // Each thread's temporaries from the buffer pool, taken at its first tile,
+  // not zero-filled: every element read is written first.
+  const size_t bytes = size_t(sl.depth() * TM * TN) * sizeof(float);
+  std::vector<float*> temps(static_cast<size_t>(nt), nullptr);
+  parallel_units(nt, tiles, [&](int64_t t, int slot) {
+      float*& temporaries = temps[size_t(slot)];
+      if (!temporaries) temporaries = static_cast<float*>(pool_take(bytes));
       const int64_t i0 = t / tn * TM, j0 = t % tn * TN;
       const int64_t mb = std::min(TM, m - i0), nb = std::min(TN, n - j0);
       float* tile = c + i0 * n + j0;
@@ -245,9 +243,9 @@ void weight_gradient(const F32Gemm& kernel, int64_t m, int64_t n, const Sum& op,
             const int64_t ld = dst == tile ? n : nb;
             for (int64_t r = 0; r < mb; ++r) add_rows(dst + r * ld, src + r * nb, nb);
           });
-    }
-    pool_give(temporaries, bytes);
-  }
+  });
+  for (float* t : temps)
+    if (t) pool_give(t, bytes);
 }
 
 // Scratch buffers of one backward call, never zero-filled (every element is
@@ -284,11 +282,13 @@ class Scratch {
 
 size_t backward_scratch_bytes() { return pool_bytes(); }
 
-void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
-                    const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
-                    float* dx, const FusedGrads& g, int threads, Isa isa, const FusedSplit& split,
-                    std::span<const int64_t> token_slices, const std::function<bool()>& interrupted) {
-  const KernelConfig& kc = kernel_config(resolve_isa(isa));
+void fused_backward(const Context& ctx, const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x,
+                    int64_t n, const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved,
+                    const float* dy, float* dx, const FusedGrads& g, const FusedSplit& split,
+                    std::span<const int64_t> token_slices) {
+  const KernelConfig& kc = ctx.kernels();
+  const int threads = ctx.threads();
+  const std::function<bool()>& interrupted = ctx.interrupted();
   const F32Gemm& kernel = kc.f32;
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   const bool gated = is_gated(cfg.activation);
@@ -503,46 +503,51 @@ void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw
     auto rows_of = [&](int64_t r0, int64_t r1) {
       const int64_t len = r1 - r0, blocks = (len + block - 1) / block;
       if (blocks >= nt || groups == 1) {
-        // Each thread takes an equal contiguous share of the tokens, in blocks.
-#pragma omp parallel num_threads(int(std::min<int64_t>(nt, blocks)))
-        {
-          const int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
-          const int64_t begin = r0 + len * t / k, end = r0 + len * (t + 1) / k;
-          const int64_t rows = std::min(block, end - begin);
-          Work wk(rows, widest, gated, hid_rule.active());
-          // Shard 0's rows in din, the others' in this thread's buffer (in cache for the tree).
-          ScratchVector<float> others_rows(size_t((groups - 1) * rows * d));
-          std::vector<float*> outs(static_cast<size_t>(groups));
-          for (int64_t grp = 1; grp < groups; ++grp) outs[size_t(grp)] = others_rows.data() + (grp - 1) * rows * d;
-          for (int64_t t0 = begin; t0 < end; t0 += block) {
-            const int64_t m = std::min(block, end - t0);
-            outs[0] = din + t0 * d;
-            for (int64_t grp = 0; grp < groups; ++grp) shard_rows(t0, m, grp, wk, outs[size_t(grp)]);
-            tree(tree, outs.data(), m, sh.first, sh.last);
+        // One unit per block, taken by whichever thread is free; each
+        // thread's buffers hold one block: shard 0's rows in din, the
+        // others' in the thread's own buffer (in cache for the tree).
+        const int nb = int(std::min<int64_t>(nt, blocks));
+        const int64_t rows = std::min(block, len);
+        struct BlockScratch {
+          std::optional<Work> wk;
+          ScratchVector<float> others_rows;
+          std::vector<float*> outs;
+        };
+        std::vector<BlockScratch> scratch_of(static_cast<size_t>(nb));
+        parallel_units(nb, blocks, [&](int64_t b, int slot) {
+          BlockScratch& bs = scratch_of[size_t(slot)];
+          if (!bs.wk) {
+            bs.wk.emplace(rows, widest, gated, hid_rule.active());
+            bs.others_rows.resize(size_t((groups - 1) * rows * d));
+            bs.outs.resize(static_cast<size_t>(groups));
+            for (int64_t grp = 1; grp < groups; ++grp)
+              bs.outs[size_t(grp)] = bs.others_rows.data() + (grp - 1) * rows * d;
           }
-        }
+          const int64_t t0 = r0 + b * block, m = std::min(block, r1 - t0);
+          bs.outs[0] = din + t0 * d;
+          for (int64_t grp = 0; grp < groups; ++grp) shard_rows(t0, m, grp, *bs.wk, bs.outs[size_t(grp)]);
+          tree(tree, bs.outs.data(), m, sh.first, sh.last);
+        });
       } else {
         // Few blocks: one work item per (block, shard), then the sums; shard
         // 0's rows in din, the others' in [groups - 1, n, d].
         const int64_t items = blocks * groups, rows = std::min(block, len);
         if (!others) others = scratch.get(Scratch::kDinShards, size_t((groups - 1) * n * d));
         auto out = [&](int64_t grp, int64_t t0) { return (grp == 0 ? din : others + (grp - 1) * n * d) + t0 * d; };
-#pragma omp parallel num_threads(int(std::min<int64_t>(nt, items)))
-        {
-          Work wk(rows, widest, gated, hid_rule.active());
-#pragma omp for schedule(static)
-          for (int64_t it = 0; it < items; ++it) {
-            const int64_t t0 = r0 + it / groups * block, grp = it % groups;
-            shard_rows(t0, std::min(block, r1 - t0), grp, wk, out(grp, t0));
-          }
-#pragma omp for schedule(static)
-          for (int64_t blk = 0; blk < blocks; ++blk) {
-            const int64_t t0 = r0 + blk * block;
-            std::vector<float*> outs(static_cast<size_t>(groups));
-            for (int64_t grp = 0; grp < groups; ++grp) outs[size_t(grp)] = out(grp, t0);
-            tree(tree, outs.data(), std::min(block, r1 - t0), sh.first, sh.last);
-          }
-        }
+        const int ni = int(std::min<int64_t>(nt, items));
+        std::vector<std::optional<Work>> work(static_cast<size_t>(ni));
+        parallel_units(ni, items, [&](int64_t it, int slot) {
+          std::optional<Work>& wk = work[size_t(slot)];
+          if (!wk) wk.emplace(rows, widest, gated, hid_rule.active());
+          const int64_t t0 = r0 + it / groups * block, grp = it % groups;
+          shard_rows(t0, std::min(block, r1 - t0), grp, *wk, out(grp, t0));
+        });
+        parallel_units(ni, blocks, [&](int64_t blk, int) {
+          const int64_t t0 = r0 + blk * block;
+          std::vector<float*> outs(static_cast<size_t>(groups));
+          for (int64_t grp = 0; grp < groups; ++grp) outs[size_t(grp)] = out(grp, t0);
+          tree(tree, outs.data(), std::min(block, r1 - t0), sh.first, sh.last);
+        });
       }
     };
     // dH = dO · W2ᵀ-part and dIn = dZ1 · W1 (+ dZg · Wg): 2·d·F·(2 or 3) per row.

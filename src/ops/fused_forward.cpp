@@ -521,14 +521,15 @@ struct Forward {
 
 }  // namespace
 
-void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
-                   const int64_t* pos, bool training, uint64_t seed, int threads, Isa isa, float* y,
-                   const FusedSaved* saved, Compute compute, const FusedSplit& split) {
+void fused_forward(const Context& ctx, const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x,
+                   int64_t n, const int64_t* pos, bool training, uint64_t seed, float* y, const FusedSaved* saved,
+                   Compute compute, const FusedSplit& split) {
+  int threads = ctx.threads();
   const int64_t d = cfg.d_model, F = cfg.d_ff;
   const int64_t chunks = (F + kChunk - 1) / kChunk;
   const DffShards sh = split.shards;
   const int64_t F_global = sh.d_ff > 0 ? sh.d_ff : F, global_chunks = (F_global + kChunk - 1) / kChunk;
-  const Forward f{cfg, w, pw, kernel_config(resolve_isa(isa)), x, pos, seed, saved, y, d, F, chunks,
+  const Forward f{cfg, w, pw, ctx.kernels(), x, pos, seed, saved, y, d, F, chunks,
                   is_gated(cfg.activation), unit_of(cfg.activation),
                   DropoutRule::make(training ? cfg.dropout_hidden : 0.0f),
                   DropoutRule::make(training ? cfg.dropout_output : 0.0f), compute,
@@ -619,9 +620,10 @@ void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw,
     f.group_partial(t0, m, g, wk, part(blk, g), it + 1 < items ? (it + 1) % f.groups : -1);
   });
   // The sums and the tail, each block's rows cut into one slice per thread
-  // (elementwise per row: the same bits however they are cut).
-  const int64_t slices = threads;
-  parallel_units(threads, blocks * slices, [&](int64_t it, int slot) {
+  // (elementwise per row: the same bits however they are cut); a few rows
+  // (generation's one token) on this thread, which costs less than a job.
+  const int64_t slices = n * d * f.groups >= 65536 ? threads : 1;
+  parallel_units(slices > 1 ? threads : 1, blocks * slices, [&](int64_t it, int slot) {
     Forward::Work& wk = work_of(slot);
     const int64_t blk = it / slices, s = it % slices;
     const int64_t t0 = blk * kTokenBlock, m = std::min(kTokenBlock, n - t0);

@@ -26,6 +26,7 @@
 
 #include "ffn/feed_forward.hpp"
 #include "core/buffer_pool.hpp"
+#include "backends/context.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/quantize.hpp"
 
@@ -112,9 +113,9 @@ struct FusedSplit {
 // y[n, d_model] from x[n, d_model] (valid tokens, contiguous); pos[i] is token
 // i's global position (dropout key). saved may be null. Compute::bf16 (fp32,
 // bf16 or fp16 weights) rounds the operands of both products to bf16.
-void fused_forward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
-                   const int64_t* pos, bool training, uint64_t seed, int threads, Isa isa, float* y,
-                   const FusedSaved* saved, Compute compute = Compute::fp32, const FusedSplit& split = {});
+void fused_forward(const Context& ctx, const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x,
+                   int64_t n, const int64_t* pos, bool training, uint64_t seed, float* y, const FusedSaved* saved,
+                   Compute compute = Compute::fp32, const FusedSplit& split = {});
 
 // Gradients of the fast path (same contract as reference::backward, float
 // accumulation): dx[n, d_model] and every gradient (overwritten). Weight
@@ -136,11 +137,11 @@ size_t backward_scratch_bytes();
 // its shards of dIn = dZ·W1 (+ dZg·Wg) written there [n, d_model] (dx
 // unused; it must not overlap x or dy: dY is read as dO while it is written);
 // sum, stage 2: dx (and the pre norm's γ, β) from dIn summed over every shard.
-// interrupted: RunOptions::interrupted, asked between the stages and between
+// The context's interrupt hook is asked between the stages and between
 // pieces of the row blocks and of the weight gradients (the same bits).
-void fused_backward(const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x, int64_t n,
-                    const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved, const float* dy,
-                    float* dx, const FusedGrads& g, int threads, Isa isa, const FusedSplit& split = {},
-                    std::span<const int64_t> token_slices = {}, const std::function<bool()>& interrupted = {});
+void fused_backward(const Context& ctx, const Config& cfg, const Weights& w, const PackedWeights& pw, const float* x,
+                    int64_t n, const int64_t* pos, bool training, uint64_t seed, const FusedSaved& saved,
+                    const float* dy, float* dx, const FusedGrads& g, const FusedSplit& split = {},
+                    std::span<const int64_t> token_slices = {});
 
 }  // namespace ffn::nn

@@ -11,8 +11,11 @@ namespace ffn::nn {
 
 std::vector<float> pack_linear_weight(const float* w, int64_t k, int64_t m) { return pack_panels(w, k, m, true); }
 
-void linear_forward(const KernelConfig& kc, bool reference, const float* x, int64_t n, int64_t k, const float* w,
-                    const std::vector<float>& packed, const float* b, int64_t m, float* y, int threads) {
+void linear_forward(const Context& ctx, const float* x, int64_t n, int64_t k, const float* w,
+                    const std::vector<float>& packed, const float* b, int64_t m, float* y) {
+  const KernelConfig& kc = ctx.kernels();
+  const bool reference = ctx.reference();
+  const int threads = ctx.threads();
   if (n == 0) return;
   if (reference) {
     reference::linear_forward(x, n, k, w, b, m, y);
@@ -35,9 +38,11 @@ void linear_forward(const KernelConfig& kc, bool reference, const float* x, int6
 }
 
 // dx[n, k] = dy W (or += when accumulate), dW[m, k] = dyᵀ x, db[m] = Σ dy.
-void linear_backward(const KernelConfig& kc, bool reference, const float* x, int64_t n, int64_t k,
-                     const float* w, int64_t m, const float* dy, float* dx, bool accumulate, float* dw, float* db,
-                     int threads) {
+void linear_backward(const Context& ctx, const float* x, int64_t n, int64_t k, const float* w, int64_t m,
+                     const float* dy, float* dx, bool accumulate, float* dw, float* db) {
+  const KernelConfig& kc = ctx.kernels();
+  const bool reference = ctx.reference();
+  const int threads = ctx.threads();
   if (reference) {
     reference::linear_backward(x, n, k, w, m, dy, dx, accumulate, dw);
   } else {
@@ -91,8 +96,10 @@ Int8Linear quantize_linear(const float* w, int64_t k, int64_t m, const std::vect
 // block by row block: a thread quantizes a row block once for the column
 // blocks it takes in a row. Each output is one unit's: the same bits for any
 // thread count.
-void linear_forward_int8(const KernelConfig& kc, const Int8Linear& w, const float* x, int64_t n, const float* b,
-                         float* y, int threads) {
+void linear_forward_int8(const Context& ctx, const Int8Linear& w, const float* x, int64_t n, const float* b,
+                         float* y) {
+  const KernelConfig& kc = ctx.kernels();
+  const int threads = ctx.threads();
   constexpr int64_t kRows = 48, kCols = 256;
   if (n == 0) return;
   const Int8Kernels& ik = *kc.int8;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "backends/cpu/quantize.hpp"
 
@@ -17,9 +18,10 @@ namespace ffn::nn {
 // W in the GEMM's B panels for the forward (x · Wᵀ), packed once per weight.
 std::vector<float> pack_linear_weight(const float* w, int64_t k, int64_t m);
 
-// y = x Wᵀ + b (b may be null); `packed` is pack_linear_weight(w) (unused by the reference).
-void linear_forward(const KernelConfig& kc, bool reference, const float* x, int64_t n, int64_t k, const float* w,
-                    const std::vector<float>& packed, const float* b, int64_t m, float* y, int threads);
+// y = x Wᵀ + b (b may be null); `packed` is pack_linear_weight(w) (unused by
+// the reference, which runs when ctx.reference()).
+void linear_forward(const Context& ctx, const float* x, int64_t n, int64_t k, const float* w,
+                    const std::vector<float>& packed, const float* b, int64_t m, float* y);
 
 // ---- int8 (inference) --------------------------------------------------------
 // W [m, k] in the int8 scheme of src/backends/cpu/quantize.hpp: one scale per
@@ -43,11 +45,11 @@ Int8Linear quantize_linear(const float* w, int64_t k, int64_t m, const std::vect
 // false callers keep the fp32 weights and use linear_forward.
 inline bool int8_linear_supported(const KernelConfig& kc) { return kc.int8 && kc.int8->igemm; }
 // y = x Wᵀ + b; the bits of reference::linear_forward_int8 for any thread count.
-void linear_forward_int8(const KernelConfig& kc, const Int8Linear& w, const float* x, int64_t n, const float* b,
-                         float* y, int threads);
+void linear_forward_int8(const Context& ctx, const Int8Linear& w, const float* x, int64_t n, const float* b,
+                         float* y);
 
 // dx[n, k] = dy W (or += when accumulate), dW[m, k] = dyᵀ x, db[m] = Σ dy (db may be null).
-void linear_backward(const KernelConfig& kc, bool reference, const float* x, int64_t n, int64_t k, const float* w,
-                     int64_t m, const float* dy, float* dx, bool accumulate, float* dw, float* db, int threads);
+void linear_backward(const Context& ctx, const float* x, int64_t n, int64_t k, const float* w, int64_t m,
+                     const float* dy, float* dx, bool accumulate, float* dw, float* db);
 
 }  // namespace ffn::nn

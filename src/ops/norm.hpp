@@ -12,14 +12,16 @@
 #include <vector>
 
 #include "backends/cpu/norm_row.hpp"
+#include "backends/context.hpp"
 #include "core/thread_pool.hpp"
 #include "ffn/types.hpp"
 
 namespace ffn::nn {
 
 // out[n, d] = Norm(v[n, d]); mean, rstd: [n] (mean is 0 for RMSNorm). out may be v.
-inline void norm_forward(NormType type, float eps, const float* v, int64_t n, int64_t d, const float* gamma,
-                         const float* beta, float* out, float* mean, float* rstd, int threads) {
+inline void norm_forward(const Context& ctx, NormType type, float eps, const float* v, int64_t n, int64_t d,
+                         const float* gamma, const float* beta, float* out, float* mean, float* rstd) {
+  const int threads = ctx.threads();
   const auto rows = [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i)
       normalize_row<double>(type, v + i * d, d, eps, gamma, beta, out + i * d, nullptr, mean + i, rstd + i);
@@ -31,9 +33,10 @@ inline void norm_forward(NormType type, float eps, const float* v, int64_t n, in
 // dv[n, d] (= or +=) from dout through out = γ·x̂ + β, x̂ = (v − mean)·rstd:
 //   g = dout·γ;  dv = rstd (g − mean(g) − x̂·mean(g·x̂))   (RMSNorm: no mean(g))
 // and dγ = Σ dout·x̂, dβ = Σ dout over the rows, in row order (overwritten).
-inline void norm_backward(NormType type, const float* v, const float* mean, const float* rstd, int64_t n,
-                          int64_t d, const float* gamma, const float* dout, float* dv, bool accumulate,
-                          float* dgamma, float* dbeta, int threads) {
+inline void norm_backward(const Context& ctx, NormType type, const float* v, const float* mean, const float* rstd,
+                          int64_t n, int64_t d, const float* gamma, const float* dout, float* dv, bool accumulate,
+                          float* dgamma, float* dbeta) {
+  const int threads = ctx.threads();
   const auto rows = [&](int64_t i0, int64_t i1, int) {
   for (int64_t i = i0; i < i1; ++i) {
     const float* x = v + i * d;

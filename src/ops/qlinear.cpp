@@ -8,8 +8,9 @@
 
 namespace ffn::nn {
 
-void qlinear_forward(const KernelConfig& kc, const QPanels& w, const float* x, int64_t n, float* y, int threads,
-                     QActs& acts) {
+void qlinear_forward(const Context& ctx, const QPanels& w, const float* x, int64_t n, float* y, QActs& acts) {
+  const KernelConfig& kc = ctx.reference() ? scalar_kernels() : ctx.kernels();
+  const int threads = ctx.threads();
   if (n == 0 || w.m == 0) return;
   size_acts(n, w.k, acts);
   // Units: (group range, token range); tokens in pieces of 64 so that a

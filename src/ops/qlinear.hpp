@@ -9,13 +9,14 @@
 
 #include <cstdint>
 
+#include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "backends/cpu/qgemm.hpp"
 
 namespace ffn::nn {
 
 // acts: scratch for the quantized activations (reused between calls).
-void qlinear_forward(const KernelConfig& kc, const QPanels& w, const float* x, int64_t n, float* y, int threads,
-                     QActs& acts);
+// ctx.reference(): the scalar kernel set (the integer rule's reference bits).
+void qlinear_forward(const Context& ctx, const QPanels& w, const float* x, int64_t n, float* y, QActs& acts);
 
 }  // namespace ffn::nn

@@ -8,9 +8,13 @@
 
 #include "ffn/diagnostics.hpp"
 #include "ffn/train.hpp"
+#include "core/thread_pool.hpp"
 #include "core/init.hpp"
 
 namespace ffn {
+
+using nn::grain_for;
+using nn::parallel_range;
 
 std::string_view to_string(LossKind k) { return k == LossKind::mse ? "mse" : "xent"; }
 
@@ -70,16 +74,17 @@ int team(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
 // logits[t, v] = y[t] · W[v] + b[v]
 void compute_logits(const OutputHead& h, const float* y, int64_t t, float* logits, int threads) {
   const int64_t V = h.vocab, d = h.d_model;
-#pragma omp parallel for num_threads(team(threads)) schedule(static)
-  for (int64_t i = 0; i < t; ++i) {
-    const float* yi = y + i * d;
-    for (int64_t v = 0; v < V; ++v) {
-      const float* wv = h.weight.data() + v * d;
-      float s = 0.0f;
-      for (int64_t j = 0; j < d; ++j) s += yi[j] * wv[j];
-      logits[i * V + v] = s + h.bias[size_t(v)];
+  parallel_range(team(threads), t, grain_for(t, team(threads)), [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* yi = y + i * d;
+      for (int64_t v = 0; v < V; ++v) {
+        const float* wv = h.weight.data() + v * d;
+        float s = 0.0f;
+        for (int64_t j = 0; j < d; ++j) s += yi[j] * wv[j];
+        logits[i * V + v] = s + h.bias[size_t(v)];
+      }
     }
-  }
+  });
 }
 
 }  // namespace
@@ -123,48 +128,51 @@ double OutputHead::cross_entropy_impl(const float* y, const int64_t* labels, int
   std::vector<double> token_loss(static_cast<size_t>(t));
   std::vector<float> dz(dy || grads ? size_t(t * V) : 0);
   const float inv_t = 1.0f / float(mean_over);
-#pragma omp parallel for num_threads(team(threads)) schedule(static)
-  for (int64_t i = 0; i < t; ++i) {
-    const float* z = logits + i * V;
-    const float zmax = *std::max_element(z, z + V);
-    double sum = 0.0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v] - zmax));
-    const double lse = double(zmax) + std::log(sum);
-    token_loss[size_t(i)] = lse - double(z[labels[i]]);
-    if (!dz.empty()) {
-      float* g = dz.data() + i * V;
-      for (int64_t v = 0; v < V; ++v) g[v] = float(std::exp(double(z[v]) - lse)) * inv_t;
-      g[labels[i]] -= inv_t;
+  parallel_range(team(threads), t, grain_for(t, team(threads)), [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* z = logits + i * V;
+      const float zmax = *std::max_element(z, z + V);
+      double sum = 0.0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v] - zmax));
+      const double lse = double(zmax) + std::log(sum);
+      token_loss[size_t(i)] = lse - double(z[labels[i]]);
+      if (!dz.empty()) {
+        float* g = dz.data() + i * V;
+        for (int64_t v = 0; v < V; ++v) g[v] = float(std::exp(double(z[v]) - lse)) * inv_t;
+        g[labels[i]] -= inv_t;
+      }
     }
-  }
+  });
   double loss = 0.0;
   for (double l : token_loss) loss += l;  // in token order: the same for any thread count
 
   if (dy) {  // dL/dy[t] = Σ_v dz[t, v] W[v]
-#pragma omp parallel for num_threads(team(threads)) schedule(static)
-    for (int64_t i = 0; i < t; ++i) {
-      float* out = dy + i * d;
-      std::fill(out, out + d, 0.0f);
-      for (int64_t v = 0; v < V; ++v) {
-        const float g = dz[size_t(i * V + v)];
-        const float* wv = weight.data() + v * d;
-        for (int64_t j = 0; j < d; ++j) out[j] += g * wv[j];
+    parallel_range(team(threads), t, grain_for(t, team(threads)), [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) {
+        float* out = dy + i * d;
+        std::fill(out, out + d, 0.0f);
+        for (int64_t v = 0; v < V; ++v) {
+          const float g = dz[size_t(i * V + v)];
+          const float* wv = weight.data() + v * d;
+          for (int64_t j = 0; j < d; ++j) out[j] += g * wv[j];
+        }
       }
-    }
+    });
   }
   if (grads) {  // dW[v] = Σ_t dz[t, v] y[t], db[v] = Σ_t dz[t, v], summed in token order
-#pragma omp parallel for num_threads(team(threads)) schedule(static)
-    for (int64_t v = 0; v < V; ++v) {
-      float* gw = grads->weight.data() + v * d;
-      float gb = 0.0f;
-      for (int64_t i = 0; i < t; ++i) {
-        const float g = dz[size_t(i * V + v)];
-        const float* yi = y + i * d;
-        for (int64_t j = 0; j < d; ++j) gw[j] += g * yi[j];
-        gb += g;
+    parallel_range(team(threads), V, grain_for(V, team(threads)), [&](int64_t v0, int64_t v1, int) {
+      for (int64_t v = v0; v < v1; ++v) {
+        float* gw = grads->weight.data() + v * d;
+        float gb = 0.0f;
+        for (int64_t i = 0; i < t; ++i) {
+          const float g = dz[size_t(i * V + v)];
+          const float* yi = y + i * d;
+          for (int64_t j = 0; j < d; ++j) gw[j] += g * yi[j];
+          gb += g;
+        }
+        grads->bias[size_t(v)] = gb;
       }
-      grads->bias[size_t(v)] = gb;
-    }
+    });
   }
   return loss;
 }

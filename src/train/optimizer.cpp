@@ -7,8 +7,12 @@
 
 #include "ffn/diagnostics.hpp"
 #include "ffn/train.hpp"
+#include "core/thread_pool.hpp"
 
 namespace ffn {
+
+using nn::grain_for;
+using nn::parallel_range;
 namespace {
 // Tensors smaller than this are updated on one thread (a team costs more).
 constexpr size_t kParallelFrom = 1 << 16;
@@ -60,16 +64,19 @@ void Optimizer::step(std::span<const ParamRef> params, int threads) {
     for (size_t i = 0; i < params.size(); ++i) {
       const ParamRef& p = params[i];
       float* buf = m_[i].data();
-#pragma omp parallel for num_threads(team) schedule(static) if (p.size >= kParallelFrom)
-      for (size_t j = 0; j < p.size; ++j) {
-        float g = p.grad[j];
-        if (wd != 0.0f) g += wd * p.value[j];
-        if (mu != 0.0f) {
-          buf[j] = t_ == 1 ? g : mu * buf[j] + g;  // torch: the first step copies the gradient
-          g = buf[j];
+      const int nt = p.size >= kParallelFrom ? team : 1;
+      const int64_t size = int64_t(p.size);
+      parallel_range(nt, size, grain_for(size, nt), [&](int64_t j0, int64_t j1, int) {
+        for (size_t j = size_t(j0); j < size_t(j1); ++j) {
+          float g = p.grad[j];
+          if (wd != 0.0f) g += wd * p.value[j];
+          if (mu != 0.0f) {
+            buf[j] = t_ == 1 ? g : mu * buf[j] + g;  // torch: the first step copies the gradient
+            g = buf[j];
+          }
+          p.value[j] -= lr * g;
         }
-        p.value[j] -= lr * g;
-      }
+      });
     }
     return;
   }
@@ -88,16 +95,19 @@ void Optimizer::step(std::span<const ParamRef> params, int threads) {
     const ParamRef& p = params[i];
     float* m = m_[i].data();
     float* v = v_[i].data();
-#pragma omp parallel for num_threads(team) schedule(static) if (p.size >= kParallelFrom)
-    for (size_t j = 0; j < p.size; ++j) {
-      float g = p.grad[j];
-      if (decoupled) p.value[j] *= decay;
-      else if (wd != 0.0f) g += wd * p.value[j];
-      m[j] = m[j] * b1 + one_minus_b1 * g;
-      v[j] = v[j] * b2 + one_minus_b2 * g * g;
-      const float denom = std::sqrt(v[j]) / bc2_sqrt + eps;
-      p.value[j] -= step_size * (m[j] / denom);
-    }
+    const int nt = p.size >= kParallelFrom ? team : 1;
+    const int64_t size = int64_t(p.size);
+    parallel_range(nt, size, grain_for(size, nt), [&](int64_t j0, int64_t j1, int) {
+      for (size_t j = size_t(j0); j < size_t(j1); ++j) {
+        float g = p.grad[j];
+        if (decoupled) p.value[j] *= decay;
+        else if (wd != 0.0f) g += wd * p.value[j];
+        m[j] = m[j] * b1 + one_minus_b1 * g;
+        v[j] = v[j] * b2 + one_minus_b2 * g * g;
+        const float denom = std::sqrt(v[j]) / bc2_sqrt + eps;
+        p.value[j] -= step_size * (m[j] / denom);
+      }
+    });
   }
 }
 

@@ -15,6 +15,7 @@
 #include "ffn/random.hpp"
 #include "ffn/translation.hpp"
 #include "backends/cpu/isa.hpp"
+#include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "core/json_file.hpp"
 #include "core/positions.hpp"
@@ -215,8 +216,8 @@ Seq2SeqStep Seq2SeqTrainer::forward_backward(const std::vector<std::vector<int64
   check_ids(targets, cfg_, "target");
   const int64_t d = cfg_.d_model, V = cfg_.vocab;
   const bool training = dropout_seed != nullptr;
-  const int threads = nn::thread_count(RunOptions{.threads = opts_.threads});
-  const nn::KernelConfig& kc = nn::kernel_config(nn::resolve_isa(Isa::automatic));
+  const nn::Context ctx(Isa::automatic, opts_.threads);
+  const int threads = ctx.threads();
   const uint64_t step_seed = training ? *dropout_seed : 0;
   const uint64_t src_drop = derive_seed(step_seed, kEmbedStream, 0), tgt_drop = derive_seed(step_seed, kEmbedStream, 1);
 
@@ -248,36 +249,37 @@ Seq2SeqStep Seq2SeqTrainer::forward_backward(const std::vector<std::vector<int64
   std::vector<float> H(static_cast<size_t>(n * d));
   for (int64_t i = 0; i < n; ++i) std::copy_n(h.data() + pos[size_t(i)] * d, d, H.data() + i * d);
   std::vector<float> logits(static_cast<size_t>(n * V));
-  nn::linear_forward(kc, false, H.data(), n, d, embed_.data(), nn::pack_linear_weight(embed_.data(), d, V),
-                     logits_bias_.data(), V, logits.data(), threads);
+  nn::linear_forward(ctx, H.data(), n, d, embed_.data(), nn::pack_linear_weight(embed_.data(), d, V),
+                     logits_bias_.data(), V, logits.data());
   const double eps = opts_.label_smoothing;
   std::vector<double> row_loss(static_cast<size_t>(n)), row_nll(static_cast<size_t>(n));
   std::vector<uint8_t> row_hit(static_cast<size_t>(n));
   // PyTorch's cross_entropy(label_smoothing=ε): (1−ε)(−log p_y) + ε·mean_v(−log p_v);
   // dlogits = (softmax − (1−ε)·onehot − ε/V) / n, written over the logits.
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float* z = logits.data() + i * V;
-    const int64_t y = labels[size_t(i)];
-    int64_t arg = 0;
-    double mean = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      if (z[v] > z[arg]) arg = v;
-      mean += z[v];
+  ctx.parallel_range(n, nn::grain_for(n, threads), [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      float* z = logits.data() + i * V;
+      const int64_t y = labels[size_t(i)];
+      int64_t arg = 0;
+      double mean = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        if (z[v] > z[arg]) arg = v;
+        mean += z[v];
+      }
+      mean /= double(V);
+      const double m = z[arg];
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v]) - m);
+      const double lse = m + std::log(sum);
+      row_nll[size_t(i)] = lse - z[y];
+      row_loss[size_t(i)] = (1.0 - eps) * (lse - z[y]) + eps * (lse - mean);
+      row_hit[size_t(i)] = arg == y;
+      for (int64_t v = 0; v < V; ++v) {
+        const double p = std::exp(double(z[v]) - lse);
+        z[v] = float((p - eps / double(V) - (v == y ? 1.0 - eps : 0.0)) / double(n));
+      }
     }
-    mean /= double(V);
-    const double m = z[arg];
-    double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v]) - m);
-    const double lse = m + std::log(sum);
-    row_nll[size_t(i)] = lse - z[y];
-    row_loss[size_t(i)] = (1.0 - eps) * (lse - z[y]) + eps * (lse - mean);
-    row_hit[size_t(i)] = arg == y;
-    for (int64_t v = 0; v < V; ++v) {
-      const double p = std::exp(double(z[v]) - lse);
-      z[v] = float((p - eps / double(V) - (v == y ? 1.0 - eps : 0.0)) / double(n));
-    }
-  }
+  });
   Seq2SeqStep st;
   st.tokens = n;
   for (int64_t i = 0; i < n; ++i) {
@@ -291,8 +293,8 @@ Seq2SeqStep Seq2SeqTrainer::forward_backward(const std::vector<std::vector<int64
   // Backward.
   g.embed.assign(embed_.size(), 0.0f);
   std::vector<float> dH(static_cast<size_t>(n * d));
-  nn::linear_backward(kc, false, H.data(), n, d, embed_.data(), V, logits.data(), dH.data(), false, g.embed.data(),
-                      nullptr, threads);
+  nn::linear_backward(ctx, H.data(), n, d, embed_.data(), V, logits.data(), dH.data(), false, g.embed.data(),
+                      nullptr);
   std::vector<float> dh(h.size(), 0.0f);
   for (int64_t i = 0; i < n; ++i) std::copy_n(dH.data() + i * d, d, dh.data() + pos[size_t(i)] * d);
   std::vector<float> dxt(xt.size()), dmem(memory.size()), dxs(xs.size());

@@ -199,13 +199,12 @@ TEST(Attention, CrossAndCachedKeysMatchTheReference) {
       const nn::AttentionInput<float> in{q.data(), kv.data(), kv.data() + d, 2 * d, 2 * d};
       std::vector<float> ref(size_t(n * d)), got(size_t(n * d)), lse_r(size_t(n * H)), lse(size_t(n * H));
       reference::attention_forward(a, in, ref.data(), lse_r.data());
-      nn::attention_forward(a, in, got.data(), lse.data(), 2, Isa::automatic);
+      nn::attention_forward(nn::Context(Isa::automatic, 2), a, in, got.data(), lse.data());
       expect_close(got, ref, test::kAttentionForwardVsReference, "ctx");
       expect_close(lse, lse_r, test::kAttentionForwardVsReference, "lse");
       std::vector<float> dq_r(size_t(n * d)), dkv_r(size_t(m * 2 * d)), dq(size_t(n * d), NAN), dkv(size_t(m * 2 * d), NAN);
       reference::attention_backward(a, in, dctx.data(), {dq_r.data(), dkv_r.data(), dkv_r.data() + d, d, 2 * d});
-      nn::attention_backward(a, in, got.data(), lse.data(), dctx.data(), {dq.data(), dkv.data(), dkv.data() + d, d, 2 * d},
-                             2, Isa::automatic);
+      nn::attention_backward(nn::Context(Isa::automatic, 2), a, in, got.data(), lse.data(), dctx.data(), {dq.data(), dkv.data(), dkv.data() + d, d, 2 * d});
       expect_close(dq, dq_r, test::kAttentionBackwardVsReference, "dq");
       expect_close(dkv, dkv_r, test::kAttentionBackwardVsReference, "dk|dv");
     }

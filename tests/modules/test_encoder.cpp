@@ -90,7 +90,7 @@ void mha_case(const Case& c, Path path) {
       qkv[size_t(i * 3 * d + j)] = float(acc);
     }
   if (path == Path::reference) reference::attention_forward(a, qkv.data(), ctx.data(), lse.data());
-  else nn::attention_forward(a, qkv.data(), ctx.data(), lse.data(), 2, Isa::automatic);
+  else nn::attention_forward(nn::Context(Isa::automatic, 2), a, qkv.data(), ctx.data(), lse.data());
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < d; ++j) {
       double acc = bO[size_t(j)];
@@ -107,7 +107,7 @@ void mha_case(const Case& c, Path path) {
       dctx[size_t(i * d + p)] = float(acc);
     }
   if (path == Path::reference) reference::attention_backward(a, qkv.data(), dctx.data(), dqkv.data());
-  else nn::attention_backward(a, qkv.data(), ctx.data(), lse.data(), dctx.data(), dqkv.data(), 2, Isa::automatic);
+  else nn::attention_backward(nn::Context(Isa::automatic, 2), a, qkv.data(), ctx.data(), lse.data(), dctx.data(), dqkv.data());
   for (int64_t i = 0; i < n; ++i)
     for (int64_t p = 0; p < d; ++p) {
       double acc = 0;
@@ -226,14 +226,14 @@ void expect_tiled_matches_reference(const AttnData& t, bool backward, const std:
   worst_seen = 0;
   std::vector<float> ref(size_t(n * d)), got(size_t(n * d)), lse_r(size_t(n * H)), lse(size_t(n * H));
   reference::attention_forward(t.a, t.qkv.data(), ref.data(), lse_r.data());
-  nn::attention_forward(t.a, t.qkv.data(), got.data(), lse.data(), 2, Isa::automatic);
+  nn::attention_forward(nn::Context(Isa::automatic, 2), t.a, t.qkv.data(), got.data(), lse.data());
   expect_close(got, ref, test::kAttentionForwardVsReference, what + " ctx");
   expect_close(lse, lse_r, test::kAttentionForwardVsReference, what + " lse");
   worst_forward = std::max(worst_forward, worst_seen);
   if (!backward) return;
   std::vector<float> dref(size_t(n * 3 * d)), dgot(size_t(n * 3 * d), NAN);
   reference::attention_backward(t.a, t.qkv.data(), t.dctx.data(), dref.data());
-  nn::attention_backward(t.a, t.qkv.data(), got.data(), lse.data(), t.dctx.data(), dgot.data(), 2, Isa::automatic);
+  nn::attention_backward(nn::Context(Isa::automatic, 2), t.a, t.qkv.data(), got.data(), lse.data(), t.dctx.data(), dgot.data());
   worst_seen = 0;
   expect_close(dgot, dref, test::kAttentionBackwardVsReference, what + " dqkv");
   worst_backward = std::max(worst_backward, worst_seen);

@@ -36,7 +36,6 @@ class LinearPerIsa : public ::testing::TestWithParam<Isa> {};
 TEST_P(LinearPerIsa, FastMatchesReferenceOnOddSizes) {
   const Isa isa = GetParam();
   if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
-  const nn::KernelConfig& kc = nn::kernel_config(isa);
   int checked = 0;
   for (int64_t n : {1, 5, 13, 37})
     for (int64_t k : {1, 7, 33, 70})
@@ -48,17 +47,17 @@ TEST_P(LinearPerIsa, FastMatchesReferenceOnOddSizes) {
                      dy = uniform(size_t(n * m), 4), dx0 = uniform(size_t(n * k), 5);
           const std::vector<float> packed = nn::pack_linear_weight(w.data(), k, m);
           std::vector<float> y(size_t(n * m)), y_ref(y.size());
-          nn::linear_forward(kc, false, x.data(), n, k, w.data(), packed, bias ? b.data() : nullptr, m, y.data(), 2);
-          nn::linear_forward(kc, true, x.data(), n, k, w.data(), packed, bias ? b.data() : nullptr, m, y_ref.data(), 1);
+          nn::linear_forward(nn::Context(isa, 2), x.data(), n, k, w.data(), packed, bias ? b.data() : nullptr, m, y.data());
+          nn::linear_forward(nn::Context(isa, 1, Path::reference), x.data(), n, k, w.data(), packed, bias ? b.data() : nullptr, m, y_ref.data());
           const Comparison cy = compare(y.data(), y_ref.data(), y.size());
           EXPECT_TRUE(cy.ok(test::kFusedVsReference)) << what << " y: " << cy.describe();
           EXPECT_GT(nonzero_fraction(y_ref.data(), y_ref.size()), 0.9) << what;
           for (bool accumulate : {false, true}) {
             std::vector<float> dx = dx0, dx_ref = dx0, dw(w.size()), dw_ref(w.size()), db(b.size()), db_ref(b.size());
-            nn::linear_backward(kc, false, x.data(), n, k, w.data(), m, dy.data(), dx.data(), accumulate, dw.data(),
-                                db.data(), 2);
-            nn::linear_backward(kc, true, x.data(), n, k, w.data(), m, dy.data(), dx_ref.data(), accumulate,
-                                dw_ref.data(), db_ref.data(), 1);
+            nn::linear_backward(nn::Context(isa, 2), x.data(), n, k, w.data(), m, dy.data(), dx.data(), accumulate, dw.data(),
+                                db.data());
+            nn::linear_backward(nn::Context(isa, 1, Path::reference), x.data(), n, k, w.data(), m, dy.data(), dx_ref.data(), accumulate,
+                                dw_ref.data(), db_ref.data());
             const Comparison cx = compare(dx.data(), dx_ref.data(), dx.size());
             const Comparison cw = compare(dw.data(), dw_ref.data(), dw.size());
             EXPECT_TRUE(cx.ok(test::kFusedVsReference)) << what << " dx: " << cx.describe();
@@ -105,7 +104,7 @@ TEST_P(LinearPerIsa, Int8SameBitsAsTheIntegerReference) {
                                          q.w32.data(), bias ? b.data() : nullptr, m, want.data());
           for (int threads : {1, 2}) {
             std::vector<float> y(want.size(), -7.0f);
-            nn::linear_forward_int8(kc, q, x.data(), n, bias ? b.data() : nullptr, y.data(), threads);
+            nn::linear_forward_int8(nn::Context(isa, threads), q, x.data(), n, bias ? b.data() : nullptr, y.data());
             ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float))) << what << " threads " << threads;
           }
           ++checked;
@@ -119,12 +118,12 @@ TEST_P(LinearPerIsa, Int8SameBitsAsTheIntegerReference) {
 // A channel 40x larger than the rest costs the quantized rows its levels: kept
 // in float32 the error returns to the plain case.
 TEST(LinearInt8, ErrorAgainstFloat) {
-  const nn::KernelConfig& kc = nn::kernel_config(Isa::scalar);
   const int64_t n = 64, k = 384, m = 96;
   auto rel_rms = [&](const std::vector<float>& x, const std::vector<int64_t>& ch) {
     const auto w = uniform(size_t(m * k), 22), b = uniform(size_t(m), 23);
     std::vector<float> y(size_t(n * m)), f(y.size());
-    nn::linear_forward_int8(kc, nn::quantize_linear(w.data(), k, m, ch, "W"), x.data(), n, b.data(), y.data(), 1);
+    nn::linear_forward_int8(nn::Context(Isa::scalar, 1), nn::quantize_linear(w.data(), k, m, ch, "W"), x.data(), n,
+                            b.data(), y.data());
     reference::linear_forward(x.data(), n, k, w.data(), b.data(), m, f.data());
     double e = 0, s = 0;
     for (size_t i = 0; i < y.size(); ++i) e += double(y[i] - f[i]) * (y[i] - f[i]), s += double(f[i]) * f[i];
@@ -144,12 +143,12 @@ TEST(LinearInt8, ErrorAgainstFloat) {
 
 // The tolerance can fail: a bias left out is seen.
 TEST(Linear, AMissingBiasIsSeen) {
-  const nn::KernelConfig& kc = nn::kernel_config(Isa::scalar);
   const auto x = uniform(35, 1), w = uniform(7 * 5, 2), b = uniform(5, 3);
   const std::vector<float> packed = nn::pack_linear_weight(w.data(), 7, 5);
   std::vector<float> y(25), y_ref(25);
-  nn::linear_forward(kc, false, x.data(), 5, 7, w.data(), packed, nullptr, 5, y.data(), 1);
-  nn::linear_forward(kc, true, x.data(), 5, 7, w.data(), packed, b.data(), 5, y_ref.data(), 1);
+  nn::linear_forward(nn::Context(Isa::scalar, 1), x.data(), 5, 7, w.data(), packed, nullptr, 5, y.data());
+  nn::linear_forward(nn::Context(Isa::scalar, 1, Path::reference), x.data(), 5, 7, w.data(), packed, b.data(), 5,
+                     y_ref.data());
   EXPECT_FALSE(compare(y.data(), y_ref.data(), y.size()).ok(test::kFusedVsReference));
 }
 

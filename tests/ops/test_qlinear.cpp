@@ -81,7 +81,7 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
           const nn::QPanels p = nn::repack_rows(t, rows, k);
           nn::QActs acts;
           for (int threads : {1, 2}) {
-            nn::qlinear_forward(kc, p, x.data(), n, got.data(), threads, acts);
+            nn::qlinear_forward(nn::Context(isa, threads), p, x.data(), n, got.data(), acts);
             ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << threads << " thread(s)";
           }
           ++checked;
@@ -99,7 +99,7 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
     std::vector<float> want(size_t(n * m)), got(want.size());
     reference::qlinear_forward(t, rows, k, x.data(), n, want.data());
     nn::QActs acts;
-    nn::qlinear_forward(kc, nn::repack_rows(t, rows, k), x.data(), n, got.data(), 2, acts);
+    nn::qlinear_forward(nn::Context(isa, 2), nn::repack_rows(t, rows, k), x.data(), n, got.data(), acts);
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << "type " << int(t) << ", several units";
   }
 }
@@ -109,7 +109,6 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
 TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
   const Isa isa = GetParam();
   if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
-  const nn::KernelConfig& kc = nn::kernel_config(isa);
   for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0}) {
     const int64_t m = 19, k = 64, n = 18;  // 16 tokens: AMX's tile
     const auto bytes = random_rows(t, m, k, 7);
@@ -119,7 +118,7 @@ TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
     x[size_t(2 * k + 40)] = std::numeric_limits<float>::infinity();
     const nn::QPanels p = nn::repack_rows(t, rows, k);
     nn::QActs acts;
-    nn::qlinear_forward(kc, p, x.data(), n, y.data(), 2, acts);
+    nn::qlinear_forward(nn::Context(isa, 2), p, x.data(), n, y.data(), acts);
     reference::qlinear_forward(t, rows, k, x.data(), n, want.data());
     for (int64_t r = 0; r < m; ++r) {
       EXPECT_TRUE(std::isfinite(y[size_t(r)])) << "token 0 is finite";
@@ -129,7 +128,7 @@ TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
     EXPECT_EQ(0, std::memcmp(y.data() + 3 * m, want.data() + 3 * m, size_t((n - 3) * m) * 4)) << "tokens 3..";
     // Subnormal activations (32512 / amax overflows): the block counts as zero, the result is finite.
     std::fill(x.begin(), x.end(), 1e-39f);
-    nn::qlinear_forward(kc, p, x.data(), n, y.data(), 1, acts);
+    nn::qlinear_forward(nn::Context(isa, 1), p, x.data(), n, y.data(), acts);
     for (float v : y) EXPECT_EQ(v, 0.0f);
   }
 }
@@ -144,7 +143,6 @@ TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
 TEST_P(QLinearPerIsa, IntegerSumsAtTheirBounds) {
   const Isa isa = GetParam();
   if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
-  const nn::KernelConfig& kc = nn::kernel_config(isa);
   const int64_t m = 17, k = 96;
   for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0})
     for (uint8_t fill : {uint8_t(0xff), uint8_t(0x00), uint8_t(0x80), uint8_t(0x7f)}) {
@@ -171,7 +169,7 @@ TEST_P(QLinearPerIsa, IntegerSumsAtTheirBounds) {
         reference::qlinear_forward(t, rows, k, x.data(), n, want.data());
         nn::QActs acts;
         for (int threads : {1, 2}) {
-          nn::qlinear_forward(kc, p, x.data(), n, got.data(), threads, acts);
+          nn::qlinear_forward(nn::Context(isa, threads), p, x.data(), n, got.data(), acts);
           ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
               << "type " << int(t) << " fill 0x" << std::hex << int(fill) << std::dec << " n " << n << ", "
               << threads << " thread(s)";

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <memory>
 
-#if defined(__SSE__)
+#if defined(__SSE2__)
+#include <immintrin.h>
+#elif defined(__SSE__)
 #include <xmmintrin.h>
 #endif
 
@@ -240,6 +242,36 @@ void gemm(const F32Gemm& kernel, const GemmArgs& g, int threads) {
     else
       run_range(kernel, g, 0, g.m, u0, u1);
   });
+}
+
+// Whole groups of 4 rows × 4 columns move as SSE 4×4 transposes (x86-64's
+// baseline), the rest one by one; a pure copy, no arithmetic.
+void pack_rows_as_panels(const float* src, int64_t ld, int64_t len, int64_t dh, float* out) {
+  for (int64_t q = 0; q < panels(len); ++q) {
+    float* panel = out + q * dh * kPanel;
+    const int64_t n = std::min(kPanel, len - q * kPanel);  // keys in this panel
+    const float* s = src + q * kPanel * ld;
+    if (n < kPanel) std::fill(panel, panel + dh * kPanel, 0.0f);  // the keys past len stay zero
+    int64_t j = 0;
+#if defined(__SSE2__)
+    for (; j + 4 <= n; j += 4) {
+      int64_t c = 0;
+      for (; c + 4 <= dh; c += 4) {
+        __m128 r0 = _mm_loadu_ps(s + (j + 0) * ld + c), r1 = _mm_loadu_ps(s + (j + 1) * ld + c);
+        __m128 r2 = _mm_loadu_ps(s + (j + 2) * ld + c), r3 = _mm_loadu_ps(s + (j + 3) * ld + c);
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        _mm_storeu_ps(panel + (c + 0) * kPanel + j, r0);
+        _mm_storeu_ps(panel + (c + 1) * kPanel + j, r1);
+        _mm_storeu_ps(panel + (c + 2) * kPanel + j, r2);
+        _mm_storeu_ps(panel + (c + 3) * kPanel + j, r3);
+      }
+      for (; c < dh; ++c)
+        for (int64_t jj = j; jj < j + 4; ++jj) panel[c * kPanel + jj] = s[jj * ld + c];
+    }
+#endif
+    for (; j < n; ++j)
+      for (int64_t c = 0; c < dh; ++c) panel[c * kPanel + j] = s[j * ld + c];
+  }
 }
 
 void pack_panels(const float* src, int64_t K, int64_t N, bool n_major, float* out) {

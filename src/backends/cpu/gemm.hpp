@@ -216,6 +216,11 @@ void igemm_u8(const U8GemmArgs& g);
 // or by column panels; each C element is computed by one thread).
 void gemm(const F32Gemm& kernel, const GemmArgs& g, int threads);
 
+// Rows of a matrix as the B panels of a product with its transpose (an
+// attention head's keys for S = Q·Kᵀ): len rows of dh values, row j at
+// src + j·ld, into out[(j/16)·dh·16 + c·16 + j%16], zero past len.
+void pack_rows_as_panels(const float* src, int64_t ld, int64_t len, int64_t dh, float* out);
+
 // B packed as panels: out[(j/16)·K·16 + p·16 + j%16] = B(p, j), zero-padded
 // to a whole panel. B(p, j) = src[j·K + p] when n_major, else src[p·N + j].
 std::vector<float> pack_panels(const float* src, int64_t K, int64_t N, bool n_major);
