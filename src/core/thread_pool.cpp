@@ -68,7 +68,13 @@ class Pool {
       return serial(units, call, fn);
     }
     team_jobs_.fetch_add(1, std::memory_order_relaxed);
-    start_workers(threads - 1);
+    if (solo_until_ != 0 || start_workers(threads - 1) || t0 - last_end_ > pool_spin_micros() * 1000) {
+      // The first jobs after a spell alone or a pause (the workers asleep), or
+      // after new workers started, find them waking up: not counted for or
+      // against the team.
+      warm_until_ = t0 + kWarmUp;
+      solo_until_ = 0;
+    }
     const uint64_t g = ++jobs_ & kGenMask;
     call_.store(call, std::memory_order_relaxed);
     fn_.store(fn, std::memory_order_relaxed);
@@ -91,7 +97,8 @@ class Pool {
         else sched_yield();
       }
     }
-    account(units, mine, t0, t1, now_nanos());
+    last_end_ = now_nanos();
+    account(units, mine, t0, t1, last_end_);
   }
 
   // Whether the team pays: over windows of kWindow of job time, the time the
@@ -103,7 +110,9 @@ class Pool {
   // caller for a back-off that doubles while the team keeps losing (5 ms to
   // 1 s), and the idle workers go to sleep, leaving the cores to the others.
   static constexpr int64_t kWindow = 2'000'000, kMinBackoff = 5'000'000, kMaxBackoff = 1'000'000'000;
+  static constexpr int64_t kWarmUp = 300'000;  // a worker's wake-up from its futex, with margin
   void account(int64_t units, int64_t mine, int64_t t0, int64_t t1, int64_t t2) {
+    if (t0 < warm_until_) return;
     window_team_ += t2 - t0;
     window_alone_ += mine > 0 ? (t1 - t0) * units / mine : 2 * (t2 - t0);  // no unit of its own: the workers were quick
     if (window_team_ < kWindow) return;
@@ -132,9 +141,12 @@ class Pool {
     t_in_unit = outer;
   }
 
-  void start_workers(int want) {
+  // Starts workers up to `want`; whether it started any.
+  bool start_workers(int want) {
     std::lock_guard<std::mutex> g(grow_);
+    if (int(workers_.size()) >= want) return false;
     while (int(workers_.size()) < want) workers_.emplace_back([this] { work(); });
+    return true;
   }
 
   // The claim word: generation (24 bits) | front (20 bits) | back (20 bits);
@@ -217,8 +229,9 @@ class Pool {
   std::mutex busy_;  // one caller at a time (a second runs its units in place)
   std::mutex grow_;
   std::vector<std::thread> workers_;
-  uint64_t jobs_ = 0;  // under busy_, as the four below
-  int64_t window_team_ = 0, window_alone_ = 0, solo_until_ = 0, backoff_ = kMinBackoff;
+  uint64_t jobs_ = 0;  // under busy_, as the six below
+  int64_t window_team_ = 0, window_alone_ = 0, solo_until_ = 0, warm_until_ = 0, last_end_ = 0;
+  int64_t backoff_ = kMinBackoff;
   std::atomic<int64_t> team_jobs_{0}, solo_jobs_{0}, solo_spells_{0};
   alignas(kLine) std::atomic<Call> call_{nullptr};
   std::atomic<void*> fn_{nullptr};
