@@ -241,8 +241,7 @@ class Pool {
   alignas(kLine) std::atomic<int> sleepers_{0};
   alignas(kLine) std::atomic<uint64_t> seats_{0};
   alignas(kLine) std::atomic<uint64_t> next_{0};
-  alignas(kLine) std::atomic<int64_t> done_{0};
-  char pad_[kLine - sizeof(std::atomic<int64_t>)];
+  alignas(kLine) std::atomic<int64_t> done_{0};  // (the class's alignment pads the line after it)
 };
 
 Pool& pool() {
