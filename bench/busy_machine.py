@@ -54,28 +54,30 @@ def cases(args, texts_file):
     return {k: c[k] for k in args.cases.split(",")}
 
 
-def run_json(cmd, timeout, nice):
-    full = (["nice", "-n", str(nice)] if nice else []) + cmd + ["--json"]
+def run(cmd, timeout, nice):
+    """cmd's stdout (at `nice`), None past the timeout; exits naming cmd when it fails."""
+    full = (["nice", "-n", str(nice)] if nice else []) + cmd
     try:
         p = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None
     if p.returncode != 0:
         sys.exit(f"busy_machine: {' '.join(full)} failed ({p.returncode}): {p.stderr.strip()[-400:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return p.stdout
+
+
+def run_json(cmd, timeout, nice):
+    out = run(cmd + ["--json"], timeout, nice)
+    return None if out is None else json.loads(out.strip().splitlines()[-1])
 
 
 def run_llama_bench(path, model, prompt, new, threads, timeout, nice):
-    full = (["nice", "-n", str(nice)] if nice else []) + [path, "-m", model, "-p", str(prompt), "-n", str(new),
-                                                          "-t", str(threads), "-r", "1", "-o", "json"]
-    try:
-        p = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    stdout = run([path, "-m", model, "-p", str(prompt), "-n", str(new), "-t", str(threads), "-r", "1", "-o", "json"],
+                 timeout, nice)
+    if stdout is None:
         return None
-    if p.returncode != 0:
-        sys.exit(f"busy_machine: {' '.join(full)} failed: {p.stderr.strip()[-400:]}")
     out = {}
-    for r in json.loads(p.stdout):
+    for r in json.loads(stdout):
         key = "prompt_tokens_per_s" if r.get("n_prompt", 0) > 0 else "generate_tokens_per_s"
         out[key] = r["avg_ts"]
     return out
