@@ -30,6 +30,12 @@ Context::Context(Isa isa, int threads, Path path, const std::function<bool()>* i
       reference_(path == Path::reference),
       interrupted_(interrupted) {}
 
+Context::Context(const KernelConfig& kernels, int threads, Path path, const std::function<bool()>* interrupted)
+    : kernels_(&kernels),
+      threads_(resolve_threads(threads)),
+      reference_(path == Path::reference),
+      interrupted_(interrupted) {}
+
 Context::Context(const RunOptions& opts) : Context(opts.isa, opts.threads, opts.path, &opts.interrupted) {}
 
 Context Context::with_threads(int threads) const {

@@ -34,6 +34,10 @@ class Context {
   // threads: 0 = all hardware threads (OpenMP's count: OMP_NUM_THREADS if set),
   // else 1..kMaxThreads (Error otherwise). interrupted may be null or empty.
   Context(Isa isa, int threads, Path path = Path::automatic, const std::function<bool()>* interrupted = nullptr);
+  // On a kernel set given by itself (one of kernel_sets(), a registered set
+  // included: tests/backends/test_backend_ops.cpp).
+  Context(const KernelConfig& kernels, int threads, Path path = Path::automatic,
+          const std::function<bool()>* interrupted = nullptr);
   // From a call's options: isa, threads, path and interrupted.
   explicit Context(const RunOptions& opts);
 

@@ -12,7 +12,7 @@
 
 #include "ffn/types.hpp"
 #include "io/file_util.hpp"
-#include "io/safetensors.hpp"  // half_to_float, bf16_to_float
+#include "core/quant_types.hpp"
 
 namespace ffn {
 namespace {
@@ -141,12 +141,6 @@ void read_value(Cursor& c, GgufType t, GgufValue& v, const std::string& key, uin
   }
 }
 
-float f16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return io::half_to_float(h);
-}
-
 }  // namespace
 
 const char* gguf_type_name(GgufType t) {
@@ -155,36 +149,18 @@ const char* gguf_type_name(GgufType t) {
   return known_type(uint32_t(t)) ? names[uint32_t(t)] : "unknown";
 }
 
+// The names, sizes and block functions are the quant type table's
+// (src/core/quant_types.hpp).
 std::string ggml_type_name(uint32_t t) {
-  switch (GgmlType(t)) {
-    case GgmlType::f32: return "F32";
-    case GgmlType::f16: return "F16";
-    case GgmlType::q4_0: return "Q4_0";
-    case GgmlType::q4_1: return "Q4_1";
-    case GgmlType::q8_0: return "Q8_0";
-    case GgmlType::q4_k: return "Q4_K";
-    case GgmlType::q6_k: return "Q6_K";
-    case GgmlType::bf16: return "BF16";
-  }
-  static const char* const others[] = {nullptr, nullptr, nullptr, nullptr, "Q4_2", "Q4_3", "Q5_0", "Q5_1",
-                                       nullptr, "Q8_1", "Q2_K", "Q3_K", nullptr, "Q5_K", nullptr, "Q8_K",
-                                       "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S",
-                                       "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M"};
-  if (t < sizeof others / sizeof others[0] && others[t]) return others[t];
-  return "unknown (" + std::to_string(t) + ")";
+  const nn::QuantType* q = nn::find_quant_type(t);
+  return q ? std::string(q->name) : "unknown (" + std::to_string(t) + ")";
 }
 
 bool ggml_block(uint32_t t, int64_t& elems, int64_t& bytes) {
-  switch (GgmlType(t)) {
-    case GgmlType::f32: elems = 1, bytes = 4; return true;
-    case GgmlType::f16: case GgmlType::bf16: elems = 1, bytes = 2; return true;
-    case GgmlType::q4_0: elems = 32, bytes = 18; return true;
-    case GgmlType::q4_1: elems = 32, bytes = 20; return true;
-    case GgmlType::q8_0: elems = 32, bytes = 34; return true;
-    case GgmlType::q4_k: elems = 256, bytes = 144; return true;
-    case GgmlType::q6_k: elems = 256, bytes = 210; return true;
-  }
-  return false;
+  const nn::QuantType* q = nn::find_quant_type(t);
+  if (!q || !q->readable()) return false;
+  elems = q->block, bytes = q->block_bytes;
+  return true;
 }
 
 GgufFile::GgufFile(const std::string& path) : path_(path) {
@@ -354,95 +330,11 @@ std::vector<float> GgufFile::read_f32(const std::string& name) const {
   return out;
 }
 
-// ggml's dequantize_row_* (ggml-quants.c), element for element: the same
-// float32 operations in the same order (this file is compiled without FMA
-// contraction), so the results are bitwise those of ggml and gguf-py.
+// ggml's dequantize_row_*, bitwise (src/core/quant_blocks.cpp).
 void dequantize(GgmlType t, const uint8_t* src, int64_t n, float* dst) {
-  switch (t) {
-    case GgmlType::f32:
-      std::memcpy(dst, src, size_t(n) * 4);
-      return;
-    case GgmlType::f16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16(src + 2 * i);
-      return;
-    case GgmlType::bf16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = io::bf16_to_float(h);
-      }
-      return;
-    case GgmlType::q8_0:  // {f16 d; i8 q[32]}: d · q
-      for (int64_t b = 0; b < n / 32; ++b, src += 34, dst += 32) {
-        const float d = f16(src);
-        for (int j = 0; j < 32; ++j) dst[j] = float(int8_t(src[2 + j])) * d;
-      }
-      return;
-    case GgmlType::q4_0:  // {f16 d; u8 qs[16]}: element j low nibble, j + 16 high; (q − 8) · d
-      for (int64_t b = 0; b < n / 32; ++b, src += 18, dst += 32) {
-        const float d = f16(src);
-        for (int j = 0; j < 16; ++j) {
-          dst[j] = float(int(src[2 + j] & 0x0F) - 8) * d;
-          dst[j + 16] = float(int(src[2 + j] >> 4) - 8) * d;
-        }
-      }
-      return;
-    case GgmlType::q4_1:  // {f16 d, m; u8 qs[16]}: q · d + m
-      for (int64_t b = 0; b < n / 32; ++b, src += 20, dst += 32) {
-        const float d = f16(src), m = f16(src + 2);
-        for (int j = 0; j < 16; ++j) {
-          dst[j] = float(src[4 + j] & 0x0F) * d + m;
-          dst[j + 16] = float(src[4 + j] >> 4) * d + m;
-        }
-      }
-      return;
-    case GgmlType::q4_k:  // {f16 d, dmin; u8 scales[12]; u8 qs[128]}: 8 sub-blocks of 32, 6-bit scale and min each
-      for (int64_t b = 0; b < n / 256; ++b, src += 144) {
-        const float d = f16(src), dmin = f16(src + 2);
-        const uint8_t* sc = src + 4;
-        const uint8_t* q = src + 16;
-        auto scale_min = [&](int j, uint8_t& s, uint8_t& m) {  // get_scale_min_k4
-          if (j < 4) {
-            s = sc[j] & 63;
-            m = sc[j + 4] & 63;
-          } else {
-            s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-            m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-          }
-        };
-        for (int j = 0; j < 256; j += 64, q += 32) {
-          uint8_t s, m;
-          scale_min(j / 32, s, m);
-          const float d1 = d * float(s), m1 = dmin * float(m);
-          scale_min(j / 32 + 1, s, m);
-          const float d2 = d * float(s), m2 = dmin * float(m);
-          for (int l = 0; l < 32; ++l) *dst++ = d1 * float(q[l] & 0xF) - m1;
-          for (int l = 0; l < 32; ++l) *dst++ = d2 * float(q[l] >> 4) - m2;
-        }
-      }
-      return;
-    case GgmlType::q6_k:  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}: 6-bit q − 32, 16 sub-blocks of 16
-      for (int64_t b = 0; b < n / 256; ++b, src += 210) {
-        const float d = f16(src + 208);
-        const uint8_t* ql = src;
-        const uint8_t* qh = src + 128;
-        const int8_t* sc = reinterpret_cast<const int8_t*>(src + 192);
-        for (int h = 0; h < 2; ++h, dst += 128, ql += 64, qh += 32, sc += 8)
-          for (int l = 0; l < 32; ++l) {
-            const int is = l / 16;
-            const int q1 = int((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-            const int q2 = int((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-            const int q3 = int((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-            const int q4 = int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-            dst[l] = d * float(sc[is + 0]) * float(q1);
-            dst[l + 32] = d * float(sc[is + 2]) * float(q2);
-            dst[l + 64] = d * float(sc[is + 4]) * float(q3);
-            dst[l + 96] = d * float(sc[is + 6]) * float(q4);
-          }
-      }
-      return;
-  }
-  throw Error("dequantize: unsupported ggml type " + ggml_type_name(uint32_t(t)));
+  const nn::QuantType* q = nn::find_quant_type(uint32_t(t));
+  if (!q || !q->readable()) throw Error("dequantize: unsupported ggml type " + ggml_type_name(uint32_t(t)));
+  q->dequantize(src, n, dst);
 }
 
 }  // namespace ffn

@@ -306,14 +306,14 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
       return f.read_f32(name);
     };
     // A product from the file's tensors (stacked by rows): their blocks where
-    // native compute can keep them (every part Q4_0, Q4_1 or Q8_0, the same
-    // type), else float32. heads > 0: W_Q/W_K rows in transformers' order.
+    // native compute can keep them (every part of the same native type of
+    // src/core/quant_types.hpp), else float32. heads > 0: W_Q/W_K rows in transformers' order.
     struct Part {
       std::string name;
       int64_t rows, heads;
     };
     auto product = [&](const std::vector<Part>& parts, int64_t k) -> Proj {
-      std::optional<nn::QType> qt;
+      const nn::QuantType* qt = nullptr;
       bool same = native;
       for (size_t i = 0; i < parts.size(); ++i) {
         const GgufTensor& t = f.tensor(parts[i].name);
@@ -321,16 +321,14 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
         if (t.ne != want)
           throw Error(path + ": tensor " + parts[i].name + " has shape " + shape_str(t.ne) + ", expected " +
                       shape_str(want) + " (ne[0] innermost, from the llama.* metadata)");
-        std::optional<nn::QType> ti;
-        if (t.type == GgmlType::q4_0) ti = nn::QType::q4_0;
-        if (t.type == GgmlType::q4_1) ti = nn::QType::q4_1;
-        if (t.type == GgmlType::q8_0) ti = nn::QType::q8_0;
+        const nn::QuantType* ti = nn::find_quant_type(uint32_t(t.type));
+        if (ti && !ti->native()) ti = nullptr;
         if (!ti || (i > 0 && ti != qt)) same = false;
         if (i == 0) qt = ti;
       }
       if (same && qt) {
         std::vector<const uint8_t*> rows;
-        const int64_t row_bytes = k / nn::kQBlock * nn::qfile_block_bytes(*qt);
+        const int64_t row_bytes = qt->row_bytes(k);
         for (const Part& p : parts) {
           const uint8_t* base = f.data(f.tensor(p.name));
           for (int64_t r = 0; r < p.rows; ++r) {
@@ -346,7 +344,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
         pr.k = k;
         pr.m = int64_t(rows.size());
         pr.quant = true;
-        pr.q = nn::repack_rows(*qt, rows, k);
+        pr.q = nn::repack_rows(qt->id, rows, k);
         return pr;
       }
       std::vector<float> all;

@@ -12,6 +12,8 @@ void qlinear_forward(const Context& ctx, const QPanels& w, const float* x, int64
   const KernelConfig& kc = ctx.reference() ? scalar_kernels() : ctx.kernels();
   const int threads = ctx.threads();
   if (n == 0 || w.m == 0) return;
+  const QGemmFn gemm = qgemm_kernel(kc, w.type);
+  if (!gemm) throw Error("quantized product: no kernel for type " + ggml_type_name(uint32_t(w.type)));
   size_acts(n, w.k, acts);
   // Units: (group range, token range); tokens in pieces of 64 so that a
   // prompt's work spreads over threads even with few groups. Over 64 tokens,
@@ -25,7 +27,7 @@ void qlinear_forward(const Context& ctx, const QPanels& w, const float* x, int64
   const int nt = int(std::min<int64_t>(threads, units));
   const auto products = [&](int64_t u) {
     const int64_t g0 = (u % gu) * kGroupsPerUnit, t0 = (u / gu) * kTokensPerUnit;
-    kc.qgemm(w, acts, g0, std::min(w.groups, g0 + kGroupsPerUnit), t0, std::min(n, t0 + kTokensPerUnit), y, w.m);
+    gemm(w, acts, g0, std::min(w.groups, g0 + kGroupsPerUnit), t0, std::min(n, t0 + kTokensPerUnit), y, w.m);
   };
   if (tu == 1) {
     kc.qacts(x, 0, n, acts);

@@ -1,6 +1,7 @@
 // The linear op on block-quantized weights (src/backends/cpu/qgemm.hpp):
-// y[n, m] = x[n, k] · Wᵀ with W kept as the file's Q4_0/Q4_1/Q8_0 blocks,
-// on the ISA's kernel (KernelConfig::qgemm). Work is split into units of 4
+// y[n, m] = x[n, k] · Wᵀ with W kept as the file's blocks (a native type of
+// src/core/quant_types.hpp), on the kernel set's kernel for the type
+// (qgemm_kernel: the set's own, else the scalar set's). Work is split into units of 4
 // groups of 16 rows × 64 tokens; over 64 tokens the activations are quantized
 // per 64-token piece in a job of the thread pool before the products. Each (token, row) result is
 // computed by one thread in the rule's order, so the bits do not depend on the

@@ -5,43 +5,65 @@
 #include <cstring>
 
 #include "backends/cpu/quantize.hpp"
+#include "ffn/types.hpp"
+
+namespace ffn::nn::blocks {
+namespace {
+
+// The rule from the file's own blocks (not the panels): per block,
+// isum = Σ q_w,i · Q_i exactly (Q4_0's q_w = q − 8), acc = fma(d · dx, isum, acc),
+// Q4_1: acc = fma(m, sx, acc).
+template <GgmlType kType>
+float reference(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
+  constexpr QuantType kT = *builtin_quant_type(kType);
+  const int64_t nb = k / kQBlock;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * kT.block_bytes;
+    const int8_t* qh = a.hi.data() + t * k + b * kQBlock;
+    const int8_t* ql = a.lo.data() + t * k + b * kQBlock;
+    int32_t q[kQBlock];  // the 16-bit activations
+    for (int64_t i = 0; i < kQBlock; ++i) q[i] = 255 * qh[i] + ql[i];
+    uint16_t dh, mh = 0;
+    std::memcpy(&dh, blk, 2);
+    int32_t isum = 0;
+    if constexpr (kType == GgmlType::q8_0) {
+      for (int64_t i = 0; i < kQBlock; ++i) isum += int32_t(int8_t(blk[2 + i])) * q[i];
+    } else {
+      const uint8_t* qs = blk + (kType == GgmlType::q4_1 ? 4 : 2);
+      if constexpr (kType == GgmlType::q4_1) std::memcpy(&mh, blk + 2, 2);
+      for (int64_t i = 0; i < 16; ++i) {
+        const int lo = qs[i] & 0x0f, hi = qs[i] >> 4;
+        const int off = kType == GgmlType::q4_0 ? 8 : 0;
+        isum += (lo - off) * q[i] + (hi - off) * q[16 + i];
+      }
+    }
+    const size_t at = size_t(t * nb + b);
+    acc = std::fma(fp16_to_float(dh) * a.d[at], float(isum), acc);
+    if constexpr (kType == GgmlType::q4_1) acc = std::fma(fp16_to_float(mh), a.s[at], acc);
+  }
+  return acc;
+}
+
+}  // namespace
+
+float reference_q4_0(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q4_0>(w, k, x, t); }
+float reference_q4_1(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q4_1>(w, k, x, t); }
+float reference_q8_0(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q8_0>(w, k, x, t); }
+
+}  // namespace ffn::nn::blocks
 
 namespace ffn::reference {
 
-void qlinear_forward(nn::QType type, const std::vector<const uint8_t*>& rows, int64_t k, const float* x, int64_t n,
+void qlinear_forward(GgmlType type, const std::vector<const uint8_t*>& rows, int64_t k, const float* x, int64_t n,
                      float* y) {
+  const nn::QuantType& qt = nn::quant_type(type);
+  if (!qt.reference) throw Error(std::string("quantized product reference: type ") + qt.name + " has none");
   nn::QActs a;
   nn::quantize_acts(x, n, k, a);
-  const int64_t m = int64_t(rows.size()), nb = k / nn::kQBlock, fb = nn::qfile_block_bytes(type);
+  const int64_t m = int64_t(rows.size());
   for (int64_t t = 0; t < n; ++t)
-    for (int64_t r = 0; r < m; ++r) {
-      float acc = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = rows[size_t(r)] + b * fb;
-        const int8_t* qh = a.hi.data() + t * k + b * nn::kQBlock;
-        const int8_t* ql = a.lo.data() + t * k + b * nn::kQBlock;
-        int32_t q[nn::kQBlock];  // the 16-bit activations
-        for (int64_t i = 0; i < nn::kQBlock; ++i) q[i] = 255 * qh[i] + ql[i];
-        uint16_t dh, mh = 0;
-        std::memcpy(&dh, blk, 2);
-        int32_t isum = 0;
-        if (type == nn::QType::q8_0) {
-          for (int64_t i = 0; i < nn::kQBlock; ++i) isum += int32_t(int8_t(blk[2 + i])) * q[i];
-        } else {
-          const uint8_t* qs = blk + (type == nn::QType::q4_1 ? 4 : 2);
-          if (type == nn::QType::q4_1) std::memcpy(&mh, blk + 2, 2);
-          for (int64_t i = 0; i < 16; ++i) {
-            const int lo = qs[i] & 0x0f, hi = qs[i] >> 4;
-            const int off = type == nn::QType::q4_0 ? 8 : 0;
-            isum += (lo - off) * q[i] + (hi - off) * q[16 + i];
-          }
-        }
-        const size_t at = size_t(t * nb + b);
-        acc = std::fma(nn::fp16_to_float(dh) * a.d[at], float(isum), acc);
-        if (type == nn::QType::q4_1) acc = std::fma(nn::fp16_to_float(mh), a.s[at], acc);
-      }
-      y[t * m + r] = acc;
-    }
+    for (int64_t r = 0; r < m; ++r) y[t * m + r] = qt.reference(rows[size_t(r)], k, a, t);
 }
 
 }  // namespace ffn::reference

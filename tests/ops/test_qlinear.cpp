@@ -27,17 +27,17 @@ namespace {
 
 // A matrix of m rows of k / 32 file blocks each: random quant bytes, scales
 // d ∈ ±[0.001, 0.05] (and Q4_1's minimum ∈ ±0.05) as f16.
-std::vector<uint8_t> random_rows(nn::QType t, int64_t m, int64_t k, uint64_t seed) {
+std::vector<uint8_t> random_rows(GgmlType t, int64_t m, int64_t k, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> scale(0.001f, 0.05f), sign(-1.0f, 1.0f);
-  const int64_t fb = nn::qfile_block_bytes(t), nb = k / 32;
+  const int64_t fb = nn::quant_type(t).block_bytes, nb = k / 32;
   std::vector<uint8_t> v(size_t(m * nb * fb));
   for (int64_t r = 0; r < m * nb; ++r) {
     uint8_t* blk = v.data() + r * fb;
     for (int64_t i = 0; i < fb; ++i) blk[i] = uint8_t(rng());
     const uint16_t d = nn::float_to_fp16(scale(rng) * (sign(rng) < 0 ? -1.0f : 1.0f));
     std::memcpy(blk, &d, 2);
-    if (t == nn::QType::q4_1) {
+    if (t == GgmlType::q4_1) {
       const uint16_t mm = nn::float_to_fp16(0.05f * sign(rng));
       std::memcpy(blk + 2, &mm, 2);
     }
@@ -45,14 +45,10 @@ std::vector<uint8_t> random_rows(nn::QType t, int64_t m, int64_t k, uint64_t see
   return v;
 }
 
-std::vector<const uint8_t*> row_pointers(const std::vector<uint8_t>& v, nn::QType t, int64_t m, int64_t k) {
+std::vector<const uint8_t*> row_pointers(const std::vector<uint8_t>& v, GgmlType t, int64_t m, int64_t k) {
   std::vector<const uint8_t*> rows;
-  for (int64_t r = 0; r < m; ++r) rows.push_back(v.data() + r * (k / 32) * nn::qfile_block_bytes(t));
+  for (int64_t r = 0; r < m; ++r) rows.push_back(v.data() + r * (k / 32) * nn::quant_type(t).block_bytes);
   return rows;
-}
-
-GgmlType ggml_of(nn::QType t) {
-  return t == nn::QType::q4_0 ? GgmlType::q4_0 : t == nn::QType::q4_1 ? GgmlType::q4_1 : GgmlType::q8_0;
 }
 
 class QLinearPerIsa : public ::testing::TestWithParam<Isa> {};
@@ -63,7 +59,7 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
   const nn::KernelConfig& kc = nn::kernel_config(isa);
   std::printf("[ INFO     ] %s: block-quantized product on %s\n", std::string(to_string(isa)).c_str(), kc.qgemm_instr);
   int checked = 0;
-  for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0})
+  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0})
     for (int64_t m : {1, 7, 8, 9, 16, 17, 33, 50})
       for (int64_t k : {32, 96, 576})
         for (int64_t n : {1, 2, 3, 5, 9, 16, 17, 35}) {
@@ -88,7 +84,7 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
         }
   EXPECT_EQ(checked, 3 * 8 * 3 * 8);
   // Several work units (4 groups × 64 tokens each): 100 rows, 70 tokens on 2 threads.
-  for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0}) {
+  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0}) {
     const int64_t m = 100, k = 96, n = 70;
     const auto bytes = random_rows(t, m, k, 4242);
     const auto rows = row_pointers(bytes, t, m, k);
@@ -109,7 +105,7 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
 TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
   const Isa isa = GetParam();
   if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
-  for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0}) {
+  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0}) {
     const int64_t m = 19, k = 64, n = 18;  // 16 tokens: AMX's tile
     const auto bytes = random_rows(t, m, k, 7);
     const auto rows = row_pointers(bytes, t, m, k);
@@ -144,15 +140,15 @@ TEST_P(QLinearPerIsa, IntegerSumsAtTheirBounds) {
   const Isa isa = GetParam();
   if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
   const int64_t m = 17, k = 96;
-  for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0})
+  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0})
     for (uint8_t fill : {uint8_t(0xff), uint8_t(0x00), uint8_t(0x80), uint8_t(0x7f)}) {
-      if (t != nn::QType::q8_0 && (fill == 0x80 || fill == 0x7f)) continue;
-      const int64_t fb = nn::qfile_block_bytes(t);
+      if (t != GgmlType::q8_0 && (fill == 0x80 || fill == 0x7f)) continue;
+      const int64_t fb = nn::quant_type(t).block_bytes;
       std::vector<uint8_t> bytes(size_t(m * (k / 32) * fb), fill);
       for (int64_t r = 0; r < m * (k / 32); ++r) {
         const uint16_t d = nn::float_to_fp16(r % 2 ? 0.03125f : -0.0625f);
         std::memcpy(bytes.data() + r * fb, &d, 2);
-        if (t == nn::QType::q4_1) {
+        if (t == GgmlType::q4_1) {
           const uint16_t mm = nn::float_to_fp16(0.5f);
           std::memcpy(bytes.data() + r * fb + 2, &mm, 2);
         }
@@ -176,12 +172,12 @@ TEST_P(QLinearPerIsa, IntegerSumsAtTheirBounds) {
         }
         // And the value itself: the product of the dequantized weights (every
         // activation is exactly representable here, so only float rounding differs).
-        const int w = t == nn::QType::q8_0 ? int(int8_t(fill)) : t == nn::QType::q4_0 ? (fill & 15) - 8 : (fill & 15);
+        const int w = t == GgmlType::q8_0 ? int(int8_t(fill)) : t == GgmlType::q4_0 ? (fill & 15) - 8 : (fill & 15);
         for (int64_t r = 0; r < m; ++r) {
           double y0 = 0;
           for (int64_t b = 0; b < k / 32; ++b) {
             const double d = (r * (k / 32) + b) % 2 ? 0.03125 : -0.0625;
-            y0 += 32 * 2.0 * (d * w + (t == nn::QType::q4_1 ? 0.5 : 0.0));
+            y0 += 32 * 2.0 * (d * w + (t == GgmlType::q4_1 ? 0.5 : 0.0));
           }
           EXPECT_NEAR(want[size_t(r)], y0, 1e-3 * (std::abs(y0) + 1)) << "row " << r;
           EXPECT_NEAR(want[size_t(m + r)], -y0, 1e-3 * (std::abs(y0) + 1)) << "row " << r;
@@ -247,7 +243,7 @@ INSTANTIATE_TEST_SUITE_P(Isas, QLinearPerIsa, ::testing::ValuesIn(all_isas()),
 // so a wrong scale or plane weight fails it.
 TEST(QLinear, CloseToTheDequantizedProduct) {
   double worst_ratio = 0;
-  for (nn::QType t : {nn::QType::q4_0, nn::QType::q4_1, nn::QType::q8_0}) {
+  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0}) {
     const int64_t m = 21, k = 192, n = 3;
     const auto bytes = random_rows(t, m, k, 99);
     const auto rows = row_pointers(bytes, t, m, k);
@@ -261,7 +257,7 @@ TEST(QLinear, CloseToTheDequantizedProduct) {
     std::vector<float> w(static_cast<size_t>(k)), w_file(static_cast<size_t>(k));
     for (int64_t r = 0; r < m; ++r) {
       nn::dequantize_panel_row(p, r, w.data());
-      dequantize(ggml_of(t), rows[size_t(r)], k, w_file.data());
+      dequantize(t, rows[size_t(r)], k, w_file.data());
       ASSERT_EQ(0, std::memcmp(w.data(), w_file.data(), size_t(k) * 4)) << "row " << r << " dequantized";
       for (int64_t i = 0; i < n; ++i) {
         double exact = 0, bound = 0, bound8 = 0, wx = 0;

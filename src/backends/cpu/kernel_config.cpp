@@ -2,6 +2,8 @@
 // kernel_config.hpp), and which ISAs exist, are supported and are best.
 #include "backends/cpu/kernel_config.hpp"
 
+#include <mutex>
+
 #include <cpuid.h>
 #if defined(__linux__)
 #include <sys/syscall.h>
@@ -72,6 +74,21 @@ namespace {
 
 // ---- the kernel table: one entry per ISA, fields named where they are set ----
 
+// The block-quantized products per ISA and quant type (a type without an
+// entry in a set runs on the scalar set's kernel).
+constexpr QKernel kScalarQ[] = {{GgmlType::q4_0, &scalar::qgemm<GgmlType::q4_0>},
+                                {GgmlType::q4_1, &scalar::qgemm<GgmlType::q4_1>},
+                                {GgmlType::q8_0, &scalar::qgemm<GgmlType::q8_0>}};
+constexpr QKernel kAvx2Q[] = {{GgmlType::q4_0, &avx2::qgemm<GgmlType::q4_0>},
+                              {GgmlType::q4_1, &avx2::qgemm<GgmlType::q4_1>},
+                              {GgmlType::q8_0, &avx2::qgemm<GgmlType::q8_0>}};
+constexpr QKernel kVnniQ[] = {{GgmlType::q4_0, &avx512::qgemm_vnni<GgmlType::q4_0>},
+                              {GgmlType::q4_1, &avx512::qgemm_vnni<GgmlType::q4_1>},
+                              {GgmlType::q8_0, &avx512::qgemm_vnni<GgmlType::q8_0>}};
+constexpr QKernel kAmxQ[] = {{GgmlType::q4_0, &amx::qgemm<GgmlType::q4_0>},
+                             {GgmlType::q4_1, &amx::qgemm<GgmlType::q4_1>},
+                             {GgmlType::q8_0, &amx::qgemm<GgmlType::q8_0>}};
+
 const KernelConfig kScalar{
     .isa = Isa::scalar,
     .f32 = {.f32 = &scalar::gemm_block, .bf16 = &scalar::gemm_block, .fp16 = &scalar::gemm_block,
@@ -84,7 +101,7 @@ const KernelConfig kScalar{
     .int8_peak = nullptr,
     .bf16 = &scalar::bf16_kernels, .bf16_peak = nullptr, .bf16_peak_instr = "",
     .exp_rows = &scalar::exp_rows, .softmax_step = &scalar::softmax_step, .sum_rows = &scalar::sum_rows,
-    .qgemm = &scalar::qgemm, .qgemm_instr = "int32 multiply-add (portable)", .qacts = &scalar::quantize_acts,
+    .qgemm = kScalarQ, .qgemm_instr = "int32 multiply-add (portable)", .qacts = &scalar::quantize_acts,
 };
 
 // 6×16 tiles of ymm (12 accumulators): rows per block 48 (A block 48 KiB in
@@ -101,7 +118,7 @@ const KernelConfig kAvx2{
     .int8_peak = &avx2::madd_loop,
     .bf16 = &scalar::bf16_kernels, .bf16_peak = nullptr, .bf16_peak_instr = "",
     .exp_rows = &avx2::exp_rows, .softmax_step = &avx2::softmax_step, .sum_rows = &avx2::sum_rows,
-    .qgemm = &avx2::qgemm, .qgemm_instr = "AVX2 vpmaddubsw ymm", .qacts = &avx2::quantize_acts,
+    .qgemm = kAvx2Q, .qgemm_instr = "AVX2 vpmaddubsw ymm", .qacts = &avx2::quantize_acts,
 };
 
 // The VNNI int8 set: the FFN's u8 × s8 products on vpdpbusd, and the int8
@@ -142,7 +159,7 @@ KernelConfig make_avx512() {
     .bf16_peak = bf16 ? &avx512::dpbf16_loop : nullptr,
     .bf16_peak_instr = bf16 ? "AVX-512 vdpbf16ps zmm" : "",
     .exp_rows = &avx512::exp_rows, .softmax_step = &avx512::softmax_step, .sum_rows = &avx512::sum_rows,
-    .qgemm = vnni ? &avx512::qgemm_vnni : &avx2::qgemm,
+    .qgemm = vnni ? std::span<const QKernel>(kVnniQ) : std::span<const QKernel>(kAvx2Q),
     .qgemm_instr = vnni ? "AVX-512 vpdpbusd zmm" : "AVX2 vpmaddubsw ymm",
     .qacts = &avx512::quantize_acts,
   };
@@ -165,7 +182,7 @@ KernelConfig make_amx() {
   k.bf16 = &amx::bf16_kernels;
   k.bf16_peak = &amx::tdpbf16_loop;
   k.bf16_peak_instr = "AMX tdpbf16ps";
-  k.qgemm = &amx::qgemm;
+  k.qgemm = kAmxQ;
   k.qgemm_instr = "AMX tdpbsud/tdpbssd (16 tokens at a time; the rest on AVX-512 vpdpbusd zmm)";
   return k;
 }
@@ -212,6 +229,41 @@ const IsaEntry* entry(Isa i) {
 const KernelConfig& kernel_config(Isa resolved) {
   const IsaEntry* e = entry(resolved);
   return e ? e->config() : kScalar;
+}
+
+QGemmFn qgemm_kernel(const KernelConfig& kc, GgmlType t) {
+  for (const KernelConfig* set : {&kc, &kScalar})
+    for (const QKernel& q : set->qgemm)
+      if (q.type == t) return q.gemm;
+  return nullptr;
+}
+
+namespace {
+struct Registered {
+  std::mutex mu;
+  std::vector<const KernelConfig*> sets;
+};
+Registered& registered() {
+  static Registered r;
+  return r;
+}
+}  // namespace
+
+std::vector<const KernelConfig*> kernel_sets() {
+  std::vector<const KernelConfig*> v;
+  for (const IsaEntry& e : kIsas)
+    if (e.supported(cpu_features())) v.push_back(&e.config());
+  Registered& r = registered();
+  std::lock_guard<std::mutex> lock(r.mu);
+  v.insert(v.end(), r.sets.begin(), r.sets.end());
+  return v;
+}
+
+void register_kernel_set(const KernelConfig* kc) {
+  if (!kc) throw Error("register_kernel_set: null kernel set");
+  Registered& r = registered();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.sets.push_back(kc);
 }
 
 }  // namespace ffn::nn

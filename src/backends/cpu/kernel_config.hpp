@@ -9,6 +9,8 @@
 #include "backends/cpu/qgemm.hpp"
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "ffn/types.hpp"
 #include "backends/cpu/activation.hpp"
@@ -48,6 +50,13 @@ namespace scalar { float softmax_step(float* s, int64_t n, float scale, float* m
 namespace avx2 { float softmax_step(float* s, int64_t n, float scale, float* m, float* l); }
 namespace avx512 { float softmax_step(float* s, int64_t n, float scale, float* m, float* l); }
 
+// A kernel set's block-quantized products: one kernel per quant type it has
+// (src/core/quant_types.hpp), as ggml's type_traits_cpu.
+struct QKernel {
+  GgmlType type;
+  QGemmFn gemm;
+};
+
 // Returns the operations done (2 per multiply-add).
 using PeakLoop = double (*)(int64_t iters, float seed);
 
@@ -68,12 +77,22 @@ struct KernelConfig {
   ExpRowsFn exp_rows;     // attention's softmax exponentials
   SoftmaxStepFn softmax_step;
   SumRowsFn sum_rows;     // the fused forward's sums of shard partials
-  QGemmFn qgemm;          // block-quantized weights (Q4_0/Q4_1/Q8_0) × 16-bit activations
+  std::span<const QKernel> qgemm;  // block-quantized weights × 16-bit activations, per type
   const char* qgemm_instr;
   QActsFn qacts;          // its activation quantization
 };
 
 // The configuration of a resolved ISA (never Isa::automatic).
 const KernelConfig& kernel_config(Isa resolved);
+
+// The product of kc for quant type t: its own kernel, else the scalar set's
+// (the same bits, by the rule), else null (no kernel anywhere).
+QGemmFn qgemm_kernel(const KernelConfig& kc, GgmlType t);
+
+// The kernel sets a test runs op by op (tests/backends/test_backend_ops.cpp):
+// every built-in set this CPU supports, worst first, then the registered ones.
+std::vector<const KernelConfig*> kernel_sets();
+// Adds a kernel set (a test's, an experiment's); kc must outlive the process's use of it.
+void register_kernel_set(const KernelConfig* kc);
 
 }  // namespace ffn::nn

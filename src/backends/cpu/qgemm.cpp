@@ -12,64 +12,32 @@
 
 namespace ffn::nn {
 
-QPanels repack_rows(QType type, const std::vector<const uint8_t*>& rows, int64_t k) {
-  if (k % kQBlock != 0) throw Error("quantized weights: row length " + std::to_string(k) + " is not a multiple of 32");
+QPanels repack_rows(GgmlType type, const std::vector<const uint8_t*>& rows, int64_t k) {
+  const QuantType& qt = quant_type(type);
+  if (!qt.native()) throw Error(std::string("quantized weights: type ") + qt.name + " has no native compute");
+  if (k % qt.block != 0)
+    throw Error("quantized weights: row length " + std::to_string(k) + " is not a multiple of " +
+                std::to_string(qt.block));
   QPanels p;
   p.type = type;
   p.k = k;
   p.m = int64_t(rows.size());
-  p.blocks = k / kQBlock;
+  p.blocks = k / qt.block;
   p.groups = (p.m + kQRows - 1) / kQRows;
-  p.data.assign(size_t(p.groups * p.group_bytes()), 0);
-  const int64_t fb = qfile_block_bytes(type);
+  p.block_bytes = qt.panels.bytes();
+  p.data.assign(size_t(p.groups * p.group_bytes()), 0);  // padding rows: zero scales and weights
   for (int64_t g = 0; g < p.groups; ++g)
     for (int64_t b = 0; b < p.blocks; ++b) {
-      uint8_t* out = p.data.data() + g * p.group_bytes() + b * qgroup_block_bytes(type);
-      const int64_t qbytes = type == QType::q8_0 ? 512 : 256;
-      uint8_t* dout = out + qbytes;  // d[16], then m[16]
-      for (int64_t r = 0; r < kQRows; ++r) {
-        const int64_t row = g * kQRows + r;
-        if (row >= p.m) continue;  // padding rows: zero scales and weights
-        const uint8_t* blk = rows[size_t(row)] + b * fb;
-        std::memcpy(dout + 2 * r, blk, 2);                                      // d
-        if (type == QType::q4_1) std::memcpy(dout + 32 + 2 * r, blk + 2, 2);   // m
-        const uint8_t* qs = blk + (type == QType::q4_1 ? 4 : 2);
-        const int64_t vecs = qbytes / 64;
-        for (int64_t i = 0; i < vecs; ++i)
-          for (int64_t e = 0; e < 4; ++e) out[i * 64 + 4 * r + e] = qs[4 * i + e];
-      }
+      uint8_t* out = p.data.data() + g * p.group_bytes() + b * p.block_bytes;
+      for (int64_t r = 0; r < kQRows && g * kQRows + r < p.m; ++r)
+        qt.panels.pack(rows[size_t(g * kQRows + r)] + b * qt.block_bytes, r, out);
     }
   return p;
 }
 
 void dequantize_panel_row(const QPanels& w, int64_t r, float* out) {
-  const int64_t g = r / kQRows, lane = r % kQRows;
-  for (int64_t b = 0; b < w.blocks; ++b) {
-    const uint8_t* blk = w.at(g, b);
-    const int64_t qbytes = w.type == QType::q8_0 ? 512 : 256;
-    uint16_t dh, mh = 0;
-    std::memcpy(&dh, blk + qbytes + 2 * lane, 2);
-    if (w.type == QType::q4_1) std::memcpy(&mh, blk + qbytes + 32 + 2 * lane, 2);
-    const float d = fp16_to_float(dh), m = fp16_to_float(mh);
-    float* o = out + b * kQBlock;
-    if (w.type == QType::q8_0) {
-      for (int64_t j = 0; j < 8; ++j)
-        for (int64_t e = 0; e < 4; ++e) o[4 * j + e] = d * float(int8_t(blk[j * 64 + 4 * lane + e]));
-      continue;
-    }
-    for (int64_t i = 0; i < 4; ++i)
-      for (int64_t e = 0; e < 4; ++e) {
-        const uint8_t byte = blk[i * 64 + 4 * lane + e];
-        const int lo = byte & 0x0f, hi = byte >> 4;
-        if (w.type == QType::q4_0) {
-          o[4 * i + e] = d * float(lo - 8);
-          o[16 + 4 * i + e] = d * float(hi - 8);
-        } else {  // ggml's Q4_1: x = d q + m
-          o[4 * i + e] = float(lo) * d + m;
-          o[16 + 4 * i + e] = float(hi) * d + m;
-        }
-      }
-  }
+  const QuantType& qt = quant_type(w.type);
+  for (int64_t b = 0; b < w.blocks; ++b) qt.panels.unpack(w.at(r / kQRows, b), r % kQRows, out + b * qt.block);
 }
 
 void size_acts(int64_t n, int64_t k, QActs& out) {

@@ -48,34 +48,27 @@
 #include <vector>
 
 #include "core/aligned.hpp"
+#include "core/quant_types.hpp"
 
 namespace ffn::nn {
 
-enum class QType { q4_0, q4_1, q8_0 };
-constexpr int64_t kQBlock = 32;  // weights per block
-constexpr int64_t kQRows = 16;   // rows per group (a zmm's int32 lanes)
-
-// Bytes of one (group, block).
-constexpr int64_t qgroup_block_bytes(QType t) {
-  return t == QType::q4_0 ? 288 : t == QType::q4_1 ? 320 : 544;
-}
-// Bytes of one row's block in a GGUF file.
-constexpr int64_t qfile_block_bytes(QType t) { return t == QType::q4_0 ? 18 : t == QType::q4_1 ? 20 : 34; }
-
+// The types, their sizes and panel layouts are rows of the quant type table
+// (src/core/quant_types.hpp); a type is native when its row has a layout.
 struct QPanels {
-  QType type = QType::q4_1;
+  GgmlType type = GgmlType::q4_1;
   int64_t k = 0, m = 0;       // W is [m, k]
-  int64_t blocks = 0;         // k / 32
+  int64_t blocks = 0;         // k / the type's block
   int64_t groups = 0;         // ceil(m / 16)
+  int64_t block_bytes = 0;    // of one (group, block): the layout's bytes()
   AlignedVector<uint8_t> data;
-  int64_t group_bytes() const { return blocks * qgroup_block_bytes(type); }
-  const uint8_t* at(int64_t g, int64_t b) const { return data.data() + g * group_bytes() + b * qgroup_block_bytes(type); }
+  int64_t group_bytes() const { return blocks * block_bytes; }
+  const uint8_t* at(int64_t g, int64_t b) const { return data.data() + g * group_bytes() + b * block_bytes; }
   size_t bytes() const { return data.size(); }
 };
 
-// Panels from the file's rows: rows[r] points at row r's blocks (k / 32 of
-// them, qfile_block_bytes each).
-QPanels repack_rows(QType type, const std::vector<const uint8_t*>& rows, int64_t k);
+// Panels from the file's rows: rows[r] points at row r's blocks (k / block
+// of them, as stored). Error if the type is not native or k not whole blocks.
+QPanels repack_rows(GgmlType type, const std::vector<const uint8_t*>& rows, int64_t k);
 // Row r dequantized (w = d q ..., as ggml), k floats.
 void dequantize_panel_row(const QPanels& w, int64_t r, float* out);
 
@@ -93,19 +86,26 @@ void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out);
 void size_acts(int64_t n, int64_t k, QActs& out);
 using QActsFn = void (*)(const float* x, int64_t t0, int64_t t1, QActs& out);
 
-// y[t · ldy + r] for the rows of groups [g0, g1) (rows ≥ m skipped) and tokens [t0, t1).
+// y[t · ldy + r] for the rows of groups [g0, g1) (rows ≥ m skipped) and
+// tokens [t0, t1), on weights of one type: each ISA's kernels are templates
+// on the type, instantiated for the types it has and listed in its kernel
+// set (KernelConfig::qgemm).
 using QGemmFn = void (*)(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y,
                          int64_t ldy);
+#define FFN_QGEMM_ARGS const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t
 namespace scalar {
-void qgemm(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template <GgmlType T> void qgemm(FFN_QGEMM_ARGS);
 void quantize_acts(const float* x, int64_t t0, int64_t t1, QActs& out);
 }
 namespace avx2 {
-void qgemm(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template <GgmlType T> void qgemm(FFN_QGEMM_ARGS);
 void quantize_acts(const float* x, int64_t t0, int64_t t1, QActs& out);
 }
-namespace avx512 { void quantize_acts(const float* x, int64_t t0, int64_t t1, QActs& out); }
-namespace avx512 { void qgemm_vnni(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t); }
-namespace amx { void qgemm(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t); }
+namespace avx512 {
+template <GgmlType T> void qgemm_vnni(FFN_QGEMM_ARGS);
+void quantize_acts(const float* x, int64_t t0, int64_t t1, QActs& out);
+}
+namespace amx { template <GgmlType T> void qgemm(FFN_QGEMM_ARGS); }
+#undef FFN_QGEMM_ARGS
 
 }  // namespace ffn::nn

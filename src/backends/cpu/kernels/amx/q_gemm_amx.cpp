@@ -48,11 +48,11 @@ struct QTileScope {
 constexpr int kTok = 16;
 
 // The tile products of block b into C pair P (tmm4/5 or tmm6/7).
-template <QType kType, int P>
+template <GgmlType kType, int P>
 inline void products(const QPanels& w, const QActs& x, int64_t g, int64_t t, int64_t b, uint8_t* bscratch) {
   const uint8_t* blk = w.at(g, b);
   const int64_t k = w.k;
-  if constexpr (kType == QType::q8_0) {
+  if constexpr (kType == GgmlType::q8_0) {
     _tile_loadd(2, blk, 64);
   } else {
     const __m512i lo = _mm512_set1_epi8(0x0f);
@@ -76,7 +76,7 @@ inline void products(const QPanels& w, const QActs& x, int64_t g, int64_t t, int
   if constexpr (P == 0) {
     _tile_zero(4);
     _tile_zero(5);
-    if constexpr (kType == QType::q8_0) {
+    if constexpr (kType == GgmlType::q8_0) {
       _tile_dpbssd(4, 0, 2);
       _tile_dpbssd(5, 1, 2);
     } else {
@@ -88,7 +88,7 @@ inline void products(const QPanels& w, const QActs& x, int64_t g, int64_t t, int
   } else {
     _tile_zero(6);
     _tile_zero(7);
-    if constexpr (kType == QType::q8_0) {
+    if constexpr (kType == GgmlType::q8_0) {
       _tile_dpbssd(6, 0, 2);
       _tile_dpbssd(7, 1, 2);
     } else {
@@ -101,30 +101,30 @@ inline void products(const QPanels& w, const QActs& x, int64_t g, int64_t t, int
 }
 
 // The rule's float operations of block b for the 16 tokens, from C pair P.
-template <QType kType, int P>
+template <GgmlType kType, int P>
 inline void finish(const QPanels& w, const QActs& x, int64_t g, int64_t t, int64_t b, const uint8_t* bscratch,
                    __m512 (&acc)[kTok]) {
-  constexpr int64_t qbytes = kType == QType::q8_0 ? 512 : 256;
+  constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   const uint8_t* blk = w.at(g, b);
   const int32_t* ch = reinterpret_cast<const int32_t*>(bscratch + 512 + P * 2048);
   const int32_t* cl = ch + 256;
   const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes)));
   __m512 m = _mm512_setzero_ps();
-  if constexpr (kType == QType::q4_1)
+  if constexpr (kType == GgmlType::q4_1)
     m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes + 32)));
   const int64_t nb = w.blocks;
   for (int u = 0; u < kTok; ++u) {
     const int64_t at = (t + u) * nb + b;
     const __m512i h = _mm512_load_si512(ch + 16 * u);
     __m512i s = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(h, 8), h), _mm512_load_si512(cl + 16 * u));
-    if constexpr (kType == QType::q4_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * x.sum[size_t(at)]));
+    if constexpr (kType == GgmlType::q4_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * x.sum[size_t(at)]));
     const __m512 p = _mm512_mul_ps(d, _mm512_set1_ps(x.d[size_t(at)]));
     acc[u] = _mm512_fmadd_ps(p, _mm512_cvtepi32_ps(s), acc[u]);
-    if constexpr (kType == QType::q4_1) acc[u] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
+    if constexpr (kType == GgmlType::q4_1) acc[u] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
   }
 }
 
-template <QType kType>
+template <GgmlType kType>
 void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
   // B's unpacked nibbles (512 bytes), then the two C pairs (2 × 2 KiB).
   alignas(64) uint8_t scratch[512 + 2 * 2048];
@@ -160,18 +160,16 @@ void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, i
 
 }  // namespace
 
+template <GgmlType kType>
 void qgemm(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
   const int64_t tiles_end = t0 + (t1 - t0) / kTok * kTok;
-  if (tiles_end > t0) {
-    switch (w.type) {
-      case QType::q4_0: run<QType::q4_0>(w, x, g0, g1, t0, tiles_end, y, ldy); break;
-      case QType::q4_1: run<QType::q4_1>(w, x, g0, g1, t0, tiles_end, y, ldy); break;
-      case QType::q8_0: run<QType::q8_0>(w, x, g0, g1, t0, tiles_end, y, ldy); break;
-    }
-  }
+  if (tiles_end > t0) run<kType>(w, x, g0, g1, t0, tiles_end, y, ldy);
   // The tokens past the last 16 (all of them at generation): the same sums
   // and float operations on vpdpbusd.
-  if (tiles_end < t1) avx512::qgemm_vnni(w, x, g0, g1, tiles_end, t1, y, ldy);
+  if (tiles_end < t1) avx512::qgemm_vnni<kType>(w, x, g0, g1, tiles_end, t1, y, ldy);
 }
+template void qgemm<GgmlType::q4_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q4_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q8_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 
 }  // namespace ffn::nn::amx

@@ -21,9 +21,9 @@ namespace {
 
 constexpr int64_t kPrefetch = 4096;  // as the AVX-512 kernel's (q_gemm_avx512vnni.cpp)
 
-template <QType kType, int NT>
+template <GgmlType kType, int NT>
 void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* y, int64_t ldy, int64_t rows) {
-  constexpr int64_t qbytes = kType == QType::q8_0 ? 512 : 256;
+  constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   const __m256i lo = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT];
@@ -32,10 +32,10 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.at(g, b);
     if (h == 0)  // the first half's pass streams the group; the second finds it in cache
-      for (int64_t l = 0; l < qgroup_block_bytes(kType); l += 64)
+      for (int64_t l = 0; l < builtin_quant_type(kType)->panels.bytes(); l += 64)
         _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
     __m256i wv[8];
-    if constexpr (kType == QType::q8_0) {
+    if constexpr (kType == GgmlType::q8_0) {
       for (int j = 0; j < 8; ++j) wv[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * j + 32 * h));
     } else {
       for (int i = 0; i < 4; ++i) {
@@ -46,14 +46,14 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 16 * h)));
     __m256 m = _mm256_setzero_ps();
-    if constexpr (kType == QType::q4_1)
+    if constexpr (kType == GgmlType::q4_1)
       m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 32 + 16 * h)));
     for (int u = 0; u < NT; ++u) {
       const int64_t at = (t + u) * nb + b;
       const int8_t* xh = x.hi.data() + (t + u) * k + b * kQBlock;
       const int8_t* xl = x.lo.data() + (t + u) * k + b * kQBlock;
       __m256i sh, sl;
-      if constexpr (kType == QType::q8_0) {
+      if constexpr (kType == GgmlType::q8_0) {
         sh = sl = _mm256_setzero_si256();
         for (int j = 0; j < 8; ++j) {
           int32_t four_h, four_l;
@@ -79,10 +79,10 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
       }
       // isum = 255 sh + sl = (sh << 8) − sh + sl
       __m256i s = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh, 8), sh), sl);
-      if constexpr (kType == QType::q4_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * x.sum[size_t(at)]));
+      if constexpr (kType == GgmlType::q4_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * x.sum[size_t(at)]));
       const __m256 p = _mm256_mul_ps(d, _mm256_set1_ps(x.d[size_t(at)]));
       acc[u] = _mm256_fmadd_ps(p, _mm256_cvtepi32_ps(s), acc[u]);
-      if constexpr (kType == QType::q4_1) acc[u] = _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
+      if constexpr (kType == GgmlType::q4_1) acc[u] = _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
     }
   }
   for (int u = 0; u < NT; ++u) {
@@ -97,7 +97,7 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
   }
 }
 
-template <QType kType>
+template <GgmlType kType>
 void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
   for (int64_t g = g0; g < g1; ++g)
     for (int h = 0; h < 2; ++h) {
@@ -111,13 +111,13 @@ void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, i
 
 }  // namespace
 
+template <GgmlType kType>
 void qgemm(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
-  switch (w.type) {
-    case QType::q4_0: return run<QType::q4_0>(w, x, g0, g1, t0, t1, y, ldy);
-    case QType::q4_1: return run<QType::q4_1>(w, x, g0, g1, t0, t1, y, ldy);
-    case QType::q8_0: return run<QType::q8_0>(w, x, g0, g1, t0, t1, y, ldy);
-  }
+  run<kType>(w, x, g0, g1, t0, t1, y, ldy);
 }
+template void qgemm<GgmlType::q4_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q4_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q8_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 
 }  // namespace ffn::nn::avx2
 

@@ -21,9 +21,9 @@ namespace {
 // 179-196 to 230-242 on 2 (Xeon, 2026-11-25; 2, 4 and 8 KiB within noise).
 constexpr int64_t kPrefetch = 4096;
 
-template <QType kType, int NT>
+template <GgmlType kType, int NT>
 void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int64_t ldy, __mmask16 mask) {
-  constexpr int64_t qbytes = kType == QType::q8_0 ? 512 : 256;
+  constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   const __m512i lo = _mm512_set1_epi8(0x0f);
   const __m512i flip = _mm512_set1_epi8(char(0x80));
   __m512 acc[NT];
@@ -33,10 +33,10 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int6
     const uint8_t* blk = w.at(g, b);
     // The stream of blocks is read once per token at generation: fetch
     // kPrefetch bytes ahead (the next groups' blocks follow this one's).
-    for (int64_t l = 0; l < qgroup_block_bytes(kType); l += 64)
+    for (int64_t l = 0; l < builtin_quant_type(kType)->panels.bytes(); l += 64)
       _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
     __m512i wv[8];
-    if constexpr (kType == QType::q8_0) {
+    if constexpr (kType == GgmlType::q8_0) {
       for (int j = 0; j < 8; ++j) wv[j] = _mm512_xor_si512(_mm512_loadu_si512(blk + 64 * j), flip);
     } else {
       for (int i = 0; i < 4; ++i) {
@@ -47,7 +47,7 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int6
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes)));
     __m512 m = _mm512_setzero_ps();
-    if constexpr (kType == QType::q4_1)
+    if constexpr (kType == GgmlType::q4_1)
       m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes + 32)));
     for (int u = 0; u < NT; ++u) {
       const int64_t at = (t + u) * nb + b;
@@ -63,17 +63,17 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int6
       }
       // isum = 255 sh + sl = (sh << 8) − sh + sl
       __m512i s = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(sh, 8), sh), sl);
-      if constexpr (kType == QType::q8_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(128 * x.sum[size_t(at)]));
-      if constexpr (kType == QType::q4_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * x.sum[size_t(at)]));
+      if constexpr (kType == GgmlType::q8_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(128 * x.sum[size_t(at)]));
+      if constexpr (kType == GgmlType::q4_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * x.sum[size_t(at)]));
       const __m512 p = _mm512_mul_ps(d, _mm512_set1_ps(x.d[size_t(at)]));
       acc[u] = _mm512_fmadd_ps(p, _mm512_cvtepi32_ps(s), acc[u]);
-      if constexpr (kType == QType::q4_1) acc[u] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
+      if constexpr (kType == GgmlType::q4_1) acc[u] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
     }
   }
   for (int u = 0; u < NT; ++u) _mm512_mask_storeu_ps(y + (t + u) * ldy + g * kQRows, mask, acc[u]);
 }
 
-template <QType kType>
+template <GgmlType kType>
 void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t rows = std::min<int64_t>(kQRows, w.m - g * kQRows);
@@ -88,13 +88,12 @@ void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, i
 
 }  // namespace
 
-void qgemm_vnni(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y,
-                int64_t ldy) {
-  switch (w.type) {
-    case QType::q4_0: return run<QType::q4_0>(w, x, g0, g1, t0, t1, y, ldy);
-    case QType::q4_1: return run<QType::q4_1>(w, x, g0, g1, t0, t1, y, ldy);
-    case QType::q8_0: return run<QType::q8_0>(w, x, g0, g1, t0, t1, y, ldy);
-  }
+template <GgmlType kType>
+void qgemm_vnni(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
+  run<kType>(w, x, g0, g1, t0, t1, y, ldy);
 }
+template void qgemm_vnni<GgmlType::q4_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm_vnni<GgmlType::q4_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm_vnni<GgmlType::q8_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 
 }  // namespace ffn::nn::avx512
