@@ -14,14 +14,16 @@
 # (mse, xent, dropout, adam/sgd, cosine) with its printed curve and plot;
 # encode and encode-grad (post/pre, causal, lengths, dropout); decode and
 # decode-grad (an nn.Transformer's decoder, causal or not); translate (the
-# repository's MarianMT models, text and ids, beams and greedy); generate
+# repository's MarianMT models, text and ids, beams and greedy, dtype int8
+# and bf16, FFN_ISA=avx2 and scalar for int8); generate
 # (the repository's GGUF and Hugging Face LLaMA models: logits, greedy and
 # sampled tokens, native and fp32 compute, FFN_ISA=avx2 and scalar; SmolLM2's
 # chat and logits when installed) and tokenize; the reference path through
 # `bench --json`'s check (FFN fp32/int8/bf16 compute, backward, encoder); embed
 # fp32, int8 and bf16 and --similarity when the MiniLM model is installed
-# (said so when it is not); demo approximate and demo interaction --save. --quick runs a subset (one thread
-# count, fewer sizes). Exit 0 when every output is identical, 1 when one
+# (said so when it is not); demo approximate and demo interaction --save;
+# demo translate (30 steps of a small model: its files and lines, times
+# aside). --quick runs a subset (one thread count, fewer sizes). Exit 0 when every output is identical, 1 when one
 # differs (each named), 2 on a usage or build error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -270,6 +272,15 @@ for t in "${threads[@]}"; do
   for m in relu_untied gelu_separate swish_shared; do
     run_both "translate.$m.t$t" translate --model "$data/marian/$m" --ids "5 9 13 2 0" --max-new-tokens 12 --threads $t
   done
+  # int8: the FFN, the decoder's attention projections and the output projection; bf16: the FFN
+  for dt in int8 bf16; do
+    run_both "translate.text.$dt.t$t" translate --model "$data/marian_text" --dtype $dt --threads $t \
+             "The cat sits on the mat." "Où est la gare ?"
+  done
+done
+for isa in avx2 scalar; do
+  FFN_ISA=$isa run_both "translate.text.int8.$isa" translate --model "$data/marian_text" --dtype int8 --threads 2 \
+           "The cat sits on the mat." "Où est la gare ?"
 done
 
 # ---- generate, tokenize (the repository's small LLaMA models; SmolLM2 when installed) ---
@@ -305,11 +316,16 @@ fi
 # ---- demo ----------------------------------------------------------------------
 run_both demo.approximate demo approximate --neurons 8 --steps 300 --save @OUT@/demo.safetensors
 run_both demo.interaction demo interaction --d-ff 16 --epochs 20 --seed 2 --save @OUT@/demo.interaction.safetensors
+# demo translate, small: the seq2seq trainer (encoder, decoder, tied head, SentencePiece) for 30 steps
+run_both demo.translate demo translate --steps 30 --batch 8 --held-out 20 --d-model 32 --heads 2 --d-ff 64 \
+         --layers 1 --threads 2 --model-dir @OUT@/demo.nt --loss-plot @OUT@/demo.nt.loss.svg \
+         --attention-plot @OUT@/demo.nt.attention.svg
 
 # ---- compare -------------------------------------------------------------------
 normalize() {
   sed -E "s#$work/(old|new)/#OUT/#g; s#[0-9.]+ tokens/s +[0-9.]+ s##"
 }
+demo_times() { normalize | sed -E 's#(lr [0-9.e+-]+) +[0-9.]+ s#\1#; s#(trained in|, in) [0-9.]+ s#\1 T s#'; }
 # bench's JSON: only what the check found (its times and the peak vary)
 bench_checks() { python3 -c 'import json, sys; j = json.load(sys.stdin); print(sorted((k, v) for k, v in j.items() if k.startswith("check")))'; }
 # stdout of every command, and every file written; stderr only where a
@@ -323,6 +339,11 @@ while IFS= read -r -d '' f; do
   elif [[ $rel == bench.*.stdout ]]; then
     if ! cmp -s <(bench_checks <"$f") <(bench_checks <"$work/new/$rel"); then
       echo "DIFF $rel (bench check)"; ndiff=$((ndiff + 1))
+    fi
+  elif [[ $rel == demo.translate.stdout ]]; then
+    # its lines without their times ("... lr 6.63e-04  0 s", "trained in 0.1 s", "in 0.0 s")
+    if ! cmp -s <(demo_times <"$f") <(demo_times <"$work/new/$rel"); then
+      echo "DIFF $rel"; ndiff=$((ndiff + 1))
     fi
   elif [[ $rel == *.stdout ]]; then
     # printed lines: the side's directory and the speed (tokens/s, seconds) aside

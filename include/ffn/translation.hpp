@@ -155,8 +155,7 @@ class TranslationModel {
   Decoder decoder_;
   std::vector<float> src_embed_, tgt_embed_;  // [vocab, d] each (tgt empty when shared; transformers copies one table)
   std::vector<float> head_;                   // [decoder_vocab, d] when not tied (lm_head.weight)
-  std::vector<float> head_packed_;            // the output projection's panels
-  std::shared_ptr<const void> head_int8_;     // dtype int8: the output projection quantized (nn::Int8Linear)
+  std::shared_ptr<const void> head_linear_;   // the output projection (nn::Linear: its panels, int8 weights for dtype int8, the bias)
   std::vector<float> logits_bias_;            // final_logits_bias [decoder_vocab]
   std::vector<float> positions_;              // [max_positions, d]
   TranslationModel(TranslationConfig cfg, Encoder e, Decoder d);

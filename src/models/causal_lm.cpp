@@ -24,48 +24,24 @@
 #include "ops/qlinear.hpp"
 #include "ops/norm.hpp"
 #include "ops/rope.hpp"
+#include "modules/ffn_sublayer.hpp"
 
 namespace fs = std::filesystem;
 
 namespace ffn {
 
-// One product y = x Wᵀ: W kept as the file's quantized blocks (native
-// compute, Q4_0/Q4_1/Q8_0) or as float32 with its GEMM panels.
-struct Proj {
-  int64_t k = 0, m = 0;
-  bool quant = false;
-  nn::QPanels q;
-  std::vector<float> w, packed;
-  size_t bytes() const { return quant ? q.bytes() : (w.size() + packed.size()) * sizeof(float); }
-};
-
-Proj float_proj(std::vector<float> w, int64_t k, int64_t m) {
-  Proj p;
-  p.k = k;
-  p.m = m;
-  p.packed = nn::pack_linear_weight(w.data(), k, m);
-  p.w = std::move(w);
-  return p;
-}
-
-void proj_forward(const nn::Context& cx, const Proj& p, const float* x, int64_t n, float* y, nn::QActs& acts) {
-  if (p.quant) nn::qlinear_forward(cx, p.q, x, n, y, acts);
-  else nn::linear_forward(cx, x, n, p.k, p.w.data(), p.packed, nullptr, p.m, y);
-}
-
+// Every product is an nn::Linear: the file's quantized blocks (native
+// compute, a native type of src/core/quant_types.hpp) or float32 panels.
 struct CausalLM::Weights {
   struct Layer {
     std::vector<float> attn_norm;   // [d]
-    Proj qkv;                       // [qd + 2 kvd, d]: W_Q, W_K, W_V stacked
-    Proj o;                         // [d, qd]
-    std::vector<FeedForward> ffn;   // fp32 compute: ffn_norm, gate, up, down as one pre-norm RMSNorm SwiGLU sublayer
-    std::vector<float> ffn_norm;    // native compute: the same sublayer on quantized products
-    Proj up_gate;                   // [2 d_ff, d]: W_up, W_gate stacked
-    Proj down;                      // [d, d_ff]
+    nn::Linear qkv;                 // [qd + 2 kvd, d]: W_Q, W_K, W_V stacked
+    nn::Linear o;                   // [d, qd]
+    std::vector<nn::FfnSublayer> ffn;  // one: pre-norm RMSNorm SwiGLU, fused (fp32 compute) or on quantized products
   };
-  std::vector<float> embed;         // [vocab, d] float32, or empty: rows of head's panels (tied, quantized)
+  std::vector<float> embed;         // [vocab, d] float32, or empty: the head's rows (tied)
   std::vector<float> norm;          // [d]
-  Proj head;                        // [vocab, d]
+  nn::Linear head;                  // [vocab, d]
   std::vector<Layer> layers;
 };
 
@@ -179,6 +155,19 @@ struct RawLayer {
   std::vector<float> attn_norm, q, k, v, o, ffn_norm, gate, up, down;
 };
 
+// The FFN sublayer of a LLaMA block: pre-norm RMSNorm, SwiGLU, no bias.
+Config llama_ffn_config(const CausalLMConfig& c) {
+  Config fc;
+  fc.d_model = c.d_model;
+  fc.d_ff = c.d_ff;
+  fc.activation = Activation::swiglu;
+  fc.bias = false;
+  fc.norm = NormPlacement::pre;
+  fc.norm_type = NormType::rmsnorm;
+  fc.eps = c.eps;
+  return fc;
+}
+
 }  // namespace
 
 CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts) {
@@ -245,11 +234,16 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
       return it->second.data;
     };
     const int64_t d = c.d_model, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
-    w.embed = tensor("model.embed_tokens.weight", {c.vocab, d});
+    const std::vector<float> embed = tensor("model.embed_tokens.weight", {c.vocab, d});
     w.norm = tensor("model.norm.weight", {d});
     if (!c.tied && !f.tensors.count("lm_head.weight"))
       throw Error(st_path.string() + ": missing tensor lm_head.weight (config.json: tie_word_embeddings is false)");
-    w.head = float_proj(c.tied ? w.embed : tensor("lm_head.weight", {c.vocab, d}), d, c.vocab);
+    if (c.tied) {
+      w.head = nn::Linear(embed.data(), d, c.vocab);  // the embedding's rows come from the head's panels
+    } else {
+      w.head = nn::Linear(tensor("lm_head.weight", {c.vocab, d}).data(), d, c.vocab);
+      w.embed = embed;
+    }
     for (int64_t l = 0; l < c.layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       RawLayer r;
@@ -312,7 +306,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
       std::string name;
       int64_t rows, heads;
     };
-    auto product = [&](const std::vector<Part>& parts, int64_t k) -> Proj {
+    auto product = [&](const std::vector<Part>& parts, int64_t k) -> nn::Linear {
       const nn::QuantType* qt = nullptr;
       bool same = native;
       for (size_t i = 0; i < parts.size(); ++i) {
@@ -340,12 +334,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
             rows.push_back(base + src * row_bytes);
           }
         }
-        Proj pr;
-        pr.k = k;
-        pr.m = int64_t(rows.size());
-        pr.quant = true;
-        pr.q = nn::repack_rows(qt->id, rows, k);
-        return pr;
+        return nn::Linear(nn::repack_rows(qt->id, rows, k));
       }
       std::vector<float> all;
       for (const Part& p : parts) {
@@ -356,15 +345,11 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
       // The row count first: the arguments' order of evaluation is unspecified
       // (clang moved `all` away before its size was read: an empty product).
       const int64_t rows = int64_t(all.size()) / k;
-      return float_proj(std::move(all), k, rows);
+      return nn::Linear(all.data(), k, rows);
     };
     w.norm = tensor("output_norm.weight", 1, d);
     w.head = product({{c.tied ? "token_embd.weight" : "output.weight", c.vocab, 0}}, d);
-    if (c.tied && w.head.quant) {
-      // The embedding's rows come from the head's panels (no float copy).
-    } else {
-      w.embed = c.tied ? w.head.w : tensor("token_embd.weight", c.vocab, d);
-    }
+    if (!c.tied) w.embed = tensor("token_embd.weight", c.vocab, d);  // tied: the head's rows
     for (int64_t l = 0; l < c.layers; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       if (native) {
@@ -373,9 +358,9 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
         L.qkv = product({{p + "attn_q.weight", qd, c.heads}, {p + "attn_k.weight", kvd, c.kv_heads},
                          {p + "attn_v.weight", kvd, 0}}, d);
         L.o = product({{p + "attn_output.weight", d, 0}}, qd);
-        L.ffn_norm = tensor(p + "ffn_norm.weight", 1, d);
-        L.up_gate = product({{p + "ffn_up.weight", c.d_ff, 0}, {p + "ffn_gate.weight", c.d_ff, 0}}, d);
-        L.down = product({{p + "ffn_down.weight", d, 0}}, c.d_ff);
+        L.ffn.emplace_back(llama_ffn_config(c), tensor(p + "ffn_norm.weight", 1, d), std::vector<float>{},
+                           product({{p + "ffn_up.weight", c.d_ff, 0}, {p + "ffn_gate.weight", c.d_ff, 0}}, d),
+                           product({{p + "ffn_down.weight", d, 0}}, c.d_ff));
         w.layers.push_back(std::move(L));
         continue;
       }
@@ -399,14 +384,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
                 std::to_string(c.vocab));
   // Pack the products once.
   const int64_t d = c.d_model, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
-  Config fc;
-  fc.d_model = d;
-  fc.d_ff = c.d_ff;
-  fc.activation = Activation::swiglu;
-  fc.bias = false;
-  fc.norm = NormPlacement::pre;
-  fc.norm_type = NormType::rmsnorm;
-  fc.eps = c.eps;
+  const Config fc = llama_ffn_config(c);
   for (auto& r : raw) {
     ffn::Weights fw;
     fw.w1 = std::move(r.up);
@@ -418,15 +396,15 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     wqkv.insert(wqkv.end(), r.v.begin(), r.v.end());
     Weights::Layer L;
     L.attn_norm = std::move(r.attn_norm);
-    L.qkv = float_proj(std::move(wqkv), d, qd + 2 * kvd);
-    L.o = float_proj(std::move(r.o), qd, d);
-    L.ffn.push_back(opts.ffn_dtype == WeightDtype::fp32 ? FeedForward(fc, std::move(fw))
-                                                        : FeedForward(fc, std::move(fw)).converted(opts.ffn_dtype));
+    L.qkv = nn::Linear(wqkv.data(), d, qd + 2 * kvd);
+    L.o = nn::Linear(r.o.data(), qd, d);
+    L.ffn.emplace_back(opts.ffn_dtype == WeightDtype::fp32 ? FeedForward(fc, std::move(fw))
+                                                           : FeedForward(fc, std::move(fw)).converted(opts.ffn_dtype));
     w.layers.push_back(std::move(L));
   }
   lm.native_ = false;
-  for (const auto& L : w.layers) lm.native_ = lm.native_ || L.qkv.quant || L.up_gate.quant || L.down.quant;
-  lm.native_ = lm.native_ || w.head.quant;
+  for (const auto& L : w.layers) lm.native_ = lm.native_ || L.qkv.blocks() || L.ffn[0].blocks();
+  lm.native_ = lm.native_ || w.head.blocks();
   return lm;
 }
 
@@ -485,15 +463,13 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   const nn::Context cx(opts);
   const int threads = cx.threads();
   const bool ref = cx.reference();
-  const nn::KernelConfig& kc = cx.kernels();
   const int64_t d = c.d_model, dh = c.head_dim, qd = c.heads * dh, kvd = s.kvd, width = qd + 2 * kvd;
 
   std::vector<float> x(size_t(n * d)), a(size_t(n * d)), qkv(size_t(n * width)), ctx(size_t(n * qd));
-  std::vector<float> ug, hid;  // native FFN: [n, 2 d_ff], [n, d_ff]
   nn::QActs acts;
   std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n)), lse(size_t(n * c.heads));
   for (int64_t i = 0; i < n; ++i) {
-    if (w_->embed.empty()) nn::dequantize_panel_row(w_->head.q, ids[i], x.data() + i * d);
+    if (w_->embed.empty()) w_->head.row(ids[i], x.data() + i * d);
     else std::copy_n(w_->embed.begin() + int64_t(ids[i]) * d, d, x.begin() + i * d);
   }
   std::vector<int64_t> pos(static_cast<size_t>(n));
@@ -518,7 +494,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     const Weights::Layer& L = w_->layers[size_t(l)];
     nn::norm_forward(cx, NormType::rmsnorm, c.eps, x.data(), n, d, L.attn_norm.data(), nullptr, a.data(), mean.data(),
                      rstd.data());
-    proj_forward(cx, L.qkv, a.data(), n, qkv.data(), acts);
+    L.qkv.forward(cx, a.data(), n, qkv.data(), {.acts = &acts});
     float* K = s.k[size_t(l)].data();
     float* V = s.v[size_t(l)].data();
     const auto rope_rows = [&](int64_t i0, int64_t i1, int) {
@@ -539,30 +515,9 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     const nn::AttentionInput<float> in{qkv.data(), K, V, width, kvd};
     if (ref) reference::attention_forward(as, in, ctx.data());
     else nn::attention_forward(cx, as, in, ctx.data(), lse.data());
-    proj_forward(cx, L.o, ctx.data(), n, a.data(), acts);
+    L.o.forward(cx, ctx.data(), n, a.data(), {.acts = &acts});
     for (int64_t i = 0; i < n * d; ++i) a[size_t(i)] += x[size_t(i)];
-    if (!L.ffn.empty()) {
-      L.ffn[0].forward(a.data(), x.data(), Shape::tokens(n), fo);
-      continue;
-    }
-    // Native compute: the same sublayer, x = a + W_down (silu(W_gate h) ⊙ W_up h), h = RMSNorm(a).
-    const int64_t F = c.d_ff;
-    nn::norm_forward(cx, NormType::rmsnorm, c.eps, a.data(), n, d, L.ffn_norm.data(), nullptr, x.data(), mean.data(),
-                     rstd.data());
-    ug.resize(size_t(n * 2 * F));
-    hid.resize(size_t(n * F));
-    proj_forward(cx, L.up_gate, x.data(), n, ug.data(), acts);
-    const auto gate_rows = [&](int64_t i0, int64_t i1, int) {
-      for (int64_t i = i0; i < i1; ++i) {
-        float* row = ug.data() + i * 2 * F;
-        kc.activate(nn::Unit::silu, row, row + F, F, nullptr, nullptr);  // up ← silu(gate) · up
-        std::copy_n(row, F, hid.data() + i * F);
-      }
-    };
-    if (n > 8) nn::parallel_range(threads, n, nn::grain_for(n, threads), gate_rows);
-    else gate_rows(0, n, 0);
-    proj_forward(cx, L.down, hid.data(), n, x.data(), acts);
-    for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += a[size_t(i)];
+    L.ffn[0].forward(cx, fo, a.data(), n, x.data(), &acts);  // x = a + FFN(a)
   }
   // The rows whose logits are asked for.
   int64_t m = n;
@@ -573,7 +528,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   }
   nn::norm_forward(cx, NormType::rmsnorm, c.eps, x.data(), m, d, w_->norm.data(), nullptr, a.data(), mean.data(),
                    rstd.data());
-  proj_forward(cx, w_->head, a.data(), m, logits, acts);
+  w_->head.forward(cx, a.data(), m, logits, {.acts = &acts});
   for (int64_t b = 0; b < B; ++b) s.len[size_t(b)] += counts[size_t(b)];
 }
 
@@ -703,14 +658,7 @@ std::string CausalLM::chat_prompt(const std::string& message) const {
 
 size_t CausalLM::weight_bytes() const {
   size_t b = (w_->embed.size() + w_->norm.size()) * sizeof(float) + w_->head.bytes();
-  for (const auto& L : w_->layers) {
-    b += (L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float) + L.qkv.bytes() + L.o.bytes() + L.up_gate.bytes() +
-         L.down.bytes();
-    for (const auto& f : L.ffn) {
-      const ffn::Weights& fw = f.weights();
-      b += 2 * (fw.w1.size() + fw.wg.size() + fw.w2.size()) * sizeof(float);  // values and packed panels
-    }
-  }
+  for (const auto& L : w_->layers) b += L.attn_norm.size() * sizeof(float) + L.qkv.bytes() + L.o.bytes() + L.ffn[0].bytes();
   return b;
 }
 

@@ -304,10 +304,17 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
   if (!c.tied_head) m.head_ = tensor("lm_head.weight", {c.decoder_vocab_size, d});
   m.logits_bias_ = has("final_logits_bias") ? tensor("final_logits_bias", {1, c.decoder_vocab_size})
                                             : std::vector<float>(size_t(c.decoder_vocab_size), 0.0f);
-  m.head_packed_ = nn::pack_linear_weight(m.head().data(), d, c.decoder_vocab_size);
+  // opus-mt's final_logits_bias is all zeros: adding it would only sweep
+  // the [n, vocabulary] logits once more (and turn −0 into +0, which
+  // compares equal everywhere the logits are used).
+  const bool no_bias =
+      std::all_of(m.logits_bias_.begin(), m.logits_bias_.end(), [](float v) { return v == 0.0f; });
+  auto head = std::make_shared<nn::Linear>(m.head().data(), d, c.decoder_vocab_size,
+                                           no_bias ? nullptr : m.logits_bias_.data());
   if (dtype == WeightDtype::int8)
-    m.head_int8_ = std::make_shared<const nn::Int8Linear>(
-        nn::quantize_linear(m.head().data(), d, c.decoder_vocab_size, {}, "output projection"));
+    head->set_int8(std::make_shared<const nn::Int8Linear>(
+        nn::quantize_linear(m.head().data(), d, c.decoder_vocab_size, {}, "output projection")));
+  m.head_linear_ = std::move(head);
   m.positions_ = marian_positions(c.max_positions, d);
   return m;
 }
@@ -321,18 +328,7 @@ void TranslationModel::embed(const std::vector<float>& table, int64_t id, int64_
 }
 
 void TranslationModel::project(const float* h, int64_t n, float* logits, int threads, Isa isa) const {
-  const nn::Context ctx(isa, threads);
-  const nn::KernelConfig& kc = ctx.kernels();
-  // opus-mt's final_logits_bias is all zeros: adding it would only sweep
-  // the [n, vocabulary] logits once more (and turn −0 into +0, which
-  // compares equal everywhere the logits are used).
-  const bool no_bias = std::all_of(logits_bias_.begin(), logits_bias_.end(), [](float v) { return v == 0.0f; });
-  const float* bias = no_bias ? nullptr : logits_bias_.data();
-  if (head_int8_ && nn::int8_linear_supported(kc)) {
-    nn::linear_forward_int8(ctx, *static_cast<const nn::Int8Linear*>(head_int8_.get()), h, n, bias, logits);
-    return;
-  }
-  nn::linear_forward(ctx, h, n, cfg_.d_model, head().data(), head_packed_, bias, cfg_.decoder_vocab_size, logits);
+  static_cast<const nn::Linear*>(head_linear_.get())->forward(nn::Context(isa, threads), h, n, logits);
 }
 
 void TranslationModel::encode(const std::vector<std::vector<int64_t>>& sources, std::vector<float>& memory,

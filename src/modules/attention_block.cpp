@@ -20,22 +20,6 @@ float* ptr_or_null(std::vector<float>& v) { return v.empty() ? nullptr : v.data(
 const float* offset_or_null(const std::vector<float>& v, int64_t at) { return v.empty() ? nullptr : v.data() + at; }
 float* offset_or_null(std::vector<float>& v, int64_t at) { return v.empty() ? nullptr : v.data() + at; }
 
-// y = x Wᵀ + b for one projection: int8 when it was converted and the ISA
-// runs the int8 linear (inference), else fp32.
-void project(const BlockRun& run, const Int8Linear* q, const float* x, int64_t n, int64_t k, const float* w,
-             const std::vector<float>& packed, const float* b, int64_t m, float* y) {
-  const KernelConfig& kc = run.ctx->kernels();
-  if (q && !run.training && (run.ctx->reference() || int8_linear_supported(kc))) {
-    if (run.ctx->reference())
-      reference::linear_forward_int8(x, n, k, q->q.data(), q->scale.data(), q->fp32_inputs.data(),
-                                     int64_t(q->fp32_inputs.size()), q->w32.data(), b, m, y);
-    else
-      linear_forward_int8(*run.ctx, *q, x, n, b, y);
-    return;
-  }
-  linear_forward(*run.ctx, x, n, k, w, packed, b, m, y);
-}
-
 reference::AttentionShape attention_shape(const AttentionBlockConfig& cfg, const std::vector<int64_t>& off, int64_t S,
                                           const KeysValues& kv, const BlockRun& run) {
   reference::AttentionShape a;
@@ -58,16 +42,16 @@ reference::AttentionShape attention_shape(const AttentionBlockConfig& cfg, const
 
 PackedAttention PackedAttention::self(const AttentionBlockWeights& w, int64_t d) {
   PackedAttention p;
-  p.in_fwd = pack_linear_weight(w.in_w.data(), d, 3 * d);
-  p.out_fwd = pack_linear_weight(w.out_w.data(), d, d);
+  p.in = Linear(w.in_w.data(), d, 3 * d, ptr_or_null(w.in_b));
+  p.out = Linear(w.out_w.data(), d, d, ptr_or_null(w.out_b));
   return p;
 }
 
 PackedAttention PackedAttention::cross(const AttentionBlockWeights& w, int64_t d) {
   PackedAttention p;
-  p.q_fwd = pack_linear_weight(w.in_w.data(), d, d);
-  p.kv_fwd = pack_linear_weight(w.in_w.data() + d * d, d, 2 * d);
-  p.out_fwd = pack_linear_weight(w.out_w.data(), d, d);
+  p.q = Linear(w.in_w.data(), d, d, ptr_or_null(w.in_b));
+  p.kv = Linear(w.in_w.data() + d * d, d, 2 * d, offset_or_null(w.in_b, d));
+  p.out = Linear(w.out_w.data(), d, d, ptr_or_null(w.out_b));
   return p;
 }
 
@@ -78,8 +62,8 @@ size_t AttentionSaved::bytes() const {
 
 void project_memory(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w, const PackedAttention& pk,
                     const float* memory, int64_t m, float* kv, const BlockRun& run) {
-  const int64_t d = cfg.d;
-  project(run, pk.kv_q.get(), memory, m, d, w.in_w.data() + d * d, pk.kv_fwd, offset_or_null(w.in_b, d), 2 * d, kv);
+  (void)cfg, (void)w;
+  pk.kv.forward(*run.ctx, memory, m, kv, {.training = run.training});
 }
 
 void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w, const PackedAttention& pk,
@@ -104,7 +88,7 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
   if (kv.kind == KeysValues::Kind::memory) {
     // Q of the rows; K|V of the memory rows (projected here unless given).
     s.qkv.resize(size_t(n * d));
-    project(run, pk.q_q.get(), ain, n, d, w.in_w.data(), pk.q_fwd, ptr_or_null(w.in_b), d, s.qkv.data());
+    pk.q.forward(*run.ctx, ain, n, s.qkv.data(), {.training = run.training});
     const float* kvp = kv.projected;
     if (!kvp) {
       const int64_t m = kv.memory_off.empty() ? 0 : kv.memory_off.back();
@@ -115,7 +99,7 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
     in = {s.qkv.data(), kvp, kvp + d, d, 2 * d};
   } else {
     s.qkv.resize(size_t(n * 3 * d));
-    project(run, pk.in_q.get(), ain, n, d, w.in_w.data(), pk.in_fwd, ptr_or_null(w.in_b), 3 * d, s.qkv.data());
+    pk.in.forward(*run.ctx, ain, n, s.qkv.data(), {.training = run.training});
     in = AttentionInput<float>::packed(s.qkv.data(), d);
     if (kv.kind == KeysValues::Kind::cache) {
       for (int64_t i = 0; i < n; ++i)
@@ -129,7 +113,7 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
     else
       attention_forward(*run.ctx, attn, in, s.ctx.data(), s.lse.data());
   }
-  project(run, pk.out_q.get(), s.ctx.data(), n, d, w.out_w.data(), pk.out_fwd, ptr_or_null(w.out_b), d, out);
+  pk.out.forward(*run.ctx, s.ctx.data(), n, out, {.training = run.training});
   const auto rule = DropoutRule::make(run.training ? cfg.dropout : 0.0f);
   const auto residual_rows = [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i)

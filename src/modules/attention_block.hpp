@@ -54,20 +54,20 @@ struct AttentionBlockGrads {
 
 // Packed panels of a sublayer's projections (fast path). Backward reads W_in
 // and W_O as they are (the gemm packs them block by block).
+// The block's projections (nn::Linear: the fp32 panels, and int8 weights set
+// beside them for inference by Encoder::converted / Decoder::converted with
+// attention_int8): self-attention's W_in (all 3d outputs), or
+// cross-attention's W_q (d outputs) and W_k|W_v (2d); and W_O. The
+// projections own copies of the biases; training's gradients use the
+// weights themselves (AttentionBlockWeights).
 struct PackedAttention {
-  std::vector<float> in_fwd;   // B(p, j) = W_in[j, p] (all 3d outputs: self-attention)
-  std::vector<float> q_fwd;    // cross-attention: W_q's d outputs
-  std::vector<float> kv_fwd;   //                  W_k and W_v's 2d outputs
-  std::vector<float> out_fwd;  // B(p, j) = W_O[j, p]
-  // int8 (inference; Encoder::converted with attention_int8, Decoder::converted
-  // with attention_int8): in_q self-attention's W_in, q_q and kv_q
-  // cross-attention's W_q and W_k|W_v, out_q W_O. Null: fp32.
-  std::shared_ptr<const Int8Linear> in_q, q_q, kv_q, out_q;
+  Linear in;      // self-attention
+  Linear q, kv;   // cross-attention
+  Linear out;
   static PackedAttention self(const AttentionBlockWeights& w, int64_t d);
   static PackedAttention cross(const AttentionBlockWeights& w, int64_t d);
 };
 
-// What forward keeps (all of it for backward when asked to save).
 struct AttentionSaved {
   std::vector<float> x;           // [n, d] the sublayer's input (save)
   std::vector<float> u;           // [n, d] pre: Norm(x), the attention's input

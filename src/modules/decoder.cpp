@@ -294,14 +294,15 @@ Decoder Decoder::converted(WeightDtype dtype, bool attention_int8) const {
     try {
       e.ffn_[i] = e.ffn_[i].converted(dtype);
       PackedLayer& p = (*packed)[i];
-      p.self.in_q = p.self.out_q = p.cross.q_q = p.cross.kv_q = p.cross.out_q = nullptr;  // none left from an earlier conversion
+      for (nn::Linear* lin : {&p.self.in, &p.self.out, &p.cross.q, &p.cross.kv, &p.cross.out})
+        lin->set_int8(nullptr);  // none left from an earlier conversion
       if (attention_int8) {
         const DecoderLayerWeights& l = w_.layers[i];
-        p.self.in_q = quantize(l.self_attn.in_proj_weight, 3 * d, 0, "self_attn.in_proj_weight");
-        p.self.out_q = quantize(l.self_attn.out_proj_weight, d, 0, "self_attn.out_proj.weight");
-        p.cross.q_q = quantize(l.cross_attn.in_proj_weight, d, 0, "multihead_attn.in_proj_weight");
-        p.cross.kv_q = quantize(l.cross_attn.in_proj_weight, 2 * d, d, "multihead_attn.in_proj_weight");
-        p.cross.out_q = quantize(l.cross_attn.out_proj_weight, d, 0, "multihead_attn.out_proj.weight");
+        p.self.in.set_int8(quantize(l.self_attn.in_proj_weight, 3 * d, 0, "self_attn.in_proj_weight"));
+        p.self.out.set_int8(quantize(l.self_attn.out_proj_weight, d, 0, "self_attn.out_proj.weight"));
+        p.cross.q.set_int8(quantize(l.cross_attn.in_proj_weight, d, 0, "multihead_attn.in_proj_weight"));
+        p.cross.kv.set_int8(quantize(l.cross_attn.in_proj_weight, 2 * d, d, "multihead_attn.in_proj_weight"));
+        p.cross.out.set_int8(quantize(l.cross_attn.out_proj_weight, d, 0, "multihead_attn.out_proj.weight"));
       }
     } catch (const Error& err) {
       throw Error("layer " + std::to_string(i) + ": " + err.what());

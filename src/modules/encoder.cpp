@@ -218,13 +218,14 @@ Encoder Encoder::converted(WeightDtype dtype, const std::vector<int64_t>& layers
       try {
         e.ffn_[i] = int8.empty() ? e.ffn_[i].converted(dtype) : e.ffn_[i].converted(dtype, int8[i]);
         PackedAttention& p = (*packed)[i];
-        p.in_q = p.out_q = nullptr;  // none left from an earlier conversion
+        p.in.set_int8(nullptr);  // none left from an earlier conversion
+        p.out.set_int8(nullptr);
         if (!attention_int8.empty()) {
           const EncoderLayerWeights& l = w_.layers[i];
-          p.in_q = std::make_shared<const nn::Int8Linear>(nn::quantize_linear(
-              l.in_proj_weight.data(), d, 3 * d, attention_int8[i].fp32_input_channels, "in_proj_weight"));
-          p.out_q = std::make_shared<const nn::Int8Linear>(
-              nn::quantize_linear(l.out_proj_weight.data(), d, d, {}, "out_proj.weight"));
+          p.in.set_int8(std::make_shared<const nn::Int8Linear>(nn::quantize_linear(
+              l.in_proj_weight.data(), d, 3 * d, attention_int8[i].fp32_input_channels, "in_proj_weight")));
+          p.out.set_int8(std::make_shared<const nn::Int8Linear>(
+              nn::quantize_linear(l.out_proj_weight.data(), d, d, {}, "out_proj.weight")));
         }
       } catch (const Error& err) {
         throw Error("layer " + std::to_string(i) + ": " + err.what());

@@ -5,6 +5,7 @@
 #include "backends/cpu/gemm.hpp"
 #include "core/aligned.hpp"
 #include "core/thread_pool.hpp"
+#include "ops/qlinear.hpp"
 #include "reference/linear_reference.hpp"
 
 namespace ffn::nn {
@@ -164,6 +165,62 @@ void linear_forward_int8(const Context& ctx, const Int8Linear& w, const float* x
         ik.dequant(acc.data() + r * kCols, cols, sa[size_t(r)], w.scale.data() + c0, pv, y + (r0 + r) * m + c0);
       }
   });
+}
+
+// ---- the linear layer -----------------------------------------------------
+
+Linear::Linear(const float* w, int64_t k, int64_t m, const float* b)
+    : k_(k), m_(m), packed_(pack_linear_weight(w, k, m)), bias_(b ? std::vector<float>(b, b + m) : std::vector<float>()) {}
+
+Linear::Linear(QPanels q) : k_(q.k), m_(q.m), blocks_(true), q_(std::move(q)) {}
+
+void Linear::set_int8(std::shared_ptr<const Int8Linear> q) {
+  if (q && (blocks_ || q->k != k_ || q->m != m_))
+    throw Error("Linear: int8 weights [" + std::to_string(q->m) + ", " + std::to_string(q->k) +
+                "] set on a layer that is not fp32 [" + std::to_string(m_) + ", " + std::to_string(k_) + "]");
+  int8_ = std::move(q);
+}
+
+void Linear::row(int64_t r, float* out) const {
+  if (blocks_) {
+    dequantize_panel_row(q_, r, out);
+    return;
+  }
+  // Column r of the panels B(p, j) = W[j, p] (gemm.hpp): panel r / 16, lane r % 16.
+  const float* panel = packed_.data() + (r / kPanel) * k_ * kPanel + r % kPanel;
+  for (int64_t p = 0; p < k_; ++p) out[p] = panel[p * kPanel];
+}
+
+void Linear::forward(const Context& ctx, const float* x, int64_t n, float* y, const Run& run) const {
+  const float* b = bias_.empty() ? nullptr : bias_.data();
+  if (blocks_) {
+    QActs local;
+    qlinear_forward(ctx, q_, x, n, y, run.acts ? *run.acts : local);
+    if (b)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < m_; ++j) y[i * m_ + j] += b[j];
+    return;
+  }
+  if (int8_ && !run.training && (ctx.reference() || int8_linear_supported(ctx.kernels()))) {
+    const Int8Linear& q = *int8_;
+    if (ctx.reference())
+      reference::linear_forward_int8(x, n, k_, q.q.data(), q.scale.data(), q.fp32_inputs.data(),
+                                     int64_t(q.fp32_inputs.size()), q.w32.data(), b, m_, y);
+    else
+      linear_forward_int8(ctx, q, x, n, b, y);
+    return;
+  }
+  if (ctx.reference()) {  // the reference reads W's rows: back from the panels
+    std::vector<float> w(size_t(m_ * k_));
+    for (int64_t r = 0; r < m_; ++r) row(r, w.data() + r * k_);
+    linear_forward(ctx, x, n, k_, w.data(), packed_, b, m_, y);
+    return;
+  }
+  linear_forward(ctx, x, n, k_, nullptr, packed_, b, m_, y);
+}
+
+size_t Linear::bytes() const {
+  return (blocks_ ? q_.bytes() : packed_.size() * sizeof(float)) + bias_.size() * sizeof(float);
 }
 
 }  // namespace ffn::nn

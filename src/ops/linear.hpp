@@ -1,16 +1,20 @@
 // The linear op, y[n, m] = x[n, k] Wᵀ + b (W [m, k] row-major, as nn.Linear),
 // and its backward, on the ISA's fp32 GEMM or on the reference
-// (src/reference/linear_reference.hpp). The encoder's attention projections
-// use it; the FFN's two products are fused with their epilogues instead
-// (src/ops/fused_forward.cpp).
+// (src/reference/linear_reference.hpp); the int8 linear; and nn::Linear, the
+// one linear layer every projection of every model is (the FFN's two
+// products in float are fused with their epilogues instead,
+// src/ops/fused_forward.cpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
+#include "backends/cpu/qgemm.hpp"
 #include "backends/cpu/quantize.hpp"
 
 namespace ffn::nn {
@@ -51,5 +55,54 @@ void linear_forward_int8(const Context& ctx, const Int8Linear& w, const float* x
 // dx[n, k] = dy W (or += when accumulate), dW[m, k] = dyᵀ x, db[m] = Σ dy (db may be null).
 void linear_backward(const Context& ctx, const float* x, int64_t n, int64_t k, const float* w, int64_t m,
                      const float* dy, float* dx, bool accumulate, float* dw, float* db);
+
+// ---- the linear layer -----------------------------------------------------
+// One linear layer (issue 45; CTranslate2's Dense): y[n, m] = x[n, k] Wᵀ + b,
+// whatever W is stored as. It owns its weights:
+//   fp32    the GEMM's panels of W (linear_forward); W's rows are not kept:
+//           row() and the reference path read them back from the panels;
+//   int8    an fp32 layer with int8 weights set beside it (set_int8):
+//           inference runs linear_forward_int8 where the kernel set has the
+//           int16 × int8 product (or on the integer reference), training
+//           and the other sets the fp32 panels;
+//   blocks  a native quant type's panels (QPanels; qlinear_forward), on the
+//           kernel set's product for the type.
+// The bias (optional) is float32 and owned. Models hold one per
+// projection (attention's Q|K|V and output, the FFN's products on
+// quantized blocks, the output head) and look embeddings up with row().
+class Linear {
+ public:
+  Linear() = default;
+  // fp32: W [m, k] row-major (copied into panels), b [m] or null.
+  Linear(const float* w, int64_t k, int64_t m, const float* b = nullptr);
+  // A native quant type's panels (no bias).
+  explicit Linear(QPanels q);
+  // int8 weights for inference beside the fp32 panels (null: none); only for an fp32 layer.
+  void set_int8(std::shared_ptr<const Int8Linear> q);
+
+  struct Run {
+    bool training = false;  // fp32 even where int8 weights are set
+    QActs* acts = nullptr;  // blocks: the quantized activations' scratch (null: a local one)
+  };
+  void forward(const Context& ctx, const float* x, int64_t n, float* y, const Run& run) const;
+  void forward(const Context& ctx, const float* x, int64_t n, float* y) const { forward(ctx, x, n, y, Run{}); }
+  // Row r of W as float32 (k values): an embedding lookup (blocks: dequantized as ggml's).
+  void row(int64_t r, float* out) const;
+
+  int64_t k() const { return k_; }
+  int64_t m() const { return m_; }
+  bool empty() const { return m_ == 0; }
+  bool blocks() const { return blocks_; }
+  const Int8Linear* int8() const { return int8_.get(); }
+  // The bytes a product reads: the panels (blocks, or fp32) and the bias.
+  size_t bytes() const;
+
+ private:
+  int64_t k_ = 0, m_ = 0;
+  bool blocks_ = false;
+  std::vector<float> packed_, bias_;
+  QPanels q_;
+  std::shared_ptr<const Int8Linear> int8_;
+};
 
 }  // namespace ffn::nn

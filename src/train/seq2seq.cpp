@@ -249,8 +249,8 @@ Seq2SeqStep Seq2SeqTrainer::forward_backward(const std::vector<std::vector<int64
   std::vector<float> H(static_cast<size_t>(n * d));
   for (int64_t i = 0; i < n; ++i) std::copy_n(h.data() + pos[size_t(i)] * d, d, H.data() + i * d);
   std::vector<float> logits(static_cast<size_t>(n * V));
-  nn::linear_forward(ctx, H.data(), n, d, embed_.data(), nn::pack_linear_weight(embed_.data(), d, V),
-                     logits_bias_.data(), V, logits.data());
+  // The tied output projection (packed again each step: the weights change).
+  nn::Linear(embed_.data(), d, V, logits_bias_.data()).forward(ctx, H.data(), n, logits.data());
   const double eps = opts_.label_smoothing;
   std::vector<double> row_loss(static_cast<size_t>(n)), row_nll(static_cast<size_t>(n));
   std::vector<uint8_t> row_hit(static_cast<size_t>(n));

@@ -11,6 +11,8 @@
 // through the context.
 //
 // Op                       checked against                          tolerance
+// nn::Linear (fp32, int8,  the ops above on the same weights;       bit for bit
+//   blocks; its rows)        W's rows, the type's dequantize
 // qlinear (every native    reference::qlinear_forward (the file's   bit for bit (the integer rule)
 //   type, T4 included)       own blocks, the type's reference)
 // linear fp32 fwd/bwd      the reference path                        kFusedVsReference
@@ -295,6 +297,66 @@ TEST_P(BackendOps, LinearFp32AndInt8) {
       }
 }
 
+// nn::Linear, the one linear layer, on each storage: its products are the
+// ops' (bit for bit: the same calls), its rows are W's, and int8 weights
+// are used for inference only.
+TEST_P(BackendOps, LinearLayerEveryStorage) {
+  const nn::KernelConfig& kc = *GetParam();
+  const int64_t n = 13, k = 64, m = 37;
+  const auto x = uniform(size_t(n * k), 41), w = uniform(size_t(m * k), 42), b = uniform(size_t(m), 43);
+  const std::vector<float> packed = nn::pack_linear_weight(w.data(), k, m);
+  for (const Path path : {Path::automatic, Path::reference}) {
+    const nn::Context ctx(kc, 2, path);
+    const std::string what = set_name(&kc) + (path == Path::reference ? " reference" : "");
+    // fp32, with a bias
+    const nn::Linear fp32(w.data(), k, m, b.data());
+    std::vector<float> got(size_t(n * m)), want(got.size());
+    fp32.forward(ctx, x.data(), n, got.data());
+    nn::linear_forward(ctx, x.data(), n, k, w.data(), packed, b.data(), m, want.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << what << " fp32";
+    std::vector<float> r(static_cast<size_t>(k));
+    for (int64_t row : {int64_t(0), int64_t(15), int64_t(16), m - 1}) {
+      fp32.row(row, r.data());
+      EXPECT_EQ(0, std::memcmp(r.data(), w.data() + row * k, size_t(k) * 4)) << what << " fp32 row " << row;
+    }
+    // int8 beside fp32: inference on int8 where the set has the product (or on the reference), training on fp32
+    nn::Linear q8(w.data(), k, m, b.data());
+    auto q = std::make_shared<const nn::Int8Linear>(nn::quantize_linear(w.data(), k, m, {}, "W"));
+    q8.set_int8(q);
+    q8.forward(ctx, x.data(), n, got.data());
+    if (path == Path::reference || nn::int8_linear_supported(kc))
+      nn::linear_forward_int8(ctx, *q, x.data(), n, b.data(), want.data());
+    else
+      nn::linear_forward(ctx, x.data(), n, k, w.data(), packed, b.data(), m, want.data());
+    if (path == Path::reference)  // the integer reference itself
+      reference::linear_forward_int8(x.data(), n, k, q->q.data(), q->scale.data(), nullptr, 0, nullptr, b.data(), m,
+                                     want.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << what << " int8";
+    q8.forward(ctx, x.data(), n, got.data(), {.training = true});
+    nn::linear_forward(ctx, x.data(), n, k, w.data(), packed, b.data(), m, want.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << what << " int8 layer, training: fp32";
+    // blocks (Q8_0 rows)
+    const nn::QuantType& qt = nn::quant_type(GgmlType::q8_0);
+    const std::vector<uint8_t> blocks = random_blocks(qt, m, k, 44);
+    std::vector<const uint8_t*> rows;
+    for (int64_t i = 0; i < m; ++i) rows.push_back(blocks.data() + i * qt.row_bytes(k));
+    const nn::Linear lq(nn::repack_rows(qt.id, rows, k));
+    EXPECT_TRUE(lq.blocks());
+    lq.forward(ctx, x.data(), n, got.data());
+    reference::qlinear_forward(qt.id, rows, k, x.data(), n, want.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << what << " blocks";
+    lq.row(20, r.data());
+    std::vector<float> deq(static_cast<size_t>(k));
+    qt.dequantize(rows[20], k, deq.data());
+    EXPECT_EQ(0, std::memcmp(r.data(), deq.data(), size_t(k) * 4)) << what << " blocks row 20";
+  }
+  // int8 weights on a layer of blocks, or of another shape, are refused.
+  nn::Linear small(uniform(size_t(4 * 8), 1).data(), 8, 4);
+  EXPECT_THROW(small.set_int8(std::make_shared<const nn::Int8Linear>(
+                   nn::quantize_linear(uniform(size_t(5 * 8), 1).data(), 8, 5, {}, "W"))),
+               Error);
+}
+
 TEST_P(BackendOps, FusedForward) {
   const nn::KernelConfig& kc = *GetParam();
   for (Activation act : {Activation::relu, Activation::gelu, Activation::swiglu})
@@ -409,7 +471,9 @@ TEST(QuantTypes, TableHoldsGgmlsFacts) {
   uint32_t last = 0;
   bool first = true;
   for (const nn::QuantType& q : nn::kQuantTypes) {
-    if (!first) EXPECT_GT(uint32_t(q.id), last) << q.name;
+    if (!first) {
+      EXPECT_GT(uint32_t(q.id), last) << q.name;
+    }
     first = false;
     last = uint32_t(q.id);
     EXPECT_EQ(ggml_type_name(uint32_t(q.id)), q.name);
