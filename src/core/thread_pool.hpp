@@ -83,6 +83,7 @@ int pool_workers();
 // diagnostics (FFN_POOL_STATS=1 prints them to stderr at exit).
 struct PoolStats {
   int64_t team_jobs, alone_jobs, spells_alone;
+  int64_t crowded_spells;  // spells alone begun without trying the team: the caller was preempted (oversubscribed cores)
 };
 PoolStats pool_stats();
 
