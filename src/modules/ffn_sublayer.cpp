@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/cpu/activation.hpp"
+#include "core/buffer_pool.hpp"
 #include "core/thread_pool.hpp"
 #include "ops/norm.hpp"
 
@@ -40,25 +41,32 @@ void FfnSublayer::forward(const Context& ctx, const RunOptions& opts, const floa
   const int64_t d = cfg_.d_model, F = cfg_.d_ff;
   const bool gated = is_gated(cfg_.activation);
   const int64_t width = gated ? 2 * F : F;
-  std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n)), h(size_t(n * d));
-  std::vector<float> ug(size_t(n * width)), hid(size_t(n * F));
-  norm_forward(ctx, cfg_.norm_type, cfg_.eps, x, n, d, norm_w_.data(), norm_b_.empty() ? nullptr : norm_b_.data(),
-               h.data(), mean.data(), rstd.data());
+  // One block from the buffer pool for the call's activations (a step of
+  // generation asks for the same size again at every layer), each element
+  // written before it is read.
+  std::vector<float, PoolAllocator<float>> scratch(size_t(n * (2 + d + width + F)));
+  float* const mean = scratch.data();
+  float* const rstd = mean + n;
+  float* const h = rstd + n;
+  float* const ug = h + n * d;
+  float* const hid = ug + n * width;
+  norm_forward(ctx, cfg_.norm_type, cfg_.eps, x, n, d, norm_w_.data(), norm_b_.empty() ? nullptr : norm_b_.data(), h,
+               mean, rstd);
   const Linear::Run run{.training = false, .acts = acts};
-  up_gate_.forward(ctx, h.data(), n, ug.data(), run);
+  up_gate_.forward(ctx, h, n, ug, run);
   const Unit unit = unit_of(cfg_.activation);
   const KernelConfig& kc = ctx.kernels();
   const auto rows = [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
-      float* row = ug.data() + i * width;
+      float* row = ug + i * width;
       kc.activate(unit, row, gated ? row + F : nullptr, F, nullptr, nullptr);  // up ← act(gate) · up
-      std::copy_n(row, F, hid.data() + i * F);
+      std::copy_n(row, F, hid + i * F);
     }
   };
   const int threads = ctx.threads();
   if (n > 8) parallel_range(threads, n, grain_for(n, threads), rows);
   else rows(0, n, 0);
-  down_.forward(ctx, hid.data(), n, y, run);
+  down_.forward(ctx, hid, n, y, run);
   for (int64_t i = 0; i < n * d; ++i) y[i] += x[i];
 }
 

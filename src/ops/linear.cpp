@@ -38,6 +38,31 @@ void linear_forward(const Context& ctx, const float* x, int64_t n, int64_t k, co
   }
 }
 
+template <typename TB>
+void linear_forward_16(const Context& ctx, const float* x, int64_t n, int64_t k, const TB* packed, const float* b,
+                       int64_t m, float* y) {
+  const int threads = ctx.threads();
+  if (n == 0) return;
+  GemmArgsT<TB> g;
+  g.m = n; g.n = m; g.k = k;
+  g.a = x; g.rsa = k; g.csa = 1;
+  g.b = packed; g.ldb = kPanel; g.psb = k * kPanel;
+  g.c = y; g.ldc = m;
+  gemm_packed(ctx.kernels().f32, g, threads);
+  if (b) {  // as linear_forward
+    const auto rows = [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = 0; j < m; ++j) y[i * m + j] += b[j];
+    };
+    if (n * m > 65536) parallel_range(threads, n, grain_for(n, threads), rows);
+    else rows(0, n, 0);
+  }
+}
+template void linear_forward_16<bf16_t>(const Context&, const float*, int64_t, int64_t, const bf16_t*, const float*,
+                                        int64_t, float*);
+template void linear_forward_16<fp16_t>(const Context&, const float*, int64_t, int64_t, const fp16_t*, const float*,
+                                        int64_t, float*);
+
 // dx[n, k] = dy W (or += when accumulate), dW[m, k] = dyᵀ x, db[m] = Σ dy.
 void linear_backward(const Context& ctx, const float* x, int64_t n, int64_t k, const float* w, int64_t m,
                      const float* dy, float* dx, bool accumulate, float* dw, float* db) {
@@ -172,10 +197,27 @@ void linear_forward_int8(const Context& ctx, const Int8Linear& w, const float* x
 Linear::Linear(const float* w, int64_t k, int64_t m, const float* b)
     : k_(k), m_(m), packed_(pack_linear_weight(w, k, m)), bias_(b ? std::vector<float>(b, b + m) : std::vector<float>()) {}
 
+Linear::Linear(const uint16_t* w, int64_t k, int64_t m, WeightDtype dtype, const float* b)
+    : k_(k), m_(m), storage_(dtype), bias_(b ? std::vector<float>(b, b + m) : std::vector<float>()) {
+  if (dtype != WeightDtype::bf16 && dtype != WeightDtype::fp16)
+    throw Error("Linear: 16-bit weights must be bf16 or fp16, not " + std::string(to_string(dtype)));
+  packed16_ = pack_panels_16(std::vector<uint16_t>(w, w + k * m), k, m, dtype == WeightDtype::bf16);
+}
+
+Linear Linear::rounded(const float* w, int64_t k, int64_t m, WeightDtype dtype, const float* b) {
+  if (dtype == WeightDtype::fp32) return Linear(w, k, m, b);
+  if (dtype != WeightDtype::bf16 && dtype != WeightDtype::fp16)
+    throw Error("Linear: weights rounded to " + std::string(to_string(dtype)) +
+                ": expected fp32, bf16 or fp16 (int8 is set beside fp32)");
+  std::vector<uint16_t> h(size_t(k * m));
+  for (size_t i = 0; i < h.size(); ++i) h[i] = dtype == WeightDtype::bf16 ? float_to_bf16(w[i]) : float_to_fp16(w[i]);
+  return Linear(h.data(), k, m, dtype, b);
+}
+
 Linear::Linear(QPanels q) : k_(q.k), m_(q.m), blocks_(true), q_(std::move(q)) {}
 
 void Linear::set_int8(std::shared_ptr<const Int8Linear> q) {
-  if (q && (blocks_ || q->k != k_ || q->m != m_))
+  if (q && (blocks_ || storage_ != WeightDtype::fp32 || q->k != k_ || q->m != m_))
     throw Error("Linear: int8 weights [" + std::to_string(q->m) + ", " + std::to_string(q->k) +
                 "] set on a layer that is not fp32 [" + std::to_string(m_) + ", " + std::to_string(k_) + "]");
   int8_ = std::move(q);
@@ -184,6 +226,12 @@ void Linear::set_int8(std::shared_ptr<const Int8Linear> q) {
 void Linear::row(int64_t r, float* out) const {
   if (blocks_) {
     dequantize_panel_row(q_, r, out);
+    return;
+  }
+  if (storage_ != WeightDtype::fp32) {  // 16-bit panels: bf16 lanes interleaved (gemm.hpp)
+    const bool bf16 = storage_ == WeightDtype::bf16;
+    const uint16_t* panel = packed16_.data() + (r / kPanel) * k_ * kPanel + (bf16 ? bf16_slot(r % kPanel) : r % kPanel);
+    for (int64_t p = 0; p < k_; ++p) out[p] = bf16 ? bf16_to_float(panel[p * kPanel]) : fp16_to_float(panel[p * kPanel]);
     return;
   }
   // Column r of the panels B(p, j) = W[j, p] (gemm.hpp): panel r / 16, lane r % 16.
@@ -210,17 +258,23 @@ void Linear::forward(const Context& ctx, const float* x, int64_t n, float* y, co
       linear_forward_int8(ctx, q, x, n, b, y);
     return;
   }
-  if (ctx.reference()) {  // the reference reads W's rows: back from the panels
+  if (ctx.reference()) {  // the reference reads W's rows (widened): back from the panels
     std::vector<float> w(size_t(m_ * k_));
     for (int64_t r = 0; r < m_; ++r) row(r, w.data() + r * k_);
     linear_forward(ctx, x, n, k_, w.data(), packed_, b, m_, y);
     return;
   }
-  linear_forward(ctx, x, n, k_, nullptr, packed_, b, m_, y);
+  if (storage_ == WeightDtype::bf16)
+    linear_forward_16(ctx, x, n, k_, reinterpret_cast<const bf16_t*>(packed16_.data()), b, m_, y);
+  else if (storage_ == WeightDtype::fp16)
+    linear_forward_16(ctx, x, n, k_, reinterpret_cast<const fp16_t*>(packed16_.data()), b, m_, y);
+  else
+    linear_forward(ctx, x, n, k_, nullptr, packed_, b, m_, y);
 }
 
 size_t Linear::bytes() const {
-  return (blocks_ ? q_.bytes() : packed_.size() * sizeof(float)) + bias_.size() * sizeof(float);
+  return (blocks_ ? q_.bytes() : packed_.size() * sizeof(float)) + packed16_.size() * sizeof(uint16_t) +
+         bias_.size() * sizeof(float);
 }
 
 }  // namespace ffn::nn

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "backends/context.hpp"
+#include "backends/cpu/gemm.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "backends/cpu/qgemm.hpp"
 #include "backends/cpu/quantize.hpp"
@@ -26,6 +27,11 @@ std::vector<float> pack_linear_weight(const float* w, int64_t k, int64_t m);
 // the reference, which runs when ctx.reference()).
 void linear_forward(const Context& ctx, const float* x, int64_t n, int64_t k, const float* w,
                     const std::vector<float>& packed, const float* b, int64_t m, float* y);
+// The same with W's 16-bit values in panels (pack_panels_16; TB bf16_t or
+// fp16_t), fp32 arithmetic: the bits of linear_forward on the widened W.
+template <typename TB>
+void linear_forward_16(const Context& ctx, const float* x, int64_t n, int64_t k, const TB* packed, const float* b,
+                       int64_t m, float* y);
 
 // ---- int8 (inference) --------------------------------------------------------
 // W [m, k] in the int8 scheme of src/backends/cpu/quantize.hpp: one scale per
@@ -61,6 +67,10 @@ void linear_backward(const Context& ctx, const float* x, int64_t n, int64_t k, c
 // whatever W is stored as. It owns its weights:
 //   fp32    the GEMM's panels of W (linear_forward); W's rows are not kept:
 //           row() and the reference path read them back from the panels;
+//   bf16, fp16  W's 16-bit values in panels, widened to float32 inside the
+//           fp32 GEMM's micro-kernel (fp32 arithmetic: the bits of the fp32
+//           layer on the widened W, in half its bytes). A GGUF's F16/BF16
+//           matrices stay in 16 bits this way;
 //   int8    an fp32 layer with int8 weights set beside it (set_int8):
 //           inference runs linear_forward_int8 where the kernel set has the
 //           int16 × int8 product (or on the integer reference), training
@@ -75,6 +85,12 @@ class Linear {
   Linear() = default;
   // fp32: W [m, k] row-major (copied into panels), b [m] or null.
   Linear(const float* w, int64_t k, int64_t m, const float* b = nullptr);
+  // 16-bit storage (dtype bf16 or fp16): W [m, k] row-major as 16-bit bits
+  // (copied into panels), b [m] or null.
+  Linear(const uint16_t* w, int64_t k, int64_t m, WeightDtype dtype, const float* b = nullptr);
+  // W [m, k] float32 rounded to dtype (fp32: as the first constructor; bf16,
+  // fp16: to nearest even; int8 is set_int8's).
+  static Linear rounded(const float* w, int64_t k, int64_t m, WeightDtype dtype, const float* b = nullptr);
   // A native quant type's panels (no bias).
   explicit Linear(QPanels q);
   // int8 weights for inference beside the fp32 panels (null: none); only for an fp32 layer.
@@ -93,6 +109,8 @@ class Linear {
   int64_t m() const { return m_; }
   bool empty() const { return m_ == 0; }
   bool blocks() const { return blocks_; }
+  // How W is stored: fp32 (int8 set beside it or not), bf16, fp16; blocks() aside.
+  WeightDtype storage() const { return storage_; }
   const Int8Linear* int8() const { return int8_.get(); }
   // The bytes a product reads: the panels (blocks, or fp32) and the bias.
   size_t bytes() const;
@@ -100,7 +118,9 @@ class Linear {
  private:
   int64_t k_ = 0, m_ = 0;
   bool blocks_ = false;
+  WeightDtype storage_ = WeightDtype::fp32;
   std::vector<float> packed_, bias_;
+  AlignedVector<uint16_t> packed16_;  // bf16, fp16
   QPanels q_;
   std::shared_ptr<const Int8Linear> int8_;
 };

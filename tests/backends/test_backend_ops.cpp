@@ -335,6 +335,33 @@ TEST_P(BackendOps, LinearLayerEveryStorage) {
     q8.forward(ctx, x.data(), n, got.data(), {.training = true});
     nn::linear_forward(ctx, x.data(), n, k, w.data(), packed, b.data(), m, want.data());
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << what << " int8 layer, training: fp32";
+    // bf16 and fp16 storage: the fp32 layer's bits on the widened W
+    for (const WeightDtype dt : {WeightDtype::bf16, WeightDtype::fp16}) {
+      const nn::Linear h = nn::Linear::rounded(w.data(), k, m, dt, b.data());
+      EXPECT_EQ(dt, h.storage());
+      std::vector<float> wide(w.size());
+      for (int64_t row = 0; row < m; ++row) h.row(row, wide.data() + row * k);
+      for (size_t i = 0; i < w.size(); ++i) {
+        const float v = dt == WeightDtype::bf16 ? nn::bf16_to_float(nn::float_to_bf16(w[i]))
+                                                : nn::fp16_to_float(nn::float_to_fp16(w[i]));
+        ASSERT_EQ(v, wide[i]) << what << " " << to_string(dt) << " row element " << i;
+      }
+      EXPECT_EQ(size_t(nn::panels(m) * k * 16 * 2 + m * 4), h.bytes());
+      // by column panels and by rows (2 threads), and a row block of 1
+      for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{n, m}, {70, 300}, {400, 40}, {1, 37}}) {
+        const auto xx = uniform(size_t(rows * k), 45);
+        const auto ww = uniform(size_t(cols * k), 46);
+        const nn::Linear hh = nn::Linear::rounded(ww.data(), k, cols, dt, b.data());
+        std::vector<float> wwide(ww.size());
+        for (int64_t row = 0; row < cols; ++row) hh.row(row, wwide.data() + row * k);
+        const nn::Linear f32(wwide.data(), k, cols, b.data());
+        std::vector<float> g(size_t(rows * cols)), e(g.size());
+        hh.forward(ctx, xx.data(), rows, g.data());
+        f32.forward(nn::Context(kc, 1, path), xx.data(), rows, e.data());
+        EXPECT_EQ(0, std::memcmp(g.data(), e.data(), g.size() * 4))
+            << what << " " << to_string(dt) << " " << rows << "x" << cols;
+      }
+    }
     // blocks (Q8_0 rows)
     const nn::QuantType& qt = nn::quant_type(GgmlType::q8_0);
     const std::vector<uint8_t> blocks = random_blocks(qt, m, k, 44);
@@ -350,6 +377,14 @@ TEST_P(BackendOps, LinearLayerEveryStorage) {
     qt.dequantize(rows[20], k, deq.data());
     EXPECT_EQ(0, std::memcmp(r.data(), deq.data(), size_t(k) * 4)) << what << " blocks row 20";
   }
+  // 16-bit storage is bf16 or fp16; int8 weights go beside fp32 only.
+  const std::vector<uint16_t> h16(32, 0);
+  EXPECT_THROW(nn::Linear(h16.data(), 8, 4, WeightDtype::int8), Error);
+  EXPECT_THROW(nn::Linear::rounded(uniform(32, 1).data(), 8, 4, WeightDtype::int8), Error);
+  nn::Linear half = nn::Linear::rounded(uniform(32, 1).data(), 8, 4, WeightDtype::bf16);
+  EXPECT_THROW(half.set_int8(std::make_shared<const nn::Int8Linear>(
+                   nn::quantize_linear(uniform(size_t(4 * 8), 1).data(), 8, 4, {}, "W"))),
+               Error);
   // int8 weights on a layer of blocks, or of another shape, are refused.
   nn::Linear small(uniform(size_t(4 * 8), 1).data(), 8, 4);
   EXPECT_THROW(small.set_int8(std::make_shared<const nn::Int8Linear>(

@@ -220,29 +220,60 @@ template void gemm_packed<float>(const F32Gemm&, const GemmArgsT<float>&);
 template void gemm_packed<bf16_t>(const F32Gemm&, const GemmArgsT<bf16_t>&);
 template void gemm_packed<fp16_t>(const F32Gemm&, const GemmArgsT<fp16_t>&);
 
-void gemm(const F32Gemm& kernel, const GemmArgs& g, int threads) {
-  const int64_t np = panels(g.n);
-  // Split the longer side; tiny products stay on one thread.
-  const bool by_rows = g.m >= np * kPanel;
-  const int64_t units = by_rows ? g.m : np;
-  const int64_t work = g.m * g.n * std::max<int64_t>(g.k, 1);
+namespace {
+// Splits C [m, n] over `threads`: the longer side (rows, or column panels),
+// tiny products on one thread; range(by_rows, u0, u1) runs rows [u0, u1) or
+// panels [u0, u1). Each output element's sum is the same in any range (the
+// k blocks in order), so the ranges can be cut into pieces that threads take
+// as they come: about 4 per thread, rows in multiples of 16.
+template <typename Range>
+void split_product(int64_t m, int64_t n, int64_t k, int threads, Range&& range) {
+  const int64_t np = panels(n);
+  const bool by_rows = m >= np * kPanel;
+  const int64_t units = by_rows ? m : np;
+  const int64_t work = m * n * std::max<int64_t>(k, 1);
   threads = int(std::max<int64_t>(1, std::min<int64_t>({threads, units, work / 65536 + 1})));
   if (threads == 1) {
-    run_range(kernel, g, 0, g.m, 0, np);
+    range(true, 0, m);
     return;
   }
-  // Each output element's sum is the same in any range (the k blocks in
-  // order), so the ranges can be cut into pieces that threads take as they
-  // come: about 4 per thread, rows in multiples of 16.
   int64_t grain = grain_for(units, threads);
   if (by_rows) grain = (grain + 15) / 16 * 16;
-  parallel_range(threads, units, grain, [&](int64_t u0, int64_t u1, int) {
+  parallel_range(threads, units, grain, [&](int64_t u0, int64_t u1, int) { range(by_rows, u0, u1); });
+}
+}  // namespace
+
+void gemm(const F32Gemm& kernel, const GemmArgs& g, int threads) {
+  const int64_t np = panels(g.n);
+  split_product(g.m, g.n, g.k, threads, [&](bool by_rows, int64_t u0, int64_t u1) {
     if (by_rows)
       run_range(kernel, g, u0, u1, 0, np);
     else
       run_range(kernel, g, 0, g.m, u0, u1);
   });
 }
+
+template <typename TB>
+void gemm_packed(const F32Gemm& kernel, const GemmArgsT<TB>& g, int threads) {
+  if (g.m == 0 || g.n == 0) return;
+  split_product(g.m, g.n, g.k, threads, [&](bool by_rows, int64_t u0, int64_t u1) {
+    GemmArgsT<TB> t = g;
+    t.next_b = nullptr;
+    if (by_rows) {
+      t.m = u1 - u0;
+      t.a = g.a + u0 * g.rsa;
+      t.c = g.c + u0 * g.ldc;
+    } else {
+      t.n = std::min(g.n, u1 * kPanel) - u0 * kPanel;
+      t.b = g.b + u0 * g.psb;
+      t.c = g.c + u0 * kPanel;
+    }
+    gemm_packed(kernel, t);
+  });
+}
+template void gemm_packed<float>(const F32Gemm&, const GemmArgsT<float>&, int);
+template void gemm_packed<bf16_t>(const F32Gemm&, const GemmArgsT<bf16_t>&, int);
+template void gemm_packed<fp16_t>(const F32Gemm&, const GemmArgsT<fp16_t>&, int);
 
 // Whole groups of 4 rows × 4 columns move as SSE 4×4 transposes (x86-64's
 // baseline), the rest one by one; a pure copy, no arithmetic.

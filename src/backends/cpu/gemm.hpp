@@ -101,6 +101,10 @@ struct F32Gemm {
 // blocked for the caches, on the calling thread.
 template <typename TB>
 void gemm_packed(const F32Gemm& kernel, const GemmArgsT<TB>& g);
+// The same split over `threads` as gemm (rows or column panels; each C
+// element computed by one thread, the same bits for any count).
+template <typename TB>
+void gemm_packed(const F32Gemm& kernel, const GemmArgsT<TB>& g, int threads);
 
 // ---- int8 -------------------------------------------------------------------
 // C[m, 16·panels(n)] (int32) = A[m, 2·kp] (int16) · B[2·kp, n] (int8), exact.
