@@ -24,6 +24,8 @@
 #include "ops/qlinear.hpp"
 #include "ops/norm.hpp"
 #include "ops/rope.hpp"
+#include "models/arch.hpp"
+#include "models/checkpoint.hpp"
 #include "modules/ffn_sublayer.hpp"
 
 namespace fs = std::filesystem;
@@ -151,10 +153,6 @@ std::vector<float> unpermute_rows(const std::vector<float>& w, int64_t heads, in
   return out;
 }
 
-struct RawLayer {
-  std::vector<float> attn_norm, q, k, v, o, ffn_norm, gate, up, down;
-};
-
 // The FFN sublayer of a LLaMA block: pre-norm RMSNorm, SwiGLU, no bias.
 Config llama_ffn_config(const CausalLMConfig& c) {
   Config fc;
@@ -174,90 +172,26 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   CausalLM lm;
   const bool native = opts.compute == LMCompute::native;
   lm.path_ = path;
-  {
-    std::error_code e;
-    if (opts.ffn_dtype != WeightDtype::fp32 && native && !fs::is_directory(path, e))
-      throw Error(path + ": dtype " + std::string(to_string(opts.ffn_dtype)) +
-                  " applies to float32 SwiGLU sublayers (Hugging Face checkpoints, or a GGUF with compute fp32); native "
-                  "compute keeps the file's own quantized blocks");
-  }
-  CausalLMConfig& c = lm.cfg_;
-  Weights& w = *lm.w_;
-  std::vector<RawLayer> raw;
   std::error_code ec;
-  if (fs::is_directory(path, ec)) {
+  const bool hf = fs::is_directory(path, ec);
+  if (opts.ffn_dtype != WeightDtype::fp32 && native && !hf)
+    throw Error(path + ": dtype " + std::string(to_string(opts.ffn_dtype)) +
+                " applies to float32 SwiGLU sublayers (Hugging Face checkpoints, or a GGUF with compute fp32); native "
+                "compute keeps the file's own quantized blocks");
+  // The format's config reader and tensor source; the architecture's name table.
+  CausalLMConfig& c = lm.cfg_;
+  std::optional<models::TensorSource> source;
+  std::string untied_note;  // why a missing head is an error
+  std::shared_ptr<const GgufFile> gguf;
+  if (hf) {
     const fs::path dir(path), cfg_path = dir / "config.json", st_path = dir / "model.safetensors",
         tok_path = dir / "tokenizer.json";
     for (const auto& p : {cfg_path, st_path})
       if (!fs::exists(p, ec))
         throw Error(p.string() + ": missing (a Hugging Face LLaMA directory holds config.json and model.safetensors)");
-    const nlohmann::json j = models::read_json(cfg_path);
-    using models::json_opt;
-    const std::string type = json_opt<std::string>(j, "model_type", "", cfg_path);
-    if (type != "llama")
-      throw Error(cfg_path.string() + ": model_type is \"" + type + "\"; expected \"llama\" (LlamaForCausalLM)");
-    using models::json_get;
-    c.vocab = json_get<int64_t>(j, "vocab_size", cfg_path);
-    c.d_model = json_get<int64_t>(j, "hidden_size", cfg_path);
-    c.layers = json_get<int64_t>(j, "num_hidden_layers", cfg_path);
-    c.heads = json_get<int64_t>(j, "num_attention_heads", cfg_path);
-    c.kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
-                     ? json_get<int64_t>(j, "num_key_value_heads", cfg_path)
-                     : c.heads;
-    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? json_get<int64_t>(j, "head_dim", cfg_path)
-                                                                    : (c.heads > 0 ? c.d_model / c.heads : 0);
-    c.d_ff = json_get<int64_t>(j, "intermediate_size", cfg_path);
-    c.rope_theta = json_opt<double>(j, "rope_theta", 10000.0, cfg_path);
-    c.eps = float(json_opt<double>(j, "rms_norm_eps", 1e-6, cfg_path));
-    c.tied = json_opt<bool>(j, "tie_word_embeddings", false, cfg_path);
-    c.context = json_opt<int64_t>(j, "max_position_embeddings", 0, cfg_path);
-    if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos = j["bos_token_id"].get<int64_t>();
-    if (j.contains("eos_token_id")) {
-      const auto& e = j["eos_token_id"];
-      if (e.is_number_integer()) c.eos = e.get<int64_t>();
-      else if (e.is_array() && !e.empty() && e[0].is_number_integer()) c.eos = e[0].get<int64_t>();
-    }
-    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-      throw Error(cfg_path.string() + ": rope_scaling " + j["rope_scaling"].dump() + " is not supported");
-    if (json_opt<bool>(j, "attention_bias", false, cfg_path) || json_opt<bool>(j, "mlp_bias", false, cfg_path))
-      throw Error(cfg_path.string() + ": attention_bias/mlp_bias are not supported (LLaMA has no biases)");
-    if (json_opt<std::string>(j, "hidden_act", "silu", cfg_path) != "silu")
-      throw Error(cfg_path.string() + ": hidden_act is " + j["hidden_act"].dump() + "; expected \"silu\" (SwiGLU)");
-    c.validate();
-    const SafetensorsFile f = read_safetensors(st_path.string());
-    auto tensor = [&](const std::string& name, std::vector<int64_t> shape) -> std::vector<float> {
-      auto it = f.tensors.find(name);
-      if (it == f.tensors.end()) throw Error(st_path.string() + ": missing tensor " + name);
-      if (it->second.shape != shape)
-        throw Error(st_path.string() + ": tensor " + name + " has shape " + shape_str(it->second.shape) + ", expected " +
-                    shape_str(shape) + " (config.json)");
-      return it->second.data;
-    };
-    const int64_t d = c.d_model, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
-    const std::vector<float> embed = tensor("model.embed_tokens.weight", {c.vocab, d});
-    w.norm = tensor("model.norm.weight", {d});
-    if (!c.tied && !f.tensors.count("lm_head.weight"))
-      throw Error(st_path.string() + ": missing tensor lm_head.weight (config.json: tie_word_embeddings is false)");
-    if (c.tied) {
-      w.head = nn::Linear(embed.data(), d, c.vocab);  // the embedding's rows come from the head's panels
-    } else {
-      w.head = nn::Linear(tensor("lm_head.weight", {c.vocab, d}).data(), d, c.vocab);
-      w.embed = embed;
-    }
-    for (int64_t l = 0; l < c.layers; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".";
-      RawLayer r;
-      r.attn_norm = tensor(p + "input_layernorm.weight", {d});
-      r.q = tensor(p + "self_attn.q_proj.weight", {qd, d});
-      r.k = tensor(p + "self_attn.k_proj.weight", {kvd, d});
-      r.v = tensor(p + "self_attn.v_proj.weight", {kvd, d});
-      r.o = tensor(p + "self_attn.o_proj.weight", {d, qd});
-      r.ffn_norm = tensor(p + "post_attention_layernorm.weight", {d});
-      r.gate = tensor(p + "mlp.gate_proj.weight", {c.d_ff, d});
-      r.up = tensor(p + "mlp.up_proj.weight", {c.d_ff, d});
-      r.down = tensor(p + "mlp.down_proj.weight", {d, c.d_ff});
-      raw.push_back(std::move(r));
-    }
+    c = models::llama_config(models::read_json(cfg_path), cfg_path);
+    source = models::TensorSource::safetensors(st_path.string(), "config.json");
+    untied_note = "config.json: tie_word_embeddings is false";
     if (fs::exists(tok_path, ec)) lm.tok_ = std::make_shared<BpeTokenizer>(BpeTokenizer::from_json(tok_path.string()));
     const fs::path tc = dir / "tokenizer_config.json";
     if (fs::exists(tc, ec)) {
@@ -265,143 +199,115 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
       if (t.contains("chat_template") && t["chat_template"].is_string()) lm.chat_template_ = t["chat_template"];
     }
   } else {
-    const GgufFile f(path);
-    const std::string& arch = f.get_string("general.architecture");
-    if (arch != "llama")
-      throw Error(path + ": general.architecture is \"" + arch + "\"; only \"llama\" is supported");
-    auto u = [&](const std::string& k) { return int64_t(f.get_uint("llama." + k)); };
-    c.d_model = u("embedding_length");
-    c.layers = u("block_count");
-    c.d_ff = u("feed_forward_length");
-    c.heads = u("attention.head_count");
-    c.kv_heads = f.find("llama.attention.head_count_kv") ? u("attention.head_count_kv") : c.heads;
-    c.head_dim = f.find("llama.rope.dimension_count") ? u("rope.dimension_count") : c.d_model / std::max<int64_t>(c.heads, 1);
-    c.rope_theta = f.find("llama.rope.freq_base") ? f.get_float("llama.rope.freq_base") : 10000.0;
-    c.eps = float(f.get_float("llama.attention.layer_norm_rms_epsilon"));
-    c.context = f.find("llama.context_length") ? u("context_length") : 0;
-    if (f.find("llama.rope.scaling.type") && f.get_string("llama.rope.scaling.type") != "none")
-      throw Error(path + ": llama.rope.scaling.type " + f.get_string("llama.rope.scaling.type") + " is not supported");
-    const GgufTensor& te = f.tensor("token_embd.weight");
-    if (te.ne.size() != 2 || te.ne[0] != c.d_model)
-      throw Error(path + ": token_embd.weight has shape " + shape_str(te.ne) + ", expected [" +
-                  std::to_string(c.d_model) + ", vocabulary] (ne[0] innermost)");
-    c.vocab = te.ne[1];
-    c.tied = !f.has("output.weight");
-    if (f.find("tokenizer.ggml.bos_token_id")) c.bos = int64_t(f.get_uint("tokenizer.ggml.bos_token_id"));
-    if (f.find("tokenizer.ggml.eos_token_id")) c.eos = int64_t(f.get_uint("tokenizer.ggml.eos_token_id"));
-    c.validate();
-    const int64_t d = c.d_model, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
-    auto tensor = [&](const std::string& name, int64_t rows, int64_t cols) {
-      const GgufTensor& t = f.tensor(name);
-      const std::vector<int64_t> want = rows == 1 ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows};
-      if (t.ne != want)
-        throw Error(path + ": tensor " + name + " has shape " + shape_str(t.ne) + ", expected " + shape_str(want) +
-                    " (ne[0] innermost, from the llama.* metadata)");
-      return f.read_f32(name);
-    };
-    // A product from the file's tensors (stacked by rows): their blocks where
-    // native compute can keep them (every part of the same native type of
-    // src/core/quant_types.hpp), else float32. heads > 0: W_Q/W_K rows in transformers' order.
-    struct Part {
-      std::string name;
-      int64_t rows, heads;
-    };
-    auto product = [&](const std::vector<Part>& parts, int64_t k) -> nn::Linear {
-      const nn::QuantType* qt = nullptr;
-      bool same = native;
-      for (size_t i = 0; i < parts.size(); ++i) {
-        const GgufTensor& t = f.tensor(parts[i].name);
-        const std::vector<int64_t> want{k, parts[i].rows};
-        if (t.ne != want)
-          throw Error(path + ": tensor " + parts[i].name + " has shape " + shape_str(t.ne) + ", expected " +
-                      shape_str(want) + " (ne[0] innermost, from the llama.* metadata)");
-        const nn::QuantType* ti = nn::find_quant_type(uint32_t(t.type));
-        if (ti && !ti->native()) ti = nullptr;
-        if (!ti || (i > 0 && ti != qt)) same = false;
-        if (i == 0) qt = ti;
-      }
-      if (same && qt) {
-        std::vector<const uint8_t*> rows;
-        const int64_t row_bytes = qt->row_bytes(k);
-        for (const Part& p : parts) {
-          const uint8_t* base = f.data(f.tensor(p.name));
-          for (int64_t r = 0; r < p.rows; ++r) {
-            int64_t src = r;
-            if (p.heads > 0) {  // new row h·2m + t·m + i is file row h·2m + 2i + t
-              const int64_t m = p.rows / p.heads / 2, h = r / (2 * m), t = (r % (2 * m)) / m, i = r % m;
-              src = h * 2 * m + 2 * i + t;
-            }
-            rows.push_back(base + src * row_bytes);
-          }
-        }
-        return nn::Linear(nn::repack_rows(qt->id, rows, k));
-      }
-      std::vector<float> all;
-      for (const Part& p : parts) {
-        std::vector<float> v = f.read_f32(p.name);
-        if (p.heads > 0) v = unpermute_rows(v, p.heads, k);
-        all.insert(all.end(), v.begin(), v.end());
-      }
-      // The row count first: the arguments' order of evaluation is unspecified
-      // (clang moved `all` away before its size was read: an empty product).
-      const int64_t rows = int64_t(all.size()) / k;
-      return nn::Linear(all.data(), k, rows);
-    };
-    w.norm = tensor("output_norm.weight", 1, d);
-    w.head = product({{c.tied ? "token_embd.weight" : "output.weight", c.vocab, 0}}, d);
-    if (!c.tied) w.embed = tensor("token_embd.weight", c.vocab, d);  // tied: the head's rows
-    for (int64_t l = 0; l < c.layers; ++l) {
-      const std::string p = "blk." + std::to_string(l) + ".";
-      if (native) {
-        Weights::Layer L;
-        L.attn_norm = tensor(p + "attn_norm.weight", 1, d);
-        L.qkv = product({{p + "attn_q.weight", qd, c.heads}, {p + "attn_k.weight", kvd, c.kv_heads},
-                         {p + "attn_v.weight", kvd, 0}}, d);
-        L.o = product({{p + "attn_output.weight", d, 0}}, qd);
-        L.ffn.emplace_back(llama_ffn_config(c), tensor(p + "ffn_norm.weight", 1, d), std::vector<float>{},
-                           product({{p + "ffn_up.weight", c.d_ff, 0}, {p + "ffn_gate.weight", c.d_ff, 0}}, d),
-                           product({{p + "ffn_down.weight", d, 0}}, c.d_ff));
-        w.layers.push_back(std::move(L));
-        continue;
-      }
-      RawLayer r;
-      r.attn_norm = tensor(p + "attn_norm.weight", 1, d);
-      r.q = unpermute_rows(tensor(p + "attn_q.weight", qd, d), c.heads, d);
-      r.k = unpermute_rows(tensor(p + "attn_k.weight", kvd, d), c.kv_heads, d);
-      r.v = tensor(p + "attn_v.weight", kvd, d);
-      r.o = tensor(p + "attn_output.weight", d, qd);
-      r.ffn_norm = tensor(p + "ffn_norm.weight", 1, d);
-      r.gate = tensor(p + "ffn_gate.weight", c.d_ff, d);
-      r.up = tensor(p + "ffn_up.weight", c.d_ff, d);
-      r.down = tensor(p + "ffn_down.weight", d, c.d_ff);
-      raw.push_back(std::move(r));
-    }
-    if (f.find("tokenizer.ggml.model")) lm.tok_ = std::make_shared<BpeTokenizer>(BpeTokenizer::from_gguf(f));
-    if (f.find("tokenizer.chat_template")) lm.chat_template_ = f.get_string("tokenizer.chat_template");
+    gguf = std::make_shared<const GgufFile>(path);
+    c = models::llama_config(*gguf);
+    source = models::TensorSource::gguf(gguf, "llama.* metadata");
   }
-  if (lm.tok_ && lm.tok_->vocab_size() > c.vocab)
-    throw Error(path + ": the tokenizer has " + std::to_string(lm.tok_->vocab_size()) + " tokens, the model " +
-                std::to_string(c.vocab));
-  // Pack the products once.
+  const models::TensorSource& src = *source;
+  const models::NameTable& names = models::llama_names(src.format());
+  using T = models::LMTensor;
+  const auto name = [&](T t, int64_t l = -1) { return names.name(t, l); };
+
+  // A product from the file's tensors, stacked by rows: their blocks where
+  // native compute can keep them (a GGUF whose parts are all of one native
+  // type of src/core/quant_types.hpp), else float32. rope_heads > 0: W_Q's or
+  // W_K's rows, brought from the file's rotary order to transformers'.
+  struct Part {
+    std::string name;
+    int64_t rows, rope_heads;
+  };
+  auto product = [&](const std::vector<Part>& parts, int64_t k) -> nn::Linear {
+    const nn::QuantType* qt = nullptr;
+    bool same = native && src.format() == models::Format::gguf;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      src.expect(parts[i].name, {parts[i].rows, k});
+      if (!gguf) continue;
+      const nn::QuantType* ti = nn::find_quant_type(uint32_t(gguf->tensor(parts[i].name).type));
+      if (ti && !ti->native()) ti = nullptr;
+      if (!ti || (i > 0 && ti != qt)) same = false;
+      if (i == 0) qt = ti;
+    }
+    if (same && qt) {
+      std::vector<const uint8_t*> rows;
+      const int64_t row_bytes = qt->row_bytes(k);
+      for (const Part& p : parts) {
+        const uint8_t* base = gguf->data(gguf->tensor(p.name));
+        for (int64_t r = 0; r < p.rows; ++r) {
+          int64_t from = r;
+          if (p.rope_heads > 0) {  // new row h·2m + t·m + i is file row h·2m + 2i + t
+            const int64_t m = p.rows / p.rope_heads / 2, h = r / (2 * m), t = (r % (2 * m)) / m, i = r % m;
+            from = h * 2 * m + 2 * i + t;
+          }
+          rows.push_back(base + from * row_bytes);
+        }
+      }
+      return nn::Linear(nn::repack_rows(qt->id, rows, k));
+    }
+    std::vector<float> all;
+    for (const Part& p : parts) {
+      std::vector<float> v = src.read(p.name, {p.rows, k});
+      if (p.rope_heads > 0) v = unpermute_rows(v, p.rope_heads, k);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    // The row count first: the arguments' order of evaluation is unspecified
+    // (clang moved `all` away before its size was read: an empty product).
+    const int64_t rows = int64_t(all.size()) / k;
+    return nn::Linear(all.data(), k, rows);
+  };
+  // A float32 matrix, its rows in transformers' order.
+  auto matrix = [&](const std::string& n, int64_t rows, int64_t cols, int64_t rope_heads = 0) {
+    std::vector<float> v = src.read(n, {rows, cols});
+    return rope_heads > 0 ? unpermute_rows(v, rope_heads, cols) : v;
+  };
   const int64_t d = c.d_model, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
+  const int64_t q_rope = names.qk_rows_interleaved ? c.heads : 0, k_rope = names.qk_rows_interleaved ? c.kv_heads : 0;
+  // Blocks stay blocks only from a GGUF with native compute; else every
+  // layer's FFN is the fused float sublayer (packed below, converted to
+  // opts.ffn_dtype).
+  const bool keep_blocks = native && src.format() == models::Format::gguf;
+
+  Weights& w = *lm.w_;
+  src.expect(name(T::embed), {c.vocab, d});
+  w.norm = src.read(name(T::norm), {d});
+  if (!c.tied && !src.has(name(T::head))) models::throw_missing_tensor(src.path(), name(T::head), untied_note);
+  w.head = product({{name(c.tied ? T::embed : T::head), c.vocab, 0}}, d);
+  if (!c.tied) w.embed = src.read(name(T::embed), {c.vocab, d});  // tied: the head's rows
   const Config fc = llama_ffn_config(c);
-  for (auto& r : raw) {
-    ffn::Weights fw;
-    fw.w1 = std::move(r.up);
-    fw.wg = std::move(r.gate);
-    fw.w2 = std::move(r.down);
-    fw.norm_weight = std::move(r.ffn_norm);
-    std::vector<float> wqkv = std::move(r.q);
-    wqkv.insert(wqkv.end(), r.k.begin(), r.k.end());
-    wqkv.insert(wqkv.end(), r.v.begin(), r.v.end());
+  for (int64_t l = 0; l < c.layers; ++l) {
     Weights::Layer L;
-    L.attn_norm = std::move(r.attn_norm);
+    L.attn_norm = src.read(name(T::attn_norm, l), {d});
+    if (keep_blocks) {
+      L.qkv = product({{name(T::q, l), qd, q_rope}, {name(T::k, l), kvd, k_rope}, {name(T::v, l), kvd, 0}}, d);
+      L.o = product({{name(T::o, l), d, 0}}, qd);
+      L.ffn.emplace_back(fc, src.read(name(T::ffn_norm, l), {d}), std::vector<float>{},
+                         product({{name(T::up, l), c.d_ff, 0}, {name(T::gate, l), c.d_ff, 0}}, d),
+                         product({{name(T::down, l), d, 0}}, c.d_ff));
+      w.layers.push_back(std::move(L));
+      continue;
+    }
+    std::vector<float> wqkv = matrix(name(T::q, l), qd, d, q_rope);
+    for (const auto& [t, rope] : {std::pair{T::k, k_rope}, std::pair{T::v, int64_t(0)}}) {
+      const std::vector<float> v = matrix(name(t, l), kvd, d, rope);
+      wqkv.insert(wqkv.end(), v.begin(), v.end());
+    }
     L.qkv = nn::Linear(wqkv.data(), d, qd + 2 * kvd);
-    L.o = nn::Linear(r.o.data(), qd, d);
+    L.o = nn::Linear(matrix(name(T::o, l), d, qd).data(), qd, d);
+    ffn::Weights fw;
+    fw.norm_weight = src.read(name(T::ffn_norm, l), {d});
+    fw.wg = matrix(name(T::gate, l), c.d_ff, d);
+    fw.w1 = matrix(name(T::up, l), c.d_ff, d);
+    fw.w2 = matrix(name(T::down, l), d, c.d_ff);
     L.ffn.emplace_back(opts.ffn_dtype == WeightDtype::fp32 ? FeedForward(fc, std::move(fw))
                                                            : FeedForward(fc, std::move(fw)).converted(opts.ffn_dtype));
     w.layers.push_back(std::move(L));
   }
+  if (gguf) {
+    if (gguf->find("tokenizer.ggml.model")) lm.tok_ = std::make_shared<BpeTokenizer>(BpeTokenizer::from_gguf(*gguf));
+    if (gguf->find("tokenizer.chat_template")) lm.chat_template_ = gguf->get_string("tokenizer.chat_template");
+  }
+  if (lm.tok_ && lm.tok_->vocab_size() > c.vocab)
+    throw Error(path + ": the tokenizer has " + std::to_string(lm.tok_->vocab_size()) + " tokens, the model " +
+                std::to_string(c.vocab));
   lm.native_ = false;
   for (const auto& L : w.layers) lm.native_ = lm.native_ || L.qkv.blocks() || L.ffn[0].blocks();
   lm.native_ = lm.native_ || w.head.blocks();

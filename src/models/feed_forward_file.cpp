@@ -10,6 +10,7 @@
 #include "ffn/diagnostics.hpp"
 #include "io/safetensors.hpp"
 #include "backends/cpu/quantize.hpp"
+#include "models/checkpoint.hpp"
 
 namespace ffn {
 
@@ -164,7 +165,7 @@ FeedForward FeedForward::load(const std::string& path, const LoadOptions& opts) 
   const std::string w1 = prefix + s.w1, w2 = need(s.w2);
   const auto& i1 = r.info(w1);
   if (i1.shape.size() != 2 || i1.shape[0] < 1 || i1.shape[1] < 1)
-    throw Error(path + ": " + w1 + " has shape " + shape_str(i1.shape) + ", expected [d_ff, d_model] with both >= 1");
+    models::throw_shape_error(path, w1, i1.shape, "[d_ff, d_model] with both >= 1");
   Config cfg;
   cfg.d_ff = i1.shape[0];
   cfg.d_model = i1.shape[1];
@@ -173,8 +174,7 @@ FeedForward FeedForward::load(const std::string& path, const LoadOptions& opts) 
   auto expect_shape = [&](const std::string& name, std::vector<int64_t> want) {
     const auto& info = r.info(name);
     if (info.shape != want)
-      throw Error(path + ": " + name + " has shape " + shape_str(info.shape) + ", expected " + shape_str(want) +
-                  " (" + dims + ")");
+      models::throw_shape_error(path, name, info.shape, shape_str(want), dims);
   };
   expect_shape(w2, {cfg.d_model, cfg.d_ff});
   const bool gated = has(s.wg);

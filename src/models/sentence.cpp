@@ -18,6 +18,7 @@
 #include "ops/norm.hpp"
 #include "text/calibration.hpp"
 #include "text/wordpiece.hpp"
+#include "models/checkpoint.hpp"
 
 namespace ffn {
 namespace fs = std::filesystem;
@@ -208,10 +209,8 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
                       std::to_string(file_layers - 1) + " are not used");
   auto get = [&](const std::string& name, std::vector<int64_t> shape) {
     const std::string full = pre + name;
-    if (!f.has(full)) throw Error(f.path() + ": missing tensor " + full);
-    if (f.info(full).shape != shape)
-      throw Error(f.path() + ": tensor " + full + " has shape " + shape_str(f.info(full).shape) + ", expected " +
-                  shape_str(shape));
+    if (!f.has(full)) models::throw_missing_tensor(f.path(), full);
+    if (f.info(full).shape != shape) models::throw_shape_error(f.path(), full, f.info(full).shape, shape_str(shape));
     return f.read_f32(full);
   };
   const int64_t d = m.d, F = ec_.d_ff;

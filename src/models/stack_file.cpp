@@ -4,6 +4,7 @@
 
 #include "ffn/diagnostics.hpp"
 #include "models/metadata.hpp"
+#include "models/checkpoint.hpp"
 
 namespace ffn::models {
 
@@ -29,10 +30,9 @@ SafetensorsFile tensors_of(const std::vector<Slot>& slots) {
 void fill_slots(const SafetensorsFile& f, const std::string& path, const std::vector<Slot>& slots) {
   for (const Slot& s : slots) {
     auto it = f.tensors.find(s.name);
-    if (it == f.tensors.end()) throw Error(path + ": missing tensor " + s.name);
+    if (it == f.tensors.end()) throw_missing_tensor(path, s.name);
     const NamedTensor& t = it->second;
-    if (t.shape != s.shape)
-      throw Error(path + ": tensor " + s.name + " has shape " + shape_str(t.shape) + ", expected " + shape_str(s.shape));
+    if (t.shape != s.shape) throw_shape_error(path, s.name, t.shape, shape_str(s.shape));
     std::copy(t.data.begin(), t.data.end(), s.v->begin() + std::ptrdiff_t(s.offset));
   }
 }
@@ -50,17 +50,17 @@ void check_slot_sizes(const std::vector<Slot>& want, const std::vector<Slot>& va
 void read_stack_shapes(const SafetensorsFile& f, const std::string& path, const std::string& l0, EncoderConfig& cfg) {
   auto tensor = [&](const std::string& name) -> const NamedTensor& {
     auto it = f.tensors.find(name);
-    if (it == f.tensors.end()) throw Error(path + ": missing tensor " + name);
+    if (it == f.tensors.end()) throw_missing_tensor(path, name);
     return it->second;
   };
   const std::string wname = l0 + "self_attn.out_proj.weight";
   const NamedTensor& w = tensor(wname);
   if (w.shape.size() != 2 || w.shape[0] != w.shape[1] || w.shape[0] < 1)
-    throw Error(path + ": tensor " + wname + " has shape " + shape_str(w.shape) + ", expected [d_model, d_model]");
+    throw_shape_error(path, wname, w.shape, "[d_model, d_model]");
   cfg.d_model = w.shape[0];
   const NamedTensor& w1 = tensor(l0 + "linear1.weight");
   if (w1.shape.size() != 2 || w1.shape[0] < 1)
-    throw Error(path + ": tensor " + l0 + "linear1.weight has shape " + shape_str(w1.shape) + ", expected [d_ff, d_model]");
+    throw_shape_error(path, l0 + "linear1.weight", w1.shape, "[d_ff, d_model]");
   cfg.d_ff = w1.shape[0];
 }
 

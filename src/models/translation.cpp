@@ -19,6 +19,7 @@
 #include "core/thread_pool.hpp"
 #include "core/json_file.hpp"
 #include "ops/linear.hpp"
+#include "models/checkpoint.hpp"
 
 namespace ffn {
 
@@ -208,10 +209,9 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
   const int64_t d = c.d_model;
   auto tensor = [&](const std::string& name, std::vector<int64_t> shape) -> const std::vector<float>& {
     auto it = f.tensors.find(name);
-    if (it == f.tensors.end()) throw Error(w_path.string() + ": missing tensor " + name);
+    if (it == f.tensors.end()) models::throw_missing_tensor(w_path.string(), name);
     if (it->second.shape != shape)
-      throw Error(w_path.string() + ": tensor " + name + " has shape " + shape_str(it->second.shape) + ", expected " +
-                  shape_str(shape) + " (config.json)");
+      models::throw_shape_error(w_path.string(), name, it->second.shape, shape_str(shape), "config.json");
     return it->second.data;
   };
   auto has = [&](const std::string& name) { return f.tensors.count(name) > 0; };
@@ -292,13 +292,14 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
     // target id (< decoder_vocab_size) must have a row.
     const std::string name = "model.decoder.embed_tokens.weight";
     auto it = f.tensors.find(name);
-    if (it == f.tensors.end()) throw Error(w_path.string() + ": missing tensor " + name);
+    if (it == f.tensors.end()) models::throw_missing_tensor(w_path.string(), name);
     const auto& sh = it->second.shape;
     if (sh.size() != 2 || sh[1] != d || (sh[0] != c.vocab_size && sh[0] != c.decoder_vocab_size) ||
         sh[0] < c.decoder_vocab_size)
-      throw Error(w_path.string() + ": tensor " + name + " has shape " + shape_str(sh) + ", expected [" +
-                  std::to_string(std::max(c.vocab_size, c.decoder_vocab_size)) + ", " + std::to_string(d) +
-                  "] (config.json's vocab_size / decoder_vocab_size: one row per target id)");
+      models::throw_shape_error(w_path.string(), name, sh,
+                                "[" + std::to_string(std::max(c.vocab_size, c.decoder_vocab_size)) + ", " +
+                                    std::to_string(d) + "]",
+                                "config.json's vocab_size / decoder_vocab_size: one row per target id");
     m.tgt_embed_ = it->second.data;
   }
   if (!c.tied_head) m.head_ = tensor("lm_head.weight", {c.decoder_vocab_size, d});

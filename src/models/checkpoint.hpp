@@ -1,0 +1,81 @@
+// Checkpoints as data (issue 46, part 5): a model's loader asks a tensor
+// source for the tensors its name table names, and the source checks each
+// one's shape and writes the one error message every loader gives.
+//
+//   TensorSource   one checkpoint's tensors by the file's own names, read
+//                  when asked: a safetensors file (SafetensorsReader, lazy)
+//                  or a GGUF (mapped; quantized blocks stay in the file).
+//                  Shapes are asked and checked in PyTorch order
+//                  [rows, cols]; a GGUF's messages print ne order, as its
+//                  tools do.
+//   NameTable      per (format, architecture): the file's name of each of
+//                  the spec's tensors ("{L}" the layer number), and how the
+//                  format lays them out (a GGUF llama's W_Q/W_K rows are in
+//                  llama.cpp's rotary order).
+//
+// An architecture adds a name table per format and a config reader per
+// format (src/models/arch_llama.cpp); the loader's loop is shared.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ffn {
+class GgufFile;
+}
+namespace ffn::io {
+class SafetensorsReader;
+}
+
+namespace ffn::models {
+
+// "<file>: tensor <name> has shape <got>, expected <want>[ (<why>)]".
+[[noreturn]] void throw_shape_error(const std::string& file, const std::string& name, const std::vector<int64_t>& got,
+                                    const std::string& want, const std::string& why = "");
+// "<file>: missing tensor <name>[ (<why>)]".
+[[noreturn]] void throw_missing_tensor(const std::string& file, const std::string& name, const std::string& why = "");
+
+enum class Format { safetensors, gguf };
+
+class TensorSource {
+ public:
+  // why: what the expected shapes come from, for the messages ("config.json";
+  // a GGUF's: "llama.* metadata").
+  static TensorSource safetensors(const std::string& path, std::string why);
+  static TensorSource gguf(std::shared_ptr<const GgufFile> file, std::string why);
+
+  Format format() const { return format_; }
+  const std::string& path() const { return path_; }
+  bool has(const std::string& name) const;
+  // The tensor's shape in PyTorch order (a GGUF's ne reversed); Error if it is missing.
+  std::vector<int64_t> shape(const std::string& name) const;
+  // Error (naming the file, the tensor and both shapes) unless the tensor
+  // exists with shape `want`, PyTorch order.
+  void expect(const std::string& name, const std::vector<int64_t>& want) const;
+  // expect, then the values as float32 (dequantized: a GGUF's blocks as ggml's).
+  std::vector<float> read(const std::string& name, const std::vector<int64_t>& want) const;
+  // The GGUF, for its blocks and metadata (null for safetensors).
+  const GgufFile* gguf_file() const { return gguf_.get(); }
+
+ private:
+  Format format_ = Format::safetensors;
+  std::string path_, why_;
+  std::shared_ptr<const io::SafetensorsReader> st_;
+  std::shared_ptr<const GgufFile> gguf_;
+};
+
+// The decoder-only LM's tensors, the spec's names for them.
+enum class LMTensor { embed, norm, head, attn_norm, q, k, v, o, ffn_norm, gate, up, down, count };
+
+struct NameTable {
+  std::array<const char*, size_t(LMTensor::count)> names;  // "{L}": the layer number
+  // W_Q's and W_K's rows in llama.cpp's rotary order (each head's rows
+  // interleaved in pairs) rather than transformers' (the halves apart).
+  bool qk_rows_interleaved = false;
+  std::string name(LMTensor t, int64_t layer = -1) const;
+};
+
+}  // namespace ffn::models
