@@ -30,6 +30,8 @@ import tempfile
 
 # Room -> level. A file of a room may include files of rooms of a LOWER level
 # only (and its own room). tools -> models/modules -> ops -> backends -> core.
+# decoding (the sampler, later the decoding engine) sits beside modules: the
+# models drive it.
 # reference sits between ops and backends: the ops call it as their reference
 # path and it is written against the number formats the backend defines
 # (bf16 rounding, the int8 quantization rules, the epilogue's approximations).
@@ -41,6 +43,7 @@ LEVELS = {
     "reference": 2,
     "ops": 3,
     "modules": 4,
+    "decoding": 4,
     "models": 5,
     "train": 5,
     "dist": 6,

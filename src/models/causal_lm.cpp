@@ -1,6 +1,8 @@
 // The LLaMA-architecture causal language model (include/ffn/causal_lm.hpp):
-// checkpoint reading (GGUF, Hugging Face directories) and the forward pass
-// over a key/value cache.
+// the loader (one loop over the architecture's name table, for GGUF and
+// Hugging Face checkpoints: src/models/arch.hpp, checkpoint.hpp), the forward
+// pass over a key/value cache, and the generation loop. The sampler is in
+// src/decoding/sampling.cpp, chat prompts in src/models/chat.cpp.
 #include "ffn/causal_lm.hpp"
 
 #include <algorithm>
@@ -18,7 +20,6 @@
 #include "ffn/feed_forward.hpp"
 #include "ffn/gguf.hpp"
 #include "ffn/io.hpp"
-#include "ffn/random.hpp"
 #include "ops/attention.hpp"
 #include "ops/linear.hpp"
 #include "ops/qlinear.hpp"
@@ -445,71 +446,6 @@ std::vector<float> CausalLM::logits(const std::vector<int32_t>& ids, const RunOp
   return out;
 }
 
-void SamplingOptions::validate() const {
-  if (max_new_tokens < 0) throw Error("--max-new-tokens: expected 0 or more, got " + std::to_string(max_new_tokens));
-  if (!(temperature >= 0) || !std::isfinite(temperature))
-    throw Error("--temperature: expected a finite value >= 0, got " + std::to_string(temperature));
-  if (top_k < 0) throw Error("--top-k: expected 0 (no limit) or more, got " + std::to_string(top_k));
-  if (!(top_p > 0 && top_p <= 1)) throw Error("--top-p: expected a value in (0, 1], got " + std::to_string(top_p));
-  if (!(repeat_penalty > 0) || !std::isfinite(repeat_penalty))
-    throw Error("--repeat-penalty: expected a finite value > 0, got " + std::to_string(repeat_penalty));
-}
-
-int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& seen, const SamplingOptions& s,
-                     int64_t step) {
-  if (s.repeat_penalty != 1.0f) {
-    std::vector<char> done(size_t(vocab), 0);
-    for (int32_t t : seen) {
-      if (t < 0 || t >= vocab || done[size_t(t)]) continue;
-      done[size_t(t)] = 1;
-      float& l = logits[t];
-      l = l < 0 ? l * s.repeat_penalty : l / s.repeat_penalty;
-    }
-  }
-  if (s.temperature == 0.0f) return int32_t(std::max_element(logits, logits + vocab) - logits);
-  // Candidates, largest first (ties: the lower id first, as a stable sort).
-  std::vector<int32_t> idx(static_cast<size_t>(vocab));
-  std::iota(idx.begin(), idx.end(), 0);
-  for (int64_t v = 0; v < vocab; ++v) logits[v] /= s.temperature;
-  int64_t keep = vocab;
-  if (s.top_k > 0 && s.top_k < vocab) {
-    std::partial_sort(idx.begin(), idx.begin() + s.top_k, idx.end(),
-                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-    // Tokens tied with the k-th are kept too (transformers keeps logits >= the k-th largest).
-    keep = s.top_k;
-    const float kth = logits[idx[size_t(keep - 1)]];
-    std::sort(idx.begin() + keep, idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-    while (keep < vocab && logits[idx[size_t(keep)]] >= kth) ++keep;
-  } else {
-    std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  }
-  const float mx = logits[idx[0]];
-  std::vector<double> p(static_cast<size_t>(keep));
-  double sum = 0;
-  for (int64_t i = 0; i < keep; ++i) sum += (p[size_t(i)] = std::exp(double(logits[idx[size_t(i)]]) - double(mx)));
-  if (s.top_p < 1.0f) {  // the smallest prefix whose probability reaches top_p
-    double acc = 0;
-    int64_t n = 0;
-    while (n < keep) {
-      acc += p[size_t(n)] / sum;
-      ++n;
-      if (acc >= double(s.top_p)) break;
-    }
-    keep = n;
-    sum = 0;
-    for (int64_t i = 0; i < keep; ++i) sum += p[size_t(i)];
-  }
-  const auto r = philox4x32_10({uint32_t(step), uint32_t(uint64_t(step) >> 32), uint32_t(Stream::data), 0x5a4dU},
-                               {uint32_t(s.seed), uint32_t(s.seed >> 32)});
-  const double u = double((uint64_t(r[0]) << 21) | (r[1] >> 11)) / 9007199254740992.0 * sum;  // 53 bits in [0, 1)
-  double acc = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    acc += p[size_t(i)];
-    if (u < acc) return idx[size_t(i)];
-  }
-  return idx[size_t(keep - 1)];
-}
-
 std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, const SamplingOptions& s,
                                         const std::function<bool(int32_t)>& on_token, const RunOptions& opts) const {
   s.validate();
@@ -538,28 +474,6 @@ std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, cons
     extend(st, &next, {1}, lg.data(), false, opts);
   }
   return out;
-}
-
-// ChatML: <|im_start|>role\ncontent<|im_end|>\n per message; the default
-// system message is the literal text a template writes after
-// "<|im_start|>system\n" (SmolLM2's: "You are a helpful AI assistant named
-// SmolLM, trained by Hugging Face") when it holds no template syntax.
-std::string CausalLM::chat_prompt(const std::string& message) const {
-  const std::string& t = chat_template_;
-  if (t.empty()) throw Error(path_ + ": the model has no chat template (give the prompt as text)");
-  if (t.find("<|im_start|>") == std::string::npos || t.find("<|im_end|>") == std::string::npos)
-    throw Error(path_ + ": its chat template is not ChatML (<|im_start|>role ... <|im_end|>); only ChatML templates "
-                "are supported. The template begins: " + t.substr(0, 80));
-  std::string out;
-  const std::string sys = "<|im_start|>system\n";
-  if (const size_t at = t.find(sys); at != std::string::npos) {
-    const size_t end = t.find("<|im_end|>", at);
-    const std::string text = t.substr(at + sys.size(), end - at - sys.size());
-    if (end != std::string::npos && text.find("{{") == std::string::npos && text.find("{%") == std::string::npos &&
-        text.find('\'') == std::string::npos)
-      out += sys + text + "<|im_end|>\n";
-  }
-  return out + "<|im_start|>user\n" + message + "<|im_end|>\n<|im_start|>assistant\n";
 }
 
 size_t CausalLM::weight_bytes() const {
