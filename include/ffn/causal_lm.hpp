@@ -93,7 +93,8 @@ struct CausalLMLoadOptions {
 };
 
 // The keys and values of a batch of sequences being generated (made by
-// CausalLM::start, advanced by extend). select() rearranges them.
+// CausalLM::start, advanced by extend), in a paged cache: select() rearranges
+// them, join() and leave() add and drop sequences between steps.
 class CausalLMState {
  public:
   CausalLMState();
@@ -105,6 +106,13 @@ class CausalLMState {
   int64_t capacity() const;         // the most positions a sequence may hold
   // New sequence i is a copy of old sequence from[i] (any order, repeats allowed).
   void select(const std::vector<int64_t>& from);
+  // A new empty sequence after the others, between any two extend calls
+  // (its prompt goes in with the others' next tokens); returns its index.
+  int64_t join();
+  // Drops sequence i; the later sequences move down one. Its memory is reused.
+  void leave(int64_t i);
+  // Bytes of keys and values held: whole pages of 256 positions, as the
+  // sequences grow (not capacity() for every sequence up front).
   size_t bytes() const;
 
   struct Data;

@@ -28,6 +28,7 @@
 #include "models/arch.hpp"
 #include "models/checkpoint.hpp"
 #include "modules/ffn_sublayer.hpp"
+#include "modules/kv_cache.hpp"
 
 namespace fs = std::filesystem;
 
@@ -49,10 +50,8 @@ struct CausalLM::Weights {
 };
 
 struct CausalLMState::Data {
-  int64_t layers = 0, kvd = 0, cap = 0, head_dim = 0;
-  std::vector<std::vector<float>> k, v;  // per layer [slots · cap, kvd]
-  std::vector<int64_t> len, slot;        // per live sequence
-  int64_t slots = 0;
+  nn::KvCache cache;  // paged (src/modules/kv_cache.hpp)
+  int64_t head_dim = 0;
   nn::RopeTable rope;
 };
 
@@ -60,45 +59,22 @@ CausalLMState::CausalLMState() : data_(std::make_unique<Data>()) {}
 CausalLMState::~CausalLMState() = default;
 CausalLMState::CausalLMState(CausalLMState&&) noexcept = default;
 CausalLMState& CausalLMState::operator=(CausalLMState&&) noexcept = default;
-int64_t CausalLMState::live() const { return int64_t(data_->len.size()); }
-int64_t CausalLMState::length(int64_t i) const { return data_->len.at(size_t(i)); }
-int64_t CausalLMState::capacity() const { return data_->cap; }
-size_t CausalLMState::bytes() const {
-  size_t b = 0;
-  for (const auto& x : data_->k) b += x.size() * sizeof(float);
-  for (const auto& x : data_->v) b += x.size() * sizeof(float);
-  return b;
+int64_t CausalLMState::live() const { return data_->cache.live(); }
+int64_t CausalLMState::length(int64_t i) const {
+  if (i < 0 || i >= live()) throw std::out_of_range("CausalLMState::length: no sequence " + std::to_string(i));
+  return data_->cache.length(i);
 }
-
-void CausalLMState::select(const std::vector<int64_t>& from) {
-  Data& s = *data_;
-  for (int64_t f : from)
-    if (f < 0 || f >= live())
-      throw Error("select: sequence " + std::to_string(f) + " does not exist (" + std::to_string(live()) + " live)");
-  const int64_t n = int64_t(from.size());
-  // Every new cache first, then the swap: an allocation failure leaves the state as it was.
-  std::vector<std::vector<float>> nk(size_t(s.layers)), nv(size_t(s.layers));
-  for (int64_t l = 0; l < s.layers; ++l) {
-    std::vector<float>& k = nk[size_t(l)];
-    std::vector<float>& v = nv[size_t(l)];
-    k.resize(size_t(n * s.cap * s.kvd));
-    v.resize(k.size());
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t src = s.slot[size_t(from[size_t(i)])] * s.cap * s.kvd, rows = s.len[size_t(from[size_t(i)])];
-      std::copy_n(s.k[size_t(l)].begin() + src, rows * s.kvd, k.begin() + i * s.cap * s.kvd);
-      std::copy_n(s.v[size_t(l)].begin() + src, rows * s.kvd, v.begin() + i * s.cap * s.kvd);
-    }
-  }
-  s.k.swap(nk);
-  s.v.swap(nv);
-  std::vector<int64_t> len(static_cast<size_t>(n)), slot(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    len[size_t(i)] = s.len[size_t(from[size_t(i)])];
-    slot[size_t(i)] = i;
-  }
-  s.len.swap(len);
-  s.slot.swap(slot);
-  s.slots = n;
+int64_t CausalLMState::capacity() const { return data_->cache.capacity(); }
+size_t CausalLMState::bytes() const { return data_->cache.bytes(); }
+void CausalLMState::select(const std::vector<int64_t>& from) { data_->cache.select(from); }
+int64_t CausalLMState::join() {
+  if (data_->cache.layers() == 0) throw Error("join: the state was not started by a model (CausalLM::start)");
+  return data_->cache.join();
+}
+void CausalLMState::leave(int64_t i) {
+  if (i < 0 || i >= live())
+    throw Error("leave: sequence " + std::to_string(i) + " does not exist (" + std::to_string(live()) + " live)");
+  data_->cache.leave(i);
 }
 
 void CausalLMConfig::validate() const {
@@ -325,18 +301,9 @@ CausalLMState CausalLM::start(int64_t sequences, int64_t capacity) const {
                 " positions need more cache than any machine has");
   CausalLMState st;
   auto& s = *st.data_;
-  s.layers = cfg_.layers;
-  s.kvd = cfg_.kv_heads * cfg_.head_dim;
+  s.cache = nn::KvCache(cfg_.layers, kvd, capacity);
+  for (int64_t i = 0; i < sequences; ++i) s.cache.join();
   s.head_dim = cfg_.head_dim;
-  s.cap = capacity;
-  s.slots = sequences;
-  for (int64_t l = 0; l < cfg_.layers; ++l) {
-    s.k.emplace_back(size_t(sequences * capacity * s.kvd));
-    s.v.emplace_back(size_t(sequences * capacity * s.kvd));
-  }
-  s.len.assign(size_t(sequences), 0);
-  s.slot.resize(size_t(sequences));
-  std::iota(s.slot.begin(), s.slot.end(), 0);
   s.rope = nn::RopeTable::make(capacity, cfg_.head_dim, cfg_.rope_theta);
   return st;
 }
@@ -344,8 +311,9 @@ CausalLMState CausalLM::start(int64_t sequences, int64_t capacity) const {
 void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vector<int64_t>& counts, float* logits,
                       bool every_position, const RunOptions& opts) const {
   CausalLMState::Data& s = *state.data_;
+  nn::KvCache& cache = s.cache;
   const CausalLMConfig& c = cfg_;
-  if (s.layers != c.layers || s.kvd != c.kv_heads * c.head_dim || s.head_dim != c.head_dim)
+  if (cache.layers() != c.layers || cache.kvd() != c.kv_heads * c.head_dim || s.head_dim != c.head_dim)
     throw Error("extend: the state was started by a model with other settings");
   const int64_t B = state.live();
   if (int64_t(counts.size()) != B)
@@ -356,9 +324,9 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     if (k < 0 || (!every_position && k == 0))
       throw Error("extend: sequence " + std::to_string(b) + " is given " + std::to_string(k) +
                   " tokens (at least 1 for its logits)");
-    if (s.len[size_t(b)] + k > s.cap)
-      throw Error("extend: sequence " + std::to_string(b) + " would hold " + std::to_string(s.len[size_t(b)] + k) +
-                  " positions, more than the state's capacity " + std::to_string(s.cap));
+    if (cache.length(b) + k > cache.capacity())
+      throw Error("extend: sequence " + std::to_string(b) + " would hold " + std::to_string(cache.length(b) + k) +
+                  " positions, more than the state's capacity " + std::to_string(cache.capacity()));
     off[size_t(b) + 1] = off[size_t(b)] + k;
   }
   const int64_t n = off.back();
@@ -370,7 +338,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   const nn::Context cx(opts);
   const int threads = cx.threads();
   const bool ref = cx.reference();
-  const int64_t d = c.d_model, dh = c.head_dim, qd = c.heads * dh, kvd = s.kvd, width = qd + 2 * kvd;
+  const int64_t d = c.d_model, dh = c.head_dim, qd = c.heads * dh, kvd = cache.kvd(), width = qd + 2 * kvd;
 
   std::vector<float> x(size_t(n * d)), a(size_t(n * d)), qkv(size_t(n * width)), ctx(size_t(n * qd));
   nn::QActs acts;
@@ -379,9 +347,25 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     if (w_->embed.empty()) w_->head.row(ids[i], x.data() + i * d);
     else std::copy_n(w_->embed.begin() + int64_t(ids[i]) * d, d, x.begin() + i * d);
   }
-  std::vector<int64_t> pos(static_cast<size_t>(n));
+  std::vector<int64_t> pos(static_cast<size_t>(n)), kv_row(static_cast<size_t>(n));
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r) pos[size_t(r)] = s.len[size_t(b)] + r - off[size_t(b)];
+    for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r) pos[size_t(r)] = cache.length(b) + r - off[size_t(b)];
+  // The new positions' pages (the cache's rows may move: K and V are taken
+  // per layer below); an error before the end gives the old lengths back.
+  std::vector<int64_t> old_len(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) old_len[size_t(b)] = cache.length(b);
+  struct Restore {
+    nn::KvCache& cache;
+    const std::vector<int64_t>& len;
+    bool done = false;
+    ~Restore() {
+      if (!done)
+        for (size_t b = 0; b < len.size(); ++b) cache.resize(int64_t(b), len[b]);
+    }
+  } restore{cache, old_len};
+  for (int64_t b = 0; b < B; ++b) cache.resize(b, cache.length(b) + counts[size_t(b)]);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r) kv_row[size_t(r)] = cache.row(b, pos[size_t(r)]);
 
   nn::AttentionShape as;
   as.d = qd;
@@ -389,11 +373,10 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   as.kv_heads = c.kv_heads;
   as.off = off;
   as.causal = true;
-  for (int64_t b = 0; b < B; ++b) {
-    as.kv_base.push_back(s.slot[size_t(b)] * s.cap);
-    as.kv_len.push_back(s.len[size_t(b)] + counts[size_t(b)]);
-  }
-  as.S = s.cap;
+  for (int64_t b = 0; b < B; ++b) as.kv_len.push_back(cache.length(b));
+  as.kv_pages = &cache.pages();
+  as.kv_page = nn::KvCache::kPage;
+  as.S = cache.capacity();
   RunOptions fo = opts;
   fo.threads = threads;
   fo.training = false;
@@ -402,8 +385,8 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     nn::norm_forward(cx, NormType::rmsnorm, c.eps, x.data(), n, d, L.attn_norm.data(), nullptr, a.data(), mean.data(),
                      rstd.data());
     L.qkv.forward(cx, a.data(), n, qkv.data(), {.acts = &acts});
-    float* K = s.k[size_t(l)].data();
-    float* V = s.v[size_t(l)].data();
+    float* K = cache.k(l);
+    float* V = cache.v(l);
     const auto rope_rows = [&](int64_t i0, int64_t i1, int) {
       for (int64_t i = i0; i < i1; ++i) {
         float* row = qkv.data() + i * width;
@@ -413,12 +396,11 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     };
     if (n > 16) nn::parallel_range(threads, n, nn::grain_for(n, threads), rope_rows);
     else rope_rows(0, n, 0);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r) {
-        const int64_t at = (s.slot[size_t(b)] * s.cap + pos[size_t(r)]) * kvd;
-        std::copy_n(qkv.begin() + r * width + qd, kvd, K + at);
-        std::copy_n(qkv.begin() + r * width + qd + kvd, kvd, V + at);
-      }
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t at = kv_row[size_t(r)] * kvd;
+      std::copy_n(qkv.begin() + r * width + qd, kvd, K + at);
+      std::copy_n(qkv.begin() + r * width + qd + kvd, kvd, V + at);
+    }
     const nn::AttentionInput<float> in{qkv.data(), K, V, width, kvd};
     if (ref) reference::attention_forward(as, in, ctx.data());
     else nn::attention_forward(cx, as, in, ctx.data(), lse.data());
@@ -436,7 +418,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   nn::norm_forward(cx, NormType::rmsnorm, c.eps, x.data(), m, d, w_->norm.data(), nullptr, a.data(), mean.data(),
                    rstd.data());
   w_->head.forward(cx, a.data(), m, logits, {.acts = &acts});
-  for (int64_t b = 0; b < B; ++b) s.len[size_t(b)] += counts[size_t(b)];
+  restore.done = true;
 }
 
 std::vector<float> CausalLM::logits(const std::vector<int32_t>& ids, const RunOptions& opts) const {

@@ -77,6 +77,9 @@ void attention_forward(const Context& cx, const AttentionShape& a, const Attenti
   const float scale = float(1.0 / std::sqrt(double(dh)));
   const auto rule = DropoutRule::make(a.training ? a.dropout : 0.0f);
   const std::vector<Seq> seqs = sequences(a);
+  if (a.kv_pages && a.kv_page % kKeyTile != 0)
+    throw Error("attention: pages of " + std::to_string(a.kv_page) + " positions; the fast path needs a multiple of " +
+                std::to_string(kKeyTile));
 
   // Units: (sequence, head, query tile), in that order.
   struct Unit { int64_t b, h, s0; };
@@ -110,12 +113,19 @@ void attention_forward(const Context& cx, const AttentionShape& a, const Attenti
       const int64_t col = a.kv_column(h);  // its key/value head's columns (grouped-query: shared by heads)
       if (b != packed_b || col != packed_col) {  // this thread's copy of the head's K panels
         kp.resize(size_t(panels(sq.klen) * kPanel * dh));
-        pack_rows_as_panels(in.k + sq.kbase * in.ldkv + col, in.ldkv, sq.klen, dh, kp.data());
+        if (a.kv_pages) {  // page by page (a page is whole panels: the same panels)
+          for (int64_t j0 = 0; j0 < sq.klen; j0 += a.kv_page)
+            pack_rows_as_panels(in.k + a.key_row(size_t(b), j0) * in.ldkv + col, in.ldkv,
+                                std::min(a.kv_page, sq.klen - j0), dh, kp.data() + j0 * dh);
+        } else {
+          pack_rows_as_panels(in.k + sq.kbase * in.ldkv + col, in.ldkv, sq.klen, dh, kp.data());
+        }
         packed_b = b;
         packed_col = col;
       }
-      // V is read in place: its rows are B's rows (ldb = the row stride, 16-column panels side by side).
-      const float* v = in.v + sq.kbase * in.ldkv + col;
+      // V is read in place: its rows are B's rows (ldb = the row stride, 16-column panels side by side);
+      // a key tile's rows lie in one page.
+      const auto v_rows = [&](int64_t j0) { return in.v + a.key_row(size_t(b), j0) * in.ldkv + col; };
       const int64_t rows = std::min(kQueryTile, sq.len - s0);
       const int64_t keys = visible(a, sq, s0 + rows - 1);  // keys any row of the tile sees
       const float* q = in.q + (sq.base + s0) * in.ldq + h * dh;
@@ -138,7 +148,7 @@ void attention_forward(const Context& cx, const AttentionShape& a, const Attenti
           if (alpha != 1.0f)
             for (int64_t c = 0; c < dh; ++c) o[size_t(r * ldo + c)] *= alpha;
         }
-        mm_panels(kc, rows, dh, kn, sbuf.data(), kKeyTile, v + j0 * in.ldkv, in.ldkv, kPanel, o.data(), ldo, true);
+        mm_panels(kc, rows, dh, kn, sbuf.data(), kKeyTile, v_rows(j0), in.ldkv, kPanel, o.data(), ldo, true);
       }
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = sq.base + s0 + r;

@@ -16,7 +16,17 @@ void check_attention_shape(const AttentionShape& a) {
   if (a.kv_heads > 0 && a.kv_heads != a.heads && a.training)
     throw Error("attention: grouped-query attention (kv_heads < heads) is inference only");
   const size_t B = a.off.empty() ? 0 : a.off.size() - 1;
-  if (!a.kv_base.empty() || !a.kv_len.empty()) {
+  if (a.kv_pages) {
+    if (a.training) throw Error("attention: paged keys are inference only");
+    if (a.kv_page < 1 || a.kv_pages->size() != B || a.kv_len.size() != B)
+      throw Error("attention: " + std::to_string(B) + " sequences but " + std::to_string(a.kv_pages->size()) +
+                  " page lists of " + std::to_string(a.kv_page) + " positions and " + std::to_string(a.kv_len.size()) +
+                  " key lengths");
+    for (size_t b = 0; b < B; ++b)
+      if (int64_t((*a.kv_pages)[b].size()) * a.kv_page < a.kv_len[b])
+        throw Error("attention: sequence " + std::to_string(b) + " has " + std::to_string(a.kv_len[b]) +
+                    " keys but pages for " + std::to_string(int64_t((*a.kv_pages)[b].size()) * a.kv_page));
+  } else if (!a.kv_base.empty() || !a.kv_len.empty()) {
     if (a.kv_base.size() != B || a.kv_len.size() != B)
       throw Error("attention: " + std::to_string(B) + " sequences but " + std::to_string(a.kv_base.size()) +
                   " key bases and " + std::to_string(a.kv_len.size()) + " key lengths");
@@ -41,7 +51,7 @@ using Acc = double;
 template <typename T>
 int64_t probabilities(const AttentionShape& a, const AttentionInput<T>& in, int64_t b, int64_t s, int64_t h,
                       std::vector<Acc>& P, std::vector<Acc>& Z, Acc* lse = nullptr) {
-  const int64_t dh = a.d / a.heads, kb = a.keys_base(size_t(b));
+  const int64_t dh = a.d / a.heads;
   const int64_t i = a.off[size_t(b)] + s;
   const int64_t keys = a.visible(size_t(b), s);
   const Acc scale = 1.0 / std::sqrt(Acc(dh));
@@ -50,7 +60,7 @@ int64_t probabilities(const AttentionShape& a, const AttentionInput<T>& in, int6
   const T* q = in.q + i * in.ldq + h * dh;
   Acc mx = -std::numeric_limits<Acc>::infinity();
   for (int64_t j = 0; j < keys; ++j) {
-    const T* k = in.k + (kb + j) * in.ldkv + a.kv_column(h);
+    const T* k = in.k + a.key_row(size_t(b), j) * in.ldkv + a.kv_column(h);
     Acc dot = 0;
     for (int64_t c = 0; c < dh; ++c) dot += Acc(q[c]) * Acc(k[c]);
     P[size_t(j)] = dot * scale;
@@ -75,7 +85,7 @@ void attention_forward(const AttentionShape& a, const AttentionInput<T>& in, T* 
   const int64_t d = a.d, dh = d / a.heads;
   std::vector<Acc> P, Z, o(static_cast<size_t>(dh));
   for (size_t b = 0; b + 1 < a.off.size(); ++b) {
-    const int64_t base = a.off[b], len = a.q_len(b), kb = a.keys_base(b);
+    const int64_t base = a.off[b], len = a.q_len(b);
     for (int64_t s = 0; s < len; ++s)
       for (int64_t h = 0; h < a.heads; ++h) {
         Acc l = 0;
@@ -83,7 +93,7 @@ void attention_forward(const AttentionShape& a, const AttentionInput<T>& in, T* 
         if (lse) lse[(base + s) * a.heads + h] = float(l);
         std::fill(o.begin(), o.end(), 0.0);
         for (int64_t j = 0; j < keys; ++j) {
-          const T* v = in.v + (kb + j) * in.ldkv + a.kv_column(h);
+          const T* v = in.v + a.key_row(b, j) * in.ldkv + a.kv_column(h);
           const Acc w = P[size_t(j)] * Z[size_t(j)];
           for (int64_t c = 0; c < dh; ++c) o[size_t(c)] += w * Acc(v[c]);
         }

@@ -34,6 +34,12 @@ struct AttentionShape {
   // Keys and values of sequence b (AttentionInput); empty: the query rows
   // themselves (self-attention over off).
   std::vector<int64_t> kv_base, kv_len;
+  // Paged keys and values (a KV cache; inference only): key j of sequence b
+  // at row kv_pages[b][j / kv_page] · kv_page + j % kv_page of K and V
+  // instead of keys_base(b) + j (kv_base unused). The fast path needs
+  // kv_page a multiple of its 256-key tile. A view: the caller keeps it.
+  const std::vector<std::vector<int64_t>>* kv_pages = nullptr;
+  int64_t kv_page = 0;
   bool causal = false;
   // Grouped-query attention (inference): K and V hold kv_heads heads, query
   // head h reading kv head h / (heads / kv_heads); 0 means heads.
@@ -44,6 +50,10 @@ struct AttentionShape {
   int64_t rows() const { return off.empty() ? 0 : off.back(); }
   int64_t q_len(size_t b) const { return off[b + 1] - off[b]; }
   int64_t keys_base(size_t b) const { return kv_base.empty() ? off[b] : kv_base[b]; }
+  // The row of K and V holding key j of sequence b.
+  int64_t key_row(size_t b, int64_t j) const {
+    return kv_pages ? (*kv_pages)[b][size_t(j / kv_page)] * kv_page + j % kv_page : keys_base(b) + j;
+  }
   int64_t keys_len(size_t b) const { return kv_len.empty() ? q_len(b) : kv_len[b]; }
   // The column of K and V where query head h's key/value head starts.
   int64_t kv_column(int64_t h) const {

@@ -163,6 +163,94 @@ TEST(CausalLM, CacheStepsAreBitwiseTheWholePrefix) {
   EXPECT_EQ(0, std::memcmp(last.data() + V, want.data() + n * V, size_t(V) * 4));
 }
 
+// The paged cache (src/modules/kv_cache.hpp): sequences join and leave
+// between steps, pages are reused, select() copies; every sequence's logits
+// at every position are bitwise those of the sequence run alone, across
+// page boundaries (256 positions).
+void expect_join_and_leave_bitwise(const CausalLM& m, Path path = Path::automatic) {
+  const int64_t V = m.config().vocab;
+  const auto prompts = cases()["models"]["gqa3_tied"]["prompts"].get<std::vector<std::vector<int32_t>>>();
+  auto tokens = [&](int64_t n, size_t from) {
+    std::vector<int32_t> t;
+    for (size_t i = from; int64_t(t.size()) < n; ++i) {
+      const auto& p = prompts[i % prompts.size()];
+      for (int32_t id : p) t.push_back(int32_t(id % V));
+    }
+    t.resize(size_t(n));
+    return t;
+  };
+  struct Seq {
+    std::vector<int32_t> ids;
+    std::vector<float> alone;  // [ids, V]
+    int64_t fed = 0;
+  };
+  RunOptions one, two;
+  one.threads = 1;
+  two.threads = 2;
+  one.path = two.path = path;
+  std::vector<Seq> seqs;
+  for (const auto& [n, from] : {std::pair<int64_t, size_t>{300, 0}, {290, 1}, {60, 2}, {40, 3}}) {
+    Seq q;
+    q.ids = tokens(n, from);
+    q.alone = m.logits(q.ids, one);
+    seqs.push_back(std::move(q));
+  }
+  CausalLMState st = m.start(0, 600);
+  std::vector<size_t> live;  // which Seq each live sequence is
+  auto step = [&](const std::vector<int64_t>& counts, const std::string& what) {
+    ASSERT_EQ(live.size(), counts.size());
+    std::vector<int32_t> ids;
+    int64_t n = 0;
+    for (size_t i = 0; i < live.size(); ++i) {
+      const Seq& q = seqs[live[i]];
+      ids.insert(ids.end(), q.ids.begin() + q.fed, q.ids.begin() + q.fed + counts[i]);
+      n += counts[i];
+    }
+    std::vector<float> lg(size_t(n * V));
+    m.extend(st, ids.data(), counts, lg.data(), true, two);
+    int64_t row = 0;
+    for (size_t i = 0; i < live.size(); ++i) {
+      Seq& q = seqs[live[i]];
+      ASSERT_EQ(q.fed + counts[i], st.length(int64_t(i))) << what;
+      for (int64_t r = 0; r < counts[i]; ++r, ++row)
+        ASSERT_EQ(0, std::memcmp(lg.data() + row * V, q.alone.data() + (q.fed + r) * V, size_t(V) * 4))
+            << what << ": sequence " << live[i] << " position " << q.fed + r;
+      q.fed += counts[i];
+    }
+  };
+  live.push_back(0);
+  EXPECT_EQ(0, st.join());
+  step({250}, "A's prompt");
+  live.push_back(1);
+  EXPECT_EQ(1, st.join());
+  step({10, 200}, "B joins while A runs");  // A crosses its first page
+  live.push_back(2);
+  st.join();
+  step({1, 70, 30}, "C joins");  // B crosses its first page
+  const size_t before = st.bytes();
+  st.leave(0);  // A leaves: its two pages are free
+  live.erase(live.begin());
+  step({1, 1}, "after A left");
+  live.push_back(3);
+  st.join();
+  step({2, 3, 40}, "D joins on A's pages");
+  EXPECT_EQ(before, st.bytes()) << "D reuses the pages A left";
+  // select(): B twice and C; the copy continues as B would.
+  st.select({0, 0, 1});
+  seqs.push_back(seqs[live[0]]);
+  live = {live[0], seqs.size() - 1, live[1]};
+  step({5, 5, 1}, "after select");
+  expect_error([&] { st.leave(3); }, "leave: sequence 3 does not exist (3 live)");
+  CausalLMState none;
+  expect_error([&] { none.join(); }, "join: the state was not started by a model");
+}
+
+TEST(CausalLM, CacheSequencesJoinAndLeaveBitwise) {
+  const CausalLM m = CausalLM::load(model_dir("gqa3_tied"));
+  expect_join_and_leave_bitwise(m);
+  expect_join_and_leave_bitwise(m, Path::reference);  // the reference attention reads the pages too
+}
+
 TEST(CausalLM, RefusesBadInput) {
   const CausalLM m = CausalLM::load(model_dir("mha_odd"));
   CausalLMState st = m.start(1, 4);
@@ -442,6 +530,12 @@ TEST(CausalLMGguf, NativeIsOneComputationOnEveryIsa) {
 // A NaN weight (output_norm) makes every logit NaN: generate says so
 // instead of choosing token 0 (fuzz_gguf's NaN activations were UB in the
 // int8 conversion before they became q = 0 with a NaN scale).
+TEST(CausalLMGguf, CacheSequencesJoinAndLeaveBitwiseOnBlocks) {
+  const CausalLM m = CausalLM::load(gguf_model());
+  ASSERT_TRUE(m.quantized());
+  expect_join_and_leave_bitwise(m);
+}
+
 TEST(CausalLMGguf, NonFiniteLogitsAreNamed) {
   const fs::path dir = scratch_dir("causal_lm_nan");
   const fs::path p = dir / "nan.gguf";
