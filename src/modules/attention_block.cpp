@@ -27,9 +27,13 @@ reference::AttentionShape attention_shape(const AttentionBlockConfig& cfg, const
   a.heads = cfg.heads;
   a.S = kv.kind == KeysValues::Kind::memory ? kv.memory_S : S;
   a.off = off;
-  if (kv.kind != KeysValues::Kind::self) {
+  if (kv.kind == KeysValues::Kind::memory) {
     a.kv_base = kv.kv_base;
     a.kv_len = kv.kv_len;
+  } else if (kv.kind == KeysValues::Kind::cache) {
+    a.kv_len = kv.kv_len;
+    a.kv_pages = &kv.cache->pages();
+    a.kv_page = KvCache::kPage;
   }
   a.causal = run.causal;
   a.dropout = cfg.dropout;
@@ -102,9 +106,14 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
     pk.in.forward(*run.ctx, ain, n, s.qkv.data(), {.training = run.training});
     in = AttentionInput<float>::packed(s.qkv.data(), d);
     if (kv.kind == KeysValues::Kind::cache) {
-      for (int64_t i = 0; i < n; ++i)
-        std::copy(s.qkv.data() + i * 3 * d + d, s.qkv.data() + (i + 1) * 3 * d, kv.cache + kv.write[size_t(i)] * 2 * d);
-      in = {s.qkv.data(), kv.cache, kv.cache + d, 3 * d, 2 * d};
+      float* K = kv.cache->k(kv.layer);
+      float* V = kv.cache->v(kv.layer);
+      for (int64_t i = 0; i < n; ++i) {
+        const float* row = s.qkv.data() + i * 3 * d;
+        std::copy(row + d, row + 2 * d, K + kv.write[size_t(i)] * d);
+        std::copy(row + 2 * d, row + 3 * d, V + kv.write[size_t(i)] * d);
+      }
+      in = {s.qkv.data(), K, V, 3 * d, d};
     }
   }
   if (n > 0) {

@@ -23,6 +23,7 @@
 #include "ffn/types.hpp"
 #include "ops/attention.hpp"
 #include "ops/linear.hpp"
+#include "modules/kv_cache.hpp"
 
 namespace ffn::nn {
 
@@ -83,10 +84,12 @@ struct AttentionSaved {
 // Where the keys and values come from.
 struct KeysValues {
   enum class Kind { self, cache, memory } kind = Kind::self;
-  // cache: K|V rows [.., 2d] (row stride 2d), query row i's K|V written at
-  // row write[i] before attending; sequence b attends to rows kv_base[b] ..
-  // kv_base[b] + kv_len[b] (its new rows included, the last ones).
-  float* cache = nullptr;
+  // cache: the paged cache (src/modules/kv_cache.hpp), layer `layer`:
+  // query row i's K and V written at cache row write[i] before attending;
+  // sequence b attends to its first kv_len[b] positions (its new rows
+  // included, the last ones).
+  KvCache* cache = nullptr;
+  int64_t layer = 0;
   std::vector<int64_t> write;
   // memory: the encoder output's valid rows [m, d] and its sequences'
   // offsets (B + 1), or K|V already projected ([m, 2d], e.g. at the start of
@@ -95,7 +98,7 @@ struct KeysValues {
   const float* projected = nullptr;
   std::vector<int64_t> memory_off;
   int64_t memory_S = 0;  // padded memory length (the dropout index's stride)
-  // cache and memory: sequence b's key rows
+  // memory: sequence b's key rows kv_base[b] .. + kv_len[b]; cache: kv_len only
   std::vector<int64_t> kv_base, kv_len;
 };
 

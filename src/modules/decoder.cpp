@@ -153,13 +153,12 @@ size_t DecoderCache::bytes() const {
 }
 
 struct DecoderState::Data {
-  int64_t d = 0, layers = 0, cap = 0;
+  int64_t d = 0, layers = 0;
   std::vector<std::vector<float>> memory_kv;  // per layer [m, 2d]
   std::vector<int64_t> memory_off;            // B + 1
   int64_t memory_S = 0;
-  std::vector<int64_t> src, len, slot;        // per live sequence: source, positions, its slot of self_kv
-  int64_t slots = 0;                          // slots in self_kv (live ones and free ones)
-  std::vector<std::vector<float>> self_kv;    // per layer [slots · cap, 2d]
+  std::vector<int64_t> src;                   // per live sequence: its source
+  nn::KvCache self;                           // the self-attention's keys and values, paged
 };
 
 DecoderState::DecoderState() : data_(std::make_unique<Data>()) {}
@@ -176,61 +175,28 @@ void check_live(int64_t i, int64_t live, const char* what) {
 }  // namespace
 int64_t DecoderState::length(int64_t i) const {
   check_live(i, live(), "length");
-  return data_->len[size_t(i)];
+  return data_->self.length(i);
 }
 int64_t DecoderState::source(int64_t i) const {
   check_live(i, live(), "source");
   return data_->src[size_t(i)];
 }
-int64_t DecoderState::capacity() const { return data_->cap; }
+int64_t DecoderState::capacity() const { return data_->self.capacity(); }
 size_t DecoderState::bytes() const {
-  size_t b = 0;
+  size_t b = data_->self.bytes();
   for (const auto& v : data_->memory_kv) b += v.size() * sizeof(float);
-  for (const auto& v : data_->self_kv) b += v.size() * sizeof(float);
   return b;
 }
 
 void DecoderState::select(const std::vector<int64_t>& from) {
   Data& s = *data_;
-  const int64_t rows = s.cap * 2 * s.d;  // one slot
   for (int64_t f : from)
     if (f < 0 || f >= live()) throw Error("select: live sequence " + std::to_string(f) + " does not exist (" +
                                           std::to_string(live()) + " live)");
-  // The first sequence to continue a parent takes over its slot (no copy);
-  // each further one gets a free slot (a dropped sequence's, or a new one)
-  // and a copy of the parent's rows. Nothing is read past a sequence's length.
-  std::vector<int64_t> src, len, slot(from.size(), -1);
-  std::vector<char> kept(size_t(s.slots), 0);
-  for (size_t i = 0; i < from.size(); ++i) {
-    const size_t f = size_t(from[i]);
-    src.push_back(s.src[f]);
-    len.push_back(s.len[f]);
-    if (!kept[size_t(s.slot[f])]) {
-      kept[size_t(s.slot[f])] = 1;
-      slot[i] = s.slot[f];
-    }
-  }
-  std::vector<int64_t> free;
-  for (int64_t p = s.slots; p-- > 0;)
-    if (!kept[size_t(p)]) free.push_back(p);
-  const int64_t copies = int64_t(std::count(slot.begin(), slot.end(), int64_t(-1)));
-  if (copies > int64_t(free.size())) {
-    const int64_t grow = copies - int64_t(free.size());
-    for (auto& kv : s.self_kv) kv.resize(size_t((s.slots + grow) * rows));
-    for (int64_t p = s.slots + grow; p-- > s.slots;) free.push_back(p);
-    s.slots += grow;
-  }
-  for (size_t i = 0; i < from.size(); ++i) {
-    if (slot[i] >= 0) continue;
-    slot[i] = free.back();
-    free.pop_back();
-    const int64_t parent = s.slot[size_t(from[i])];
-    for (auto& kv : s.self_kv)
-      std::copy(kv.data() + parent * rows, kv.data() + parent * rows + len[i] * 2 * s.d, kv.data() + slot[i] * rows);
-  }
+  std::vector<int64_t> src;
+  for (int64_t f : from) src.push_back(s.src[size_t(f)]);
+  s.self.select(from);  // the first to continue a parent takes its pages; repeats copy them
   s.src = std::move(src);
-  s.len = std::move(len);
-  s.slot = std::move(slot);
 }
 
 // ---- construction ---------------------------------------------------------------
@@ -537,7 +503,6 @@ DecoderState Decoder::start(const float* memory, const Shape& memory_shape, int6
   DecoderState::Data& s = *st.data_;
   s.d = d;
   s.layers = cfg_.layers;
-  s.cap = capacity;
   s.memory_off = mrows.off;
   s.memory_S = memory_shape.seq;
   nn::BlockRun run{false, false, 0, &ctx, {}};
@@ -545,14 +510,12 @@ DecoderState Decoder::start(const float* memory, const Shape& memory_shape, int6
     s.memory_kv.emplace_back(size_t(m * 2 * d));
     nn::project_memory(block_config(cfg_), cross_weights(w_.layers[size_t(l)]), packed[size_t(l)].cross, mem, m,
                        s.memory_kv.back().data(), run);
-    s.self_kv.emplace_back(size_t(memory_shape.batch * capacity * 2 * d));
   }
+  s.self = nn::KvCache(cfg_.layers, d, capacity);
   for (int64_t b = 0; b < memory_shape.batch; ++b) {
     s.src.push_back(b);
-    s.len.push_back(0);
-    s.slot.push_back(b);
+    s.self.join();
   }
-  s.slots = memory_shape.batch;
   return st;
 }
 
@@ -562,8 +525,8 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
     throw Error("step: the state was started by a decoder with other settings");
   const int64_t n = state.live(), d = cfg_.d_model;
   for (int64_t i = 0; i < n; ++i)
-    if (s.len[size_t(i)] >= s.cap)
-      throw Error("step: live sequence " + std::to_string(i) + " already has " + std::to_string(s.cap) +
+    if (s.self.length(i) >= s.self.capacity())
+      throw Error("step: live sequence " + std::to_string(i) + " already has " + std::to_string(s.self.capacity()) +
                   " positions, the state's capacity");
   if (n == 0) return;
   if (!x || !y) throw Error("step: x and y must not be null");
@@ -574,12 +537,25 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
   std::vector<int64_t> off(size_t(n) + 1);
   for (int64_t i = 0; i <= n; ++i) off[size_t(i)] = i;
   // Self-attention over each sequence's slot of the cache, its new row last.
+  // Each sequence's new position first (its page, when it starts one); an
+  // error before the end gives the old lengths back.
+  struct Restore {
+    nn::KvCache& cache;
+    int64_t n;
+    bool done = false;
+    ~Restore() {
+      if (!done)
+        for (int64_t i = 0; i < n; ++i) cache.resize(i, cache.length(i) - 1);
+    }
+  };
+  for (int64_t i = 0; i < n; ++i) s.self.resize(i, s.self.length(i) + 1);
+  Restore restore{s.self, n};
   nn::KeysValues self;
   self.kind = nn::KeysValues::Kind::cache;
+  self.cache = &s.self;
   for (int64_t i = 0; i < n; ++i) {
-    self.kv_base.push_back(s.slot[size_t(i)] * s.cap);
-    self.kv_len.push_back(s.len[size_t(i)] + 1);
-    self.write.push_back(s.slot[size_t(i)] * s.cap + s.len[size_t(i)]);
+    self.kv_len.push_back(s.self.length(i));
+    self.write.push_back(s.self.row(i, s.self.length(i) - 1));
   }
   // Cross-attention over the memory rows of each sequence's source.
   // Consecutive live sequences of one source (beam search's beams) form one
@@ -607,12 +583,12 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const DecoderLayerWeights& lw = w_.layers[size_t(l)];
     nn::BlockRun run{false, true, 0, &ctx, {}};
-    self.cache = s.self_kv[size_t(l)].data();
-    nn::attention_block_forward(bc, self_weights(lw), packed[size_t(l)].self, cur.data(), a.data(), off, s.cap, self,
+    self.layer = l;
+    nn::attention_block_forward(bc, self_weights(lw), packed[size_t(l)].self, cur.data(), a.data(), off, s.self.capacity(), self,
                                 scratch, false, run);
     run.causal = false;
     cross.projected = s.memory_kv[size_t(l)].data();
-    nn::attention_block_forward(bc, cross_weights(lw), packed[size_t(l)].cross, a.data(), h.data(), cross_off, s.cap,
+    nn::attention_block_forward(bc, cross_weights(lw), packed[size_t(l)].cross, a.data(), h.data(), cross_off, s.self.capacity(),
                                 cross, scratch, false, run);
     RunOptions fo = opts;
     fo.threads = threads;
@@ -625,7 +601,7 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
                      cur.data(), mean.data(), rstd.data());
   }
   std::copy(cur.begin(), cur.end(), y);
-  for (auto& v : s.len) ++v;
+  restore.done = true;
 }
 
 }  // namespace ffn
