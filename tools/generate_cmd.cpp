@@ -258,6 +258,11 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--repeat-penalty", a->s.repeat_penalty,
                   "divide the logits of tokens already seen by R (multiply if negative), as transformers' "
                   "repetition_penalty (default 1: off)");
+  cmd->add_option("--beams", a->s.beams,
+                  "beam search with N beams (default 1: greedy or sampling); prints the best hypothesis when it is "
+                  "done, not token by token");
+  cmd->add_option("--length-penalty", a->s.length_penalty,
+                  "beam search: a hypothesis scores its log-probability sum / length^P (default 1)");
   cmd->add_option("--compute", a->compute,
                   "native (default): Q4_0/Q4_1/Q8_0 matrices stay quantized, products on 16-bit activations (two 8-bit planes); fp32: "
                   "every matrix dequantized to float32 (logits as transformers')");

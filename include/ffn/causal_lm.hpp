@@ -66,6 +66,12 @@ struct SamplingOptions {
   float repeat_penalty = 1.0f;
   uint64_t seed = 0;
   bool stop_at_eos = true;    // stop after the model's EOS (which is returned)
+  // Beam search (transformers' BeamSearchScorer) with this many beams; the
+  // best hypothesis is returned (the callback sees its tokens at the end).
+  // 1: greedy or sampling as above. Not with temperature > 0, top-k, top-p
+  // or a repeat penalty.
+  int64_t beams = 1;
+  float length_penalty = 1.0f;  // beam search: a hypothesis scores sum / length^length_penalty
   // Throws Error naming the setting (as its command-line flag) if out of range.
   void validate() const;
 };

@@ -54,8 +54,18 @@ struct TranslationConfig {
 };
 
 struct GenerateOptions {
-  std::optional<int64_t> beams;           // default: config().num_beams
+  std::optional<int64_t> beams;           // default: config().num_beams (1 when sampling)
   std::optional<int64_t> max_new_tokens;  // default: config().max_length − 1
+  // Sampling instead of the search (beams 1), as CausalLM's SamplingOptions:
+  // temperature > 0 draws from softmax(logits / T) after top_k and top_p;
+  // repeat_penalty (also for greedy) as transformers' repetition_penalty over
+  // the decoder's tokens (its start token included); seed: each source b
+  // draws from seed + b·φ (source 0 from seed itself).
+  float temperature = 0.0f;
+  int64_t top_k = 0;
+  float top_p = 1.0f;
+  float repeat_penalty = 1.0f;
+  uint64_t seed = 0;
   int threads = 0;                        // 0: all cores
   Isa isa = Isa::automatic;
   // Asked between decoding steps (and inside the encoder); true stops the

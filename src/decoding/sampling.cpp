@@ -22,6 +22,14 @@ void SamplingOptions::validate() const {
   if (!(top_p > 0 && top_p <= 1)) throw Error("--top-p: expected a value in (0, 1], got " + std::to_string(top_p));
   if (!(repeat_penalty > 0) || !std::isfinite(repeat_penalty))
     throw Error("--repeat-penalty: expected a finite value > 0, got " + std::to_string(repeat_penalty));
+  if (beams < 1 || beams > 1024) throw Error("--beams: expected 1..1024, got " + std::to_string(beams));
+  if (!std::isfinite(length_penalty))
+    throw Error("--length-penalty: expected a finite value, got " + std::to_string(length_penalty));
+  if (beams > 1 && temperature != 0.0f)
+    throw Error("--beams " + std::to_string(beams) + " with --temperature: beam sampling is not supported (give one)");
+  if (beams > 1 && (top_k != 0 || top_p != 1.0f || repeat_penalty != 1.0f))
+    throw Error("--beams " + std::to_string(beams) +
+                ": --top-k, --top-p and --repeat-penalty apply to sampling and greedy search, not to beam search");
 }
 
 int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& seen, const SamplingOptions& s,

@@ -25,6 +25,7 @@
 #include "ops/qlinear.hpp"
 #include "ops/norm.hpp"
 #include "ops/rope.hpp"
+#include "decoding/decoding.hpp"
 #include "models/arch.hpp"
 #include "models/checkpoint.hpp"
 #include "modules/ffn_sublayer.hpp"
@@ -436,25 +437,53 @@ std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, cons
     throw Error("generate: " + std::to_string(prompt.size()) + " prompt tokens + " + std::to_string(s.max_new_tokens) +
                 " new tokens is past the model's context of " + std::to_string(cfg_.context) + " positions");
   const int64_t V = cfg_.vocab;
+  if (s.beams > V / 2)
+    throw Error("--beams: " + std::to_string(s.beams) + " is more than half the vocabulary (" + std::to_string(V) + ")");
   // (start refuses a capacity no machine could hold; the clamp keeps the sum from overflowing.)
   CausalLMState st = start(1, int64_t(prompt.size()) + std::clamp<int64_t>(s.max_new_tokens, 1, int64_t(1) << 41));
-  std::vector<float> lg(static_cast<size_t>(V));
-  std::vector<int32_t> seen(prompt), out;
-  if (s.max_new_tokens == 0) return out;
-  extend(st, prompt.data(), {int64_t(prompt.size())}, lg.data(), false, opts);
-  for (int64_t t = 0; t < s.max_new_tokens; ++t) {
+  if (s.max_new_tokens == 0) return {};
+  // The model side of the decoding engine: step 0 reads the prompt, each
+  // later step one token per live sequence.
+  struct Model final : decoding::Stepper {
+    const CausalLM& m;
+    CausalLMState& st;
+    const std::vector<int32_t>& prompt;
+    const RunOptions& opts;
+    Model(const CausalLM& m, CausalLMState& st, const std::vector<int32_t>& prompt, const RunOptions& opts)
+        : m(m), st(st), prompt(prompt), opts(opts) {}
+    void step(const std::vector<int64_t>& last, int64_t t, float* logits) override {
+      if (t == 0) {
+        m.extend(st, prompt.data(), {int64_t(prompt.size())}, logits, false, opts);
+        return;
+      }
+      const std::vector<int32_t> ids(last.begin(), last.end());
+      m.extend(st, ids.data(), std::vector<int64_t>(ids.size(), 1), logits, false, opts);
+    }
+    void select(const std::vector<int64_t>& from) override { st.select(from); }
+  } model(*this, st, prompt, opts);
+  const nn::Context cx(opts);
+  decoding::Search search;
+  search.vocab = V;
+  search.max_new = s.max_new_tokens;
+  if (s.stop_at_eos) search.end_ids = {cfg_.eos};
+  search.beams = s.beams;
+  search.length_penalty = s.length_penalty;
+  search.sampling = s;
+  search.kernels = &cx.kernels();
+  search.threads = cx.threads();
+  search.process = [&](float* row, int64_t, int64_t t) {
     for (int64_t v = 0; v < V; ++v)
-      if (!std::isfinite(lg[size_t(v)]))
+      if (!std::isfinite(row[v]))
         throw Error("generate: the logits for new token " + std::to_string(t + 1) + " are not finite (" +
-                    std::to_string(lg[size_t(v)]) + " for token " + std::to_string(v) +
+                    std::to_string(row[v]) + " for token " + std::to_string(v) +
                     "): the model's weights hold NaN or Inf, or its activations overflow");
-    const int32_t next = choose_token(lg.data(), V, seen, s, t);
-    out.push_back(next);
-    seen.push_back(next);
-    if (on_token && !on_token(next)) break;
-    if ((s.stop_at_eos && next == cfg_.eos) || t + 1 == s.max_new_tokens) break;
-    extend(st, &next, {1}, lg.data(), false, opts);
-  }
+  };
+  if (s.beams == 1 && on_token) search.on_token = [&](int64_t, int64_t tok) { return on_token(int32_t(tok)); };
+  const std::vector<std::vector<int64_t>> made = decoding::decode(model, {int64_t(prompt.back())}, {prompt}, search);
+  std::vector<int32_t> out(made[0].begin(), made[0].end());
+  if (s.beams > 1 && on_token)  // the best hypothesis, known only at the end
+    for (int32_t tok : out)
+      if (!on_token(tok)) break;
   return out;
 }
 

@@ -19,6 +19,7 @@
 #include "core/thread_pool.hpp"
 #include "core/json_file.hpp"
 #include "ops/linear.hpp"
+#include "decoding/decoding.hpp"
 #include "models/checkpoint.hpp"
 
 namespace ffn {
@@ -395,107 +396,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The largest non-NaN value of row[0, n) (−inf if none), as the fold
-// m = std::max(m, x) from −inf gives it; in 8 lanes the compiler turns into
-// vector maxima (the maximum of a set does not depend on the order: the
-// one exception, +0 against −0, compares equal wherever it is used).
-float row_max(const float* row, int64_t n) {
-  constexpr int64_t L = 8;
-  float m[L];
-  std::fill(m, m + L, -std::numeric_limits<float>::infinity());
-  int64_t j = 0;
-  for (; j + L <= n; j += L)
-    for (int64_t l = 0; l < L; ++l) m[l] = std::max(m[l], row[j + l]);
-  float r = m[0];
-  for (int64_t l = 1; l < L; ++l) r = std::max(r, m[l]);
-  for (; j < n; ++j) r = std::max(r, row[j]);
-  return r;
-}
-
-// std::max_element's index: the first of the largest non-NaN values (0 when
-// row[0] is NaN or no value is larger than it).
-int64_t row_argmax(const float* row, int64_t n) {
-  if (std::isnan(row[0])) return 0;
-  const float m = row_max(row, n);
-  for (int64_t j = 0; j < n; ++j)
-    if (row[j] == m) return j;
-  return 0;
-}
-
-// log_softmax of one row in place, in PyTorch's order: (x − max) − log Σ e^(x − max)
-// (the sum by the ISA's vector exponentials into `tmp`; e^(−inf) is 0).
-void log_softmax(const nn::KernelConfig& kc, float* row, int64_t n, float* tmp) {
-  const float mx = row_max(row, n);
-  if (mx == -std::numeric_limits<float>::infinity()) return;  // every token banned: stays −inf
-  const float lse = std::log(kc.exp_rows(row, n, 1.0f, mx, tmp));
-  for (int64_t j = 0; j < n; ++j) row[j] = (row[j] - mx) - lse;
-}
-
-// The best `k` (score, index) of row + add (the log-probabilities plus the
-// beam's score, in float as transformers), ordered by score, then lower
-// index first; appended to `out`: one pass with a small sorted list.
-void top_k(const float* row, int64_t n, float add, int64_t base, size_t k, std::vector<std::pair<float, int64_t>>& out) {
-  auto better = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::vector<std::pair<float, int64_t>> best;
-  best.reserve(k + 1);
-  constexpr int64_t kChunk = 64;
-  for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
-    const int64_t j1 = std::min(n, j0 + kChunk);
-    if (best.size() == k) {  // a chunk none of whose values beats the k-th is skipped in one vector pass
-      const float least = best.back().first;
-      int any = 0;
-      for (int64_t j = j0; j < j1; ++j) any |= int(row[j] + add > least);
-      if (!any) continue;
-    }
-    for (int64_t j = j0; j < j1; ++j) {
-      const float v = row[j] + add;
-      if (best.size() == k && !(v > best.back().first)) continue;  // ties keep the lower index, seen first
-      const std::pair<float, int64_t> c{v, base + j};
-      best.insert(std::upper_bound(best.begin(), best.end(), c, better), c);
-      if (best.size() > k) best.pop_back();
-    }
-  }
-  out.insert(out.end(), best.begin(), best.end());
-}
-
-// BeamHypotheses of transformers 4.46: the num_beams best finished hypotheses.
-struct Hypotheses {
-  int64_t num_beams;
-  double length_penalty;
-  bool early_stopping;
-  std::vector<std::pair<double, std::vector<int64_t>>> beams;  // (score, tokens)
-  double worst = 1e9;
-  void add(std::vector<int64_t> tokens, double sum_logprobs, int64_t generated_len) {
-    const double score = sum_logprobs / std::pow(double(generated_len), length_penalty);
-    if (int64_t(beams.size()) < num_beams || score > worst) {
-      beams.emplace_back(score, std::move(tokens));
-      if (int64_t(beams.size()) > num_beams) {
-        // Drop the worst (the first of equal scores, as Python's sorted on (score, index)).
-        size_t w = 0;
-        for (size_t i = 1; i < beams.size(); ++i)
-          if (beams[i].first < beams[w].first) w = i;
-        beams.erase(beams.begin() + std::ptrdiff_t(w));
-        worst = beams[0].first;
-        for (const auto& b : beams) worst = std::min(worst, b.first);
-      } else {
-        worst = std::min(score, worst);
-      }
-    }
-  }
-  bool done(double best_sum_logprobs, int64_t generated_len) const {
-    if (int64_t(beams.size()) < num_beams) return false;
-    if (early_stopping) return true;
-    return worst >= best_sum_logprobs / std::pow(double(generated_len), length_penalty);
-  }
-};
-
 }  // namespace
 
 std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<std::vector<int64_t>>& sources,
                                                              const GenerateOptions& opts, GenerateTimes* times) const {
-  const int64_t beams = opts.beams.value_or(cfg_.num_beams);
+  const bool sampling = opts.temperature != 0.0f;
+  const int64_t beams = opts.beams.value_or(sampling ? 1 : cfg_.num_beams);
   const int64_t N = opts.max_new_tokens.value_or(cfg_.max_length - 1);
   if (beams < 1 || beams > 1024) throw Error("beams: expected 1..1024, got " + std::to_string(beams));
   if (N < 1) throw Error("max_new_tokens: expected a positive number, got " + std::to_string(N));
@@ -504,6 +410,16 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
                 " positions (max_position_embeddings)");
   if (beams > cfg_.decoder_vocab_size / 2)
     throw Error("beams: " + std::to_string(beams) + " is more than half the target vocabulary");
+  {
+    SamplingOptions so;  // the sampling settings' ranges, named as the command line names them
+    so.max_new_tokens = N;
+    so.temperature = opts.temperature;
+    so.top_k = opts.top_k;
+    so.top_p = opts.top_p;
+    so.repeat_penalty = opts.repeat_penalty;
+    so.beams = beams;
+    so.validate();
+  }
   GenerateTimes local;
   GenerateTimes& tm = times ? *times : local;
   RunOptions ro;
@@ -511,7 +427,7 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
   ro.isa = opts.isa;
   const int threads = nn::thread_count(ro);
   ro.threads = threads;
-  const int64_t d = cfg_.d_model, V = cfg_.decoder_vocab_size, B = int64_t(sources.size());
+  const int64_t V = cfg_.decoder_vocab_size, B = int64_t(sources.size());
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
   if (B == 0) return out;
   auto t0 = Clock::now();
@@ -537,163 +453,58 @@ std::vector<std::vector<int64_t>> TranslationModel::generate(const std::vector<s
       row[*cfg_.forced_eos_id] = 0.0f;
     }
   };
-  std::vector<float> x, y, logits;
-  // One decoding step of the live sequences whose last tokens are `last`.
-  auto step = [&](const std::vector<int64_t>& last, int64_t t) {
-    const int64_t n = int64_t(last.size());
-    x.resize(size_t(n * d));
-    y.resize(size_t(n * d));
-    logits.resize(size_t(n * V));
-    for (int64_t i = 0; i < n; ++i) embed(target_embeddings(), last[size_t(i)], t, x.data() + i * d);
-    auto t1 = Clock::now();
-    decoder_.step(st, x.data(), y.data(), ro);
-    auto t2 = Clock::now();
-    project(y.data(), n, logits.data(), threads, opts.isa);
-    tm.decoder += std::chrono::duration<double>(t2 - t1).count();
-    tm.projection += seconds_since(t2);
-    ++tm.steps;
-  };
-
-  if (beams == 1) {
-    // Greedy: the first highest logit; finished sequences leave the batch.
-    std::vector<int64_t> live(static_cast<size_t>(B)), last(static_cast<size_t>(B), cfg_.decoder_start_id);
-    std::iota(live.begin(), live.end(), 0);
-    for (int64_t t = 0; t < N && !live.empty(); ++t) {
-      ask();
-      step(last, t);
-      auto t3 = Clock::now();
-      std::vector<int64_t> keep, next_live, next_last, best(live.size());
-      const int64_t rows = int64_t(live.size());
-      nn::parallel_units(rows > 1 ? threads : 1, rows, [&](int64_t i, int) {
-        float* row = logits.data() + i * V;
-        process(row, t);
-        best[size_t(i)] = row_argmax(row, V);
-      });
-      for (size_t i = 0; i < live.size(); ++i) {
-        const int64_t tok = best[i];
-        out[size_t(live[i])].push_back(tok);
-        ++tm.tokens;
-        if (tok != cfg_.eos_id) {
-          keep.push_back(int64_t(i));
-          next_live.push_back(live[i]);
-          next_last.push_back(tok);
-        }
-      }
-      if (next_live.size() != live.size()) st.select(keep);
-      live = std::move(next_live);
-      last = std::move(next_last);
-      tm.search += seconds_since(t3);
+  // The model side of the decoding engine (src/decoding/decoding.hpp): one
+  // decoder step of the live sequences whose last tokens are `last`, and
+  // their logits.
+  struct Model final : decoding::Stepper {
+    const TranslationModel& m;
+    DecoderState& st;
+    const RunOptions& ro;
+    const GenerateOptions& opts;
+    GenerateTimes& tm;
+    std::vector<float> x, y;
+    Model(const TranslationModel& m, DecoderState& st, const RunOptions& ro, const GenerateOptions& opts,
+          GenerateTimes& tm)
+        : m(m), st(st), ro(ro), opts(opts), tm(tm) {}
+    void step(const std::vector<int64_t>& last, int64_t t, float* logits) override {
+      const int64_t n = int64_t(last.size()), d = m.cfg_.d_model;
+      x.resize(size_t(n * d));
+      y.resize(size_t(n * d));
+      for (int64_t i = 0; i < n; ++i) m.embed(m.target_embeddings(), last[size_t(i)], t, x.data() + i * d);
+      auto t1 = Clock::now();
+      m.decoder_.step(st, x.data(), y.data(), ro);
+      auto t2 = Clock::now();
+      m.project(y.data(), n, logits, ro.threads, opts.isa);
+      tm.decoder += std::chrono::duration<double>(t2 - t1).count();
+      tm.projection += seconds_since(t2);
+      ++tm.steps;
     }
-    return out;
-  }
-
-  // Beam search (BeamSearchScorer.process / finalize of transformers 4.46):
-  // per source K beams with float scores; the 2K best (beam, token) pairs by
-  // beam score + log-softmax; an EOS among the first K closes a hypothesis
-  // (its score: the sum over generated_len^length_penalty), the others
-  // continue. A source is done when its K hypotheses cannot be beaten.
-  const int64_t K = beams;
-  struct Source {
-    int64_t b;
-    Hypotheses hyps;
-    std::vector<std::vector<int64_t>> tokens;  // per beam, after the start token
-    std::vector<float> scores;                 // per beam
-  };
-  std::vector<Source> srcs;
-  std::vector<int64_t> from;
-  for (int64_t b = 0; b < B; ++b) {
-    Source s{b, Hypotheses{K, cfg_.length_penalty, cfg_.early_stopping, {}, 1e9}, {}, {}};
-    s.tokens.assign(size_t(K), {});
-    s.scores.assign(size_t(K), -1e9f);
-    s.scores[0] = 0.0f;
-    srcs.push_back(std::move(s));
-    for (int64_t k = 0; k < K; ++k) from.push_back(b);
-  }
-  st.select(from);
-  std::vector<int64_t> last(size_t(B * K), cfg_.decoder_start_id);
-  auto best_of = [](const Hypotheses& h) {
-    // sorted(key=score).pop(): the last of the highest scores.
-    size_t best = 0;
-    for (size_t i = 1; i < h.beams.size(); ++i)
-      if (h.beams[i].first >= h.beams[best].first) best = i;
-    return h.beams[best].second;
-  };
-  std::vector<std::pair<float, int64_t>> cand;
-  std::vector<std::vector<std::pair<float, int64_t>>> row_cand;
-  std::vector<std::vector<float>> tmp_rows;  // each thread's log-softmax scratch [V]
-  const nn::KernelConfig& kc = nn::Context(opts.isa, threads).kernels();
-  for (int64_t t = 0; t < N && !srcs.empty(); ++t) {
-    ask();
-    step(last, t);
-    auto t3 = Clock::now();
-    std::vector<int64_t> sel, next_last;
-    std::vector<Source> next_srcs;
-    const int64_t generated_len = t + 1;  // cur_len − decoder_prompt_len in transformers
-    // Per live beam (in parallel): the log-softmax's shift, the logits
-    // processors, then its best 2K continuations by beam score + log-prob.
-    const int64_t rows = int64_t(srcs.size()) * K;
-    row_cand.resize(size_t(rows));
-    tmp_rows.resize(size_t(std::max(threads, 1)));
-    nn::parallel_units(threads, rows, [&](int64_t r, int slot) {
-      std::vector<float>& tmp = tmp_rows[size_t(slot)];
-      tmp.resize(static_cast<size_t>(V));
-      float* row = logits.data() + r * V;
-      log_softmax(kc, row, V, tmp.data());
-      process(row, t);  // on log-probabilities, as transformers' beam search
-      if (cfg_.renormalize_logits) log_softmax(kc, row, V, tmp.data());
-      row_cand[size_t(r)].clear();
-      top_k(row, V, srcs[size_t(r / K)].scores[size_t(r % K)], (r % K) * V, size_t(2 * K), row_cand[size_t(r)]);
-    });
-    for (size_t si = 0; si < srcs.size(); ++si) {
-      Source& s = srcs[si];
-      // The best 2K (beam, token) pairs are among each beam's best 2K.
-      cand.clear();
-      for (int64_t k = 0; k < K; ++k) {
-        const auto& rc = row_cand[size_t(int64_t(si) * K + k)];
-        cand.insert(cand.end(), rc.begin(), rc.end());
-      }
-      std::sort(cand.begin(), cand.end(),
-                [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-      std::vector<std::vector<int64_t>> tokens;
-      std::vector<float> scores;
-      std::vector<int64_t> parents;
-      for (size_t r = 0; r < size_t(2 * K) && int64_t(tokens.size()) < K; ++r) {
-        const int64_t k = cand[r].second / V, tok = cand[r].second % V;
-        if (tok == cfg_.eos_id) {
-          if (int64_t(r) >= K) continue;
-          std::vector<int64_t> h = s.tokens[size_t(k)];
-          h.push_back(tok);
-          s.hyps.add(std::move(h), double(cand[r].first), generated_len);
-        } else {
-          std::vector<int64_t> h = s.tokens[size_t(k)];
-          h.push_back(tok);
-          tokens.push_back(std::move(h));
-          scores.push_back(cand[r].first);
-          parents.push_back(int64_t(si) * K + k);
-        }
-      }
-      if (int64_t(tokens.size()) < K) throw Error("beam search: fewer than beams non-EOS candidates");
-      const bool done = s.hyps.done(double(cand[0].first), generated_len);
-      tm.tokens += K;
-      if (done || t + 1 == N) {
-        if (!done)  // finalize: the running beams join the hypotheses (no EOS)
-          for (int64_t k = 0; k < K; ++k) s.hyps.add(tokens[size_t(k)], double(scores[size_t(k)]), generated_len);
-        out[size_t(s.b)] = best_of(s.hyps);
-        continue;
-      }
-      s.tokens = std::move(tokens);
-      s.scores = std::move(scores);
-      for (int64_t k = 0; k < K; ++k) {
-        sel.push_back(parents[size_t(k)]);
-        next_last.push_back(s.tokens[size_t(k)].back());
-      }
-      next_srcs.push_back(std::move(s));
-    }
-    if (!next_srcs.empty()) st.select(sel);
-    srcs = std::move(next_srcs);
-    last = std::move(next_last);
-    tm.search += seconds_since(t3);
-  }
+    void select(const std::vector<int64_t>& from) override { st.select(from); }
+  } model(*this, st, ro, opts, tm);
+  decoding::Search search;
+  search.vocab = V;
+  search.max_new = N;
+  search.end_ids = {cfg_.eos_id};
+  search.beams = beams;
+  search.length_penalty = cfg_.length_penalty;
+  search.early_stopping = cfg_.early_stopping;
+  search.renormalize = cfg_.renormalize_logits;
+  search.sampling.temperature = opts.temperature;
+  search.sampling.top_k = opts.top_k;
+  search.sampling.top_p = opts.top_p;
+  search.sampling.repeat_penalty = opts.repeat_penalty;
+  search.sampling.seed = opts.seed;
+  search.process = [&](float* row, int64_t, int64_t t) { process(row, t); };
+  search.ask = ask;
+  const nn::Context cx(opts.isa, threads);
+  search.kernels = &cx.kernels();
+  search.threads = threads;
+  // transformers' repetition penalty counts the decoder's start token.
+  const std::vector<std::vector<int32_t>> seen(size_t(B), {int32_t(cfg_.decoder_start_id)});
+  decoding::SearchStats stats;
+  out = decoding::decode(model, std::vector<int64_t>(size_t(B), cfg_.decoder_start_id), seen, search, &stats);
+  tm.tokens += stats.tokens;
+  tm.search += stats.seconds;
   return out;
 }
 

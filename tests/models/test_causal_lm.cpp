@@ -251,6 +251,54 @@ TEST(CausalLM, CacheSequencesJoinAndLeaveBitwise) {
   expect_join_and_leave_bitwise(m, Path::reference);  // the reference attention reads the pages too
 }
 
+// The decoding engine's beam search (src/decoding/decoding.cpp) against
+// transformers' generate(num_beams=K, length_penalty=L) on the same models
+// (scripts/make_llama_beam_golden.py: tests/data/llama/beams.json).
+TEST(CausalLM, BeamSearchMatchesTransformers) {
+  std::ifstream f(std::string(FFN_LLAMA_DIR) + "/beams.json");
+  const nlohmann::json j = nlohmann::json::parse(f);
+  int runs = 0, unlike_greedy = 0;
+  for (const auto& [name, list] : j["models"].items()) {
+    const CausalLM m = CausalLM::load(model_dir(name));
+    const auto prompts = cases()["models"][name]["prompts"].get<std::vector<std::vector<int32_t>>>();
+    for (const auto& r : list) {
+      const auto& prompt = prompts[r["prompt"].get<size_t>()];
+      SamplingOptions s;
+      s.max_new_tokens = j["new_tokens"].get<int64_t>();
+      s.beams = r["beams"].get<int64_t>();
+      s.length_penalty = r["length_penalty"].get<float>();
+      std::vector<int32_t> streamed;
+      const std::vector<int32_t> got = m.generate(prompt, s, [&](int32_t t) {
+        streamed.push_back(t);
+        return true;
+      });
+      const auto want = r["tokens"].get<std::vector<int32_t>>();
+      EXPECT_EQ(want, got) << name << " prompt " << r["prompt"] << " beams " << s.beams << " length penalty "
+                           << s.length_penalty;
+      EXPECT_EQ(got, streamed) << "the callback sees the best hypothesis";
+      SamplingOptions g;
+      g.max_new_tokens = s.max_new_tokens;
+      unlike_greedy += int(m.generate(prompt, g) != got);
+      ++runs;
+    }
+  }
+  EXPECT_EQ(36, runs);
+  std::printf("beam search: %d of %d runs differ from greedy\n", unlike_greedy, runs);
+  EXPECT_GT(unlike_greedy, 0) << "no run tells beam search from greedy";
+  // Beam search takes no sampling settings.
+  const CausalLM m = CausalLM::load(model_dir("gqa3_tied"));
+  SamplingOptions bad;
+  bad.beams = 2;
+  bad.temperature = 0.5f;
+  expect_error([&] { m.generate({5, 6}, bad); }, "--beams 2 with --temperature");
+  bad.temperature = 0;
+  bad.repeat_penalty = 1.2f;
+  expect_error([&] { m.generate({5, 6}, bad); }, "not to beam search");
+  bad.repeat_penalty = 1;
+  bad.beams = 0;
+  expect_error([&] { m.generate({5, 6}, bad); }, "--beams: expected 1..1024, got 0");
+}
+
 TEST(CausalLM, RefusesBadInput) {
   const CausalLM m = CausalLM::load(model_dir("mha_odd"));
   CausalLMState st = m.start(1, 4);

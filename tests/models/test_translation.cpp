@@ -64,6 +64,25 @@ TEST(Translation, MatchesTransformersGenerate) {
     GenerateOptions g;
     for (size_t i = 0; i < sources.size(); i += 3)
       EXPECT_EQ(m.generate({sources[i]}, g)[0], c["beam"][i].get<std::vector<int64_t>>()) << "source " << i << " alone";
+    // Sampling (the decoding engine's sampler): source b of a call draws from
+    // seed + b·φ, so a source alone with its seed gives its tokens in the
+    // batch; another seed gives other tokens; beams default to 1.
+    GenerateOptions sg;
+    sg.temperature = 1.5f;
+    sg.top_k = 50;
+    sg.seed = 11;
+    sg.max_new_tokens = 8;
+    const Ids together = m.generate(sources, sg);
+    int differ = 0;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      GenerateOptions one = sg;
+      one.seed = sg.seed + uint64_t(i) * 0x9e3779b97f4a7c15ULL;
+      EXPECT_EQ(m.generate({sources[i]}, one)[0], together[i]) << "sampled source " << i << " alone";
+      differ += int(together[i] != c["greedy"][i].get<std::vector<int64_t>>());
+    }
+    EXPECT_GT(differ, 0) << "sampling at T = 1.5 gave the greedy tokens everywhere";
+    sg.seed = 12;
+    EXPECT_NE(m.generate(sources, sg), together) << "another seed, the same draws";
   }
 }
 

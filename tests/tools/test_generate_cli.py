@@ -5,7 +5,8 @@
    always): --ids greedy continuations equal transformers' generate, tokenize
    (positional, --input-file, --output) equals its ids, --logits writes the
    logits transformers gave (2e-3 of each position's largest |logit|), sampling
-   is reproducible under a seed and top-k 1 is greedy, bad input gets one
+   is reproducible under a seed and top-k 1 is greedy, --beams equals
+   transformers' beam search (beams.json), bad input gets one
    line, exit 2 and no output file.
 2. On SmolLM2-135M-Instruct.Q4_1.gguf (installed by scripts/setup.sh;
    FFN_SMOLLM2_GGUF overrides; skipped, saying so, when absent or when
@@ -109,6 +110,16 @@ def random_models(tmp):
     g = ffn("generate", "--model", d, "--ids", p, "--max-new-tokens", "16")
     k1 = ffn("generate", "--model", d, "--ids", p, "--max-new-tokens", "16", "--temperature", "1.5", "--top-k", "1")
     check(g.returncode == 0 and g.stdout == k1.stdout, "sampling with --top-k 1 is greedy")
+    # --beams: the best hypothesis of transformers' beam search (tests/data/llama/beams.json).
+    beams = json.load(open(os.path.join(LLAMA, "beams.json")))
+    run = next(r for r in beams["models"]["gqa2_untied"] if r["beams"] == 3 and r["length_penalty"] == 0.6)
+    prompt = " ".join(map(str, cases["gqa2_untied"]["prompts"][run["prompt"]]))
+    r = ffn("generate", "--model", d, "--ids", prompt, "--beams", "3", "--length-penalty", "0.6",
+            "--max-new-tokens", str(beams["new_tokens"]))
+    check(r.returncode == 0 and r.stdout.split() == [str(x) for x in run["tokens"]],
+          f"--beams 3 --length-penalty 0.6 equals transformers' beam search ({r.stderr.strip()})")
+    check(refused(ffn("generate", "--model", d, "--ids", p, "--beams", "2", "--temperature", "0.5"),
+                  ["--beams 2 with --temperature"]), "beam sampling is refused")
     t1 = ffn("generate", "--model", d, "--ids", p, "--max-new-tokens", "16", "--threads", "1")
     check(t1.stdout == g.stdout, "1 thread and all threads give the same tokens")
     rp = ffn("generate", "--model", d, "--ids", p, "--max-new-tokens", "16", "--repeat-penalty", "1.3")

@@ -3,7 +3,8 @@
 (tests/data/marian_text/cases.json and tests/data/marian/cases.json, written
 by scripts/make_marian_text_golden.py and make_marian_golden.py): text in and
 text out, --ids, positional inputs, --input-file (a file and standard input),
---output, --batch (results in input order), --dtype int8; bad input gets one
+--output, --batch (results in input order), --dtype int8, sampling under a seed
+whatever --batch; bad input gets one
 line, exit 2 and no output file. Standard library only.
 
     python3 tests/tools/test_translate_cli.py FFN_BINARY DATA_DIR
@@ -55,6 +56,14 @@ def main():
                 stdin="\n".join(inputs[i] for i in one_line) + "\n")
         check(r.returncode == 0 and r.stdout.split("\n")[:-1] == [text["greedy_text"][i] for i in one_line],
               "standard input")
+        # Sampling: input i draws from its own stream whatever --batch; another seed, other tokens.
+        sample = lambda *more: ffn("--model", TEXT, "--temperature", "1.2", "--top-k", "40", "--seed", "5",  # noqa: E731
+                                   "--max-new-tokens", "10", *inputs[:4], *more)
+        a, b, c = sample(), sample("--batch", "1"), sample("--seed", "6")
+        check(a.returncode == 0 and a.stdout == b.stdout and a.stdout != c.stdout and a.stdout.count("\n") == 4,
+              f"--temperature: the same tokens in any --batch under one seed, others under another ({a.stderr.strip()})")
+        check(refused(ffn("--model", TEXT, "--temperature", "-1", "x"), ["--temperature: expected a finite value >= 0"]),
+              "a negative temperature is refused")
         src = "\n".join(" ".join(map(str, s)) for s in ids["sources"]) + "\n"
         r = ffn("--model", IDS, "--ids", "--input-file", "-", "--beams", "1", stdin=src)
         want = "\n".join(" ".join(map(str, g)) for g in ids["greedy"]) + "\n"
