@@ -302,7 +302,7 @@ CausalLMState CausalLM::start(int64_t sequences, int64_t capacity) const {
                 " positions need more cache than any machine has");
   CausalLMState st;
   auto& s = *st.data_;
-  s.cache = nn::KvCache(cfg_.layers, kvd, capacity);
+  s.cache = nn::KvCache(cfg_.layers, kvd, capacity, sequences);
   for (int64_t i = 0; i < sequences; ++i) s.cache.join();
   s.head_dim = cfg_.head_dim;
   s.rope = nn::RopeTable::make(capacity, cfg_.head_dim, cfg_.rope_theta);
@@ -376,7 +376,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   as.causal = true;
   for (int64_t b = 0; b < B; ++b) as.kv_len.push_back(cache.length(b));
   as.kv_pages = &cache.pages();
-  as.kv_page = nn::KvCache::kPage;
+  as.kv_page = cache.page();
   as.S = cache.capacity();
   RunOptions fo = opts;
   fo.threads = threads;

@@ -33,7 +33,7 @@ reference::AttentionShape attention_shape(const AttentionBlockConfig& cfg, const
   } else if (kv.kind == KeysValues::Kind::cache) {
     a.kv_len = kv.kv_len;
     a.kv_pages = &kv.cache->pages();
-    a.kv_page = KvCache::kPage;
+    a.kv_page = kv.cache->page();
   }
   a.causal = run.causal;
   a.dropout = cfg.dropout;

@@ -511,7 +511,7 @@ DecoderState Decoder::start(const float* memory, const Shape& memory_shape, int6
     nn::project_memory(block_config(cfg_), cross_weights(w_.layers[size_t(l)]), packed[size_t(l)].cross, mem, m,
                        s.memory_kv.back().data(), run);
   }
-  s.self = nn::KvCache(cfg_.layers, d, capacity);
+  s.self = nn::KvCache(cfg_.layers, d, capacity, memory_shape.batch);
   for (int64_t b = 0; b < memory_shape.batch; ++b) {
     s.src.push_back(b);
     s.self.join();

@@ -2,22 +2,35 @@
 #include "modules/kv_cache.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 
 #include "ffn/types.hpp"
 
 namespace ffn::nn {
 
-namespace {
-int64_t pages_for(int64_t len) { return (len + KvCache::kPage - 1) / KvCache::kPage; }
-}  // namespace
-
-KvCache::KvCache(int64_t layers, int64_t kvd, int64_t capacity)
+KvCache::KvCache(int64_t layers, int64_t kvd, int64_t capacity, int64_t sequences)
     : layers_(layers), kvd_(kvd), cap_(capacity), k_(size_t(std::max<int64_t>(layers, 0))),
       v_(size_t(std::max<int64_t>(layers, 0))) {
-  if (layers < 1 || kvd < 1 || capacity < 1)
+  if (layers < 1 || kvd < 1 || capacity < 1 || sequences < 0)
     throw Error("KV cache: layers, width and capacity must be at least 1, got " + std::to_string(layers) + ", " +
                 std::to_string(kvd) + ", " + std::to_string(capacity));
+  page_ = capacity < kPage ? (capacity + 15) / 16 * 16 : kPage;
+  grow(sequences * pages_for(capacity));  // made up front, free until taken
+}
+
+int64_t KvCache::pages_for(int64_t len) const { return (len + page_ - 1) / page_; }
+
+void KvCache::grow(int64_t more) {
+  if (more <= 0) return;
+  const int64_t total = allocated_ + more;
+  const size_t floats = size_t(total * page_ * kvd_);
+  for (int64_t l = 0; l < layers_; ++l) {
+    k_[size_t(l)].resize(floats);
+    v_[size_t(l)].resize(floats);
+  }
+  for (int64_t p = allocated_; p < total; ++p) free_.push_back(p);
+  allocated_ = total;
 }
 
 int64_t KvCache::join() {
@@ -35,16 +48,11 @@ void KvCache::leave(int64_t i) {
 }
 
 std::vector<int64_t> KvCache::take_pages(int64_t n) {
-  if (int64_t(free_.size()) < n) {  // grow: every layer's arrays, before any page is handed out
-    const int64_t more = n - int64_t(free_.size()), total = allocated_ + more;
-    const size_t floats = size_t(total * kPage * kvd_);
-    for (int64_t l = 0; l < layers_; ++l) {
-      k_[size_t(l)].resize(floats);
-      v_[size_t(l)].resize(floats);
-    }
-    for (int64_t p = allocated_; p < total; ++p) free_.push_back(p);
-    allocated_ = total;
-  }
+  if (n <= 0) return {};
+  // Short of free pages: every layer's arrays grow first, before any page is
+  // handed out (by half again at least, so a growing cache copies its rows
+  // a bounded number of times).
+  if (int64_t(free_.size()) < n) grow(std::max(n - int64_t(free_.size()), allocated_ / 2));
   // The lowest numbers first, so a cache that shrank and grew again stays compact.
   std::sort(free_.begin(), free_.end(), std::greater<>());
   std::vector<int64_t> out(free_.end() - n, free_.end());
@@ -99,8 +107,8 @@ void KvCache::select(const std::vector<int64_t>& from) {
     spare.resize(spare.size() - size_t(n));
     for (int64_t l = 0; l < layers_; ++l)
       for (int64_t p = 0; p < n; ++p) {
-        const int64_t rows = std::min(kPage, len_[f] - p * kPage);
-        const size_t src = size_t(pages_[f][size_t(p)] * kPage * kvd_), dst = size_t(pages[i][size_t(p)] * kPage * kvd_);
+        const int64_t rows = std::min(page_, len_[f] - p * page_);
+        const size_t src = size_t(pages_[f][size_t(p)] * page_ * kvd_), dst = size_t(pages[i][size_t(p)] * page_ * kvd_);
         std::copy_n(k_[size_t(l)].begin() + std::ptrdiff_t(src), rows * kvd_, k_[size_t(l)].begin() + std::ptrdiff_t(dst));
         std::copy_n(v_[size_t(l)].begin() + std::ptrdiff_t(src), rows * kvd_, v_[size_t(l)].begin() + std::ptrdiff_t(dst));
       }

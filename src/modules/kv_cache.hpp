@@ -6,15 +6,22 @@
 // leaves are reused. select() reorders and copies sequences (beams), moving
 // page lists and copying only repeats.
 //
-// kPage is the fast attention's key tile (256 keys, src/ops/attention.cpp):
-// its online softmax counts tiles from position 0, and a tile never spans
-// two pages, so a paged sequence's outputs are bitwise those of the same
-// sequence in one contiguous cache (AttentionShape::kv_pages).
+// A page holds kPage positions, the fast attention's key tile (256 keys,
+// src/ops/attention.cpp), or, when the capacity is smaller, the capacity
+// rounded up to 16: its online softmax counts tiles from position 0, and a
+// tile never spans two pages, so a paged sequence's outputs are bitwise
+// those of the same sequence in one contiguous cache
+// (AttentionShape::kv_pages). The rows come from the buffer pool
+// (core/buffer_pool.hpp), not zeroed: a cache made again at every call
+// (translate, generate) takes the same blocks back instead of new pages
+// from the kernel.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "core/buffer_pool.hpp"
 
 namespace ffn::nn {
 
@@ -23,12 +30,14 @@ class KvCache {
   static constexpr int64_t kPage = 256;
 
   KvCache() = default;
-  // No sequences yet; Error for non-positive sizes.
-  KvCache(int64_t layers, int64_t kvd, int64_t capacity);
+  // No sequences yet, room for `sequences` of `capacity` positions made up
+  // front (more pages come as needed); Error for non-positive sizes.
+  KvCache(int64_t layers, int64_t kvd, int64_t capacity, int64_t sequences = 0);
 
   int64_t layers() const { return layers_; }
   int64_t kvd() const { return kvd_; }
   int64_t capacity() const { return cap_; }  // the most positions a sequence may hold
+  int64_t page() const { return page_; }      // positions per page
   int64_t live() const { return int64_t(len_.size()); }
   int64_t length(int64_t i) const { return len_.at(size_t(i)); }
 
@@ -44,7 +53,7 @@ class KvCache {
   void resize(int64_t i, int64_t len);
 
   // The row of K and V (k(layer) + row · kvd) holding position pos of sequence i.
-  int64_t row(int64_t i, int64_t pos) const { return pages_[size_t(i)][size_t(pos / kPage)] * kPage + pos % kPage; }
+  int64_t row(int64_t i, int64_t pos) const { return pages_[size_t(i)][size_t(pos / page_)] * page_ + pos % page_; }
   float* k(int64_t layer) { return k_[size_t(layer)].data(); }
   float* v(int64_t layer) { return v_[size_t(layer)].data(); }
   // Each live sequence's pages, for AttentionShape::kv_pages.
@@ -55,12 +64,14 @@ class KvCache {
  private:
   // n free page numbers, growing every layer's arrays when the free list is short.
   std::vector<int64_t> take_pages(int64_t n);
+  void grow(int64_t pages);  // `pages` more pages in every layer, free
+  int64_t pages_for(int64_t len) const;
 
-  int64_t layers_ = 0, kvd_ = 0, cap_ = 0, allocated_ = 0;  // allocated_: pages in each layer's arrays
+  int64_t layers_ = 0, kvd_ = 0, cap_ = 0, page_ = kPage, allocated_ = 0;  // allocated_: pages in each layer's arrays
   std::vector<int64_t> free_;
   std::vector<std::vector<int64_t>> pages_;  // per live sequence
   std::vector<int64_t> len_;
-  std::vector<std::vector<float>> k_, v_;  // per layer [allocated_ · kPage, kvd]
+  std::vector<std::vector<float, PoolAllocator<float>>> k_, v_;  // per layer [allocated_ · page_, kvd]
 };
 
 }  // namespace ffn::nn

@@ -77,9 +77,14 @@ void attention_forward(const Context& cx, const AttentionShape& a, const Attenti
   const float scale = float(1.0 / std::sqrt(double(dh)));
   const auto rule = DropoutRule::make(a.training ? a.dropout : 0.0f);
   const std::vector<Seq> seqs = sequences(a);
+  // A key tile must lie in one page: pages of whole tiles, or sequences of one page.
   if (a.kv_pages && a.kv_page % kKeyTile != 0)
-    throw Error("attention: pages of " + std::to_string(a.kv_page) + " positions; the fast path needs a multiple of " +
-                std::to_string(kKeyTile));
+    for (const Seq& q : seqs)
+      if (q.klen > a.kv_page || a.kv_page % kPanel != 0)
+        throw Error("attention: a sequence of " + std::to_string(q.klen) + " keys in pages of " +
+                    std::to_string(a.kv_page) + " positions; the fast path needs pages of a multiple of " +
+                    std::to_string(kKeyTile) + " or sequences of one page (of a multiple of " + std::to_string(kPanel) +
+                    ")");
 
   // Units: (sequence, head, query tile), in that order.
   struct Unit { int64_t b, h, s0; };

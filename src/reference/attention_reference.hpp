@@ -36,8 +36,9 @@ struct AttentionShape {
   std::vector<int64_t> kv_base, kv_len;
   // Paged keys and values (a KV cache; inference only): key j of sequence b
   // at row kv_pages[b][j / kv_page] · kv_page + j % kv_page of K and V
-  // instead of keys_base(b) + j (kv_base unused). The fast path needs
-  // kv_page a multiple of its 256-key tile. A view: the caller keeps it.
+  // instead of keys_base(b) + j (kv_base unused). The fast path needs a key
+  // tile in one page: kv_page a multiple of its 256-key tile, or sequences
+  // of one page (a multiple of 16). A view: the caller keeps it.
   const std::vector<std::vector<int64_t>>* kv_pages = nullptr;
   int64_t kv_page = 0;
   bool causal = false;
