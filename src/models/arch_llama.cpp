@@ -44,11 +44,47 @@ constexpr NameTable kLlamaGguf{{
 
 const NameTable& llama_names(Format format) { return format == Format::gguf ? kLlamaGguf : kLlamaHf; }
 
+namespace {
+std::vector<Architecture>& registry() {
+  static std::vector<Architecture> r = [] {
+    Architecture llama;
+    llama.name = "llama";
+    llama.from_hf = [](const nlohmann::json& j, const std::filesystem::path& p) { return llama_config(j, p); };
+    llama.hf_names = &kLlamaHf;
+    llama.from_gguf = [](const GgufFile& f) { return llama_config(f); };
+    llama.gguf_names = &kLlamaGguf;
+    return std::vector<Architecture>{llama};
+  }();
+  return r;
+}
+bool comes_in(const Architecture& a, Format format) {
+  return format == Format::gguf ? a.from_gguf && a.gguf_names : a.from_hf && a.hf_names;
+}
+}  // namespace
+
+const std::vector<Architecture>& architectures() { return registry(); }
+
+void register_architecture(Architecture a) {
+  for (const Architecture& b : registry())
+    if (b.name == a.name) throw Error("register_architecture: \"" + a.name + "\" is registered already");
+  registry().push_back(std::move(a));
+}
+
+const Architecture* find_architecture(const std::string& name, Format format) {
+  for (const Architecture& a : registry())
+    if (a.name == name && comes_in(a, format)) return &a;
+  return nullptr;
+}
+
+std::string architecture_names(Format format) {
+  std::string out;
+  for (const Architecture& a : registry())
+    if (comes_in(a, format)) out += (out.empty() ? "\"" : ", \"") + a.name + "\"";
+  return out;
+}
+
 CausalLMConfig llama_config(const nlohmann::json& j, const std::filesystem::path& cfg_path) {
   CausalLMConfig c;
-  const std::string type = json_opt<std::string>(j, "model_type", "", cfg_path);
-  if (type != "llama")
-    throw Error(cfg_path.string() + ": model_type is \"" + type + "\"; expected \"llama\" (LlamaForCausalLM)");
   c.vocab = json_get<int64_t>(j, "vocab_size", cfg_path);
   c.d_model = json_get<int64_t>(j, "hidden_size", cfg_path);
   c.layers = json_get<int64_t>(j, "num_hidden_layers", cfg_path);
@@ -81,8 +117,6 @@ CausalLMConfig llama_config(const nlohmann::json& j, const std::filesystem::path
 
 CausalLMConfig llama_config(const GgufFile& f) {
   const std::string& path = f.path();
-  const std::string& arch = f.get_string("general.architecture");
-  if (arch != "llama") throw Error(path + ": general.architecture is \"" + arch + "\"; only \"llama\" is supported");
   CausalLMConfig c;
   auto u = [&](const std::string& k) { return int64_t(f.get_uint("llama." + k)); };
   c.d_model = u("embedding_length");

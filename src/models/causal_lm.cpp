@@ -161,13 +161,20 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   std::optional<models::TensorSource> source;
   std::string untied_note;  // why a missing head is an error
   std::shared_ptr<const GgufFile> gguf;
+  const models::Architecture* arch = nullptr;
   if (hf) {
     const fs::path dir(path), cfg_path = dir / "config.json", st_path = dir / "model.safetensors",
         tok_path = dir / "tokenizer.json";
     for (const auto& p : {cfg_path, st_path})
       if (!fs::exists(p, ec))
         throw Error(p.string() + ": missing (a Hugging Face LLaMA directory holds config.json and model.safetensors)");
-    c = models::llama_config(models::read_json(cfg_path), cfg_path);
+    const nlohmann::json j = models::read_json(cfg_path);
+    const std::string type = models::json_opt<std::string>(j, "model_type", "", cfg_path);
+    arch = models::find_architecture(type, models::Format::safetensors);
+    if (!arch)
+      throw Error(cfg_path.string() + ": model_type is \"" + type + "\"; expected " +
+                  models::architecture_names(models::Format::safetensors) + " (LlamaForCausalLM)");
+    c = arch->from_hf(j, cfg_path);
     source = models::TensorSource::safetensors(st_path.string(), "config.json");
     untied_note = "config.json: tie_word_embeddings is false";
     if (fs::exists(tok_path, ec)) lm.tok_ = std::make_shared<BpeTokenizer>(BpeTokenizer::from_json(tok_path.string()));
@@ -178,11 +185,18 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     }
   } else {
     gguf = std::make_shared<const GgufFile>(path);
-    c = models::llama_config(*gguf);
-    source = models::TensorSource::gguf(gguf, "llama.* metadata");
+    const std::string& name = gguf->get_string("general.architecture");
+    arch = models::find_architecture(name, models::Format::gguf);
+    if (!arch)
+      throw Error(path + ": general.architecture is \"" + name + "\"; only " +
+                  models::architecture_names(models::Format::gguf) +
+                  (models::architecture_names(models::Format::gguf).find(',') == std::string::npos ? " is" : " are") +
+                  " supported");
+    c = arch->from_gguf(*gguf);
+    source = models::TensorSource::gguf(gguf, name + ".* metadata");
   }
   const models::TensorSource& src = *source;
-  const models::NameTable& names = models::llama_names(src.format());
+  const models::NameTable& names = src.format() == models::Format::gguf ? *arch->gguf_names : *arch->hf_names;
   using T = models::LMTensor;
   const auto name = [&](T t, int64_t l = -1) { return names.name(t, l); };
 

@@ -3,9 +3,14 @@
 // the name tables.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
+#include "ffn/causal_lm.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/gguf.hpp"
 #include "ffn/io.hpp"
@@ -69,6 +74,81 @@ TEST(Checkpoint, GgufSourceSpeaksPyTorchOrderAndPrintsNeOrder) {
                "tensor " + q + " has shape " + shape_str(ne) + ", expected " + shape_str({ne[1], ne[0] + 1}) +
                    " (ne[0] innermost, from the llama.* metadata)");
   EXPECT_THROW(src.shape("no.such.tensor"), Error);
+}
+
+// The recipe "an architecture" (CONTRIBUTING.md) kept honest: a toy
+// architecture registered only in this binary — a config reader with its own
+// keys and a name table with its own tensor names, no other code — loads a
+// LLaMA checkpoint written under those names and gives the LLaMA model's
+// logits bit for bit.
+CausalLMConfig toy_config(const nlohmann::json& j, const fs::path&) {
+  CausalLMConfig c;
+  c.vocab = j.at("n_vocab").get<int64_t>();
+  c.d_model = j.at("dim").get<int64_t>();
+  c.layers = j.at("n_layers").get<int64_t>();
+  c.heads = j.at("n_heads").get<int64_t>();
+  c.kv_heads = j.at("n_kv_heads").get<int64_t>();
+  c.head_dim = c.d_model / c.heads;
+  c.d_ff = j.at("hidden_dim").get<int64_t>();
+  c.rope_theta = j.at("rope_theta").get<double>();
+  c.eps = j.at("norm_eps").get<float>();
+  c.tied = true;
+  c.context = 256;
+  c.validate();
+  return c;
+}
+constexpr models::NameTable kToyNames{{
+    "tok_embeddings.weight", "norm.weight", "output.weight", "layers.{L}.attention_norm.weight",
+    "layers.{L}.attention.wq.weight", "layers.{L}.attention.wk.weight", "layers.{L}.attention.wv.weight",
+    "layers.{L}.attention.wo.weight", "layers.{L}.ffn_norm.weight", "layers.{L}.feed_forward.w1.weight",
+    "layers.{L}.feed_forward.w3.weight", "layers.{L}.feed_forward.w2.weight",
+}};
+
+TEST(Checkpoint, ATestOnlyArchitectureIsAConfigReaderAndANameTable) {
+  models::Architecture toy;
+  toy.name = "toyllama";
+  toy.from_hf = toy_config;
+  toy.hf_names = &kToyNames;
+  if (!models::find_architecture("toyllama", Format::safetensors)) models::register_architecture(toy);
+  EXPECT_THROW(models::register_architecture(toy), Error);
+  EXPECT_EQ(nullptr, models::find_architecture("toyllama", Format::gguf)) << "no GGUF reader given";
+  // gqa3_tied's tensors under the toy names, its settings under the toy keys.
+  const fs::path src = fs::path(FFN_LLAMA_DIR) / "gqa3_tied";
+  const fs::path dir = fs::temp_directory_path() / ("ffn_test_toy_arch_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const SafetensorsFile llama = read_safetensors((src / "model.safetensors").string());
+  const models::NameTable& hf = models::llama_names(Format::safetensors);
+  SafetensorsFile renamed;
+  for (const auto& [name, t] : llama.tensors) {
+    std::string to;
+    for (size_t r = 0; r < size_t(LMTensor::count) && to.empty(); ++r)
+      for (int64_t l = -1; l < 2 && to.empty(); ++l)
+        if (hf.name(LMTensor(r), l) == name) to = kToyNames.name(LMTensor(r), l);
+    ASSERT_FALSE(to.empty()) << name;
+    renamed.tensors[to] = t;
+  }
+  write_safetensors((dir / "model.safetensors").string(), renamed);
+  std::ifstream in(src / "config.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const nlohmann::json toy_json = {{"model_type", "toyllama"},
+                                   {"n_vocab", j["vocab_size"]},
+                                   {"dim", j["hidden_size"]},
+                                   {"n_layers", j["num_hidden_layers"]},
+                                   {"n_heads", j["num_attention_heads"]},
+                                   {"n_kv_heads", j["num_key_value_heads"]},
+                                   {"hidden_dim", j["intermediate_size"]},
+                                   {"rope_theta", j["rope_theta"]},
+                                   {"norm_eps", j["rms_norm_eps"]}};
+  std::ofstream(dir / "config.json") << toy_json.dump();
+  const CausalLM a = CausalLM::load(src.string()), b = CausalLM::load(dir.string());
+  const std::vector<int32_t> ids{5, 17, 42, 7, 99, 3, 250};
+  const std::vector<float> la = a.logits(ids), lb = b.logits(ids);
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4)) << "the toy architecture's logits are LLaMA's";
+  // An unknown model_type names the registered ones.
+  std::ofstream(dir / "config.json") << R"({"model_type": "gpt2"})";
+  expect_error([&] { CausalLM::load(dir.string()); }, "model_type is \"gpt2\"; expected \"llama\", \"toyllama\"");
+  fs::remove_all(dir);
 }
 
 }  // namespace
