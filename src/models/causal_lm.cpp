@@ -28,6 +28,7 @@
 #include "decoding/decoding.hpp"
 #include "models/arch.hpp"
 #include "models/checkpoint.hpp"
+#include "modules/attention_block.hpp"
 #include "modules/ffn_sublayer.hpp"
 #include "modules/kv_cache.hpp"
 
@@ -40,8 +41,7 @@ namespace ffn {
 struct CausalLM::Weights {
   struct Layer {
     std::vector<float> attn_norm;   // [d]
-    nn::Linear qkv;                 // [qd + 2 kvd, d]: W_Q, W_K, W_V stacked
-    nn::Linear o;                   // [d, qd]
+    nn::PackedAttention attn;       // in: [qd + 2 kvd, d], W_Q, W_K, W_V stacked; out: W_O [d, qd]
     std::vector<nn::FfnSublayer> ffn;  // one: pre-norm RMSNorm SwiGLU, fused (fp32 compute) or on quantized products
   };
   std::vector<float> embed;         // [vocab, d] float32, or empty: the head's rows (tied)
@@ -269,8 +269,8 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     Weights::Layer L;
     L.attn_norm = src.read(name(T::attn_norm, l), {d});
     if (keep_blocks) {
-      L.qkv = product({{name(T::q, l), qd, q_rope}, {name(T::k, l), kvd, k_rope}, {name(T::v, l), kvd, 0}}, d);
-      L.o = product({{name(T::o, l), d, 0}}, qd);
+      L.attn.in = product({{name(T::q, l), qd, q_rope}, {name(T::k, l), kvd, k_rope}, {name(T::v, l), kvd, 0}}, d);
+      L.attn.out = product({{name(T::o, l), d, 0}}, qd);
       L.ffn.emplace_back(fc, src.read(name(T::ffn_norm, l), {d}), std::vector<float>{},
                          product({{name(T::up, l), c.d_ff, 0}, {name(T::gate, l), c.d_ff, 0}}, d),
                          product({{name(T::down, l), d, 0}}, c.d_ff));
@@ -282,8 +282,8 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
       const std::vector<float> v = matrix(name(t, l), kvd, d, rope);
       wqkv.insert(wqkv.end(), v.begin(), v.end());
     }
-    L.qkv = nn::Linear(wqkv.data(), d, qd + 2 * kvd);
-    L.o = nn::Linear(matrix(name(T::o, l), d, qd).data(), qd, d);
+    L.attn.in = nn::Linear(wqkv.data(), d, qd + 2 * kvd);
+    L.attn.out = nn::Linear(matrix(name(T::o, l), d, qd).data(), qd, d);
     ffn::Weights fw;
     fw.norm_weight = src.read(name(T::ffn_norm, l), {d});
     fw.wg = matrix(name(T::gate, l), c.d_ff, d);
@@ -301,7 +301,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     throw Error(path + ": the tokenizer has " + std::to_string(lm.tok_->vocab_size()) + " tokens, the model " +
                 std::to_string(c.vocab));
   lm.native_ = false;
-  for (const auto& L : w.layers) lm.native_ = lm.native_ || L.qkv.blocks() || L.ffn[0].blocks();
+  for (const auto& L : w.layers) lm.native_ = lm.native_ || L.attn.in.blocks() || L.ffn[0].blocks();
   lm.native_ = lm.native_ || w.head.blocks();
   return lm;
 }
@@ -352,21 +352,26 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
       throw Error("token id " + std::to_string(ids[i]) + " is outside the vocabulary (0.." + std::to_string(c.vocab - 1) + ")");
   const nn::Context cx(opts);
   const int threads = cx.threads();
-  const bool ref = cx.reference();
-  const int64_t d = c.d_model, dh = c.head_dim, qd = c.heads * dh, kvd = cache.kvd(), width = qd + 2 * kvd;
+  const int64_t d = c.d_model;
 
-  std::vector<float> x(size_t(n * d)), a(size_t(n * d)), qkv(size_t(n * width)), ctx(size_t(n * qd));
+  std::vector<float> x(size_t(n * d)), a(size_t(n * d));
   nn::QActs acts;
-  std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n)), lse(size_t(n * c.heads));
+  std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     if (w_->embed.empty()) w_->head.row(ids[i], x.data() + i * d);
     else std::copy_n(w_->embed.begin() + int64_t(ids[i]) * d, d, x.begin() + i * d);
   }
-  std::vector<int64_t> pos(static_cast<size_t>(n)), kv_row(static_cast<size_t>(n));
+  // Each new row's position and its row of the cache.
+  nn::KeysValues kv;
+  kv.kind = nn::KeysValues::Kind::cache;
+  kv.cache = &cache;
+  kv.positions.resize(size_t(n));
+  kv.write.resize(size_t(n));
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r) pos[size_t(r)] = cache.length(b) + r - off[size_t(b)];
-  // The new positions' pages (the cache's rows may move: K and V are taken
-  // per layer below); an error before the end gives the old lengths back.
+    for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r)
+      kv.positions[size_t(r)] = cache.length(b) + r - off[size_t(b)];
+  // The new positions' pages (the cache's rows may move: the block takes K
+  // and V per layer); an error before the end gives the old lengths back.
   std::vector<int64_t> old_len(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) old_len[size_t(b)] = cache.length(b);
   struct Restore {
@@ -379,48 +384,37 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     }
   } restore{cache, old_len};
   for (int64_t b = 0; b < B; ++b) cache.resize(b, cache.length(b) + counts[size_t(b)]);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r) kv_row[size_t(r)] = cache.row(b, pos[size_t(r)]);
-
-  nn::AttentionShape as;
-  as.d = qd;
-  as.heads = c.heads;
-  as.kv_heads = c.kv_heads;
-  as.off = off;
-  as.causal = true;
-  for (int64_t b = 0; b < B; ++b) as.kv_len.push_back(cache.length(b));
-  as.kv_pages = &cache.pages();
-  as.kv_page = cache.page();
-  as.S = cache.capacity();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r)
+      kv.write[size_t(r)] = cache.row(b, kv.positions[size_t(r)]);
+    kv.kv_len.push_back(cache.length(b));
+  }
+  // The attention sublayer every decoder has (src/modules/attention_block.hpp):
+  // pre-norm RMSNorm, Q|K|V, rotary positions, the cache, grouped-query
+  // causal attention, W_O and the residual.
+  nn::AttentionBlockConfig bc;
+  bc.d = d;
+  bc.heads = c.heads;
+  bc.norm = NormPlacement::pre;
+  bc.norm_type = NormType::rmsnorm;
+  bc.eps = c.eps;
+  bc.head_dim = c.head_dim;
+  bc.kv_heads = c.kv_heads;
+  bc.rope = &s.rope;
+  nn::BlockRun run;
+  run.causal = true;
+  run.ctx = &cx;
+  run.acts = &acts;
+  nn::AttentionSaved scratch;
+  static const std::vector<float> none;
   RunOptions fo = opts;
   fo.threads = threads;
   fo.training = false;
   for (int64_t l = 0; l < c.layers; ++l) {
     const Weights::Layer& L = w_->layers[size_t(l)];
-    nn::norm_forward(cx, NormType::rmsnorm, c.eps, x.data(), n, d, L.attn_norm.data(), nullptr, a.data(), mean.data(),
-                     rstd.data());
-    L.qkv.forward(cx, a.data(), n, qkv.data(), {.acts = &acts});
-    float* K = cache.k(l);
-    float* V = cache.v(l);
-    const auto rope_rows = [&](int64_t i0, int64_t i1, int) {
-      for (int64_t i = i0; i < i1; ++i) {
-        float* row = qkv.data() + i * width;
-        nn::rope_apply(s.rope, row, c.heads, dh, pos[size_t(i)]);
-        nn::rope_apply(s.rope, row + qd, c.kv_heads, dh, pos[size_t(i)]);
-      }
-    };
-    if (n > 16) nn::parallel_range(threads, n, nn::grain_for(n, threads), rope_rows);
-    else rope_rows(0, n, 0);
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t at = kv_row[size_t(r)] * kvd;
-      std::copy_n(qkv.begin() + r * width + qd, kvd, K + at);
-      std::copy_n(qkv.begin() + r * width + qd + kvd, kvd, V + at);
-    }
-    const nn::AttentionInput<float> in{qkv.data(), K, V, width, kvd};
-    if (ref) reference::attention_forward(as, in, ctx.data());
-    else nn::attention_forward(cx, as, in, ctx.data(), lse.data());
-    L.o.forward(cx, ctx.data(), n, a.data(), {.acts = &acts});
-    for (int64_t i = 0; i < n * d; ++i) a[size_t(i)] += x[size_t(i)];
+    const nn::AttentionBlockWeights aw{none, none, none, none, L.attn_norm, none};
+    kv.layer = l;
+    nn::attention_block_forward(bc, aw, L.attn, x.data(), a.data(), off, cache.capacity(), kv, scratch, false, run);
     L.ffn[0].forward(cx, fo, a.data(), n, x.data(), &acts);  // x = a + FFN(a)
   }
   // The rows whose logits are asked for.
@@ -503,7 +497,7 @@ std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, cons
 
 size_t CausalLM::weight_bytes() const {
   size_t b = (w_->embed.size() + w_->norm.size()) * sizeof(float) + w_->head.bytes();
-  for (const auto& L : w_->layers) b += L.attn_norm.size() * sizeof(float) + L.qkv.bytes() + L.o.bytes() + L.ffn[0].bytes();
+  for (const auto& L : w_->layers) b += L.attn_norm.size() * sizeof(float) + L.attn.in.bytes() + L.attn.out.bytes() + L.ffn[0].bytes();
   return b;
 }
 

@@ -23,8 +23,9 @@ float* offset_or_null(std::vector<float>& v, int64_t at) { return v.empty() ? nu
 reference::AttentionShape attention_shape(const AttentionBlockConfig& cfg, const std::vector<int64_t>& off, int64_t S,
                                           const KeysValues& kv, const BlockRun& run) {
   reference::AttentionShape a;
-  a.d = cfg.d;
+  a.d = cfg.qd();
   a.heads = cfg.heads;
+  a.kv_heads = cfg.kv_heads;
   a.S = kv.kind == KeysValues::Kind::memory ? kv.memory_S : S;
   a.off = off;
   if (kv.kind == KeysValues::Kind::memory) {
@@ -74,6 +75,9 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
                              const float* x, float* out, const std::vector<int64_t>& off, int64_t S,
                              const KeysValues& kv, AttentionSaved& s, bool save, const BlockRun& run) {
   const int64_t n = off.empty() ? 0 : off.back(), d = cfg.d, H = cfg.heads;
+  const int64_t qd = cfg.qd(), kvd = cfg.kvd(), width = qd + 2 * kvd;
+  if ((qd != d || kvd != d || cfg.rope) && (kv.kind == KeysValues::Kind::memory || run.training))
+    throw Error("attention block: head_dim, grouped-query heads and rotary positions are for inference's self-attention");
   const auto attn = attention_shape(cfg, off, S, kv, run);
   if (save) s.x.assign(x, x + n * d);
   s.mean.resize(size_t(n));
@@ -85,7 +89,7 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
                  s.rstd.data());
     ain = s.u.data();
   }
-  s.ctx.resize(size_t(n * d));
+  s.ctx.resize(size_t(n * qd));
   s.lse.resize(size_t(n * H));
   if (run.observe) run.observe(ain, n);
   AttentionInput<float> in;
@@ -102,18 +106,31 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
     }
     in = {s.qkv.data(), kvp, kvp + d, d, 2 * d};
   } else {
-    s.qkv.resize(size_t(n * 3 * d));
-    pk.in.forward(*run.ctx, ain, n, s.qkv.data(), {.training = run.training});
-    in = AttentionInput<float>::packed(s.qkv.data(), d);
+    // Q|K|V [n, qd + 2·kvd] (3d without grouped-query heads), rotated to each row's position.
+    s.qkv.resize(size_t(n * width));
+    pk.in.forward(*run.ctx, ain, n, s.qkv.data(), {.training = run.training, .acts = run.acts});
+    if (cfg.rope) {
+      const int64_t dh = cfg.dh();
+      const auto rope_rows = [&](int64_t i0, int64_t i1, int) {
+        for (int64_t i = i0; i < i1; ++i) {
+          float* row = s.qkv.data() + i * width;
+          rope_apply(*cfg.rope, row, H, dh, kv.positions[size_t(i)]);
+          rope_apply(*cfg.rope, row + qd, kvd / dh, dh, kv.positions[size_t(i)]);
+        }
+      };
+      if (n > 16) run.ctx->parallel_range(n, grain_for(n, run.ctx->threads()), rope_rows);
+      else rope_rows(0, n, 0);
+    }
+    in = {s.qkv.data(), s.qkv.data() + qd, s.qkv.data() + qd + kvd, width, width};
     if (kv.kind == KeysValues::Kind::cache) {
       float* K = kv.cache->k(kv.layer);
       float* V = kv.cache->v(kv.layer);
       for (int64_t i = 0; i < n; ++i) {
-        const float* row = s.qkv.data() + i * 3 * d;
-        std::copy(row + d, row + 2 * d, K + kv.write[size_t(i)] * d);
-        std::copy(row + 2 * d, row + 3 * d, V + kv.write[size_t(i)] * d);
+        const float* row = s.qkv.data() + i * width;
+        std::copy(row + qd, row + qd + kvd, K + kv.write[size_t(i)] * kvd);
+        std::copy(row + qd + kvd, row + width, V + kv.write[size_t(i)] * kvd);
       }
-      in = {s.qkv.data(), K, V, 3 * d, d};
+      in = {s.qkv.data(), K, V, width, kvd};
     }
   }
   if (n > 0) {
@@ -122,7 +139,7 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
     else
       attention_forward(*run.ctx, attn, in, s.ctx.data(), s.lse.data());
   }
-  pk.out.forward(*run.ctx, s.ctx.data(), n, out, {.training = run.training});
+  pk.out.forward(*run.ctx, s.ctx.data(), n, out, {.training = run.training, .acts = run.acts});
   const auto rule = DropoutRule::make(run.training ? cfg.dropout : 0.0f);
   const auto residual_rows = [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i)

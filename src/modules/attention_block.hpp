@@ -23,6 +23,7 @@
 #include "ffn/types.hpp"
 #include "ops/attention.hpp"
 #include "ops/linear.hpp"
+#include "ops/rope.hpp"
 #include "modules/kv_cache.hpp"
 
 namespace ffn::nn {
@@ -33,6 +34,16 @@ struct AttentionBlockConfig {
   NormType norm_type = NormType::layernorm;
   float eps = 1e-5f;
   float dropout = 0.0f;  // training: the probabilities and the output
+  // Decoder-only LLMs (inference; self-attention and the cache kinds):
+  // head_dim (0: d / heads; the attention's width is heads · head_dim, W_O
+  // maps it back to d); grouped-query attention with kv_heads key/value
+  // heads (0: heads), so Q|K|V is [heads·head_dim + 2·kv_heads·head_dim];
+  // rotary positions on Q and K at KeysValues::positions (null: none).
+  int64_t head_dim = 0, kv_heads = 0;
+  const RopeTable* rope = nullptr;
+  int64_t dh() const { return head_dim > 0 ? head_dim : d / heads; }
+  int64_t qd() const { return heads * dh(); }
+  int64_t kvd() const { return (kv_heads > 0 ? kv_heads : heads) * dh(); }
 };
 
 // A sublayer's parameters (views), nn.MultiheadAttention's and its norm's.
@@ -91,6 +102,8 @@ struct KeysValues {
   KvCache* cache = nullptr;
   int64_t layer = 0;
   std::vector<int64_t> write;
+  // With AttentionBlockConfig::rope: each query row's position.
+  std::vector<int64_t> positions;
   // memory: the encoder output's valid rows [m, d] and its sequences'
   // offsets (B + 1), or K|V already projected ([m, 2d], e.g. at the start of
   // generation: then `memory` is not read).
@@ -109,6 +122,7 @@ struct BlockRun {
   const Context* ctx = nullptr;  // the call's execution context (kernels, threads, path); never null
   // Called with the projection's input (a, n rows) before the projection.
   std::function<void(const float*, int64_t)> observe;
+  QActs* acts = nullptr;  // the projections' activation scratch for quantized blocks (null: their own)
 };
 
 // K|V = memory W_kvᵀ + b_kv, [m, 2d], for KeysValues::projected.
