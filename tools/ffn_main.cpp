@@ -946,25 +946,35 @@ int ffn_main(int argc, char** argv) {
   bench_cmd->add_flag("--json", bench.json, "print one JSON object");
   bench_cmd->add_flag("--yes", bench.yes, "run even if the estimated time is over a minute");
 
-  const ffn::cli::Command train_cmd = ffn::cli::add_train(app);
-  const ffn::cli::Command demo_cmd = ffn::cli::add_demo(app);
-  const ffn::cli::Command encode_cmd = ffn::cli::add_encode(app);
-  const ffn::cli::Command encode_grad_cmd = ffn::cli::add_encode_grad(app);
-  const ffn::cli::Command embed_cmd = ffn::cli::add_embed(app);
-  const ffn::cli::Command decode_cmd = ffn::cli::add_decode(app);
-  const ffn::cli::Command decode_grad_cmd = ffn::cli::add_decode_grad(app);
-  const ffn::cli::Command translate_cmd = ffn::cli::add_translate(app);
-  const ffn::cli::Command generate_cmd = ffn::cli::add_generate(app);
-  const ffn::cli::Command tokenize_cmd = ffn::cli::add_tokenize(app);
+  // The commands, in one registry: the allow-list, the dispatch and what
+  // each does under mpirun are read from it (the help is CLI11's, from the
+  // same subcommands). A command family adds one line here and its file.
+  enum class Mpi { refused, tensor_parallel, data_parallel };
+  struct Entry {
+    ffn::cli::Command cmd;
+    Mpi mpi = Mpi::refused;
+    const bool* tensor_parallel = nullptr;  // Mpi::tensor_parallel: the flag that asks for it
+    bool writes_output = true;
+  };
+  std::vector<Entry> commands;
+  commands.push_back({{run_cmd, [&] { return cmd_run(run); }}, Mpi::tensor_parallel, &run.tensor_parallel});
+  commands.push_back({{grad_cmd, [&] { return cmd_grad(grad); }}, Mpi::tensor_parallel, &grad.tensor_parallel});
+  commands.push_back({{init_cmd, [&] { return cmd_init(init), 0; }}});
+  commands.push_back({{quant_cmd, [&] { return cmd_quantize(quant), 0; }}});
+  commands.push_back({{bench_cmd, [&] { return cmd_bench(bench); }}, Mpi::tensor_parallel, &bench.tensor_parallel, false});
+  commands.push_back({ffn::cli::add_train(app), Mpi::data_parallel});
+  for (auto add : {ffn::cli::add_demo, ffn::cli::add_encode, ffn::cli::add_encode_grad, ffn::cli::add_embed,
+                   ffn::cli::add_decode, ffn::cli::add_decode_grad, ffn::cli::add_translate, ffn::cli::add_generate,
+                   ffn::cli::add_tokenize})
+    commands.push_back({add(app)});
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
-    if (cmd != "run" && cmd != "grad" && cmd != "init" && cmd != "quantize" && cmd != "bench" && cmd != "train" &&
-        cmd != "demo" && cmd != "encode" && cmd != "encode-grad" && cmd != "embed" && cmd != "decode" &&
-        cmd != "decode-grad" && cmd != "translate" && cmd != "generate" && cmd != "tokenize") {
-      std::cerr << "ffn: error: unknown command '" << cmd
-                << "', expected run, grad, init, quantize, bench, train, demo, encode, encode-grad, decode, decode-grad, "
-                   "translate, embed, generate or tokenize (see ffn --help)\n";
+    if (std::none_of(commands.begin(), commands.end(), [&](const Entry& e) { return e.cmd.app->get_name() == cmd; })) {
+      std::string names;
+      for (size_t i = 0; i < commands.size(); ++i)
+        names += (i == 0 ? "" : i + 1 == commands.size() ? " or " : ", ") + commands[i].cmd.app->get_name();
+      std::cerr << "ffn: error: unknown command '" << cmd << "', expected " << names << " (see ffn --help)\n";
       return 2;
     }
   }
@@ -987,35 +997,30 @@ int ffn_main(int argc, char** argv) {
     return 2;
   }
   try {
+    const auto chosen = std::find_if(commands.begin(), commands.end(), [](const Entry& e) { return bool(*e.cmd.app); });
+    if (chosen == commands.end()) return 0;
     // Under mpirun, a command without its parallel mode would run whole on
     // every rank, each writing the same output: refused, naming the flag.
     if (const int ranks = ffn::cli::launched_ranks(); ranks > 1) {
-      const std::string name = app.get_subcommands().front()->get_name();
+      const std::string name = chosen->cmd.app->get_name();
       const std::string started = "ffn " + name + ": started by mpirun as one of " + std::to_string(ranks) + " ranks";
-      if ((*run_cmd && !run.tensor_parallel) || (*grad_cmd && !grad.tensor_parallel) ||
-          (*bench_cmd && !bench.tensor_parallel))
+      if (chosen->mpi == Mpi::tensor_parallel && !*chosen->tensor_parallel)
         throw Error(started + " without --tensor-parallel, so every rank would do the whole job" +
-                    (*bench_cmd ? "" : " and write the same output") + "; add --tensor-parallel, or run it without mpirun");
-      if (!*run_cmd && !*grad_cmd && !*bench_cmd && !*train_cmd.app)
+                    (chosen->writes_output ? " and write the same output" : "") +
+                    "; add --tensor-parallel, or run it without mpirun");
+      if (chosen->mpi == Mpi::refused) {
+        std::string tp, dp;
+        std::vector<std::string> tps;
+        for (const Entry& e : commands) {
+          if (e.mpi == Mpi::tensor_parallel) tps.push_back(e.cmd.app->get_name());
+          if (e.mpi == Mpi::data_parallel) dp += (dp.empty() ? "" : " and ") + e.cmd.app->get_name();
+        }
+        for (size_t i = 0; i < tps.size(); ++i) tp += (i == 0 ? "" : i + 1 == tps.size() ? " and " : ", ") + tps[i];
         throw Error(started + ", but it has no parallel mode, so every rank would do the whole job; run it without "
-                    "mpirun (run, grad and bench take --tensor-parallel; train is data parallel under mpirun)");
+                    "mpirun (" + tp + " take --tensor-parallel; " + dp + " is data parallel under mpirun)");
+      }
     }
-    if (*run_cmd) return cmd_run(run);
-    else if (*grad_cmd) return cmd_grad(grad);
-    else if (*init_cmd) cmd_init(init);
-    else if (*quant_cmd) cmd_quantize(quant);
-    else if (*bench_cmd) return cmd_bench(bench);
-    else if (*train_cmd.app) return train_cmd.run();
-    else if (*demo_cmd.app) return demo_cmd.run();
-    else if (*encode_cmd.app) return encode_cmd.run();
-    else if (*encode_grad_cmd.app) return encode_grad_cmd.run();
-    else if (*embed_cmd.app) return embed_cmd.run();
-    else if (*decode_cmd.app) return decode_cmd.run();
-    else if (*decode_grad_cmd.app) return decode_grad_cmd.run();
-    else if (*translate_cmd.app) return translate_cmd.run();
-    else if (*generate_cmd.app) return generate_cmd.run();
-    else if (*tokenize_cmd.app) return tokenize_cmd.run();
-    return 0;
+    return chosen->cmd.run();
   } catch (const Error& e) {
     std::cerr << "ffn: error: " << e.what() << "\n";
     return 2;
