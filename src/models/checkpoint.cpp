@@ -61,6 +61,11 @@ void TensorSource::expect(const std::string& name, const std::vector<int64_t>& w
   if (got != want) throw_shape_error(path_, name, got, shape_str(want), why_);
 }
 
+const std::map<std::string, std::string>& TensorSource::metadata() const {
+  static const std::map<std::string, std::string> none;
+  return st_ ? st_->metadata() : none;
+}
+
 std::vector<float> TensorSource::read(const std::string& name, const std::vector<int64_t>& want) const {
   expect(name, want);
   return gguf_ ? gguf_->read_f32(name) : st_->read_f32(name);

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,8 @@ class TensorSource {
   std::vector<float> read(const std::string& name, const std::vector<int64_t>& want) const;
   // The GGUF, for its blocks and metadata (null for safetensors).
   const GgufFile* gguf_file() const { return gguf_.get(); }
+  // A safetensors file's __metadata__ (empty for a GGUF: gguf_file()'s metadata instead).
+  const std::map<std::string, std::string>& metadata() const;
 
  private:
   Format format_ = Format::safetensors;

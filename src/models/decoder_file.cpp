@@ -53,11 +53,11 @@ std::vector<Slot> slots(const DecoderConfig& cfg, const Naming& nm, DecoderWeigh
 }  // namespace
 
 Decoder Decoder::load(const std::string& path, const DecoderLoadOptions& opts) {
-  const SafetensorsFile f = read_safetensors(path);
+  const TensorSource f = TensorSource::safetensors(path, "");  // read lazily, tensor by tensor
   Naming nm;
   nm.prefix = opts.prefix;
   if (!nm.prefix.empty() && nm.prefix.back() != '.') nm.prefix += '.';
-  auto has = [&](const std::string& name) { return f.tensors.count(name) > 0; };
+  auto has = [&](const std::string& name) { return f.has(name); };
   DecoderConfig cfg;
   cfg.layers = 0;
   while (has(nm.prefix + "layers." + std::to_string(cfg.layers) + ".multihead_attn.in_proj_weight")) ++cfg.layers;

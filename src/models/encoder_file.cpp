@@ -69,11 +69,11 @@ void check_sizes(const EncoderConfig& cfg, const EncoderWeights& values) {
 }  // namespace
 
 Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
-  const SafetensorsFile f = read_safetensors(path);
+  const TensorSource f = TensorSource::safetensors(path, "");  // read lazily, tensor by tensor
   Naming nm;
   nm.prefix = opts.prefix;
   if (!nm.prefix.empty() && nm.prefix.back() != '.') nm.prefix += '.';
-  auto has = [&](const std::string& name) { return f.tensors.count(name) > 0; };
+  auto has = [&](const std::string& name) { return f.has(name); };
   auto has_attn = [&](const std::string& p) {
     return has(p + "self_attn.in_proj_weight") || has(p + "self_attn.q_proj_weight");
   };

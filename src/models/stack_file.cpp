@@ -27,13 +27,11 @@ SafetensorsFile tensors_of(const std::vector<Slot>& slots) {
   return f;
 }
 
-void fill_slots(const SafetensorsFile& f, const std::string& path, const std::vector<Slot>& slots) {
+void fill_slots(const TensorSource& f, const std::string& path, const std::vector<Slot>& slots) {
+  (void)path;  // the source names its file
   for (const Slot& s : slots) {
-    auto it = f.tensors.find(s.name);
-    if (it == f.tensors.end()) throw_missing_tensor(path, s.name);
-    const NamedTensor& t = it->second;
-    if (t.shape != s.shape) throw_shape_error(path, s.name, t.shape, shape_str(s.shape));
-    std::copy(t.data.begin(), t.data.end(), s.v->begin() + std::ptrdiff_t(s.offset));
+    const std::vector<float> v = f.read(s.name, s.shape);
+    std::copy(v.begin(), v.end(), s.v->begin() + std::ptrdiff_t(s.offset));
   }
 }
 
@@ -47,29 +45,22 @@ void check_slot_sizes(const std::vector<Slot>& want, const std::vector<Slot>& va
   }
 }
 
-void read_stack_shapes(const SafetensorsFile& f, const std::string& path, const std::string& l0, EncoderConfig& cfg) {
-  auto tensor = [&](const std::string& name) -> const NamedTensor& {
-    auto it = f.tensors.find(name);
-    if (it == f.tensors.end()) throw_missing_tensor(path, name);
-    return it->second;
-  };
+void read_stack_shapes(const TensorSource& f, const std::string& path, const std::string& l0, EncoderConfig& cfg) {
   const std::string wname = l0 + "self_attn.out_proj.weight";
-  const NamedTensor& w = tensor(wname);
-  if (w.shape.size() != 2 || w.shape[0] != w.shape[1] || w.shape[0] < 1)
-    throw_shape_error(path, wname, w.shape, "[d_model, d_model]");
-  cfg.d_model = w.shape[0];
-  const NamedTensor& w1 = tensor(l0 + "linear1.weight");
-  if (w1.shape.size() != 2 || w1.shape[0] < 1)
-    throw_shape_error(path, l0 + "linear1.weight", w1.shape, "[d_ff, d_model]");
-  cfg.d_ff = w1.shape[0];
+  const std::vector<int64_t> w = f.shape(wname);
+  if (w.size() != 2 || w[0] != w[1] || w[0] < 1) throw_shape_error(path, wname, w, "[d_model, d_model]");
+  cfg.d_model = w[0];
+  const std::vector<int64_t> w1 = f.shape(l0 + "linear1.weight");
+  if (w1.size() != 2 || w1[0] < 1) throw_shape_error(path, l0 + "linear1.weight", w1, "[d_ff, d_model]");
+  cfg.d_ff = w1[0];
 }
 
-void read_stack_settings(const SafetensorsFile& f, const std::string& path, const EncoderLoadOptions& opts, bool gated,
+void read_stack_settings(const TensorSource& f, const std::string& path, const EncoderLoadOptions& opts, bool gated,
                          const std::string& norm1_bias, const std::string& what, EncoderConfig& cfg,
                          std::vector<AssumedSetting>& assumed) {
   auto meta = [&](const char* key) -> const std::string* {
-    auto it = f.metadata.find(key);
-    return it == f.metadata.end() ? nullptr : &it->second;
+    auto it = f.metadata().find(key);
+    return it == f.metadata().end() ? nullptr : &it->second;
   };
   const std::string where = path + ": __metadata__ ";
   auto assume = [&](const std::string& setting, const std::string& flag) { assumed.push_back({setting, flag}); };
@@ -111,7 +102,7 @@ void read_stack_settings(const SafetensorsFile& f, const std::string& path, cons
   }
   if (opts.norm_type) cfg.norm_type = *opts.norm_type;
   else if (const std::string* v = meta(kMetaNormType)) cfg.norm_type = parse_norm_type(*v, where + kMetaNormType);
-  else if (!f.tensors.count(norm1_bias))
+  else if (!f.has(norm1_bias))
     // PyTorch ≥ 2.1's TransformerEncoderLayer(bias=False) drops the LayerNorms' β
     // as well, which ffn's LayerNorm does not support; an RMSNorm file of
     // ffn's own records ffn.norm_type.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ffn/encoder.hpp"
+#include "models/checkpoint.hpp"
 
 namespace ffn::models {
 
@@ -21,21 +22,21 @@ struct Slot {
 
 // The tensors of the slots (copies).
 SafetensorsFile tensors_of(const std::vector<Slot>& slots);
-// Fills the slots from f; throws Error naming path and the tensor when one is
-// missing or has another shape.
-void fill_slots(const SafetensorsFile& f, const std::string& path, const std::vector<Slot>& slots);
+// Fills the slots from f (read lazily, tensor by tensor); throws Error naming
+// path and the tensor when one is missing or has another shape.
+void fill_slots(const TensorSource& f, const std::string& path, const std::vector<Slot>& slots);
 // Throws Error naming `what` and the tensor unless `values` has the sizes of `want`.
 void check_slot_sizes(const std::vector<Slot>& want, const std::vector<Slot>& values, const std::string& what);
 
 // cfg.d_model (from l0 + "self_attn.out_proj.weight") and cfg.d_ff (from
 // l0 + "linear1.weight"); throws Error naming path and the tensor.
-void read_stack_shapes(const SafetensorsFile& f, const std::string& path, const std::string& l0, EncoderConfig& cfg);
+void read_stack_shapes(const TensorSource& f, const std::string& path, const std::string& l0, EncoderConfig& cfg);
 
 // cfg.heads, activation, norm, norm_type, eps and dropout from opts, else f's
 // __metadata__ (what = "an encoder layer's" / "a decoder layer's" in messages);
 // `gated`: the file has a gate; `norm1_bias`: the name of the first norm's β,
 // whose absence means RMSNorm only when the metadata says so.
-void read_stack_settings(const SafetensorsFile& f, const std::string& path, const EncoderLoadOptions& opts, bool gated,
+void read_stack_settings(const TensorSource& f, const std::string& path, const EncoderLoadOptions& opts, bool gated,
                          const std::string& norm1_bias, const std::string& what, EncoderConfig& cfg,
                          std::vector<AssumedSetting>& assumed);
 // The __metadata__ save writes: ffn.kind and the settings.

@@ -206,23 +206,18 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
   }
 
   // The tensors.
-  const SafetensorsFile f = read_safetensors(w_path.string());
+  // Read lazily, tensor by tensor (src/models/checkpoint.hpp).
+  const models::TensorSource f = models::TensorSource::safetensors(w_path.string(), "config.json");
   const int64_t d = c.d_model;
-  auto tensor = [&](const std::string& name, std::vector<int64_t> shape) -> const std::vector<float>& {
-    auto it = f.tensors.find(name);
-    if (it == f.tensors.end()) models::throw_missing_tensor(w_path.string(), name);
-    if (it->second.shape != shape)
-      models::throw_shape_error(w_path.string(), name, it->second.shape, shape_str(shape), "config.json");
-    return it->second.data;
-  };
-  auto has = [&](const std::string& name) { return f.tensors.count(name) > 0; };
+  auto tensor = [&](const std::string& name, std::vector<int64_t> shape) { return f.read(name, shape); };
+  auto has = [&](const std::string& name) { return f.has(name); };
   auto attention = [&](const std::string& p, std::vector<float>& in_w, std::vector<float>& in_b, std::vector<float>& out_w,
                        std::vector<float>& out_b) {
     in_w.clear();
     in_b.clear();
     for (const char* x : {"q_proj", "k_proj", "v_proj"}) {
-      const auto& w = tensor(p + x + ".weight", {d, d});
-      const auto& b = tensor(p + x + ".bias", {d});
+      const std::vector<float> w = tensor(p + x + ".weight", {d, d});
+      const std::vector<float> b = tensor(p + x + ".bias", {d});
       in_w.insert(in_w.end(), w.begin(), w.end());
       in_b.insert(in_b.end(), b.begin(), b.end());
     }
@@ -278,7 +273,7 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
   TranslationModel m(c, std::move(enc), std::move(dec));
   // Embeddings: transformers saves one of tied tensors (model.shared.weight
   // when shared); accept any of the tied names.
-  auto first_of = [&](std::initializer_list<const char*> names, int64_t rows) -> const std::vector<float>& {
+  auto first_of = [&](std::initializer_list<const char*> names, int64_t rows) {
     for (const char* n : names)
       if (has(n)) return tensor(n, {rows, d});
     return tensor(*names.begin(), {rows, d});  // the error names the first
@@ -292,16 +287,14 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
     // (resize_decoder_token_embeddings: decoder_vocab_size rows); every
     // target id (< decoder_vocab_size) must have a row.
     const std::string name = "model.decoder.embed_tokens.weight";
-    auto it = f.tensors.find(name);
-    if (it == f.tensors.end()) models::throw_missing_tensor(w_path.string(), name);
-    const auto& sh = it->second.shape;
+    const std::vector<int64_t> sh = f.shape(name);
     if (sh.size() != 2 || sh[1] != d || (sh[0] != c.vocab_size && sh[0] != c.decoder_vocab_size) ||
         sh[0] < c.decoder_vocab_size)
       models::throw_shape_error(w_path.string(), name, sh,
                                 "[" + std::to_string(std::max(c.vocab_size, c.decoder_vocab_size)) + ", " +
                                     std::to_string(d) + "]",
                                 "config.json's vocab_size / decoder_vocab_size: one row per target id");
-    m.tgt_embed_ = it->second.data;
+    m.tgt_embed_ = f.read(name, sh);
   }
   if (!c.tied_head) m.head_ = tensor("lm_head.weight", {c.decoder_vocab_size, d});
   m.logits_bias_ = has("final_logits_bias") ? tensor("final_logits_bias", {1, c.decoder_vocab_size})
