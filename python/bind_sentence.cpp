@@ -1,0 +1,81 @@
+// Python bindings: sentence embeddings (SentenceEncoder) (the module: python/ffn_python.cpp).
+#include "bindings.hpp"
+
+namespace ffn::python {
+
+void bind_sentence(nb::module_& m) {
+  nb::class_<SentenceEncoder>(m, "SentenceEncoder",
+                              "Sentence embeddings from a Hugging Face BERT checkpoint (e.g. all-MiniLM-L6-v2):\n"
+                              "WordPiece tokens, ffn's encoder layers, mean (or [CLS]) pooling, L2 normalization,\n"
+                              "as the model's sentence-transformers files say.")
+      .def_static(
+          "load",
+          [](std::optional<std::string> model, std::optional<int64_t> max_tokens, const std::string& dtype,
+             bool int8_outliers, bool int8_attention) {
+            SentenceLoadOptions o;
+            o.max_tokens = max_tokens;
+            o.dtype = parse_weight_dtype(dtype, "dtype");
+            o.int8_outliers = int8_outliers;
+            o.int8_attention = int8_attention;
+            const std::string dir = model ? *model : SentenceEncoder::default_model_dir();
+            SentenceEncoder enc = [&] {
+              nb::gil_scoped_release nogil;
+              return SentenceEncoder::load(dir, o);
+            }();
+            // What the directory's files left unsaid, as ffn embed's stderr
+            // lines: a UserWarning each, at the caller's line (stacklevel 1
+            // from C is the calling Python frame).
+            for (const std::string& note : enc.load_notes())
+              if (PyErr_WarnEx(PyExc_UserWarning, note.c_str(), 1) != 0) throw nb::python_error();
+            return enc;
+          },
+          "model"_a = nb::none(), "max_tokens"_a = nb::none(), "dtype"_a = "fp32", "int8_outliers"_a = true,
+          "int8_attention"_a = true,
+          "Loads a model directory (config.json, model.safetensors, vocab.txt); None: $FFN_MODEL_DIR,\n"
+          "else ~/.cache/ffn/all-MiniLM-L6-v2 (scripts/setup.sh installs it). What the files leave\n"
+          "unsaid (e.g. no 1_Pooling/config.json: mean pooling) raises a UserWarning each (load_notes).\n"
+          "dtype: the FFN sublayers' weights as fp32, bf16 or int8. max_tokens: per text, [CLS] and\n"
+          "[SEP] included.\n"
+          "int8_outliers: keep each layer's outlier input channels in float32, found by running the\n"
+          "float32 model over built-in calibration texts at load (False: plain per-token int8).\n"
+          "int8_attention: the attention's Q/K/V and output projections in int8 too (False: FFN only).")
+      .def("tokenize", &SentenceEncoder::tokenize, "text"_a, "Token ids: [CLS] ... [SEP], truncated to max_tokens.")
+      .def(
+          "embed",
+          [](const SentenceEncoder& s, const std::string& text, std::optional<int> threads) {
+            EmbedOptions o;
+            o.threads = run_options(threads, false, 0).threads;
+            Interruptible stop;
+            o.interrupted = stop.hook();
+            Array a;
+            stop.run([&] { a = s.embed({text}, o); });
+            return to_numpy(a.data, {a.shape[1]});
+          },
+          "text"_a, "threads"_a = nb::none(), "The embedding of one text: float32 [dim].")
+      .def(
+          "embed",
+          [](const SentenceEncoder& s, const std::vector<std::string>& texts, int64_t batch, std::optional<int> threads) {
+            EmbedOptions o;
+            o.batch = batch;
+            o.threads = run_options(threads, false, 0).threads;
+            Interruptible stop;
+            o.interrupted = stop.hook();
+            Array a;
+            stop.run([&] { a = s.embed(texts, o); });
+            return to_numpy(a.data, a.shape);
+          },
+          "texts"_a, "batch"_a = 32, "threads"_a = nb::none(),
+          "Embeddings of a list of texts: float32 [len(texts), dim]; batch: texts per encoder call\n"
+          "(padding has no effect on the result).")
+      .def_prop_ro("dim", &SentenceEncoder::dim)
+      .def_prop_ro("max_tokens", &SentenceEncoder::max_tokens)
+      .def_prop_ro("model_dir", &SentenceEncoder::dir)
+      .def_prop_ro("load_notes", &SentenceEncoder::load_notes,
+                   "What load assumed or left unused because the directory's files do not say: one line\n"
+                   "each, naming the file (each was also a UserWarning from load).")
+      .def_prop_ro("fp32_input_channels", &SentenceEncoder::fp32_input_channels,
+                   "Per layer, the FFN input channels kept in float32 (int8 with outliers).");
+
+}
+
+}  // namespace ffn::python
