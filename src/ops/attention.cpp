@@ -130,7 +130,8 @@ void attention_forward(const Context& cx, const AttentionShape& a, const Attenti
       }
       // V is read in place: its rows are B's rows (ldb = the row stride, 16-column panels side by side);
       // a key tile's rows lie in one page.
-      const auto v_rows = [&](int64_t j0) { return in.v + a.key_row(size_t(b), j0) * in.ldkv + col; };
+      const size_t seq = size_t(b);  // (a structured binding: not captured by clang before C++20's P1091)
+      const auto v_rows = [&](int64_t j0) { return in.v + a.key_row(seq, j0) * in.ldkv + col; };
       const int64_t rows = std::min(kQueryTile, sq.len - s0);
       const int64_t keys = visible(a, sq, s0 + rows - 1);  // keys any row of the tile sees
       const float* q = in.q + (sq.base + s0) * in.ldq + h * dh;
