@@ -350,11 +350,11 @@ TEST_P(BackendOps, LinearLayerEveryStorage) {
       // by column panels and by rows (2 threads), and a row block of 1
       for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{n, m}, {70, 300}, {400, 40}, {1, 37}}) {
         const auto xx = uniform(size_t(rows * k), 45);
-        const auto ww = uniform(size_t(cols * k), 46);
-        const nn::Linear hh = nn::Linear::rounded(ww.data(), k, cols, dt, b.data());
+        const auto ww = uniform(size_t(cols * k), 46), bb = uniform(size_t(cols), 47);
+        const nn::Linear hh = nn::Linear::rounded(ww.data(), k, cols, dt, bb.data());
         std::vector<float> wwide(ww.size());
         for (int64_t row = 0; row < cols; ++row) hh.row(row, wwide.data() + row * k);
-        const nn::Linear f32(wwide.data(), k, cols, b.data());
+        const nn::Linear f32(wwide.data(), k, cols, bb.data());
         std::vector<float> g(size_t(rows * cols)), e(g.size());
         hh.forward(ctx, xx.data(), rows, g.data());
         f32.forward(nn::Context(kc, 1, path), xx.data(), rows, e.data());
