@@ -317,15 +317,10 @@ std::vector<std::vector<int64_t>> decode(Stepper& model, const std::vector<int64
   SearchStats& st = stats ? *stats : local;
   if (s.vocab < 1) throw Error("decode: the vocabulary is empty");
   if (s.max_new < 1) return std::vector<std::vector<int64_t>>(start.size());
-  if (s.beams < 1 || s.beams > 1024) throw Error("--beams: expected 1..1024, got " + std::to_string(s.beams));
-  if (s.beams > 1) {
-    if (s.sampling.temperature != 0.0f)
-      throw Error("--beams " + std::to_string(s.beams) + " with --temperature: beam sampling is not supported (give one)");
-    if (s.sampling.repeat_penalty != 1.0f || s.sampling.top_k != 0 || s.sampling.top_p != 1.0f)
-      throw Error("--beams " + std::to_string(s.beams) +
-                  ": --repeat-penalty, --top-k and --top-p apply to sampling and greedy search, not to beam search");
-    return beam_search(model, start, s, st);
-  }
+  SamplingOptions settings = s.sampling;  // the ranges and the beam rules, in one place
+  settings.beams = s.beams;
+  settings.validate();
+  if (s.beams > 1) return beam_search(model, start, s, st);
   std::vector<std::vector<int32_t>> seen_all(seen);
   seen_all.resize(start.size());
   return greedy_or_sample(model, start, std::move(seen_all), s, st);

@@ -372,18 +372,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
       kv.positions[size_t(r)] = cache.length(b) + r - off[size_t(b)];
   // The new positions' pages (the cache's rows may move: the block takes K
   // and V per layer); an error before the end gives the old lengths back.
-  std::vector<int64_t> old_len(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) old_len[size_t(b)] = cache.length(b);
-  struct Restore {
-    nn::KvCache& cache;
-    const std::vector<int64_t>& len;
-    bool done = false;
-    ~Restore() {
-      if (!done)
-        for (size_t b = 0; b < len.size(); ++b) cache.resize(int64_t(b), len[b]);
-    }
-  } restore{cache, old_len};
-  for (int64_t b = 0; b < B; ++b) cache.resize(b, cache.length(b) + counts[size_t(b)]);
+  nn::KvCache::Step step(cache, counts);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t r = off[size_t(b)]; r < off[size_t(b) + 1]; ++r)
       kv.write[size_t(r)] = cache.row(b, kv.positions[size_t(r)]);
@@ -427,7 +416,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   nn::norm_forward(cx, NormType::rmsnorm, c.eps, x.data(), m, d, w_->norm.data(), nullptr, a.data(), mean.data(),
                    rstd.data());
   w_->head.forward(cx, a.data(), m, logits, {.acts = &acts});
-  restore.done = true;
+  step.done();
 }
 
 std::vector<float> CausalLM::logits(const std::vector<int32_t>& ids, const RunOptions& opts) const {

@@ -539,17 +539,7 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
   // Self-attention over each sequence's slot of the cache, its new row last.
   // Each sequence's new position first (its page, when it starts one); an
   // error before the end gives the old lengths back.
-  struct Restore {
-    nn::KvCache& cache;
-    int64_t n;
-    bool done = false;
-    ~Restore() {
-      if (!done)
-        for (int64_t i = 0; i < n; ++i) cache.resize(i, cache.length(i) - 1);
-    }
-  };
-  for (int64_t i = 0; i < n; ++i) s.self.resize(i, s.self.length(i) + 1);
-  Restore restore{s.self, n};
+  nn::KvCache::Step step(s.self, std::vector<int64_t>(size_t(n), 1));
   nn::KeysValues self;
   self.kind = nn::KeysValues::Kind::cache;
   self.cache = &s.self;
@@ -601,7 +591,7 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
                      cur.data(), mean.data(), rstd.data());
   }
   std::copy(cur.begin(), cur.end(), y);
-  restore.done = true;
+  step.done();
 }
 
 }  // namespace ffn

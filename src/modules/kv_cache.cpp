@@ -79,6 +79,21 @@ void KvCache::resize(int64_t i, int64_t len) {
   len_[size_t(i)] = len;
 }
 
+KvCache::Step::Step(KvCache& cache, const std::vector<int64_t>& counts) : cache_(cache) {
+  for (size_t i = 0; i < counts.size(); ++i) old_.push_back(cache_.length(int64_t(i)));
+  try {
+    for (size_t i = 0; i < counts.size(); ++i) cache_.resize(int64_t(i), old_[i] + counts[i]);
+  } catch (...) {  // (no destructor for a half-made Step)
+    for (size_t i = 0; i < old_.size(); ++i) cache_.resize(int64_t(i), old_[i]);
+    throw;
+  }
+}
+
+KvCache::Step::~Step() {
+  if (!done_)  // shrinking frees pages and allocates nothing
+    for (size_t i = 0; i < old_.size(); ++i) cache_.resize(int64_t(i), old_[i]);
+}
+
 void KvCache::select(const std::vector<int64_t>& from) {
   for (int64_t f : from)
     if (f < 0 || f >= live())

@@ -52,6 +52,23 @@ class KvCache {
   // caller's to write. May move every layer's rows: take k()/v() after.
   void resize(int64_t i, int64_t len);
 
+  // One step's new positions: live sequence i grows by counts[i] (resize);
+  // unless done() is called, the destructor gives the old lengths back, so
+  // an error during the step leaves every sequence as it was.
+  class Step {
+   public:
+    Step(KvCache& cache, const std::vector<int64_t>& counts);
+    ~Step();
+    Step(const Step&) = delete;
+    Step& operator=(const Step&) = delete;
+    void done() { done_ = true; }
+
+   private:
+    KvCache& cache_;
+    std::vector<int64_t> old_;
+    bool done_ = false;
+  };
+
   // The row of K and V (k(layer) + row · kvd) holding position pos of sequence i.
   int64_t row(int64_t i, int64_t pos) const { return pages_[size_t(i)][size_t(pos / page_)] * page_ + pos % page_; }
   float* k(int64_t layer) { return k_[size_t(layer)].data(); }

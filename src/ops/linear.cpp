@@ -10,6 +10,19 @@
 
 namespace ffn::nn {
 
+namespace {
+// y[i, j] += b[j] (b may be null), over the pool for a large y.
+void add_bias(int threads, const float* b, int64_t n, int64_t m, float* y) {
+  if (!b) return;
+  const auto rows = [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t j = 0; j < m; ++j) y[i * m + j] += b[j];
+  };
+  if (n * m > 65536) parallel_range(threads, n, grain_for(n, threads), rows);
+  else rows(0, n, 0);
+}
+}  // namespace
+
 std::vector<float> pack_linear_weight(const float* w, int64_t k, int64_t m) { return pack_panels(w, k, m, true); }
 
 void linear_forward(const Context& ctx, const float* x, int64_t n, int64_t k, const float* w,
@@ -28,14 +41,7 @@ void linear_forward(const Context& ctx, const float* x, int64_t n, int64_t k, co
   g.b = packed.data(); g.ldb = kPanel; g.psb = k * kPanel;
   g.c = y; g.ldc = m;
   gemm(kc.f32, g, threads);
-  if (b) {
-    const auto rows = [&](int64_t i0, int64_t i1, int) {
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t j = 0; j < m; ++j) y[i * m + j] += b[j];
-    };
-    if (n * m > 65536) parallel_range(threads, n, grain_for(n, threads), rows);
-    else rows(0, n, 0);
-  }
+  add_bias(threads, b, n, m, y);
 }
 
 template <typename TB>
@@ -49,14 +55,7 @@ void linear_forward_16(const Context& ctx, const float* x, int64_t n, int64_t k,
   g.b = packed; g.ldb = kPanel; g.psb = k * kPanel;
   g.c = y; g.ldc = m;
   gemm_packed(ctx.kernels().f32, g, threads);
-  if (b) {  // as linear_forward
-    const auto rows = [&](int64_t i0, int64_t i1, int) {
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t j = 0; j < m; ++j) y[i * m + j] += b[j];
-    };
-    if (n * m > 65536) parallel_range(threads, n, grain_for(n, threads), rows);
-    else rows(0, n, 0);
-  }
+  add_bias(threads, b, n, m, y);
 }
 template void linear_forward_16<bf16_t>(const Context&, const float*, int64_t, int64_t, const bf16_t*, const float*,
                                         int64_t, float*);
