@@ -12,6 +12,7 @@
 
 #include "ffn/causal_lm.hpp"
 #include "models/checkpoint.hpp"
+#include "modules/spec.hpp"
 
 namespace ffn {
 class GgufFile;
@@ -19,14 +20,22 @@ class GgufFile;
 
 namespace ffn::models {
 
+// What a config reader makes of a checkpoint: the public summary
+// (CausalLM::config()) and the stack it describes (src/modules/spec.hpp),
+// from which the model is built.
+struct ArchConfig {
+  CausalLMConfig config;
+  nn::StackSpec spec;
+};
+
 // One causal LM architecture: its name (Hugging Face config.json's
 // model_type, a GGUF's general.architecture), a config reader and a name
 // table per checkpoint format it comes in (null: not in that format).
 struct Architecture {
   std::string name;
-  CausalLMConfig (*from_hf)(const nlohmann::json& config, const std::filesystem::path& path) = nullptr;
+  ArchConfig (*from_hf)(const nlohmann::json& config, const std::filesystem::path& path) = nullptr;
   const NameTable* hf_names = nullptr;
-  CausalLMConfig (*from_gguf)(const GgufFile& file) = nullptr;
+  ArchConfig (*from_gguf)(const GgufFile& file) = nullptr;
   const NameTable* gguf_names = nullptr;
 };
 // The registered architectures: the built-in ones (llama), then any
@@ -39,11 +48,19 @@ const Architecture* find_architecture(const std::string& name, Format format);
 // "\"a\", \"b\"": the names that come in `format`, for messages.
 std::string architecture_names(Format format);
 
+// The built-in architectures, one file each (arch_<name>.cpp).
+Architecture llama_architecture();
+Architecture qwen2_architecture();
+
 // LLaMA (LlamaForCausalLM; GGUF general.architecture "llama").
 const NameTable& llama_names(Format format);
+// LLaMA's stack: pre-RMSNorm, grouped-query causal attention with rotary
+// positions (halves order), SwiGLU without biases, a final RMSNorm.
+nn::StackSpec llama_spec(const CausalLMConfig& c);
 // config.json → the config (validated); Error naming the file and key.
 CausalLMConfig llama_config(const nlohmann::json& j, const std::filesystem::path& cfg_path);
-// The llama.* metadata (and token_embd's shape, the vocabulary) → the config (validated).
-CausalLMConfig llama_config(const GgufFile& f);
+// The <arch>.* metadata (llama.*, qwen2.*, ...; token_embd's shape, the
+// vocabulary) → the config (validated).
+CausalLMConfig llama_config(const GgufFile& f, const std::string& arch = "llama");
 
 }  // namespace ffn::models

@@ -22,6 +22,10 @@ constexpr NameTable kLlamaHf{{
     "model.layers.{L}.mlp.gate_proj.weight",            // gate
     "model.layers.{L}.mlp.up_proj.weight",              // up
     "model.layers.{L}.mlp.down_proj.weight",            // down
+    "model.layers.{L}.self_attn.q_proj.bias",           // q_bias (attention_bias)
+    "model.layers.{L}.self_attn.k_proj.bias",           // k_bias
+    "model.layers.{L}.self_attn.v_proj.bias",           // v_bias
+    "model.layers.{L}.self_attn.o_proj.bias",           // o_bias
 }};
 // llama.cpp's names (src/llama-arch.cpp); its converter permutes W_Q's and
 // W_K's rows into its rotary order.
@@ -38,49 +42,35 @@ constexpr NameTable kLlamaGguf{{
                                    "blk.{L}.ffn_gate.weight",   // gate
                                    "blk.{L}.ffn_up.weight",     // up
                                    "blk.{L}.ffn_down.weight",   // down
+                                   "blk.{L}.attn_q.bias",       // q_bias
+                                   "blk.{L}.attn_k.bias",       // k_bias
+                                   "blk.{L}.attn_v.bias",       // v_bias
+                                   "blk.{L}.attn_output.bias",  // o_bias
                                },
                                true};
 }  // namespace
 
 const NameTable& llama_names(Format format) { return format == Format::gguf ? kLlamaGguf : kLlamaHf; }
 
-namespace {
-std::vector<Architecture>& registry() {
-  static std::vector<Architecture> r = [] {
-    Architecture llama;
-    llama.name = "llama";
-    llama.from_hf = [](const nlohmann::json& j, const std::filesystem::path& p) { return llama_config(j, p); };
-    llama.hf_names = &kLlamaHf;
-    llama.from_gguf = [](const GgufFile& f) { return llama_config(f); };
-    llama.gguf_names = &kLlamaGguf;
-    return std::vector<Architecture>{llama};
-  }();
-  return r;
-}
-bool comes_in(const Architecture& a, Format format) {
-  return format == Format::gguf ? a.from_gguf && a.gguf_names : a.from_hf && a.hf_names;
-}
-}  // namespace
-
-const std::vector<Architecture>& architectures() { return registry(); }
-
-void register_architecture(Architecture a) {
-  for (const Architecture& b : registry())
-    if (b.name == a.name) throw Error("register_architecture: \"" + a.name + "\" is registered already");
-  registry().push_back(std::move(a));
-}
-
-const Architecture* find_architecture(const std::string& name, Format format) {
-  for (const Architecture& a : registry())
-    if (a.name == name && comes_in(a, format)) return &a;
-  return nullptr;
-}
-
-std::string architecture_names(Format format) {
-  std::string out;
-  for (const Architecture& a : registry())
-    if (comes_in(a, format)) out += (out.empty() ? "\"" : ", \"") + a.name + "\"";
-  return out;
+nn::StackSpec llama_spec(const CausalLMConfig& c) {
+  nn::StackSpec s;
+  s.kind = nn::StackKind::causal_lm;
+  s.d_model = c.d_model;
+  s.layers = c.layers;
+  s.norm = {nn::NormKind::rmsnorm, nn::NormSites::pre, c.eps};
+  s.final_norm = true;
+  s.attention.heads = c.heads;
+  s.attention.kv_heads = c.kv_heads;
+  s.attention.head_dim = c.head_dim;
+  s.attention.causal = true;
+  s.attention.rope.enabled = true;
+  s.attention.rope.theta = c.rope_theta;
+  s.ffn = {c.d_ff, Activation::silu, true, false};
+  s.embedding.vocab = c.vocab;
+  s.embedding.positions = nn::Positions::rotary;
+  s.embedding.max_positions = c.context;
+  s.embedding.tied_head = c.tied;
+  return s;
 }
 
 CausalLMConfig llama_config(const nlohmann::json& j, const std::filesystem::path& cfg_path) {
@@ -107,29 +97,30 @@ CausalLMConfig llama_config(const nlohmann::json& j, const std::filesystem::path
   }
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
     throw Error(cfg_path.string() + ": rope_scaling " + j["rope_scaling"].dump() + " is not supported");
-  if (json_opt<bool>(j, "attention_bias", false, cfg_path) || json_opt<bool>(j, "mlp_bias", false, cfg_path))
-    throw Error(cfg_path.string() + ": attention_bias/mlp_bias are not supported (LLaMA has no biases)");
+  if (json_opt<bool>(j, "mlp_bias", false, cfg_path))
+    throw Error(cfg_path.string() + ": mlp_bias is not supported (the FFN's products have no biases here)");
   if (json_opt<std::string>(j, "hidden_act", "silu", cfg_path) != "silu")
     throw Error(cfg_path.string() + ": hidden_act is " + j["hidden_act"].dump() + "; expected \"silu\" (SwiGLU)");
   c.validate();
   return c;
 }
 
-CausalLMConfig llama_config(const GgufFile& f) {
+CausalLMConfig llama_config(const GgufFile& f, const std::string& arch) {
   const std::string& path = f.path();
+  const std::string pre = arch + ".";
   CausalLMConfig c;
-  auto u = [&](const std::string& k) { return int64_t(f.get_uint("llama." + k)); };
+  auto u = [&](const std::string& k) { return int64_t(f.get_uint(pre + k)); };
   c.d_model = u("embedding_length");
   c.layers = u("block_count");
   c.d_ff = u("feed_forward_length");
   c.heads = u("attention.head_count");
-  c.kv_heads = f.find("llama.attention.head_count_kv") ? u("attention.head_count_kv") : c.heads;
-  c.head_dim = f.find("llama.rope.dimension_count") ? u("rope.dimension_count") : c.d_model / std::max<int64_t>(c.heads, 1);
-  c.rope_theta = f.find("llama.rope.freq_base") ? f.get_float("llama.rope.freq_base") : 10000.0;
-  c.eps = float(f.get_float("llama.attention.layer_norm_rms_epsilon"));
-  c.context = f.find("llama.context_length") ? u("context_length") : 0;
-  if (f.find("llama.rope.scaling.type") && f.get_string("llama.rope.scaling.type") != "none")
-    throw Error(path + ": llama.rope.scaling.type " + f.get_string("llama.rope.scaling.type") + " is not supported");
+  c.kv_heads = f.find(pre + "attention.head_count_kv") ? u("attention.head_count_kv") : c.heads;
+  c.head_dim = f.find(pre + "rope.dimension_count") ? u("rope.dimension_count") : c.d_model / std::max<int64_t>(c.heads, 1);
+  c.rope_theta = f.find(pre + "rope.freq_base") ? f.get_float(pre + "rope.freq_base") : 10000.0;
+  c.eps = float(f.get_float(pre + "attention.layer_norm_rms_epsilon"));
+  c.context = f.find(pre + "context_length") ? u("context_length") : 0;
+  if (f.find(pre + "rope.scaling.type") && f.get_string(pre + "rope.scaling.type") != "none")
+    throw Error(path + ": " + pre + "rope.scaling.type " + f.get_string(pre + "rope.scaling.type") + " is not supported");
   const GgufTensor& te = f.tensor("token_embd.weight");
   if (te.ne.size() != 2 || te.ne[0] != c.d_model)
     throw_shape_error(path, "token_embd.weight", te.ne, "[" + std::to_string(c.d_model) + ", vocabulary]",
@@ -140,6 +131,33 @@ CausalLMConfig llama_config(const GgufFile& f) {
   if (f.find("tokenizer.ggml.eos_token_id")) c.eos = int64_t(f.get_uint("tokenizer.ggml.eos_token_id"));
   c.validate();
   return c;
+}
+
+}  // namespace ffn::models
+
+namespace ffn::models {
+
+Architecture llama_architecture() {
+  Architecture llama;
+  llama.name = "llama";
+  llama.from_hf = [](const nlohmann::json& j, const std::filesystem::path& p) {
+    const CausalLMConfig c = llama_config(j, p);
+    nn::StackSpec s = llama_spec(c);
+    // LlamaConfig.attention_bias: Q, K, V and O projections with biases.
+    s.attention.qkv_bias = s.attention.out_bias = json_opt<bool>(j, "attention_bias", false, p);
+    return ArchConfig{c, s};
+  };
+  llama.hf_names = &kLlamaHf;
+  llama.from_gguf = [](const GgufFile& f) {
+    const CausalLMConfig c = llama_config(f);
+    nn::StackSpec s = llama_spec(c);
+    // llama.cpp's llama graph adds bq, bk, bv and bo where the file has them.
+    s.attention.qkv_bias = f.has("blk.0.attn_q.bias");
+    s.attention.out_bias = f.has("blk.0.attn_output.bias");
+    return ArchConfig{c, s};
+  };
+  llama.gguf_names = &kLlamaGguf;
+  return llama;
 }
 
 }  // namespace ffn::models

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <numeric>
 #include <optional>
+#include <tuple>
 
 #include "backends/cpu/isa.hpp"
 #include "backends/context.hpp"
@@ -29,6 +30,7 @@
 #include "models/arch.hpp"
 #include "models/checkpoint.hpp"
 #include "modules/attention_block.hpp"
+#include "modules/decoder_layer.hpp"
 #include "modules/ffn_sublayer.hpp"
 #include "modules/kv_cache.hpp"
 
@@ -48,6 +50,7 @@ struct CausalLM::Weights {
   std::vector<float> norm;          // [d]
   nn::Linear head;                  // [vocab, d]
   std::vector<Layer> layers;
+  nn::StackSpec spec;               // the stack the architecture's config reader described
 };
 
 struct CausalLMState::Data {
@@ -118,6 +121,21 @@ CausalLM& CausalLM::operator=(CausalLM&&) noexcept = default;
 
 namespace {
 
+// What the causal LM runs of a spec (the blocks' own limits: StackSpec::check_supported).
+void check_causal_spec(const nn::StackSpec& s, const std::string& path) {
+  s.validate();
+  s.check_supported(path);
+  auto refuse = [&](const std::string& what) { throw Error(path + ": " + what); };
+  if (s.kind != nn::StackKind::causal_lm)
+    refuse("the architecture describes a " + std::string(nn::to_string(s.kind)) + ", not a causal LM");
+  if (s.norm.kind != nn::NormKind::rmsnorm && s.norm.kind != nn::NormKind::rmsnorm_one_plus)
+    refuse("the causal LM's norms are RMSNorm, not " + std::string(nn::to_string(s.norm.kind)));
+  if (s.norm.sites == nn::NormSites::post) refuse("the causal LM's norms come before each sublayer");
+  if (!s.final_norm) refuse("the causal LM has a final norm");
+  if (s.embedding.positions != nn::Positions::rotary) refuse("the causal LM's positions are rotary");
+  if (s.attention.rope.adjacent_pairs) refuse("rotary pairs must be put in halves order by the name table");
+}
+
 // GGUF keeps W_Q's and W_K's rows in llama.cpp's rotary order (each head's
 // rows interleaved in pairs); transformers' order has the two halves of the
 // head apart: new row h·2m + t·m + i = file row h·2m + 2i + t (m = head_dim / 2).
@@ -131,18 +149,6 @@ std::vector<float> unpermute_rows(const std::vector<float>& w, int64_t heads, in
   return out;
 }
 
-// The FFN sublayer of a LLaMA block: pre-norm RMSNorm, SwiGLU, no bias.
-Config llama_ffn_config(const CausalLMConfig& c) {
-  Config fc;
-  fc.d_model = c.d_model;
-  fc.d_ff = c.d_ff;
-  fc.activation = Activation::swiglu;
-  fc.bias = false;
-  fc.norm = NormPlacement::pre;
-  fc.norm_type = NormType::rmsnorm;
-  fc.eps = c.eps;
-  return fc;
-}
 
 }  // namespace
 
@@ -174,7 +180,9 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     if (!arch)
       throw Error(cfg_path.string() + ": model_type is \"" + type + "\"; expected " +
                   models::architecture_names(models::Format::safetensors) + " (LlamaForCausalLM)");
-    c = arch->from_hf(j, cfg_path);
+    models::ArchConfig ac = arch->from_hf(j, cfg_path);
+    c = ac.config;
+    lm.w_->spec = std::move(ac.spec);
     source = models::TensorSource::safetensors(st_path.string(), "config.json");
     untied_note = "config.json: tie_word_embeddings is false";
     if (fs::exists(tok_path, ec)) lm.tok_ = std::make_shared<BpeTokenizer>(BpeTokenizer::from_json(tok_path.string()));
@@ -192,9 +200,13 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
                   models::architecture_names(models::Format::gguf) +
                   (models::architecture_names(models::Format::gguf).find(',') == std::string::npos ? " is" : " are") +
                   " supported");
-    c = arch->from_gguf(*gguf);
+    models::ArchConfig ac = arch->from_gguf(*gguf);
+    c = ac.config;
+    lm.w_->spec = std::move(ac.spec);
     source = models::TensorSource::gguf(gguf, name + ".* metadata");
   }
+  const nn::StackSpec& spec = lm.w_->spec;
+  check_causal_spec(spec, path);
   const models::TensorSource& src = *source;
   const models::NameTable& names = src.format() == models::Format::gguf ? *arch->gguf_names : *arch->hf_names;
   using T = models::LMTensor;
@@ -208,7 +220,8 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     std::string name;
     int64_t rows, rope_heads;
   };
-  auto product = [&](const std::vector<Part>& parts, int64_t k) -> nn::Linear {
+  auto product = [&](const std::vector<Part>& parts, int64_t k, const std::vector<float>& bias = {}) -> nn::Linear {
+    const float* b = bias.empty() ? nullptr : bias.data();
     const nn::QuantType* qt = nullptr;
     bool same = native && src.format() == models::Format::gguf;
     for (size_t i = 0; i < parts.size(); ++i) {
@@ -233,7 +246,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
           rows.push_back(base + from * row_bytes);
         }
       }
-      return nn::Linear(nn::repack_rows(qt->id, rows, k));
+      return nn::Linear(nn::repack_rows(qt->id, rows, k), b);
     }
     std::vector<float> all;
     for (const Part& p : parts) {
@@ -244,7 +257,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     // The row count first: the arguments' order of evaluation is unspecified
     // (clang moved `all` away before its size was read: an empty product).
     const int64_t rows = int64_t(all.size()) / k;
-    return nn::Linear(all.data(), k, rows);
+    return nn::Linear(all.data(), k, rows, b);
   };
   // A float32 matrix, its rows in transformers' order.
   auto matrix = [&](const std::string& n, int64_t rows, int64_t cols, int64_t rope_heads = 0) {
@@ -258,20 +271,47 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   // opts.ffn_dtype).
   const bool keep_blocks = native && src.format() == models::Format::gguf;
 
+  // A norm's γ; Gemma's (1 + w) norms hold w: γ = 1 + w, in float32 as transformers adds it.
+  const bool one_plus = spec.norm.kind == nn::NormKind::rmsnorm_one_plus;
+  auto norm = [&](const std::string& n) {
+    std::vector<float> g = src.read(n, {d});
+    if (one_plus)
+      for (float& v : g) v = 1.0f + v;
+    return g;
+  };
+  // Q|K|V's bias (AttentionSpec::qkv_bias; Q's and K's rows in the file's order as their matrices');
+  // W_O's (out_bias).
+  auto qkv_bias = [&](int64_t l) {
+    std::vector<float> b;
+    if (!spec.attention.qkv_bias) return b;
+    for (const auto& [t, rows, rope] : {std::tuple{T::q_bias, qd, q_rope}, std::tuple{T::k_bias, kvd, k_rope},
+                                        std::tuple{T::v_bias, kvd, int64_t(0)}}) {
+      std::vector<float> v = src.read(name(t, l), {rows});
+      if (rope > 0) v = unpermute_rows(v, rope, 1);
+      b.insert(b.end(), v.begin(), v.end());
+    }
+    return b;
+  };
+  auto out_bias = [&](int64_t l) {
+    return spec.attention.out_bias ? src.read(name(T::o_bias, l), {d}) : std::vector<float>{};
+  };
+
   Weights& w = *lm.w_;
   src.expect(name(T::embed), {c.vocab, d});
-  w.norm = src.read(name(T::norm), {d});
+  w.norm = norm(name(T::norm));
   if (!c.tied && !src.has(name(T::head))) models::throw_missing_tensor(src.path(), name(T::head), untied_note);
   w.head = product({{name(c.tied ? T::embed : T::head), c.vocab, 0}}, d);
   if (!c.tied) w.embed = src.read(name(T::embed), {c.vocab, d});  // tied: the head's rows
-  const Config fc = llama_ffn_config(c);
+  const Config fc = nn::ffn_config(spec);
   for (int64_t l = 0; l < c.layers; ++l) {
     Weights::Layer L;
-    L.attn_norm = src.read(name(T::attn_norm, l), {d});
+    L.attn_norm = norm(name(T::attn_norm, l));
+    const std::vector<float> in_bias = qkv_bias(l), o_bias = out_bias(l);
     if (keep_blocks) {
-      L.attn.in = product({{name(T::q, l), qd, q_rope}, {name(T::k, l), kvd, k_rope}, {name(T::v, l), kvd, 0}}, d);
-      L.attn.out = product({{name(T::o, l), d, 0}}, qd);
-      L.ffn.emplace_back(fc, src.read(name(T::ffn_norm, l), {d}), std::vector<float>{},
+      L.attn.in = product({{name(T::q, l), qd, q_rope}, {name(T::k, l), kvd, k_rope}, {name(T::v, l), kvd, 0}}, d,
+                          in_bias);
+      L.attn.out = product({{name(T::o, l), d, 0}}, qd, o_bias);
+      L.ffn.emplace_back(fc, norm(name(T::ffn_norm, l)), std::vector<float>{},
                          product({{name(T::up, l), c.d_ff, 0}, {name(T::gate, l), c.d_ff, 0}}, d),
                          product({{name(T::down, l), d, 0}}, c.d_ff));
       w.layers.push_back(std::move(L));
@@ -282,10 +322,10 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
       const std::vector<float> v = matrix(name(t, l), kvd, d, rope);
       wqkv.insert(wqkv.end(), v.begin(), v.end());
     }
-    L.attn.in = nn::Linear(wqkv.data(), d, qd + 2 * kvd);
-    L.attn.out = nn::Linear(matrix(name(T::o, l), d, qd).data(), qd, d);
+    L.attn.in = nn::Linear(wqkv.data(), d, qd + 2 * kvd, in_bias.empty() ? nullptr : in_bias.data());
+    L.attn.out = nn::Linear(matrix(name(T::o, l), d, qd).data(), qd, d, o_bias.empty() ? nullptr : o_bias.data());
     ffn::Weights fw;
-    fw.norm_weight = src.read(name(T::ffn_norm, l), {d});
+    fw.norm_weight = norm(name(T::ffn_norm, l));
     fw.wg = matrix(name(T::gate, l), c.d_ff, d);
     fw.w1 = matrix(name(T::up, l), c.d_ff, d);
     fw.w2 = matrix(name(T::down, l), d, c.d_ff);
@@ -357,10 +397,13 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   std::vector<float> x(size_t(n * d)), a(size_t(n * d));
   nn::QActs acts;
   std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
+  const nn::StackSpec& spec = w_->spec;
   for (int64_t i = 0; i < n; ++i) {
     if (w_->embed.empty()) w_->head.row(ids[i], x.data() + i * d);
     else std::copy_n(w_->embed.begin() + int64_t(ids[i]) * d, d, x.begin() + i * d);
   }
+  if (spec.embedding.scale != 1.0f)  // Gemma: × √d_model, in float32
+    for (float& v : x) v *= spec.embedding.scale;
   // Each new row's position and its row of the cache.
   nn::KeysValues kv;
   kv.kind = nn::KeysValues::Kind::cache;
@@ -381,32 +424,25 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   // The attention sublayer every decoder has (src/modules/attention_block.hpp):
   // pre-norm RMSNorm, Q|K|V, rotary positions, the cache, grouped-query
   // causal attention, W_O and the residual.
-  nn::AttentionBlockConfig bc;
-  bc.d = d;
-  bc.heads = c.heads;
-  bc.norm = NormPlacement::pre;
-  bc.norm_type = NormType::rmsnorm;
-  bc.eps = c.eps;
-  bc.head_dim = c.head_dim;
-  bc.kv_heads = c.kv_heads;
-  bc.rope = &s.rope;
-  nn::BlockRun run;
-  run.causal = true;
-  run.ctx = &cx;
-  run.acts = &acts;
+  nn::DecoderLayerStep ls;
+  ls.off = &off;
+  ls.S = cache.capacity();
+  ls.self = &kv;
+  ls.run.ctx = &cx;
+  ls.run.acts = &acts;
+  ls.ffn_opts = opts;
+  ls.ffn_opts.threads = threads;
+  ls.ffn_opts.training = false;
   nn::AttentionSaved scratch;
   static const std::vector<float> none;
-  RunOptions fo = opts;
-  fo.threads = threads;
-  fo.training = false;
   for (int64_t l = 0; l < c.layers; ++l) {
     const Weights::Layer& L = w_->layers[size_t(l)];
-    const nn::AttentionBlockWeights aw{none, none, none, none, L.attn_norm, none};
-    kv.layer = l;
-    nn::attention_block_forward(bc, aw, L.attn, x.data(), a.data(), off, cache.capacity(), kv, scratch, false, run);
-    L.ffn[0].forward(cx, fo, a.data(), n, x.data(), &acts);  // x = a + FFN(a)
+    nn::AttentionBlockConfig bc = nn::attention_config(spec, l);
+    bc.rope = &s.rope;
+    const nn::DecoderLayerView view{{none, none, none, none, L.attn_norm, none}, L.attn, nullptr, nullptr, nullptr,
+                                    &L.ffn[0], nullptr};
+    nn::decoder_layer_step(bc, view, l, x.data(), a.data(), nullptr, n, ls, scratch);
   }
-  // The rows whose logits are asked for.
   int64_t m = n;
   if (!every_position) {
     m = B;
@@ -416,6 +452,8 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   nn::norm_forward(cx, NormType::rmsnorm, c.eps, x.data(), m, d, w_->norm.data(), nullptr, a.data(), mean.data(),
                    rstd.data());
   w_->head.forward(cx, a.data(), m, logits, {.acts = &acts});
+  if (const float cap = spec.embedding.final_softcap; cap > 0)  // Gemma 2: as transformers, ÷ cap, tanh, × cap
+    for (int64_t i = 0; i < m * c.vocab; ++i) logits[i] = std::tanh(logits[i] / cap) * cap;
   step.done();
 }
 

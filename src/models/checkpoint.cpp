@@ -72,6 +72,9 @@ std::vector<float> TensorSource::read(const std::string& name, const std::vector
 }
 
 std::string NameTable::name(LMTensor t, int64_t layer) const {
+  if (!names[size_t(t)])
+    throw Error("name table: the architecture has no name for tensor " + std::to_string(int(t)) +
+                " (its spec asks for a tensor its table lacks)");
   std::string s = names[size_t(t)];
   const size_t at = s.find("{L}");
   if (at != std::string::npos) s.replace(at, 3, std::to_string(layer));

@@ -71,13 +71,16 @@ class TensorSource {
 };
 
 // The decoder-only LM's tensors, the spec's names for them.
-enum class LMTensor { embed, norm, head, attn_norm, q, k, v, o, ffn_norm, gate, up, down, count };
+// The causal LM's tensors; the biases where the spec has them (AttentionSpec::qkv_bias, out_bias).
+enum class LMTensor { embed, norm, head, attn_norm, q, k, v, o, ffn_norm, gate, up, down, q_bias, k_bias, v_bias, o_bias,
+                      count };
 
 struct NameTable {
   std::array<const char*, size_t(LMTensor::count)> names;  // "{L}": the layer number
   // W_Q's and W_K's rows in llama.cpp's rotary order (each head's rows
   // interleaved in pairs) rather than transformers' (the halves apart).
   bool qk_rows_interleaved = false;
+  // The file's name of tensor t (of layer `layer`); Error if the table has none.
   std::string name(LMTensor t, int64_t layer = -1) const;
 };
 

@@ -20,6 +20,8 @@
 #include "core/philox.hpp"
 #include "core/positions.hpp"
 #include "modules/attention_block.hpp"
+#include "modules/decoder_layer.hpp"
+#include "modules/spec.hpp"
 #include "ops/norm.hpp"
 
 namespace ffn {
@@ -41,7 +43,7 @@ AttentionWeights attention_zeros(size_t d, bool bias) {
 }
 
 nn::AttentionBlockConfig block_config(const DecoderConfig& c) {
-  return {c.d_model, c.heads, c.norm, c.norm_type, c.eps, c.dropout};
+  return nn::attention_config(nn::stack_spec(c, nn::StackKind::seq2seq_decoder), 0);
 }
 nn::AttentionBlockWeights self_weights(const DecoderLayerWeights& l) {
   const auto& a = l.self_attn;
@@ -570,20 +572,22 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
   std::vector<float> cur(x, x + n * d), a(size_t(n * d)), h(size_t(n * d));
   const nn::AttentionBlockConfig bc = block_config(cfg_);
   nn::AttentionSaved scratch;
+  nn::DecoderLayerStep ls;
+  ls.off = &off;
+  ls.S = s.self.capacity();
+  ls.self = &self;
+  ls.cross = &cross;
+  ls.cross_off = &cross_off;
+  ls.run = nn::BlockRun{false, true, 0, &ctx, {}};
+  ls.ffn_opts = opts;
+  ls.ffn_opts.threads = threads;
+  ls.ffn_opts.training = false;
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const DecoderLayerWeights& lw = w_.layers[size_t(l)];
-    nn::BlockRun run{false, true, 0, &ctx, {}};
-    self.layer = l;
-    nn::attention_block_forward(bc, self_weights(lw), packed[size_t(l)].self, cur.data(), a.data(), off, s.self.capacity(), self,
-                                scratch, false, run);
-    run.causal = false;
-    cross.projected = s.memory_kv[size_t(l)].data();
-    nn::attention_block_forward(bc, cross_weights(lw), packed[size_t(l)].cross, a.data(), h.data(), cross_off, s.self.capacity(),
-                                cross, scratch, false, run);
-    RunOptions fo = opts;
-    fo.threads = threads;
-    fo.training = false;
-    ffn_[size_t(l)].forward(h.data(), cur.data(), Shape::tokens(n), fo);
+    const nn::AttentionBlockWeights cw = cross_weights(lw);
+    const nn::DecoderLayerView view{self_weights(lw), packed[size_t(l)].self, &cw, &packed[size_t(l)].cross,
+                                    s.memory_kv[size_t(l)].data(), nullptr, &ffn_[size_t(l)]};
+    nn::decoder_layer_step(bc, view, l, cur.data(), a.data(), h.data(), n, ls, scratch);
   }
   if (cfg_.final_norm) {
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));

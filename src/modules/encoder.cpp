@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "modules/attention_block.hpp"
+#include "modules/spec.hpp"
 #include "ops/attention.hpp"
 #include "ops/linear.hpp"
 #include "core/buffer_pool.hpp"
@@ -43,19 +44,7 @@ void EncoderConfig::validate() const {
   ffn_config().validate();
 }
 
-Config EncoderConfig::ffn_config() const {
-  Config c;
-  c.d_model = d_model;
-  c.d_ff = d_ff;
-  c.activation = activation;
-  c.bias = bias;
-  c.norm = norm;
-  c.norm_type = norm_type;
-  c.eps = eps;
-  c.dropout_hidden = dropout;
-  c.dropout_output = dropout;
-  return c;
-}
+Config EncoderConfig::ffn_config() const { return nn::ffn_config(nn::stack_spec(*this, nn::StackKind::encoder)); }
 
 EncoderWeights EncoderWeights::zeros(const EncoderConfig& cfg) {
   const size_t d = size_t(cfg.d_model);
@@ -274,7 +263,7 @@ Rows valid_rows(const Shape& s) {
 namespace {
 
 nn::AttentionBlockConfig block_config(const EncoderConfig& c) {
-  return {c.d_model, c.heads, c.norm, c.norm_type, c.eps, c.dropout};
+  return nn::attention_config(nn::stack_spec(c, nn::StackKind::encoder), 0);
 }
 
 }  // namespace

@@ -213,7 +213,9 @@ Linear Linear::rounded(const float* w, int64_t k, int64_t m, WeightDtype dtype, 
   return Linear(h.data(), k, m, dtype, b);
 }
 
-Linear::Linear(QPanels q) : k_(q.k), m_(q.m), blocks_(true), q_(std::move(q)) {}
+Linear::Linear(QPanels q, const float* b) : k_(q.k), m_(q.m), blocks_(true), q_(std::move(q)) {
+  if (b) bias_.assign(b, b + m_);
+}
 
 void Linear::set_int8(std::shared_ptr<const Int8Linear> q) {
   if (q && (blocks_ || storage_ != WeightDtype::fp32 || q->k != k_ || q->m != m_))

@@ -91,8 +91,8 @@ class Linear {
   // W [m, k] float32 rounded to dtype (fp32: as the first constructor; bf16,
   // fp16: to nearest even; int8 is set_int8's).
   static Linear rounded(const float* w, int64_t k, int64_t m, WeightDtype dtype, const float* b = nullptr);
-  // A native quant type's panels (no bias).
-  explicit Linear(QPanels q);
+  // A native quant type's panels, b [m] or null.
+  explicit Linear(QPanels q, const float* b = nullptr);
   // int8 weights for inference beside the fp32 panels (null: none); only for an fp32 layer.
   void set_int8(std::shared_ptr<const Int8Linear> q);
 

@@ -81,7 +81,7 @@ TEST(Checkpoint, GgufSourceSpeaksPyTorchOrderAndPrintsNeOrder) {
 // keys and a name table with its own tensor names, no other code — loads a
 // LLaMA checkpoint written under those names and gives the LLaMA model's
 // logits bit for bit.
-CausalLMConfig toy_config(const nlohmann::json& j, const fs::path&) {
+models::ArchConfig toy_config(const nlohmann::json& j, const fs::path&) {
   CausalLMConfig c;
   c.vocab = j.at("n_vocab").get<int64_t>();
   c.d_model = j.at("dim").get<int64_t>();
@@ -95,7 +95,7 @@ CausalLMConfig toy_config(const nlohmann::json& j, const fs::path&) {
   c.tied = true;
   c.context = 256;
   c.validate();
-  return c;
+  return {c, models::llama_spec(c)};
 }
 constexpr models::NameTable kToyNames{{
     "tok_embeddings.weight", "norm.weight", "output.weight", "layers.{L}.attention_norm.weight",
@@ -123,7 +123,7 @@ TEST(Checkpoint, ATestOnlyArchitectureIsAConfigReaderAndANameTable) {
     std::string to;
     for (size_t r = 0; r < size_t(LMTensor::count) && to.empty(); ++r)
       for (int64_t l = -1; l < 2 && to.empty(); ++l)
-        if (hf.name(LMTensor(r), l) == name) to = kToyNames.name(LMTensor(r), l);
+        if (hf.names[r] && hf.name(LMTensor(r), l) == name) to = kToyNames.name(LMTensor(r), l);
     ASSERT_FALSE(to.empty()) << name;
     renamed.tensors[to] = t;
   }
@@ -147,7 +147,7 @@ TEST(Checkpoint, ATestOnlyArchitectureIsAConfigReaderAndANameTable) {
   EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4)) << "the toy architecture's logits are LLaMA's";
   // An unknown model_type names the registered ones.
   std::ofstream(dir / "config.json") << R"({"model_type": "gpt2"})";
-  expect_error([&] { CausalLM::load(dir.string()); }, "model_type is \"gpt2\"; expected \"llama\", \"toyllama\"");
+  expect_error([&] { CausalLM::load(dir.string()); }, "model_type is \"gpt2\"; expected \"llama\", \"qwen2\", \"toyllama\"");
   fs::remove_all(dir);
 }
 

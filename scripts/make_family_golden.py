@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Writes random-weight causal LMs of the families beside LLaMA (saved by
+transformers as Hugging Face directories) and what transformers makes of
+them, for tests/models/test_families.cpp: each family is a StackSpec and a
+name table in ffn (src/models/arch_*.cpp), and this is its oracle.
+
+Run with the project's virtual environment (transformers 4.46.3 on Debian's
+torch 1.13, as scripts/setup.sh pins):
+    .venv/bin/python scripts/make_family_golden.py tests/data/families
+
+For each model NAME it writes NAME/ (config.json, model.safetensors:
+save_pretrained; no tokenizer: the tests give ids) and, in cases.json, prompt
+id lists and the greedy continuation of each (generate, do_sample=False, up
+to and including EOS); in cases.safetensors the float32 logits after every
+prompt position ("NAME.K" for prompt K). Weights are re-drawn with larger
+scales than transformers' init, as scripts/make_llama_golden.py does (its
+docstring says why); biases N(0, 0.5), so that a missing or misplaced bias
+moves the logits by O(1). The smallest top-2 logit gap over the greedy steps
+is printed (a gap below 1e-4 would be a genuine tie).
+"""
+import json
+import math
+import os
+import sys
+
+import torch
+import transformers.generation.utils as gu
+
+gu.is_fsdp_managed_module = lambda module: False  # torch 1.13 lacks fsdp on Python 3.11 (see make_llama_golden.py)
+from safetensors.torch import save_file  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+
+MODELS = {
+    # name: (config class, model class, fields): odd sizes, GQA 2 and 3, tied and untied heads.
+    "llama_bias": (LlamaConfig, LlamaForCausalLM,
+                   dict(hidden_size=56, intermediate_size=90, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                        attention_bias=True, mlp_bias=False, max_position_embeddings=128, vocab_size=211)),
+    "qwen2_gqa3": (Qwen2Config, Qwen2ForCausalLM,
+                   dict(hidden_size=48, intermediate_size=70, num_hidden_layers=3, num_attention_heads=6,
+                        num_key_value_heads=2, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                        use_sliding_window=False, max_position_embeddings=128, vocab_size=203)),
+    "qwen2_mha": (Qwen2Config, Qwen2ForCausalLM,
+                  dict(hidden_size=40, intermediate_size=56, num_hidden_layers=2, num_attention_heads=5,
+                       num_key_value_heads=5, rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                       use_sliding_window=False, max_position_embeddings=128, vocab_size=190)),
+}
+PROMPT_LENGTHS = [1, 6, 41]
+NEW_TOKENS = 12
+
+
+def redraw(model, g):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name or "embed_tokens" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            else:
+                bound = 2.0 / math.sqrt(p.shape[1]) * (4.0 if ("q_proj" in name or "k_proj" in name) else 1.0)
+                p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    g = torch.Generator().manual_seed(20261130)
+    cases, tensors = {}, {}
+    smallest_gap = math.inf
+    for name, (config_class, model_class, fields) in MODELS.items():
+        d = os.path.join(out, name)
+        os.makedirs(d, exist_ok=True)
+        cfg = config_class(bos_token_id=1, eos_token_id=2, hidden_act="silu", **fields)
+        torch.manual_seed(0)
+        model = model_class(cfg).eval()
+        redraw(model, g)
+        if cfg.tie_word_embeddings:
+            model.tie_weights()
+        model.save_pretrained(d, safe_serialization=True)
+        entry = {"prompts": [], "greedy": []}
+        for k, n in enumerate(PROMPT_LENGTHS):
+            ids = torch.randint(0, cfg.vocab_size, (1, n), generator=g)
+            with torch.no_grad():
+                logits = model(ids).logits[0].float()
+                outs = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                      max_new_tokens=NEW_TOKENS, eos_token_id=2, pad_token_id=0,
+                                      output_scores=True, return_dict_in_generate=True)
+            for s in outs.scores:
+                top = torch.topk(s[0].double(), 2).values
+                smallest_gap = min(smallest_gap, float(top[0] - top[1]))
+            entry["prompts"].append(ids[0].tolist())
+            entry["greedy"].append(outs.sequences[0, n:].tolist())
+            tensors[f"{name}.{k}"] = logits.contiguous()
+        cases[name] = entry
+    with open(os.path.join(out, "cases.json"), "w", encoding="utf-8") as f:
+        json.dump({"models": cases, "new_tokens": NEW_TOKENS}, f)
+    save_file(tensors, os.path.join(out, "cases.safetensors"))
+    print(f"smallest top-2 logit gap over the greedy steps: {smallest_gap:.3g}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/families")

@@ -1,0 +1,55 @@
+// Qwen2 as data (Qwen2ForCausalLM; GGUF general.architecture "qwen2"): LLaMA's
+// stack with biases on the Q, K and V projections (not on W_O), under
+// LLaMA's tensor names. llama.cpp's converter leaves Qwen2's Q and K rows in
+// transformers' order (NeoX rotation), so its GGUF table does not reorder them.
+#include <algorithm>
+
+#include "core/json_file.hpp"
+#include "ffn/diagnostics.hpp"
+#include "ffn/gguf.hpp"
+#include "models/arch.hpp"
+
+namespace ffn::models {
+
+namespace {
+const NameTable& qwen2_gguf_names() {
+  static const NameTable t = [] {
+    NameTable n = llama_names(Format::gguf);
+    n.qk_rows_interleaved = false;
+    return n;
+  }();
+  return t;
+}
+
+nn::StackSpec qwen2_spec(const CausalLMConfig& c) {
+  nn::StackSpec s = llama_spec(c);
+  s.attention.qkv_bias = true;
+  return s;
+}
+}  // namespace
+
+Architecture qwen2_architecture() {
+  Architecture a;
+  a.name = "qwen2";
+  a.from_hf = [](const nlohmann::json& j, const std::filesystem::path& p) {
+    const CausalLMConfig c = llama_config(j, p);
+    nn::StackSpec s = qwen2_spec(c);
+    // Qwen2Config: with use_sliding_window, layers from max_window_layers on
+    // attend to the last sliding_window positions (refused until the blocks run it).
+    if (json_opt<bool>(j, "use_sliding_window", false, p)) {
+      const int64_t w = json_get<int64_t>(j, "sliding_window", p), from = json_opt<int64_t>(j, "max_window_layers", 0, p);
+      s.attention.window.assign(size_t(c.layers), 0);
+      for (int64_t l = std::max<int64_t>(from, 0); l < c.layers; ++l) s.attention.window[size_t(l)] = w;
+    }
+    return ArchConfig{c, s};
+  };
+  a.hf_names = &llama_names(Format::safetensors);
+  a.from_gguf = [](const GgufFile& f) {
+    const CausalLMConfig c = llama_config(f, "qwen2");
+    return ArchConfig{c, qwen2_spec(c)};
+  };
+  a.gguf_names = &qwen2_gguf_names();
+  return a;
+}
+
+}  // namespace ffn::models

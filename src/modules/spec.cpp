@@ -1,0 +1,175 @@
+// The transformer stack as data (src/modules/spec.hpp).
+#include "modules/spec.hpp"
+
+#include <cmath>
+
+#include "ffn/diagnostics.hpp"
+#include "ffn/encoder.hpp"
+
+namespace ffn::nn {
+
+std::string_view to_string(NormKind k) {
+  switch (k) {
+    case NormKind::layernorm: return "layernorm";
+    case NormKind::layernorm_no_bias: return "layernorm without bias";
+    case NormKind::rmsnorm: return "rmsnorm";
+    case NormKind::rmsnorm_one_plus: return "rmsnorm (1 + w)";
+  }
+  return "?";
+}
+
+std::string_view to_string(StackKind k) {
+  switch (k) {
+    case StackKind::encoder: return "encoder";
+    case StackKind::seq2seq_decoder: return "seq2seq decoder";
+    case StackKind::causal_lm: return "causal LM";
+  }
+  return "?";
+}
+
+namespace {
+[[noreturn]] void bad(const std::string& what) { throw Error("model spec: " + what); }
+void at_least(int64_t v, int64_t lo, const char* name) {
+  if (v < lo) bad(std::string(name) + " must be at least " + std::to_string(lo) + ", got " + std::to_string(v));
+}
+bool positive_finite(double v) { return v > 0 && std::isfinite(v); }
+}  // namespace
+
+void StackSpec::validate() const {
+  at_least(d_model, 1, "d_model");
+  at_least(layers, 1, "layers");
+  at_least(attention.heads, 1, "attention.heads");
+  at_least(attention.kv_heads, 0, "attention.kv_heads");
+  at_least(attention.head_dim, 0, "attention.head_dim");
+  at_least(ffn.d_ff, 1, "ffn.d_ff");
+  at_least(embedding.vocab, 0, "embedding.vocab");
+  if (attention.head_dim == 0 && d_model % attention.heads != 0)
+    bad("d_model " + std::to_string(d_model) + " is not a multiple of attention.heads " +
+        std::to_string(attention.heads));
+  if (attention.heads % kv_heads() != 0)
+    bad(std::to_string(attention.heads) + " query heads cannot share " + std::to_string(kv_heads()) +
+        " key/value heads evenly");
+  if (!(norm.eps > 0)) bad("norm.eps must be positive");
+  if (!(dropout >= 0 && dropout < 1)) bad("dropout must be in [0, 1)");
+  const RopeSpec& r = attention.rope;
+  if (r.enabled) {
+    if (!positive_finite(r.theta)) bad("attention.rope.theta must be positive");
+    for (double t : r.layer_theta)
+      if (!positive_finite(t)) bad("attention.rope.layer_theta must be positive");
+    if (!r.layer_theta.empty() && int64_t(r.layer_theta.size()) != layers)
+      bad("attention.rope.layer_theta has " + std::to_string(r.layer_theta.size()) + " entries for " +
+          std::to_string(layers) + " layers");
+    if (!(r.fraction > 0 && r.fraction <= 1)) bad("attention.rope.fraction must be in (0, 1]");
+    if (int64_t(std::lround(head_dim() * r.fraction)) % 2 != 0)
+      bad("the rotated part of a head must be even, got " + std::to_string(head_dim()) + " · " +
+          std::to_string(r.fraction));
+    if (!positive_finite(r.factor)) bad("attention.rope.factor must be positive");
+  }
+  if (r.enabled != (embedding.positions == Positions::rotary))
+    bad("attention.rope.enabled and embedding.positions = rotary go together");
+  if (!attention.window.empty() && int64_t(attention.window.size()) != layers)
+    bad("attention.window has " + std::to_string(attention.window.size()) + " entries for " +
+        std::to_string(layers) + " layers");
+  for (int64_t w : attention.window)
+    if (w < 0) bad("attention.window must be at least 0 (0: no window)");
+  if (!(attention.softcap >= 0) || !std::isfinite(attention.softcap)) bad("attention.softcap must be at least 0");
+  if (!(attention.query_scale >= 0) || !std::isfinite(attention.query_scale))
+    bad("attention.query_scale must be at least 0");
+  if (!(embedding.final_softcap >= 0) || !std::isfinite(embedding.final_softcap))
+    bad("embedding.final_softcap must be at least 0");
+  if (!(embedding.scale > 0) || !std::isfinite(embedding.scale)) bad("embedding.scale must be positive");
+  if (ffn.unit != Activation::relu && ffn.unit != Activation::gelu && ffn.unit != Activation::gelu_tanh &&
+      ffn.unit != Activation::silu)
+    bad("ffn.unit must be relu, gelu, gelu_tanh or silu (gating is ffn.gated), got " +
+        std::string(ffn::to_string(ffn.unit)));
+  if (attention.cross && kind != StackKind::seq2seq_decoder) bad("cross-attention is a seq2seq decoder's");
+  if (kind == StackKind::causal_lm && !attention.causal) bad("a causal LM's self-attention is causal");
+}
+
+void StackSpec::check_supported(const std::string& who) const {
+  auto refuse = [&](const std::string& what) {
+    throw Error(who + ": " + what + " is not supported yet (the model's spec needs it; ffn's blocks do not run it)");
+  };
+  if (norm.sites == NormSites::pre_and_post) refuse("a norm after each sublayer as well as before it");
+  const RopeSpec& r = attention.rope;
+  if (r.enabled) {
+    if (r.scaling != RopeScaling::none) refuse("rotary scaling");
+    if (!r.layer_theta.empty()) refuse("a rotary base per layer");
+    if (r.fraction != 1.0) refuse("partial rotary positions");
+  }
+  if (attention.qk_norm) refuse("per-head q/k norm");
+  for (int64_t w : attention.window)
+    if (w > 0) refuse("a sliding attention window");
+  if (attention.softcap > 0) refuse("an attention logit soft-cap");
+  if (attention.query_scale > 0) refuse("a query scale other than 1/sqrt(head_dim)");
+  if (attention.relative_buckets > 0) refuse("a relative position bias");
+  if (ffn.gated && ffn.unit == Activation::gelu_tanh) refuse("GELU-tanh gating");
+}
+
+AttentionBlockConfig attention_config(const StackSpec& s, int64_t layer) {
+  (void)layer;  // the per-layer settings (window, rotary base) come with their blocks
+  AttentionBlockConfig c;
+  c.d = s.d_model;
+  c.heads = s.attention.heads;
+  c.norm = s.norm.sites == NormSites::post ? NormPlacement::post : NormPlacement::pre;
+  c.norm_type = s.norm.kind == NormKind::rmsnorm || s.norm.kind == NormKind::rmsnorm_one_plus ? NormType::rmsnorm
+                                                                                               : NormType::layernorm;
+  c.eps = s.norm.eps;
+  c.dropout = s.dropout;
+  if (s.kind == StackKind::causal_lm) {
+    c.head_dim = s.head_dim();
+    c.kv_heads = s.kv_heads();
+  }
+  return c;
+}
+
+Config ffn_config(const StackSpec& s) {
+  Config c;
+  c.d_model = s.d_model;
+  c.d_ff = s.ffn.d_ff;
+  switch (s.ffn.unit) {
+    case Activation::silu: c.activation = s.ffn.gated ? Activation::swiglu : Activation::silu; break;
+    case Activation::gelu: c.activation = s.ffn.gated ? Activation::geglu : Activation::gelu; break;
+    case Activation::relu: c.activation = s.ffn.gated ? Activation::reglu : Activation::relu; break;
+    case Activation::gelu_tanh:
+      if (s.ffn.gated) throw Error("model spec: GELU-tanh gating has no FFN activation yet");
+      c.activation = Activation::gelu_tanh;
+      break;
+    default: throw Error("model spec: ffn.unit must be relu, gelu, gelu_tanh or silu");
+  }
+  c.bias = s.ffn.bias;
+  c.norm = s.norm.sites == NormSites::post ? NormPlacement::post : NormPlacement::pre;
+  c.norm_type = s.norm.kind == NormKind::rmsnorm || s.norm.kind == NormKind::rmsnorm_one_plus ? NormType::rmsnorm
+                                                                                             : NormType::layernorm;
+  c.eps = s.norm.eps;
+  c.dropout_hidden = s.dropout;
+  c.dropout_output = s.dropout;
+  return c;
+}
+
+StackSpec stack_spec(const EncoderConfig& c, StackKind kind) {
+  StackSpec s;
+  s.kind = kind;
+  s.d_model = c.d_model;
+  s.layers = c.layers;
+  s.norm.kind = c.norm_type == NormType::rmsnorm ? NormKind::rmsnorm : NormKind::layernorm;
+  s.norm.sites = c.norm == NormPlacement::pre ? NormSites::pre : NormSites::post;
+  s.norm.eps = c.eps;
+  s.final_norm = c.final_norm;
+  s.attention.heads = c.heads;
+  s.attention.qkv_bias = s.attention.out_bias = c.bias;
+  s.attention.causal = kind == StackKind::seq2seq_decoder;
+  s.attention.cross = kind == StackKind::seq2seq_decoder;
+  s.ffn.d_ff = c.d_ff;
+  switch (c.activation) {
+    case Activation::swiglu: s.ffn.unit = Activation::silu, s.ffn.gated = true; break;
+    case Activation::geglu: s.ffn.unit = Activation::gelu, s.ffn.gated = true; break;
+    case Activation::reglu: s.ffn.unit = Activation::relu, s.ffn.gated = true; break;
+    default: s.ffn.unit = c.activation;
+  }
+  s.ffn.bias = c.bias;
+  s.dropout = c.dropout;
+  return s;
+}
+
+}  // namespace ffn::nn

@@ -1,0 +1,127 @@
+// The causal LM families beside LLaMA, each a StackSpec and a name table
+// (src/models/arch_*.cpp), against transformers 4.46.3 on random weights
+// (tests/data/families, scripts/make_family_golden.py): LLaMA with
+// attention_bias, Qwen2 (Q|K|V biases) with GQA 3 tied and MHA untied.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ffn/causal_lm.hpp"
+#include "ffn/diagnostics.hpp"
+#include "ffn/io.hpp"
+#include "test_util.hpp"
+
+namespace ffn {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expect_error;
+
+const nlohmann::json& cases() {
+  static const nlohmann::json j = [] {
+    std::ifstream f(std::string(FFN_FAMILIES_DIR) + "/cases.json");
+    return nlohmann::json::parse(f);
+  }();
+  return j;
+}
+const SafetensorsFile& golden() {
+  static const SafetensorsFile f = read_safetensors(std::string(FFN_FAMILIES_DIR) + "/cases.safetensors");
+  return f;
+}
+std::string model_dir(const std::string& name) { return std::string(FFN_FAMILIES_DIR) + "/" + name; }
+
+// The largest |ffn − transformers| over each position's logits, as a share of
+// that position's largest |logit| (the bound of the LLaMA tests: 2e-3).
+float worst_share(const std::vector<float>& got, const NamedTensor& want, int64_t V) {
+  float worst = 0;
+  for (size_t p = 0; p * size_t(V) < want.data.size(); ++p) {
+    float mx = 0, err = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      mx = std::max(mx, std::fabs(want.data[p * V + v]));
+      err = std::max(err, std::fabs(got[p * V + v] - want.data[p * V + v]));
+    }
+    worst = std::max(worst, err / mx);
+  }
+  return worst;
+}
+
+TEST(Families, LogitsMatchTransformers) {
+  ASSERT_EQ(cases()["models"].size(), 3u);
+  for (const auto& [name, c] : cases()["models"].items()) {
+    SCOPED_TRACE(name);
+    const CausalLM m = CausalLM::load(model_dir(name));
+    const int64_t V = m.config().vocab;
+    const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      const NamedTensor& want = golden().tensors.at(name + "." + std::to_string(k));
+      ASSERT_EQ(want.shape, (std::vector<int64_t>{int64_t(prompts[k].size()), V}));
+      for (Path path : {Path::automatic, Path::reference}) {
+        RunOptions o;
+        o.path = path;
+        EXPECT_LE(worst_share(m.logits(prompts[k], o), want, V), 2e-3f)
+            << "prompt " << k << (path == Path::reference ? " (reference)" : "");
+      }
+    }
+  }
+}
+
+TEST(Families, GreedyMatchesTransformersGenerate) {
+  for (const auto& [name, c] : cases()["models"].items()) {
+    SCOPED_TRACE(name);
+    const CausalLM m = CausalLM::load(model_dir(name));
+    const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
+    const auto want = c["greedy"].get<std::vector<std::vector<int32_t>>>();
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      SamplingOptions s;
+      s.max_new_tokens = int64_t(want[k].size());
+      EXPECT_EQ(m.generate(prompts[k], s), want[k]) << "prompt " << k;
+    }
+  }
+}
+
+// The tolerance catches a spec that drops a family's feature: the same
+// directory read as plain LLaMA (no biases) misses by far more than 2e-3.
+TEST(Families, TheBoundCatchesAMissingBias) {
+  for (const std::string name : {"llama_bias", "qwen2_gqa3"}) {
+    SCOPED_TRACE(name);
+    const fs::path dir = test::scratch_dir("families_" + name);
+    for (const char* f : {"model.safetensors", "generation_config.json"}) fs::copy_file(fs::path(model_dir(name)) / f, dir / f);
+    std::ifstream in(fs::path(model_dir(name)) / "config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    j["model_type"] = "llama";
+    j["attention_bias"] = false;
+    j.erase("use_sliding_window");
+    std::ofstream(dir / "config.json") << j.dump();
+    const CausalLM m = CausalLM::load(dir.string());
+    const auto prompt = cases()["models"][name]["prompts"][2].get<std::vector<int32_t>>();
+    EXPECT_GT(worst_share(m.logits(prompt), golden().tensors.at(name + ".2"), m.config().vocab), 2e-2f);
+    fs::remove_all(dir);
+  }
+}
+
+// What a family's config asks for and the blocks do not run yet is refused,
+// naming it, never run without it.
+TEST(Families, UnsupportedSpecFeaturesAreRefusedByName) {
+  const fs::path dir = test::scratch_dir("families_window");
+  fs::copy_file(fs::path(model_dir("qwen2_gqa3")) / "model.safetensors", dir / "model.safetensors");
+  std::ifstream in(fs::path(model_dir("qwen2_gqa3")) / "config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 16;
+  j["max_window_layers"] = 1;
+  std::ofstream(dir / "config.json") << j.dump();
+  expect_error([&] { CausalLM::load(dir.string()); }, dir.string() + ": a sliding attention window is not supported yet");
+  j["use_sliding_window"] = false;
+  j["model_type"] = "llama";
+  j["mlp_bias"] = true;
+  std::ofstream(dir / "config.json") << j.dump();
+  expect_error([&] { CausalLM::load(dir.string()); }, "mlp_bias is not supported");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ffn

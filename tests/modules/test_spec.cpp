@@ -1,0 +1,136 @@
+// The model spec (src/modules/spec.hpp): the encoder's and decoder's layer
+// settings come from it unchanged, contradictions are refused naming the
+// field, and every feature the blocks do not run yet is refused by name.
+#include <gtest/gtest.h>
+
+#include "ffn/diagnostics.hpp"
+#include "ffn/encoder.hpp"
+#include "modules/spec.hpp"
+#include "test_util.hpp"
+
+namespace ffn {
+namespace {
+
+using test::expect_error;
+
+nn::StackSpec causal() {
+  nn::StackSpec s;
+  s.kind = nn::StackKind::causal_lm;
+  s.d_model = 64;
+  s.layers = 3;
+  s.norm = {nn::NormKind::rmsnorm, nn::NormSites::pre, 1e-6f};
+  s.final_norm = true;
+  s.attention.heads = 8;
+  s.attention.kv_heads = 2;
+  s.attention.causal = true;
+  s.attention.rope.enabled = true;
+  s.embedding.positions = nn::Positions::rotary;
+  s.embedding.vocab = 100;
+  s.ffn = {96, Activation::silu, true, false};
+  return s;
+}
+
+// Every EncoderConfig's FFN and attention settings, through the spec, are
+// the fields the encoder and decoder always read.
+TEST(Spec, EncoderAndDecoderSettingsComeThroughUnchanged) {
+  for (Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu, Activation::swiglu,
+                       Activation::geglu, Activation::reglu})
+    for (NormPlacement p : {NormPlacement::post, NormPlacement::pre})
+      for (NormType t : {NormType::layernorm, NormType::rmsnorm})
+        for (bool bias : {false, true}) {
+          EncoderConfig c;
+          c.d_model = 24, c.heads = 3, c.d_ff = 37, c.activation = a, c.norm = p, c.norm_type = t, c.bias = bias;
+          c.eps = 1e-6f, c.dropout = 0.25f;
+          const Config f = c.ffn_config();
+          EXPECT_EQ(f.d_model, 24);
+          EXPECT_EQ(f.d_ff, 37);
+          EXPECT_EQ(f.activation, a);
+          EXPECT_EQ(f.bias, bias);
+          EXPECT_EQ(f.norm, p);
+          EXPECT_EQ(f.norm_type, t);
+          EXPECT_EQ(f.eps, 1e-6f);
+          EXPECT_EQ(f.dropout_hidden, 0.25f);
+          EXPECT_EQ(f.dropout_output, 0.25f);
+          for (nn::StackKind k : {nn::StackKind::encoder, nn::StackKind::seq2seq_decoder}) {
+            const nn::StackSpec s = nn::stack_spec(c, k);
+            EXPECT_NO_THROW(s.validate());
+            const nn::AttentionBlockConfig b = nn::attention_config(s, 0);
+            EXPECT_EQ(b.d, 24);
+            EXPECT_EQ(b.heads, 3);
+            EXPECT_EQ(b.norm, p);
+            EXPECT_EQ(b.norm_type, t);
+            EXPECT_EQ(b.eps, 1e-6f);
+            EXPECT_EQ(b.dropout, 0.25f);
+            EXPECT_EQ(b.head_dim, 0);
+            EXPECT_EQ(b.kv_heads, 0);
+            EXPECT_EQ(s.attention.cross, k == nn::StackKind::seq2seq_decoder);
+          }
+        }
+}
+
+TEST(Spec, CausalAttentionTakesItsHeadsFromTheSpec) {
+  nn::StackSpec s = causal();
+  s.attention.head_dim = 16;  // heads · head_dim ≠ d_model (Gemma's shape)
+  const nn::AttentionBlockConfig b = nn::attention_config(s, 2);
+  EXPECT_EQ(b.dh(), 16);
+  EXPECT_EQ(b.qd(), 128);
+  EXPECT_EQ(b.kvd(), 32);
+  EXPECT_EQ(b.norm, NormPlacement::pre);
+  EXPECT_EQ(b.norm_type, NormType::rmsnorm);
+  EXPECT_EQ(nn::ffn_config(s).activation, Activation::swiglu);
+  s.norm.kind = nn::NormKind::rmsnorm_one_plus;  // (1 + w) is the loader's: the block's norm is RMSNorm
+  EXPECT_EQ(nn::attention_config(s, 0).norm_type, NormType::rmsnorm);
+}
+
+TEST(Spec, ContradictionsAreRefusedNamingTheField) {
+  EXPECT_NO_THROW(causal().validate());
+  auto refused = [](auto change, const std::string& what) {
+    nn::StackSpec s = causal();
+    change(s);
+    expect_error([&] { s.validate(); }, what);
+  };
+  refused([](nn::StackSpec& s) { s.attention.kv_heads = 3; }, "8 query heads cannot share 3 key/value heads");
+  refused([](nn::StackSpec& s) { s.attention.window = {0, 4}; }, "attention.window has 2 entries for 3 layers");
+  refused([](nn::StackSpec& s) { s.attention.window = {0, 4, -1}; }, "attention.window must be at least 0");
+  refused([](nn::StackSpec& s) { s.embedding.positions = nn::Positions::learned; }, "attention.rope.enabled");
+  refused([](nn::StackSpec& s) { s.attention.cross = true; }, "cross-attention is a seq2seq decoder's");
+  refused([](nn::StackSpec& s) { s.attention.causal = false; }, "a causal LM's self-attention is causal");
+  refused([](nn::StackSpec& s) { s.attention.rope.fraction = 0.375; }, "the rotated part of a head must be even");
+  refused([](nn::StackSpec& s) { s.attention.rope.layer_theta = {1e4}; }, "attention.rope.layer_theta has 1 entries");
+  refused([](nn::StackSpec& s) { s.attention.softcap = -1; }, "attention.softcap must be at least 0");
+  refused([](nn::StackSpec& s) { s.ffn.unit = Activation::swiglu; }, "ffn.unit must be relu, gelu, gelu_tanh or silu");
+  refused([](nn::StackSpec& s) { s.embedding.scale = 0; }, "embedding.scale must be positive");
+  refused([](nn::StackSpec& s) { s.norm.eps = 0; }, "norm.eps must be positive");
+}
+
+TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
+  EXPECT_NO_THROW(causal().check_supported("m.gguf"));
+  auto refused = [](auto change, const std::string& what) {
+    nn::StackSpec s = causal();
+    change(s);
+    EXPECT_NO_THROW(s.validate());
+    expect_error([&] { s.check_supported("m.gguf"); }, "m.gguf: " + what + " is not supported yet");
+  };
+  refused([](nn::StackSpec& s) { s.norm.sites = nn::NormSites::pre_and_post; },
+          "a norm after each sublayer as well as before it");
+  refused([](nn::StackSpec& s) { s.attention.rope.scaling = nn::RopeScaling::llama3; }, "rotary scaling");
+  refused([](nn::StackSpec& s) { s.attention.rope.layer_theta = {1e4, 1e4, 1e6}; }, "a rotary base per layer");
+  refused([](nn::StackSpec& s) { s.attention.rope.fraction = 0.5; }, "partial rotary positions");
+  refused([](nn::StackSpec& s) { s.attention.qk_norm = true; }, "per-head q/k norm");
+  refused([](nn::StackSpec& s) { s.attention.window = {0, 4096, 0}; }, "a sliding attention window");
+  refused([](nn::StackSpec& s) { s.attention.softcap = 50; }, "an attention logit soft-cap");
+  refused([](nn::StackSpec& s) { s.attention.query_scale = 0.0625f; }, "a query scale other than 1/sqrt(head_dim)");
+  refused([](nn::StackSpec& s) { s.attention.relative_buckets = 32; }, "a relative position bias");
+  refused([](nn::StackSpec& s) { s.ffn.unit = Activation::gelu_tanh; }, "GELU-tanh gating");
+  // What runs: biases, (1 + w) norms, an embedding scale, a final soft-cap, windows of 0.
+  nn::StackSpec s = causal();
+  s.attention.qkv_bias = s.attention.out_bias = true;
+  s.norm.kind = nn::NormKind::rmsnorm_one_plus;
+  s.embedding.scale = 8.0f;
+  s.embedding.final_softcap = 30.0f;
+  s.attention.window = {0, 0, 0};
+  EXPECT_NO_THROW(s.check_supported("m.gguf"));
+}
+
+}  // namespace
+}  // namespace ffn
