@@ -511,69 +511,135 @@ constexpr double kBenchToleranceInt8 = 1e-4;
 // at the paper's sizes); tests/README.md.
 constexpr double kBenchToleranceBf16 = 1e-3;
 
+void check_counts(const BenchArgs& a) {
+  if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
+  if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
+}
+
+int bench_generate_mode(const BenchArgs& a) {
+  const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+  check_counts(a);
+  if (a.emb.model.empty()) throw Error("--generate: give --model, a GGUF file or a Hugging Face LLaMA directory");
+  return cli::bench_generate(a.emb.model, a.o_compute->count() ? a.compute : "native", a.prompt_tokens.value_or(512),
+                             a.new_tokens.value_or(128), threads, a.repeats, a.warmup, a.json);
+}
+
+int bench_translate_mode(const BenchArgs& a) {
+  const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+  check_counts(a);
+  if (a.emb.model.empty()) throw Error("--translate: give --model, a MarianMT directory");
+  cli::TranslateBenchArgs t;
+  t.model = a.emb.model;
+  t.input_file = a.emb.input_file;
+  t.dtype = a.dtype;
+  t.batch = a.o_batch->count() ? a.enc.batch : 32;
+  t.beams = a.beams;
+  t.max_new_tokens = a.max_new_tokens;
+  return cli::bench_translate(t, threads, a.repeats, a.warmup, a.json);
+}
+
+int bench_embed_mode(const BenchArgs& a) {
+  const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+  check_counts(a);
+  cli::EmbedBenchArgs e = a.emb;
+  e.dtype = a.dtype;
+  return cli::bench_embed(e, threads, a.repeats, a.warmup, a.json);
+}
+
+int bench_encoder_mode(const BenchArgs& a) {
+  if (a.o_tokens->count()) throw Error("--tokens: with --encoder the shape is --batch and --seq");
+  if (parse_weight_dtype(a.dtype, "--dtype") != WeightDtype::fp32 || parse_compute(a.compute, "--compute") != Compute::fp32)
+    throw Error("--encoder: runs with --dtype fp32 and --compute fp32 (the low-precision modes are the FFN's)");
+  check_counts(a);
+  if (a.d_model < 1) throw Error("--d-model: expected a positive integer, got " + std::to_string(a.d_model));
+  if (a.d_ff < 1) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
+  Config ffn;
+  ffn.activation = parse_activation(a.activation, "--activation");
+  ffn.norm = parse_norm_placement(a.norm, "--norm");
+  ffn.norm_type = parse_norm_type(a.norm_type, "--norm-type");
+  const EncoderConfig e = encoder_config(a.d_model, a.d_ff, ffn, a.layers, a.heads);
+  RunOptions ro;
+  ro.threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+  ro.isa = resolve_isa(parse_isa(a.isa, "--isa"));
+  return cli::bench_encoder(e, a.enc, ro, a.backward, a.repeats, a.warmup, a.seed, a.json);
+}
+
+// ---- the modes of `ffn bench`, one entry each ---------------------------------
+// A mode is its flag (added to the command from this table, with its help
+// line), the options only it takes (refused without it, one message), and
+// what it runs. Two modes together are refused, naming them. The FFN
+// layer's bench (bench_ffn_mode) runs when no mode's flag is given.
+struct BenchMode {
+  const char* flag;
+  bool BenchArgs::*chosen;
+  const char* help;
+  int (*run)(const BenchArgs&);
+  // The message for an option only this mode takes, given without it ("": none).
+  std::string (*stray)(const BenchArgs&);
+};
+
+const std::vector<BenchMode>& bench_modes() {
+  static const std::vector<BenchMode> modes{
+      {"--generate", &BenchArgs::generate,
+       "time ffn generate with --model (GGUF or LLaMA directory): a --prompt-tokens prompt (default 512), then "
+       "--new-tokens greedy tokens (default 128); tokens/s of each",
+       bench_generate_mode,
+       [](const BenchArgs& a) {
+         return std::string(a.prompt_tokens || a.new_tokens ? "--prompt-tokens and --new-tokens: only with --generate"
+                                                            : "");
+       }},
+      {"--translate", &BenchArgs::translate,
+       "time ffn translate on --input-file (token ids per line) with --model; --batch (default 32), --beams, "
+       "--max-new-tokens",
+       bench_translate_mode,
+       [](const BenchArgs& a) {
+         return std::string(a.beams || a.max_new_tokens ? "--beams and --max-new-tokens: only with --translate" : "");
+       }},
+      {"--embed", &BenchArgs::embed, "time ffn embed: --input-file (texts/s) or --text (one text's latency)",
+       bench_embed_mode, [](const BenchArgs&) { return std::string(); }},
+      {"--encoder", &BenchArgs::encoder, "time encoder layers (attention + FFN) on --batch x --seq instead",
+       bench_encoder_mode,
+       [](const BenchArgs& a) {
+         for (const CLI::Option* o : {a.o_layers, a.o_heads, a.o_batch, a.o_seq, a.o_causal})
+           if (o->count()) return o->get_name() + ": needs --encoder (the FFN bench takes --tokens)";
+         return std::string();
+       }},
+  };
+  return modes;
+}
+
+int bench_ffn_mode(const BenchArgs& a);
+
 int cmd_bench(const BenchArgs& a) {
   if (!a.emb.int8_outliers.empty() && !a.embed) throw Error("--int8-outliers: only with --embed");
   if (!a.emb.int8_attention.empty() && !a.embed) throw Error("--int8-attention: only with --embed");
   if (a.tensor_parallel && (a.embed || a.encoder))
     throw Error("--tensor-parallel: the FFN layer's bench only (not with --embed or --encoder)");
-  if (a.generate) {
-    if (a.encoder || a.embed || a.translate) throw Error("--generate: not with --encoder, --embed or --translate");
-    const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
-    if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
-    if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
-    if (a.emb.model.empty()) throw Error("--generate: give --model, a GGUF file or a Hugging Face LLaMA directory");
-    return cli::bench_generate(a.emb.model, a.o_compute->count() ? a.compute : "native", a.prompt_tokens.value_or(512),
-                               a.new_tokens.value_or(128), threads, a.repeats, a.warmup, a.json);
+  const std::vector<BenchMode>& modes = bench_modes();
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const BenchMode& m = modes[i];
+    if (!(a.*m.chosen)) {
+      if (const std::string stray = m.stray(a); !stray.empty()) throw Error(stray);
+      continue;
+    }
+    std::vector<std::string> also;  // the later modes also given, the last first
+    for (size_t j = modes.size(); j-- > i + 1;)
+      if (a.*modes[j].chosen) also.push_back(modes[j].flag);
+    if (!also.empty()) {
+      std::string later;  // every later mode, as "x, y or z"
+      for (size_t j = modes.size(), n = 0; j-- > i + 1; ++n)
+        later += std::string(n == 0 ? "" : j == i + 1 ? " or " : ", ") + modes[j].flag;
+      throw Error(std::string(m.flag) + ": not with " + later);
+    }
+    return m.run(a);
   }
-  if (a.prompt_tokens || a.new_tokens) throw Error("--prompt-tokens and --new-tokens: only with --generate");
-  if (a.translate) {
-    if (a.encoder || a.embed) throw Error("--translate: not with --encoder or --embed");
-    const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
-    if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
-    if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
-    if (a.emb.model.empty()) throw Error("--translate: give --model, a MarianMT directory");
-    cli::TranslateBenchArgs t;
-    t.model = a.emb.model;
-    t.input_file = a.emb.input_file;
-    t.dtype = a.dtype;
-    t.batch = a.o_batch->count() ? a.enc.batch : 32;
-    t.beams = a.beams;
-    t.max_new_tokens = a.max_new_tokens;
-    return cli::bench_translate(t, threads, a.repeats, a.warmup, a.json);
-  }
-  if (a.beams || a.max_new_tokens) throw Error("--beams and --max-new-tokens: only with --translate");
-  if (a.embed) {
-    if (a.encoder) throw Error("--embed: not with --encoder");
-    const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
-    if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
-    if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
-    cli::EmbedBenchArgs e = a.emb;
-    e.dtype = a.dtype;
-    return cli::bench_embed(e, threads, a.repeats, a.warmup, a.json);
-  }
-  if (a.encoder) {
-    if (a.o_tokens->count()) throw Error("--tokens: with --encoder the shape is --batch and --seq");
-    if (parse_weight_dtype(a.dtype, "--dtype") != WeightDtype::fp32 || parse_compute(a.compute, "--compute") != Compute::fp32)
-      throw Error("--encoder: runs with --dtype fp32 and --compute fp32 (the low-precision modes are the FFN's)");
-    if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
-    if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
-    if (a.d_model < 1) throw Error("--d-model: expected a positive integer, got " + std::to_string(a.d_model));
-    if (a.d_ff < 1) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
-    Config ffn;
-    ffn.activation = parse_activation(a.activation, "--activation");
-    ffn.norm = parse_norm_placement(a.norm, "--norm");
-    ffn.norm_type = parse_norm_type(a.norm_type, "--norm-type");
-    const EncoderConfig e = encoder_config(a.d_model, a.d_ff, ffn, a.layers, a.heads);
-    RunOptions ro;
-    ro.threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
-    ro.isa = resolve_isa(parse_isa(a.isa, "--isa"));
-    return cli::bench_encoder(e, a.enc, ro, a.backward, a.repeats, a.warmup, a.seed, a.json);
-  }
-  for (const CLI::Option* o : {a.o_layers, a.o_heads, a.o_batch, a.o_seq, a.o_causal})
-    if (o->count()) throw Error(o->get_name() + ": needs --encoder (the FFN bench takes --tokens)");
+  return bench_ffn_mode(a);
+}
+
+// The FFN layer's bench: the default mode.
+int bench_ffn_mode(const BenchArgs& a) {
   if (a.tokens < 1) throw Error("--tokens: expected a positive integer, got " + std::to_string(a.tokens));
-  if (a.repeats < 1) throw Error("--repeats: expected a positive integer, got " + std::to_string(a.repeats));
-  if (a.warmup < 0) throw Error("--warmup: expected an integer >= 0, got " + std::to_string(a.warmup));
+  check_counts(a);
   if (a.d_model < 1) throw Error("--d-model: expected a positive integer, got " + std::to_string(a.d_model));
   if (a.d_ff < 1) throw Error("--d-ff: expected a positive integer, got " + std::to_string(a.d_ff));
   // Weights (twice: the packed copy), and x, y, dx, dy plus, with --backward, the saved pre-activations.
@@ -898,7 +964,7 @@ int ffn_main(int argc, char** argv) {
   BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "time the layer (default: the paper's sublayer on 8 x 512 tokens)");
   bench.o_tokens = bench_cmd->add_option("--tokens", bench.tokens, "tokens per call (default 4096)");
-  bench_cmd->add_flag("--encoder", bench.encoder, "time encoder layers (attention + FFN) on --batch x --seq instead");
+  for (const BenchMode& m : bench_modes()) bench_cmd->add_flag(m.flag, bench.*m.chosen, m.help);
   bench.o_layers = bench_cmd->add_option("--layers", bench.layers, "--encoder: layers (default 1)");
   bench.o_heads = bench_cmd->add_option("--heads", bench.heads, "--encoder: attention heads (default 8)");
   bench.o_batch = bench_cmd->add_option("--batch", bench.enc.batch, "--encoder: sequences per call (default 8)");
@@ -907,16 +973,9 @@ int ffn_main(int argc, char** argv) {
   bench_cmd->add_flag("--tensor-parallel", bench.tensor_parallel,
                       "under mpirun -np P: each rank runs its shards of d_ff; per-rank compute and sum times, "
                       "bytes sent per call");
-  bench_cmd->add_flag("--embed", bench.embed, "time ffn embed: --input-file (texts/s) or --text (one text's latency)");
   bench_cmd->add_option("--model", bench.emb.model,
                         "--embed: model directory (default: the installed all-MiniLM-L6-v2); --translate: MarianMT directory; "
                         "--generate: GGUF file or LLaMA directory");
-  bench_cmd->add_flag("--translate", bench.translate,
-                      "time ffn translate on --input-file (token ids per line) with --model; --batch (default 32), "
-                      "--beams, --max-new-tokens");
-  bench_cmd->add_flag("--generate", bench.generate,
-                      "time ffn generate with --model (GGUF or LLaMA directory): a --prompt-tokens prompt (default "
-                      "512), then --new-tokens greedy tokens (default 128); tokens/s of each");
   bench_cmd->add_option("--prompt-tokens", bench.prompt_tokens, "--generate: prompt length (default 512)");
   bench_cmd->add_option("--new-tokens", bench.new_tokens, "--generate: tokens generated after it (default 128)");
   bench_cmd->add_option("--beams", bench.beams, "--translate: beam size (default: the generation config's)");
