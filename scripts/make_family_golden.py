@@ -28,7 +28,8 @@ import transformers.generation.utils as gu
 
 gu.is_fsdp_managed_module = lambda module: False  # torch 1.13 lacks fsdp on Python 3.11 (see make_llama_golden.py)
 from safetensors.torch import save_file  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,  # noqa: E402
+                          Qwen2Config, Qwen2ForCausalLM)
 
 MODELS = {
     # name: (config class, model class, fields): odd sizes, GQA 2 and 3, tied and untied heads.
@@ -44,6 +45,11 @@ MODELS = {
                   dict(hidden_size=40, intermediate_size=56, num_hidden_layers=2, num_attention_heads=5,
                        num_key_value_heads=5, rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
                        use_sliding_window=False, max_position_embeddings=128, vocab_size=190)),
+    # A window of 5 keys, shorter than the prompts of 6 and 41 tokens and the continuations.
+    "mistral_window": (MistralConfig, MistralForCausalLM,
+                       dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=1, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                            sliding_window=5, max_position_embeddings=128, vocab_size=197)),
 }
 PROMPT_LENGTHS = [1, 6, 41]
 NEW_TOKENS = 12
@@ -71,6 +77,7 @@ def main(out):
         os.makedirs(d, exist_ok=True)
         cfg = config_class(bos_token_id=1, eos_token_id=2, hidden_act="silu", **fields)
         torch.manual_seed(0)
+        cfg._attn_implementation = "eager"  # the masks as written in the modeling file
         model = model_class(cfg).eval()
         redraw(model, g)
         if cfg.tie_word_embeddings:

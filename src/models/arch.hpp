@@ -51,6 +51,7 @@ std::string architecture_names(Format format);
 // The built-in architectures, one file each (arch_<name>.cpp).
 Architecture llama_architecture();
 Architecture qwen2_architecture();
+Architecture mistral_architecture();
 
 // LLaMA (LlamaForCausalLM; GGUF general.architecture "llama").
 const NameTable& llama_names(Format format);

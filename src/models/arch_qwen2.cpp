@@ -2,8 +2,6 @@
 // stack with biases on the Q, K and V projections (not on W_O), under
 // LLaMA's tensor names. llama.cpp's converter leaves Qwen2's Q and K rows in
 // transformers' order (NeoX rotation), so its GGUF table does not reorder them.
-#include <algorithm>
-
 #include "core/json_file.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/gguf.hpp"
@@ -34,13 +32,13 @@ Architecture qwen2_architecture() {
   a.from_hf = [](const nlohmann::json& j, const std::filesystem::path& p) {
     const CausalLMConfig c = llama_config(j, p);
     nn::StackSpec s = qwen2_spec(c);
-    // Qwen2Config: with use_sliding_window, layers from max_window_layers on
-    // attend to the last sliding_window positions (refused until the blocks run it).
-    if (json_opt<bool>(j, "use_sliding_window", false, p)) {
-      const int64_t w = json_get<int64_t>(j, "sliding_window", p), from = json_opt<int64_t>(j, "max_window_layers", 0, p);
-      s.attention.window.assign(size_t(c.layers), 0);
-      for (int64_t l = std::max<int64_t>(from, 0); l < c.layers; ++l) s.attention.window[size_t(l)] = w;
-    }
+    // Qwen2Config's use_sliding_window has two meanings in transformers
+    // 4.46: its flash-attention path windows the layers from
+    // max_window_layers on, its eager and SDPA paths every layer. Refused
+    // rather than guessed (Qwen2 releases ship it false).
+    if (json_opt<bool>(j, "use_sliding_window", false, p))
+      throw Error(p.string() + ": use_sliding_window is true, which transformers runs two ways (every layer, or the "
+                  "layers from max_window_layers on); not supported");
     return ArchConfig{c, s};
   };
   a.hf_names = &llama_names(Format::safetensors);

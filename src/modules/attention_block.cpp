@@ -37,6 +37,11 @@ reference::AttentionShape attention_shape(const AttentionBlockConfig& cfg, const
     a.kv_page = kv.cache->page();
   }
   a.causal = run.causal;
+  if (kv.kind != KeysValues::Kind::memory) {  // self-attention's settings, not cross-attention's
+    a.window = cfg.window;
+    a.softcap = cfg.softcap;
+    a.scale = cfg.query_scale;
+  }
   a.dropout = cfg.dropout;
   a.training = run.training;
   a.seed = run.seed;

@@ -41,6 +41,10 @@ struct AttentionBlockConfig {
   // rotary positions on Q and K at KeysValues::positions (null: none).
   int64_t head_dim = 0, kv_heads = 0;
   const RopeTable* rope = nullptr;
+  // Self-attention of an LLM's layer (inference; AttentionShape): a sliding
+  // window of keys (0: none), a logit soft-cap (0: none), a query scale (0: 1/√head_dim).
+  int64_t window = 0;
+  float softcap = 0.0f, query_scale = 0.0f;
   int64_t dh() const { return head_dim > 0 ? head_dim : d / heads; }
   int64_t qd() const { return heads * dh(); }
   int64_t kvd() const { return (kv_heads > 0 ? kv_heads : heads) * dh(); }

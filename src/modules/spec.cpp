@@ -98,16 +98,16 @@ void StackSpec::check_supported(const std::string& who) const {
     if (r.fraction != 1.0) refuse("partial rotary positions");
   }
   if (attention.qk_norm) refuse("per-head q/k norm");
+  const bool inference = kind == StackKind::causal_lm;  // the window, soft-cap and scale: generation's attention
   for (int64_t w : attention.window)
-    if (w > 0) refuse("a sliding attention window");
-  if (attention.softcap > 0) refuse("an attention logit soft-cap");
-  if (attention.query_scale > 0) refuse("a query scale other than 1/sqrt(head_dim)");
+    if (w > 0 && !inference) refuse("a sliding attention window outside a causal LM");
+  if (attention.softcap > 0 && !inference) refuse("an attention logit soft-cap outside a causal LM");
+  if (attention.query_scale > 0 && !inference) refuse("a query scale outside a causal LM");
   if (attention.relative_buckets > 0) refuse("a relative position bias");
   if (ffn.gated && ffn.unit == Activation::gelu_tanh) refuse("GELU-tanh gating");
 }
 
 AttentionBlockConfig attention_config(const StackSpec& s, int64_t layer) {
-  (void)layer;  // the per-layer settings (window, rotary base) come with their blocks
   AttentionBlockConfig c;
   c.d = s.d_model;
   c.heads = s.attention.heads;
@@ -120,6 +120,9 @@ AttentionBlockConfig attention_config(const StackSpec& s, int64_t layer) {
     c.head_dim = s.head_dim();
     c.kv_heads = s.kv_heads();
   }
+  c.window = s.attention.window.empty() ? 0 : s.attention.window.at(size_t(layer));
+  c.softcap = s.attention.softcap;
+  c.query_scale = s.attention.query_scale;
   return c;
 }
 

@@ -9,7 +9,11 @@
 //
 // Every field a family in the roadmap needs is here. What the blocks do not
 // execute yet is refused by check_supported with the field's name, so a
-// checkpoint that needs it is refused, never run without it.
+// checkpoint that needs it is refused, never run without it. Run today:
+// norm kinds and sites pre/post, heads/kv_heads/head_dim, Q|K|V and output
+// biases, plain RoPE, causal and cross-attention, sliding windows, the
+// attention and final soft-caps, the query scale (these three: the causal
+// LM's), gated FFNs but GELU-tanh's, the embedding scale, tied heads.
 #pragma once
 
 #include <cstdint>

@@ -74,7 +74,9 @@ void attention_forward(const Context& cx, const AttentionShape& a, const Attenti
   const KernelConfig& kc = cx.kernels();
   const int threads = cx.threads();
   const int64_t d = a.d, H = a.heads, dh = d / H;
-  const float scale = float(1.0 / std::sqrt(double(dh)));
+  const float scale = a.scale > 0 ? a.scale : float(1.0 / std::sqrt(double(dh)));
+  // With a soft-cap the scores are scaled and capped before the softmax step, which then scales by 1.
+  const float cap = a.softcap, step_scale = cap > 0 ? 1.0f : scale;
   const auto rule = DropoutRule::make(a.training ? a.dropout : 0.0f);
   const std::vector<Seq> seqs = sequences(a);
   // A key tile must lie in one page: pages of whole tiles, or sequences of one page.
@@ -134,18 +136,26 @@ void attention_forward(const Context& cx, const AttentionShape& a, const Attenti
       const auto v_rows = [&](int64_t j0) { return in.v + a.key_row(seq, j0) * in.ldkv + col; };
       const int64_t rows = std::min(kQueryTile, sq.len - s0);
       const int64_t keys = visible(a, sq, s0 + rows - 1);  // keys any row of the tile sees
+      // A sliding window: the tiles before the first row's first key are no row's (tiles still count from 0).
+      const int64_t from = a.window > 0 ? (a.first_visible(seq, s0) / kKeyTile) * kKeyTile : 0;
       const float* q = in.q + (sq.base + s0) * in.ldq + h * dh;
       std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
       std::fill(sum.begin(), sum.end(), 0.0f);
       std::fill(o.begin(), o.begin() + rows * ldo, 0.0f);
-      for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
+      for (int64_t j0 = from; j0 < keys; j0 += kKeyTile) {
         const int64_t kn = std::min(kKeyTile, keys - j0);
         mm_packed(kc, rows, kn, dh, q, in.ldq, kp.data() + (j0 / kPanel) * dh * kPanel, dh * kPanel, sbuf.data(),
                   kKeyTile, false);
         for (int64_t r = 0; r < rows; ++r) {
           float* srow = sbuf.data() + r * kKeyTile;
           const int64_t lim = std::clamp<int64_t>(visible(a, sq, s0 + r) - j0, 0, kn);
-          const float alpha = lim > 0 ? kc.softmax_step(srow, lim, scale, &mx[size_t(r)], &sum[size_t(r)]) : 1.0f;
+          // keys lo .. lim - 1 of the tile are the row's (lo > 0: before them, outside its window)
+          const int64_t lo = a.window > 0 ? std::clamp<int64_t>(a.first_visible(seq, s0 + r) - j0, 0, lim) : 0;
+          if (cap > 0)  // as transformers: (s·scale) / c, tanh, × c
+            for (int64_t j = lo; j < lim; ++j) srow[j] = std::tanh(srow[j] * scale / cap) * cap;
+          const float alpha =
+              lim > lo ? kc.softmax_step(srow + lo, lim - lo, step_scale, &mx[size_t(r)], &sum[size_t(r)]) : 1.0f;
+          std::fill(srow, srow + lo, 0.0f);
           std::fill(srow + lim, srow + kn, 0.0f);
           if (rule.active()) {
             const uint64_t row = uint64_t(((sq.base + s0 + r) * H + h) * a.S + j0);

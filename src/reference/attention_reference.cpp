@@ -31,6 +31,11 @@ void check_attention_shape(const AttentionShape& a) {
       throw Error("attention: " + std::to_string(B) + " sequences but " + std::to_string(a.kv_base.size()) +
                   " key bases and " + std::to_string(a.kv_len.size()) + " key lengths");
   }
+  if (a.window < 0 || !(a.softcap >= 0) || !(a.scale >= 0))
+    throw Error("attention: window, soft-cap and scale must be at least 0");
+  if (a.window > 0 && !a.causal) throw Error("attention: a sliding window is for causal attention");
+  if (a.training && (a.window > 0 || a.softcap > 0 || a.scale > 0))
+    throw Error("attention: a sliding window, a soft-cap and a query scale are inference only");
   for (size_t b = 0; b < B; ++b) {
     const int64_t q = a.q_len(b), k = a.keys_len(b);
     if (k < 0 || (q > 0 && k == 0))
@@ -53,22 +58,23 @@ int64_t probabilities(const AttentionShape& a, const AttentionInput<T>& in, int6
                       std::vector<Acc>& P, std::vector<Acc>& Z, Acc* lse = nullptr) {
   const int64_t dh = a.d / a.heads;
   const int64_t i = a.off[size_t(b)] + s;
-  const int64_t keys = a.visible(size_t(b), s);
-  const Acc scale = 1.0 / std::sqrt(Acc(dh));
+  const int64_t keys = a.visible(size_t(b), s), first = a.first_visible(size_t(b), s);
+  const Acc scale = a.scale > 0 ? Acc(a.scale) : 1.0 / std::sqrt(Acc(dh));
   P.assign(size_t(keys), 0.0);
   Z.assign(size_t(keys), 1.0);
   const T* q = in.q + i * in.ldq + h * dh;
   Acc mx = -std::numeric_limits<Acc>::infinity();
-  for (int64_t j = 0; j < keys; ++j) {
+  for (int64_t j = first; j < keys; ++j) {
     const T* k = in.k + a.key_row(size_t(b), j) * in.ldkv + a.kv_column(h);
     Acc dot = 0;
     for (int64_t c = 0; c < dh; ++c) dot += Acc(q[c]) * Acc(k[c]);
     P[size_t(j)] = dot * scale;
+    if (a.softcap > 0) P[size_t(j)] = Acc(a.softcap) * std::tanh(P[size_t(j)] / Acc(a.softcap));
     mx = std::max(mx, P[size_t(j)]);
   }
   Acc sum = 0;
-  for (int64_t j = 0; j < keys; ++j) sum += (P[size_t(j)] = std::exp(P[size_t(j)] - mx));
-  for (int64_t j = 0; j < keys; ++j) P[size_t(j)] /= sum;
+  for (int64_t j = first; j < keys; ++j) sum += (P[size_t(j)] = std::exp(P[size_t(j)] - mx));
+  for (int64_t j = first; j < keys; ++j) P[size_t(j)] /= sum;
   if (lse) *lse = mx + std::log(sum);
   const auto rule = nn::DropoutRule::make(a.training ? a.dropout : 0.0f);
   if (rule.active())

@@ -45,6 +45,13 @@ struct AttentionShape {
   // Grouped-query attention (inference): K and V hold kv_heads heads, query
   // head h reading kv head h / (heads / kv_heads); 0 means heads.
   int64_t kv_heads = 0;
+  // Inference settings of today's LLMs (refused in training):
+  //   window: a causal query sees its last `window` keys only, itself
+  //     included (Mistral, Gemma 2's sliding layers); 0: all it may see;
+  //   softcap: each scaled score s becomes c·tanh(s / c) before the softmax (Gemma 2); 0: none;
+  //   scale: the scores' scale; 0: 1/√head_dim.
+  int64_t window = 0;
+  float softcap = 0.0f, scale = 0.0f;
   float dropout = 0.0f;          // p, used only when training
   bool training = false;
   uint64_t seed = 0;
@@ -61,11 +68,12 @@ struct AttentionShape {
     const int64_t dh = d / heads;
     return (kv_heads > 0 ? h / (heads / kv_heads) : h) * dh;
   }
-  // Keys query s of sequence b sees.
+  // Keys query s of sequence b sees: keys first_visible .. visible - 1.
   int64_t visible(size_t b, int64_t s) const {
     const int64_t kl = keys_len(b);
     return causal ? std::min(kl, kl - q_len(b) + s + 1) : kl;
   }
+  int64_t first_visible(size_t b, int64_t s) const { return window > 0 ? std::max<int64_t>(0, visible(b, s) - window) : 0; }
 };
 
 // Where Q, K and V are: row i's query at q + i·ldq, key row r at k + r·ldkv,

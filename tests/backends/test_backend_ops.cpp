@@ -454,6 +454,64 @@ TEST_P(BackendOps, AttentionForward) {
     }
 }
 
+// Today's LLM settings (inference): a sliding window (within a key tile,
+// across tile edges, of 1 key, longer than the sequence), the logit soft-cap
+// and a query scale, against the reference, with grouped-query heads; keys
+// outside a query's window do not move its result by a bit, and a window
+// longer than every sequence is no window, bit for bit.
+TEST_P(BackendOps, AttentionForwardWindowSoftcapScale) {
+  const nn::KernelConfig& kc = *GetParam();
+  nn::AttentionShape a;
+  a.d = 24;
+  a.heads = 4;
+  a.kv_heads = 2;
+  a.S = 600;
+  a.off = {0, 7, 7 + 300, 7 + 300 + 600};
+  a.causal = true;
+  const int64_t rows = a.rows(), dk = a.d / a.heads * a.kv_heads, width = a.d + 2 * dk;
+  const std::vector<float> qkv = uniform(size_t(rows * width), 23, -2.0f, 2.0f);
+  const nn::AttentionInput<float> in{qkv.data(), qkv.data() + a.d, qkv.data() + a.d + dk, width, width};
+  auto run = [&](const nn::AttentionShape& s, const nn::AttentionInput<float>& i) {
+    std::vector<float> out(size_t(rows * a.d)), lse(size_t(rows * a.heads));
+    nn::attention_forward(nn::Context(kc, 2), s, i, out.data(), lse.data());
+    return out;
+  };
+  const std::vector<float> plain = run(a, in);
+  for (int64_t window : {0, 1, 5, 200, 257, 1000})
+    for (float softcap : {0.0f, 3.0f})
+      for (float scale : {0.0f, 0.3f}) {
+        nn::AttentionShape w = a;
+        w.window = window, w.softcap = softcap, w.scale = scale;
+        const std::vector<float> got = run(w, in);
+        std::vector<float> want(got.size()), lse_ref(size_t(rows * a.heads));
+        reference::attention_forward(w, in, want.data(), lse_ref.data());
+        const Comparison c = compare(got.data(), want.data(), got.size());
+        EXPECT_TRUE(c.ok(test::kAttentionForwardVsReference))
+            << set_name(&kc) << " window=" << window << " softcap=" << softcap << " scale=" << scale << ": "
+            << c.describe();
+        if ((window == 0 || window == 1000) && softcap == 0 && scale == 0) {
+          EXPECT_EQ(0, std::memcmp(got.data(), plain.data(), got.size() * 4)) << set_name(&kc) << " window=" << window;
+        }
+      }
+  // Keys before a query's window: the last query of each sequence with a
+  // 5-key window sees its last 5 keys; the earlier rows' K and V changed.
+  nn::AttentionShape w = a;
+  w.window = 5;
+  std::vector<float> moved = qkv;
+  for (size_t b = 0; b + 1 < a.off.size(); ++b)
+    for (int64_t r = a.off[b]; r < a.off[b + 1] - 5; ++r)
+      for (int64_t c = a.d; c < width; ++c) moved[size_t(r * width + c)] += 1.0f;
+  const nn::AttentionInput<float> in2{moved.data(), moved.data() + a.d, moved.data() + a.d + dk, width, width};
+  const std::vector<float> x = run(w, in), y = run(w, in2);
+  for (size_t b = 0; b + 1 < a.off.size(); ++b) {
+    const int64_t last = a.off[b + 1] - 1;
+    EXPECT_EQ(0, std::memcmp(x.data() + last * a.d, y.data() + last * a.d, size_t(a.d) * 4))
+        << set_name(&kc) << " sequence " << b << ": keys outside the window moved the result";
+  }
+  const std::vector<float> x0 = run(a, in), y0 = run(a, in2);  // without the window the change shows
+  EXPECT_NE(0, std::memcmp(x0.data() + (rows - 1) * a.d, y0.data() + (rows - 1) * a.d, size_t(a.d) * 4));
+}
+
 TEST_P(BackendOps, ElementwiseKernelsSameBitsAsScalar) {
   const nn::KernelConfig& kc = *GetParam();
   const nn::KernelConfig& sc = nn::scalar_kernels();

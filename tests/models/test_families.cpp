@@ -1,7 +1,9 @@
 // The causal LM families beside LLaMA, each a StackSpec and a name table
 // (src/models/arch_*.cpp), against transformers 4.46.3 on random weights
 // (tests/data/families, scripts/make_family_golden.py): LLaMA with
-// attention_bias, Qwen2 (Q|K|V biases) with GQA 3 tied and MHA untied.
+// attention_bias, Qwen2 (Q|K|V biases) with GQA 3 tied and MHA untied,
+// Mistral with a sliding window of 5 keys (shorter than the prompts) and one
+// key/value head.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,7 +52,7 @@ float worst_share(const std::vector<float>& got, const NamedTensor& want, int64_
 }
 
 TEST(Families, LogitsMatchTransformers) {
-  ASSERT_EQ(cases()["models"].size(), 3u);
+  ASSERT_EQ(cases()["models"].size(), 4u);
   for (const auto& [name, c] : cases()["models"].items()) {
     SCOPED_TRACE(name);
     const CausalLM m = CausalLM::load(model_dir(name));
@@ -84,9 +86,10 @@ TEST(Families, GreedyMatchesTransformersGenerate) {
 }
 
 // The tolerance catches a spec that drops a family's feature: the same
-// directory read as plain LLaMA (no biases) misses by far more than 2e-3.
-TEST(Families, TheBoundCatchesAMissingBias) {
-  for (const std::string name : {"llama_bias", "qwen2_gqa3"}) {
+// directory read as plain LLaMA (no biases, no window) misses by far more
+// than 2e-3.
+TEST(Families, TheBoundCatchesAMissingFeature) {
+  for (const std::string name : {"llama_bias", "qwen2_gqa3", "mistral_window"}) {
     SCOPED_TRACE(name);
     const fs::path dir = test::scratch_dir("families_" + name);
     for (const char* f : {"model.safetensors", "generation_config.json"}) fs::copy_file(fs::path(model_dir(name)) / f, dir / f);
@@ -95,6 +98,7 @@ TEST(Families, TheBoundCatchesAMissingBias) {
     j["model_type"] = "llama";
     j["attention_bias"] = false;
     j.erase("use_sliding_window");
+    j.erase("sliding_window");
     std::ofstream(dir / "config.json") << j.dump();
     const CausalLM m = CausalLM::load(dir.string());
     const auto prompt = cases()["models"][name]["prompts"][2].get<std::vector<int32_t>>();
@@ -103,8 +107,8 @@ TEST(Families, TheBoundCatchesAMissingBias) {
   }
 }
 
-// What a family's config asks for and the blocks do not run yet is refused,
-// naming it, never run without it.
+// What a family's config asks for and ffn does not run is refused, naming
+// it, never run without it.
 TEST(Families, UnsupportedSpecFeaturesAreRefusedByName) {
   const fs::path dir = test::scratch_dir("families_window");
   fs::copy_file(fs::path(model_dir("qwen2_gqa3")) / "model.safetensors", dir / "model.safetensors");
@@ -114,7 +118,7 @@ TEST(Families, UnsupportedSpecFeaturesAreRefusedByName) {
   j["sliding_window"] = 16;
   j["max_window_layers"] = 1;
   std::ofstream(dir / "config.json") << j.dump();
-  expect_error([&] { CausalLM::load(dir.string()); }, dir.string() + ": a sliding attention window is not supported yet");
+  expect_error([&] { CausalLM::load(dir.string()); }, "config.json: use_sliding_window is true, which transformers runs two ways");
   j["use_sliding_window"] = false;
   j["model_type"] = "llama";
   j["mlp_bias"] = true;

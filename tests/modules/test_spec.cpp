@@ -117,19 +117,29 @@ TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
   refused([](nn::StackSpec& s) { s.attention.rope.layer_theta = {1e4, 1e4, 1e6}; }, "a rotary base per layer");
   refused([](nn::StackSpec& s) { s.attention.rope.fraction = 0.5; }, "partial rotary positions");
   refused([](nn::StackSpec& s) { s.attention.qk_norm = true; }, "per-head q/k norm");
-  refused([](nn::StackSpec& s) { s.attention.window = {0, 4096, 0}; }, "a sliding attention window");
-  refused([](nn::StackSpec& s) { s.attention.softcap = 50; }, "an attention logit soft-cap");
-  refused([](nn::StackSpec& s) { s.attention.query_scale = 0.0625f; }, "a query scale other than 1/sqrt(head_dim)");
   refused([](nn::StackSpec& s) { s.attention.relative_buckets = 32; }, "a relative position bias");
   refused([](nn::StackSpec& s) { s.ffn.unit = Activation::gelu_tanh; }, "GELU-tanh gating");
-  // What runs: biases, (1 + w) norms, an embedding scale, a final soft-cap, windows of 0.
+  // What runs: biases, (1 + w) norms, an embedding scale, the soft-caps, a
+  // query scale, sliding windows (the causal LM's).
   nn::StackSpec s = causal();
   s.attention.qkv_bias = s.attention.out_bias = true;
   s.norm.kind = nn::NormKind::rmsnorm_one_plus;
   s.embedding.scale = 8.0f;
   s.embedding.final_softcap = 30.0f;
-  s.attention.window = {0, 0, 0};
+  s.attention.softcap = 50.0f;
+  s.attention.query_scale = 0.0625f;
+  s.attention.window = {4096, 0, 4096};
   EXPECT_NO_THROW(s.check_supported("m.gguf"));
+  const nn::AttentionBlockConfig b1 = nn::attention_config(s, 1), b2 = nn::attention_config(s, 2);
+  EXPECT_EQ(b1.window, 0);
+  EXPECT_EQ(b2.window, 4096);
+  EXPECT_EQ(b2.softcap, 50.0f);
+  EXPECT_EQ(b2.query_scale, 0.0625f);
+  // ... and only there: the encoder's attention has none of them.
+  EncoderConfig e;
+  nn::StackSpec enc = nn::stack_spec(e, nn::StackKind::encoder);
+  enc.attention.softcap = 50.0f;
+  expect_error([&] { enc.check_supported("bert"); }, "bert: an attention logit soft-cap outside a causal LM");
 }
 
 }  // namespace
