@@ -6,7 +6,7 @@ namespace ffn::python {
 void bind_layer(nb::module_& m) {
   nb::class_<Config>(m, "Config",
                      "Shape and settings of a layer: d_model -> d_ff -> d_model, activation (relu, gelu, gelu_tanh,\n"
-                     "silu, swiglu, geglu, reglu), biases, norm placement (post, pre, none) and type (layernorm,\n"
+                     "silu, swiglu, geglu, reglu, geglu_tanh), biases, norm placement (post, pre, none) and type (layernorm,\n"
                      "rmsnorm), eps, dropout probabilities (training mode only).")
       .def(nb::new_(&make_config), "d_model"_a = 512, "d_ff"_a = 2048, "activation"_a = "relu", "bias"_a = true,
            "norm"_a = "post", "norm_type"_a = "layernorm", "eps"_a = 1e-5, "dropout_hidden"_a = 0.0,

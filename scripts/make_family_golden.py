@@ -28,8 +28,8 @@ import transformers.generation.utils as gu
 
 gu.is_fsdp_managed_module = lambda module: False  # torch 1.13 lacks fsdp on Python 3.11 (see make_llama_golden.py)
 from safetensors.torch import save_file  # noqa: E402
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,  # noqa: E402
-                          Qwen2Config, Qwen2ForCausalLM)
+from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM,  # noqa: E402
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 MODELS = {
     # name: (config class, model class, fields): odd sizes, GQA 2 and 3, tied and untied heads.
@@ -50,6 +50,15 @@ MODELS = {
                        dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                             num_key_value_heads=1, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
                             sliding_window=5, max_position_embeddings=128, vocab_size=197)),
+    # Gemma 2: (1 + w) norms before and after each sublayer, GELU-tanh gating, the embedding × √d,
+    # query_pre_attn_scalar, attention and final soft-caps (small enough to bend these logits), a
+    # window of 5 on the even layers, head_dim 16 ≠ 48 / 4, tied head.
+    "gemma2": (Gemma2Config, Gemma2ForCausalLM,
+               dict(hidden_size=48, intermediate_size=80, num_hidden_layers=3, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=20, rope_theta=10000.0,
+                    rms_norm_eps=1e-6, attn_logit_softcapping=4.0, final_logit_softcapping=6.0, sliding_window=5,
+                    hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, max_position_embeddings=128,
+                    vocab_size=199)),
 }
 PROMPT_LENGTHS = [1, 6, 41]
 NEW_TOKENS = 12
@@ -58,7 +67,7 @@ NEW_TOKENS = 12
 def redraw(model, g):
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name or "embed_tokens" in name:
+            if name.endswith("norm.weight") or "layernorm" in name or "embed_tokens" in name:  # Gemma: γ = 1 + w
                 p.copy_(torch.randn(p.shape, generator=g))
             elif name.endswith(".bias"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
@@ -69,13 +78,14 @@ def redraw(model, g):
 
 def main(out):
     os.makedirs(out, exist_ok=True)
-    g = torch.Generator().manual_seed(20261130)
+    g = torch.Generator().manual_seed(20261131)
     cases, tensors = {}, {}
     smallest_gap = math.inf
     for name, (config_class, model_class, fields) in MODELS.items():
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
-        cfg = config_class(bos_token_id=1, eos_token_id=2, hidden_act="silu", **fields)
+        extra = {} if config_class is Gemma2Config else {"hidden_act": "silu"}
+        cfg = config_class(bos_token_id=1, eos_token_id=2, **extra, **fields)
         torch.manual_seed(0)
         cfg._attn_implementation = "eager"  # the masks as written in the modeling file
         model = model_class(cfg).eval()
@@ -87,15 +97,27 @@ def main(out):
         for k, n in enumerate(PROMPT_LENGTHS):
             ids = torch.randint(0, cfg.vocab_size, (1, n), generator=g)
             with torch.no_grad():
-                logits = model(ids).logits[0].float()
-                outs = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                      max_new_tokens=NEW_TOKENS, eos_token_id=2, pad_token_id=0,
-                                      output_scores=True, return_dict_in_generate=True)
-            for s in outs.scores:
+                logits = model(ids, use_cache=False).logits[0].float()
+                if config_class is Gemma2Config:
+                    # generate() builds Gemma 2's HybridCache with torch._dynamo (torch >= 2): greedy by
+                    # hand instead, the whole sequence through the model at each step (no cache).
+                    seq, scores = ids, []
+                    for _ in range(NEW_TOKENS):
+                        last = model(seq, use_cache=False).logits[0, -1].float()
+                        scores.append(last[None])
+                        seq = torch.cat([seq, last.argmax().view(1, 1)], dim=1)
+                        if int(seq[0, -1]) == 2:
+                            break
+                else:
+                    outs = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                          max_new_tokens=NEW_TOKENS, eos_token_id=2, pad_token_id=0,
+                                          output_scores=True, return_dict_in_generate=True)
+                    seq, scores = outs.sequences, outs.scores
+            for s in scores:
                 top = torch.topk(s[0].double(), 2).values
                 smallest_gap = min(smallest_gap, float(top[0] - top[1]))
             entry["prompts"].append(ids[0].tolist())
-            entry["greedy"].append(outs.sequences[0, n:].tolist())
+            entry["greedy"].append(seq[0, n:].tolist())
             tensors[f"{name}.{k}"] = logits.contiguous()
         cases[name] = entry
     with open(os.path.join(out, "cases.json"), "w", encoding="utf-8") as f:

@@ -93,7 +93,7 @@ struct SettingOverrides {
   std::optional<float> eps;
 
   void add(CLI::App* app) {
-    app->add_option("--activation", activation, "relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu (default: from the file)");
+    app->add_option("--activation", activation, "relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu, geglu_tanh (default: from the file)");
     app->add_option("--norm", norm, "post, pre or none (default: from the file)");
     app->add_option("--norm-type", norm_type, "layernorm or rmsnorm (default: from the file)");
     app->add_option("--eps", eps, "norm epsilon (default: from the file, else 1e-5)");
@@ -153,7 +153,7 @@ struct ArchitectureArgs {
               *o_no_bias = nullptr;
 
   void add(CLI::App* app) {
-    o_activation = app->add_option("--activation", activation, "relu (default), gelu, gelu_tanh, silu, swiglu, geglu, reglu");
+    o_activation = app->add_option("--activation", activation, "relu (default), gelu, gelu_tanh, silu, swiglu, geglu, reglu, geglu_tanh");
     o_no_bias = app->add_flag("--no-bias", no_bias, "no b1, bg, b2");
     o_norm = app->add_option("--norm", norm, "post (default), pre or none");
     o_norm_type = app->add_option("--norm-type", norm_type, "layernorm (default) or rmsnorm");

@@ -581,7 +581,7 @@ struct BenchMode {
 const std::vector<BenchMode>& bench_modes() {
   static const std::vector<BenchMode> modes{
       {"--generate", &BenchArgs::generate,
-       "time ffn generate with --model (GGUF or LLaMA directory): a --prompt-tokens prompt (default 512), then "
+       "time ffn generate with --model (GGUF file or Hugging Face directory): a --prompt-tokens prompt (default 512), then "
        "--new-tokens greedy tokens (default 128); tokens/s of each",
        bench_generate_mode,
        [](const BenchArgs& a) {
@@ -975,7 +975,7 @@ int ffn_main(int argc, char** argv) {
                       "bytes sent per call");
   bench_cmd->add_option("--model", bench.emb.model,
                         "--embed: model directory (default: the installed all-MiniLM-L6-v2); --translate: MarianMT directory; "
-                        "--generate: GGUF file or LLaMA directory");
+                        "--generate: GGUF file or Hugging Face directory (llama, qwen2, mistral, gemma2)");
   bench_cmd->add_option("--prompt-tokens", bench.prompt_tokens, "--generate: prompt length (default 512)");
   bench_cmd->add_option("--new-tokens", bench.new_tokens, "--generate: tokens generated after it (default 128)");
   bench_cmd->add_option("--beams", bench.beams, "--translate: beam size (default: the generation config's)");

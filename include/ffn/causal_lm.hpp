@@ -1,5 +1,8 @@
 // A decoder-only language model of the LLaMA architecture (Touvron et al.
-// 2023; Hugging Face's LlamaForCausalLM), the family of today's LLMs:
+// 2023; Hugging Face's LlamaForCausalLM) and the families built as data on
+// it (src/models/arch_*.cpp: Qwen2's Q|K|V biases, Mistral's sliding
+// windows, Gemma 2's norms, gating, soft-caps and scales), the family of
+// today's LLMs:
 //
 //   x = embed(ids)
 //   per layer:  x = x + W_O · Attn(RoPE(W_Q · RMSNorm₁(x)), RoPE(W_K · RMSNorm₁(x)), W_V · RMSNorm₁(x))
@@ -130,7 +133,8 @@ class CausalLMState {
 
 class CausalLM {
  public:
-  // A GGUF file (architecture llama) or a Hugging Face LLaMA directory.
+  // A GGUF file (architecture llama) or a Hugging Face directory
+  // (model_type llama, qwen2, mistral or gemma2).
   // Errors name the file and what was expected.
   static CausalLM load(const std::string& path, const CausalLMLoadOptions& opts = {});
 

@@ -40,7 +40,7 @@ class Interrupted : public std::runtime_error {
   Interrupted() : std::runtime_error("interrupted") {}
 };
 
-enum class Activation { relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu };
+enum class Activation { relu, gelu, gelu_tanh, silu, swiglu, geglu, reglu, geglu_tanh };
 enum class NormPlacement { none, post, pre };
 enum class NormType { layernorm, rmsnorm };
 // tokens: input [T, d_model] or [B, S, d_model].  ncw: [B, d_model, S] (or
@@ -57,7 +57,7 @@ Activation parse_activation(std::string_view s, std::string_view what = "activat
 NormPlacement parse_norm_placement(std::string_view s, std::string_view what = "norm");
 NormType parse_norm_type(std::string_view s, std::string_view what = "norm type");
 Layout parse_layout(std::string_view s, std::string_view what = "layout");
-// swiglu, geglu and reglu have a gate projection Wg.
+// swiglu, geglu, reglu and geglu_tanh (Gemma's gelu_pytorch_tanh gate) have a gate projection Wg.
 bool is_gated(Activation a);
 
 // How the weight matrices (W1, Wg, W2) are stored and multiplied.

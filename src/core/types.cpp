@@ -48,7 +48,7 @@ E parse_enum(std::string_view s, std::string_view what, const std::pair<const ch
 constexpr std::pair<const char*, Activation> kActivations[] = {
     {"relu", Activation::relu},     {"gelu", Activation::gelu},     {"gelu_tanh", Activation::gelu_tanh},
     {"silu", Activation::silu},     {"swiglu", Activation::swiglu}, {"geglu", Activation::geglu},
-    {"reglu", Activation::reglu}};
+    {"reglu", Activation::reglu},   {"geglu_tanh", Activation::geglu_tanh}};
 constexpr std::pair<const char*, NormPlacement> kPlacements[] = {
     {"post", NormPlacement::post}, {"pre", NormPlacement::pre}, {"none", NormPlacement::none}};
 constexpr std::pair<const char*, NormType> kNormTypes[] = {{"layernorm", NormType::layernorm},
@@ -82,7 +82,7 @@ std::string_view to_string(WeightDtype t) { return name_of(t, kDtypes); }
 WeightDtype parse_weight_dtype(std::string_view s, std::string_view what) { return parse_enum(s, what, kDtypes); }
 
 bool is_gated(Activation a) {
-  return a == Activation::swiglu || a == Activation::geglu || a == Activation::reglu;
+  return a == Activation::swiglu || a == Activation::geglu || a == Activation::reglu || a == Activation::geglu_tanh;
 }
 std::string_view to_string(Isa i) { return name_of(i, kIsas); }
 Isa parse_isa(std::string_view s, std::string_view what) { return parse_enum(s, what, kIsas); }

@@ -52,6 +52,7 @@ std::string architecture_names(Format format);
 Architecture llama_architecture();
 Architecture qwen2_architecture();
 Architecture mistral_architecture();
+Architecture gemma2_architecture();
 
 // LLaMA (LlamaForCausalLM; GGUF general.architecture "llama").
 const NameTable& llama_names(Format format);

@@ -1,24 +1,21 @@
-// Qwen2 as data (Qwen2ForCausalLM; GGUF general.architecture "qwen2"): LLaMA's
-// stack with biases on the Q, K and V projections (not on W_O), under
-// LLaMA's tensor names. llama.cpp's converter leaves Qwen2's Q and K rows in
-// transformers' order (NeoX rotation), so its GGUF table does not reorder them.
+// Qwen2 as data (Qwen2ForCausalLM, Hugging Face directories): LLaMA's stack
+// with biases on the Q, K and V projections (not on W_O), under LLaMA's
+// tensor names. Its tokenizer.json (a Split pre-tokenizer with Qwen2's
+// expression) is read as written.
+//
+// Not yet from GGUF: the stack would load (llama.cpp's converter leaves
+// Qwen2's Q and K rows in transformers' order, so the table would not
+// reorder them), but ffn's GGUF tokenizer splits text with GPT-2's
+// expression, not the one tokenizer.ggml.pre = "qwen2" names, and would
+// give wrong ids without a word. The GGUF entry comes with the pre-tokenizers
+// (issue 48).
 #include "core/json_file.hpp"
 #include "ffn/diagnostics.hpp"
-#include "ffn/gguf.hpp"
 #include "models/arch.hpp"
 
 namespace ffn::models {
 
 namespace {
-const NameTable& qwen2_gguf_names() {
-  static const NameTable t = [] {
-    NameTable n = llama_names(Format::gguf);
-    n.qk_rows_interleaved = false;
-    return n;
-  }();
-  return t;
-}
-
 nn::StackSpec qwen2_spec(const CausalLMConfig& c) {
   nn::StackSpec s = llama_spec(c);
   s.attention.qkv_bias = true;
@@ -42,11 +39,6 @@ Architecture qwen2_architecture() {
     return ArchConfig{c, s};
   };
   a.hf_names = &llama_names(Format::safetensors);
-  a.from_gguf = [](const GgufFile& f) {
-    const CausalLMConfig c = llama_config(f, "qwen2");
-    return ArchConfig{c, qwen2_spec(c)};
-  };
-  a.gguf_names = &qwen2_gguf_names();
   return a;
 }
 

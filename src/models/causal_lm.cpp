@@ -43,6 +43,7 @@ namespace ffn {
 struct CausalLM::Weights {
   struct Layer {
     std::vector<float> attn_norm;   // [d]
+    std::vector<float> attn_post_norm;  // [d] or empty: the norm after the attention (Gemma 2)
     nn::PackedAttention attn;       // in: [qd + 2 kvd, d], W_Q, W_K, W_V stacked; out: W_O [d, qd]
     std::vector<nn::FfnSublayer> ffn;  // one: pre-norm RMSNorm SwiGLU, fused (fp32 compute) or on quantized products
   };
@@ -296,6 +297,12 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     return spec.attention.out_bias ? src.read(name(T::o_bias, l), {d}) : std::vector<float>{};
   };
 
+  const bool post_norms = spec.norm.sites == nn::NormSites::pre_and_post;
+  if (post_norms && opts.ffn_dtype != WeightDtype::fp32)
+    throw Error(path + ": dtype " + std::string(to_string(opts.ffn_dtype)) +
+                " applies to fused FFN sublayers; this architecture's FFN has a norm after it (float32 products)");
+  auto post_norm = [&](T t, int64_t l) { return post_norms ? norm(name(t, l)) : std::vector<float>{}; };
+
   Weights& w = *lm.w_;
   src.expect(name(T::embed), {c.vocab, d});
   w.norm = norm(name(T::norm));
@@ -306,6 +313,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   for (int64_t l = 0; l < c.layers; ++l) {
     Weights::Layer L;
     L.attn_norm = norm(name(T::attn_norm, l));
+    L.attn_post_norm = post_norm(T::attn_post_norm, l);
     const std::vector<float> in_bias = qkv_bias(l), o_bias = out_bias(l);
     if (keep_blocks) {
       L.attn.in = product({{name(T::q, l), qd, q_rope}, {name(T::k, l), kvd, k_rope}, {name(T::v, l), kvd, 0}}, d,
@@ -313,7 +321,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
       L.attn.out = product({{name(T::o, l), d, 0}}, qd, o_bias);
       L.ffn.emplace_back(fc, norm(name(T::ffn_norm, l)), std::vector<float>{},
                          product({{name(T::up, l), c.d_ff, 0}, {name(T::gate, l), c.d_ff, 0}}, d),
-                         product({{name(T::down, l), d, 0}}, c.d_ff));
+                         product({{name(T::down, l), d, 0}}, c.d_ff), post_norm(T::ffn_post_norm, l));
       w.layers.push_back(std::move(L));
       continue;
     }
@@ -324,6 +332,15 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     }
     L.attn.in = nn::Linear(wqkv.data(), d, qd + 2 * kvd, in_bias.empty() ? nullptr : in_bias.data());
     L.attn.out = nn::Linear(matrix(name(T::o, l), d, qd).data(), qd, d, o_bias.empty() ? nullptr : o_bias.data());
+    if (post_norms) {  // the fused FeedForward has no second norm: the sublayer on fp32 products
+      std::vector<float> ug = matrix(name(T::up, l), c.d_ff, d), gate = matrix(name(T::gate, l), c.d_ff, d);
+      ug.insert(ug.end(), gate.begin(), gate.end());
+      L.ffn.emplace_back(fc, norm(name(T::ffn_norm, l)), std::vector<float>{}, nn::Linear(ug.data(), d, 2 * c.d_ff),
+                         nn::Linear(matrix(name(T::down, l), d, c.d_ff).data(), c.d_ff, d),
+                         post_norm(T::ffn_post_norm, l));
+      w.layers.push_back(std::move(L));
+      continue;
+    }
     ffn::Weights fw;
     fw.norm_weight = norm(name(T::ffn_norm, l));
     fw.wg = matrix(name(T::gate, l), c.d_ff, d);
@@ -439,8 +456,9 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     const Weights::Layer& L = w_->layers[size_t(l)];
     nn::AttentionBlockConfig bc = nn::attention_config(spec, l);
     bc.rope = &s.rope;
-    const nn::DecoderLayerView view{{none, none, none, none, L.attn_norm, none}, L.attn, nullptr, nullptr, nullptr,
-                                    &L.ffn[0], nullptr};
+    const nn::DecoderLayerView view{
+        {none, none, none, none, L.attn_norm, none, L.attn_post_norm.empty() ? nullptr : &L.attn_post_norm},
+        L.attn, nullptr, nullptr, nullptr, &L.ffn[0], nullptr};
     nn::decoder_layer_step(bc, view, l, x.data(), a.data(), nullptr, n, ls, scratch);
   }
   int64_t m = n;

@@ -145,6 +145,12 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
       attention_forward(*run.ctx, attn, in, s.ctx.data(), s.lse.data());
   }
   pk.out.forward(*run.ctx, s.ctx.data(), n, out, {.training = run.training, .acts = run.acts});
+  if (w.post_norm_w) {
+    if (cfg.norm != NormPlacement::pre || run.training)
+      throw Error("attention block: a norm after the attention is pre-LN inference's");
+    norm_forward(*run.ctx, cfg.norm_type, cfg.eps, out, n, d, w.post_norm_w->data(), nullptr, out, s.mean.data(),
+                 s.rstd.data());
+  }
   const auto rule = DropoutRule::make(run.training ? cfg.dropout : 0.0f);
   const auto residual_rows = [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i)

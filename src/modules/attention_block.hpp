@@ -58,6 +58,10 @@ struct AttentionBlockWeights {
   const std::vector<float>& out_b;   // [d] or empty
   const std::vector<float>& norm_w;  // [d]
   const std::vector<float>& norm_b;  // [d] or empty (RMSNorm)
+  // Pre-LN inference only (Gemma 2): a second norm (γ, the block's norm type
+  // and eps) on the attention's output before the residual sum:
+  // out = x + PostNorm(MHA(Norm(x))). Null: none.
+  const std::vector<float>* post_norm_w = nullptr;
 };
 struct AttentionBlockGrads {
   std::vector<float>& in_w;

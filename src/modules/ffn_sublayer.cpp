@@ -14,9 +14,9 @@ namespace ffn::nn {
 FfnSublayer::FfnSublayer(FeedForward fused) : cfg_(fused.config()), fused_(std::move(fused)) {}
 
 FfnSublayer::FfnSublayer(const Config& cfg, std::vector<float> norm_weight, std::vector<float> norm_bias,
-                         Linear up_gate, Linear down)
-    : cfg_(cfg), norm_w_(std::move(norm_weight)), norm_b_(std::move(norm_bias)), up_gate_(std::move(up_gate)),
-      down_(std::move(down)) {
+                         Linear up_gate, Linear down, std::vector<float> post_norm_weight)
+    : cfg_(cfg), norm_w_(std::move(norm_weight)), norm_b_(std::move(norm_bias)),
+      post_norm_w_(std::move(post_norm_weight)), up_gate_(std::move(up_gate)), down_(std::move(down)) {
   cfg_.validate();
   const int64_t d = cfg_.d_model, F = cfg_.d_ff, parts = is_gated(cfg_.activation) ? 2 : 1;
   if (cfg_.norm != NormPlacement::pre)
@@ -25,6 +25,9 @@ FfnSublayer::FfnSublayer(const Config& cfg, std::vector<float> norm_weight, std:
   if (int64_t(norm_w_.size()) != d || (cfg_.norm_type == NormType::layernorm && int64_t(norm_b_.size()) != d))
     throw Error("FFN sublayer: the norm's weights have " + std::to_string(norm_w_.size()) + " values, expected " +
                 std::to_string(d));
+  if (!post_norm_w_.empty() && int64_t(post_norm_w_.size()) != d)
+    throw Error("FFN sublayer: the post-norm's weights have " + std::to_string(post_norm_w_.size()) +
+                " values, expected " + std::to_string(d));
   if (up_gate_.k() != d || up_gate_.m() != parts * F || down_.k() != F || down_.m() != d)
     throw Error("FFN sublayer: products [" + std::to_string(up_gate_.m()) + ", " + std::to_string(up_gate_.k()) +
                 "] and [" + std::to_string(down_.m()) + ", " + std::to_string(down_.k()) + "], expected [" +
@@ -67,6 +70,8 @@ void FfnSublayer::forward(const Context& ctx, const RunOptions& opts, const floa
   if (n > 8) parallel_range(threads, n, grain_for(n, threads), rows);
   else rows(0, n, 0);
   down_.forward(ctx, hid, n, y, run);
+  if (!post_norm_w_.empty())  // in place: each row's statistics before any of it is written
+    norm_forward(ctx, cfg_.norm_type, cfg_.eps, y, n, d, post_norm_w_.data(), nullptr, y, mean, rstd);
   for (int64_t i = 0; i < n * d; ++i) y[i] += x[i];
 }
 
@@ -75,7 +80,7 @@ size_t FfnSublayer::bytes() const {
     const Weights& w = fused_->weights();
     return 2 * (w.w1.size() + w.wg.size() + w.w2.size()) * sizeof(float);  // values and packed panels
   }
-  return (norm_w_.size() + norm_b_.size()) * sizeof(float) + up_gate_.bytes() + down_.bytes();
+  return (norm_w_.size() + norm_b_.size() + post_norm_w_.size()) * sizeof(float) + up_gate_.bytes() + down_.bytes();
 }
 
 }  // namespace ffn::nn

@@ -28,9 +28,11 @@ class FfnSublayer {
   explicit FfnSublayer(FeedForward fused);
   // Products on Linear layers: up_gate [(gated ? 2 : 1) · d_ff, d_model] (W_up's rows, then W_gate's),
   // down [d_model, d_ff]; norm_weight [d_model] (γ; β for LayerNorm in norm_bias).
+  // post_norm_weight (Gemma 2; empty: none): a second norm of cfg's type on
+  // the product's output before the residual sum, y = x + PostNorm(z W_downᵀ).
   // Error unless cfg is pre-norm and the shapes agree with it.
   FfnSublayer(const Config& cfg, std::vector<float> norm_weight, std::vector<float> norm_bias, Linear up_gate,
-              Linear down);
+              Linear down, std::vector<float> post_norm_weight = {});
 
   // y[n, d_model] = the sublayer of x (y must not overlap x). opts: the fused path's
   // run options (threads, ISA, path); ctx: the same, for the Linear path.
@@ -48,7 +50,7 @@ class FfnSublayer {
  private:
   Config cfg_;
   std::optional<FeedForward> fused_;
-  std::vector<float> norm_w_, norm_b_;
+  std::vector<float> norm_w_, norm_b_, post_norm_w_;
   Linear up_gate_, down_;
 };
 

@@ -90,7 +90,8 @@ void StackSpec::check_supported(const std::string& who) const {
   auto refuse = [&](const std::string& what) {
     throw Error(who + ": " + what + " is not supported yet (the model's spec needs it; ffn's blocks do not run it)");
   };
-  if (norm.sites == NormSites::pre_and_post) refuse("a norm after each sublayer as well as before it");
+  if (norm.sites == NormSites::pre_and_post && kind != StackKind::causal_lm)
+    refuse("a norm after each sublayer as well as before it outside a causal LM");
   const RopeSpec& r = attention.rope;
   if (r.enabled) {
     if (r.scaling != RopeScaling::none) refuse("rotary scaling");
@@ -104,7 +105,6 @@ void StackSpec::check_supported(const std::string& who) const {
   if (attention.softcap > 0 && !inference) refuse("an attention logit soft-cap outside a causal LM");
   if (attention.query_scale > 0 && !inference) refuse("a query scale outside a causal LM");
   if (attention.relative_buckets > 0) refuse("a relative position bias");
-  if (ffn.gated && ffn.unit == Activation::gelu_tanh) refuse("GELU-tanh gating");
 }
 
 AttentionBlockConfig attention_config(const StackSpec& s, int64_t layer) {
@@ -134,10 +134,7 @@ Config ffn_config(const StackSpec& s) {
     case Activation::silu: c.activation = s.ffn.gated ? Activation::swiglu : Activation::silu; break;
     case Activation::gelu: c.activation = s.ffn.gated ? Activation::geglu : Activation::gelu; break;
     case Activation::relu: c.activation = s.ffn.gated ? Activation::reglu : Activation::relu; break;
-    case Activation::gelu_tanh:
-      if (s.ffn.gated) throw Error("model spec: GELU-tanh gating has no FFN activation yet");
-      c.activation = Activation::gelu_tanh;
-      break;
+    case Activation::gelu_tanh: c.activation = s.ffn.gated ? Activation::geglu_tanh : Activation::gelu_tanh; break;
     default: throw Error("model spec: ffn.unit must be relu, gelu, gelu_tanh or silu");
   }
   c.bias = s.ffn.bias;
@@ -168,6 +165,7 @@ StackSpec stack_spec(const EncoderConfig& c, StackKind kind) {
     case Activation::swiglu: s.ffn.unit = Activation::silu, s.ffn.gated = true; break;
     case Activation::geglu: s.ffn.unit = Activation::gelu, s.ffn.gated = true; break;
     case Activation::reglu: s.ffn.unit = Activation::relu, s.ffn.gated = true; break;
+    case Activation::geglu_tanh: s.ffn.unit = Activation::gelu_tanh, s.ffn.gated = true; break;
     default: s.ffn.unit = c.activation;
   }
   s.ffn.bias = c.bias;

@@ -10,10 +10,12 @@
 // Every field a family in the roadmap needs is here. What the blocks do not
 // execute yet is refused by check_supported with the field's name, so a
 // checkpoint that needs it is refused, never run without it. Run today:
-// norm kinds and sites pre/post, heads/kv_heads/head_dim, Q|K|V and output
-// biases, plain RoPE, causal and cross-attention, sliding windows, the
-// attention and final soft-caps, the query scale (these three: the causal
-// LM's), gated FFNs but GELU-tanh's, the embedding scale, tied heads.
+// every norm kind, norm sites pre and post (and both: the causal LM's),
+// heads/kv_heads/head_dim, Q|K|V and output biases, plain RoPE, causal and
+// cross-attention, sliding windows, the attention and final soft-caps, the
+// query scale (these three: the causal LM's), every FFN unit gated or not,
+// the embedding scale, tied heads. Not yet: rotary scaling, per-layer
+// rotary bases, partial rotary positions, q/k norm, a relative position bias.
 #pragma once
 
 #include <cstdint>

@@ -35,7 +35,7 @@ TEST(Checkpoint, NameTablesNameEveryTensorOfALayer) {
   EXPECT_EQ("output_norm.weight", gguf.name(LMTensor::norm));
   EXPECT_FALSE(hf.qk_rows_interleaved);
   EXPECT_TRUE(gguf.qk_rows_interleaved);
-  for (size_t t = 0; t < size_t(LMTensor::count); ++t) {  // every role named, and names distinct
+  for (size_t t = 0; t < size_t(LMTensor::attn_post_norm); ++t) {  // every role LLaMA has named, names distinct
     ASSERT_NE(nullptr, hf.names[t]);
     ASSERT_NE(nullptr, gguf.names[t]);
     for (size_t u = 0; u < t; ++u) EXPECT_NE(hf.name(LMTensor(t), 0), hf.name(LMTensor(u), 0));
@@ -147,7 +147,7 @@ TEST(Checkpoint, ATestOnlyArchitectureIsAConfigReaderAndANameTable) {
   EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4)) << "the toy architecture's logits are LLaMA's";
   // An unknown model_type names the registered ones.
   std::ofstream(dir / "config.json") << R"({"model_type": "gpt2"})";
-  expect_error([&] { CausalLM::load(dir.string()); }, "model_type is \"gpt2\"; expected \"llama\", \"qwen2\", \"mistral\", \"toyllama\"");
+  expect_error([&] { CausalLM::load(dir.string()); }, "model_type is \"gpt2\"; expected \"llama\", \"qwen2\", \"mistral\", \"gemma2\", \"toyllama\"");
   fs::remove_all(dir);
 }
 

@@ -3,7 +3,10 @@
 // (tests/data/families, scripts/make_family_golden.py): LLaMA with
 // attention_bias, Qwen2 (Q|K|V biases) with GQA 3 tied and MHA untied,
 // Mistral with a sliding window of 5 keys (shorter than the prompts) and one
-// key/value head.
+// key/value head, Gemma 2 (every field its spec sets: (1 + w) norms before
+// and after each sublayer, GELU-tanh gating, the embedding scale, the query
+// scale, attention and final soft-caps, windows on the even layers,
+// head_dim ≠ d_model / heads).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,7 +55,7 @@ float worst_share(const std::vector<float>& got, const NamedTensor& want, int64_
 }
 
 TEST(Families, LogitsMatchTransformers) {
-  ASSERT_EQ(cases()["models"].size(), 4u);
+  ASSERT_EQ(cases()["models"].size(), 5u);
   for (const auto& [name, c] : cases()["models"].items()) {
     SCOPED_TRACE(name);
     const CausalLM m = CausalLM::load(model_dir(name));
@@ -89,7 +92,7 @@ TEST(Families, GreedyMatchesTransformersGenerate) {
 // directory read as plain LLaMA (no biases, no window) misses by far more
 // than 2e-3.
 TEST(Families, TheBoundCatchesAMissingFeature) {
-  for (const std::string name : {"llama_bias", "qwen2_gqa3", "mistral_window"}) {
+  for (const std::string name : {"llama_bias", "qwen2_gqa3", "mistral_window"}) {  // (Gemma 2 has its own below)
     SCOPED_TRACE(name);
     const fs::path dir = test::scratch_dir("families_" + name);
     for (const char* f : {"model.safetensors", "generation_config.json"}) fs::copy_file(fs::path(model_dir(name)) / f, dir / f);
@@ -103,6 +106,28 @@ TEST(Families, TheBoundCatchesAMissingFeature) {
     const CausalLM m = CausalLM::load(dir.string());
     const auto prompt = cases()["models"][name]["prompts"][2].get<std::vector<int32_t>>();
     EXPECT_GT(worst_share(m.logits(prompt), golden().tensors.at(name + ".2"), m.config().vocab), 2e-2f);
+    fs::remove_all(dir);
+  }
+}
+
+// Each of Gemma 2's settings moves its logits by more than the bound: its
+// config with the setting taken out misses transformers' logits by over 2e-2
+// somewhere, so the match above is not luck.
+TEST(Families, EveryGemma2SettingCounts) {
+  const std::vector<std::pair<const char*, nlohmann::json>> changes{
+      {"attn_logit_softcapping", nullptr}, {"final_logit_softcapping", nullptr}, {"sliding_window", nullptr},
+      {"query_pre_attn_scalar", 16}};
+  for (const auto& [key, value] : changes) {
+    SCOPED_TRACE(key);
+    const fs::path dir = test::scratch_dir(std::string("families_gemma2_") + key);
+    fs::copy_file(fs::path(model_dir("gemma2")) / "model.safetensors", dir / "model.safetensors");
+    std::ifstream in(fs::path(model_dir("gemma2")) / "config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    j[key] = value;
+    std::ofstream(dir / "config.json") << j.dump();
+    const CausalLM m = CausalLM::load(dir.string());
+    const auto prompt = cases()["models"]["gemma2"]["prompts"][2].get<std::vector<int32_t>>();
+    EXPECT_GT(worst_share(m.logits(prompt), golden().tensors.at("gemma2.2"), m.config().vocab), 2e-2f);
     fs::remove_all(dir);
   }
 }

@@ -60,6 +60,7 @@ const Variant kVariants[] = {
     {8, 100, 1, Activation::geglu, NormPlacement::none, NormType::layernorm, true},
     {40, 96, 50, Activation::reglu, NormPlacement::post, NormType::layernorm, true},
     {12, 300, 15, Activation::gelu_tanh, NormPlacement::pre, NormType::layernorm, true},
+    {23, 130, 41, Activation::geglu_tanh, NormPlacement::pre, NormType::rmsnorm, false},
 };
 
 Config config_of(const Variant& v) {

@@ -34,7 +34,7 @@ nn::StackSpec causal() {
 // the fields the encoder and decoder always read.
 TEST(Spec, EncoderAndDecoderSettingsComeThroughUnchanged) {
   for (Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu, Activation::swiglu,
-                       Activation::geglu, Activation::reglu})
+                       Activation::geglu, Activation::reglu, Activation::geglu_tanh})
     for (NormPlacement p : {NormPlacement::post, NormPlacement::pre})
       for (NormType t : {NormType::layernorm, NormType::rmsnorm})
         for (bool bias : {false, true}) {
@@ -111,17 +111,17 @@ TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
     EXPECT_NO_THROW(s.validate());
     expect_error([&] { s.check_supported("m.gguf"); }, "m.gguf: " + what + " is not supported yet");
   };
-  refused([](nn::StackSpec& s) { s.norm.sites = nn::NormSites::pre_and_post; },
-          "a norm after each sublayer as well as before it");
   refused([](nn::StackSpec& s) { s.attention.rope.scaling = nn::RopeScaling::llama3; }, "rotary scaling");
   refused([](nn::StackSpec& s) { s.attention.rope.layer_theta = {1e4, 1e4, 1e6}; }, "a rotary base per layer");
   refused([](nn::StackSpec& s) { s.attention.rope.fraction = 0.5; }, "partial rotary positions");
   refused([](nn::StackSpec& s) { s.attention.qk_norm = true; }, "per-head q/k norm");
   refused([](nn::StackSpec& s) { s.attention.relative_buckets = 32; }, "a relative position bias");
-  refused([](nn::StackSpec& s) { s.ffn.unit = Activation::gelu_tanh; }, "GELU-tanh gating");
-  // What runs: biases, (1 + w) norms, an embedding scale, the soft-caps, a
-  // query scale, sliding windows (the causal LM's).
+  // What runs: biases, (1 + w) norms before and after the sublayers, GELU-tanh
+  // gating, an embedding scale, the soft-caps, a query scale, sliding windows
+  // (the causal LM's).
   nn::StackSpec s = causal();
+  s.norm.sites = nn::NormSites::pre_and_post;
+  s.ffn.unit = Activation::gelu_tanh;
   s.attention.qkv_bias = s.attention.out_bias = true;
   s.norm.kind = nn::NormKind::rmsnorm_one_plus;
   s.embedding.scale = 8.0f;
@@ -135,11 +135,17 @@ TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
   EXPECT_EQ(b2.window, 4096);
   EXPECT_EQ(b2.softcap, 50.0f);
   EXPECT_EQ(b2.query_scale, 0.0625f);
+  EXPECT_EQ(b2.norm, NormPlacement::pre);
+  EXPECT_EQ(nn::ffn_config(s).activation, Activation::geglu_tanh);
+  EXPECT_EQ(nn::ffn_config(s).norm, NormPlacement::pre);
   // ... and only there: the encoder's attention has none of them.
   EncoderConfig e;
   nn::StackSpec enc = nn::stack_spec(e, nn::StackKind::encoder);
   enc.attention.softcap = 50.0f;
   expect_error([&] { enc.check_supported("bert"); }, "bert: an attention logit soft-cap outside a causal LM");
+  enc.attention.softcap = 0;
+  enc.norm.sites = nn::NormSites::pre_and_post;
+  expect_error([&] { enc.check_supported("bert"); }, "bert: a norm after each sublayer as well as before it");
 }
 
 }  // namespace

@@ -141,7 +141,8 @@ std::string grad_check_name(const ::testing::TestParamInfo<GradCheck::ParamType>
 INSTANTIATE_TEST_SUITE_P(
     AllVariants, GradCheck,
     ::testing::Combine(::testing::Values(Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu,
-                                         Activation::swiglu, Activation::geglu, Activation::reglu),
+                                         Activation::swiglu, Activation::geglu, Activation::reglu,
+                                         Activation::geglu_tanh),
                        ::testing::Range(0, 5), ::testing::Bool(), ::testing::Bool()),
     grad_check_name);
 

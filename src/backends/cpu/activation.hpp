@@ -21,7 +21,7 @@ inline Unit unit_of(Activation a) {
   switch (a) {
     case Activation::relu: case Activation::reglu: return Unit::relu;
     case Activation::gelu: case Activation::geglu: return Unit::gelu;
-    case Activation::gelu_tanh: return Unit::gelu_tanh;
+    case Activation::gelu_tanh: case Activation::geglu_tanh: return Unit::gelu_tanh;
     case Activation::silu: case Activation::swiglu: return Unit::silu;
   }
   return Unit::relu;
