@@ -9,7 +9,8 @@ torch 1.13, as scripts/setup.sh pins):
     .venv/bin/python scripts/make_family_golden.py tests/data/families
 
 For each model NAME it writes NAME/ (config.json, model.safetensors:
-save_pretrained; no tokenizer: the tests give ids) and, in cases.json, prompt
+save_pretrained; no tokenizer: the tests give ids; llama3_rope also as
+llama3_rope.gguf, as llama.cpp's converter writes it) and, in cases.json, prompt
 id lists and the greedy continuation of each (generate, do_sample=False, up
 to and including EOS); in cases.safetensors the float32 logits after every
 prompt position ("NAME.K" for prompt K). Weights are re-drawn with larger
@@ -50,6 +51,14 @@ MODELS = {
                        dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                             num_key_value_heads=1, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
                             sliding_window=5, max_position_embeddings=128, vocab_size=197)),
+    # Llama 3.1's rotary scaling with an original context of 64 positions, so that head_dim 16's
+    # wavelengths fall in all three bands (kept, interpolated, divided by the factor).
+    "llama3_rope": (LlamaConfig, LlamaForCausalLM,
+                    dict(hidden_size=64, intermediate_size=72, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                         max_position_embeddings=256, vocab_size=205)),
     # Gemma 2: (1 + w) norms before and after each sublayer, GELU-tanh gating, the embedding × √d,
     # query_pre_attn_scalar, attention and final soft-caps (small enough to bend these logits), a
     # window of 5 on the even layers, head_dim 16 ≠ 48 / 4, tied head.
@@ -76,9 +85,67 @@ def redraw(model, g):
                 p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
 
 
+def permute(w, n_head):  # convert_hf_to_gguf.LlamaModel.permute
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_llama_gguf(model, cfg, path):
+    """The model as llama.cpp's converter writes a LLaMA (float32 tensors, W_Q and W_K rows in its
+    rotary order, no tokenizer) with its Llama 3 rule as rope_freqs.weight, one factor per
+    frequency (convert_hf_to_gguf.LlamaModel.generate_extra_tensors)."""
+    import gguf
+    import numpy as np
+    w = gguf.GGUFWriter(path, "llama")
+    dim = cfg.hidden_size // cfg.num_attention_heads
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(cfg.rope_theta)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_dimension_count(dim)
+    w.add_vocab_size(cfg.vocab_size)
+    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    rs = cfg.rope_scaling
+    freqs = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor, low, high, old = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], \
+        rs["original_max_position_embeddings"]
+    factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            factors.append(1)
+        elif wavelen > old / low:
+            factors.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    w.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    w.add_tensor("output.weight", sd["lm_head.weight"])
+    for l in range(cfg.num_hidden_layers):
+        p, b = f"model.layers.{l}.", f"blk.{l}."
+        w.add_tensor(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
+        w.add_tensor(b + "attn_q.weight", permute(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads))
+        w.add_tensor(b + "attn_k.weight", permute(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads))
+        w.add_tensor(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
+        w.add_tensor(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        w.add_tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        w.add_tensor(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
+        w.add_tensor(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
+        w.add_tensor(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main(out):
     os.makedirs(out, exist_ok=True)
-    g = torch.Generator().manual_seed(20261131)
+    g = torch.Generator().manual_seed(20261208)
     cases, tensors = {}, {}
     smallest_gap = math.inf
     for name, (config_class, model_class, fields) in MODELS.items():
@@ -93,6 +160,8 @@ def main(out):
         if cfg.tie_word_embeddings:
             model.tie_weights()
         model.save_pretrained(d, safe_serialization=True)
+        if name == "llama3_rope":
+            write_llama_gguf(model, cfg, os.path.join(out, name + ".gguf"))
         entry = {"prompts": [], "greedy": []}
         for k, n in enumerate(PROMPT_LENGTHS):
             ids = torch.randint(0, cfg.vocab_size, (1, n), generator=g)

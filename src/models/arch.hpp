@@ -61,6 +61,12 @@ const NameTable& llama_names(Format format);
 nn::StackSpec llama_spec(const CausalLMConfig& c);
 // config.json → the config (validated); Error naming the file and key.
 CausalLMConfig llama_config(const nlohmann::json& j, const std::filesystem::path& cfg_path);
+// The config and LLaMA's spec with config.json's rope_scaling (default,
+// linear, llama3; yarn and longrope recorded, refused by check_supported):
+// where every LLaMA-like family's reader starts.
+ArchConfig llama_arch_config(const nlohmann::json& j, const std::filesystem::path& cfg_path);
+// A GGUF's <arch>.rope.scaling.* and rope_freqs.weight into the spec.
+void read_gguf_rope(const GgufFile& f, const std::string& arch, nn::StackSpec& s);
 // The <arch>.* metadata (llama.*, qwen2.*, ...; token_embd's shape, the
 // vocabulary) → the config (validated).
 CausalLMConfig llama_config(const GgufFile& f, const std::string& arch = "llama");

@@ -58,8 +58,9 @@ Architecture gemma2_architecture() {
     k["hidden_act"] = "silu";
     k["tie_word_embeddings"] = json_opt<bool>(j, "tie_word_embeddings", true, p);
     if (!k.contains("head_dim") || k["head_dim"].is_null()) k["head_dim"] = 256;  // Gemma2Config's default
-    const CausalLMConfig c = llama_config(k, p);
-    nn::StackSpec s = llama_spec(c);
+    ArchConfig a = llama_arch_config(k, p);
+    const CausalLMConfig& c = a.config;
+    nn::StackSpec& s = a.spec;
     s.norm.kind = nn::NormKind::rmsnorm_one_plus;
     s.norm.sites = nn::NormSites::pre_and_post;
     s.ffn.unit = Activation::gelu_tanh;
@@ -76,7 +77,7 @@ Architecture gemma2_architecture() {
       s.attention.window.assign(size_t(c.layers), 0);
       for (int64_t l = 0; l < c.layers; l += 2) s.attention.window[size_t(l)] = w;  // the even layers
     }
-    return ArchConfig{c, s};
+    return a;
   };
   a.hf_names = &kGemma2Hf;
   return a;

@@ -95,14 +95,74 @@ CausalLMConfig llama_config(const nlohmann::json& j, const std::filesystem::path
     if (e.is_number_integer()) c.eos = e.get<int64_t>();
     else if (e.is_array() && !e.empty() && e[0].is_number_integer()) c.eos = e[0].get<int64_t>();
   }
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    throw Error(cfg_path.string() + ": rope_scaling " + j["rope_scaling"].dump() + " is not supported");
   if (json_opt<bool>(j, "mlp_bias", false, cfg_path))
     throw Error(cfg_path.string() + ": mlp_bias is not supported (the FFN's products have no biases here)");
   if (json_opt<std::string>(j, "hidden_act", "silu", cfg_path) != "silu")
     throw Error(cfg_path.string() + ": hidden_act is " + j["hidden_act"].dump() + "; expected \"silu\" (SwiGLU)");
   c.validate();
   return c;
+}
+
+ArchConfig llama_arch_config(const nlohmann::json& j, const std::filesystem::path& p) {
+  ArchConfig a{llama_config(j, p), {}};
+  a.spec = llama_spec(a.config);
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return a;
+  // transformers' rope_scaling: {"rope_type" (or "type"): ..., its parameters}
+  const nlohmann::json& r = j["rope_scaling"];
+  auto bad = [&](const std::string& what) {
+    throw Error(p.string() + ": rope_scaling " + r.dump() + ": " + what);
+  };
+  if (!r.is_object()) bad("expected an object");
+  const std::string type = r.contains("rope_type") ? r["rope_type"].get<std::string>()
+                           : r.contains("type")    ? r["type"].get<std::string>()
+                                                   : "";
+  nn::RopeSpec& rope = a.spec.attention.rope;
+  auto num = [&](const char* key, double fallback) {
+    if (!r.contains(key)) return fallback;
+    if (!r[key].is_number()) bad(std::string(key) + " is not a number");
+    return r[key].get<double>();
+  };
+  if (type == "default") return a;
+  if (type == "linear") {
+    rope.scaling = nn::RopeScaling::linear;
+    rope.factor = num("factor", 1.0);
+  } else if (type == "llama3") {
+    rope.scaling = nn::RopeScaling::llama3;
+    rope.factor = num("factor", 8.0);
+    rope.low_freq_factor = num("low_freq_factor", 1.0);
+    rope.high_freq_factor = num("high_freq_factor", 4.0);
+    rope.original_context = int64_t(num("original_max_position_embeddings", 8192));
+  } else if (type == "yarn") {
+    rope.scaling = nn::RopeScaling::yarn;
+  } else if (type == "longrope") {
+    rope.scaling = nn::RopeScaling::longrope;
+  } else {
+    bad("rope_type \"" + type + "\" is not one of default, linear, llama3, yarn, longrope");
+  }
+  return a;
+}
+
+void read_gguf_rope(const GgufFile& f, const std::string& arch, nn::StackSpec& s) {
+  nn::RopeSpec& rope = s.attention.rope;
+  const std::string key = arch + ".rope.scaling.type";
+  const std::string type = f.find(key) ? f.get_string(key) : "none";
+  if (type == "linear") {
+    rope.scaling = nn::RopeScaling::linear;
+    rope.factor = f.get_float(arch + ".rope.scaling.factor");
+  } else if (type == "yarn") {
+    rope.scaling = nn::RopeScaling::yarn;
+  } else if (type != "none") {
+    throw Error(f.path() + ": " + key + " is \"" + type + "\"; expected none, linear or yarn");
+  }
+  // llama.cpp's converter writes Llama 3's rule as a factor per frequency.
+  if (f.has("rope_freqs.weight")) {
+    const GgufTensor& t = f.tensor("rope_freqs.weight");
+    const int64_t half = s.head_dim() / 2;
+    if (t.ne.size() != 1 || t.ne[0] != half)
+      throw_shape_error(f.path(), "rope_freqs.weight", t.ne, "[" + std::to_string(half) + "] (head_dim / 2)",
+                        "ne[0] innermost");
+    rope.freq_factors = f.read_f32("rope_freqs.weight");
+  }
 }
 
 CausalLMConfig llama_config(const GgufFile& f, const std::string& arch) {
@@ -119,8 +179,6 @@ CausalLMConfig llama_config(const GgufFile& f, const std::string& arch) {
   c.rope_theta = f.find(pre + "rope.freq_base") ? f.get_float(pre + "rope.freq_base") : 10000.0;
   c.eps = float(f.get_float(pre + "attention.layer_norm_rms_epsilon"));
   c.context = f.find(pre + "context_length") ? u("context_length") : 0;
-  if (f.find(pre + "rope.scaling.type") && f.get_string(pre + "rope.scaling.type") != "none")
-    throw Error(path + ": " + pre + "rope.scaling.type " + f.get_string(pre + "rope.scaling.type") + " is not supported");
   const GgufTensor& te = f.tensor("token_embd.weight");
   if (te.ne.size() != 2 || te.ne[0] != c.d_model)
     throw_shape_error(path, "token_embd.weight", te.ne, "[" + std::to_string(c.d_model) + ", vocabulary]",
@@ -141,16 +199,16 @@ Architecture llama_architecture() {
   Architecture llama;
   llama.name = "llama";
   llama.from_hf = [](const nlohmann::json& j, const std::filesystem::path& p) {
-    const CausalLMConfig c = llama_config(j, p);
-    nn::StackSpec s = llama_spec(c);
+    ArchConfig a = llama_arch_config(j, p);
     // LlamaConfig.attention_bias: Q, K, V and O projections with biases.
-    s.attention.qkv_bias = s.attention.out_bias = json_opt<bool>(j, "attention_bias", false, p);
-    return ArchConfig{c, s};
+    a.spec.attention.qkv_bias = a.spec.attention.out_bias = json_opt<bool>(j, "attention_bias", false, p);
+    return a;
   };
   llama.hf_names = &kLlamaHf;
   llama.from_gguf = [](const GgufFile& f) {
     const CausalLMConfig c = llama_config(f);
     nn::StackSpec s = llama_spec(c);
+    read_gguf_rope(f, "llama", s);
     // llama.cpp's llama graph adds bq, bk, bv and bo where the file has them.
     s.attention.qkv_bias = f.has("blk.0.attn_q.bias");
     s.attention.out_bias = f.has("blk.0.attn_output.bias");

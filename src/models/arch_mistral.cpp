@@ -12,14 +12,15 @@ Architecture mistral_architecture() {
   Architecture a;
   a.name = "mistral";
   a.from_hf = [](const nlohmann::json& j, const std::filesystem::path& p) {
-    const CausalLMConfig c = llama_config(j, p);
-    nn::StackSpec s = llama_spec(c);
+    ArchConfig a = llama_arch_config(j, p);
+    const CausalLMConfig& c = a.config;
+    nn::StackSpec& s = a.spec;
     if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
       const int64_t w = json_get<int64_t>(j, "sliding_window", p);
       if (w < 1) throw Error(p.string() + ": sliding_window must be at least 1, got " + std::to_string(w));
       s.attention.window.assign(size_t(c.layers), w);
     }
-    return ArchConfig{c, s};
+    return a;
   };
   a.hf_names = &llama_names(Format::safetensors);
   return a;

@@ -15,20 +15,12 @@
 
 namespace ffn::models {
 
-namespace {
-nn::StackSpec qwen2_spec(const CausalLMConfig& c) {
-  nn::StackSpec s = llama_spec(c);
-  s.attention.qkv_bias = true;
-  return s;
-}
-}  // namespace
-
 Architecture qwen2_architecture() {
   Architecture a;
   a.name = "qwen2";
   a.from_hf = [](const nlohmann::json& j, const std::filesystem::path& p) {
-    const CausalLMConfig c = llama_config(j, p);
-    nn::StackSpec s = qwen2_spec(c);
+    ArchConfig a = llama_arch_config(j, p);
+    a.spec.attention.qkv_bias = true;
     // Qwen2Config's use_sliding_window has two meanings in transformers
     // 4.46: its flash-attention path windows the layers from
     // max_window_layers on, its eager and SDPA paths every layer. Refused
@@ -36,7 +28,7 @@ Architecture qwen2_architecture() {
     if (json_opt<bool>(j, "use_sliding_window", false, p))
       throw Error(p.string() + ": use_sliding_window is true, which transformers runs two ways (every layer, or the "
                   "layers from max_window_layers on); not supported");
-    return ArchConfig{c, s};
+    return a;
   };
   a.hf_names = &llama_names(Format::safetensors);
   return a;

@@ -2,6 +2,9 @@
 #include "modules/spec.hpp"
 
 #include <cmath>
+#include <numbers>
+
+#include "ops/rope.hpp"
 
 #include "ffn/diagnostics.hpp"
 #include "ffn/encoder.hpp"
@@ -64,6 +67,14 @@ void StackSpec::validate() const {
       bad("the rotated part of a head must be even, got " + std::to_string(head_dim()) + " · " +
           std::to_string(r.fraction));
     if (!positive_finite(r.factor)) bad("attention.rope.factor must be positive");
+    if (r.scaling == RopeScaling::llama3 &&
+        (!positive_finite(r.low_freq_factor) || !(r.high_freq_factor > r.low_freq_factor) || r.original_context < 1))
+      bad("attention.rope: llama3 scaling needs 0 < low_freq_factor < high_freq_factor and original_context >= 1");
+    if (!r.freq_factors.empty() && int64_t(r.freq_factors.size()) != head_dim() / 2)
+      bad("attention.rope.freq_factors has " + std::to_string(r.freq_factors.size()) + " values, expected head_dim / 2 = " +
+          std::to_string(head_dim() / 2));
+    for (float f : r.freq_factors)
+      if (!positive_finite(f)) bad("attention.rope.freq_factors must be positive");
   }
   if (r.enabled != (embedding.positions == Positions::rotary))
     bad("attention.rope.enabled and embedding.positions = rotary go together");
@@ -94,7 +105,8 @@ void StackSpec::check_supported(const std::string& who) const {
     refuse("a norm after each sublayer as well as before it outside a causal LM");
   const RopeSpec& r = attention.rope;
   if (r.enabled) {
-    if (r.scaling != RopeScaling::none) refuse("rotary scaling");
+    if (r.scaling == RopeScaling::longrope) refuse("longrope rotary scaling");
+    if (r.scaling == RopeScaling::yarn) refuse("yarn rotary scaling");
     if (!r.layer_theta.empty()) refuse("a rotary base per layer");
     if (r.fraction != 1.0) refuse("partial rotary positions");
   }
@@ -145,6 +157,33 @@ Config ffn_config(const StackSpec& s) {
   c.dropout_hidden = s.dropout;
   c.dropout_output = s.dropout;
   return c;
+}
+
+std::vector<float> rope_frequencies(const StackSpec& s) {
+  const RopeSpec& r = s.attention.rope;
+  std::vector<float> inv = RopeTable::frequencies(s.head_dim(), r.theta);
+  const float factor = float(r.factor);
+  if (r.scaling == RopeScaling::linear) {
+    for (float& f : inv) f = f / factor;
+  } else if (r.scaling == RopeScaling::llama3) {
+    // transformers' _compute_llama3_parameters, its float32 tensor arithmetic with Python scalars as float
+    const double low_wavelen = double(r.original_context) / r.low_freq_factor,
+                 high_wavelen = double(r.original_context) / r.high_freq_factor;
+    const float two_pi = float(2 * std::numbers::pi), old = float(r.original_context), low = float(r.low_freq_factor),
+                span = float(r.high_freq_factor - r.low_freq_factor);
+    for (float& f : inv) {
+      const float wavelen = two_pi / f;
+      const float scaled = double(wavelen) > low_wavelen ? f / factor : f;
+      if (!(double(wavelen) < high_wavelen) && !(double(wavelen) > low_wavelen)) {
+        const float smooth = (old / wavelen - low) / span;
+        f = (1.0f - smooth) * scaled / factor + smooth * scaled;
+      } else {
+        f = scaled;
+      }
+    }
+  }
+  for (size_t i = 0; i < r.freq_factors.size() && i < inv.size(); ++i) inv[i] = inv[i] / r.freq_factors[i];
+  return inv;
 }
 
 StackSpec stack_spec(const EncoderConfig& c, StackKind kind) {

@@ -52,6 +52,8 @@ struct RopeSpec {
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
   int64_t original_context = 0;
   std::vector<float> long_factors, short_factors;  // longrope: one per frequency
+  // A GGUF's rope_freqs (llama.cpp's form of Llama 3's rule): frequency i divided by freq_factors[i].
+  std::vector<float> freq_factors;
   double fraction = 1.0;  // the rotated share of a head (partial rotary: Phi-2, NeoX)
   // Row order of a rotated head: false, its first and second halves rotate
   // together (transformers' rotate_half); true, adjacent pairs (GPT-J; a
@@ -130,6 +132,13 @@ std::string_view to_string(StackKind k);
 AttentionBlockConfig attention_config(const StackSpec& s, int64_t layer);
 // The FFN sublayer's Config (its norm is the layer's second).
 Config ffn_config(const StackSpec& s);
+// The rotary frequencies f_i (head_dim / 2) of attention.rope, as
+// transformers' rope_init functions form them in float32: the default
+// 1/θ^(2i/d), then linear (f / factor) or llama3 (Llama 3.1's bands:
+// wavelengths 2π/f above original_context / low_freq_factor divided by
+// factor, below original_context / high_freq_factor kept, between them
+// interpolated), then divided by freq_factors where given.
+std::vector<float> rope_frequencies(const StackSpec& s);
 
 // The stacks of nn.TransformerEncoder/Decoder shape (include/ffn/encoder.hpp):
 // encoder, or seq2seq decoder (causal self-attention, cross-attention).

@@ -17,12 +17,19 @@ struct RopeTable {
   int64_t half = 0;            // dh / 2
   std::vector<float> cos, sin; // [positions, half]
 
+  // f_i = 1 / θ^(2i/dh) (transformers' default inv_freq, in float32).
+  static std::vector<float> frequencies(int64_t dh, double theta) {
+    std::vector<float> inv(static_cast<size_t>(dh / 2));
+    for (int64_t i = 0; i < dh / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(float(theta), float(2 * i) / float(dh));
+    return inv;
+  }
   static RopeTable make(int64_t positions, int64_t dh, double theta) {
+    return make(positions, frequencies(dh, theta));
+  }
+  // From the frequencies f_i (dh / 2 of them; a scaling rule's, src/modules/spec.hpp).
+  static RopeTable make(int64_t positions, const std::vector<float>& inv) {
     RopeTable t;
-    t.half = dh / 2;
-    std::vector<float> inv(static_cast<size_t>(t.half));
-    for (int64_t i = 0; i < t.half; ++i)
-      inv[size_t(i)] = 1.0f / std::pow(float(theta), float(2 * i) / float(dh));
+    t.half = int64_t(inv.size());
     t.cos.resize(size_t(positions * t.half));
     t.sin.resize(t.cos.size());
     for (int64_t p = 0; p < positions; ++p)

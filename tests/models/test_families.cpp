@@ -3,7 +3,8 @@
 // (tests/data/families, scripts/make_family_golden.py): LLaMA with
 // attention_bias, Qwen2 (Q|K|V biases) with GQA 3 tied and MHA untied,
 // Mistral with a sliding window of 5 keys (shorter than the prompts) and one
-// key/value head, Gemma 2 (every field its spec sets: (1 + w) norms before
+// key/value head, Llama 3.1's rotary scaling (config.json's rope_scaling, and
+// a GGUF's rope_freqs.weight as llama.cpp's converter writes it), Gemma 2 (every field its spec sets: (1 + w) norms before
 // and after each sublayer, GELU-tanh gating, the embedding scale, the query
 // scale, attention and final soft-caps, windows on the even layers,
 // head_dim ≠ d_model / heads).
@@ -55,7 +56,7 @@ float worst_share(const std::vector<float>& got, const NamedTensor& want, int64_
 }
 
 TEST(Families, LogitsMatchTransformers) {
-  ASSERT_EQ(cases()["models"].size(), 5u);
+  ASSERT_EQ(cases()["models"].size(), 6u);
   for (const auto& [name, c] : cases()["models"].items()) {
     SCOPED_TRACE(name);
     const CausalLM m = CausalLM::load(model_dir(name));
@@ -92,7 +93,7 @@ TEST(Families, GreedyMatchesTransformersGenerate) {
 // directory read as plain LLaMA (no biases, no window) misses by far more
 // than 2e-3.
 TEST(Families, TheBoundCatchesAMissingFeature) {
-  for (const std::string name : {"llama_bias", "qwen2_gqa3", "mistral_window"}) {  // (Gemma 2 has its own below)
+  for (const std::string name : {"llama_bias", "qwen2_gqa3", "mistral_window", "llama3_rope"}) {  // (Gemma 2: below)
     SCOPED_TRACE(name);
     const fs::path dir = test::scratch_dir("families_" + name);
     for (const char* f : {"model.safetensors", "generation_config.json"}) fs::copy_file(fs::path(model_dir(name)) / f, dir / f);
@@ -102,11 +103,32 @@ TEST(Families, TheBoundCatchesAMissingFeature) {
     j["attention_bias"] = false;
     j.erase("use_sliding_window");
     j.erase("sliding_window");
+    j.erase("rope_scaling");
     std::ofstream(dir / "config.json") << j.dump();
     const CausalLM m = CausalLM::load(dir.string());
     const auto prompt = cases()["models"][name]["prompts"][2].get<std::vector<int32_t>>();
     EXPECT_GT(worst_share(m.logits(prompt), golden().tensors.at(name + ".2"), m.config().vocab), 2e-2f);
     fs::remove_all(dir);
+  }
+}
+
+// Llama 3.1's rule from a GGUF: llama.cpp's converter turns config.json's
+// rope_scaling into a factor per frequency (rope_freqs.weight), which divides
+// the frequency; the logits are transformers' (from the HF directory's
+// rope_scaling) within the bound, and the greedy tokens the same.
+TEST(Families, Llama3RopeFreqsFromGgufMatchTransformers) {
+  const CausalLM m = CausalLM::load(std::string(FFN_FAMILIES_DIR) + "/llama3_rope.gguf");
+  const auto& c = cases()["models"]["llama3_rope"];
+  const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
+  const auto want = c["greedy"].get<std::vector<std::vector<int32_t>>>();
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    EXPECT_LE(worst_share(m.logits(prompts[k]), golden().tensors.at("llama3_rope." + std::to_string(k)),
+                          m.config().vocab),
+              2e-3f)
+        << "prompt " << k;
+    SamplingOptions s;
+    s.max_new_tokens = int64_t(want[k].size());
+    EXPECT_EQ(m.generate(prompts[k], s), want[k]) << "prompt " << k;
   }
 }
 

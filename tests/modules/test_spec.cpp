@@ -6,6 +6,11 @@
 #include "ffn/diagnostics.hpp"
 #include "ffn/encoder.hpp"
 #include "modules/spec.hpp"
+#include "ops/rope.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <numbers>
 #include "test_util.hpp"
 
 namespace ffn {
@@ -111,7 +116,8 @@ TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
     EXPECT_NO_THROW(s.validate());
     expect_error([&] { s.check_supported("m.gguf"); }, "m.gguf: " + what + " is not supported yet");
   };
-  refused([](nn::StackSpec& s) { s.attention.rope.scaling = nn::RopeScaling::llama3; }, "rotary scaling");
+  refused([](nn::StackSpec& s) { s.attention.rope.scaling = nn::RopeScaling::longrope; }, "longrope rotary scaling");
+  refused([](nn::StackSpec& s) { s.attention.rope.scaling = nn::RopeScaling::yarn; }, "yarn rotary scaling");
   refused([](nn::StackSpec& s) { s.attention.rope.layer_theta = {1e4, 1e4, 1e6}; }, "a rotary base per layer");
   refused([](nn::StackSpec& s) { s.attention.rope.fraction = 0.5; }, "partial rotary positions");
   refused([](nn::StackSpec& s) { s.attention.qk_norm = true; }, "per-head q/k norm");
@@ -146,6 +152,54 @@ TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
   enc.attention.softcap = 0;
   enc.norm.sites = nn::NormSites::pre_and_post;
   expect_error([&] { enc.check_supported("bert"); }, "bert: a norm after each sublayer as well as before it");
+}
+
+}  // namespace
+}  // namespace ffn
+
+namespace ffn {
+namespace {
+
+// The rotary frequencies: without scaling bitwise the table's own; linear
+// divides each by the factor; llama3 keeps the short wavelengths, divides the
+// long ones by the factor and interpolates between (Llama 3.1's rule, here in
+// double against the float32 form).
+TEST(Spec, RopeFrequenciesFollowTheScalingRule) {
+  nn::StackSpec s = causal();
+  s.attention.rope.theta = 500000.0;
+  s.attention.head_dim = 16;
+  const std::vector<float> plain = nn::RopeTable::frequencies(16, 500000.0);
+  EXPECT_EQ(0, std::memcmp(plain.data(), nn::rope_frequencies(s).data(), plain.size() * 4));
+  s.attention.rope.scaling = nn::RopeScaling::linear;
+  s.attention.rope.factor = 4.0;
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(nn::rope_frequencies(s)[i], plain[i] / 4.0f);
+  s.attention.rope.scaling = nn::RopeScaling::llama3;
+  s.attention.rope.factor = 8.0;
+  s.attention.rope.low_freq_factor = 1.0;
+  s.attention.rope.high_freq_factor = 4.0;
+  s.attention.rope.original_context = 64;
+  s.validate();
+  const std::vector<float> got = nn::rope_frequencies(s);
+  int bands[3] = {0, 0, 0};
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const double f = plain[i], wavelen = 2 * std::numbers::pi / f;
+    double want = f;
+    if (wavelen > 64.0) want = f / 8, ++bands[2];
+    else if (wavelen < 16.0) ++bands[0];
+    else {
+      const double smooth = (64.0 / wavelen - 1.0) / 3.0;
+      want = (1 - smooth) * f / 8 + smooth * f;
+      ++bands[1];
+    }
+    EXPECT_NEAR(got[i], want, 1e-6 * want) << "frequency " << i;
+  }
+  EXPECT_GT(bands[0], 0);  // each band taken
+  EXPECT_GT(bands[1], 0);
+  EXPECT_GT(bands[2], 0);
+  s.attention.rope.freq_factors.assign(8, 2.0f);  // a GGUF's rope_freqs divide what the rule gives
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(nn::rope_frequencies(s)[i], got[i] / 2.0f);
+  s.attention.rope.freq_factors.assign(7, 2.0f);
+  expect_error([&] { s.validate(); }, "attention.rope.freq_factors has 7 values, expected head_dim / 2 = 8");
 }
 
 }  // namespace
