@@ -2,11 +2,12 @@
 # The four `ffn bench` modes of two ffn programs side by side (the FFN layer at T = 8 and 4096,
 # --embed, --translate, --generate), alternating OLD and NEW within each round (the order
 # flipped every other round), medians over the rounds and the pairwise ratios NEW/OLD.
-#   python3 bench/alternate_modes.py OLD_FFN NEW_FFN ROUNDS
+#   python3 bench/alternate_modes.py OLD_FFN NEW_FFN ROUNDS [CASE,CASE,...]
 # Inputs it expects: /tmp/texts.txt (texts, one per line), /tmp/src_ids.txt (Marian source ids),
 # ~/.cache/ffn/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf; run from the repository root.
 import json, subprocess, statistics, sys, os
 old, new, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+only = sys.argv[4].split(",") if len(sys.argv) > 4 else None  # a subset of the cases, by name
 gg = os.path.expanduser("~/.cache/ffn/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 cases = {
   "ffn T=8": (["bench","--norm","none","--tokens","8","--repeats","10","--warmup","2","--threads","2","--json"], lambda j: {"tokens/s": 8/j["median_s"]}),
@@ -18,9 +19,12 @@ cases = {
 res = {}
 for r in range(rounds):
     for name,(args,get) in cases.items():
+        if only and name not in only: continue
         order = [("old",old),("new",new)] if r % 2 == 0 else [("new",new),("old",old)]
         for side,b in order:
-            out = subprocess.run([b]+args, capture_output=True, text=True, env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
+            # The environment as a user has it: no OMP_WAIT_POLICY (PASSIVE slows OLD's OpenMP hand-offs
+            # between small parallel regions twofold in translate and generate).
+            out = subprocess.run([b]+args, capture_output=True, text=True)
             j = json.loads(out.stdout.strip().splitlines()[-1])
             for k,v in get(j).items():
                 res.setdefault((name,k),{}).setdefault(side,[]).append(v)

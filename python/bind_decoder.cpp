@@ -3,6 +3,175 @@
 
 namespace ffn::python {
 
+// ---- the decoder's holders and calls (this file's only) ----
+
+// ---- the decoder --------------------------------------------------------------
+
+// The parameters of w (sized for cfg, as DecoderWeights::zeros or backward
+// make them) under nn.TransformerDecoder's names: layers.N.self_attn.*,
+// layers.N.multihead_attn.*, layers.N.linear1.*, layers.N.gate.* (gated
+// activations), layers.N.linear2.*, layers.N.norm1.*, norm2.*, norm3.* (the
+// FFN's norm) and, with final_norm, norm.*. A parameter cfg lacks (biases, an
+// RMSNorm's β) is empty in w and left out.
+inline std::vector<StackParam> decoder_params(const DecoderConfig& cfg, DecoderWeights& w) {
+  const int64_t d = cfg.d_model;
+  const auto ffn_shapes = param_shapes(cfg.ffn_config());
+  static const char* const ffn_names[8] = {"linear1.weight", "linear1.bias", "gate.weight",  "gate.bias",
+                                           "linear2.weight", "linear2.bias", "norm3.weight", "norm3.bias"};
+  std::vector<StackParam> out;
+  auto add = [&](std::string name, std::vector<float>& v, std::vector<int64_t> shape) {
+    if (!v.empty()) out.push_back({std::move(name), &v, std::move(shape)});
+  };
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    DecoderLayerWeights& l = w.layers[i];
+    for (auto [attn, a] : {std::pair{"self_attn.", &l.self_attn}, std::pair{"multihead_attn.", &l.cross_attn}}) {
+      add(p + attn + "in_proj_weight", a->in_proj_weight, {3 * d, d});
+      add(p + attn + "in_proj_bias", a->in_proj_bias, {3 * d});
+      add(p + attn + "out_proj.weight", a->out_proj_weight, {d, d});
+      add(p + attn + "out_proj.bias", a->out_proj_bias, {d});
+    }
+    const auto f = l.ffn.all();
+    for (size_t k = 0; k < 6; ++k) add(p + ffn_names[k], *f[k], ffn_shapes[k]);
+    add(p + "norm1.weight", l.norm1_weight, {d});
+    add(p + "norm1.bias", l.norm1_bias, {d});
+    add(p + "norm2.weight", l.norm2_weight, {d});
+    add(p + "norm2.bias", l.norm2_bias, {d});
+    for (size_t k = 6; k < 8; ++k) add(p + ffn_names[k], *f[k], ffn_shapes[k]);
+  }
+  add("norm.weight", w.norm_weight, {d});
+  add("norm.bias", w.norm_bias, {d});
+  return out;
+}
+
+inline nb::dict decoder_weights_dict(const DecoderConfig& cfg, DecoderWeights w) {
+  return params_dict(decoder_params(cfg, w));
+}
+
+inline DecoderWeights decoder_weights_from_dict(const nb::dict& d, const DecoderConfig& cfg) {
+  DecoderWeights w = DecoderWeights::zeros(cfg);
+  params_from_dict(d, decoder_params(cfg, w), cfg, "a decoder");
+  return w;
+}
+
+// A decoder forward's saved state for backward, as EncoderCacheHolder: the
+// decoder, the shapes of the target and the memory, the mask options.
+struct DecoderCacheHolder {
+  DecoderCache cache;
+  const Decoder* decoder = nullptr;
+  std::vector<int64_t> x_shape, memory_shape;
+  Shape shape, mshape;
+  DecoderRunOptions opts;
+};
+
+inline nb::object decoder_forward(const Decoder& dec, const ArrayArg& x_arg, const ArrayArg& memory_arg,
+                           std::optional<std::vector<int64_t>> lengths,
+                           std::optional<std::vector<int64_t>> memory_lengths, bool causal, bool training,
+                           uint64_t seed, std::optional<int> threads, bool cache) {
+  const AnyArray x = as_input(x_arg, "x"), mem = as_input(memory_arg, "memory");
+  const float* xp = input_data(x, "x");
+  const float* mp = input_data(mem, "memory");
+  const std::vector<int64_t> xs = shape_of(x), ms = shape_of(mem);
+  DecoderRunOptions o;
+  static_cast<RunOptions&>(o) = run_options(threads, training, seed);
+  o.causal = causal;
+  const Shape shape = encoder_shape(dec.config(), xs, lengths, "x");
+  const Shape mshape = encoder_shape(dec.config(), ms, memory_lengths, "memory");
+  NumpyF32 y = new_array(xs);
+  std::unique_ptr<DecoderCacheHolder> c;
+  if (cache) c.reset(new DecoderCacheHolder{DecoderCache(), &dec, xs, ms, shape, mshape, o});
+  Interruptible stop;
+  o.interrupted = stop.hook();  // after the copy in the cache holder: backward makes its own
+  stop.run([&] { dec.forward(xp, shape, mp, mshape, y.data(), o, c ? &c->cache : nullptr); });
+  if (!cache) return nb::cast(y);
+  return nb::make_tuple(y, nb::cast(c.release(), nb::rv_policy::take_ownership));
+}
+
+inline nb::tuple decoder_backward(const Decoder& dec, const ArrayArg& x_arg, const ArrayArg& memory_arg,
+                           const ArrayArg& dy_arg, const DecoderCacheHolder& cache, std::optional<int> threads) {
+  const AnyArray x = as_input(x_arg, "x"), mem = as_input(memory_arg, "memory"), dy = as_input(dy_arg, "dy");
+  const float* xp = input_data(x, "x");
+  const float* mp = input_data(mem, "memory");
+  const float* dyp = input_data(dy, "dy");
+  const std::vector<int64_t> xs = shape_of(x), ms = shape_of(mem);
+  if (cache.decoder != &dec) throw Error("cache: from another decoder's forward");
+  if (cache.x_shape != xs)
+    throw Error("cache: from a forward on shape " + shape_text(cache.x_shape.size(), cache.x_shape.data()) +
+                ", but x has shape " + shape_text(xs.size(), xs.data()));
+  if (cache.memory_shape != ms)
+    throw Error("cache: from a forward on memory of shape " +
+                shape_text(cache.memory_shape.size(), cache.memory_shape.data()) + ", but memory has shape " +
+                shape_text(ms.size(), ms.data()));
+  if (shape_of(dy) != xs)
+    throw Error("dy: shape " + shape_text(dy.ndim(), dy.shape_ptr()) + ", expected x's shape " +
+                shape_text(xs.size(), xs.data()));
+  DecoderRunOptions o = cache.opts;  // the forward's mask and dropout settings
+  o.threads = run_options(threads, false, 0).threads;
+  NumpyF32 dx = new_array(xs), dmemory = new_array(ms);
+  DecoderWeights grads;
+  Interruptible stop;
+  o.interrupted = stop.hook();
+  stop.run([&] {
+    dec.backward(xp, dyp, cache.shape, mp, cache.mshape, cache.cache, dx.data(), dmemory.data(), grads, o);
+  });
+  return nb::make_tuple(dx, dmemory, decoder_weights_dict(dec.config(), std::move(grads)));
+}
+
+// A generation state and the decoder that started it (kept alive by
+// Decoder.start). step and select change the state: its lock keeps two
+// Python threads (each without the GIL) from doing so at once.
+struct DecoderStateHolder {
+  DecoderState state;
+  const Decoder* decoder = nullptr;
+  std::mutex lock;
+
+  // f(state) under the lock, taken without the GIL (a step holding the lock
+  // takes the GIL in its Ctrl-C hook: waiting for the lock with the GIL
+  // held could wait forever).
+  template <class F>
+  auto locked(F&& f) {
+    nb::gil_scoped_release nogil;
+    std::lock_guard hold(lock);
+    return f(state);
+  }
+};
+
+inline DecoderStateHolder* decoder_start(const Decoder& dec, const ArrayArg& memory_arg,
+                                  std::optional<std::vector<int64_t>> memory_lengths, int64_t capacity,
+                                  std::optional<int> threads) {
+  const AnyArray mem = as_input(memory_arg, "memory");
+  const float* mp = input_data(mem, "memory");
+  const Shape mshape = encoder_shape(dec.config(), shape_of(mem), memory_lengths, "memory");
+  RunOptions o = run_options(threads, false, 0);
+  auto holder = std::make_unique<DecoderStateHolder>();
+  holder->decoder = &dec;
+  Interruptible stop;
+  o.interrupted = stop.hook();
+  stop.run([&] { holder->state = dec.start(mp, mshape, capacity, o); });
+  return holder.release();
+}
+
+inline NumpyF32 decoder_step(DecoderStateHolder& s, const ArrayArg& x_arg, std::optional<int> threads) {
+  const AnyArray x = as_input(x_arg, "x");
+  const float* xp = input_data(x, "x");
+  const int64_t live = s.locked([](const DecoderState& st) { return st.live(); });
+  const int64_t d = s.decoder->config().d_model;
+  const std::vector<int64_t> want{live, d};
+  if (shape_of(x) != want)
+    throw Error("x: shape " + shape_text(x.ndim(), x.shape_ptr()) + ", expected [live, d_model] = " +
+                shape_text(want.size(), want.data()) + " (one position per live sequence)");
+  NumpyF32 y = new_array(want);
+  RunOptions o = run_options(threads, false, 0);
+  Interruptible stop;
+  o.interrupted = stop.hook();  // a stopped step leaves the state as it was (no sequence advanced)
+  stop.run([&] {
+    std::lock_guard lock(s.lock);
+    if (s.state.live() != live) throw Error("step: another thread changed the live sequences during this call");
+    s.decoder->step(s.state, xp, y.data(), o);
+  });
+  return y;
+}
+
 void bind_decoder(nb::module_& m) {
   // ffn::DecoderConfig is ffn::EncoderConfig: one class, two names.
   m.attr("DecoderConfig") = m.attr("EncoderConfig");

@@ -3,6 +3,60 @@
 
 namespace ffn::python {
 
+// ---- the layer's parameter dicts and pickling (this file's only) ----
+
+// A Weights from a dict named as `names`: every name present with its shape,
+// no other key. Copies (the layer keeps its own packed copy anyway).
+inline Weights weights_from_dict(const nb::dict& d, const TensorNames& names, const Config& cfg) {
+  const auto shapes = param_shapes(cfg);
+  Weights w;
+  std::array<std::vector<float>*, 8> dst = {&w.w1, &w.b1, &w.wg, &w.bg, &w.w2, &w.b2, &w.norm_weight, &w.norm_bias};
+  const auto keys = names.all();
+  std::string expected;
+  for (const std::string* k : keys)
+    if (!k->empty()) expected += (expected.empty() ? "" : ", ") + *k;
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(nb::str(key));
+    bool known = false;
+    for (const std::string* n : keys) known = known || (!n->empty() && *n == k);
+    if (!known) throw Error("weights: unexpected tensor '" + k + "'; this layer's are " + expected);
+  }
+  for (size_t i = 0; i < 8; ++i) {
+    if (keys[i]->empty()) continue;
+    const char* name = keys[i]->c_str();
+    if (!d.contains(name)) throw Error("weights: missing tensor '" + *keys[i] + "'; this layer's are " + expected);
+    const std::string what = "weights['" + *keys[i] + "']";
+    const AnyArray a = as_input(ArrayArg{d[name]}, what);
+    const float* p = input_data(a, what.c_str());
+    if (shape_of(a) != shapes[i])
+      throw Error(what + ": shape " + shape_text(a.ndim(), a.shape_ptr()) + ", expected " +
+                  shape_text(shapes[i].size(), shapes[i].data()));
+    dst[i]->assign(p, p + a.size());
+  }
+  return w;
+}
+
+// Config as pickle (and copy.deepcopy) store it: the class and make_config's
+// arguments, so loading validates them again. (__reduce__, not
+// __getstate__/__setstate__: nb::new_ makes Python's __new__ return an
+// initialized Config, which __setstate__ may not initialize again.)
+inline nb::tuple config_reduce(nb::handle self) {
+  const Config& c = nb::cast<const Config&>(self);
+  return nb::make_tuple(self.type(), nb::make_tuple(c.d_model, c.d_ff, std::string(to_string(c.activation)), c.bias,
+                                                     std::string(to_string(c.norm)),
+                                                     std::string(to_string(c.norm_type)), c.eps, c.dropout_hidden,
+                                                     c.dropout_output));
+}
+
+inline std::string config_repr(const Config& c) {
+  char eps[32];
+  std::snprintf(eps, sizeof eps, "%g", double(c.eps));
+  return "ffn.Config(d_model=" + std::to_string(c.d_model) + ", d_ff=" + std::to_string(c.d_ff) + ", activation='" +
+         std::string(to_string(c.activation)) + "', bias=" + (c.bias ? "True" : "False") + ", norm='" +
+         std::string(to_string(c.norm)) + "', norm_type='" + std::string(to_string(c.norm_type)) + "', eps=" + eps +
+         ")";
+}
+
 void bind_layer(nb::module_& m) {
   nb::class_<Config>(m, "Config",
                      "Shape and settings of a layer: d_model -> d_ff -> d_model, activation (relu, gelu, gelu_tanh,\n"

@@ -302,6 +302,12 @@ inline std::array<std::vector<int64_t>, 8> param_shapes(const Config& cfg) {
   return {std::vector<int64_t>{f, d}, {f}, {f, d}, {f}, {d, f}, {d}, {d}, {d}};
 }
 
+// FeedForward::set_weights must not run while another thread computes with the
+// layer (it frees the old packed weights). Python threads can do exactly that
+// once the GIL is released, so forward/backward hold this lock shared while
+// they compute and set_weights holds it exclusively (waiting without the GIL).
+inline std::shared_mutex weights_lock;
+
 // Weights by the names of `names` (a name left empty: the layer lacks it).
 inline nb::dict weights_dict(const Weights& w, const TensorNames& names, const Config& cfg) {
   const auto shapes = param_shapes(cfg);
@@ -312,43 +318,6 @@ inline nb::dict weights_dict(const Weights& w, const TensorNames& names, const C
     if (!keys[i]->empty() && !tensors[i]->empty()) out[keys[i]->c_str()] = to_numpy(*tensors[i], shapes[i]);
   return out;
 }
-
-// A Weights from a dict named as `names`: every name present with its shape,
-// no other key. Copies (the layer keeps its own packed copy anyway).
-inline Weights weights_from_dict(const nb::dict& d, const TensorNames& names, const Config& cfg) {
-  const auto shapes = param_shapes(cfg);
-  Weights w;
-  std::array<std::vector<float>*, 8> dst = {&w.w1, &w.b1, &w.wg, &w.bg, &w.w2, &w.b2, &w.norm_weight, &w.norm_bias};
-  const auto keys = names.all();
-  std::string expected;
-  for (const std::string* k : keys)
-    if (!k->empty()) expected += (expected.empty() ? "" : ", ") + *k;
-  for (auto [key, value] : d) {
-    const std::string k = nb::cast<std::string>(nb::str(key));
-    bool known = false;
-    for (const std::string* n : keys) known = known || (!n->empty() && *n == k);
-    if (!known) throw Error("weights: unexpected tensor '" + k + "'; this layer's are " + expected);
-  }
-  for (size_t i = 0; i < 8; ++i) {
-    if (keys[i]->empty()) continue;
-    const char* name = keys[i]->c_str();
-    if (!d.contains(name)) throw Error("weights: missing tensor '" + *keys[i] + "'; this layer's are " + expected);
-    const std::string what = "weights['" + *keys[i] + "']";
-    const AnyArray a = as_input(ArrayArg{d[name]}, what);
-    const float* p = input_data(a, what.c_str());
-    if (shape_of(a) != shapes[i])
-      throw Error(what + ": shape " + shape_text(a.ndim(), a.shape_ptr()) + ", expected " +
-                  shape_text(shapes[i].size(), shapes[i].data()));
-    dst[i]->assign(p, p + a.size());
-  }
-  return w;
-}
-
-// FeedForward::set_weights must not run while another thread computes with the
-// layer (it frees the old packed weights). Python threads can do exactly that
-// once the GIL is released, so forward/backward hold this lock shared while
-// they compute and set_weights holds it exclusively (waiting without the GIL).
-inline std::shared_mutex weights_lock;
 
 // The forward's saved state for backward, with the input's shape.
 struct Cache {
@@ -460,46 +429,7 @@ inline Config make_config(int64_t d_model, int64_t d_ff, const std::string& acti
   return c;
 }
 
-// ---- the encoder --------------------------------------------------------------
-
-inline EncoderConfig make_encoder_config(int64_t d_model, int64_t heads, int64_t d_ff, int64_t layers,
-                                  const std::string& activation, const std::string& norm,
-                                  const std::string& norm_type, double eps, bool bias, double dropout,
-                                  bool final_norm) {
-  EncoderConfig c;
-  c.d_model = d_model;
-  c.heads = heads;
-  c.d_ff = d_ff;
-  c.layers = layers;
-  c.activation = parse_activation(activation, "activation");
-  c.norm = parse_norm_placement(norm, "norm");
-  c.norm_type = parse_norm_type(norm_type, "norm_type");
-  c.eps = float(eps);
-  c.bias = bias;
-  c.dropout = float(dropout);
-  c.final_norm = final_norm;
-  c.validate();
-  return c;
-}
-
-inline nb::tuple encoder_config_reduce(nb::handle self) {
-  const EncoderConfig& c = nb::cast<const EncoderConfig&>(self);
-  return nb::make_tuple(self.type(),
-                        nb::make_tuple(c.d_model, c.heads, c.d_ff, c.layers, std::string(to_string(c.activation)),
-                                       std::string(to_string(c.norm)), std::string(to_string(c.norm_type)), c.eps,
-                                       c.bias, c.dropout, c.final_norm));
-}
-
-inline std::string encoder_config_repr(const EncoderConfig& c) {
-  char eps[32], dropout[32];
-  std::snprintf(eps, sizeof eps, "%g", double(c.eps));
-  std::snprintf(dropout, sizeof dropout, "%g", double(c.dropout));
-  return "ffn.EncoderConfig(d_model=" + std::to_string(c.d_model) + ", heads=" + std::to_string(c.heads) +
-         ", d_ff=" + std::to_string(c.d_ff) + ", layers=" + std::to_string(c.layers) + ", activation='" +
-         std::string(to_string(c.activation)) + "', norm='" + std::string(to_string(c.norm)) + "', norm_type='" +
-         std::string(to_string(c.norm_type)) + "', eps=" + eps + ", bias=" + (c.bias ? "True" : "False") +
-         ", dropout=" + dropout + ", final_norm=" + (c.final_norm ? "True" : "False") + ")";
-}
+// ---- what the encoder and decoder files share --------------------------------
 
 // One parameter of an encoder or decoder: its state_dict name, its values in w, its shape.
 struct StackParam {
@@ -508,45 +438,10 @@ struct StackParam {
   std::vector<int64_t> shape;
 };
 
-// The parameters of w (sized for cfg, as EncoderWeights::zeros or backward
-// make them) under nn.TransformerEncoder's names: layers.N.self_attn.*,
-// layers.N.linear1.*, layers.N.gate.* (gated activations), layers.N.linear2.*,
-// layers.N.norm1.*, layers.N.norm2.* and, with final_norm, norm.*. A
-// parameter cfg lacks (biases, an RMSNorm's β) is empty in w and left out.
-inline std::vector<StackParam> encoder_params(const EncoderConfig& cfg, EncoderWeights& w) {
-  const int64_t d = cfg.d_model;
-  const auto ffn_shapes = param_shapes(cfg.ffn_config());
-  static const char* const ffn_names[8] = {"linear1.weight", "linear1.bias", "gate.weight",  "gate.bias",
-                                           "linear2.weight", "linear2.bias", "norm2.weight", "norm2.bias"};
-  std::vector<StackParam> out;
-  auto add = [&](std::string name, std::vector<float>& v, std::vector<int64_t> shape) {
-    if (!v.empty()) out.push_back({std::move(name), &v, std::move(shape)});
-  };
-  for (size_t i = 0; i < w.layers.size(); ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    EncoderLayerWeights& l = w.layers[i];
-    add(p + "self_attn.in_proj_weight", l.in_proj_weight, {3 * d, d});
-    add(p + "self_attn.in_proj_bias", l.in_proj_bias, {3 * d});
-    add(p + "self_attn.out_proj.weight", l.out_proj_weight, {d, d});
-    add(p + "self_attn.out_proj.bias", l.out_proj_bias, {d});
-    const auto f = l.ffn.all();
-    for (size_t k = 0; k < 8; ++k) add(p + ffn_names[k], *f[k], ffn_shapes[k]);
-    add(p + "norm1.weight", l.norm1_weight, {d});
-    add(p + "norm1.bias", l.norm1_bias, {d});
-  }
-  add("norm.weight", w.norm_weight, {d});
-  add("norm.bias", w.norm_bias, {d});
-  return out;
-}
-
 inline nb::dict params_dict(const std::vector<StackParam>& params) {
   nb::dict out;
   for (const StackParam& p : params) out[p.name.c_str()] = to_numpy(*p.values, p.shape);
   return out;
-}
-
-inline nb::dict encoder_weights_dict(const EncoderConfig& cfg, EncoderWeights w) {
-  return params_dict(encoder_params(cfg, w));
 }
 
 // Fills params (an encoder's or a decoder's, `kind`) from a dict under their
@@ -577,12 +472,6 @@ inline void params_from_dict(const nb::dict& d, const std::vector<StackParam>& p
   }
 }
 
-inline EncoderWeights encoder_weights_from_dict(const nb::dict& d, const EncoderConfig& cfg) {
-  EncoderWeights w = EncoderWeights::zeros(cfg);
-  params_from_dict(d, encoder_params(cfg, w), cfg, "an encoder");
-  return w;
-}
-
 // The Shape of an encoder or decoder input (`what`: its name): one sequence
 // [S, d_model] or [B, S, d_model].
 inline Shape encoder_shape(const EncoderConfig& cfg, const std::vector<int64_t>& s,
@@ -598,226 +487,6 @@ inline Shape encoder_shape(const EncoderConfig& cfg, const std::vector<int64_t>&
   return shape;
 }
 
-// An encoder forward's saved state for backward: the encoder it ran on (the
-// cache holds activations, not weights: another encoder's backward would mix
-// them with its own weights), the input's shape and the mask options.
-struct EncoderCacheHolder {
-  EncoderCache cache;
-  const Encoder* encoder = nullptr;
-  std::vector<int64_t> x_shape;
-  Shape shape;
-  EncoderRunOptions opts;
-};
-
-inline nb::object encoder_forward(const Encoder& enc, const ArrayArg& x_arg, std::optional<std::vector<int64_t>> lengths,
-                           bool causal, bool training, uint64_t seed, std::optional<int> threads, bool cache) {
-  const AnyArray x = as_input(x_arg, "x");
-  const float* xp = input_data(x, "x");
-  const std::vector<int64_t> xs = shape_of(x);
-  EncoderRunOptions o;
-  static_cast<RunOptions&>(o) = run_options(threads, training, seed);
-  o.causal = causal;
-  const Shape shape = encoder_shape(enc.config(), xs, lengths);
-  NumpyF32 y = new_array(xs);
-  std::unique_ptr<EncoderCacheHolder> c;
-  if (cache) c.reset(new EncoderCacheHolder{EncoderCache(), &enc, xs, shape, o});
-  Interruptible stop;
-  o.interrupted = stop.hook();  // after the copy in the cache holder: backward makes its own
-  stop.run([&] { enc.forward(xp, y.data(), shape, o, c ? &c->cache : nullptr); });
-  if (!cache) return nb::cast(y);
-  return nb::make_tuple(y, nb::cast(c.release(), nb::rv_policy::take_ownership));
-}
-
-inline nb::tuple encoder_backward(const Encoder& enc, const ArrayArg& x_arg, const ArrayArg& dy_arg,
-                           const EncoderCacheHolder& cache, std::optional<int> threads) {
-  const AnyArray x = as_input(x_arg, "x"), dy = as_input(dy_arg, "dy");
-  const float* xp = input_data(x, "x");
-  const float* dyp = input_data(dy, "dy");
-  const std::vector<int64_t> xs = shape_of(x);
-  if (cache.encoder != &enc) throw Error("cache: from another encoder's forward");
-  if (cache.x_shape != xs)
-    throw Error("cache: from a forward on shape " + shape_text(cache.x_shape.size(), cache.x_shape.data()) +
-                ", but x has shape " + shape_text(xs.size(), xs.data()));
-  if (shape_of(dy) != xs)
-    throw Error("dy: shape " + shape_text(dy.ndim(), dy.shape_ptr()) + ", expected x's shape " +
-                shape_text(xs.size(), xs.data()));
-  EncoderRunOptions o = cache.opts;  // the forward's mask and dropout settings
-  o.threads = run_options(threads, false, 0).threads;
-  NumpyF32 dx = new_array(xs);
-  EncoderWeights grads;
-  Interruptible stop;
-  o.interrupted = stop.hook();
-  stop.run([&] { enc.backward(xp, dyp, cache.shape, cache.cache, dx.data(), grads, o); });
-  return nb::make_tuple(dx, encoder_weights_dict(enc.config(), std::move(grads)));
-}
-
-// ---- the decoder --------------------------------------------------------------
-
-// The parameters of w (sized for cfg, as DecoderWeights::zeros or backward
-// make them) under nn.TransformerDecoder's names: layers.N.self_attn.*,
-// layers.N.multihead_attn.*, layers.N.linear1.*, layers.N.gate.* (gated
-// activations), layers.N.linear2.*, layers.N.norm1.*, norm2.*, norm3.* (the
-// FFN's norm) and, with final_norm, norm.*. A parameter cfg lacks (biases, an
-// RMSNorm's β) is empty in w and left out.
-inline std::vector<StackParam> decoder_params(const DecoderConfig& cfg, DecoderWeights& w) {
-  const int64_t d = cfg.d_model;
-  const auto ffn_shapes = param_shapes(cfg.ffn_config());
-  static const char* const ffn_names[8] = {"linear1.weight", "linear1.bias", "gate.weight",  "gate.bias",
-                                           "linear2.weight", "linear2.bias", "norm3.weight", "norm3.bias"};
-  std::vector<StackParam> out;
-  auto add = [&](std::string name, std::vector<float>& v, std::vector<int64_t> shape) {
-    if (!v.empty()) out.push_back({std::move(name), &v, std::move(shape)});
-  };
-  for (size_t i = 0; i < w.layers.size(); ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    DecoderLayerWeights& l = w.layers[i];
-    for (auto [attn, a] : {std::pair{"self_attn.", &l.self_attn}, std::pair{"multihead_attn.", &l.cross_attn}}) {
-      add(p + attn + "in_proj_weight", a->in_proj_weight, {3 * d, d});
-      add(p + attn + "in_proj_bias", a->in_proj_bias, {3 * d});
-      add(p + attn + "out_proj.weight", a->out_proj_weight, {d, d});
-      add(p + attn + "out_proj.bias", a->out_proj_bias, {d});
-    }
-    const auto f = l.ffn.all();
-    for (size_t k = 0; k < 6; ++k) add(p + ffn_names[k], *f[k], ffn_shapes[k]);
-    add(p + "norm1.weight", l.norm1_weight, {d});
-    add(p + "norm1.bias", l.norm1_bias, {d});
-    add(p + "norm2.weight", l.norm2_weight, {d});
-    add(p + "norm2.bias", l.norm2_bias, {d});
-    for (size_t k = 6; k < 8; ++k) add(p + ffn_names[k], *f[k], ffn_shapes[k]);
-  }
-  add("norm.weight", w.norm_weight, {d});
-  add("norm.bias", w.norm_bias, {d});
-  return out;
-}
-
-inline nb::dict decoder_weights_dict(const DecoderConfig& cfg, DecoderWeights w) {
-  return params_dict(decoder_params(cfg, w));
-}
-
-inline DecoderWeights decoder_weights_from_dict(const nb::dict& d, const DecoderConfig& cfg) {
-  DecoderWeights w = DecoderWeights::zeros(cfg);
-  params_from_dict(d, decoder_params(cfg, w), cfg, "a decoder");
-  return w;
-}
-
-// A decoder forward's saved state for backward, as EncoderCacheHolder: the
-// decoder, the shapes of the target and the memory, the mask options.
-struct DecoderCacheHolder {
-  DecoderCache cache;
-  const Decoder* decoder = nullptr;
-  std::vector<int64_t> x_shape, memory_shape;
-  Shape shape, mshape;
-  DecoderRunOptions opts;
-};
-
-inline nb::object decoder_forward(const Decoder& dec, const ArrayArg& x_arg, const ArrayArg& memory_arg,
-                           std::optional<std::vector<int64_t>> lengths,
-                           std::optional<std::vector<int64_t>> memory_lengths, bool causal, bool training,
-                           uint64_t seed, std::optional<int> threads, bool cache) {
-  const AnyArray x = as_input(x_arg, "x"), mem = as_input(memory_arg, "memory");
-  const float* xp = input_data(x, "x");
-  const float* mp = input_data(mem, "memory");
-  const std::vector<int64_t> xs = shape_of(x), ms = shape_of(mem);
-  DecoderRunOptions o;
-  static_cast<RunOptions&>(o) = run_options(threads, training, seed);
-  o.causal = causal;
-  const Shape shape = encoder_shape(dec.config(), xs, lengths, "x");
-  const Shape mshape = encoder_shape(dec.config(), ms, memory_lengths, "memory");
-  NumpyF32 y = new_array(xs);
-  std::unique_ptr<DecoderCacheHolder> c;
-  if (cache) c.reset(new DecoderCacheHolder{DecoderCache(), &dec, xs, ms, shape, mshape, o});
-  Interruptible stop;
-  o.interrupted = stop.hook();  // after the copy in the cache holder: backward makes its own
-  stop.run([&] { dec.forward(xp, shape, mp, mshape, y.data(), o, c ? &c->cache : nullptr); });
-  if (!cache) return nb::cast(y);
-  return nb::make_tuple(y, nb::cast(c.release(), nb::rv_policy::take_ownership));
-}
-
-inline nb::tuple decoder_backward(const Decoder& dec, const ArrayArg& x_arg, const ArrayArg& memory_arg,
-                           const ArrayArg& dy_arg, const DecoderCacheHolder& cache, std::optional<int> threads) {
-  const AnyArray x = as_input(x_arg, "x"), mem = as_input(memory_arg, "memory"), dy = as_input(dy_arg, "dy");
-  const float* xp = input_data(x, "x");
-  const float* mp = input_data(mem, "memory");
-  const float* dyp = input_data(dy, "dy");
-  const std::vector<int64_t> xs = shape_of(x), ms = shape_of(mem);
-  if (cache.decoder != &dec) throw Error("cache: from another decoder's forward");
-  if (cache.x_shape != xs)
-    throw Error("cache: from a forward on shape " + shape_text(cache.x_shape.size(), cache.x_shape.data()) +
-                ", but x has shape " + shape_text(xs.size(), xs.data()));
-  if (cache.memory_shape != ms)
-    throw Error("cache: from a forward on memory of shape " +
-                shape_text(cache.memory_shape.size(), cache.memory_shape.data()) + ", but memory has shape " +
-                shape_text(ms.size(), ms.data()));
-  if (shape_of(dy) != xs)
-    throw Error("dy: shape " + shape_text(dy.ndim(), dy.shape_ptr()) + ", expected x's shape " +
-                shape_text(xs.size(), xs.data()));
-  DecoderRunOptions o = cache.opts;  // the forward's mask and dropout settings
-  o.threads = run_options(threads, false, 0).threads;
-  NumpyF32 dx = new_array(xs), dmemory = new_array(ms);
-  DecoderWeights grads;
-  Interruptible stop;
-  o.interrupted = stop.hook();
-  stop.run([&] {
-    dec.backward(xp, dyp, cache.shape, mp, cache.mshape, cache.cache, dx.data(), dmemory.data(), grads, o);
-  });
-  return nb::make_tuple(dx, dmemory, decoder_weights_dict(dec.config(), std::move(grads)));
-}
-
-// A generation state and the decoder that started it (kept alive by
-// Decoder.start). step and select change the state: its lock keeps two
-// Python threads (each without the GIL) from doing so at once.
-struct DecoderStateHolder {
-  DecoderState state;
-  const Decoder* decoder = nullptr;
-  std::mutex lock;
-
-  // f(state) under the lock, taken without the GIL (a step holding the lock
-  // takes the GIL in its Ctrl-C hook: waiting for the lock with the GIL
-  // held could wait forever).
-  template <class F>
-  auto locked(F&& f) {
-    nb::gil_scoped_release nogil;
-    std::lock_guard hold(lock);
-    return f(state);
-  }
-};
-
-inline DecoderStateHolder* decoder_start(const Decoder& dec, const ArrayArg& memory_arg,
-                                  std::optional<std::vector<int64_t>> memory_lengths, int64_t capacity,
-                                  std::optional<int> threads) {
-  const AnyArray mem = as_input(memory_arg, "memory");
-  const float* mp = input_data(mem, "memory");
-  const Shape mshape = encoder_shape(dec.config(), shape_of(mem), memory_lengths, "memory");
-  RunOptions o = run_options(threads, false, 0);
-  auto holder = std::make_unique<DecoderStateHolder>();
-  holder->decoder = &dec;
-  Interruptible stop;
-  o.interrupted = stop.hook();
-  stop.run([&] { holder->state = dec.start(mp, mshape, capacity, o); });
-  return holder.release();
-}
-
-inline NumpyF32 decoder_step(DecoderStateHolder& s, const ArrayArg& x_arg, std::optional<int> threads) {
-  const AnyArray x = as_input(x_arg, "x");
-  const float* xp = input_data(x, "x");
-  const int64_t live = s.locked([](const DecoderState& st) { return st.live(); });
-  const int64_t d = s.decoder->config().d_model;
-  const std::vector<int64_t> want{live, d};
-  if (shape_of(x) != want)
-    throw Error("x: shape " + shape_text(x.ndim(), x.shape_ptr()) + ", expected [live, d_model] = " +
-                shape_text(want.size(), want.data()) + " (one position per live sequence)");
-  NumpyF32 y = new_array(want);
-  RunOptions o = run_options(threads, false, 0);
-  Interruptible stop;
-  o.interrupted = stop.hook();  // a stopped step leaves the state as it was (no sequence advanced)
-  stop.run([&] {
-    std::lock_guard lock(s.lock);
-    if (s.state.live() != live) throw Error("step: another thread changed the live sequences during this call");
-    s.decoder->step(s.state, xp, y.data(), o);
-  });
-  return y;
-}
-
 // As the CLI's stderr line: a setting the file at `path` does not state is a
 // UserWarning (at the caller's line), so a state_dict without ffn's metadata
 // never runs as something else silently.
@@ -831,27 +500,6 @@ inline void warn_assumed(const std::string& path, const std::vector<AssumedSetti
   }
   msg += "; assumed those";
   if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) throw nb::python_error();
-}
-
-// Config as pickle (and copy.deepcopy) store it: the class and make_config's
-// arguments, so loading validates them again. (__reduce__, not
-// __getstate__/__setstate__: nb::new_ makes Python's __new__ return an
-// initialized Config, which __setstate__ may not initialize again.)
-inline nb::tuple config_reduce(nb::handle self) {
-  const Config& c = nb::cast<const Config&>(self);
-  return nb::make_tuple(self.type(), nb::make_tuple(c.d_model, c.d_ff, std::string(to_string(c.activation)), c.bias,
-                                                     std::string(to_string(c.norm)),
-                                                     std::string(to_string(c.norm_type)), c.eps, c.dropout_hidden,
-                                                     c.dropout_output));
-}
-
-inline std::string config_repr(const Config& c) {
-  char eps[32];
-  std::snprintf(eps, sizeof eps, "%g", double(c.eps));
-  return "ffn.Config(d_model=" + std::to_string(c.d_model) + ", d_ff=" + std::to_string(c.d_ff) + ", activation='" +
-         std::string(to_string(c.activation)) + "', bias=" + (c.bias ? "True" : "False") + ", norm='" +
-         std::string(to_string(c.norm)) + "', norm_type='" + std::string(to_string(c.norm_type)) + "', eps=" + eps +
-         ")";
 }
 
 // One function per class family, each in its own file, called by the module.

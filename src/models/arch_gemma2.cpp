@@ -21,26 +21,18 @@
 namespace ffn::models {
 
 namespace {
-constexpr NameTable kGemma2Hf{{
-    "model.embed_tokens.weight",                          // embed
-    "model.norm.weight",                                  // norm
-    "lm_head.weight",                                     // head (tied: unused)
-    "model.layers.{L}.input_layernorm.weight",            // attn_norm
-    "model.layers.{L}.self_attn.q_proj.weight",           // q
-    "model.layers.{L}.self_attn.k_proj.weight",           // k
-    "model.layers.{L}.self_attn.v_proj.weight",           // v
-    "model.layers.{L}.self_attn.o_proj.weight",           // o
-    "model.layers.{L}.pre_feedforward_layernorm.weight",  // ffn_norm
-    "model.layers.{L}.mlp.gate_proj.weight",              // gate
-    "model.layers.{L}.mlp.up_proj.weight",                // up
-    "model.layers.{L}.mlp.down_proj.weight",              // down
-    "model.layers.{L}.self_attn.q_proj.bias",             // q_bias (attention_bias)
-    "model.layers.{L}.self_attn.k_proj.bias",             // k_bias
-    "model.layers.{L}.self_attn.v_proj.bias",             // v_bias
-    "model.layers.{L}.self_attn.o_proj.bias",             // o_bias
-    "model.layers.{L}.post_attention_layernorm.weight",   // attn_post_norm
-    "model.layers.{L}.post_feedforward_layernorm.weight", // ffn_post_norm
-}};
+// LLaMA's Hugging Face names but three: Gemma 2's post_attention_layernorm is
+// the norm after the attention, and the FFN has its own before and after.
+const NameTable& gemma2_names() {
+  static const NameTable t = [] {
+    NameTable n = llama_names(Format::safetensors);
+    n.names[size_t(LMTensor::ffn_norm)] = "model.layers.{L}.pre_feedforward_layernorm.weight";
+    n.names[size_t(LMTensor::attn_post_norm)] = "model.layers.{L}.post_attention_layernorm.weight";
+    n.names[size_t(LMTensor::ffn_post_norm)] = "model.layers.{L}.post_feedforward_layernorm.weight";
+    return n;
+  }();
+  return t;
+}
 
 float optional_cap(const nlohmann::json& j, const char* key, const std::filesystem::path& p) {
   return j.contains(key) && !j[key].is_null() ? float(json_get<double>(j, key, p)) : 0.0f;
@@ -79,7 +71,7 @@ Architecture gemma2_architecture() {
     }
     return a;
   };
-  a.hf_names = &kGemma2Hf;
+  a.hf_names = &gemma2_names();
   return a;
 }
 
