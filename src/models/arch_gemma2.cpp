@@ -34,8 +34,11 @@ const NameTable& gemma2_names() {
   return t;
 }
 
-float optional_cap(const nlohmann::json& j, const char* key, const std::filesystem::path& p) {
-  return j.contains(key) && !j[key].is_null() ? float(json_get<double>(j, key, p)) : 0.0f;
+// A setting Gemma2Config defaults when config.json leaves it out (`fallback`)
+// and turns off when it is null (0).
+double optional_setting(const nlohmann::json& j, const char* key, double fallback, const std::filesystem::path& p) {
+  if (!j.contains(key)) return fallback;
+  return j[key].is_null() ? 0.0 : json_get<double>(j, key, p);
 }
 }  // namespace
 
@@ -61,10 +64,10 @@ Architecture gemma2_architecture() {
     const double q = json_opt<double>(j, "query_pre_attn_scalar", 256.0, p);
     if (!(q > 0)) throw Error(p.string() + ": query_pre_attn_scalar must be positive");
     s.attention.query_scale = float(std::pow(q, -0.5));
-    s.attention.softcap = optional_cap(j, "attn_logit_softcapping", p);
-    s.embedding.final_softcap = optional_cap(j, "final_logit_softcapping", p);
-    if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
-      const int64_t w = json_get<int64_t>(j, "sliding_window", p);
+    s.attention.softcap = float(optional_setting(j, "attn_logit_softcapping", 50.0, p));
+    s.embedding.final_softcap = float(optional_setting(j, "final_logit_softcapping", 30.0, p));
+    if (!j.contains("sliding_window") || !j["sliding_window"].is_null()) {
+      const int64_t w = j.contains("sliding_window") ? json_get<int64_t>(j, "sliding_window", p) : 4096;
       if (w < 1) throw Error(p.string() + ": sliding_window must be at least 1, got " + std::to_string(w));
       s.attention.window.assign(size_t(c.layers), 0);
       for (int64_t l = 0; l < c.layers; l += 2) s.attention.window[size_t(l)] = w;  // the even layers

@@ -113,9 +113,9 @@ ArchConfig llama_arch_config(const nlohmann::json& j, const std::filesystem::pat
     throw Error(p.string() + ": rope_scaling " + r.dump() + ": " + what);
   };
   if (!r.is_object()) bad("expected an object");
-  const std::string type = r.contains("rope_type") ? r["rope_type"].get<std::string>()
-                           : r.contains("type")    ? r["type"].get<std::string>()
-                                                   : "";
+  const char* type_key = r.contains("rope_type") ? "rope_type" : r.contains("type") ? "type" : nullptr;
+  if (type_key && !r[type_key].is_string()) bad(std::string(type_key) + " is not a string");
+  const std::string type = type_key ? r[type_key].get<std::string>() : "";
   nn::RopeSpec& rope = a.spec.attention.rope;
   auto num = [&](const char* key, double fallback) {
     if (!r.contains(key)) return fallback;
@@ -131,7 +131,9 @@ ArchConfig llama_arch_config(const nlohmann::json& j, const std::filesystem::pat
     rope.factor = num("factor", 8.0);
     rope.low_freq_factor = num("low_freq_factor", 1.0);
     rope.high_freq_factor = num("high_freq_factor", 4.0);
-    rope.original_context = int64_t(num("original_max_position_embeddings", 8192));
+    const double ctx = num("original_max_position_embeddings", 8192);
+    if (!(ctx >= 1 && ctx <= double(int64_t(1) << 40))) bad("original_max_position_embeddings is out of range");
+    rope.original_context = int64_t(ctx);
   } else if (type == "yarn") {
     rope.scaling = nn::RopeScaling::yarn;
   } else if (type == "longrope") {

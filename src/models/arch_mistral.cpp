@@ -15,8 +15,9 @@ Architecture mistral_architecture() {
     ArchConfig a = llama_arch_config(j, p);
     const CausalLMConfig& c = a.config;
     nn::StackSpec& s = a.spec;
-    if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
-      const int64_t w = json_get<int64_t>(j, "sliding_window", p);
+    // MistralConfig's default is 4096 when the key is left out; null: no window.
+    if (!j.contains("sliding_window") || !j["sliding_window"].is_null()) {
+      const int64_t w = j.contains("sliding_window") ? json_get<int64_t>(j, "sliding_window", p) : 4096;
       if (w < 1) throw Error(p.string() + ": sliding_window must be at least 1, got " + std::to_string(w));
       s.attention.window.assign(size_t(c.layers), w);
     }

@@ -124,7 +124,11 @@ namespace {
 
 // What the causal LM runs of a spec (the blocks' own limits: StackSpec::check_supported).
 void check_causal_spec(const nn::StackSpec& s, const std::string& path) {
-  s.validate();
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
   s.check_supported(path);
   auto refuse = [&](const std::string& what) { throw Error(path + ": " + what); };
   if (s.kind != nn::StackKind::causal_lm)
@@ -542,7 +546,9 @@ std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, cons
 
 size_t CausalLM::weight_bytes() const {
   size_t b = (w_->embed.size() + w_->norm.size()) * sizeof(float) + w_->head.bytes();
-  for (const auto& L : w_->layers) b += L.attn_norm.size() * sizeof(float) + L.attn.in.bytes() + L.attn.out.bytes() + L.ffn[0].bytes();
+  for (const auto& L : w_->layers)
+    b += (L.attn_norm.size() + L.attn_post_norm.size()) * sizeof(float) + L.attn.in.bytes() + L.attn.out.bytes() +
+         L.ffn[0].bytes();
   return b;
 }
 

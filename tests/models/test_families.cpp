@@ -171,6 +171,13 @@ TEST(Families, UnsupportedSpecFeaturesAreRefusedByName) {
   j["mlp_bias"] = true;
   std::ofstream(dir / "config.json") << j.dump();
   expect_error([&] { CausalLM::load(dir.string()); }, "mlp_bias is not supported");
+  j["mlp_bias"] = false;
+  j["rope_scaling"] = {{"rope_type", 3}};
+  std::ofstream(dir / "config.json") << j.dump();
+  expect_error([&] { CausalLM::load(dir.string()); }, "rope_scaling {\"rope_type\":3}: rope_type is not a string");
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"low_freq_factor", 4.0}, {"high_freq_factor", 1.0}};
+  std::ofstream(dir / "config.json") << j.dump();
+  expect_error([&] { CausalLM::load(dir.string()); }, dir.string() + ": model spec: attention.rope: llama3 scaling needs");
   fs::remove_all(dir);
 }
 
