@@ -7,8 +7,9 @@ tests/io/test_gguf.cpp.
     .venv/bin/python scripts/make_gguf_golden.py --smollm2 ~/.cache/ffn/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf tests/data/gguf
 
 types.gguf (GGUF v3, alignment 32): one tensor of every type the reader
-dequantizes -- F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K -- of odd shapes
-(2 to 5 rows; rows a whole number of blocks). The quantized tensors' blocks
+dequantizes -- F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q5_0, Q5_1,
+Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS -- of odd shapes (2 to 5 rows; rows a
+whole number of blocks). The quantized tensors' blocks
 are random bytes (every bit pattern is a valid block) with their f16 scales
 drawn as finite values, so every code of every field occurs; F16/BF16 hold
 random finite values, one subnormal and one negative zero. Metadata: one
@@ -57,6 +58,19 @@ def quant_tensor(rng, qtype, rows, cols):
         raw[:, 2:4] = f16_bytes(rng, nb)
     elif qtype == T.Q6_K:
         raw[:, 208:210] = f16_bytes(rng, nb)
+    # The f16 fields of the types added later (gguf/quants.py's dequantize_blocks):
+    elif qtype in (T.Q5_0, T.IQ4_NL, T.IQ4_XS):  # {f16 d; ...} (IQ4_XS: then u16 scales_h, 6-bit scales)
+        raw[:, 0:2] = f16_bytes(rng, nb)
+    elif qtype in (T.Q5_1, T.Q5_K):  # {f16 d, m (dmin); ...}
+        raw[:, 0:2] = f16_bytes(rng, nb)
+        raw[:, 2:4] = f16_bytes(rng, nb)
+    elif qtype == T.Q2_K:  # {u8 scales[16]; u8 qs[64]; f16 d, dmin}
+        raw[:, 80:82] = f16_bytes(rng, nb)
+        raw[:, 82:84] = f16_bytes(rng, nb)
+    elif qtype == T.Q3_K:  # {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}
+        raw[:, 108:110] = f16_bytes(rng, nb)
+    else:
+        raise ValueError(f"no f16 fields known for {qtype.name}")
     return raw.reshape(rows, cols // block * size)
 
 
@@ -97,7 +111,11 @@ def build(path, version, alignment, rng_seed=1):
     w.add_tensor("t.bf16", bf.view(np.uint8).reshape(4, 6), raw_dtype=T.BF16)  # shape from the bytes
     expected["t.bf16"] = (bf.astype(np.uint32) << 16).view(np.float32)
     for name, qtype, rows, cols in (("t.q8_0", T.Q8_0, 3, 96), ("t.q4_0", T.Q4_0, 5, 64), ("t.q4_1", T.Q4_1, 2, 32),
-                                    ("t.q4_k", T.Q4_K, 3, 512), ("t.q6_k", T.Q6_K, 2, 768)):
+                                    ("t.q4_k", T.Q4_K, 3, 512), ("t.q6_k", T.Q6_K, 2, 768),
+                                    # added after the first eight, so that their bytes stay as they were:
+                                    ("t.q5_0", T.Q5_0, 3, 96), ("t.q5_1", T.Q5_1, 5, 64), ("t.q2_k", T.Q2_K, 3, 512),
+                                    ("t.q3_k", T.Q3_K, 3, 768), ("t.q5_k", T.Q5_K, 3, 512),
+                                    ("t.iq4_nl", T.IQ4_NL, 3, 96), ("t.iq4_xs", T.IQ4_XS, 3, 768)):
         raw = quant_tensor(rng, qtype, rows, cols)
         w.add_tensor(name, raw, raw_dtype=qtype)  # [rows, cols] from the bytes
         expected[name] = dequantize(raw, qtype).reshape(rows, cols).astype(np.float32)

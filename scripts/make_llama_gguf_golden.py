@@ -12,7 +12,7 @@ llama.cpp's rotary order (convert_hf_to_gguf's permute), written with the
 `gguf` package (0.10.0) in several block types so that every native path is
 taken: token_embd Q8_0 (the tied head and the embedding rows), attn_q,
 attn_k, attn_output, ffn_gate, ffn_up Q4_1, attn_v Q4_0 (so the Q|K|V stack
-mixes types and falls back to float32), ffn_down Q4_0 in layer 0 and Q8_0
+mixes types: one product of two native parts), ffn_down Q4_0 in layer 0 and Q8_0
 in layer 1, norms F32; tokenizer.ggml.* (model gpt2, tokens, token types,
 merges, BOS/EOS) and a ChatML chat template with a default system message.
 

@@ -49,8 +49,9 @@ struct GgufValue {
 };
 
 // ggml's tensor type numbers (ggml.h). ggml_block says which of them this
-// build reads: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K and Q6_K (the others
-// are named in messages and refused).
+// build reads: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
+// Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (the others are named in messages and
+// refused).
 enum class GgmlType : uint32_t {
   f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9, q2_k = 10, q3_k = 11,
   q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15, iq4_nl = 20, iq4_xs = 23, bf16 = 30,

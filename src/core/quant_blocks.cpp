@@ -170,4 +170,236 @@ void dequantize_q6_k(const uint8_t* src, int64_t n, float* dst) {
   }
 }
 
+// The K-quants' panels (src/backends/cpu/qgemm.hpp), per (group of 16 rows,
+// block of 256): the 256 weights as 8 activation blocks of 32, in pairs
+// (2p, 2p + 1) of 8 vectors of 64 bytes whose byte 4r + e holds row r's
+// weight 4i + e of block 2p in its low nibble and of block 2p + 1 in its
+// high nibble (vector i of the pair); then the type's scales.
+//   Q4_K: nibbles are the file's qs bytes as they are (qs[32p + 4i + e]);
+//         then sc[8][16], mn[8][16] (6-bit, u8), d[16], dmin[16] (f16).
+//   Q6_K: nibbles are the 6-bit q's low 4 bits; then 2 × 8 vectors of the
+//         high 2 bits (vector i of set s, byte 4r + e: bits 2c, 2c + 1 hold
+//         weight 4i + e of block 4s + c); then sc[16][16] (i8, one per 16
+//         weights), d[16] (f16).
+namespace {
+
+// Q4_K's 6-bit scale and minimum of sub-block j (ggml's get_scale_min_k4).
+void k4_scale_min(const uint8_t* sc, int j, uint8_t& s, uint8_t& m) {
+  if (j < 4) {
+    s = sc[j] & 63;
+    m = sc[j + 4] & 63;
+  } else {
+    s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+    m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+  }
+}
+
+// Q6_K's weight w (0..255) of a file block, unsigned (0..63; the value is q − 32).
+int k6_quant(const uint8_t* blk, int w) {
+  const int h = w / 128, c = (w % 128) / 32, l = w % 32;
+  const uint8_t* ql = blk + 64 * h;
+  const uint8_t* qh = blk + 128 + 32 * h;
+  // c = 0: ql[l] low; 1: ql[l + 32] low; 2: ql[l] high; 3: ql[l + 32] high
+  const int lo4 = c == 0 ? ql[l] & 0xF : c == 1 ? ql[l + 32] & 0xF : c == 2 ? ql[l] >> 4 : ql[l + 32] >> 4;
+  return lo4 | (((qh[l] >> (2 * c)) & 3) << 4);
+}
+
+}  // namespace
+
+void pack_q4_k(const uint8_t* blk, int64_t r, uint8_t* out) {
+  const uint8_t* qs = blk + 16;
+  for (int p = 0; p < 4; ++p)
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) out[p * 512 + i * 64 + 4 * r + e] = qs[32 * p + 4 * i + e];
+  for (int j = 0; j < 8; ++j) k4_scale_min(blk + 4, j, out[2048 + 16 * j + r], out[2048 + 128 + 16 * j + r]);
+  std::memcpy(out + 2048 + 256 + 2 * r, blk, 2);      // d
+  std::memcpy(out + 2048 + 288 + 2 * r, blk + 2, 2);  // dmin
+}
+
+void unpack_q4_k(const uint8_t* blk, int64_t lane, float* o) {  // as dequantize_q4_k
+  uint16_t dh, mh;
+  std::memcpy(&dh, blk + 2048 + 256 + 2 * lane, 2);
+  std::memcpy(&mh, blk + 2048 + 288 + 2 * lane, 2);
+  const float d = fp16_to_float(dh), dmin = fp16_to_float(mh);
+  for (int j = 0; j < 8; ++j) {
+    const float dj = d * float(blk[2048 + 16 * j + lane]), mj = dmin * float(blk[2048 + 128 + 16 * j + lane]);
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) {
+        const uint8_t byte = blk[(j / 2) * 512 + i * 64 + 4 * lane + e];
+        o[32 * j + 4 * i + e] = dj * float(j % 2 ? byte >> 4 : byte & 0xF) - mj;
+      }
+  }
+}
+
+void pack_q6_k(const uint8_t* blk, int64_t r, uint8_t* out) {
+  for (int p = 0; p < 4; ++p)
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) {
+        const int w = 64 * p + 4 * i + e;
+        out[p * 512 + i * 64 + 4 * r + e] = uint8_t((k6_quant(blk, w) & 0xF) | ((k6_quant(blk, w + 32) & 0xF) << 4));
+      }
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) {
+        int bits = 0;
+        for (int c = 0; c < 4; ++c) bits |= (k6_quant(blk, 32 * (4 * s + c) + 4 * i + e) >> 4) << (2 * c);
+        out[2048 + s * 512 + i * 64 + 4 * r + e] = uint8_t(bits);
+      }
+  for (int j = 0; j < 16; ++j) out[3072 + 16 * j + r] = blk[192 + j];
+  std::memcpy(out + 3072 + 256 + 2 * r, blk + 208, 2);  // d
+}
+
+void unpack_q6_k(const uint8_t* blk, int64_t lane, float* o) {  // as dequantize_q6_k: d · sc · (q − 32)
+  uint16_t dh;
+  std::memcpy(&dh, blk + 3072 + 256 + 2 * lane, 2);
+  const float d = fp16_to_float(dh);
+  for (int w = 0; w < 256; ++w) {
+    const int blk32 = w / 32, p = blk32 / 2, i = (w % 32) / 4, e = w % 4;
+    const uint8_t nib = blk[p * 512 + i * 64 + 4 * lane + e];
+    const uint8_t hib = blk[2048 + (blk32 / 4) * 512 + i * 64 + 4 * lane + e];
+    const int q = ((blk32 % 2 ? nib >> 4 : nib & 0xF) | (((hib >> (2 * (blk32 % 4))) & 3) << 4)) - 32;
+    o[w] = d * float(int8_t(blk[3072 + 16 * (w / 16) + lane])) * float(q);
+  }
+}
+
+// ---- dequantized only: Q5_0, Q5_1, Q5_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS ----
+// The same float32 operations in the same order as gguf-py's
+// dequantize_blocks (gguf 0.10.0, gguf/quants.py); for these types that is
+// also ggml's dequantize_row_* order (a product d · q, then + m or − m).
+
+namespace {
+// IQ4_NL's and IQ4_XS's 16 non-linear levels (kvalues_iq4nl).
+constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+}  // namespace
+
+// {f16 d; u8 qh[4]; u8 qs[16]}: element j: low nibble of qs[j] (j + 16: high), bit j of qh as bit 4; (q − 16) · d
+void dequantize_q5_0(const uint8_t* src, int64_t n, float* dst) {
+  for (int64_t b = 0; b < n / 32; ++b, src += 22, dst += 32) {
+    const float d = f16(src);
+    uint32_t qh;
+    std::memcpy(&qh, src + 2, 4);
+    const uint8_t* qs = src + 6;
+    for (int j = 0; j < 16; ++j) {
+      const int q0 = int((qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16;
+      const int q1 = int((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
+      dst[j] = d * float(q0);
+      dst[j + 16] = d * float(q1);
+    }
+  }
+}
+
+// {f16 d, m; u8 qh[4]; u8 qs[16]}: Q5_0's 5-bit q, unsigned; q · d + m
+void dequantize_q5_1(const uint8_t* src, int64_t n, float* dst) {
+  for (int64_t b = 0; b < n / 32; ++b, src += 24, dst += 32) {
+    const float d = f16(src), m = f16(src + 2);
+    uint32_t qh;
+    std::memcpy(&qh, src + 4, 4);
+    const uint8_t* qs = src + 8;
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t q0 = (qs[j] & 0x0Fu) | (((qh >> j) & 1u) << 4);
+      const uint32_t q1 = (qs[j] >> 4u) | (((qh >> (j + 16)) & 1u) << 4);
+      dst[j] = d * float(q0) + m;
+      dst[j + 16] = d * float(q1) + m;
+    }
+  }
+}
+
+// {f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: Q4_K with bit 4 of each q in qh (sub-block s: bit s)
+void dequantize_q5_k(const uint8_t* src, int64_t n, float* dst) {
+  for (int64_t b = 0; b < n / 256; ++b, src += 176) {
+    const float d = f16(src), dmin = f16(src + 2);
+    const uint8_t* sc = src + 4;
+    const uint8_t* qh = src + 16;
+    const uint8_t* q = src + 48;
+    auto scale_min = [&](int j, uint8_t& s, uint8_t& m) {  // get_scale_min_k4, as Q4_K's
+      if (j < 4) {
+        s = sc[j] & 63;
+        m = sc[j + 4] & 63;
+      } else {
+        s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+        m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+      }
+    };
+    for (int j = 0; j < 8; j += 2, q += 32) {  // sub-blocks j and j + 1
+      uint8_t s, m;
+      scale_min(j, s, m);
+      const float d1 = d * float(s), m1 = dmin * float(m);
+      scale_min(j + 1, s, m);
+      const float d2 = d * float(s), m2 = dmin * float(m);
+      for (int l = 0; l < 32; ++l) *dst++ = d1 * float((q[l] & 0xF) | (((qh[l] >> j) & 1) << 4)) - m1;
+      for (int l = 0; l < 32; ++l) *dst++ = d2 * float((q[l] >> 4) | (((qh[l] >> (j + 1)) & 1) << 4)) - m2;
+    }
+  }
+}
+
+// {u8 scales[16]; u8 qs[64]; f16 d, dmin}: 16 sub-blocks of 16, 4-bit scale (low) and min (high); 2-bit q
+void dequantize_q2_k(const uint8_t* src, int64_t n, float* dst) {
+  for (int64_t b = 0; b < n / 256; ++b, src += 84) {
+    const float d = f16(src + 80), dmin = f16(src + 82);
+    const uint8_t* sc = src;
+    for (int h = 0; h < 2; ++h) {  // 128 elements from qs[32h .. 32h + 32)
+      const uint8_t* q = src + 16 + 32 * h;
+      for (int shift = 0; shift < 8; shift += 2)
+        for (int half = 0; half < 2; ++half, ++sc) {
+          const float dl = d * float(*sc & 0xF), ml = dmin * float(*sc >> 4);
+          for (int l = 0; l < 16; ++l) *dst++ = dl * float((q[16 * half + l] >> shift) & 3) - ml;
+        }
+    }
+  }
+}
+
+// {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}: 16 sub-blocks of 16, 6-bit scale − 32; q − 4 if hmask's bit is 0
+void dequantize_q3_k(const uint8_t* src, int64_t n, float* dst) {
+  for (int64_t b = 0; b < n / 256; ++b, src += 110) {
+    const uint8_t* hm = src;
+    const uint8_t* sc = src + 96;
+    const float d = f16(src + 108);
+    int8_t scales[16];  // sub-block i: low 4 bits from sc[i % 8] (i < 8: low nibble), high 2 from sc[8 + i % 4]
+    for (int i = 0; i < 16; ++i) {
+      const int lo = (i < 8 ? sc[i] : sc[i - 8] >> 4) & 0x0F, hi = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
+      scales[i] = int8_t((lo | (hi << 4)) - 32);
+    }
+    int is = 0, bit = 0;
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* q = src + 32 + 32 * h;
+      for (int shift = 0; shift < 8; shift += 2, ++bit)
+        for (int half = 0; half < 2; ++half) {
+          const float dl = d * float(scales[is++]);
+          for (int l = 16 * half; l < 16 * half + 16; ++l)
+            *dst++ = dl * float(int((q[l] >> shift) & 3) - ((hm[l] >> bit) & 1 ? 0 : 4));
+        }
+    }
+  }
+}
+
+// {f16 d; u8 qs[16]}: element j low nibble, j + 16 high, through kvalues_iq4nl; d · value
+void dequantize_iq4_nl(const uint8_t* src, int64_t n, float* dst) {
+  for (int64_t b = 0; b < n / 32; ++b, src += 18, dst += 32) {
+    const float d = f16(src);
+    for (int j = 0; j < 16; ++j) {
+      dst[j] = d * float(kIq4Values[src[2 + j] & 0x0F]);
+      dst[j + 16] = d * float(kIq4Values[src[2 + j] >> 4]);
+    }
+  }
+}
+
+// {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: 8 sub-blocks of 32 (IQ4_NL's layout), 6-bit scale − 32
+void dequantize_iq4_xs(const uint8_t* src, int64_t n, float* dst) {
+  for (int64_t b = 0; b < n / 256; ++b, src += 136) {
+    const float d = f16(src);
+    uint16_t sh;
+    std::memcpy(&sh, src + 2, 2);
+    const uint8_t* sl = src + 4;
+    const uint8_t* qs = src + 8;
+    for (int ib = 0; ib < 8; ++ib, qs += 16, dst += 32) {
+      const int ls = ((sl[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
+      const float dl = d * float(ls - 32);
+      for (int j = 0; j < 16; ++j) {
+        dst[j] = dl * float(kIq4Values[qs[j] & 0x0F]);
+        dst[j + 16] = dl * float(kIq4Values[qs[j] >> 4]);
+      }
+    }
+  }
+}
+
 }  // namespace ffn::nn::blocks

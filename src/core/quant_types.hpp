@@ -79,15 +79,28 @@ void dequantize_q4_1(const uint8_t*, int64_t, float*);
 void dequantize_q8_0(const uint8_t*, int64_t, float*);
 void dequantize_q4_k(const uint8_t*, int64_t, float*);
 void dequantize_q6_k(const uint8_t*, int64_t, float*);
+void dequantize_q5_0(const uint8_t*, int64_t, float*);
+void dequantize_q5_1(const uint8_t*, int64_t, float*);
+void dequantize_q5_k(const uint8_t*, int64_t, float*);
+void dequantize_q2_k(const uint8_t*, int64_t, float*);
+void dequantize_q3_k(const uint8_t*, int64_t, float*);
+void dequantize_iq4_nl(const uint8_t*, int64_t, float*);
+void dequantize_iq4_xs(const uint8_t*, int64_t, float*);
 void pack_q4_0(const uint8_t*, int64_t, uint8_t*);
 void pack_q4_1(const uint8_t*, int64_t, uint8_t*);
 void pack_q8_0(const uint8_t*, int64_t, uint8_t*);
+void pack_q4_k(const uint8_t*, int64_t, uint8_t*);
+void pack_q6_k(const uint8_t*, int64_t, uint8_t*);
 void unpack_q4_0(const uint8_t*, int64_t, float*);
 void unpack_q4_1(const uint8_t*, int64_t, float*);
 void unpack_q8_0(const uint8_t*, int64_t, float*);
+void unpack_q4_k(const uint8_t*, int64_t, float*);
+void unpack_q6_k(const uint8_t*, int64_t, float*);
 float reference_q4_0(const uint8_t*, int64_t, const QActs&, int64_t);
 float reference_q4_1(const uint8_t*, int64_t, const QActs&, int64_t);
 float reference_q8_0(const uint8_t*, int64_t, const QActs&, int64_t);
+float reference_q4_k(const uint8_t*, int64_t, const QActs&, int64_t);
+float reference_q6_k(const uint8_t*, int64_t, const QActs&, int64_t);
 }  // namespace blocks
 
 // The table: ggml's type numbers (ggml.h), in order.
@@ -102,26 +115,30 @@ inline constexpr QuantType kQuantTypes[] = {
      .reference = &blocks::reference_q4_1},
     {.id = GgmlType(4), .name = "Q4_2"},
     {.id = GgmlType(5), .name = "Q4_3"},
-    {.id = GgmlType::q5_0, .name = "Q5_0"},
-    {.id = GgmlType::q5_1, .name = "Q5_1"},
+    {.id = GgmlType::q5_0, .name = "Q5_0", .block = 32, .block_bytes = 22, .dequantize = &blocks::dequantize_q5_0},
+    {.id = GgmlType::q5_1, .name = "Q5_1", .block = 32, .block_bytes = 24, .dequantize = &blocks::dequantize_q5_1},
     {.id = GgmlType::q8_0, .name = "Q8_0", .block = 32, .block_bytes = 34, .dequantize = &blocks::dequantize_q8_0,
      .panels = {.quant_bytes = 512, .scale_bytes = 32, .pack = &blocks::pack_q8_0, .unpack = &blocks::unpack_q8_0},
      .reference = &blocks::reference_q8_0},
     {.id = GgmlType::q8_1, .name = "Q8_1"},
-    {.id = GgmlType::q2_k, .name = "Q2_K"},
-    {.id = GgmlType::q3_k, .name = "Q3_K"},
-    {.id = GgmlType::q4_k, .name = "Q4_K", .block = 256, .block_bytes = 144, .dequantize = &blocks::dequantize_q4_k},
-    {.id = GgmlType::q5_k, .name = "Q5_K"},
-    {.id = GgmlType::q6_k, .name = "Q6_K", .block = 256, .block_bytes = 210, .dequantize = &blocks::dequantize_q6_k},
+    {.id = GgmlType::q2_k, .name = "Q2_K", .block = 256, .block_bytes = 84, .dequantize = &blocks::dequantize_q2_k},
+    {.id = GgmlType::q3_k, .name = "Q3_K", .block = 256, .block_bytes = 110, .dequantize = &blocks::dequantize_q3_k},
+    {.id = GgmlType::q4_k, .name = "Q4_K", .block = 256, .block_bytes = 144, .dequantize = &blocks::dequantize_q4_k,
+     .panels = {.quant_bytes = 2048, .scale_bytes = 320, .pack = &blocks::pack_q4_k, .unpack = &blocks::unpack_q4_k},
+     .reference = &blocks::reference_q4_k},
+    {.id = GgmlType::q5_k, .name = "Q5_K", .block = 256, .block_bytes = 176, .dequantize = &blocks::dequantize_q5_k},
+    {.id = GgmlType::q6_k, .name = "Q6_K", .block = 256, .block_bytes = 210, .dequantize = &blocks::dequantize_q6_k,
+     .panels = {.quant_bytes = 3072, .scale_bytes = 288, .pack = &blocks::pack_q6_k, .unpack = &blocks::unpack_q6_k},
+     .reference = &blocks::reference_q6_k},
     {.id = GgmlType::q8_k, .name = "Q8_K"},
     {.id = GgmlType(16), .name = "IQ2_XXS"},
     {.id = GgmlType(17), .name = "IQ2_XS"},
     {.id = GgmlType(18), .name = "IQ3_XXS"},
     {.id = GgmlType(19), .name = "IQ1_S"},
-    {.id = GgmlType::iq4_nl, .name = "IQ4_NL"},
+    {.id = GgmlType::iq4_nl, .name = "IQ4_NL", .block = 32, .block_bytes = 18, .dequantize = &blocks::dequantize_iq4_nl},
     {.id = GgmlType(21), .name = "IQ3_S"},
     {.id = GgmlType(22), .name = "IQ2_S"},
-    {.id = GgmlType::iq4_xs, .name = "IQ4_XS"},
+    {.id = GgmlType::iq4_xs, .name = "IQ4_XS", .block = 256, .block_bytes = 136, .dequantize = &blocks::dequantize_iq4_xs},
     {.id = GgmlType(24), .name = "I8"},
     {.id = GgmlType(25), .name = "I16"},
     {.id = GgmlType(26), .name = "I32"},

@@ -232,7 +232,8 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       int64_t be = 0, bb = 0;
       if (!ggml_block(type, be, bb))
         c.fail("tensor \"" + t.name + "\" has type " + ggml_type_name(type) +
-               ", which this reader does not dequantize (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)");
+               ", which this reader does not dequantize (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, "
+               "Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)");
       t.type = GgmlType(type);
       if (t.ne[0] % be != 0)
         c.fail("tensor \"" + t.name + "\" rows of " + std::to_string(t.ne[0]) + " are not whole " +

@@ -218,29 +218,32 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   const auto name = [&](T t, int64_t l = -1) { return names.name(t, l); };
 
   // A product from the file's tensors, stacked by rows: their blocks where
-  // native compute can keep them (a GGUF whose parts are all of one native
-  // type of src/core/quant_types.hpp), else float32. rope_heads > 0: W_Q's or
-  // W_K's rows, brought from the file's rotary order to transformers'.
+  // native compute can keep them (a GGUF whose parts are each of a native
+  // type of src/core/quant_types.hpp; consecutive parts of one type share
+  // panels), else float32. rope_heads > 0: W_Q's or W_K's rows, brought from
+  // the file's rotary order to transformers'.
   struct Part {
     std::string name;
     int64_t rows, rope_heads;
   };
   auto product = [&](const std::vector<Part>& parts, int64_t k, const std::vector<float>& bias = {}) -> nn::Linear {
     const float* b = bias.empty() ? nullptr : bias.data();
-    const nn::QuantType* qt = nullptr;
-    bool same = native && src.format() == models::Format::gguf;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      src.expect(parts[i].name, {parts[i].rows, k});
+    std::vector<const nn::QuantType*> types;
+    bool blocks = native && src.format() == models::Format::gguf;
+    for (const Part& p : parts) {
+      src.expect(p.name, {p.rows, k});
       if (!gguf) continue;
-      const nn::QuantType* ti = nn::find_quant_type(uint32_t(gguf->tensor(parts[i].name).type));
-      if (ti && !ti->native()) ti = nullptr;
-      if (!ti || (i > 0 && ti != qt)) same = false;
-      if (i == 0) qt = ti;
+      const nn::QuantType* ti = nn::find_quant_type(uint32_t(gguf->tensor(p.name).type));
+      if (!ti || !ti->native() || k % ti->block != 0) blocks = false;
+      types.push_back(ti);
     }
-    if (same && qt) {
+    if (blocks) {
+      std::vector<nn::QPanels> panels;
       std::vector<const uint8_t*> rows;
-      const int64_t row_bytes = qt->row_bytes(k);
-      for (const Part& p : parts) {
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const Part& p = parts[i];
+        const nn::QuantType* qt = types[i];
+        const int64_t row_bytes = qt->row_bytes(k);
         const uint8_t* base = gguf->data(gguf->tensor(p.name));
         for (int64_t r = 0; r < p.rows; ++r) {
           int64_t from = r;
@@ -250,8 +253,12 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
           }
           rows.push_back(base + from * row_bytes);
         }
+        if (i + 1 == parts.size() || types[i + 1] != qt) {
+          panels.push_back(nn::repack_rows(qt->id, rows, k));
+          rows.clear();
+        }
       }
-      return nn::Linear(nn::repack_rows(qt->id, rows, k), b);
+      return panels.size() == 1 ? nn::Linear(std::move(panels[0]), b) : nn::Linear(std::move(panels), b);
     }
     std::vector<float> all;
     for (const Part& p : parts) {

@@ -213,7 +213,19 @@ Linear Linear::rounded(const float* w, int64_t k, int64_t m, WeightDtype dtype, 
   return Linear(h.data(), k, m, dtype, b);
 }
 
-Linear::Linear(QPanels q, const float* b) : k_(q.k), m_(q.m), blocks_(true), q_(std::move(q)) {
+Linear::Linear(QPanels q, const float* b) : k_(q.k), m_(q.m), blocks_(true) {
+  q_.push_back(std::move(q));
+  if (b) bias_.assign(b, b + m_);
+}
+
+Linear::Linear(std::vector<QPanels> parts, const float* b) : blocks_(true), q_(std::move(parts)) {
+  if (q_.empty()) throw Error("Linear: quantized weights with no parts");
+  k_ = q_[0].k;
+  for (const QPanels& p : q_) {
+    if (p.k != k_)
+      throw Error("Linear: quantized parts of k = " + std::to_string(k_) + " and " + std::to_string(p.k));
+    m_ += p.m;
+  }
   if (b) bias_.assign(b, b + m_);
 }
 
@@ -226,7 +238,11 @@ void Linear::set_int8(std::shared_ptr<const Int8Linear> q) {
 
 void Linear::row(int64_t r, float* out) const {
   if (blocks_) {
-    dequantize_panel_row(q_, r, out);
+    for (const QPanels& p : q_) {
+      if (r < p.m) return dequantize_panel_row(p, r, out);
+      r -= p.m;
+    }
+    return;
     return;
   }
   if (storage_ != WeightDtype::fp32) {  // 16-bit panels: bf16 lanes interleaved (gemm.hpp)
@@ -274,7 +290,9 @@ void Linear::forward(const Context& ctx, const float* x, int64_t n, float* y, co
 }
 
 size_t Linear::bytes() const {
-  return (blocks_ ? q_.bytes() : packed_.size() * sizeof(float)) + packed16_.size() * sizeof(uint16_t) +
+  size_t qb = 0;
+  for (const QPanels& p : q_) qb += p.bytes();
+  return (blocks_ ? qb : packed_.size() * sizeof(float)) + packed16_.size() * sizeof(uint16_t) +
          bias_.size() * sizeof(float);
 }
 

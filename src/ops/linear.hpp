@@ -93,6 +93,9 @@ class Linear {
   static Linear rounded(const float* w, int64_t k, int64_t m, WeightDtype dtype, const float* b = nullptr);
   // A native quant type's panels, b [m] or null.
   explicit Linear(QPanels q, const float* b = nullptr);
+  // W stacked by rows from parts of one k, each of its own native type
+  // (a file's Q, K and V of different types), b [Σ m] or null.
+  explicit Linear(std::vector<QPanels> parts, const float* b = nullptr);
   // int8 weights for inference beside the fp32 panels (null: none); only for an fp32 layer.
   void set_int8(std::shared_ptr<const Int8Linear> q);
 
@@ -121,7 +124,7 @@ class Linear {
   WeightDtype storage_ = WeightDtype::fp32;
   std::vector<float> packed_, bias_;
   AlignedVector<uint16_t> packed16_;  // bf16, fp16
-  QPanels q_;
+  std::vector<QPanels> q_;  // blocks: the parts, stacked by rows
   std::shared_ptr<const Int8Linear> int8_;
 };
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
@@ -19,5 +20,9 @@ namespace ffn::nn {
 // acts: scratch for the quantized activations (reused between calls).
 // ctx.reference(): the scalar kernel set (the integer rule's reference bits).
 void qlinear_forward(const Context& ctx, const QPanels& w, const float* x, int64_t n, float* y, QActs& acts);
+// W stacked by rows from parts of one k, each of its own type (a file's Q, K
+// and V of different types): y [n, Σ m], part i's rows after part i − 1's.
+void qlinear_forward(const Context& ctx, std::span<const QPanels> parts, const float* x, int64_t n, float* y,
+                     QActs& acts);
 
 }  // namespace ffn::nn

@@ -45,11 +45,84 @@ float reference(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
   return acc;
 }
 
+// The K-quants, per activation block of 32 (the rule in qgemm.hpp):
+//   Q4_K, sub-block j (32 weights, q ∈ 0..15, 6-bit scale s and minimum m):
+//     isum = Σ q · Q, acc = fma((d · s) · dx, isum, acc), acc = fma(−(dmin · m), sx, acc);
+//   Q6_K, its two sub-blocks A, B of 16 (q ∈ −32..31, i8 scale s):
+//     isum_A = Σ_A q · Q, acc = fma((d · s_A) · dx, isum_A, acc), then B's.
+// d · s and dmin · m are exact in float32 (11 + 8 significant bits at most).
+float reference_k4(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
+  const int64_t nb = k / kQBlock;
+  float acc = 0.0f;
+  for (int64_t sb = 0; sb < k / 256; ++sb) {
+    const uint8_t* blk = row + sb * 144;
+    uint16_t dh, mh;
+    std::memcpy(&dh, blk, 2);
+    std::memcpy(&mh, blk + 2, 2);
+    const float d = fp16_to_float(dh), dmin = fp16_to_float(mh);
+    const uint8_t* sc = blk + 4;
+    for (int j = 0; j < 8; ++j) {
+      const int64_t b = sb * 8 + j;
+      const int8_t* qh = a.hi.data() + t * k + b * kQBlock;
+      const int8_t* ql = a.lo.data() + t * k + b * kQBlock;
+      int32_t isum = 0;
+      for (int64_t i = 0; i < kQBlock; ++i) {
+        const uint8_t byte = blk[16 + 32 * (j / 2) + i];
+        isum += int32_t(j % 2 ? byte >> 4 : byte & 0xF) * (255 * qh[i] + ql[i]);
+      }
+      uint8_t s, m;
+      if (j < 4) {
+        s = sc[j] & 63;
+        m = sc[j + 4] & 63;
+      } else {
+        s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+        m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+      }
+      const size_t at = size_t(t * nb + b);
+      acc = std::fma(d * float(s) * a.d[at], float(isum), acc);
+      acc = std::fma(-(dmin * float(m)), a.s[at], acc);
+    }
+  }
+  return acc;
+}
+
+float reference_k6(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
+  const int64_t nb = k / kQBlock;
+  float acc = 0.0f;
+  for (int64_t sb = 0; sb < k / 256; ++sb) {
+    const uint8_t* blk = row + sb * 210;
+    uint16_t dh;
+    std::memcpy(&dh, blk + 208, 2);
+    const float d = fp16_to_float(dh);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    for (int j = 0; j < 8; ++j) {
+      const int64_t b = sb * 8 + j;
+      const int8_t* qh = a.hi.data() + t * k + b * kQBlock;
+      const int8_t* ql = a.lo.data() + t * k + b * kQBlock;
+      const size_t at = size_t(t * nb + b);
+      for (int half = 0; half < 2; ++half) {
+        int32_t isum = 0;
+        for (int i = 16 * half; i < 16 * half + 16; ++i) {
+          // weight w = 32 j + i of the block: half h = w / 128, quarter c, position l (dequantize_q6_k)
+          const int w = 32 * j + i, h = w / 128, c = (w % 128) / 32, l = w % 32;
+          const uint8_t lq = blk[64 * h + l + 32 * (c % 2)];
+          const int q = ((c < 2 ? lq & 0xF : lq >> 4) | (((blk[128 + 32 * h + l] >> (2 * c)) & 3) << 4)) - 32;
+          isum += q * (255 * qh[i] + ql[i]);
+        }
+        acc = std::fma(d * float(sc[2 * j + half]) * a.d[at], float(isum), acc);
+      }
+    }
+  }
+  return acc;
+}
+
 }  // namespace
 
 float reference_q4_0(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q4_0>(w, k, x, t); }
 float reference_q4_1(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q4_1>(w, k, x, t); }
 float reference_q8_0(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q8_0>(w, k, x, t); }
+float reference_q4_k(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference_k4(w, k, x, t); }
+float reference_q6_k(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference_k6(w, k, x, t); }
 
 }  // namespace ffn::nn::blocks
 

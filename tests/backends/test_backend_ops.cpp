@@ -179,8 +179,8 @@ std::vector<uint8_t> random_blocks(const nn::QuantType& qt, int64_t m, int64_t k
     uint8_t* blk = v.data() + b * qt.block_bytes;
     const uint16_t d = nn::float_to_fp16(scale(rng) * (sign(rng) < 0 ? -1.0f : 1.0f));
     const uint16_t m2 = nn::float_to_fp16(0.05f * sign(rng));
-    std::memcpy(blk, &d, 2);
-    if (qt.id == GgmlType::q4_1) std::memcpy(blk + 2, &m2, 2);
+    std::memcpy(blk + (qt.id == GgmlType::q6_k ? 208 : 0), &d, 2);  // Q6_K's d is last
+    if (qt.id == GgmlType::q4_1 || qt.id == GgmlType::q4_k) std::memcpy(blk + 2, &m2, 2);
   }
   return v;
 }
@@ -204,9 +204,10 @@ TEST_P(BackendOps, QuantizedProductEveryNativeType) {
     // Only the test set has T4's product; elsewhere it is a clear error.
     EXPECT_EQ(has, qt.id != kT4 || &kc == &test_set()) << qt.name;
     for (int64_t m : {1, 15, 17, 40})
-      for (int64_t k : {32, 96, 288})
+      for (int64_t k32 : {32, 96, 288})
         for (int64_t n : {1, 3, 17, 70})
           for (int threads : {1, 2}) {
+            const int64_t k = (k32 + qt.block - 1) / qt.block * qt.block;  // whole blocks (K-quants: 256)
             const std::string what = set_name(&kc) + " " + qt.name + " m=" + std::to_string(m) + " k=" +
                                      std::to_string(k) + " n=" + std::to_string(n) + " threads=" + std::to_string(threads);
             const std::vector<uint8_t> blocks = random_blocks(qt, m, k, uint64_t(m * 131 + k * 7 + n));
@@ -232,7 +233,7 @@ TEST_P(BackendOps, QuantizedProductEveryNativeType) {
             ++checked;
           }
     // The panels give back what the type's dequantize gives (row 5 of 17 rows).
-    const int64_t k = 96;
+    const int64_t k = (96 + qt.block - 1) / qt.block * qt.block;
     const std::vector<uint8_t> blocks = random_blocks(qt, 17, k, 5);
     std::vector<const uint8_t*> rows;
     for (int64_t r = 0; r < 17; ++r) rows.push_back(blocks.data() + r * qt.row_bytes(k));
@@ -582,15 +583,18 @@ TEST(QuantTypes, TableHoldsGgmlsFacts) {
   };
   for (const Fact& f : {Fact{GgmlType::f32, 1, 4}, Fact{GgmlType::f16, 1, 2}, Fact{GgmlType::bf16, 1, 2},
                         Fact{GgmlType::q4_0, 32, 18}, Fact{GgmlType::q4_1, 32, 20}, Fact{GgmlType::q8_0, 32, 34},
-                        Fact{GgmlType::q4_k, 256, 144}, Fact{GgmlType::q6_k, 256, 210}}) {
+                        Fact{GgmlType::q4_k, 256, 144}, Fact{GgmlType::q6_k, 256, 210}, Fact{GgmlType::q5_0, 32, 22},
+                        Fact{GgmlType::q5_1, 32, 24}, Fact{GgmlType::q2_k, 256, 84}, Fact{GgmlType::q3_k, 256, 110},
+                        Fact{GgmlType::q5_k, 256, 176}, Fact{GgmlType::iq4_nl, 32, 18},
+                        Fact{GgmlType::iq4_xs, 256, 136}}) {
     int64_t e = 0, b = 0;
     EXPECT_TRUE(ggml_block(uint32_t(f.t), e, b)) << ggml_type_name(uint32_t(f.t));
     EXPECT_EQ(e, f.block) << ggml_type_name(uint32_t(f.t));
     EXPECT_EQ(b, f.bytes) << ggml_type_name(uint32_t(f.t));
   }
   int64_t e = 0, b = 0;
-  EXPECT_FALSE(ggml_block(uint32_t(GgmlType::q5_0), e, b));  // named, not read
-  EXPECT_EQ(ggml_type_name(6), "Q5_0");
+  EXPECT_FALSE(ggml_block(uint32_t(GgmlType::q8_k), e, b));  // named, not read
+  EXPECT_EQ(ggml_type_name(15), "Q8_K");
   EXPECT_EQ(ggml_type_name(31), "unknown (31)");
   EXPECT_EQ(nn::find_quant_type(31), nullptr);
 }

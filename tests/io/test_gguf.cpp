@@ -155,6 +155,22 @@ TEST(Gguf, DequantizesEveryTypeBitwiseAsGgufPy) {
   EXPECT_EQ(f.tensor("t.q4_k").type, GgmlType::q4_k);
   EXPECT_EQ(f.tensor("t.q4_k").bytes, 3u * 512 / 256 * 144);
   EXPECT_EQ(f.tensor("t.q6_k").bytes, 2u * 768 / 256 * 210);
+  // The types read to float32 only (gguf's GGML_QUANT_SIZES).
+  EXPECT_EQ(f.tensor("t.q5_0").type, GgmlType::q5_0);
+  EXPECT_EQ(f.tensor("t.q5_0").bytes, 3u * 96 / 32 * 22);
+  EXPECT_EQ(f.tensor("t.q5_1").type, GgmlType::q5_1);
+  EXPECT_EQ(f.tensor("t.q5_1").bytes, 5u * 64 / 32 * 24);
+  EXPECT_EQ(f.tensor("t.q2_k").type, GgmlType::q2_k);
+  EXPECT_EQ(f.tensor("t.q2_k").bytes, 3u * 512 / 256 * 84);
+  EXPECT_EQ(f.tensor("t.q3_k").type, GgmlType::q3_k);
+  EXPECT_EQ(f.tensor("t.q3_k").bytes, 3u * 768 / 256 * 110);
+  EXPECT_EQ(f.tensor("t.q5_k").type, GgmlType::q5_k);
+  EXPECT_EQ(f.tensor("t.q5_k").bytes, 3u * 512 / 256 * 176);
+  EXPECT_EQ(f.tensor("t.iq4_nl").type, GgmlType::iq4_nl);
+  EXPECT_EQ(f.tensor("t.iq4_nl").bytes, 3u * 96 / 32 * 18);
+  EXPECT_EQ(f.tensor("t.iq4_xs").type, GgmlType::iq4_xs);
+  EXPECT_EQ(f.tensor("t.iq4_xs").bytes, 3u * 768 / 256 * 136);
+  EXPECT_EQ(f.tensors().size(), 15u);  // every type the reader dequantizes
 }
 
 // A test that can fail: one flipped bit in a Q4_K block's scales changes
@@ -224,8 +240,8 @@ TEST(Gguf, HostileFilesGetOneLineNamingTheFileAndTheProblem) {
   put<uint64_t>(b, q4k + 12, uint64_t(1) << 62);
   expect(b, "element count overflows");
   b = good;
-  put<uint32_t>(b, q4k + 20, 13);
-  expect(b, "has type Q5_K, which this reader does not dequantize");
+  put<uint32_t>(b, q4k + 20, 16);
+  expect(b, "has type IQ2_XXS, which this reader does not dequantize");
   b = good;
   put<uint32_t>(b, q4k + 20, 1234);
   expect(b, "has type unknown (1234)");
@@ -295,7 +311,7 @@ TEST(Gguf, RandomCorruptionNeverCrashes) {
   for (int i = 0; i < 400; ++i) {
     std::string b = good;
     const int flips = 1 + int(rng() % 4);
-    for (int k = 0; k < flips; ++k) b[rng() % 1100] = char(rng());  // the header (the data starts at 1088)
+    for (int k = 0; k < flips; ++k) b[rng() % 1100] = char(rng());  // in the header (the data starts at 1408)
     refused += error_of(b, "r.gguf") != "";
   }
   EXPECT_GT(refused, 100);  // most header corruptions are caught

@@ -524,11 +524,12 @@ TEST(CausalLMGguf, Fp32MatchesTransformers) {
 // the same bits on every ISA, tests/ops/test_qlinear.cpp; the float parts
 // around them, the attention, norms and activations, are each ISA's own);
 // against transformers' float32 model the top token agrees at every
-// position of these prompts and the logits stay within 2e-3 of each
-// position's max |logit|, the fp32 mode's bound (measured 2.9e-4 with
-// 16-bit activations; 8-bit activations gave 8 % through the two layers of
-// this random model with peaked attention, and a wrong scale, offset or row
-// order gives errors of the logits' own size).
+// position of these prompts and the logits stay within 5e-3 of each
+// position's max |logit| (measured 2.9e-4 with 16-bit activations while the
+// file's Q|K|V, Q4_1 and Q4_0 parts, fell back to float32, 2.5e-3 since they
+// stay blocks, issue 47: this random model's peaked attention amplifies
+// the rounding of Q and K; 8-bit activations gave 8 %, and a wrong scale,
+// offset or row order gives errors of the logits' own size).
 TEST(CausalLMGguf, NativeIsOneComputationOnEveryIsa) {
   const CausalLM m = CausalLM::load(gguf_model());
   EXPECT_TRUE(m.quantized());
@@ -552,7 +553,7 @@ TEST(CausalLMGguf, NativeIsOneComputationOnEveryIsa) {
     const float worst = worst_relative(whole, c["logits"][3], V);
     std::printf("[ INFO     ] native on %s: worst |logit - transformers'| / max |logit| = %.2e\n",
                 std::string(to_string(isa)).c_str(), worst);
-    EXPECT_LE(worst, 2e-3f);
+    EXPECT_LE(worst, 5e-3f);
     for (int64_t p = 0; p < n; ++p) {
       int64_t want = 0;
       for (int64_t v = 1; v < V; ++v)

@@ -1,11 +1,13 @@
 // The block-quantized linear (src/ops/qlinear.hpp) on every ISA against its
 // reference (src/reference/qlinear_reference.hpp, which reads the file's own
-// rows): bit for bit, on Q4_0, Q4_1 and Q8_0 rows of random bytes and scales,
-// row counts around the 16-row groups and 8-row halves, k of 1 to 18 blocks,
+// rows): bit for bit, on Q4_0, Q4_1, Q8_0, Q4_K and Q6_K rows of random bytes
+// and scales, row counts around the 16-row groups and 8-row halves, k of 1 to
+// 18 blocks of 32 (the K-quants: 1 to 3 blocks of 256),
 // 1 to 35 tokens (the kernels' tiles of 4, 2 and AMX's 16, and their
 // tails), 1 and 2 threads. Also the repacked rows dequantize as ggml's (ffn::dequantize).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -18,6 +20,7 @@
 #include "backends/cpu/quantize.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/gguf.hpp"
+#include "ops/linear.hpp"
 #include "ops/qlinear.hpp"
 #include "reference/qlinear_reference.hpp"
 
@@ -25,21 +28,36 @@ using namespace ffn;
 
 namespace {
 
-// A matrix of m rows of k / 32 file blocks each: random quant bytes, scales
-// d ∈ ±[0.001, 0.05] (and Q4_1's minimum ∈ ±0.05) as f16.
+// The native types, and a row length of each's blocks about k32 (the
+// 32-weight types' k32; the K-quants' 256-weight blocks: 256 or more).
+const GgmlType kNative[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k};
+int64_t row_length(GgmlType t, int64_t k32) {
+  const int64_t b = nn::quant_type(t).block;
+  return std::max<int64_t>(b, (k32 + b - 1) / b * b);
+}
+
+// Where a file block's f16 scale d lies, and its minimum (Q4_1's m, Q4_K's
+// dmin; -1: none).
+int64_t d_at(GgmlType t) { return t == GgmlType::q6_k ? 208 : 0; }
+int64_t m_at(GgmlType t) { return t == GgmlType::q4_1 || t == GgmlType::q4_k ? 2 : -1; }
+
+// A matrix of m rows of k / block file blocks each: random quant bytes
+// (K-quants: their 6- and 8-bit sub-block scales too), scales d ∈ ±[0.001,
+// 0.05] (and the minimum ∈ ±0.05) as f16.
 std::vector<uint8_t> random_rows(GgmlType t, int64_t m, int64_t k, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> scale(0.001f, 0.05f), sign(-1.0f, 1.0f);
-  const int64_t fb = nn::quant_type(t).block_bytes, nb = k / 32;
+  const nn::QuantType& qt = nn::quant_type(t);
+  const int64_t fb = qt.block_bytes, nb = k / qt.block;
   std::vector<uint8_t> v(size_t(m * nb * fb));
   for (int64_t r = 0; r < m * nb; ++r) {
     uint8_t* blk = v.data() + r * fb;
     for (int64_t i = 0; i < fb; ++i) blk[i] = uint8_t(rng());
     const uint16_t d = nn::float_to_fp16(scale(rng) * (sign(rng) < 0 ? -1.0f : 1.0f));
-    std::memcpy(blk, &d, 2);
-    if (t == GgmlType::q4_1) {
+    std::memcpy(blk + d_at(t), &d, 2);
+    if (m_at(t) >= 0) {
       const uint16_t mm = nn::float_to_fp16(0.05f * sign(rng));
-      std::memcpy(blk + 2, &mm, 2);
+      std::memcpy(blk + m_at(t), &mm, 2);
     }
   }
   return v;
@@ -47,7 +65,7 @@ std::vector<uint8_t> random_rows(GgmlType t, int64_t m, int64_t k, uint64_t seed
 
 std::vector<const uint8_t*> row_pointers(const std::vector<uint8_t>& v, GgmlType t, int64_t m, int64_t k) {
   std::vector<const uint8_t*> rows;
-  for (int64_t r = 0; r < m; ++r) rows.push_back(v.data() + r * (k / 32) * nn::quant_type(t).block_bytes);
+  for (int64_t r = 0; r < m; ++r) rows.push_back(v.data() + r * nn::quant_type(t).row_bytes(k));
   return rows;
 }
 
@@ -59,10 +77,11 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
   const nn::KernelConfig& kc = nn::kernel_config(isa);
   std::printf("[ INFO     ] %s: block-quantized product on %s\n", std::string(to_string(isa)).c_str(), kc.qgemm_instr);
   int checked = 0;
-  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0})
+  for (GgmlType t : kNative)
     for (int64_t m : {1, 7, 8, 9, 16, 17, 33, 50})
-      for (int64_t k : {32, 96, 576})
+      for (int64_t k32 : {32, 96, 576})
         for (int64_t n : {1, 2, 3, 5, 9, 16, 17, 35}) {
+          const int64_t k = row_length(t, k32);
           SCOPED_TRACE("type " + std::to_string(int(t)) + " m " + std::to_string(m) + " k " + std::to_string(k) +
                        " n " + std::to_string(n));
           const auto bytes = random_rows(t, m, k, uint64_t(m * 1000 + k * 10 + n));
@@ -82,10 +101,10 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
           }
           ++checked;
         }
-  EXPECT_EQ(checked, 3 * 8 * 3 * 8);
+  EXPECT_EQ(checked, 5 * 8 * 3 * 8);
   // Several work units (4 groups × 64 tokens each): 100 rows, 70 tokens on 2 threads.
-  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0}) {
-    const int64_t m = 100, k = 96, n = 70;
+  for (GgmlType t : kNative) {
+    const int64_t m = 100, k = row_length(t, 96), n = 70;
     const auto bytes = random_rows(t, m, k, 4242);
     const auto rows = row_pointers(bytes, t, m, k);
     std::vector<float> x(size_t(n * k));
@@ -105,8 +124,8 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
 TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
   const Isa isa = GetParam();
   if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
-  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0}) {
-    const int64_t m = 19, k = 64, n = 18;  // 16 tokens: AMX's tile
+  for (GgmlType t : kNative) {
+    const int64_t m = 19, k = row_length(t, 64), n = 18;  // 16 tokens: AMX's tile
     const auto bytes = random_rows(t, m, k, 7);
     const auto rows = row_pointers(bytes, t, m, k);
     std::vector<float> x(size_t(n * k), 0.25f), y(size_t(n * m)), want(y.size());
@@ -133,25 +152,28 @@ TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
 // both planes ±127) against weights at their extremes (Q4 nibbles all 0xF or
 // all 0, Q8_0 bytes all -128 or all 127), and planes of alternating sign. These
 // reach AVX2's int16 sums (4-bit: 8 · 3810 = 30480; Q8_0: 2 · 128 · 127 per
-// pair) and VNNI's offset sum Σ(q + 128)·Q, which Gaussian activations never do
+// pair; Q6_K: two pairs of 2 · 63 · 127) and VNNI's offset sums Σ(q + 128)·Q
+// and Σ q·Q − 32 ΣQ (Q6_K, with scales −128 and 127), which Gaussian activations never do
 // (their planes reach ±127 only at a block's maximum). 17 and 35 tokens: AMX's
 // tiles and their VNNI tail.
 TEST_P(QLinearPerIsa, IntegerSumsAtTheirBounds) {
   const Isa isa = GetParam();
   if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
-  const int64_t m = 17, k = 96;
-  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0})
+  const int64_t m = 17;
+  for (GgmlType t : kNative)
     for (uint8_t fill : {uint8_t(0xff), uint8_t(0x00), uint8_t(0x80), uint8_t(0x7f)}) {
       if (t != GgmlType::q8_0 && (fill == 0x80 || fill == 0x7f)) continue;
-      const int64_t fb = nn::quant_type(t).block_bytes;
-      std::vector<uint8_t> bytes(size_t(m * (k / 32) * fb), fill);
-      for (int64_t r = 0; r < m * (k / 32); ++r) {
-        const uint16_t d = nn::float_to_fp16(r % 2 ? 0.03125f : -0.0625f);
-        std::memcpy(bytes.data() + r * fb, &d, 2);
-        if (t == GgmlType::q4_1) {
-          const uint16_t mm = nn::float_to_fp16(0.5f);
-          std::memcpy(bytes.data() + r * fb + 2, &mm, 2);
-        }
+      const nn::QuantType& qt = nn::quant_type(t);
+      const int64_t k = row_length(t, 96), fb = qt.block_bytes, nb = k / qt.block;
+      std::vector<uint8_t> bytes(size_t(m * nb * fb), fill);
+      for (int64_t r = 0; r < m * nb; ++r) {
+        uint8_t* blk = bytes.data() + r * fb;
+        const uint16_t d = nn::float_to_fp16(r % 2 ? 0.03125f : -0.0625f), mm = nn::float_to_fp16(0.5f);
+        std::memcpy(blk + d_at(t), &d, 2);
+        if (m_at(t) >= 0) std::memcpy(blk + m_at(t), &mm, 2);
+        if (t == GgmlType::q4_k) std::memset(blk + 4, 0xff, 12);  // every 6-bit scale and minimum 63
+        if (t == GgmlType::q6_k)
+          for (int j = 0; j < 16; ++j) blk[192 + j] = j % 2 ? 0x80 : 0x7f;  // scales −128 and 127
       }
       const auto rows = row_pointers(bytes, t, m, k);
       const nn::QPanels p = nn::repack_rows(t, rows, k);
@@ -167,20 +189,18 @@ TEST_P(QLinearPerIsa, IntegerSumsAtTheirBounds) {
         for (int threads : {1, 2}) {
           nn::qlinear_forward(nn::Context(isa, threads), p, x.data(), n, got.data(), acts);
           ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
-              << "type " << int(t) << " fill 0x" << std::hex << int(fill) << std::dec << " n " << n << ", "
-              << threads << " thread(s)";
+              << qt.name << " fill 0x" << std::hex << int(fill) << std::dec << " n " << n << ", " << threads
+              << " thread(s)";
         }
         // And the value itself: the product of the dequantized weights (every
         // activation is exactly representable here, so only float rounding differs).
-        const int w = t == GgmlType::q8_0 ? int(int8_t(fill)) : t == GgmlType::q4_0 ? (fill & 15) - 8 : (fill & 15);
+        std::vector<float> w(static_cast<size_t>(k));
         for (int64_t r = 0; r < m; ++r) {
-          double y0 = 0;
-          for (int64_t b = 0; b < k / 32; ++b) {
-            const double d = (r * (k / 32) + b) % 2 ? 0.03125 : -0.0625;
-            y0 += 32 * 2.0 * (d * w + (t == GgmlType::q4_1 ? 0.5 : 0.0));
-          }
-          EXPECT_NEAR(want[size_t(r)], y0, 1e-3 * (std::abs(y0) + 1)) << "row " << r;
-          EXPECT_NEAR(want[size_t(m + r)], -y0, 1e-3 * (std::abs(y0) + 1)) << "row " << r;
+          dequantize(t, rows[size_t(r)], k, w.data());
+          double y0 = 0, mag = 0;
+          for (float v : w) y0 += 2.0 * v, mag += 2.0 * std::fabs(v);
+          EXPECT_NEAR(want[size_t(r)], y0, 1e-5 * mag + 1e-3) << qt.name << " row " << r;
+          EXPECT_NEAR(want[size_t(m + r)], -y0, 1e-5 * mag + 1e-3) << qt.name << " row " << r;
         }
       }
     }
@@ -243,8 +263,8 @@ INSTANTIATE_TEST_SUITE_P(Isas, QLinearPerIsa, ::testing::ValuesIn(all_isas()),
 // so a wrong scale or plane weight fails it.
 TEST(QLinear, CloseToTheDequantizedProduct) {
   double worst_ratio = 0;
-  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0}) {
-    const int64_t m = 21, k = 192, n = 3;
+  for (GgmlType t : kNative) {
+    const int64_t m = 21, k = row_length(t, 192), n = 3;
     const auto bytes = random_rows(t, m, k, 99);
     const auto rows = row_pointers(bytes, t, m, k);
     std::vector<float> x(size_t(n * k));
@@ -254,16 +274,23 @@ TEST(QLinear, CloseToTheDequantizedProduct) {
     std::vector<float> y(size_t(n * m));
     reference::qlinear_forward(t, rows, k, x.data(), n, y.data());
     const nn::QPanels p = nn::repack_rows(t, rows, k);
-    std::vector<float> w(static_cast<size_t>(k)), w_file(static_cast<size_t>(k));
+    std::vector<float> w(static_cast<size_t>(k)), w_file(static_cast<size_t>(k)), mins(static_cast<size_t>(k), 0.0f);
     for (int64_t r = 0; r < m; ++r) {
       nn::dequantize_panel_row(p, r, w.data());
       dequantize(t, rows[size_t(r)], k, w_file.data());
+      if (t == GgmlType::q4_k) {  // −dmin · m of each weight: the row with its quants zeroed
+        std::vector<uint8_t> z(rows[size_t(r)], rows[size_t(r)] + nn::quant_type(t).row_bytes(k));
+        for (int64_t b = 0; b < k / 256; ++b) std::memset(z.data() + b * 144 + 16, 0, 128);
+        dequantize(t, z.data(), k, mins.data());
+      }
       ASSERT_EQ(0, std::memcmp(w.data(), w_file.data(), size_t(k) * 4)) << "row " << r << " dequantized";
       for (int64_t i = 0; i < n; ++i) {
         double exact = 0, bound = 0, bound8 = 0, wx = 0;
         for (int64_t c = 0; c < k; ++c) {
           exact += double(w[size_t(c)]) * double(x[size_t(i * k + c)]);
-          wx += std::fabs(double(w[size_t(c)]) * double(x[size_t(i * k + c)]));
+          // K-quants: the terms d·s·q and dmin·m are each up to |w| + |dmin·m|
+          wx += (std::fabs(double(w[size_t(c)])) + 2 * std::fabs(double(mins[size_t(c)]))) *
+                std::fabs(double(x[size_t(i * k + c)]));
         }
         for (int64_t b = 0; b < k / 32; ++b) {
           float amax = 0;
@@ -273,7 +300,7 @@ TEST(QLinear, CloseToTheDequantizedProduct) {
           bound += wsum * (amax / 32512.0) / 2;
           bound8 += wsum * (amax / 127.0) / 2;
         }
-        bound += double(k / 32 + 3) * 0x1p-24 * wx;
+        bound += double((nn::quant_type(t).block > 32 ? 2 : 1) * k / 32 + 3) * 0x1p-24 * wx;
         const double err = std::fabs(double(y[size_t(i * m + r)]) - exact);
         EXPECT_LE(err, 1.01 * bound) << "row " << r;
         worst_ratio = std::max(worst_ratio, err / bound);
@@ -282,6 +309,63 @@ TEST(QLinear, CloseToTheDequantizedProduct) {
     }
   }
   std::printf("[ INFO     ] worst |error| / bound: %.3f\n", worst_ratio);
+}
+
+}  // namespace
+
+namespace {
+
+// A product stacked from parts of different types (a file's Q, K and V):
+// each part's rows are its own product's, bit for bit, on every ISA and
+// thread count; nn::Linear over the parts gives the same, reads its rows
+// back part by part, and counts every part's bytes.
+TEST(QLinear, PartsOfDifferentTypesAreEachTheirOwnProduct) {
+  const int64_t k = 512, n = 5;
+  const std::vector<std::pair<GgmlType, int64_t>> spec = {
+      {GgmlType::q4_k, 33}, {GgmlType::q6_k, 16}, {GgmlType::q8_0, 7}, {GgmlType::q4_1, 20}};
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<nn::QPanels> parts;
+  int64_t m = 0;
+  for (const auto& [t, rows] : spec) {
+    bytes.push_back(random_rows(t, rows, k, uint64_t(rows)));
+    parts.push_back(nn::repack_rows(t, row_pointers(bytes.back(), t, rows, k), k));
+    m += rows;
+  }
+  std::vector<float> x(size_t(n * k));
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (auto& e : x) e = g(rng);
+  std::vector<float> want(size_t(n * m));
+  int64_t row0 = 0;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    const auto [t, rows] = spec[i];
+    std::vector<float> y(size_t(n * rows));
+    reference::qlinear_forward(t, row_pointers(bytes[i], t, rows, k), k, x.data(), n, y.data());
+    for (int64_t tok = 0; tok < n; ++tok)
+      std::copy_n(y.begin() + tok * rows, rows, want.begin() + tok * m + row0);
+    row0 += rows;
+  }
+  for (Isa isa : all_isas()) {
+    if (!isa_supported(isa)) continue;
+    for (int threads : {1, 2}) {
+      std::vector<float> got(want.size(), -1.0f);
+      nn::QActs acts;
+      nn::qlinear_forward(nn::Context(isa, threads), parts, x.data(), n, got.data(), acts);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << to_string(isa) << " " << threads;
+    }
+  }
+  size_t bytes_all = 0;
+  for (const nn::QPanels& p : parts) bytes_all += p.bytes();
+  const nn::Linear lin(parts);
+  EXPECT_EQ(lin.m(), m);
+  EXPECT_EQ(lin.bytes(), bytes_all);
+  std::vector<float> got(want.size());
+  lin.forward(nn::Context(Isa::scalar, 1), x.data(), n, got.data());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
+  std::vector<float> r(static_cast<size_t>(k)), r_file(static_cast<size_t>(k));
+  lin.row(33 + 16 + 3, r.data());  // row 3 of the Q8_0 part
+  dequantize(GgmlType::q8_0, row_pointers(bytes[2], GgmlType::q8_0, 7, k)[3], k, r_file.data());
+  EXPECT_EQ(0, std::memcmp(r.data(), r_file.data(), size_t(k) * 4));
 }
 
 }  // namespace

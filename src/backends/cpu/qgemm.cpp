@@ -49,11 +49,25 @@ void size_acts(int64_t n, int64_t k, QActs& out) {
   out.d.resize(size_t(n * out.blocks));
   out.s.resize(out.d.size());
   out.sum.resize(out.d.size());
+  out.sum16.resize(2 * out.d.size());
+}
+
+void half_sums(int64_t t0, int64_t t1, QActs& out) {
+  const int64_t k = out.blocks * kQBlock;
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t h = 0; h < 2 * out.blocks; ++h) {
+      const int8_t* hi = out.hi.data() + t * k + h * 16;
+      const int8_t* lo = out.lo.data() + t * k + h * 16;
+      int32_t s = 0;
+      for (int i = 0; i < 16; ++i) s += 255 * hi[i] + lo[i];
+      out.sum16[size_t(t * 2 * out.blocks + h)] = s;
+    }
 }
 
 void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out) {
   size_acts(n, k, out);
   scalar::quantize_acts(x, 0, n, out);
+  half_sums(0, n, out);
 }
 
 namespace scalar {

@@ -79,12 +79,15 @@ struct QActs {
   AlignedVector<int8_t> hi, lo;  // [n, blocks · 32]: Q = 255 hi + lo
   std::vector<float> d, s;       // [n, blocks]: dx, sx
   std::vector<int32_t> sum;      // [n, blocks]: ΣQ
+  std::vector<int32_t> sum16;    // [n, 2 · blocks]: ΣQ of each block's halves (Q6_K's sub-blocks of 16)
 };
 void quantize_acts(const float* x, int64_t n, int64_t k, QActs& out);
 // The same in two steps, for the vector kernels and threads: size `out` for
 // n tokens (k a multiple of 32), then quantize tokens [t0, t1) of x into it.
 void size_acts(int64_t n, int64_t k, QActs& out);
 using QActsFn = void (*)(const float* x, int64_t t0, int64_t t1, QActs& out);
+// sum16 of tokens [t0, t1) from their planes (after the ISA's quantizer).
+void half_sums(int64_t t0, int64_t t1, QActs& out);
 
 // y[t · ldy + r] for the rows of groups [g0, g1) (rows ≥ m skipped) and
 // tokens [t0, t1), on weights of one type: each ISA's kernels are templates

@@ -97,6 +97,120 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
   }
 }
 
+// The K-quants (layouts in src/core/quant_blocks.cpp; the VNNI kernel's
+// order): Q4_K's 8 vpmaddubsw per plane summed in int16 (≤ 8 · 3810), Q6_K's
+// (q ≤ 63: pairs ≤ 16002) two at a time before widening.
+template <GgmlType kType, int NT>
+void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* y, int64_t ldy, int64_t rows) {
+  constexpr bool k6 = kType == GgmlType::q6_k;
+  constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
+  constexpr int64_t pbytes = builtin_quant_type(kType)->panels.bytes();
+  const __m256i lo = _mm256_set1_epi8(0x0f), hi2 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  for (int u = 0; u < NT; ++u) acc[u] = _mm256_setzero_ps();
+  const int64_t k = w.k, nb = k / kQBlock;
+  const auto load = [&](const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * h)); };
+  const auto scales = [&](const uint8_t* p, bool is_signed) {  // 8 lanes' bytes → float
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * h));
+    return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+  };
+  for (int64_t sb = 0; sb < w.blocks; ++sb) {
+    const uint8_t* blk = w.at(g, sb);
+    if (h == 0)
+      for (int64_t l = 0; l < pbytes; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 256 + 16 * h)));
+    __m256 dmin = _mm256_setzero_ps();
+    if constexpr (!k6)
+      dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 288 + 16 * h)));
+    __m256i hv[8] = {};
+    for (int p = 0; p < 4; ++p) {
+      __m256i v[8];
+      for (int i = 0; i < 8; ++i) v[i] = load(blk + 512 * p + 64 * i);
+      if (k6 && p % 2 == 0)
+        for (int i = 0; i < 8; ++i) hv[i] = load(blk + 2048 + 512 * (p / 2) + 64 * i);
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * p + half;
+        const int64_t b = sb * 8 + j;
+        __m256i wv[8];
+        for (int i = 0; i < 8; ++i) {
+          wv[i] = half ? _mm256_and_si256(_mm256_srli_epi16(v[i], 4), lo) : _mm256_and_si256(v[i], lo);
+          if constexpr (k6) {
+            const int c = j % 4;
+            const __m256i hh = c == 0 ? _mm256_slli_epi16(hv[i], 4)
+                               : c == 1 ? _mm256_slli_epi16(hv[i], 2)
+                               : c == 2 ? hv[i]
+                                        : _mm256_srli_epi16(hv[i], 2);
+            wv[i] = _mm256_or_si256(wv[i], _mm256_and_si256(hh, hi2));
+          }
+        }
+        __m256 sc0, sc1;
+        if constexpr (k6) {
+          sc0 = _mm256_mul_ps(d, scales(blk + qbytes + 32 * j, true));
+          sc1 = _mm256_mul_ps(d, scales(blk + qbytes + 32 * j + 16, true));
+        } else {
+          sc0 = _mm256_mul_ps(d, scales(blk + qbytes + 16 * j, false));
+          sc1 = _mm256_mul_ps(dmin, scales(blk + qbytes + 128 + 16 * j, false));
+        }
+        for (int u = 0; u < NT; ++u) {
+          const int64_t at = (t + u) * nb + b;
+          const int8_t* xh = x.hi.data() + (t + u) * k + b * kQBlock;
+          const int8_t* xl = x.lo.data() + (t + u) * k + b * kQBlock;
+          __m256i ph[8], pl[8];
+          for (int i = 0; i < 8; ++i) {
+            int32_t four_h, four_l;
+            std::memcpy(&four_h, xh + 4 * i, 4);
+            std::memcpy(&four_l, xl + 4 * i, 4);
+            ph[i] = _mm256_maddubs_epi16(wv[i], _mm256_set1_epi32(four_h));
+            pl[i] = _mm256_maddubs_epi16(wv[i], _mm256_set1_epi32(four_l));
+          }
+          const __m256 dx = _mm256_set1_ps(x.d[size_t(at)]);
+          if constexpr (k6) {
+            for (int s = 0; s < 2; ++s) {
+              const int i0 = 4 * s;
+              const __m256i sh = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(ph[i0], ph[i0 + 1]), ones),
+                                                  _mm256_madd_epi16(_mm256_add_epi16(ph[i0 + 2], ph[i0 + 3]), ones));
+              const __m256i sl = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(pl[i0], pl[i0 + 1]), ones),
+                                                  _mm256_madd_epi16(_mm256_add_epi16(pl[i0 + 2], pl[i0 + 3]), ones));
+              __m256i is = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh, 8), sh), sl);
+              is = _mm256_sub_epi32(is, _mm256_set1_epi32(32 * x.sum16[size_t(2 * at + s)]));
+              acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(s ? sc1 : sc0, dx), _mm256_cvtepi32_ps(is), acc[u]);
+            }
+          } else {
+            __m256i sh16 = ph[0], sl16 = pl[0];
+            for (int i = 1; i < 8; ++i) {
+              sh16 = _mm256_add_epi16(sh16, ph[i]);
+              sl16 = _mm256_add_epi16(sl16, pl[i]);
+            }
+            const __m256i sh = _mm256_madd_epi16(sh16, ones), sl = _mm256_madd_epi16(sl16, ones);
+            const __m256i is = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh, 8), sh), sl);
+            acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(sc0, dx), _mm256_cvtepi32_ps(is), acc[u]);
+            acc[u] = _mm256_fnmadd_ps(sc1, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
+          }
+        }
+      }
+    }
+  }
+  for (int u = 0; u < NT; ++u) {
+    float* out = y + (t + u) * ldy + g * kQRows + 8 * h;
+    if (rows >= 8) {
+      _mm256_storeu_ps(out, acc[u]);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, acc[u]);
+      std::memcpy(out, tmp, size_t(rows) * sizeof(float));
+    }
+  }
+}
+
+template <GgmlType kType, int NT>
+void any_tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* y, int64_t ldy, int64_t rows) {
+  if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q6_k)
+    tile_k<kType, NT>(w, x, g, h, t, y, ldy, rows);
+  else
+    tile<kType, NT>(w, x, g, h, t, y, ldy, rows);
+}
+
 template <GgmlType kType>
 void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
   for (int64_t g = g0; g < g1; ++g)
@@ -104,8 +218,8 @@ void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, i
       const int64_t rows = std::min<int64_t>(8, w.m - g * kQRows - 8 * h);
       if (rows <= 0) continue;
       int64_t t = t0;
-      for (; t + 2 <= t1; t += 2) tile<kType, 2>(w, x, g, h, t, y, ldy, rows);
-      if (t < t1) tile<kType, 1>(w, x, g, h, t, y, ldy, rows);
+      for (; t + 2 <= t1; t += 2) any_tile<kType, 2>(w, x, g, h, t, y, ldy, rows);
+      if (t < t1) any_tile<kType, 1>(w, x, g, h, t, y, ldy, rows);
     }
 }
 
@@ -118,6 +232,8 @@ void qgemm(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0,
 template void qgemm<GgmlType::q4_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q4_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q8_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q4_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q6_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 
 }  // namespace ffn::nn::avx2
 

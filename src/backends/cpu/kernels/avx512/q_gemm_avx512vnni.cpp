@@ -73,16 +73,111 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int6
   for (int u = 0; u < NT; ++u) _mm512_mask_storeu_ps(y + (t + u) * ldy + g * kQRows, mask, acc[u]);
 }
 
+// The K-quants (layouts in src/core/quant_blocks.cpp): per panel block of
+// 256, 4 pairs of 8 vectors; a pair's low nibbles are one activation
+// block's weights, its high nibbles the next one's (Q6_K: with their high
+// 2 bits or-ed in from the 2-bit planes). Q4_K: per activation block, 8
+// vpdpbusd per plane and the sub-block's scale d · sc and minimum dmin · mn;
+// Q6_K: 4 per plane per sub-block of 16, q − 32 as (q) − 32 ΣQ of the half.
+template <GgmlType kType, int NT>
+void tile_k(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int64_t ldy, __mmask16 mask) {
+  constexpr bool k6 = kType == GgmlType::q6_k;
+  constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
+  constexpr int64_t pbytes = builtin_quant_type(kType)->panels.bytes();
+  const __m512i lo = _mm512_set1_epi8(0x0f), hi2 = _mm512_set1_epi8(0x30);
+  __m512 acc[NT];
+  for (int u = 0; u < NT; ++u) acc[u] = _mm512_setzero_ps();
+  const int64_t k = w.k, nb = k / kQBlock;
+  for (int64_t sb = 0; sb < w.blocks; ++sb) {
+    const uint8_t* blk = w.at(g, sb);
+    for (int64_t l = 0; l < pbytes; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes + 256)));
+    __m512 dmin = _mm512_setzero_ps();
+    if constexpr (!k6) dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes + 288)));
+    __m512i hv[8];
+    for (int p = 0; p < 4; ++p) {
+      __m512i v[8];
+      for (int i = 0; i < 8; ++i) v[i] = _mm512_loadu_si512(blk + 512 * p + 64 * i);
+      if (k6 && p % 2 == 0)
+        for (int i = 0; i < 8; ++i) hv[i] = _mm512_loadu_si512(blk + 2048 + 512 * (p / 2) + 64 * i);
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * p + half;
+        const int64_t b = sb * 8 + j;
+        __m512i wv[8];
+        for (int i = 0; i < 8; ++i) {
+          wv[i] = half ? _mm512_and_si512(_mm512_srli_epi16(v[i], 4), lo) : _mm512_and_si512(v[i], lo);
+          if constexpr (k6) {
+            const int c = j % 4;
+            const __m512i h = c == 0 ? _mm512_slli_epi16(hv[i], 4)
+                              : c == 1 ? _mm512_slli_epi16(hv[i], 2)
+                              : c == 2 ? hv[i]
+                                       : _mm512_srli_epi16(hv[i], 2);
+            wv[i] = _mm512_or_si512(wv[i], _mm512_and_si512(h, hi2));
+          }
+        }
+        __m512 sc0, sc1;  // Q4_K: d · sc, dmin · mn; Q6_K: d · sc of the two halves
+        if constexpr (k6) {
+          sc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 32 * j)))));
+          sc1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 32 * j + 16)))));
+        } else {
+          sc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 16 * j)))));
+          sc1 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 128 + 16 * j)))));
+        }
+        for (int u = 0; u < NT; ++u) {
+          const int64_t at = (t + u) * nb + b;
+          const int8_t* xh = x.hi.data() + (t + u) * k + b * kQBlock;
+          const int8_t* xl = x.lo.data() + (t + u) * k + b * kQBlock;
+          __m512i sh[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, sl[2] = {sh[0], sh[0]};
+          for (int i = 0; i < 8; ++i) {
+            int32_t four_h, four_l;
+            std::memcpy(&four_h, xh + 4 * i, 4);
+            std::memcpy(&four_l, xl + 4 * i, 4);
+            const int s = k6 ? i / 4 : 0;
+            sh[s] = _mm512_dpbusd_epi32(sh[s], wv[i], _mm512_set1_epi32(four_h));
+            sl[s] = _mm512_dpbusd_epi32(sl[s], wv[i], _mm512_set1_epi32(four_l));
+          }
+          const __m512 dx = _mm512_set1_ps(x.d[size_t(at)]);
+          if constexpr (k6) {
+            for (int s = 0; s < 2; ++s) {
+              __m512i is = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(sh[s], 8), sh[s]), sl[s]);
+              is = _mm512_sub_epi32(is, _mm512_set1_epi32(32 * x.sum16[size_t(2 * at + s)]));
+              acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(s ? sc1 : sc0, dx), _mm512_cvtepi32_ps(is), acc[u]);
+            }
+          } else {
+            const __m512i is = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(sh[0], 8), sh[0]), sl[0]);
+            acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(sc0, dx), _mm512_cvtepi32_ps(is), acc[u]);
+            acc[u] = _mm512_fnmadd_ps(sc1, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
+          }
+        }
+      }
+    }
+  }
+  for (int u = 0; u < NT; ++u) _mm512_mask_storeu_ps(y + (t + u) * ldy + g * kQRows, mask, acc[u]);
+}
+
+template <GgmlType kType, int NT>
+void any_tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int64_t ldy, __mmask16 mask) {
+  if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q6_k)
+    tile_k<kType, NT>(w, x, g, t, y, ldy, mask);
+  else
+    tile<kType, NT>(w, x, g, t, y, ldy, mask);
+}
+
 template <GgmlType kType>
 void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t rows = std::min<int64_t>(kQRows, w.m - g * kQRows);
     const __mmask16 mask = __mmask16((1u << rows) - 1u);
     int64_t t = t0;
-    for (; t + 4 <= t1; t += 4) tile<kType, 4>(w, x, g, t, y, ldy, mask);
-    if (t1 - t == 3) tile<kType, 3>(w, x, g, t, y, ldy, mask);
-    else if (t1 - t == 2) tile<kType, 2>(w, x, g, t, y, ldy, mask);
-    else if (t1 - t == 1) tile<kType, 1>(w, x, g, t, y, ldy, mask);
+    for (; t + 4 <= t1; t += 4) any_tile<kType, 4>(w, x, g, t, y, ldy, mask);
+    if (t1 - t == 3) any_tile<kType, 3>(w, x, g, t, y, ldy, mask);
+    else if (t1 - t == 2) any_tile<kType, 2>(w, x, g, t, y, ldy, mask);
+    else if (t1 - t == 1) any_tile<kType, 1>(w, x, g, t, y, ldy, mask);
   }
 }
 
@@ -95,5 +190,7 @@ void qgemm_vnni(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_
 template void qgemm_vnni<GgmlType::q4_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm_vnni<GgmlType::q4_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm_vnni<GgmlType::q8_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm_vnni<GgmlType::q4_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm_vnni<GgmlType::q6_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 
 }  // namespace ffn::nn::avx512
