@@ -110,6 +110,45 @@ void unpack(const uint8_t* blk, int64_t lane, float* o) {
     }
 }
 
+// Q5_0, Q5_1: Q4's nibble vectors (the file's qs bytes), then a vector of
+// the fifth bits (byte 4r + e: bit i is weight 4i + e's, bit 4 + i weight
+// 16 + 4i + e's), then d[16], then Q5_1's m[16].
+template <GgmlType kType>
+void pack5(const uint8_t* blk, int64_t r, uint8_t* out) {
+  constexpr bool q51 = kType == GgmlType::q5_1;
+  std::memcpy(out + 320 + 2 * r, blk, 2);                 // d
+  if constexpr (q51) std::memcpy(out + 352 + 2 * r, blk + 2, 2);  // m
+  uint32_t qh;
+  std::memcpy(&qh, blk + (q51 ? 4 : 2), 4);
+  const uint8_t* qs = blk + (q51 ? 8 : 6);
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t e = 0; e < 4; ++e) {
+      out[i * 64 + 4 * r + e] = qs[4 * i + e];
+      uint8_t& h = out[256 + 4 * r + e];
+      h = uint8_t(h | (((qh >> (4 * i + e)) & 1) << i) | (((qh >> (16 + 4 * i + e)) & 1) << (4 + i)));
+    }
+}
+
+template <GgmlType kType>
+void unpack5(const uint8_t* blk, int64_t lane, float* o) {  // as dequantize_q5_0 / _q5_1
+  uint16_t dh, mh = 0;
+  std::memcpy(&dh, blk + 320 + 2 * lane, 2);
+  if constexpr (kType == GgmlType::q5_1) std::memcpy(&mh, blk + 352 + 2 * lane, 2);
+  const float d = fp16_to_float(dh), m = fp16_to_float(mh);
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t e = 0; e < 4; ++e) {
+      const uint8_t byte = blk[i * 64 + 4 * lane + e], h = blk[256 + 4 * lane + e];
+      const int q0 = (byte & 0x0f) | (((h >> i) & 1) << 4), q1 = (byte >> 4) | (((h >> (4 + i)) & 1) << 4);
+      if constexpr (kType == GgmlType::q5_0) {
+        o[4 * i + e] = d * float(q0 - 16);
+        o[16 + 4 * i + e] = d * float(q1 - 16);
+      } else {
+        o[4 * i + e] = d * float(q0) + m;
+        o[16 + 4 * i + e] = d * float(q1) + m;
+      }
+    }
+}
+
 }  // namespace
 
 void pack_q4_0(const uint8_t* b, int64_t r, uint8_t* o) { pack<GgmlType::q4_0>(b, r, o); }
@@ -118,6 +157,10 @@ void pack_q8_0(const uint8_t* b, int64_t r, uint8_t* o) { pack<GgmlType::q8_0>(b
 void unpack_q4_0(const uint8_t* b, int64_t r, float* o) { unpack<GgmlType::q4_0>(b, r, o); }
 void unpack_q4_1(const uint8_t* b, int64_t r, float* o) { unpack<GgmlType::q4_1>(b, r, o); }
 void unpack_q8_0(const uint8_t* b, int64_t r, float* o) { unpack<GgmlType::q8_0>(b, r, o); }
+void pack_q5_0(const uint8_t* b, int64_t r, uint8_t* o) { pack5<GgmlType::q5_0>(b, r, o); }
+void pack_q5_1(const uint8_t* b, int64_t r, uint8_t* o) { pack5<GgmlType::q5_1>(b, r, o); }
+void unpack_q5_0(const uint8_t* b, int64_t r, float* o) { unpack5<GgmlType::q5_0>(b, r, o); }
+void unpack_q5_1(const uint8_t* b, int64_t r, float* o) { unpack5<GgmlType::q5_1>(b, r, o); }
 
 // ---- K-quants: 256 weights per block (dequantized only) ----
 

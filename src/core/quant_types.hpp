@@ -89,16 +89,22 @@ void dequantize_iq4_xs(const uint8_t*, int64_t, float*);
 void pack_q4_0(const uint8_t*, int64_t, uint8_t*);
 void pack_q4_1(const uint8_t*, int64_t, uint8_t*);
 void pack_q8_0(const uint8_t*, int64_t, uint8_t*);
+void pack_q5_0(const uint8_t*, int64_t, uint8_t*);
+void pack_q5_1(const uint8_t*, int64_t, uint8_t*);
 void pack_q4_k(const uint8_t*, int64_t, uint8_t*);
 void pack_q6_k(const uint8_t*, int64_t, uint8_t*);
 void unpack_q4_0(const uint8_t*, int64_t, float*);
 void unpack_q4_1(const uint8_t*, int64_t, float*);
 void unpack_q8_0(const uint8_t*, int64_t, float*);
+void unpack_q5_0(const uint8_t*, int64_t, float*);
+void unpack_q5_1(const uint8_t*, int64_t, float*);
 void unpack_q4_k(const uint8_t*, int64_t, float*);
 void unpack_q6_k(const uint8_t*, int64_t, float*);
 float reference_q4_0(const uint8_t*, int64_t, const QActs&, int64_t);
 float reference_q4_1(const uint8_t*, int64_t, const QActs&, int64_t);
 float reference_q8_0(const uint8_t*, int64_t, const QActs&, int64_t);
+float reference_q5_0(const uint8_t*, int64_t, const QActs&, int64_t);
+float reference_q5_1(const uint8_t*, int64_t, const QActs&, int64_t);
 float reference_q4_k(const uint8_t*, int64_t, const QActs&, int64_t);
 float reference_q6_k(const uint8_t*, int64_t, const QActs&, int64_t);
 }  // namespace blocks
@@ -115,8 +121,12 @@ inline constexpr QuantType kQuantTypes[] = {
      .reference = &blocks::reference_q4_1},
     {.id = GgmlType(4), .name = "Q4_2"},
     {.id = GgmlType(5), .name = "Q4_3"},
-    {.id = GgmlType::q5_0, .name = "Q5_0", .block = 32, .block_bytes = 22, .dequantize = &blocks::dequantize_q5_0},
-    {.id = GgmlType::q5_1, .name = "Q5_1", .block = 32, .block_bytes = 24, .dequantize = &blocks::dequantize_q5_1},
+    {.id = GgmlType::q5_0, .name = "Q5_0", .block = 32, .block_bytes = 22, .dequantize = &blocks::dequantize_q5_0,
+     .panels = {.quant_bytes = 320, .scale_bytes = 32, .pack = &blocks::pack_q5_0, .unpack = &blocks::unpack_q5_0},
+     .reference = &blocks::reference_q5_0},
+    {.id = GgmlType::q5_1, .name = "Q5_1", .block = 32, .block_bytes = 24, .dequantize = &blocks::dequantize_q5_1,
+     .panels = {.quant_bytes = 320, .scale_bytes = 64, .pack = &blocks::pack_q5_1, .unpack = &blocks::unpack_q5_1},
+     .reference = &blocks::reference_q5_1},
     {.id = GgmlType::q8_0, .name = "Q8_0", .block = 32, .block_bytes = 34, .dequantize = &blocks::dequantize_q8_0,
      .panels = {.quant_bytes = 512, .scale_bytes = 32, .pack = &blocks::pack_q8_0, .unpack = &blocks::unpack_q8_0},
      .reference = &blocks::reference_q8_0},

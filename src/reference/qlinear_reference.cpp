@@ -11,8 +11,8 @@ namespace ffn::nn::blocks {
 namespace {
 
 // The rule from the file's own blocks (not the panels): per block,
-// isum = Σ q_w,i · Q_i exactly (Q4_0's q_w = q − 8), acc = fma(d · dx, isum, acc),
-// Q4_1: acc = fma(m, sx, acc).
+// isum = Σ q_w,i · Q_i exactly (Q4_0's q_w = q − 8, Q5_0's q − 16), acc = fma(d · dx, isum, acc),
+// Q4_1, Q5_1: acc = fma(m, sx, acc).
 template <GgmlType kType>
 float reference(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
   constexpr QuantType kT = *builtin_quant_type(kType);
@@ -29,6 +29,17 @@ float reference(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
     int32_t isum = 0;
     if constexpr (kType == GgmlType::q8_0) {
       for (int64_t i = 0; i < kQBlock; ++i) isum += int32_t(int8_t(blk[2 + i])) * q[i];
+    } else if constexpr (kType == GgmlType::q5_0 || kType == GgmlType::q5_1) {  // q + 16 · bit, Q5_0's minus 16
+      constexpr bool q51 = kType == GgmlType::q5_1;
+      if constexpr (q51) std::memcpy(&mh, blk + 2, 2);
+      uint32_t qh5;
+      std::memcpy(&qh5, blk + (q51 ? 4 : 2), 4);
+      const uint8_t* qs = blk + (q51 ? 8 : 6);
+      const int off = q51 ? 0 : 16;
+      for (int64_t i = 0; i < 16; ++i) {
+        const int lo = (qs[i] & 0x0f) | int(((qh5 >> i) & 1) << 4), hi = (qs[i] >> 4) | int(((qh5 >> (16 + i)) & 1) << 4);
+        isum += (lo - off) * q[i] + (hi - off) * q[16 + i];
+      }
     } else {
       const uint8_t* qs = blk + (kType == GgmlType::q4_1 ? 4 : 2);
       if constexpr (kType == GgmlType::q4_1) std::memcpy(&mh, blk + 2, 2);
@@ -40,7 +51,7 @@ float reference(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
     }
     const size_t at = size_t(t * nb + b);
     acc = std::fma(fp16_to_float(dh) * a.d[at], float(isum), acc);
-    if constexpr (kType == GgmlType::q4_1) acc = std::fma(fp16_to_float(mh), a.s[at], acc);
+    if constexpr (kType == GgmlType::q4_1 || kType == GgmlType::q5_1) acc = std::fma(fp16_to_float(mh), a.s[at], acc);
   }
   return acc;
 }
@@ -121,6 +132,8 @@ float reference_k6(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
 float reference_q4_0(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q4_0>(w, k, x, t); }
 float reference_q4_1(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q4_1>(w, k, x, t); }
 float reference_q8_0(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q8_0>(w, k, x, t); }
+float reference_q5_0(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q5_0>(w, k, x, t); }
+float reference_q5_1(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q5_1>(w, k, x, t); }
 float reference_q4_k(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference_k4(w, k, x, t); }
 float reference_q6_k(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference_k6(w, k, x, t); }
 

@@ -1,6 +1,6 @@
 // The block-quantized linear (src/ops/qlinear.hpp) on every ISA against its
 // reference (src/reference/qlinear_reference.hpp, which reads the file's own
-// rows): bit for bit, on Q4_0, Q4_1, Q8_0, Q4_K and Q6_K rows of random bytes
+// rows): bit for bit, on Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K rows of random bytes
 // and scales, row counts around the 16-row groups and 8-row halves, k of 1 to
 // 18 blocks of 32 (the K-quants: 1 to 3 blocks of 256),
 // 1 to 35 tokens (the kernels' tiles of 4, 2 and AMX's 16, and their
@@ -30,7 +30,8 @@ namespace {
 
 // The native types, and a row length of each's blocks about k32 (the
 // 32-weight types' k32; the K-quants' 256-weight blocks: 256 or more).
-const GgmlType kNative[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k};
+const GgmlType kNative[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
+                            GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k};
 int64_t row_length(GgmlType t, int64_t k32) {
   const int64_t b = nn::quant_type(t).block;
   return std::max<int64_t>(b, (k32 + b - 1) / b * b);
@@ -39,7 +40,9 @@ int64_t row_length(GgmlType t, int64_t k32) {
 // Where a file block's f16 scale d lies, and its minimum (Q4_1's m, Q4_K's
 // dmin; -1: none).
 int64_t d_at(GgmlType t) { return t == GgmlType::q6_k ? 208 : 0; }
-int64_t m_at(GgmlType t) { return t == GgmlType::q4_1 || t == GgmlType::q4_k ? 2 : -1; }
+int64_t m_at(GgmlType t) {
+  return t == GgmlType::q4_1 || t == GgmlType::q5_1 || t == GgmlType::q4_k ? 2 : -1;
+}
 
 // A matrix of m rows of k / block file blocks each: random quant bytes
 // (K-quants: their 6- and 8-bit sub-block scales too), scales d ∈ ±[0.001,
@@ -101,7 +104,7 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
           }
           ++checked;
         }
-  EXPECT_EQ(checked, 5 * 8 * 3 * 8);
+  EXPECT_EQ(checked, 7 * 8 * 3 * 8);
   // Several work units (4 groups × 64 tokens each): 100 rows, 70 tokens on 2 threads.
   for (GgmlType t : kNative) {
     const int64_t m = 100, k = row_length(t, 96), n = 70;
@@ -152,7 +155,7 @@ TEST_P(QLinearPerIsa, NonFiniteActivationsGiveNaN) {
 // both planes ±127) against weights at their extremes (Q4 nibbles all 0xF or
 // all 0, Q8_0 bytes all -128 or all 127), and planes of alternating sign. These
 // reach AVX2's int16 sums (4-bit: 8 · 3810 = 30480; Q8_0: 2 · 128 · 127 per
-// pair; Q6_K: two pairs of 2 · 63 · 127) and VNNI's offset sums Σ(q + 128)·Q
+// pair; Q5: 4 · 7874; Q6_K: two pairs of 2 · 63 · 127) and VNNI's offset sums Σ(q + 128)·Q
 // and Σ q·Q − 32 ΣQ (Q6_K, with scales −128 and 127), which Gaussian activations never do
 // (their planes reach ±127 only at a block's maximum). 17 and 35 tokens: AMX's
 // tiles and their VNNI tail.

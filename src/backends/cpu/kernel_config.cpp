@@ -79,22 +79,30 @@ namespace {
 constexpr QKernel kScalarQ[] = {{GgmlType::q4_0, &scalar::qgemm<GgmlType::q4_0>},
                                 {GgmlType::q4_1, &scalar::qgemm<GgmlType::q4_1>},
                                 {GgmlType::q8_0, &scalar::qgemm<GgmlType::q8_0>},
+                                {GgmlType::q5_0, &scalar::qgemm<GgmlType::q5_0>},
+                                {GgmlType::q5_1, &scalar::qgemm<GgmlType::q5_1>},
                                 {GgmlType::q4_k, &scalar::qgemm<GgmlType::q4_k>},
                                 {GgmlType::q6_k, &scalar::qgemm<GgmlType::q6_k>}};
 constexpr QKernel kAvx2Q[] = {{GgmlType::q4_0, &avx2::qgemm<GgmlType::q4_0>},
                               {GgmlType::q4_1, &avx2::qgemm<GgmlType::q4_1>},
                               {GgmlType::q8_0, &avx2::qgemm<GgmlType::q8_0>},
+                              {GgmlType::q5_0, &avx2::qgemm<GgmlType::q5_0>},
+                              {GgmlType::q5_1, &avx2::qgemm<GgmlType::q5_1>},
                               {GgmlType::q4_k, &avx2::qgemm<GgmlType::q4_k>},
                               {GgmlType::q6_k, &avx2::qgemm<GgmlType::q6_k>}};
 constexpr QKernel kVnniQ[] = {{GgmlType::q4_0, &avx512::qgemm_vnni<GgmlType::q4_0>},
                               {GgmlType::q4_1, &avx512::qgemm_vnni<GgmlType::q4_1>},
                               {GgmlType::q8_0, &avx512::qgemm_vnni<GgmlType::q8_0>},
+                              {GgmlType::q5_0, &avx512::qgemm_vnni<GgmlType::q5_0>},
+                              {GgmlType::q5_1, &avx512::qgemm_vnni<GgmlType::q5_1>},
                               {GgmlType::q4_k, &avx512::qgemm_vnni<GgmlType::q4_k>},
                               {GgmlType::q6_k, &avx512::qgemm_vnni<GgmlType::q6_k>}};
 constexpr QKernel kAmxQ[] = {{GgmlType::q4_0, &amx::qgemm<GgmlType::q4_0>},
                              {GgmlType::q4_1, &amx::qgemm<GgmlType::q4_1>},
                              {GgmlType::q8_0, &amx::qgemm<GgmlType::q8_0>},
-                             // the K-quants: AVX-512 VNNI's kernels (no tile kernels yet)
+                             // Q5_0, Q5_1 and the K-quants: AVX-512 VNNI's kernels (no tile kernels yet)
+                             {GgmlType::q5_0, &avx512::qgemm_vnni<GgmlType::q5_0>},
+                             {GgmlType::q5_1, &avx512::qgemm_vnni<GgmlType::q5_1>},
                              {GgmlType::q4_k, &avx512::qgemm_vnni<GgmlType::q4_k>},
                              {GgmlType::q6_k, &avx512::qgemm_vnni<GgmlType::q6_k>}};
 

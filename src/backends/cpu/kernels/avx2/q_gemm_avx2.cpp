@@ -24,6 +24,8 @@ constexpr int64_t kPrefetch = 4096;  // as the AVX-512 kernel's (q_gemm_avx512vn
 template <GgmlType kType, int NT>
 void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* y, int64_t ldy, int64_t rows) {
   constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
+  constexpr bool kQ5 = kType == GgmlType::q5_0 || kType == GgmlType::q5_1;
+  constexpr bool kMin = kType == GgmlType::q4_1 || kType == GgmlType::q5_1;
   const __m256i lo = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT];
@@ -43,10 +45,22 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
         wv[i] = _mm256_and_si256(v, lo);
         wv[i + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
       }
+      if constexpr (kQ5) {  // the fifth bits (as the AVX-512 kernel)
+        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + 32 * h));
+        const __m256i b4 = _mm256_set1_epi8(0x10);
+        wv[0] = _mm256_or_si256(wv[0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
+        wv[1] = _mm256_or_si256(wv[1], _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
+        wv[2] = _mm256_or_si256(wv[2], _mm256_and_si256(_mm256_slli_epi16(hb, 2), b4));
+        wv[3] = _mm256_or_si256(wv[3], _mm256_and_si256(_mm256_slli_epi16(hb, 1), b4));
+        wv[4] = _mm256_or_si256(wv[4], _mm256_and_si256(hb, b4));
+        wv[5] = _mm256_or_si256(wv[5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), b4));
+        wv[6] = _mm256_or_si256(wv[6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), b4));
+        wv[7] = _mm256_or_si256(wv[7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), b4));
+      }
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 16 * h)));
     __m256 m = _mm256_setzero_ps();
-    if constexpr (kType == GgmlType::q4_1)
+    if constexpr (kMin)
       m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 32 + 16 * h)));
     for (int u = 0; u < NT; ++u) {
       const int64_t at = (t + u) * nb + b;
@@ -66,23 +80,30 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
           sl = _mm256_add_epi32(sl, _mm256_madd_epi16(pl, ones));
         }
       } else {
-        __m256i ph = _mm256_setzero_si256(), pl = _mm256_setzero_si256();
+        // Q5's pairs reach 2 · 31 · 127 = 7874: four to an int16 sum, then widened
+        __m256i ph[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, pl[2] = {ph[0], ph[0]};
         for (int j = 0; j < 8; ++j) {
           int32_t four_h, four_l;
           std::memcpy(&four_h, xh + 4 * j, 4);
           std::memcpy(&four_l, xl + 4 * j, 4);
-          ph = _mm256_add_epi16(ph, _mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(four_h)));
-          pl = _mm256_add_epi16(pl, _mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(four_l)));
+          const int s = kQ5 ? j / 4 : 0;
+          ph[s] = _mm256_add_epi16(ph[s], _mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(four_h)));
+          pl[s] = _mm256_add_epi16(pl[s], _mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(four_l)));
         }
-        sh = _mm256_madd_epi16(ph, ones);
-        sl = _mm256_madd_epi16(pl, ones);
+        sh = _mm256_madd_epi16(ph[0], ones);
+        sl = _mm256_madd_epi16(pl[0], ones);
+        if constexpr (kQ5) {
+          sh = _mm256_add_epi32(sh, _mm256_madd_epi16(ph[1], ones));
+          sl = _mm256_add_epi32(sl, _mm256_madd_epi16(pl[1], ones));
+        }
       }
       // isum = 255 sh + sl = (sh << 8) − sh + sl
       __m256i s = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh, 8), sh), sl);
       if constexpr (kType == GgmlType::q4_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * x.sum[size_t(at)]));
+      if constexpr (kType == GgmlType::q5_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(16 * x.sum[size_t(at)]));
       const __m256 p = _mm256_mul_ps(d, _mm256_set1_ps(x.d[size_t(at)]));
       acc[u] = _mm256_fmadd_ps(p, _mm256_cvtepi32_ps(s), acc[u]);
-      if constexpr (kType == GgmlType::q4_1) acc[u] = _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
+      if constexpr (kMin) acc[u] = _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
     }
   }
   for (int u = 0; u < NT; ++u) {
@@ -232,6 +253,8 @@ void qgemm(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0,
 template void qgemm<GgmlType::q4_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q4_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q8_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q5_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q5_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q4_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q6_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 

@@ -24,6 +24,8 @@ constexpr int64_t kPrefetch = 4096;
 template <GgmlType kType, int NT>
 void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int64_t ldy, __mmask16 mask) {
   constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
+  constexpr bool kQ5 = kType == GgmlType::q5_0 || kType == GgmlType::q5_1;
+  constexpr bool kMin = kType == GgmlType::q4_1 || kType == GgmlType::q5_1;
   const __m512i lo = _mm512_set1_epi8(0x0f);
   const __m512i flip = _mm512_set1_epi8(char(0x80));
   __m512 acc[NT];
@@ -44,10 +46,21 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int6
         wv[i] = _mm512_and_si512(v, lo);
         wv[i + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
       }
+      if constexpr (kQ5) {  // the fifth bits: bit i to bit 4 for vector i, bit 4 + i for vector i + 4
+        const __m512i h = _mm512_loadu_si512(blk + 256), b4 = _mm512_set1_epi8(0x10);
+        wv[0] = _mm512_or_si512(wv[0], _mm512_and_si512(_mm512_slli_epi16(h, 4), b4));
+        wv[1] = _mm512_or_si512(wv[1], _mm512_and_si512(_mm512_slli_epi16(h, 3), b4));
+        wv[2] = _mm512_or_si512(wv[2], _mm512_and_si512(_mm512_slli_epi16(h, 2), b4));
+        wv[3] = _mm512_or_si512(wv[3], _mm512_and_si512(_mm512_slli_epi16(h, 1), b4));
+        wv[4] = _mm512_or_si512(wv[4], _mm512_and_si512(h, b4));
+        wv[5] = _mm512_or_si512(wv[5], _mm512_and_si512(_mm512_srli_epi16(h, 1), b4));
+        wv[6] = _mm512_or_si512(wv[6], _mm512_and_si512(_mm512_srli_epi16(h, 2), b4));
+        wv[7] = _mm512_or_si512(wv[7], _mm512_and_si512(_mm512_srli_epi16(h, 3), b4));
+      }
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes)));
     __m512 m = _mm512_setzero_ps();
-    if constexpr (kType == GgmlType::q4_1)
+    if constexpr (kMin)
       m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes + 32)));
     for (int u = 0; u < NT; ++u) {
       const int64_t at = (t + u) * nb + b;
@@ -65,9 +78,10 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int6
       __m512i s = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(sh, 8), sh), sl);
       if constexpr (kType == GgmlType::q8_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(128 * x.sum[size_t(at)]));
       if constexpr (kType == GgmlType::q4_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * x.sum[size_t(at)]));
+      if constexpr (kType == GgmlType::q5_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(16 * x.sum[size_t(at)]));
       const __m512 p = _mm512_mul_ps(d, _mm512_set1_ps(x.d[size_t(at)]));
       acc[u] = _mm512_fmadd_ps(p, _mm512_cvtepi32_ps(s), acc[u]);
-      if constexpr (kType == GgmlType::q4_1) acc[u] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
+      if constexpr (kMin) acc[u] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
     }
   }
   for (int u = 0; u < NT; ++u) _mm512_mask_storeu_ps(y + (t + u) * ldy + g * kQRows, mask, acc[u]);
@@ -190,6 +204,8 @@ void qgemm_vnni(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_
 template void qgemm_vnni<GgmlType::q4_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm_vnni<GgmlType::q4_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm_vnni<GgmlType::q8_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm_vnni<GgmlType::q5_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm_vnni<GgmlType::q5_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm_vnni<GgmlType::q4_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm_vnni<GgmlType::q6_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 

@@ -75,18 +75,21 @@ void qgemm_32(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t 
             for (int64_t j = 0; j < 8; ++j)
               for (int64_t e = 0; e < 4; ++e) isum += int32_t(int8_t(blk[j * 64 + 4 * lane + e])) * q[4 * j + e];
           } else {
+            constexpr bool q5 = kType == GgmlType::q5_0 || kType == GgmlType::q5_1;
             for (int64_t i = 0; i < 4; ++i)
               for (int64_t e = 0; e < 4; ++e) {
-                const uint8_t byte = blk[i * 64 + 4 * lane + e];
-                isum += int32_t(byte & 0x0f) * q[4 * i + e] + int32_t(byte >> 4) * q[16 + 4 * i + e];
+                const uint8_t byte = blk[i * 64 + 4 * lane + e], h = q5 ? blk[256 + 4 * lane + e] : 0;
+                const int32_t lo = (byte & 0x0f) | (((h >> i) & 1) << 4), hi = (byte >> 4) | (((h >> (4 + i)) & 1) << 4);
+                isum += lo * q[4 * i + e] + hi * q[16 + 4 * i + e];
               }
             if constexpr (kType == GgmlType::q4_0) isum -= 8 * x.sum[size_t(t * w.blocks + b)];
+            if constexpr (kType == GgmlType::q5_0) isum -= 16 * x.sum[size_t(t * w.blocks + b)];
           }
           uint16_t dh;
           std::memcpy(&dh, blk + qbytes + 2 * lane, 2);
           const float p = fp16_to_float(dh) * x.d[size_t(t * w.blocks + b)];
           acc = std::fma(p, float(isum), acc);
-          if constexpr (kType == GgmlType::q4_1) {
+          if constexpr (kType == GgmlType::q4_1 || kType == GgmlType::q5_1) {
             uint16_t mh;
             std::memcpy(&mh, blk + qbytes + 32 + 2 * lane, 2);
             acc = std::fma(fp16_to_float(mh), x.s[size_t(t * w.blocks + b)], acc);
@@ -109,6 +112,8 @@ void qgemm(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0,
 template void qgemm<GgmlType::q4_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q4_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q8_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q5_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q5_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q4_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q6_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 
