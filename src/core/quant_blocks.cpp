@@ -220,6 +220,8 @@ void dequantize_q6_k(const uint8_t* src, int64_t n, float* dst) {
 // high nibble (vector i of the pair); then the type's scales.
 //   Q4_K: nibbles are the file's qs bytes as they are (qs[32p + 4i + e]);
 //         then sc[8][16], mn[8][16] (6-bit, u8), d[16], dmin[16] (f16).
+//   Q5_K: as Q4_K's, with the file's qh (the fifth bits) as 8 vectors
+//         between the nibbles and the scales;
 //   Q6_K: nibbles are the 6-bit q's low 4 bits; then 2 × 8 vectors of the
 //         high 2 bits (vector i of set s, byte 4r + e: bits 2c, 2c + 1 hold
 //         weight 4i + e of block 4s + c); then sc[16][16] (i8, one per 16
@@ -270,6 +272,37 @@ void unpack_q4_k(const uint8_t* blk, int64_t lane, float* o) {  // as dequantize
       for (int e = 0; e < 4; ++e) {
         const uint8_t byte = blk[(j / 2) * 512 + i * 64 + 4 * lane + e];
         o[32 * j + 4 * i + e] = dj * float(j % 2 ? byte >> 4 : byte & 0xF) - mj;
+      }
+  }
+}
+
+// Q5_K: Q4_K's nibbles, then the file's qh as 8 vectors (byte 4r + e of
+// vector i: qh[4i + e], whose bit j is weight 4i + e of block j's fifth bit),
+// then Q4_K's scales.
+void pack_q5_k(const uint8_t* blk, int64_t r, uint8_t* out) {
+  const uint8_t* qs = blk + 48;
+  for (int p = 0; p < 4; ++p)
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) out[p * 512 + i * 64 + 4 * r + e] = qs[32 * p + 4 * i + e];
+  for (int i = 0; i < 8; ++i)
+    for (int e = 0; e < 4; ++e) out[2048 + i * 64 + 4 * r + e] = blk[16 + 4 * i + e];
+  for (int j = 0; j < 8; ++j) k4_scale_min(blk + 4, j, out[2560 + 16 * j + r], out[2560 + 128 + 16 * j + r]);
+  std::memcpy(out + 2560 + 256 + 2 * r, blk, 2);      // d
+  std::memcpy(out + 2560 + 288 + 2 * r, blk + 2, 2);  // dmin
+}
+
+void unpack_q5_k(const uint8_t* blk, int64_t lane, float* o) {  // as dequantize_q5_k
+  uint16_t dh, mh;
+  std::memcpy(&dh, blk + 2560 + 256 + 2 * lane, 2);
+  std::memcpy(&mh, blk + 2560 + 288 + 2 * lane, 2);
+  const float d = fp16_to_float(dh), dmin = fp16_to_float(mh);
+  for (int j = 0; j < 8; ++j) {
+    const float dj = d * float(blk[2560 + 16 * j + lane]), mj = dmin * float(blk[2560 + 128 + 16 * j + lane]);
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) {
+        const uint8_t byte = blk[(j / 2) * 512 + i * 64 + 4 * lane + e], h = blk[2048 + i * 64 + 4 * lane + e];
+        const int q = (j % 2 ? byte >> 4 : byte & 0xF) | (((h >> j) & 1) << 4);
+        o[32 * j + 4 * i + e] = dj * float(q) - mj;
       }
   }
 }

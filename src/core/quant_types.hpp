@@ -92,6 +92,7 @@ void pack_q8_0(const uint8_t*, int64_t, uint8_t*);
 void pack_q5_0(const uint8_t*, int64_t, uint8_t*);
 void pack_q5_1(const uint8_t*, int64_t, uint8_t*);
 void pack_q4_k(const uint8_t*, int64_t, uint8_t*);
+void pack_q5_k(const uint8_t*, int64_t, uint8_t*);
 void pack_q6_k(const uint8_t*, int64_t, uint8_t*);
 void unpack_q4_0(const uint8_t*, int64_t, float*);
 void unpack_q4_1(const uint8_t*, int64_t, float*);
@@ -99,6 +100,7 @@ void unpack_q8_0(const uint8_t*, int64_t, float*);
 void unpack_q5_0(const uint8_t*, int64_t, float*);
 void unpack_q5_1(const uint8_t*, int64_t, float*);
 void unpack_q4_k(const uint8_t*, int64_t, float*);
+void unpack_q5_k(const uint8_t*, int64_t, float*);
 void unpack_q6_k(const uint8_t*, int64_t, float*);
 float reference_q4_0(const uint8_t*, int64_t, const QActs&, int64_t);
 float reference_q4_1(const uint8_t*, int64_t, const QActs&, int64_t);
@@ -106,6 +108,7 @@ float reference_q8_0(const uint8_t*, int64_t, const QActs&, int64_t);
 float reference_q5_0(const uint8_t*, int64_t, const QActs&, int64_t);
 float reference_q5_1(const uint8_t*, int64_t, const QActs&, int64_t);
 float reference_q4_k(const uint8_t*, int64_t, const QActs&, int64_t);
+float reference_q5_k(const uint8_t*, int64_t, const QActs&, int64_t);
 float reference_q6_k(const uint8_t*, int64_t, const QActs&, int64_t);
 }  // namespace blocks
 
@@ -136,7 +139,9 @@ inline constexpr QuantType kQuantTypes[] = {
     {.id = GgmlType::q4_k, .name = "Q4_K", .block = 256, .block_bytes = 144, .dequantize = &blocks::dequantize_q4_k,
      .panels = {.quant_bytes = 2048, .scale_bytes = 320, .pack = &blocks::pack_q4_k, .unpack = &blocks::unpack_q4_k},
      .reference = &blocks::reference_q4_k},
-    {.id = GgmlType::q5_k, .name = "Q5_K", .block = 256, .block_bytes = 176, .dequantize = &blocks::dequantize_q5_k},
+    {.id = GgmlType::q5_k, .name = "Q5_K", .block = 256, .block_bytes = 176, .dequantize = &blocks::dequantize_q5_k,
+     .panels = {.quant_bytes = 2560, .scale_bytes = 320, .pack = &blocks::pack_q5_k, .unpack = &blocks::unpack_q5_k},
+     .reference = &blocks::reference_q5_k},
     {.id = GgmlType::q6_k, .name = "Q6_K", .block = 256, .block_bytes = 210, .dequantize = &blocks::dequantize_q6_k,
      .panels = {.quant_bytes = 3072, .scale_bytes = 288, .pack = &blocks::pack_q6_k, .unpack = &blocks::unpack_q6_k},
      .reference = &blocks::reference_q6_k},

@@ -57,16 +57,18 @@ float reference(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
 }
 
 // The K-quants, per activation block of 32 (the rule in qgemm.hpp):
-//   Q4_K, sub-block j (32 weights, q ∈ 0..15, 6-bit scale s and minimum m):
+//   Q4_K, sub-block j (32 weights, q ∈ 0..15 (Q5_K: 0..31), 6-bit scale s and minimum m):
 //     isum = Σ q · Q, acc = fma((d · s) · dx, isum, acc), acc = fma(−(dmin · m), sx, acc);
 //   Q6_K, its two sub-blocks A, B of 16 (q ∈ −32..31, i8 scale s):
 //     isum_A = Σ_A q · Q, acc = fma((d · s_A) · dx, isum_A, acc), then B's.
 // d · s and dmin · m are exact in float32 (11 + 8 significant bits at most).
+// Q5_K: Q4_K's rule on q + 16 · its fifth bit.
+template <bool kFive>
 float reference_k4(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
   const int64_t nb = k / kQBlock;
   float acc = 0.0f;
   for (int64_t sb = 0; sb < k / 256; ++sb) {
-    const uint8_t* blk = row + sb * 144;
+    const uint8_t* blk = row + sb * (kFive ? 176 : 144);
     uint16_t dh, mh;
     std::memcpy(&dh, blk, 2);
     std::memcpy(&mh, blk + 2, 2);
@@ -78,8 +80,9 @@ float reference_k4(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
       const int8_t* ql = a.lo.data() + t * k + b * kQBlock;
       int32_t isum = 0;
       for (int64_t i = 0; i < kQBlock; ++i) {
-        const uint8_t byte = blk[16 + 32 * (j / 2) + i];
-        isum += int32_t(j % 2 ? byte >> 4 : byte & 0xF) * (255 * qh[i] + ql[i]);
+        const uint8_t byte = blk[(kFive ? 48 : 16) + 32 * (j / 2) + i];
+        const int32_t q5 = kFive ? ((blk[16 + i] >> j) & 1) << 4 : 0;
+        isum += (int32_t(j % 2 ? byte >> 4 : byte & 0xF) | q5) * (255 * qh[i] + ql[i]);
       }
       uint8_t s, m;
       if (j < 4) {
@@ -134,7 +137,8 @@ float reference_q4_1(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { r
 float reference_q8_0(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q8_0>(w, k, x, t); }
 float reference_q5_0(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q5_0>(w, k, x, t); }
 float reference_q5_1(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference<GgmlType::q5_1>(w, k, x, t); }
-float reference_q4_k(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference_k4(w, k, x, t); }
+float reference_q4_k(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference_k4<false>(w, k, x, t); }
+float reference_q5_k(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference_k4<true>(w, k, x, t); }
 float reference_q6_k(const uint8_t* w, int64_t k, const QActs& x, int64_t t) { return reference_k6(w, k, x, t); }
 
 }  // namespace ffn::nn::blocks

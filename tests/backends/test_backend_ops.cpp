@@ -180,7 +180,8 @@ std::vector<uint8_t> random_blocks(const nn::QuantType& qt, int64_t m, int64_t k
     const uint16_t d = nn::float_to_fp16(scale(rng) * (sign(rng) < 0 ? -1.0f : 1.0f));
     const uint16_t m2 = nn::float_to_fp16(0.05f * sign(rng));
     std::memcpy(blk + (qt.id == GgmlType::q6_k ? 208 : 0), &d, 2);  // Q6_K's d is last
-    if (qt.id == GgmlType::q4_1 || qt.id == GgmlType::q5_1 || qt.id == GgmlType::q4_k) std::memcpy(blk + 2, &m2, 2);
+    if (qt.id == GgmlType::q4_1 || qt.id == GgmlType::q5_1 || qt.id == GgmlType::q4_k || qt.id == GgmlType::q5_k)
+      std::memcpy(blk + 2, &m2, 2);
   }
   return v;
 }

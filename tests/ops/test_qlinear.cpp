@@ -1,6 +1,6 @@
 // The block-quantized linear (src/ops/qlinear.hpp) on every ISA against its
 // reference (src/reference/qlinear_reference.hpp, which reads the file's own
-// rows): bit for bit, on Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K rows of random bytes
+// rows): bit for bit, on Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K rows of random bytes
 // and scales, row counts around the 16-row groups and 8-row halves, k of 1 to
 // 18 blocks of 32 (the K-quants: 1 to 3 blocks of 256),
 // 1 to 35 tokens (the kernels' tiles of 4, 2 and AMX's 16, and their
@@ -31,7 +31,7 @@ namespace {
 // The native types, and a row length of each's blocks about k32 (the
 // 32-weight types' k32; the K-quants' 256-weight blocks: 256 or more).
 const GgmlType kNative[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
-                            GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k};
+                            GgmlType::q8_0, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 int64_t row_length(GgmlType t, int64_t k32) {
   const int64_t b = nn::quant_type(t).block;
   return std::max<int64_t>(b, (k32 + b - 1) / b * b);
@@ -41,7 +41,7 @@ int64_t row_length(GgmlType t, int64_t k32) {
 // dmin; -1: none).
 int64_t d_at(GgmlType t) { return t == GgmlType::q6_k ? 208 : 0; }
 int64_t m_at(GgmlType t) {
-  return t == GgmlType::q4_1 || t == GgmlType::q5_1 || t == GgmlType::q4_k ? 2 : -1;
+  return t == GgmlType::q4_1 || t == GgmlType::q5_1 || t == GgmlType::q4_k || t == GgmlType::q5_k ? 2 : -1;
 }
 
 // A matrix of m rows of k / block file blocks each: random quant bytes
@@ -104,7 +104,7 @@ TEST_P(QLinearPerIsa, SameBitsAsTheReference) {
           }
           ++checked;
         }
-  EXPECT_EQ(checked, 7 * 8 * 3 * 8);
+  EXPECT_EQ(checked, 8 * 8 * 3 * 8);
   // Several work units (4 groups × 64 tokens each): 100 rows, 70 tokens on 2 threads.
   for (GgmlType t : kNative) {
     const int64_t m = 100, k = row_length(t, 96), n = 70;
@@ -174,7 +174,7 @@ TEST_P(QLinearPerIsa, IntegerSumsAtTheirBounds) {
         const uint16_t d = nn::float_to_fp16(r % 2 ? 0.03125f : -0.0625f), mm = nn::float_to_fp16(0.5f);
         std::memcpy(blk + d_at(t), &d, 2);
         if (m_at(t) >= 0) std::memcpy(blk + m_at(t), &mm, 2);
-        if (t == GgmlType::q4_k) std::memset(blk + 4, 0xff, 12);  // every 6-bit scale and minimum 63
+        if (t == GgmlType::q4_k || t == GgmlType::q5_k) std::memset(blk + 4, 0xff, 12);  // scales, minimums 63
         if (t == GgmlType::q6_k)
           for (int j = 0; j < 16; ++j) blk[192 + j] = j % 2 ? 0x80 : 0x7f;  // scales −128 and 127
       }
@@ -281,9 +281,10 @@ TEST(QLinear, CloseToTheDequantizedProduct) {
     for (int64_t r = 0; r < m; ++r) {
       nn::dequantize_panel_row(p, r, w.data());
       dequantize(t, rows[size_t(r)], k, w_file.data());
-      if (t == GgmlType::q4_k) {  // −dmin · m of each weight: the row with its quants zeroed
+      if (t == GgmlType::q4_k || t == GgmlType::q5_k) {  // −dmin · m of each weight: the row with its quants zeroed
+        const int64_t fb = nn::quant_type(t).block_bytes;
         std::vector<uint8_t> z(rows[size_t(r)], rows[size_t(r)] + nn::quant_type(t).row_bytes(k));
-        for (int64_t b = 0; b < k / 256; ++b) std::memset(z.data() + b * 144 + 16, 0, 128);
+        for (int64_t b = 0; b < k / 256; ++b) std::memset(z.data() + b * fb + 16, 0, size_t(fb - 16));
         dequantize(t, z.data(), k, mins.data());
       }
       ASSERT_EQ(0, std::memcmp(w.data(), w_file.data(), size_t(k) * 4)) << "row " << r << " dequantized";

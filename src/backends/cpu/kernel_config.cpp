@@ -82,6 +82,7 @@ constexpr QKernel kScalarQ[] = {{GgmlType::q4_0, &scalar::qgemm<GgmlType::q4_0>}
                                 {GgmlType::q5_0, &scalar::qgemm<GgmlType::q5_0>},
                                 {GgmlType::q5_1, &scalar::qgemm<GgmlType::q5_1>},
                                 {GgmlType::q4_k, &scalar::qgemm<GgmlType::q4_k>},
+                                {GgmlType::q5_k, &scalar::qgemm<GgmlType::q5_k>},
                                 {GgmlType::q6_k, &scalar::qgemm<GgmlType::q6_k>}};
 constexpr QKernel kAvx2Q[] = {{GgmlType::q4_0, &avx2::qgemm<GgmlType::q4_0>},
                               {GgmlType::q4_1, &avx2::qgemm<GgmlType::q4_1>},
@@ -89,6 +90,7 @@ constexpr QKernel kAvx2Q[] = {{GgmlType::q4_0, &avx2::qgemm<GgmlType::q4_0>},
                               {GgmlType::q5_0, &avx2::qgemm<GgmlType::q5_0>},
                               {GgmlType::q5_1, &avx2::qgemm<GgmlType::q5_1>},
                               {GgmlType::q4_k, &avx2::qgemm<GgmlType::q4_k>},
+                              {GgmlType::q5_k, &avx2::qgemm<GgmlType::q5_k>},
                               {GgmlType::q6_k, &avx2::qgemm<GgmlType::q6_k>}};
 constexpr QKernel kVnniQ[] = {{GgmlType::q4_0, &avx512::qgemm_vnni<GgmlType::q4_0>},
                               {GgmlType::q4_1, &avx512::qgemm_vnni<GgmlType::q4_1>},
@@ -96,6 +98,7 @@ constexpr QKernel kVnniQ[] = {{GgmlType::q4_0, &avx512::qgemm_vnni<GgmlType::q4_
                               {GgmlType::q5_0, &avx512::qgemm_vnni<GgmlType::q5_0>},
                               {GgmlType::q5_1, &avx512::qgemm_vnni<GgmlType::q5_1>},
                               {GgmlType::q4_k, &avx512::qgemm_vnni<GgmlType::q4_k>},
+                              {GgmlType::q5_k, &avx512::qgemm_vnni<GgmlType::q5_k>},
                               {GgmlType::q6_k, &avx512::qgemm_vnni<GgmlType::q6_k>}};
 constexpr QKernel kAmxQ[] = {{GgmlType::q4_0, &amx::qgemm<GgmlType::q4_0>},
                              {GgmlType::q4_1, &amx::qgemm<GgmlType::q4_1>},
@@ -104,6 +107,7 @@ constexpr QKernel kAmxQ[] = {{GgmlType::q4_0, &amx::qgemm<GgmlType::q4_0>},
                              {GgmlType::q5_0, &avx512::qgemm_vnni<GgmlType::q5_0>},
                              {GgmlType::q5_1, &avx512::qgemm_vnni<GgmlType::q5_1>},
                              {GgmlType::q4_k, &avx512::qgemm_vnni<GgmlType::q4_k>},
+                             {GgmlType::q5_k, &avx512::qgemm_vnni<GgmlType::q5_k>},
                              {GgmlType::q6_k, &avx512::qgemm_vnni<GgmlType::q6_k>}};
 
 const KernelConfig kScalar{

@@ -119,14 +119,16 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
 }
 
 // The K-quants (layouts in src/core/quant_blocks.cpp; the VNNI kernel's
-// order): Q4_K's 8 vpmaddubsw per plane summed in int16 (≤ 8 · 3810), Q6_K's
+// order): Q4_K's 8 vpmaddubsw per plane summed in int16 (≤ 8 · 3810), Q5_K's
+// four at a time (≤ 4 · 7874), Q6_K's
 // (q ≤ 63: pairs ≤ 16002) two at a time before widening.
 template <GgmlType kType, int NT>
 void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* y, int64_t ldy, int64_t rows) {
-  constexpr bool k6 = kType == GgmlType::q6_k;
+  constexpr bool k6 = kType == GgmlType::q6_k, k5 = kType == GgmlType::q5_k;
   constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   constexpr int64_t pbytes = builtin_quant_type(kType)->panels.bytes();
-  const __m256i lo = _mm256_set1_epi8(0x0f), hi2 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+  const __m256i lo = _mm256_set1_epi8(0x0f), hi2 = _mm256_set1_epi8(0x30), b4 = _mm256_set1_epi8(0x10);
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT];
   for (int u = 0; u < NT; ++u) acc[u] = _mm256_setzero_ps();
   const int64_t k = w.k, nb = k / kQBlock;
@@ -148,7 +150,7 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float
     for (int p = 0; p < 4; ++p) {
       __m256i v[8];
       for (int i = 0; i < 8; ++i) v[i] = load(blk + 512 * p + 64 * i);
-      if (k6 && p % 2 == 0)
+      if ((k6 && p % 2 == 0) || (k5 && p == 0))
         for (int i = 0; i < 8; ++i) hv[i] = load(blk + 2048 + 512 * (p / 2) + 64 * i);
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * p + half;
@@ -163,6 +165,10 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float
                                : c == 2 ? hv[i]
                                         : _mm256_srli_epi16(hv[i], 2);
             wv[i] = _mm256_or_si256(wv[i], _mm256_and_si256(hh, hi2));
+          }
+          if constexpr (k5) {  // bit j of the qh byte to bit 4
+            const __m256i hh = j <= 4 ? _mm256_slli_epi16(hv[i], 4 - j) : _mm256_srli_epi16(hv[i], j - 4);
+            wv[i] = _mm256_or_si256(wv[i], _mm256_and_si256(hh, b4));
           }
         }
         __m256 sc0, sc1;
@@ -198,12 +204,23 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float
               acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(s ? sc1 : sc0, dx), _mm256_cvtepi32_ps(is), acc[u]);
             }
           } else {
-            __m256i sh16 = ph[0], sl16 = pl[0];
-            for (int i = 1; i < 8; ++i) {
-              sh16 = _mm256_add_epi16(sh16, ph[i]);
-              sl16 = _mm256_add_epi16(sl16, pl[i]);
+            // Q5_K's pairs reach 2 · 31 · 127: four to an int16 sum
+            __m256i sh, sl;
+            if constexpr (k5) {
+              const auto four = [&](const __m256i* v) {
+                return _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(v[0], v[1]), _mm256_add_epi16(v[2], v[3])), ones);
+              };
+              sh = _mm256_add_epi32(four(ph), four(ph + 4));
+              sl = _mm256_add_epi32(four(pl), four(pl + 4));
+            } else {
+              __m256i sh16 = ph[0], sl16 = pl[0];
+              for (int i = 1; i < 8; ++i) {
+                sh16 = _mm256_add_epi16(sh16, ph[i]);
+                sl16 = _mm256_add_epi16(sl16, pl[i]);
+              }
+              sh = _mm256_madd_epi16(sh16, ones);
+              sl = _mm256_madd_epi16(sl16, ones);
             }
-            const __m256i sh = _mm256_madd_epi16(sh16, ones), sl = _mm256_madd_epi16(sl16, ones);
             const __m256i is = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh, 8), sh), sl);
             acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(sc0, dx), _mm256_cvtepi32_ps(is), acc[u]);
             acc[u] = _mm256_fnmadd_ps(sc1, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
@@ -226,7 +243,7 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float
 
 template <GgmlType kType, int NT>
 void any_tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* y, int64_t ldy, int64_t rows) {
-  if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q6_k)
+  if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q5_k || kType == GgmlType::q6_k)
     tile_k<kType, NT>(w, x, g, h, t, y, ldy, rows);
   else
     tile<kType, NT>(w, x, g, h, t, y, ldy, rows);
@@ -256,6 +273,7 @@ template void qgemm<GgmlType::q8_0>(const QPanels&, const QActs&, int64_t, int64
 template void qgemm<GgmlType::q5_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q5_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q4_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q5_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q6_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 
 }  // namespace ffn::nn::avx2

@@ -95,10 +95,10 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int6
 // Q6_K: 4 per plane per sub-block of 16, q − 32 as (q) − 32 ΣQ of the half.
 template <GgmlType kType, int NT>
 void tile_k(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int64_t ldy, __mmask16 mask) {
-  constexpr bool k6 = kType == GgmlType::q6_k;
+  constexpr bool k6 = kType == GgmlType::q6_k, k5 = kType == GgmlType::q5_k;
   constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   constexpr int64_t pbytes = builtin_quant_type(kType)->panels.bytes();
-  const __m512i lo = _mm512_set1_epi8(0x0f), hi2 = _mm512_set1_epi8(0x30);
+  const __m512i lo = _mm512_set1_epi8(0x0f), hi2 = _mm512_set1_epi8(0x30), b4 = _mm512_set1_epi8(0x10);
   __m512 acc[NT];
   for (int u = 0; u < NT; ++u) acc[u] = _mm512_setzero_ps();
   const int64_t k = w.k, nb = k / kQBlock;
@@ -113,7 +113,7 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, in
     for (int p = 0; p < 4; ++p) {
       __m512i v[8];
       for (int i = 0; i < 8; ++i) v[i] = _mm512_loadu_si512(blk + 512 * p + 64 * i);
-      if (k6 && p % 2 == 0)
+      if ((k6 && p % 2 == 0) || (k5 && p == 0))
         for (int i = 0; i < 8; ++i) hv[i] = _mm512_loadu_si512(blk + 2048 + 512 * (p / 2) + 64 * i);
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * p + half;
@@ -128,6 +128,10 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, in
                               : c == 2 ? hv[i]
                                        : _mm512_srli_epi16(hv[i], 2);
             wv[i] = _mm512_or_si512(wv[i], _mm512_and_si512(h, hi2));
+          }
+          if constexpr (k5) {  // bit j of the qh byte to bit 4
+            const __m512i h = j <= 4 ? _mm512_slli_epi16(hv[i], 4 - j) : _mm512_srli_epi16(hv[i], j - 4);
+            wv[i] = _mm512_or_si512(wv[i], _mm512_and_si512(h, b4));
           }
         }
         __m512 sc0, sc1;  // Q4_K: d · sc, dmin · mn; Q6_K: d · sc of the two halves
@@ -176,7 +180,7 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, in
 
 template <GgmlType kType, int NT>
 void any_tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int64_t ldy, __mmask16 mask) {
-  if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q6_k)
+  if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q5_k || kType == GgmlType::q6_k)
     tile_k<kType, NT>(w, x, g, t, y, ldy, mask);
   else
     tile<kType, NT>(w, x, g, t, y, ldy, mask);
@@ -207,6 +211,7 @@ template void qgemm_vnni<GgmlType::q8_0>(const QPanels&, const QActs&, int64_t, 
 template void qgemm_vnni<GgmlType::q5_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm_vnni<GgmlType::q5_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm_vnni<GgmlType::q4_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm_vnni<GgmlType::q5_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm_vnni<GgmlType::q6_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 
 }  // namespace ffn::nn::avx512

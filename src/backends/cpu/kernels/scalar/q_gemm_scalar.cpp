@@ -14,6 +14,7 @@ namespace {
 // src/core/quant_blocks.cpp): the rule per activation block of 32.
 template <GgmlType kType>
 void qgemm_k(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
+  constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   const int64_t nb = w.k / kQBlock;
   for (int64_t g = g0; g < g1; ++g)
     for (int64_t lane = 0; lane < kQRows && g * kQRows + lane < w.m; ++lane)
@@ -30,22 +31,23 @@ void qgemm_k(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t
               for (int64_t e = 0; e < 4; ++e) {
                 const uint8_t nib = blk[(j / 2) * 512 + i * 64 + 4 * lane + e];
                 int32_t q = j % 2 ? nib >> 4 : nib & 0x0f;
+                if constexpr (kType == GgmlType::q5_k) q |= ((blk[2048 + i * 64 + 4 * lane + e] >> j) & 1) << 4;
                 if constexpr (kType == GgmlType::q6_k)
                   q |= ((blk[2048 + (j / 4) * 512 + i * 64 + 4 * lane + e] >> (2 * (j % 4))) & 3) << 4;
                 isum[i / 4] += q * (255 * qh[4 * i + e] + ql[4 * i + e]);
               }
-            if constexpr (kType == GgmlType::q4_k) {
+            if constexpr (kType != GgmlType::q6_k) {
               uint16_t dh, mh;
-              std::memcpy(&dh, blk + 2048 + 256 + 2 * lane, 2);
-              std::memcpy(&mh, blk + 2048 + 288 + 2 * lane, 2);
-              const float sc = float(blk[2048 + 16 * j + lane]), mn = float(blk[2048 + 128 + 16 * j + lane]);
+              std::memcpy(&dh, blk + qbytes + 256 + 2 * lane, 2);
+              std::memcpy(&mh, blk + qbytes + 288 + 2 * lane, 2);
+              const float sc = float(blk[qbytes + 16 * j + lane]), mn = float(blk[qbytes + 128 + 16 * j + lane]);
               acc = std::fma(fp16_to_float(dh) * sc * x.d[size_t(at)], float(isum[0] + isum[1]), acc);
               acc = std::fma(-(fp16_to_float(mh) * mn), x.s[size_t(at)], acc);
             } else {
               uint16_t dh;
-              std::memcpy(&dh, blk + 3072 + 256 + 2 * lane, 2);
+              std::memcpy(&dh, blk + qbytes + 256 + 2 * lane, 2);
               for (int h = 0; h < 2; ++h) {
-                const float sc = float(int8_t(blk[3072 + 16 * (2 * j + h) + lane]));
+                const float sc = float(int8_t(blk[qbytes + 16 * (2 * j + h) + lane]));
                 const int32_t s = isum[h] - 32 * x.sum16[size_t(2 * at + h)];
                 acc = std::fma(fp16_to_float(dh) * sc * x.d[size_t(at)], float(s), acc);
               }
@@ -103,7 +105,7 @@ void qgemm_32(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t 
 
 template <GgmlType kType>
 void qgemm(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
-  if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q6_k)
+  if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q5_k || kType == GgmlType::q6_k)
     qgemm_k<kType>(w, x, g0, g1, t0, t1, y, ldy);
   else
     qgemm_32<kType>(w, x, g0, g1, t0, t1, y, ldy);
@@ -115,6 +117,7 @@ template void qgemm<GgmlType::q8_0>(const QPanels&, const QActs&, int64_t, int64
 template void qgemm<GgmlType::q5_0>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q5_1>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q4_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+template void qgemm<GgmlType::q5_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 template void qgemm<GgmlType::q6_k>(const QPanels&, const QActs&, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 
 }  // namespace ffn::nn::scalar
