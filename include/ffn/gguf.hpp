@@ -99,6 +99,11 @@ class GgufFile {
   const uint8_t* data(const GgufTensor& t) const { return base_ + data_start_ + t.offset; }
   // The tensor dequantized to float32, ne[0] innermost (row-major [ne1, ne0]).
   std::vector<float> read_f32(const std::string& name) const;
+  // Hands the pages wholly inside the tensor's bytes back to the OS (a model
+  // that has copied or repacked them): resident memory stays about the
+  // model's, not the model's plus the file's. The bytes stay readable (read
+  // again from the file).
+  void release(const GgufTensor& t) const;
 
  private:
   std::string path_;

@@ -324,6 +324,13 @@ const GgufTensor& GgufFile::tensor(const std::string& name) const {
   return tensors_[it->second];
 }
 
+void GgufFile::release(const GgufTensor& t) const {
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = uintptr_t(data(t)), end = begin + uintptr_t(t.bytes);
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), size_t(last - first), MADV_DONTNEED);
+}
+
 std::vector<float> GgufFile::read_f32(const std::string& name) const {
   const GgufTensor& t = tensor(name);
   std::vector<float> out(size_t(t.numel));

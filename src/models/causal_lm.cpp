@@ -258,11 +258,13 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
           rows.clear();
         }
       }
+      for (const Part& p : parts) gguf->release(gguf->tensor(p.name));  // repacked: the file's pages go back
       return panels.size() == 1 ? nn::Linear(std::move(panels[0]), b) : nn::Linear(std::move(panels), b);
     }
     std::vector<float> all;
     for (const Part& p : parts) {
       std::vector<float> v = src.read(p.name, {p.rows, k});
+      if (gguf) gguf->release(gguf->tensor(p.name));
       if (p.rope_heads > 0) v = unpermute_rows(v, p.rope_heads, k);
       all.insert(all.end(), v.begin(), v.end());
     }
@@ -274,6 +276,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   // A float32 matrix, its rows in transformers' order.
   auto matrix = [&](const std::string& n, int64_t rows, int64_t cols, int64_t rope_heads = 0) {
     std::vector<float> v = src.read(n, {rows, cols});
+    if (gguf) gguf->release(gguf->tensor(n));
     return rope_heads > 0 ? unpermute_rows(v, rope_heads, cols) : v;
   };
   const int64_t d = c.d_model, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
