@@ -217,15 +217,17 @@ void dequantize_q6_k(const uint8_t* src, int64_t n, float* dst) {
 // block of 256): the 256 weights as 8 activation blocks of 32, in pairs
 // (2p, 2p + 1) of 8 vectors of 64 bytes whose byte 4r + e holds row r's
 // weight 4i + e of block 2p in its low nibble and of block 2p + 1 in its
-// high nibble (vector i of the pair); then the type's scales.
+// high nibble (vector i of the pair), and the type's scales. The byte
+// offsets are kpanel's (src/core/quant_types.hpp): the scales first, then
+// the vectors in the order the kernels read them.
 //   Q4_K: nibbles are the file's qs bytes as they are (qs[32p + 4i + e]);
-//         then sc[8][16], mn[8][16] (6-bit, u8), d[16], dmin[16] (f16).
-//   Q5_K: as Q4_K's, with the file's qh (the fifth bits) as 8 vectors
-//         between the nibbles and the scales;
-//   Q6_K: nibbles are the 6-bit q's low 4 bits; then 2 × 8 vectors of the
-//         high 2 bits (vector i of set s, byte 4r + e: bits 2c, 2c + 1 hold
-//         weight 4i + e of block 4s + c); then sc[16][16] (i8, one per 16
-//         weights), d[16] (f16).
+//         scales d[16], dmin[16] (f16), sc[8][16], mn[8][16] (6-bit, u8).
+//   Q5_K: as Q4_K's, and the file's qh (the fifth bits: bit j of byte
+//         4r + e of vector i is weight 4i + e of block j's) as 8 vectors.
+//   Q6_K: nibbles are the 6-bit q's low 4 bits; 2 × 8 vectors of the high
+//         2 bits (vector i of plane s, byte 4r + e: bits 2c, 2c + 1 hold
+//         weight 4i + e of block 4s + c); d[16] (f16), sc[16][16] (i8, one
+//         per 16 weights).
 namespace {
 
 // Q4_K's 6-bit scale and minimum of sub-block j (ggml's get_scale_min_k4).
@@ -249,92 +251,80 @@ int k6_quant(const uint8_t* blk, int w) {
   return lo4 | (((qh[l] >> (2 * c)) & 3) << 4);
 }
 
+// Q4_K and Q5_K (kFive): nibbles, the fifth bits, scales.
+template <bool kFive>
+void pack_k45(const uint8_t* blk, int64_t r, uint8_t* out) {
+  constexpr GgmlType t = kFive ? GgmlType::q5_k : GgmlType::q4_k;
+  const uint8_t* qs = blk + (kFive ? 48 : 16);
+  for (int p = 0; p < 4; ++p)
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) out[kpanel::pair(t, p) + i * 64 + 4 * r + e] = qs[32 * p + 4 * i + e];
+  if constexpr (kFive)
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) out[kpanel::plane(t, 0) + i * 64 + 4 * r + e] = blk[16 + 4 * i + e];
+  for (int j = 0; j < 8; ++j) k4_scale_min(blk + 4, j, out[kpanel::scale(t, j) + r], out[kpanel::min(j) + r]);
+  std::memcpy(out + kpanel::d + 2 * r, blk, 2);
+  std::memcpy(out + kpanel::dmin + 2 * r, blk + 2, 2);
+}
+
+template <bool kFive>
+void unpack_k45(const uint8_t* blk, int64_t lane, float* o) {  // as dequantize_q4_k / _q5_k
+  constexpr GgmlType t = kFive ? GgmlType::q5_k : GgmlType::q4_k;
+  uint16_t dh, mh;
+  std::memcpy(&dh, blk + kpanel::d + 2 * lane, 2);
+  std::memcpy(&mh, blk + kpanel::dmin + 2 * lane, 2);
+  const float d = fp16_to_float(dh), dmin = fp16_to_float(mh);
+  for (int j = 0; j < 8; ++j) {
+    const float dj = d * float(blk[kpanel::scale(t, j) + lane]), mj = dmin * float(blk[kpanel::min(j) + lane]);
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) {
+        const uint8_t byte = blk[kpanel::pair(t, j / 2) + i * 64 + 4 * lane + e];
+        const int h = kFive ? (blk[kpanel::plane(t, 0) + i * 64 + 4 * lane + e] >> j) & 1 : 0;
+        o[32 * j + 4 * i + e] = dj * float((j % 2 ? byte >> 4 : byte & 0xF) | (h << 4)) - mj;
+      }
+  }
+}
+
 }  // namespace
 
-void pack_q4_k(const uint8_t* blk, int64_t r, uint8_t* out) {
-  const uint8_t* qs = blk + 16;
-  for (int p = 0; p < 4; ++p)
-    for (int i = 0; i < 8; ++i)
-      for (int e = 0; e < 4; ++e) out[p * 512 + i * 64 + 4 * r + e] = qs[32 * p + 4 * i + e];
-  for (int j = 0; j < 8; ++j) k4_scale_min(blk + 4, j, out[2048 + 16 * j + r], out[2048 + 128 + 16 * j + r]);
-  std::memcpy(out + 2048 + 256 + 2 * r, blk, 2);      // d
-  std::memcpy(out + 2048 + 288 + 2 * r, blk + 2, 2);  // dmin
-}
-
-void unpack_q4_k(const uint8_t* blk, int64_t lane, float* o) {  // as dequantize_q4_k
-  uint16_t dh, mh;
-  std::memcpy(&dh, blk + 2048 + 256 + 2 * lane, 2);
-  std::memcpy(&mh, blk + 2048 + 288 + 2 * lane, 2);
-  const float d = fp16_to_float(dh), dmin = fp16_to_float(mh);
-  for (int j = 0; j < 8; ++j) {
-    const float dj = d * float(blk[2048 + 16 * j + lane]), mj = dmin * float(blk[2048 + 128 + 16 * j + lane]);
-    for (int i = 0; i < 8; ++i)
-      for (int e = 0; e < 4; ++e) {
-        const uint8_t byte = blk[(j / 2) * 512 + i * 64 + 4 * lane + e];
-        o[32 * j + 4 * i + e] = dj * float(j % 2 ? byte >> 4 : byte & 0xF) - mj;
-      }
-  }
-}
-
-// Q5_K: Q4_K's nibbles, then the file's qh as 8 vectors (byte 4r + e of
-// vector i: qh[4i + e], whose bit j is weight 4i + e of block j's fifth bit),
-// then Q4_K's scales.
-void pack_q5_k(const uint8_t* blk, int64_t r, uint8_t* out) {
-  const uint8_t* qs = blk + 48;
-  for (int p = 0; p < 4; ++p)
-    for (int i = 0; i < 8; ++i)
-      for (int e = 0; e < 4; ++e) out[p * 512 + i * 64 + 4 * r + e] = qs[32 * p + 4 * i + e];
-  for (int i = 0; i < 8; ++i)
-    for (int e = 0; e < 4; ++e) out[2048 + i * 64 + 4 * r + e] = blk[16 + 4 * i + e];
-  for (int j = 0; j < 8; ++j) k4_scale_min(blk + 4, j, out[2560 + 16 * j + r], out[2560 + 128 + 16 * j + r]);
-  std::memcpy(out + 2560 + 256 + 2 * r, blk, 2);      // d
-  std::memcpy(out + 2560 + 288 + 2 * r, blk + 2, 2);  // dmin
-}
-
-void unpack_q5_k(const uint8_t* blk, int64_t lane, float* o) {  // as dequantize_q5_k
-  uint16_t dh, mh;
-  std::memcpy(&dh, blk + 2560 + 256 + 2 * lane, 2);
-  std::memcpy(&mh, blk + 2560 + 288 + 2 * lane, 2);
-  const float d = fp16_to_float(dh), dmin = fp16_to_float(mh);
-  for (int j = 0; j < 8; ++j) {
-    const float dj = d * float(blk[2560 + 16 * j + lane]), mj = dmin * float(blk[2560 + 128 + 16 * j + lane]);
-    for (int i = 0; i < 8; ++i)
-      for (int e = 0; e < 4; ++e) {
-        const uint8_t byte = blk[(j / 2) * 512 + i * 64 + 4 * lane + e], h = blk[2048 + i * 64 + 4 * lane + e];
-        const int q = (j % 2 ? byte >> 4 : byte & 0xF) | (((h >> j) & 1) << 4);
-        o[32 * j + 4 * i + e] = dj * float(q) - mj;
-      }
-  }
-}
+void pack_q4_k(const uint8_t* blk, int64_t r, uint8_t* out) { pack_k45<false>(blk, r, out); }
+void pack_q5_k(const uint8_t* blk, int64_t r, uint8_t* out) { pack_k45<true>(blk, r, out); }
+void unpack_q4_k(const uint8_t* blk, int64_t lane, float* o) { unpack_k45<false>(blk, lane, o); }
+void unpack_q5_k(const uint8_t* blk, int64_t lane, float* o) { unpack_k45<true>(blk, lane, o); }
 
 void pack_q6_k(const uint8_t* blk, int64_t r, uint8_t* out) {
+  constexpr GgmlType t = GgmlType::q6_k;
+  int q[256];
+  for (int w = 0; w < 256; ++w) q[w] = k6_quant(blk, w);
   for (int p = 0; p < 4; ++p)
     for (int i = 0; i < 8; ++i)
       for (int e = 0; e < 4; ++e) {
         const int w = 64 * p + 4 * i + e;
-        out[p * 512 + i * 64 + 4 * r + e] = uint8_t((k6_quant(blk, w) & 0xF) | ((k6_quant(blk, w + 32) & 0xF) << 4));
+        out[kpanel::pair(t, p) + i * 64 + 4 * r + e] = uint8_t((q[w] & 0xF) | ((q[w + 32] & 0xF) << 4));
       }
   for (int s = 0; s < 2; ++s)
     for (int i = 0; i < 8; ++i)
       for (int e = 0; e < 4; ++e) {
         int bits = 0;
-        for (int c = 0; c < 4; ++c) bits |= (k6_quant(blk, 32 * (4 * s + c) + 4 * i + e) >> 4) << (2 * c);
-        out[2048 + s * 512 + i * 64 + 4 * r + e] = uint8_t(bits);
+        for (int c = 0; c < 4; ++c) bits |= (q[32 * (4 * s + c) + 4 * i + e] >> 4) << (2 * c);
+        out[kpanel::plane(t, s) + i * 64 + 4 * r + e] = uint8_t(bits);
       }
-  for (int j = 0; j < 16; ++j) out[3072 + 16 * j + r] = blk[192 + j];
-  std::memcpy(out + 3072 + 256 + 2 * r, blk + 208, 2);  // d
+  for (int j = 0; j < 16; ++j) out[kpanel::scale(t, j / 2) + 16 * (j % 2) + r] = blk[192 + j];
+  std::memcpy(out + kpanel::d + 2 * r, blk + 208, 2);
 }
 
 void unpack_q6_k(const uint8_t* blk, int64_t lane, float* o) {  // as dequantize_q6_k: d · sc · (q − 32)
+  constexpr GgmlType t = GgmlType::q6_k;
   uint16_t dh;
-  std::memcpy(&dh, blk + 3072 + 256 + 2 * lane, 2);
+  std::memcpy(&dh, blk + kpanel::d + 2 * lane, 2);
   const float d = fp16_to_float(dh);
   for (int w = 0; w < 256; ++w) {
-    const int blk32 = w / 32, p = blk32 / 2, i = (w % 32) / 4, e = w % 4;
-    const uint8_t nib = blk[p * 512 + i * 64 + 4 * lane + e];
-    const uint8_t hib = blk[2048 + (blk32 / 4) * 512 + i * 64 + 4 * lane + e];
-    const int q = ((blk32 % 2 ? nib >> 4 : nib & 0xF) | (((hib >> (2 * (blk32 % 4))) & 3) << 4)) - 32;
-    o[w] = d * float(int8_t(blk[3072 + 16 * (w / 16) + lane])) * float(q);
+    const int j = w / 32, i = (w % 32) / 4, e = w % 4;
+    const uint8_t nib = blk[kpanel::pair(t, j / 2) + i * 64 + 4 * lane + e];
+    const uint8_t hib = blk[kpanel::plane(t, j / 4) + i * 64 + 4 * lane + e];
+    const int q = ((j % 2 ? nib >> 4 : nib & 0xF) | (((hib >> (2 * (j % 4))) & 3) << 4)) - 32;
+    const int8_t sc = int8_t(blk[kpanel::scale(t, j) + 16 * ((w % 32) / 16) + lane]);
+    o[w] = d * float(sc) * float(q);
   }
 }
 

@@ -48,7 +48,9 @@ using UnpackFn = void (*)(const uint8_t* panel_block, int64_t lane, float* out);
 using QDotReferenceFn = float (*)(const uint8_t* row, int64_t k, const QActs& x, int64_t t);
 
 // A (group, block) of panels: the quants of 16 rows (quant_bytes), then
-// their f16 scales (scale_bytes: d[16], and m[16] where the type has a minimum).
+// their f16 scales (scale_bytes: d[16], and m[16] where the type has a
+// minimum); the K-quants' bytes are in kpanel's order below, their
+// quant_bytes and scale_bytes only the sizes.
 struct PanelLayout {
   int64_t quant_bytes = 0, scale_bytes = 0;
   PackFn pack = nullptr;
@@ -169,6 +171,27 @@ constexpr const QuantType* builtin_quant_type(GgmlType t) {
     if (q.id == t) return &q;
   return nullptr;
 }
+
+// Byte offsets inside a (group, block) of the K-quants' panels (layouts in
+// src/core/quant_blocks.cpp), in the order the kernels read them: the
+// scales first, then each pair of activation blocks' nibbles with the bit
+// planes they need just before or after them.
+namespace kpanel {
+constexpr int64_t d = 0;      // f16 d[16]
+constexpr int64_t dmin = 32;  // Q4_K, Q5_K: f16 dmin[16]
+// Activation block j's scales: Q4_K, Q5_K: sc[16] (u8; mn[16] at min(j));
+// Q6_K: its two sub-blocks' sc[16] (i8), 16 bytes apart.
+constexpr int64_t scale(GgmlType t, int64_t j) { return t == GgmlType::q6_k ? 32 + 32 * j : 64 + 16 * j; }
+constexpr int64_t min(int64_t j) { return 192 + 16 * j; }
+// Pair p's 8 nibble vectors.
+constexpr int64_t pair(GgmlType t, int64_t p) {
+  if (t == GgmlType::q6_k) return p == 0 ? 288 : p == 1 ? 1312 : p == 2 ? 1824 : 2848;
+  return (t == GgmlType::q5_k ? 832 : 320) + 512 * p;
+}
+// The 8 vectors of high bits: Q5_K's one plane (s = 0); Q6_K's plane s
+// (blocks 4s..4s + 3), read with pairs 2s and 2s + 1.
+constexpr int64_t plane(GgmlType t, int64_t s) { return t == GgmlType::q5_k ? 320 : s == 0 ? 800 : 2336; }
+}  // namespace kpanel
 
 // The row of a type number (built-in or registered), or null.
 const QuantType* find_quant_type(uint32_t id);

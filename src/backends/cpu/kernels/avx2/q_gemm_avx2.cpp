@@ -125,7 +125,6 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
 template <GgmlType kType, int NT>
 void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* y, int64_t ldy, int64_t rows) {
   constexpr bool k6 = kType == GgmlType::q6_k, k5 = kType == GgmlType::q5_k;
-  constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   constexpr int64_t pbytes = builtin_quant_type(kType)->panels.bytes();
   const __m256i lo = _mm256_set1_epi8(0x0f), hi2 = _mm256_set1_epi8(0x30), b4 = _mm256_set1_epi8(0x10);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -139,19 +138,19 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float
   };
   for (int64_t sb = 0; sb < w.blocks; ++sb) {
     const uint8_t* blk = w.at(g, sb);
-    if (h == 0)
+    if (kType == GgmlType::q6_k && h == 0)  // as the AVX-512 kernel's prefetch_k: Q6_K only
       for (int64_t l = 0; l < pbytes; l += 64)
         _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 256 + 16 * h)));
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kpanel::d + 16 * h)));
     __m256 dmin = _mm256_setzero_ps();
     if constexpr (!k6)
-      dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 288 + 16 * h)));
+      dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kpanel::dmin + 16 * h)));
     __m256i hv[8] = {};
     for (int p = 0; p < 4; ++p) {
       __m256i v[8];
-      for (int i = 0; i < 8; ++i) v[i] = load(blk + 512 * p + 64 * i);
+      for (int i = 0; i < 8; ++i) v[i] = load(blk + kpanel::pair(kType, p) + 64 * i);
       if ((k6 && p % 2 == 0) || (k5 && p == 0))
-        for (int i = 0; i < 8; ++i) hv[i] = load(blk + 2048 + 512 * (p / 2) + 64 * i);
+        for (int i = 0; i < 8; ++i) hv[i] = load(blk + kpanel::plane(kType, p / 2) + 64 * i);
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * p + half;
         const int64_t b = sb * 8 + j;
@@ -173,11 +172,11 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float
         }
         __m256 sc0, sc1;
         if constexpr (k6) {
-          sc0 = _mm256_mul_ps(d, scales(blk + qbytes + 32 * j, true));
-          sc1 = _mm256_mul_ps(d, scales(blk + qbytes + 32 * j + 16, true));
+          sc0 = _mm256_mul_ps(d, scales(blk + kpanel::scale(kType, j), true));
+          sc1 = _mm256_mul_ps(d, scales(blk + kpanel::scale(kType, j) + 16, true));
         } else {
-          sc0 = _mm256_mul_ps(d, scales(blk + qbytes + 16 * j, false));
-          sc1 = _mm256_mul_ps(dmin, scales(blk + qbytes + 128 + 16 * j, false));
+          sc0 = _mm256_mul_ps(d, scales(blk + kpanel::scale(kType, j), false));
+          sc1 = _mm256_mul_ps(dmin, scales(blk + kpanel::min(j), false));
         }
         for (int u = 0; u < NT; ++u) {
           const int64_t at = (t + u) * nb + b;

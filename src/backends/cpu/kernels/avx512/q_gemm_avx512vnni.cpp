@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdlib>
 
 #include "backends/cpu/qgemm.hpp"
 
@@ -20,6 +21,12 @@ namespace {
 // took SmolLM2's generation from 85 to 106-126 tokens/s on 1 thread and from
 // 179-196 to 230-242 on 2 (Xeon, 2026-11-25; 2, 4 and 8 KiB within noise).
 constexpr int64_t kPrefetch = 4096;
+// The K-quants' (tile_k): Q4_K and Q5_K streamed fastest with none (the
+// hardware's prefetch alone: 31.6 and 30.1 GB/s against 26.1 and 26.9 with
+// 4 KiB), Q6_K with 4 KiB (29.2 against 24.2 GB/s), on 2 threads of a Zen 4
+// over 64 Ki rows × 2048 (medians of 15 alternating rounds, 2026-11-27).
+constexpr int64_t prefetch_k(GgmlType t) { return t == GgmlType::q6_k ? 4096 : 0; }
+
 
 template <GgmlType kType, int NT>
 void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int64_t ldy, __mmask16 mask) {
@@ -87,93 +94,106 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int6
   for (int u = 0; u < NT; ++u) _mm512_mask_storeu_ps(y + (t + u) * ldy + g * kQRows, mask, acc[u]);
 }
 
+// Activation block J (0..7) of a panel block: its 8 weight vectors from
+// the pair's nibbles v (and the high planes hv), its scales, the products
+// for NT tokens. J is a template argument so that every shift is a constant
+// (a runtime J left the loop full of branches).
+template <GgmlType kType, int NT, int J>
+inline void k_block(const uint8_t* blk, const __m512i* v, const __m512i* hv, __m512 d, __m512 dmin, const QActs& x,
+                    int64_t t, int64_t b, __m512* acc) {
+  constexpr bool k6 = kType == GgmlType::q6_k, k5 = kType == GgmlType::q5_k;
+  const __m512i lo = _mm512_set1_epi8(0x0f);
+  __m512i wv[8];
+  for (int i = 0; i < 8; ++i) {
+    wv[i] = J % 2 ? _mm512_and_si512(_mm512_srli_epi16(v[i], 4), lo) : _mm512_and_si512(v[i], lo);
+    if constexpr (k6) {  // block J's 2 high bits (bits 2c, 2c + 1 of its plane) to bits 4, 5
+      constexpr int c = J % 4;
+      __m512i h = hv[i];
+      if constexpr (c == 0) h = _mm512_slli_epi16(h, 4);
+      if constexpr (c == 1) h = _mm512_slli_epi16(h, 2);
+      if constexpr (c == 3) h = _mm512_srli_epi16(h, 2);
+      wv[i] = _mm512_or_si512(wv[i], _mm512_and_si512(h, _mm512_set1_epi8(0x30)));
+    }
+    if constexpr (k5) {  // bit J of the qh byte to bit 4
+      const __m512i h = J <= 4 ? _mm512_slli_epi16(hv[i], 4 - J) : _mm512_srli_epi16(hv[i], J - 4);
+      wv[i] = _mm512_or_si512(wv[i], _mm512_and_si512(h, _mm512_set1_epi8(0x10)));
+    }
+  }
+  __m512 sc0, sc1;  // Q4_K, Q5_K: d · sc, dmin · mn; Q6_K: d · sc of the two halves
+  if constexpr (k6) {
+    sc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kpanel::scale(kType, J))))));
+    sc1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kpanel::scale(kType, J) + 16)))));
+  } else {
+    sc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kpanel::scale(kType, J))))));
+    sc1 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kpanel::min(J))))));
+  }
+  const int64_t k = x.blocks * kQBlock, nb = x.blocks;
+  for (int u = 0; u < NT; ++u) {
+    const int64_t at = (t + u) * nb + b;
+    const int8_t* xh = x.hi.data() + (t + u) * k + b * kQBlock;
+    const int8_t* xl = x.lo.data() + (t + u) * k + b * kQBlock;
+    __m512i sh[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, sl[2] = {sh[0], sh[0]};
+    for (int i = 0; i < 8; ++i) {
+      int32_t four_h, four_l;
+      std::memcpy(&four_h, xh + 4 * i, 4);
+      std::memcpy(&four_l, xl + 4 * i, 4);
+      const int s = k6 ? i / 4 : 0;
+      sh[s] = _mm512_dpbusd_epi32(sh[s], wv[i], _mm512_set1_epi32(four_h));
+      sl[s] = _mm512_dpbusd_epi32(sl[s], wv[i], _mm512_set1_epi32(four_l));
+    }
+    const __m512 dx = _mm512_set1_ps(x.d[size_t(at)]);
+    if constexpr (k6) {
+      for (int s = 0; s < 2; ++s) {
+        __m512i is = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(sh[s], 8), sh[s]), sl[s]);
+        is = _mm512_sub_epi32(is, _mm512_set1_epi32(32 * x.sum16[size_t(2 * at + s)]));
+        acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(s ? sc1 : sc0, dx), _mm512_cvtepi32_ps(is), acc[u]);
+      }
+    } else {
+      const __m512i is = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(sh[0], 8), sh[0]), sl[0]);
+      acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(sc0, dx), _mm512_cvtepi32_ps(is), acc[u]);
+      acc[u] = _mm512_fnmadd_ps(sc1, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
+    }
+  }
+}
+
 // The K-quants (layouts in src/core/quant_blocks.cpp): per panel block of
 // 256, 4 pairs of 8 vectors; a pair's low nibbles are one activation
-// block's weights, its high nibbles the next one's (Q6_K: with their high
-// 2 bits or-ed in from the 2-bit planes). Q4_K: per activation block, 8
-// vpdpbusd per plane and the sub-block's scale d · sc and minimum dmin · mn;
+// block's weights, its high nibbles the next one's (Q5_K, Q6_K: with their
+// high bits or-ed in from the bit planes). Q4_K, Q5_K: per activation block,
+// 8 vpdpbusd per plane and the sub-block's scale d · sc and minimum dmin · mn;
 // Q6_K: 4 per plane per sub-block of 16, q − 32 as (q) − 32 ΣQ of the half.
 template <GgmlType kType, int NT>
 void tile_k(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, int64_t ldy, __mmask16 mask) {
   constexpr bool k6 = kType == GgmlType::q6_k, k5 = kType == GgmlType::q5_k;
-  constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   constexpr int64_t pbytes = builtin_quant_type(kType)->panels.bytes();
-  const __m512i lo = _mm512_set1_epi8(0x0f), hi2 = _mm512_set1_epi8(0x30), b4 = _mm512_set1_epi8(0x10);
   __m512 acc[NT];
   for (int u = 0; u < NT; ++u) acc[u] = _mm512_setzero_ps();
-  const int64_t k = w.k, nb = k / kQBlock;
   for (int64_t sb = 0; sb < w.blocks; ++sb) {
     const uint8_t* blk = w.at(g, sb);
-    for (int64_t l = 0; l < pbytes; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes + 256)));
+    const char* ahead = reinterpret_cast<const char*>(blk) + prefetch_k(kType);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kpanel::d)));
     __m512 dmin = _mm512_setzero_ps();
-    if constexpr (!k6) dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qbytes + 288)));
-    __m512i hv[8];
-    for (int p = 0; p < 4; ++p) {
+    if constexpr (!k6) dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kpanel::dmin)));
+    __m512i hv[8] = {};
+    const auto pair = [&]<int P>() {
+      // A quarter of the block's lines per pair: spread over the block, not in a burst.
+      if constexpr (prefetch_k(kType) > 0)
+        for (int64_t l = P * pbytes / 4; l < (P + 1) * pbytes / 4; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
       __m512i v[8];
-      for (int i = 0; i < 8; ++i) v[i] = _mm512_loadu_si512(blk + 512 * p + 64 * i);
-      if ((k6 && p % 2 == 0) || (k5 && p == 0))
-        for (int i = 0; i < 8; ++i) hv[i] = _mm512_loadu_si512(blk + 2048 + 512 * (p / 2) + 64 * i);
-      for (int half = 0; half < 2; ++half) {
-        const int j = 2 * p + half;
-        const int64_t b = sb * 8 + j;
-        __m512i wv[8];
-        for (int i = 0; i < 8; ++i) {
-          wv[i] = half ? _mm512_and_si512(_mm512_srli_epi16(v[i], 4), lo) : _mm512_and_si512(v[i], lo);
-          if constexpr (k6) {
-            const int c = j % 4;
-            const __m512i h = c == 0 ? _mm512_slli_epi16(hv[i], 4)
-                              : c == 1 ? _mm512_slli_epi16(hv[i], 2)
-                              : c == 2 ? hv[i]
-                                       : _mm512_srli_epi16(hv[i], 2);
-            wv[i] = _mm512_or_si512(wv[i], _mm512_and_si512(h, hi2));
-          }
-          if constexpr (k5) {  // bit j of the qh byte to bit 4
-            const __m512i h = j <= 4 ? _mm512_slli_epi16(hv[i], 4 - j) : _mm512_srli_epi16(hv[i], j - 4);
-            wv[i] = _mm512_or_si512(wv[i], _mm512_and_si512(h, b4));
-          }
-        }
-        __m512 sc0, sc1;  // Q4_K: d · sc, dmin · mn; Q6_K: d · sc of the two halves
-        if constexpr (k6) {
-          sc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 32 * j)))));
-          sc1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 32 * j + 16)))));
-        } else {
-          sc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 16 * j)))));
-          sc1 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 128 + 16 * j)))));
-        }
-        for (int u = 0; u < NT; ++u) {
-          const int64_t at = (t + u) * nb + b;
-          const int8_t* xh = x.hi.data() + (t + u) * k + b * kQBlock;
-          const int8_t* xl = x.lo.data() + (t + u) * k + b * kQBlock;
-          __m512i sh[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, sl[2] = {sh[0], sh[0]};
-          for (int i = 0; i < 8; ++i) {
-            int32_t four_h, four_l;
-            std::memcpy(&four_h, xh + 4 * i, 4);
-            std::memcpy(&four_l, xl + 4 * i, 4);
-            const int s = k6 ? i / 4 : 0;
-            sh[s] = _mm512_dpbusd_epi32(sh[s], wv[i], _mm512_set1_epi32(four_h));
-            sl[s] = _mm512_dpbusd_epi32(sl[s], wv[i], _mm512_set1_epi32(four_l));
-          }
-          const __m512 dx = _mm512_set1_ps(x.d[size_t(at)]);
-          if constexpr (k6) {
-            for (int s = 0; s < 2; ++s) {
-              __m512i is = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(sh[s], 8), sh[s]), sl[s]);
-              is = _mm512_sub_epi32(is, _mm512_set1_epi32(32 * x.sum16[size_t(2 * at + s)]));
-              acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(s ? sc1 : sc0, dx), _mm512_cvtepi32_ps(is), acc[u]);
-            }
-          } else {
-            const __m512i is = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(sh[0], 8), sh[0]), sl[0]);
-            acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(sc0, dx), _mm512_cvtepi32_ps(is), acc[u]);
-            acc[u] = _mm512_fnmadd_ps(sc1, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
-          }
-        }
-      }
-    }
+      for (int i = 0; i < 8; ++i) v[i] = _mm512_loadu_si512(blk + kpanel::pair(kType, P) + 64 * i);
+      if constexpr ((k6 && P % 2 == 0) || (k5 && P == 0))
+        for (int i = 0; i < 8; ++i) hv[i] = _mm512_loadu_si512(blk + kpanel::plane(kType, P / 2) + 64 * i);
+      k_block<kType, NT, 2 * P>(blk, v, hv, d, dmin, x, t, sb * 8 + 2 * P, acc);
+      k_block<kType, NT, 2 * P + 1>(blk, v, hv, d, dmin, x, t, sb * 8 + 2 * P + 1, acc);
+    };
+    pair.template operator()<0>();
+    pair.template operator()<1>();
+    pair.template operator()<2>();
+    pair.template operator()<3>();
   }
   for (int u = 0; u < NT; ++u) _mm512_mask_storeu_ps(y + (t + u) * ldy + g * kQRows, mask, acc[u]);
 }

@@ -14,7 +14,6 @@ namespace {
 // src/core/quant_blocks.cpp): the rule per activation block of 32.
 template <GgmlType kType>
 void qgemm_k(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
-  constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   const int64_t nb = w.k / kQBlock;
   for (int64_t g = g0; g < g1; ++g)
     for (int64_t lane = 0; lane < kQRows && g * kQRows + lane < w.m; ++lane)
@@ -29,25 +28,25 @@ void qgemm_k(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t
             int32_t isum[2] = {0, 0};  // Q6_K: the block's two sub-blocks of 16
             for (int64_t i = 0; i < 8; ++i)
               for (int64_t e = 0; e < 4; ++e) {
-                const uint8_t nib = blk[(j / 2) * 512 + i * 64 + 4 * lane + e];
+                const uint8_t nib = blk[kpanel::pair(kType, j / 2) + i * 64 + 4 * lane + e];
                 int32_t q = j % 2 ? nib >> 4 : nib & 0x0f;
-                if constexpr (kType == GgmlType::q5_k) q |= ((blk[2048 + i * 64 + 4 * lane + e] >> j) & 1) << 4;
+                if constexpr (kType == GgmlType::q5_k)
+                  q |= ((blk[kpanel::plane(kType, 0) + i * 64 + 4 * lane + e] >> j) & 1) << 4;
                 if constexpr (kType == GgmlType::q6_k)
-                  q |= ((blk[2048 + (j / 4) * 512 + i * 64 + 4 * lane + e] >> (2 * (j % 4))) & 3) << 4;
+                  q |= ((blk[kpanel::plane(kType, j / 4) + i * 64 + 4 * lane + e] >> (2 * (j % 4))) & 3) << 4;
                 isum[i / 4] += q * (255 * qh[4 * i + e] + ql[4 * i + e]);
               }
+            uint16_t dh;
+            std::memcpy(&dh, blk + kpanel::d + 2 * lane, 2);
             if constexpr (kType != GgmlType::q6_k) {
-              uint16_t dh, mh;
-              std::memcpy(&dh, blk + qbytes + 256 + 2 * lane, 2);
-              std::memcpy(&mh, blk + qbytes + 288 + 2 * lane, 2);
-              const float sc = float(blk[qbytes + 16 * j + lane]), mn = float(blk[qbytes + 128 + 16 * j + lane]);
+              uint16_t mh;
+              std::memcpy(&mh, blk + kpanel::dmin + 2 * lane, 2);
+              const float sc = float(blk[kpanel::scale(kType, j) + lane]), mn = float(blk[kpanel::min(j) + lane]);
               acc = std::fma(fp16_to_float(dh) * sc * x.d[size_t(at)], float(isum[0] + isum[1]), acc);
               acc = std::fma(-(fp16_to_float(mh) * mn), x.s[size_t(at)], acc);
             } else {
-              uint16_t dh;
-              std::memcpy(&dh, blk + qbytes + 256 + 2 * lane, 2);
               for (int h = 0; h < 2; ++h) {
-                const float sc = float(int8_t(blk[qbytes + 16 * (2 * j + h) + lane]));
+                const float sc = float(int8_t(blk[kpanel::scale(kType, j) + 16 * h + lane]));
                 const int32_t s = isum[h] - 32 * x.sum16[size_t(2 * at + h)];
                 acc = std::fma(fp16_to_float(dh) * sc * x.d[size_t(at)], float(s), acc);
               }
