@@ -131,31 +131,39 @@ inline void k_block(const uint8_t* blk, const __m512i* v, const __m512i* hv, __m
     sc1 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kpanel::min(J))))));
   }
+  // The integer sums: tokens inner, so that the NT tokens' (hi, lo) sums are
+  // independent chains of vpdpbusd in flight together (one token's 8-long
+  // chain per plane left the loop waiting on the instruction's latency); one
+  // token splits each plane's chain in two (even, odd vectors). Q6_K: one
+  // sub-block of 16 at a time.
   const int64_t k = x.blocks * kQBlock, nb = x.blocks;
-  for (int u = 0; u < NT; ++u) {
-    const int64_t at = (t + u) * nb + b;
-    const int8_t* xh = x.hi.data() + (t + u) * k + b * kQBlock;
-    const int8_t* xl = x.lo.data() + (t + u) * k + b * kQBlock;
-    __m512i sh[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, sl[2] = {sh[0], sh[0]};
-    for (int i = 0; i < 8; ++i) {
-      int32_t four_h, four_l;
-      std::memcpy(&four_h, xh + 4 * i, 4);
-      std::memcpy(&four_l, xl + 4 * i, 4);
-      const int s = k6 ? i / 4 : 0;
-      sh[s] = _mm512_dpbusd_epi32(sh[s], wv[i], _mm512_set1_epi32(four_h));
-      sl[s] = _mm512_dpbusd_epi32(sl[s], wv[i], _mm512_set1_epi32(four_l));
-    }
-    const __m512 dx = _mm512_set1_ps(x.d[size_t(at)]);
-    if constexpr (k6) {
-      for (int s = 0; s < 2; ++s) {
-        __m512i is = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(sh[s], 8), sh[s]), sl[s]);
+  constexpr int kChains = NT == 1 ? 2 : 1;
+  for (int s = 0; s < (k6 ? 2 : 1); ++s) {
+    __m512i sh[NT][kChains], sl[NT][kChains];
+    for (int u = 0; u < NT; ++u)
+      for (int c = 0; c < kChains; ++c) sh[u][c] = sl[u][c] = _mm512_setzero_si512();
+    for (int i = k6 ? 4 * s : 0; i < (k6 ? 4 * s + 4 : 8); ++i)
+      for (int u = 0; u < NT; ++u) {
+        int32_t four_h, four_l;
+        std::memcpy(&four_h, x.hi.data() + (t + u) * k + b * kQBlock + 4 * i, 4);
+        std::memcpy(&four_l, x.lo.data() + (t + u) * k + b * kQBlock + 4 * i, 4);
+        const int c = i % kChains;
+        sh[u][c] = _mm512_dpbusd_epi32(sh[u][c], wv[i], _mm512_set1_epi32(four_h));
+        sl[u][c] = _mm512_dpbusd_epi32(sl[u][c], wv[i], _mm512_set1_epi32(four_l));
+      }
+    for (int u = 0; u < NT; ++u) {
+      const int64_t at = (t + u) * nb + b;
+      __m512i h = sh[u][0], l = sl[u][0];
+      if constexpr (kChains == 2) h = _mm512_add_epi32(h, sh[u][1]), l = _mm512_add_epi32(l, sl[u][1]);
+      __m512i is = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(h, 8), h), l);  // 255 h + l
+      const __m512 dx = _mm512_set1_ps(x.d[size_t(at)]);
+      if constexpr (k6) {
         is = _mm512_sub_epi32(is, _mm512_set1_epi32(32 * x.sum16[size_t(2 * at + s)]));
         acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(s ? sc1 : sc0, dx), _mm512_cvtepi32_ps(is), acc[u]);
+      } else {
+        acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(sc0, dx), _mm512_cvtepi32_ps(is), acc[u]);
+        acc[u] = _mm512_fnmadd_ps(sc1, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
       }
-    } else {
-      const __m512i is = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(sh[0], 8), sh[0]), sl[0]);
-      acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(sc0, dx), _mm512_cvtepi32_ps(is), acc[u]);
-      acc[u] = _mm512_fnmadd_ps(sc1, _mm512_set1_ps(x.s[size_t(at)]), acc[u]);
     }
   }
 }
