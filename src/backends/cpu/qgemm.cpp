@@ -2,6 +2,8 @@
 // rows into groups of 16, activation quantization, a row back to floats.
 #include "backends/cpu/qgemm.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,6 +13,12 @@
 #include "ffn/types.hpp"
 
 namespace ffn::nn {
+
+void advise_huge_pages(const void* data, size_t bytes) {
+  constexpr uintptr_t kHuge = uintptr_t(1) << 21;
+  const uintptr_t begin = (uintptr_t(data) + kHuge - 1) & ~(kHuge - 1), end = (uintptr_t(data) + bytes) & ~(kHuge - 1);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), size_t(end - begin), MADV_HUGEPAGE);  // advice: errors ignored
+}
 
 QPanels repack_rows(GgmlType type, const std::vector<const uint8_t*>& rows, int64_t k) {
   const QuantType& qt = quant_type(type);
@@ -25,7 +33,13 @@ QPanels repack_rows(GgmlType type, const std::vector<const uint8_t*>& rows, int6
   p.blocks = k / qt.block;
   p.groups = (p.m + kQRows - 1) / kQRows;
   p.block_bytes = qt.panels.bytes();
-  p.data.assign(size_t(p.groups * p.group_bytes()), 0);  // padding rows: zero scales and weights
+  // Huge pages where the kernel gives them (transparent huge pages in
+  // madvise mode): generation streams every panel once per token, and with
+  // 4 KiB pages that is a TLB miss every 4 KiB. Asked before the first touch.
+  const size_t bytes = size_t(p.groups * p.group_bytes());
+  p.data.reserve(bytes);
+  advise_huge_pages(p.data.data(), bytes);
+  p.data.assign(bytes, 0);  // padding rows: zero scales and weights
   for (int64_t g = 0; g < p.groups; ++g)
     for (int64_t b = 0; b < p.blocks; ++b) {
       uint8_t* out = p.data.data() + g * p.group_bytes() + b * p.block_bytes;

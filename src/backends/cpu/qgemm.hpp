@@ -69,6 +69,9 @@ struct QPanels {
 // Panels from the file's rows: rows[r] points at row r's blocks (k / block
 // of them, as stored). Error if the type is not native or k not whole blocks.
 QPanels repack_rows(GgmlType type, const std::vector<const uint8_t*>& rows, int64_t k);
+// Asks the OS for huge pages over the 2 MiB-aligned interior of [data,
+// data + bytes) (madvise; before the pages are first touched).
+void advise_huge_pages(const void* data, size_t bytes);
 // Row r dequantized (w = d q ..., as ggml), k floats.
 void dequantize_panel_row(const QPanels& w, int64_t r, float* out);
 

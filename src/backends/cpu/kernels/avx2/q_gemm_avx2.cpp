@@ -138,7 +138,7 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float
   };
   for (int64_t sb = 0; sb < w.blocks; ++sb) {
     const uint8_t* blk = w.at(g, sb);
-    if (kType == GgmlType::q6_k && h == 0)  // as the AVX-512 kernel's prefetch_k: Q6_K only
+    if (h == 0)
       for (int64_t l = 0; l < pbytes; l += 64)
         _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kpanel::d + 16 * h)));

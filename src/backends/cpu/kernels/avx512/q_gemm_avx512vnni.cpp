@@ -21,11 +21,11 @@ namespace {
 // took SmolLM2's generation from 85 to 106-126 tokens/s on 1 thread and from
 // 179-196 to 230-242 on 2 (Xeon, 2026-11-25; 2, 4 and 8 KiB within noise).
 constexpr int64_t kPrefetch = 4096;
-// The K-quants' (tile_k): Q4_K and Q5_K streamed fastest with none (the
-// hardware's prefetch alone: 31.6 and 30.1 GB/s against 26.1 and 26.9 with
-// 4 KiB), Q6_K with 4 KiB (29.2 against 24.2 GB/s), on 2 threads of a Zen 4
-// over 64 Ki rows × 2048 (medians of 15 alternating rounds, 2026-11-27).
-constexpr int64_t prefetch_k(GgmlType t) { return t == GgmlType::q6_k ? 4096 : 0; }
+// The K-quants' (tile_k), spread over each block: 4 KiB was best of 0, 1,
+// 2, 4 and 8 KiB for Q4_K (31.5 GB/s against 27.8 without) and Q6_K (23.9
+// against 14.6) on 2 threads of a Zen 4 over 64 Ki rows × 2048 (medians of
+// 15 alternating rounds, 2026-11-27).
+constexpr int64_t prefetch_k(GgmlType) { return 4096; }
 
 
 template <GgmlType kType, int NT>
@@ -189,8 +189,7 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, in
     __m512i hv[8] = {};
     const auto pair = [&]<int P>() {
       // A quarter of the block's lines per pair: spread over the block, not in a burst.
-      if constexpr (prefetch_k(kType) > 0)
-        for (int64_t l = P * pbytes / 4; l < (P + 1) * pbytes / 4; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+      for (int64_t l = P * pbytes / 4; l < (P + 1) * pbytes / 4; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
       __m512i v[8];
       for (int i = 0; i < 8; ++i) v[i] = _mm512_loadu_si512(blk + kpanel::pair(kType, P) + 64 * i);
       if constexpr ((k6 && P % 2 == 0) || (k5 && P == 0))
