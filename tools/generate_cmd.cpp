@@ -214,23 +214,31 @@ int bench_generate(const std::string& model, const std::string& compute, int64_t
   }
   const double p = median(pp), g = median(tg);
   const double pp_tps = double(prompt_tokens) / p, tg_tps = new_tokens > 0 ? double(new_tokens) / g : 0.0;
-  // Generation reads every weight once per token: its floor is the time to
-  // read weight_bytes() at the machine's read bandwidth (same threads).
-  const double bw = measure_read_bandwidth(int64_t(m.weight_bytes()), threads);
-  const double floor_tps = bw * 1e9 / double(m.weight_bytes());
+  // A generation step reads the weights a token touches, in their stored
+  // types, and the key and value caches: its floor is the time to read
+  // step_bytes() at the machine's read bandwidth (same threads), at the
+  // generated tokens' mean position.
+  const int64_t mean_position = prompt_tokens + new_tokens / 2;
+  const size_t step = m.step_bytes(mean_position), kv = step - m.step_bytes(0);
+  const double bw = measure_read_bandwidth(int64_t(step), threads);
+  const double floor_tps = bw * 1e9 / double(step);
   if (json) {
     std::printf("{\"model\": \"%s\", \"prompt_tokens\": %lld, \"new_tokens\": %lld, \"threads\": %d, \"compute\": \"%s\", "
                 "\"weight_bytes\": %zu, \"prompt_s\": %.9g, \"generate_s\": %.9g, \"prompt_tokens_per_s\": %.6g, "
-                "\"generate_tokens_per_s\": %.6g, \"read_gb_per_s\": %.6g, \"read_floor_tokens_per_s\": %.6g}\n",
+                "\"generate_tokens_per_s\": %.6g, \"step_bytes\": %zu, \"read_gb_per_s\": %.6g, "
+                "\"read_floor_tokens_per_s\": %.6g}\n",
                 model.c_str(), (long long)prompt_tokens, (long long)new_tokens, threads, compute.c_str(), m.weight_bytes(),
-                p, g, pp_tps, tg_tps, bw, floor_tps);
+                p, g, pp_tps, tg_tps, step, bw, floor_tps);
   } else {
     std::printf("ffn bench --generate: %s, %d threads, compute %s (weights %.1f MiB), median of %d runs\n",
                 model.c_str(), threads, compute.c_str(), double(m.weight_bytes()) / (1 << 20), repeats);
     std::printf("  prompt %lld tokens   %.3f s   %.1f tokens/s\n", (long long)prompt_tokens, p, pp_tps);
     std::printf("  generate %lld tokens %.3f s   %.1f tokens/s\n", (long long)new_tokens, g, tg_tps);
-    std::printf("  weight-reading floor: %.1f MiB per token at %.1f GB/s (measured read bandwidth, %d threads) = %.1f tokens/s\n",
-                double(m.weight_bytes()) / (1 << 20), bw, threads, floor_tps);
+    std::printf("  reading floor: %.1f MiB per token (weights %.1f MiB in their stored types, KV cache %.1f MiB at "
+                "position %lld) at %.1f GB/s (measured read bandwidth, %d threads) = %.1f tokens/s; generation at "
+                "%.0f %% of it\n",
+                double(step) / (1 << 20), double(step - kv) / (1 << 20), double(kv) / (1 << 20),
+                (long long)mean_position, bw, threads, floor_tps, floor_tps > 0 ? 100.0 * tg_tps / floor_tps : 0.0);
   }
   return 0;
 }

@@ -143,6 +143,10 @@ class CausalLM {
   bool quantized() const { return native_; }
   // Bytes of the weights in memory.
   size_t weight_bytes() const;
+  // Bytes one generation step reads: the weights a token touches in their
+  // stored types (one embedding row, every product, the head, the norms)
+  // and the key and value caches of every layer at `positions` positions.
+  size_t step_bytes(int64_t positions) const;
   // The checkpoint's tokenizer (GGUF metadata or tokenizer.json); null if it has none.
   const BpeTokenizer* tokenizer() const { return tok_.get(); }
   // The GGUF's or tokenizer_config.json's chat template ("" if none).

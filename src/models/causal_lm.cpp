@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <optional>
@@ -47,7 +48,7 @@ struct CausalLM::Weights {
     nn::PackedAttention attn;       // in: [qd + 2 kvd, d], W_Q, W_K, W_V stacked; out: W_O [d, qd]
     std::vector<nn::FfnSublayer> ffn;  // one: pre-norm RMSNorm SwiGLU, fused (fp32 compute) or on quantized products
   };
-  std::vector<float> embed;         // [vocab, d] float32, or empty: the head's rows (tied)
+  nn::Linear embed;                 // [vocab, d] in the file's type (rows looked up), or empty: the head's rows (tied)
   std::vector<float> norm;          // [d]
   nn::Linear head;                  // [vocab, d]
   std::vector<Layer> layers;
@@ -237,6 +238,29 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
       if (!ti || !ti->native() || k % ti->block != 0) blocks = false;
       types.push_back(ti);
     }
+    // F16 or BF16 parts (all of one): 16-bit panels, the fp32 layer's bits in half its bytes.
+    const bool f16 = !types.empty() && std::all_of(types.begin(), types.end(), [&](const nn::QuantType* q) {
+      return q && q == types[0] && (q->id == GgmlType::f16 || q->id == GgmlType::bf16);
+    });
+    if (native && gguf && f16) {
+      std::vector<uint16_t> bits;
+      for (const Part& p : parts) {
+        const uint8_t* base = gguf->data(gguf->tensor(p.name));
+        for (int64_t r = 0; r < p.rows; ++r) {
+          int64_t from = r;
+          if (p.rope_heads > 0) {  // as below
+            const int64_t m = p.rows / p.rope_heads / 2, h = r / (2 * m), t = (r % (2 * m)) / m, i = r % m;
+            from = h * 2 * m + 2 * i + t;
+          }
+          const size_t at = bits.size();
+          bits.resize(at + size_t(k));
+          std::memcpy(bits.data() + at, base + from * k * 2, size_t(k) * 2);
+        }
+        gguf->release(gguf->tensor(p.name));
+      }
+      const int64_t rows = int64_t(bits.size()) / k;
+      return nn::Linear(bits.data(), k, rows, types[0]->id == GgmlType::f16 ? WeightDtype::fp16 : WeightDtype::bf16, b);
+    }
     if (blocks) {
       std::vector<nn::QPanels> panels;
       std::vector<const uint8_t*> rows;
@@ -322,7 +346,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   w.norm = norm(name(T::norm));
   if (!c.tied && !src.has(name(T::head))) models::throw_missing_tensor(src.path(), name(T::head), untied_note);
   w.head = product({{name(c.tied ? T::embed : T::head), c.vocab, 0}}, d);
-  if (!c.tied) w.embed = src.read(name(T::embed), {c.vocab, d});  // tied: the head's rows
+  if (!c.tied) w.embed = product({{name(T::embed), c.vocab, 0}}, d);  // tied: the head's rows
   const Config fc = nn::ffn_config(spec);
   for (int64_t l = 0; l < c.layers; ++l) {
     Weights::Layer L;
@@ -430,8 +454,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
   const nn::StackSpec& spec = w_->spec;
   for (int64_t i = 0; i < n; ++i) {
-    if (w_->embed.empty()) w_->head.row(ids[i], x.data() + i * d);
-    else std::copy_n(w_->embed.begin() + int64_t(ids[i]) * d, d, x.begin() + i * d);
+    (w_->embed.empty() ? w_->head : w_->embed).row(ids[i], x.data() + i * d);
   }
   if (spec.embedding.scale != 1.0f)  // Gemma: × √d_model, in float32
     for (float& v : x) v *= spec.embedding.scale;
@@ -555,11 +578,19 @@ std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, cons
 }
 
 size_t CausalLM::weight_bytes() const {
-  size_t b = (w_->embed.size() + w_->norm.size()) * sizeof(float) + w_->head.bytes();
+  return w_->embed.bytes() + (step_bytes(0) - (w_->embed.empty() ? 0 : w_->embed.bytes() / size_t(cfg_.vocab)));
+}
+
+size_t CausalLM::step_bytes(int64_t positions) const {
+  // One embedding row (tied: the head's, read with the head), the norms, every product, the head.
+  size_t b = w_->norm.size() * sizeof(float) + w_->head.bytes();
+  if (!w_->embed.empty()) b += w_->embed.bytes() / size_t(cfg_.vocab);
   for (const auto& L : w_->layers)
     b += (L.attn_norm.size() + L.attn_post_norm.size()) * sizeof(float) + L.attn.in.bytes() + L.attn.out.bytes() +
          L.ffn[0].bytes();
-  return b;
+  // Each layer's cached keys and values (float32) at `positions`.
+  return b + size_t(cfg_.layers) * size_t(std::max<int64_t>(positions, 0)) * size_t(2 * cfg_.kv_heads * cfg_.head_dim) *
+                 sizeof(float);
 }
 
 double CausalLM::flops(int64_t t, int64_t p) const {
