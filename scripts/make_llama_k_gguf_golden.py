@@ -31,6 +31,9 @@ and for transformers.
 llama_k.json: prompt id lists of 1 to 40 tokens and the float32 logits of
 transformers' model from the GGUF after every position (its loader
 dequantizes every type with gguf-py).
+
+fuzz/corpus/gguf/llama_k.gguf: the same with one layer (layer 0's types) and
+d_ff 256, a seed for fuzz/fuzz_gguf.cpp.
 """
 import json
 import os
@@ -128,7 +131,8 @@ def random_blocks(rows, cols, qtype, rng, d=2e-3):
     return b.reshape(rows, -1)
 
 
-def main(out):
+def main(out, small=None):
+    """small: also write a one-layer file of the K-quants there (d_ff 256: the fuzz target's seed)."""
     os.makedirs(out, exist_ok=True)
     g = torch.Generator().manual_seed(47)
     rng = np.random.default_rng(47)
@@ -148,14 +152,15 @@ def main(out):
     tokens += [f"<unused{i}>" for i in range(3)]
     types = [3 if t in SPECIALS else (4 if t.startswith("<unused") else 1) for t in tokens]
 
-    cfg = LlamaConfig(vocab_size=V, hidden_size=256, intermediate_size=512, num_hidden_layers=3, num_attention_heads=4,
-                      num_key_value_heads=2, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
-                      max_position_embeddings=128, bos_token_id=1, eos_token_id=2)
+    layers, d_ff = (1, 256) if small else (3, 512)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=256, intermediate_size=d_ff, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, rope_theta=10000.0, rms_norm_eps=1e-5,
+                      tie_word_embeddings=True, max_position_embeddings=128, bos_token_id=1, eos_token_id=2)
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).eval()
     redraw(model, g)
 
-    path = os.path.join(out, "llama_k.gguf")
+    path = small or os.path.join(out, "llama_k.gguf")
     w = gguf.GGUFWriter(path, "llama")
     w.add_name("ffn test llama k-quants")
     w.add_context_length(cfg.max_position_embeddings)
@@ -199,7 +204,7 @@ def main(out):
     ]
     add("token_embd.weight", sd["model.embed_tokens.weight"], T.Q6_K)
     add("output_norm.weight", sd["model.norm.weight"], T.F32)
-    for l, lt in enumerate(layer_types):
+    for l, lt in enumerate(layer_types[:cfg.num_hidden_layers]):
         p, b = f"model.layers.{l}.", f"blk.{l}."
         add(b + "attn_norm.weight", sd[p + "input_layernorm.weight"], T.F32)
         add(b + "attn_q.weight", permute(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads), lt["q"])
@@ -214,6 +219,9 @@ def main(out):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    if small:
+        print(f"{path}: {os.path.getsize(path)} bytes")
+        return
 
     # The oracle: what transformers makes of the file.
     hf = AutoModelForCausalLM.from_pretrained(out, gguf_file="llama_k.gguf", torch_dtype=torch.float32).eval()
@@ -239,4 +247,7 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/gguf")
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/gguf"
+    main(out)
+    main(out, small=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus", "gguf",
+                                 "llama_k.gguf"))

@@ -1,8 +1,13 @@
 // ffn generate and ffn tokenize: a LLaMA-architecture model (include/ffn/causal_lm.hpp)
 // from a GGUF file or a Hugging Face directory.
+#include <unistd.h>
+
 #include <charconv>
 #include <chrono>
+#include <filesystem>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "commands.hpp"
@@ -13,6 +18,25 @@
 
 namespace ffn::cli {
 namespace {
+
+// Load progress on a terminal (stderr), once a load has taken a second:
+// "ffn: loading NAME  45 %", cleared when it is done.
+std::function<void(double)> load_progress(const std::string& path) {
+  if (!::isatty(2)) return {};
+  const auto start = std::chrono::steady_clock::now();
+  auto shown = std::make_shared<int>(-1);  // the percentage on the line, -1: none yet
+  const std::string name = std::filesystem::path(path).filename().string();
+  return [start, shown, name](double share) {
+    if (share >= 1.0) {
+      if (*shown >= 0) std::fprintf(stderr, "\r%*s\r", int(name.size()) + 24, "");
+      return;
+    }
+    const int percent = int(share * 100);
+    if (percent == *shown || std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) return;
+    *shown = percent;
+    std::fprintf(stderr, "\rffn: loading %s %3d %%", name.c_str(), percent);
+  };
+}
 
 struct GenerateArgs {
   std::string model, prompt, prompt_file, chat, compute = "native", logits, dtype = "fp32";
@@ -90,6 +114,7 @@ int cmd_generate(GenerateArgs& a) {
   if (lo.ffn_dtype != WeightDtype::fp32 && compute == LMCompute::native && !std::filesystem::is_directory(a.model, ec))
     throw Error("--dtype " + a.dtype + ": for Hugging Face checkpoints, or a GGUF with --compute fp32 (native compute "
                 "keeps the file's own quantized blocks)");
+  lo.on_progress = load_progress(a.model);
   const CausalLM m = CausalLM::load(a.model, lo);
   const BpeTokenizer* tok = m.tokenizer();
   if (!a.ids && !tok) throw Error(a.model + ": no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json); give token ids with --ids");
@@ -183,7 +208,10 @@ int bench_generate(const std::string& model, const std::string& compute, int64_t
                    int warmup, bool json) {
   if (prompt_tokens < 1) throw Error("--prompt-tokens: expected a positive integer, got " + std::to_string(prompt_tokens));
   if (new_tokens < 0) throw Error("--new-tokens: expected 0 or more, got " + std::to_string(new_tokens));
-  const CausalLM m = CausalLM::load(model, {parse_lm_compute(compute)});
+  CausalLMLoadOptions lo;
+  lo.compute = parse_lm_compute(compute);
+  if (!json) lo.on_progress = load_progress(model);
+  const CausalLM m = CausalLM::load(model, lo);
   // A fixed pseudo-random prompt (no EOS), as llama-bench uses random tokens.
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
   uint64_t r = 0x9E3779B97F4A7C15ull;

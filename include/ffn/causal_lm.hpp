@@ -99,6 +99,10 @@ struct CausalLMLoadOptions {
   // (Hugging Face checkpoints; GGUF files with compute fp32): fp32, or the
   // FFN's int8 (per-row weight scales, per-token activations) or bf16 modes.
   WeightDtype ffn_dtype = WeightDtype::fp32;
+  // Called as the weights are read and repacked, with the share done (0 to
+  // 1, last exactly 1); empty: none. The CLI shows it on a terminal for loads
+  // of more than a second.
+  std::function<void(double)> on_progress;
 };
 
 // The keys and values of a batch of sequences being generated (made by

@@ -227,8 +227,25 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     std::string name;
     int64_t rows, rope_heads;
   };
+  // Progress: the share of the file's tensor bytes read so far (GGUF; a
+  // Hugging Face directory reports only its end).
+  uint64_t total_bytes = 0, done_bytes = 0;
+  if (gguf)
+    for (const GgufTensor& ti : gguf->tensors()) total_bytes += ti.bytes;
+  const auto advance = [&](const std::string& n) {
+    if (!opts.on_progress || !gguf || total_bytes == 0) return;
+    done_bytes += gguf->tensor(n).bytes;
+    opts.on_progress(std::min(0.999, double(done_bytes) / double(total_bytes)));
+  };
   auto product = [&](const std::vector<Part>& parts, int64_t k, const std::vector<float>& bias = {}) -> nn::Linear {
     const float* b = bias.empty() ? nullptr : bias.data();
+    struct Advance {  // after the product is made, whichever way
+      const std::vector<Part>& parts;
+      const decltype(advance)& step;
+      ~Advance() {
+        for (const Part& p : parts) step(p.name);
+      }
+    } advance_on_return{parts, advance};
     std::vector<const nn::QuantType*> types;
     bool blocks = native && src.format() == models::Format::gguf;
     for (const Part& p : parts) {
@@ -300,6 +317,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   // A float32 matrix, its rows in transformers' order.
   auto matrix = [&](const std::string& n, int64_t rows, int64_t cols, int64_t rope_heads = 0) {
     std::vector<float> v = src.read(n, {rows, cols});
+    advance(n);
     if (gguf) gguf->release(gguf->tensor(n));
     return rope_heads > 0 ? unpermute_rows(v, rope_heads, cols) : v;
   };
@@ -395,6 +413,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   if (lm.tok_ && lm.tok_->vocab_size() > c.vocab)
     throw Error(path + ": the tokenizer has " + std::to_string(lm.tok_->vocab_size()) + " tokens, the model " +
                 std::to_string(c.vocab));
+  if (opts.on_progress) opts.on_progress(1.0);
   lm.native_ = false;
   for (const auto& L : w.layers) lm.native_ = lm.native_ || L.attn.in.blocks() || L.ffn[0].blocks();
   lm.native_ = lm.native_ || w.head.blocks();

@@ -251,6 +251,19 @@ TEST(Gguf, HostileFilesGetOneLineNamingTheFileAndTheProblem) {
   b = good;
   put<uint64_t>(b, q4k + 24, uint64_t(1) << 40);
   expect(b, "ends past the end of the file");
+  // Every type read since issue 47: rows that are not whole blocks, data past the end.
+  for (const auto& [name, type, block] :
+       {std::tuple{"t.q5_0", "Q5_0", 32}, std::tuple{"t.q5_1", "Q5_1", 32}, std::tuple{"t.q2_k", "Q2_K", 256},
+        std::tuple{"t.q3_k", "Q3_K", 256}, std::tuple{"t.q5_k", "Q5_K", 256}, std::tuple{"t.iq4_nl", "IQ4_NL", 32},
+        std::tuple{"t.iq4_xs", "IQ4_XS", 256}}) {
+    const size_t at = info_at(good, name) + 8 + std::strlen(name);
+    b = good;
+    put<uint64_t>(b, at + 4, uint64_t(block + 16));
+    expect(b, "rows of " + std::to_string(block + 16) + " are not whole " + type + " blocks of " + std::to_string(block));
+    b = good;
+    put<uint64_t>(b, at + 24, uint64_t(1) << 40);
+    expect(b, "ends past the end of the file");
+  }
   b = good;
   const size_t q40 = info_at(good, "t.q4_0") + 8 + 6;
   put<uint64_t>(b, q4k + 24, get<uint64_t>(good, q40 + 24));  // onto t.q4_0

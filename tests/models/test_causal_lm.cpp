@@ -659,6 +659,15 @@ TEST(CausalLMGgufK, NativeKeepsEveryTypeInItsBlocks) {
     }
   }
   EXPECT_GE(isas, 1);
+  // Load progress: rising, through every tensor, ending at exactly 1.
+  std::vector<double> seen;
+  CausalLMLoadOptions lo;
+  lo.on_progress = [&](double s) { seen.push_back(s); };
+  (void)CausalLM::load(k_model(), lo);
+  ASSERT_GE(seen.size(), size_t(20));
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  EXPECT_GT(seen[seen.size() - 2], 0.9);
+  EXPECT_EQ(seen.back(), 1.0);
   // A step reads the weights once and one embedding row (tied: none beyond the head), plus the caches.
   EXPECT_EQ(m.step_bytes(0), m.weight_bytes());
   EXPECT_EQ(m.step_bytes(10) - m.step_bytes(0), size_t(3 * 10 * 2 * 2 * 64) * sizeof(float));

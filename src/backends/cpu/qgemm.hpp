@@ -1,5 +1,7 @@
-// Products with ggml's block-quantized weights (Q4_0, Q4_1, Q8_0: 32 weights
-// per block, one f16 scale d, Q4_1 also an f16 minimum m), kept quantized in
+// Products with ggml's block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0: 32 weights per block, one f16 scale d, Q4_1 and Q5_1 also an f16
+// minimum m; the K-quants Q4_K, Q5_K, Q6_K: 256 weights per block in
+// sub-blocks of 32 or 16 with their own 6- or 8-bit scales), kept quantized in
 // memory: y[t, r] = Σ_k x[t, k] · W[r, k] with the activations quantized per
 // token and block of 32 to 16-bit integers, and exact integer dot products
 // on 8-bit operands (each activation is two signed bytes, Q = 255·hi + lo).
@@ -19,12 +21,21 @@
 //     ΣQ, sx = dx · float(ΣQ)
 //     (a block holding NaN or Inf: Q = 0 and dx = NaN, so its products are NaN;
 //     one whose 32512 / amax overflows, amax < 2^-113: Q = 0, dx = 0)
-//   weights: Q4_0 w = d (q − 8), q ∈ 0..15; Q4_1 w = d q + m; Q8_0 w = d q, q ∈ −128..127
+//   weights: Q4_0 w = d (q − 8), q ∈ 0..15; Q4_1 w = d q + m; Q5_0 w = d (q − 16),
+//     q ∈ 0..31; Q5_1 w = d q + m; Q8_0 w = d q, q ∈ −128..127
 //   output, blocks in order, acc = 0:
-//     isum = Σ_i q_w,i · Q_i − (Q4_0: 8 ΣQ)            (exact int32:
+//     isum = Σ_i q_w,i · Q_i − (Q4_0: 8 ΣQ, Q5_0: 16 ΣQ)  (exact int32:
 //            = 255 Σ q_w hi + Σ q_w lo; |isum| < 2^28)
 //     acc = fma(float(d) · dx, float(isum), acc)
-//     Q4_1: acc = fma(float(m), sx, acc)
+//     Q4_1, Q5_1: acc = fma(float(m), sx, acc)
+//   the K-quants, per activation block of 32 in order (sub-block j):
+//     Q4_K, Q5_K (w = d·sc_j·q − dmin·m_j, q ∈ 0..15 or 0..31, sc, m 6-bit):
+//       isum = Σ q · Q, acc = fma((float(d) · sc_j) · dx, float(isum), acc),
+//       acc = fma(−(float(dmin) · m_j), sx, acc)
+//     Q6_K (w = d·sc·(q − 32), q ∈ 0..63, an i8 sc per 16 weights): per half
+//       h of the block, isum_h = Σ_h q · Q − 32 ΣQ_h (QActs::sum16),
+//       acc = fma((float(d) · sc_h) · dx, float(isum_h), acc)
+//     (d · sc and dmin · m are exact in float32, as ggml's dequantization has them)
 //   y = acc.
 // The order of the float operations is per (token, row) and the same on
 // every ISA: the vector kernels run a group's rows in the lanes of a register
@@ -39,7 +50,9 @@
 //     (u8 × s8 dot products over 4 bytes per lane: vpdpbusd, vpmaddubsw),
 //     its high nibbles weights 16 + 4i..;
 //   bytes (Q8_0): 8 × 64 bytes, vector j holding weights 4j..4j+3 of each row;
-//   then d[16] (f16), then Q4_1's m[16] (f16).
+//   Q5_0, Q5_1: the nibbles, then a vector of the fifth bits;
+//   then d[16] (f16), then Q4_1's and Q5_1's m[16] (f16);
+//   the K-quants: src/core/quant_blocks.cpp (offsets: kpanel in quant_types.hpp).
 // A group of 16 rows of the file's blocks and a group here have the same
 // bytes: resident memory stays the file's size.
 #pragma once
