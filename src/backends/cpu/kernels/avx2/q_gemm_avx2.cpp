@@ -119,114 +119,101 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
 }
 
 // The K-quants (layouts in src/core/quant_blocks.cpp; the VNNI kernel's
-// order): Q4_K's 8 vpmaddubsw per plane summed in int16 (≤ 8 · 3810), Q5_K's
-// four at a time (≤ 4 · 7874), Q6_K's
-// (q ≤ 63: pairs ≤ 16002) two at a time before widening.
+// order). Activation block J (a template argument: every shift a constant)
+// of a panel block: each weight vector is made once from its bytes (L1 after
+// the first block of a pair) and used for the NT tokens at once; Q4_K's 8
+// vpmaddubsw per plane summed in int16 (≤ 8 · 3810), Q5_K's four at a time
+// (≤ 4 · 7874), Q6_K's (q ≤ 63: pairs ≤ 16002) two at a time, then widened.
+template <GgmlType kType, int NT, int J>
+inline void k_block(const uint8_t* blk, int h, const QActs& x, int64_t t, int64_t b, __m256 d, __m256 dmin,
+                    __m256* acc) {
+  constexpr bool k6 = kType == GgmlType::q6_k, k5 = kType == GgmlType::q5_k;
+  const __m256i lo = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off + 32 * h)); };
+  const auto scales = [&](int64_t off, bool is_signed) {  // 8 lanes' bytes → float
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + off + 8 * h));
+    return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
+  };
+  const int64_t k = x.blocks * kQBlock, nb = x.blocks;
+  // Groups of vectors summed in int16 before widening: Q4_K 8, Q5_K 4, Q6_K 2 (Q6_K's sub-blocks: 4 vectors each).
+  constexpr int kGroup = k6 ? 2 : k5 ? 4 : 8;
+  __m256i sh[NT][2], sl[NT][2], ph[NT] = {}, pl[NT] = {};  // Q6_K: [.][s] per sub-block; else [.][0]
+  for (int u = 0; u < NT; ++u) sh[u][0] = sh[u][1] = sl[u][0] = sl[u][1] = _mm256_setzero_si256();
+  for (int i = 0; i < 8; ++i) {
+    __m256i wv = load(kpanel::pair(kType, J / 2) + 64 * i);
+    wv = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo) : _mm256_and_si256(wv, lo);
+    if constexpr (k6) {
+      constexpr int c = J % 4;
+      __m256i hh = load(kpanel::plane(kType, J / 4) + 64 * i);
+      if constexpr (c == 0) hh = _mm256_slli_epi16(hh, 4);
+      if constexpr (c == 1) hh = _mm256_slli_epi16(hh, 2);
+      if constexpr (c == 3) hh = _mm256_srli_epi16(hh, 2);
+      wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x30)));
+    }
+    if constexpr (k5) {
+      const __m256i hv = load(kpanel::plane(kType, 0) + 64 * i);
+      const __m256i hh = J <= 4 ? _mm256_slli_epi16(hv, 4 - J) : _mm256_srli_epi16(hv, J - 4);
+      wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x10)));
+    }
+    for (int u = 0; u < NT; ++u) {
+      int32_t four_h, four_l;
+      std::memcpy(&four_h, x.hi.data() + (t + u) * k + b * kQBlock + 4 * i, 4);
+      std::memcpy(&four_l, x.lo.data() + (t + u) * k + b * kQBlock + 4 * i, 4);
+      const __m256i qh = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_h));
+      const __m256i ql = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_l));
+      ph[u] = i % kGroup == 0 ? qh : _mm256_add_epi16(ph[u], qh);
+      pl[u] = i % kGroup == 0 ? ql : _mm256_add_epi16(pl[u], ql);
+      if (i % kGroup == kGroup - 1) {  // widen the group's int16 sums
+        const int s = k6 ? i / 4 : 0;
+        sh[u][s] = _mm256_add_epi32(sh[u][s], _mm256_madd_epi16(ph[u], ones));
+        sl[u][s] = _mm256_add_epi32(sl[u][s], _mm256_madd_epi16(pl[u], ones));
+      }
+    }
+  }
+  __m256 sc0, sc1;
+  if constexpr (k6) {
+    sc0 = _mm256_mul_ps(d, scales(kpanel::scale(kType, J), true));
+    sc1 = _mm256_mul_ps(d, scales(kpanel::scale(kType, J) + 16, true));
+  } else {
+    sc0 = _mm256_mul_ps(d, scales(kpanel::scale(kType, J), false));
+    sc1 = _mm256_mul_ps(dmin, scales(kpanel::min(J), false));
+  }
+  for (int u = 0; u < NT; ++u) {
+    const int64_t at = (t + u) * nb + b;
+    const __m256 dx = _mm256_set1_ps(x.d[size_t(at)]);
+    for (int s = 0; s < (k6 ? 2 : 1); ++s) {
+      __m256i is = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh[u][s], 8), sh[u][s]), sl[u][s]);
+      if constexpr (k6) is = _mm256_sub_epi32(is, _mm256_set1_epi32(32 * x.sum16[size_t(2 * at + s)]));
+      acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(s ? sc1 : sc0, dx), _mm256_cvtepi32_ps(is), acc[u]);
+    }
+    if constexpr (!k6) acc[u] = _mm256_fnmadd_ps(sc1, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
+  }
+}
+
 template <GgmlType kType, int NT>
 void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* y, int64_t ldy, int64_t rows) {
-  constexpr bool k6 = kType == GgmlType::q6_k, k5 = kType == GgmlType::q5_k;
+  constexpr bool k6 = kType == GgmlType::q6_k;
   constexpr int64_t pbytes = builtin_quant_type(kType)->panels.bytes();
-  const __m256i lo = _mm256_set1_epi8(0x0f), hi2 = _mm256_set1_epi8(0x30), b4 = _mm256_set1_epi8(0x10);
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT];
   for (int u = 0; u < NT; ++u) acc[u] = _mm256_setzero_ps();
-  const int64_t k = w.k, nb = k / kQBlock;
-  const auto load = [&](const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * h)); };
-  const auto scales = [&](const uint8_t* p, bool is_signed) {  // 8 lanes' bytes → float
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * h));
-    return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
-  };
   for (int64_t sb = 0; sb < w.blocks; ++sb) {
     const uint8_t* blk = w.at(g, sb);
-    if (h == 0)
+    if (h == 0)  // the first half's pass streams the group; the second finds it in cache
       for (int64_t l = 0; l < pbytes; l += 64)
         _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kpanel::d + 16 * h)));
     __m256 dmin = _mm256_setzero_ps();
     if constexpr (!k6)
       dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kpanel::dmin + 16 * h)));
-    __m256i hv[8] = {};
-    for (int p = 0; p < 4; ++p) {
-      __m256i v[8];
-      for (int i = 0; i < 8; ++i) v[i] = load(blk + kpanel::pair(kType, p) + 64 * i);
-      if ((k6 && p % 2 == 0) || (k5 && p == 0))
-        for (int i = 0; i < 8; ++i) hv[i] = load(blk + kpanel::plane(kType, p / 2) + 64 * i);
-      for (int half = 0; half < 2; ++half) {
-        const int j = 2 * p + half;
-        const int64_t b = sb * 8 + j;
-        __m256i wv[8];
-        for (int i = 0; i < 8; ++i) {
-          wv[i] = half ? _mm256_and_si256(_mm256_srli_epi16(v[i], 4), lo) : _mm256_and_si256(v[i], lo);
-          if constexpr (k6) {
-            const int c = j % 4;
-            const __m256i hh = c == 0 ? _mm256_slli_epi16(hv[i], 4)
-                               : c == 1 ? _mm256_slli_epi16(hv[i], 2)
-                               : c == 2 ? hv[i]
-                                        : _mm256_srli_epi16(hv[i], 2);
-            wv[i] = _mm256_or_si256(wv[i], _mm256_and_si256(hh, hi2));
-          }
-          if constexpr (k5) {  // bit j of the qh byte to bit 4
-            const __m256i hh = j <= 4 ? _mm256_slli_epi16(hv[i], 4 - j) : _mm256_srli_epi16(hv[i], j - 4);
-            wv[i] = _mm256_or_si256(wv[i], _mm256_and_si256(hh, b4));
-          }
-        }
-        __m256 sc0, sc1;
-        if constexpr (k6) {
-          sc0 = _mm256_mul_ps(d, scales(blk + kpanel::scale(kType, j), true));
-          sc1 = _mm256_mul_ps(d, scales(blk + kpanel::scale(kType, j) + 16, true));
-        } else {
-          sc0 = _mm256_mul_ps(d, scales(blk + kpanel::scale(kType, j), false));
-          sc1 = _mm256_mul_ps(dmin, scales(blk + kpanel::min(j), false));
-        }
-        for (int u = 0; u < NT; ++u) {
-          const int64_t at = (t + u) * nb + b;
-          const int8_t* xh = x.hi.data() + (t + u) * k + b * kQBlock;
-          const int8_t* xl = x.lo.data() + (t + u) * k + b * kQBlock;
-          __m256i ph[8], pl[8];
-          for (int i = 0; i < 8; ++i) {
-            int32_t four_h, four_l;
-            std::memcpy(&four_h, xh + 4 * i, 4);
-            std::memcpy(&four_l, xl + 4 * i, 4);
-            ph[i] = _mm256_maddubs_epi16(wv[i], _mm256_set1_epi32(four_h));
-            pl[i] = _mm256_maddubs_epi16(wv[i], _mm256_set1_epi32(four_l));
-          }
-          const __m256 dx = _mm256_set1_ps(x.d[size_t(at)]);
-          if constexpr (k6) {
-            for (int s = 0; s < 2; ++s) {
-              const int i0 = 4 * s;
-              const __m256i sh = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(ph[i0], ph[i0 + 1]), ones),
-                                                  _mm256_madd_epi16(_mm256_add_epi16(ph[i0 + 2], ph[i0 + 3]), ones));
-              const __m256i sl = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(pl[i0], pl[i0 + 1]), ones),
-                                                  _mm256_madd_epi16(_mm256_add_epi16(pl[i0 + 2], pl[i0 + 3]), ones));
-              __m256i is = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh, 8), sh), sl);
-              is = _mm256_sub_epi32(is, _mm256_set1_epi32(32 * x.sum16[size_t(2 * at + s)]));
-              acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(s ? sc1 : sc0, dx), _mm256_cvtepi32_ps(is), acc[u]);
-            }
-          } else {
-            // Q5_K's pairs reach 2 · 31 · 127: four to an int16 sum
-            __m256i sh, sl;
-            if constexpr (k5) {
-              const auto four = [&](const __m256i* v) {
-                return _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(v[0], v[1]), _mm256_add_epi16(v[2], v[3])), ones);
-              };
-              sh = _mm256_add_epi32(four(ph), four(ph + 4));
-              sl = _mm256_add_epi32(four(pl), four(pl + 4));
-            } else {
-              __m256i sh16 = ph[0], sl16 = pl[0];
-              for (int i = 1; i < 8; ++i) {
-                sh16 = _mm256_add_epi16(sh16, ph[i]);
-                sl16 = _mm256_add_epi16(sl16, pl[i]);
-              }
-              sh = _mm256_madd_epi16(sh16, ones);
-              sl = _mm256_madd_epi16(sl16, ones);
-            }
-            const __m256i is = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh, 8), sh), sl);
-            acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(sc0, dx), _mm256_cvtepi32_ps(is), acc[u]);
-            acc[u] = _mm256_fnmadd_ps(sc1, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
-          }
-        }
-      }
-    }
+    const int64_t b = sb * 8;
+    k_block<kType, NT, 0>(blk, h, x, t, b + 0, d, dmin, acc);
+    k_block<kType, NT, 1>(blk, h, x, t, b + 1, d, dmin, acc);
+    k_block<kType, NT, 2>(blk, h, x, t, b + 2, d, dmin, acc);
+    k_block<kType, NT, 3>(blk, h, x, t, b + 3, d, dmin, acc);
+    k_block<kType, NT, 4>(blk, h, x, t, b + 4, d, dmin, acc);
+    k_block<kType, NT, 5>(blk, h, x, t, b + 5, d, dmin, acc);
+    k_block<kType, NT, 6>(blk, h, x, t, b + 6, d, dmin, acc);
+    k_block<kType, NT, 7>(blk, h, x, t, b + 7, d, dmin, acc);
   }
   for (int u = 0; u < NT; ++u) {
     float* out = y + (t + u) * ldy + g * kQRows + 8 * h;
