@@ -19,7 +19,7 @@ void bind_causal_lm(nb::module_& m) {
             return CausalLM::load(path, o);
           },
           "path"_a, "compute"_a = "native", "dtype"_a = "fp32",
-          "compute: native (Q4_0/Q4_1/Q8_0 matrices stay quantized; products on 16-bit activations) or\n"
+          "compute: native (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K matrices stay quantized, F16/BF16 16-bit; products on 16-bit activations) or\n"
           "fp32 (every matrix dequantized to float32; logits as transformers'). dtype: the SwiGLU\n"
           "sublayers' weights where they are float32 (Hugging Face checkpoints, GGUF with compute fp32):\n"
           "fp32, int8 or bf16.")

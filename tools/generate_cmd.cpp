@@ -300,7 +300,7 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--length-penalty", a->s.length_penalty,
                   "beam search: a hypothesis scores its log-probability sum / length^P (default 1)");
   cmd->add_option("--compute", a->compute,
-                  "native (default): Q4_0/Q4_1/Q8_0 matrices stay quantized, products on 16-bit activations (two 8-bit planes); fp32: "
+                  "native (default): Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K matrices stay quantized, F16/BF16 in 16 bits, products on 16-bit activations (two 8-bit planes); fp32: "
                   "every matrix dequantized to float32 (logits as transformers')");
   cmd->add_option("--dtype", a->dtype,
                   "the SwiGLU sublayers' weights where they are float32 (Hugging Face checkpoints, or GGUF with "

@@ -19,8 +19,10 @@
 // blk.N.attn_q.weight ...; Q and K rows in the file's rotary order are put back
 // in transformers' order, as its GGUF loader does) or a Hugging Face
 // directory (config.json, model.safetensors, tokenizer.json). With native
-// compute (LMCompute) a GGUF's Q4_0/Q4_1/Q8_0 matrices stay in their blocks;
-// everything else is float32 (quantized blocks dequantized as ggml does).
+// compute (LMCompute) a GGUF's matrices of a native type
+// (src/core/quant_types.hpp: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)
+// stay in their blocks and F16/BF16 ones in 16 bits; everything else is
+// float32 (quantized blocks dequantized as ggml does).
 // No BOS token is added to prompts (give it among the ids if a model wants it).
 //
 // Generation: CausalLMState holds each sequence's keys and values (after
@@ -143,7 +145,7 @@ class CausalLM {
   static CausalLM load(const std::string& path, const CausalLMLoadOptions& opts = {});
 
   const CausalLMConfig& config() const { return cfg_; }
-  // Whether some product keeps quantized blocks (native compute on a GGUF with Q4_0/Q4_1/Q8_0 matrices).
+  // Whether some product keeps quantized blocks (native compute on a GGUF with matrices of a native type).
   bool quantized() const { return native_; }
   // Bytes of the weights in memory.
   size_t weight_bytes() const;

@@ -39,7 +39,7 @@ void dequantize_bf16(const uint8_t* src, int64_t n, float* dst) {
   }
 }
 
-// ---- Q4_0, Q4_1, Q8_0: 32 weights per block ----
+// ---- Q4_0, Q4_1, Q8_0 (and Q5_0, Q5_1 below): 32 weights per block ----
 
 void dequantize_q8_0(const uint8_t* src, int64_t n, float* dst) {  // {f16 d; i8 q[32]}: d · q
   for (int64_t b = 0; b < n / 32; ++b, src += 34, dst += 32) {
