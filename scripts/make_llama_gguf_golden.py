@@ -60,9 +60,9 @@ def permute(w, n_head):  # convert_hf_to_gguf.LlamaModel.permute
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def main(out):
-    os.makedirs(out, exist_ok=True)
-    g = torch.Generator().manual_seed(33)
+def tokenizer():
+    """A byte-level BPE trained on TEXT, as a GGUF holds it: tokens (with 3
+    unused ids past the tokenizer's, as real models have), token types, merges."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -75,20 +75,15 @@ def main(out):
         tokens[i] = t
     merges = json.loads(tok.to_str())["model"]["merges"]
     merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
-    V = len(tokens) + 3  # a few ids past the tokenizer's, as real models have
     tokens += [f"<unused{i}>" for i in range(3)]
     types = [3 if t in SPECIALS else (4 if t.startswith("<unused") else 1) for t in tokens]
+    return tokens, types, merges
 
-    cfg = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
-                      max_position_embeddings=128, bos_token_id=1, eos_token_id=2)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).eval()
-    redraw(model, g)  # make_llama_golden.py's scales
 
-    path = os.path.join(out, "llama_q.gguf")
+def llama_writer(path, name, cfg, tokens, types, merges):
+    """A GGUFWriter with llama.cpp's llama.* metadata for cfg and the tokenizer (BOS 1, EOS 2)."""
     w = gguf.GGUFWriter(path, "llama")
-    w.add_name("ffn test llama")
+    w.add_name(name)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
     w.add_block_count(cfg.num_hidden_layers)
@@ -98,7 +93,7 @@ def main(out):
     w.add_rope_freq_base(cfg.rope_theta)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
-    w.add_vocab_size(V)
+    w.add_vocab_size(len(tokens))
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
@@ -106,6 +101,24 @@ def main(out):
     w.add_token_merges(merges)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
+    return w
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    g = torch.Generator().manual_seed(33)
+    tokens, types, merges = tokenizer()
+    V = len(tokens)
+
+    cfg = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                      max_position_embeddings=128, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    redraw(model, g)  # make_llama_golden.py's scales
+
+    path = os.path.join(out, "llama_q.gguf")
+    w = llama_writer(path, "ffn test llama", cfg, tokens, types, merges)
     w.add_chat_template(TEMPLATE)
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
 

@@ -49,8 +49,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM  # 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_llama_golden import redraw  # noqa: E402
-from make_llama_gguf_golden import SPECIALS, TEXT, permute  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from make_llama_gguf_golden import llama_writer, permute, tokenizer  # noqa: E402
 
 
 def f16(x):
@@ -136,21 +135,8 @@ def main(out, small=None):
     os.makedirs(out, exist_ok=True)
     g = torch.Generator().manual_seed(47)
     rng = np.random.default_rng(47)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=297, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(TEXT * 4, trainer=trainer)
-    vocab = tok.get_vocab()
-    tokens = [None] * len(vocab)
-    for t, i in vocab.items():
-        tokens[i] = t
-    merges = json.loads(tok.to_str())["model"]["merges"]
-    merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
-    V = len(tokens) + 3
-    tokens += [f"<unused{i}>" for i in range(3)]
-    types = [3 if t in SPECIALS else (4 if t.startswith("<unused") else 1) for t in tokens]
+    tokens, types, merges = tokenizer()
+    V = len(tokens)
 
     layers, d_ff = (1, 256) if small else (3, 512)
     cfg = LlamaConfig(vocab_size=V, hidden_size=256, intermediate_size=d_ff, num_hidden_layers=layers,
@@ -161,25 +147,7 @@ def main(out, small=None):
     redraw(model, g)
 
     path = small or os.path.join(out, "llama_k.gguf")
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_name("ffn test llama k-quants")
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_rope_freq_base(cfg.rope_theta)
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
-    w.add_vocab_size(V)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    w = llama_writer(path, "ffn test llama k-quants", cfg, tokens, types, merges)
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
 
     def add(name, arr, qtype):

@@ -23,6 +23,16 @@ float f16(const uint8_t* p) {
 
 }  // namespace
 
+void k4_scale_min(const uint8_t* sc, int j, uint8_t& s, uint8_t& m) {  // ggml's get_scale_min_k4
+  if (j < 4) {
+    s = sc[j] & 63;
+    m = sc[j + 4] & 63;
+  } else {
+    s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+    m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+  }
+}
+
 // ---- float types ----
 
 void dequantize_f32(const uint8_t* src, int64_t n, float* dst) { std::memcpy(dst, src, size_t(n) * 4); }
@@ -170,20 +180,11 @@ void dequantize_q4_k(const uint8_t* src, int64_t n, float* dst) {
     const float d = f16(src), dmin = f16(src + 2);
     const uint8_t* sc = src + 4;
     const uint8_t* q = src + 16;
-    auto scale_min = [&](int j, uint8_t& s, uint8_t& m) {  // get_scale_min_k4
-      if (j < 4) {
-        s = sc[j] & 63;
-        m = sc[j + 4] & 63;
-      } else {
-        s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-        m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-      }
-    };
     for (int j = 0; j < 256; j += 64, q += 32) {
       uint8_t s, m;
-      scale_min(j / 32, s, m);
+      k4_scale_min(sc, j / 32, s, m);
       const float d1 = d * float(s), m1 = dmin * float(m);
-      scale_min(j / 32 + 1, s, m);
+      k4_scale_min(sc, j / 32 + 1, s, m);
       const float d2 = d * float(s), m2 = dmin * float(m);
       for (int l = 0; l < 32; ++l) *dst++ = d1 * float(q[l] & 0xF) - m1;
       for (int l = 0; l < 32; ++l) *dst++ = d2 * float(q[l] >> 4) - m2;
@@ -229,17 +230,6 @@ void dequantize_q6_k(const uint8_t* src, int64_t n, float* dst) {
 //         weight 4i + e of block 4s + c); d[16] (f16), sc[16][16] (i8, one
 //         per 16 weights).
 namespace {
-
-// Q4_K's 6-bit scale and minimum of sub-block j (ggml's get_scale_min_k4).
-void k4_scale_min(const uint8_t* sc, int j, uint8_t& s, uint8_t& m) {
-  if (j < 4) {
-    s = sc[j] & 63;
-    m = sc[j + 4] & 63;
-  } else {
-    s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-    m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-  }
-}
 
 // Q6_K's weight w (0..255) of a file block, unsigned (0..63; the value is q − 32).
 int k6_quant(const uint8_t* blk, int w) {
@@ -377,20 +367,11 @@ void dequantize_q5_k(const uint8_t* src, int64_t n, float* dst) {
     const uint8_t* sc = src + 4;
     const uint8_t* qh = src + 16;
     const uint8_t* q = src + 48;
-    auto scale_min = [&](int j, uint8_t& s, uint8_t& m) {  // get_scale_min_k4, as Q4_K's
-      if (j < 4) {
-        s = sc[j] & 63;
-        m = sc[j + 4] & 63;
-      } else {
-        s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-        m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-      }
-    };
     for (int j = 0; j < 8; j += 2, q += 32) {  // sub-blocks j and j + 1
       uint8_t s, m;
-      scale_min(j, s, m);
+      k4_scale_min(sc, j, s, m);
       const float d1 = d * float(s), m1 = dmin * float(m);
-      scale_min(j + 1, s, m);
+      k4_scale_min(sc, j + 1, s, m);
       const float d2 = d * float(s), m2 = dmin * float(m);
       for (int l = 0; l < 32; ++l) *dst++ = d1 * float((q[l] & 0xF) | (((qh[l] >> j) & 1) << 4)) - m1;
       for (int l = 0; l < 32; ++l) *dst++ = d2 * float((q[l] >> 4) | (((qh[l] >> (j + 1)) & 1) << 4)) - m2;

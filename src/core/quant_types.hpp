@@ -76,6 +76,9 @@ struct QuantType {
 // The block functions of the built-in types (src/core/quant_blocks.cpp; the
 // references in src/reference/qlinear_reference.cpp).
 namespace blocks {
+// Q4_K's and Q5_K's 6-bit scale s and minimum m of sub-block j from the
+// block's 12 scale bytes (ggml's get_scale_min_k4).
+void k4_scale_min(const uint8_t* scales, int j, uint8_t& s, uint8_t& m);
 void dequantize_f32(const uint8_t*, int64_t, float*);
 void dequantize_f16(const uint8_t*, int64_t, float*);
 void dequantize_bf16(const uint8_t*, int64_t, float*);

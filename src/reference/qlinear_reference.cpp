@@ -85,13 +85,7 @@ float reference_k4(const uint8_t* row, int64_t k, const QActs& a, int64_t t) {
         isum += (int32_t(j % 2 ? byte >> 4 : byte & 0xF) | q5) * (255 * qh[i] + ql[i]);
       }
       uint8_t s, m;
-      if (j < 4) {
-        s = sc[j] & 63;
-        m = sc[j + 4] & 63;
-      } else {
-        s = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-        m = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-      }
+      k4_scale_min(sc, j, s, m);
       const size_t at = size_t(t * nb + b);
       acc = std::fma(d * float(s) * a.d[at], float(isum), acc);
       acc = std::fma(-(dmin * float(m)), a.s[at], acc);

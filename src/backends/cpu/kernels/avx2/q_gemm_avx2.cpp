@@ -21,6 +21,20 @@ namespace {
 
 constexpr int64_t kPrefetch = 4096;  // as the AVX-512 kernel's (q_gemm_avx512vnni.cpp)
 
+// The NT tokens' results of a half group: rows (1..8) of them, token u at out + u · ldy.
+template <int NT>
+inline void store_rows(const __m256* acc, float* out, int64_t ldy, int64_t rows) {
+  for (int u = 0; u < NT; ++u) {
+    if (rows >= 8) {
+      _mm256_storeu_ps(out + u * ldy, acc[u]);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, acc[u]);
+      std::memcpy(out + u * ldy, tmp, size_t(rows) * sizeof(float));
+    }
+  }
+}
+
 template <GgmlType kType, int NT>
 void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* y, int64_t ldy, int64_t rows) {
   constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
@@ -106,16 +120,7 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
       if constexpr (kMin) acc[u] = _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
     }
   }
-  for (int u = 0; u < NT; ++u) {
-    float* out = y + (t + u) * ldy + g * kQRows + 8 * h;
-    if (rows >= 8) {
-      _mm256_storeu_ps(out, acc[u]);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, acc[u]);
-      std::memcpy(out, tmp, size_t(rows) * sizeof(float));
-    }
-  }
+  store_rows<NT>(acc, y + t * ldy + g * kQRows + 8 * h, ldy, rows);
 }
 
 // The K-quants (layouts in src/core/quant_blocks.cpp; the VNNI kernel's
@@ -215,16 +220,7 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float
     k_block<kType, NT, 6>(blk, h, x, t, b + 6, d, dmin, acc);
     k_block<kType, NT, 7>(blk, h, x, t, b + 7, d, dmin, acc);
   }
-  for (int u = 0; u < NT; ++u) {
-    float* out = y + (t + u) * ldy + g * kQRows + 8 * h;
-    if (rows >= 8) {
-      _mm256_storeu_ps(out, acc[u]);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, acc[u]);
-      std::memcpy(out, tmp, size_t(rows) * sizeof(float));
-    }
-  }
+  store_rows<NT>(acc, y + t * ldy + g * kQRows + 8 * h, ldy, rows);
 }
 
 template <GgmlType kType, int NT>
