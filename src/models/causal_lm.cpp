@@ -239,13 +239,11 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   };
   auto product = [&](const std::vector<Part>& parts, int64_t k, const std::vector<float>& bias = {}) -> nn::Linear {
     const float* b = bias.empty() ? nullptr : bias.data();
-    struct Advance {  // after the product is made, whichever way
-      const std::vector<Part>& parts;
-      const decltype(advance)& step;
-      ~Advance() {
-        for (const Part& p : parts) step(p.name);
-      }
-    } advance_on_return{parts, advance};
+    // Progress after the product is made (on each return; an error on the way propagates as it is).
+    const auto made = [&](nn::Linear l) {
+      for (const Part& p : parts) advance(p.name);
+      return l;
+    };
     std::vector<const nn::QuantType*> types;
     bool blocks = native && src.format() == models::Format::gguf;
     for (const Part& p : parts) {
@@ -276,7 +274,8 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
         gguf->release(gguf->tensor(p.name));
       }
       const int64_t rows = int64_t(bits.size()) / k;
-      return nn::Linear(bits.data(), k, rows, types[0]->id == GgmlType::f16 ? WeightDtype::fp16 : WeightDtype::bf16, b);
+      return made(
+          nn::Linear(bits.data(), k, rows, types[0]->id == GgmlType::f16 ? WeightDtype::fp16 : WeightDtype::bf16, b));
     }
     if (blocks) {
       std::vector<nn::QPanels> panels;
@@ -300,7 +299,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
         }
       }
       for (const Part& p : parts) gguf->release(gguf->tensor(p.name));  // repacked: the file's pages go back
-      return panels.size() == 1 ? nn::Linear(std::move(panels[0]), b) : nn::Linear(std::move(panels), b);
+      return made(panels.size() == 1 ? nn::Linear(std::move(panels[0]), b) : nn::Linear(std::move(panels), b));
     }
     std::vector<float> all;
     for (const Part& p : parts) {
@@ -312,7 +311,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     // The row count first: the arguments' order of evaluation is unspecified
     // (clang moved `all` away before its size was read: an empty product).
     const int64_t rows = int64_t(all.size()) / k;
-    return nn::Linear(all.data(), k, rows, b);
+    return made(nn::Linear(all.data(), k, rows, b));
   };
   // A float32 matrix, its rows in transformers' order.
   auto matrix = [&](const std::string& n, int64_t rows, int64_t cols, int64_t rope_heads = 0) {

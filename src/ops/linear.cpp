@@ -237,12 +237,13 @@ void Linear::set_int8(std::shared_ptr<const Int8Linear> q) {
 }
 
 void Linear::row(int64_t r, float* out) const {
+  if (r < 0 || r >= m_)
+    throw Error("Linear: row " + std::to_string(r) + " of a layer of " + std::to_string(m_) + " rows");
   if (blocks_) {
     for (const QPanels& p : q_) {
       if (r < p.m) return dequantize_panel_row(p, r, out);
       r -= p.m;
     }
-    return;
     return;
   }
   if (storage_ != WeightDtype::fp32) {  // 16-bit panels: bf16 lanes interleaved (gemm.hpp)

@@ -4,10 +4,12 @@
 // guarantees; hostile directories.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <climits>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -645,6 +647,31 @@ TEST(CausalLMGgufK, NativeKeepsEveryTypeInItsBlocks) {
   // A step reads the weights once and one embedding row (tied: none beyond the head), plus the caches.
   EXPECT_EQ(m.step_bytes(0), m.weight_bytes());
   EXPECT_EQ(m.step_bytes(10) - m.step_bytes(0), size_t(3 * 10 * 2 * 2 * 64) * sizeof(float));
+}
+
+// A file without one of its tensors, loaded with progress on: one Error
+// naming the tensor (the progress is counted after each product is made,
+// never while an error unwinds).
+TEST(CausalLMGgufK, AMissingTensorIsNamedWithProgressOn) {
+  const fs::path dir = scratch_dir("causal_lm_k_missing");
+  const fs::path p = dir / "missing.gguf";
+  std::string bytes;
+  {
+    std::ifstream in(k_model(), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = bytes.find("blk.0.ffn_up.weight");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 19, "blk.0.ffn_uX.weight");
+  {
+    std::ofstream out(p, std::ios::binary);
+    out << bytes;
+  }
+  int calls = 0;
+  CausalLMLoadOptions lo;
+  lo.on_progress = [&](double) { ++calls; };
+  expect_error([&] { (void)CausalLM::load(p.string(), lo); }, "blk.0.ffn_up.weight");
+  EXPECT_GT(calls, 0);
 }
 
 // A NaN weight (output_norm) makes every logit NaN: generate says so
