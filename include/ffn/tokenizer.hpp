@@ -7,13 +7,16 @@
 //      Split pattern, run by PCRE2 with Unicode properties;
 //   3. each piece's UTF-8 bytes become GPT-2's printable byte characters and
 //      are merged pairwise, lowest merge rank first, into vocabulary tokens.
-// Read from a GGUF file's tokenizer.ggml.* metadata (model "gpt2"; the
-// pre-tokenizer is GPT-2's expression, what transformers' GGUF loader builds,
-// whatever tokenizer.ggml.pre says: files whose models were trained with
-// another expression, LLaMA 3's or Qwen's, tokenize as transformers' loader
-// does, not as their own tokenizer.json would)
-// or from a tokenizer.json (model BPE; pre-tokenizers ByteLevel, Digits,
-// Split and Sequence of them; decoder ByteLevel).
+// Read from a GGUF file's tokenizer.ggml.* metadata (model "gpt2") or from a
+// tokenizer.json (model BPE; pre-tokenizers ByteLevel, Digits, Split and
+// Sequence of them; decoder ByteLevel). A GGUF's pre-tokenizer is the one
+// tokenizer.ggml.pre names, as the model's own tokenizer.json writes it:
+// "llama-bpe" (Llama 3), "qwen2", "qwen35", "smollm", "gpt-2" and the other
+// names of src/text/bpe.cpp's table; no key or "default" is GPT-2's
+// expression. A name not in the table is refused, never guessed. (This is
+// not what transformers' GGUF loader does: it builds GPT-2's expression for
+// Llama 3 files, so its ids differ from Llama 3's own on digits and
+// whitespace.)
 #pragma once
 
 #include <cstdint>
@@ -41,6 +44,9 @@ class BpeTokenizer {
   const std::string& token(int32_t id) const { return tokens_.at(size_t(id)); }
   int32_t id_of(const std::string& token) const;  // -1 if absent
   bool is_special(int32_t id) const;
+  // The pre-tokenizer: a GGUF's tokenizer.ggml.pre ("default" without one),
+  // or "tokenizer.json".
+  const std::string& pre_tokenizer() const { return pre_; }
 
   BpeTokenizer(BpeTokenizer&&) noexcept;
   BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
@@ -70,6 +76,7 @@ class BpeTokenizer {
   bool ignore_merges_ = false;
   int32_t unk_ = -1;  // the unknown token, for bytes without a token (-1: they are left out)
   std::string where_;  // the file, for messages
+  std::string pre_ = "tokenizer.json";
 };
 
 }  // namespace ffn

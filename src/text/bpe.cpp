@@ -22,6 +22,43 @@ namespace {
 // GPT-2's pre-tokenizer expression (tokenizers' ByteLevel with use_regex).
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+// The Split expressions of the models' own tokenizer.json files, as written
+// there (PCRE2 runs them as tokenizers' Oniguruma does).
+// Llama 3 (Meta-Llama-3-8B, Llama-3.1/3.2): digits in runs of up to three.
+constexpr const char* kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen2, Qwen2.5 and Qwen3: Llama 3's with single digits.
+constexpr const char* kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen3.5: Qwen2's with combining marks (\p{M}) inside words.
+constexpr const char* kQwen35Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// A GGUF's tokenizer.ggml.pre (the name llama.cpp's converter gives a
+// tokenizer.json's pre-tokenizer) → that pre-tokenizer, as its tokenizer.json
+// writes it. A name not here is refused: a wrong guess gives wrong ids
+// without a word.
+struct PreTokenizer {
+  std::vector<const char*> names;
+  enum class Kind { byte_level, digits_byte_level, split_byte_level } kind;
+  const char* pattern;  // split_byte_level's expression
+  bool ignore_merges;   // tokenizer.json's model.ignore_merges
+};
+const std::vector<PreTokenizer>& pre_tokenizers() {
+  using K = PreTokenizer::Kind;
+  static const std::vector<PreTokenizer> t = {
+      // ByteLevel(use_regex) alone. "default" (and no key): GPT-2's, as
+      // before and as transformers' GGUF loader builds for every file.
+      {{"default", "gpt-2", "gpt2", "phi-2", "mpt", "olmo"}, K::byte_level, nullptr, false},
+      // Digits(individual_digits) then ByteLevel(use_regex).
+      {{"smollm", "starcoder", "refact", "command-r"}, K::digits_byte_level, nullptr, false},
+      // Split(expression, Isolated) then ByteLevel without its expression.
+      {{"llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"}, K::split_byte_level, kLlama3Pattern, true},
+      {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, K::split_byte_level, kQwen2Pattern, false},
+      {{"qwen35"}, K::split_byte_level, kQwen35Pattern, false},
+  };
+  return t;
+}
 
 // GPT-2's bytes_to_unicode: the printable bytes stand for themselves, the
 // others (controls, space, 0x7f-0xa0, 0xad) for U+0100 onwards in order.
@@ -179,9 +216,26 @@ BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
     if (u >= t.tokens_.size()) throw Error(where + ": tokenizer.ggml.unknown_token_id is outside the vocabulary");
     t.unk_ = int32_t(u);
   }
-  Step s;
-  s.pattern = kGpt2Pattern;
-  t.steps_.push_back(s);
+  std::string pre = "default";
+  if (const GgufValue* v = f.find("tokenizer.ggml.pre")) {
+    if (v->type != GgufType::string) throw Error(where + ": tokenizer.ggml.pre must be a string");
+    pre = f.get_string("tokenizer.ggml.pre");
+  }
+  const PreTokenizer* p = nullptr;
+  std::string known;
+  for (const auto& e : pre_tokenizers())
+    for (const char* n : e.names) {
+      if (pre == n) p = &e;
+      known += (known.empty() ? "\"" : ", \"") + std::string(n) + "\"";
+    }
+  if (!p)
+    throw Error(where + ": tokenizer.ggml.pre is \"" + pre + "\", a pre-tokenizer ffn does not know (known: " + known +
+                "); its ids would be wrong, so it is refused");
+  t.pre_ = pre;
+  t.ignore_merges_ = p->ignore_merges;
+  if (p->kind == PreTokenizer::Kind::digits_byte_level) t.steps_.push_back(Step{Step::Kind::digits, {}, true, {}});
+  t.steps_.push_back(Step{Step::Kind::regex, p->kind == PreTokenizer::Kind::split_byte_level ? p->pattern : kGpt2Pattern,
+                          true, {}});
   t.init(where);
   return t;
 }

@@ -1,0 +1,86 @@
+// Byte-level BPE (src/text/bpe.cpp) on the real vocabularies llama.cpp ships
+// with its test vectors (the llama-cpp-python sdist's
+// vendor/llama.cpp/models/ggml-vocab-*.gguf with .inp and .out: texts and the
+// ids transformers gives them with each model's own tokenizer.json),
+// extracted by scripts/setup.sh outside the repository.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ffn/gguf.hpp"
+#include "ffn/tokenizer.hpp"
+#include "ffn/types.hpp"
+
+namespace fs = std::filesystem;
+using namespace ffn;
+
+namespace {
+
+// FFN_LLAMA_CPP_MODELS, or where scripts/setup.sh extracts them.
+std::string vocab_dir() {
+  if (const char* env = std::getenv("FFN_LLAMA_CPP_MODELS")) return env;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/ffn/llama.cpp-models";
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// llama.cpp's format: each text followed by "\n__ggml_vocab_test__\n"; one
+// line of ids per text.
+std::vector<std::string> texts_of(const fs::path& p) {
+  const std::string s = slurp(p), sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> out;
+  size_t from = 0;
+  for (size_t at; (at = s.find(sep, from)) != std::string::npos; from = at + sep.size()) out.push_back(s.substr(from, at - from));
+  return out;
+}
+std::vector<std::vector<int32_t>> ids_of(const fs::path& p) {
+  std::vector<std::vector<int32_t>> out;
+  std::istringstream in(slurp(p));
+  for (std::string line; std::getline(in, line);) {
+    std::vector<int32_t> ids;
+    std::istringstream l(line);
+    for (int64_t id; l >> id;) ids.push_back(int32_t(id));
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+#define REQUIRE_VOCABS()                                                                                              \
+  if (!fs::exists(vocab_dir() + "/ggml-vocab-qwen2.gguf"))                                                            \
+  GTEST_SKIP() << "llama.cpp's vocabularies are not installed in " << vocab_dir()                                     \
+               << " (scripts/setup.sh extracts them from the llama-cpp-python sdist; FFN_LLAMA_CPP_MODELS overrides)"
+
+}  // namespace
+
+// Every text of each vocabulary's test vectors: the ids of the model's own
+// tokenizer, and the text back from them.
+TEST(BpeVocabularies, MatchTheirModelsTokenizers) {
+  REQUIRE_VOCABS();
+  for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "qwen35", "starcoder", "refact", "command-r", "mpt"}) {
+    SCOPED_TRACE(name);
+    const fs::path f = vocab_dir() + "/ggml-vocab-" + name + ".gguf";
+    const BpeTokenizer tok = BpeTokenizer::from_gguf(GgufFile(f.string()));
+    const auto texts = texts_of(f.string() + ".inp");
+    const auto want = ids_of(f.string() + ".out");
+    ASSERT_GE(texts.size(), 30u);
+    ASSERT_EQ(texts.size(), want.size());
+    int differ = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto got = tok.encode(texts[i]);
+      if (got != want[i] && ++differ <= 3) ADD_FAILURE() << "text " << i << ": \"" << texts[i] << "\"";
+      if (got == want[i]) EXPECT_EQ(tok.decode(got), texts[i]) << "text " << i;
+    }
+    EXPECT_EQ(differ, 0) << "of " << texts.size();
+  }
+}
