@@ -9,8 +9,8 @@ torch 1.13, as scripts/setup.sh pins):
     .venv/bin/python scripts/make_family_golden.py tests/data/families
 
 For each model NAME it writes NAME/ (config.json, model.safetensors:
-save_pretrained; no tokenizer: the tests give ids; llama3_rope also as
-llama3_rope.gguf, as llama.cpp's converter writes it) and, in cases.json, prompt
+save_pretrained; no tokenizer: the tests give ids; llama3_rope and the
+qwen2 models also as NAME.gguf, as llama.cpp's converter writes them) and, in cases.json, prompt
 id lists and the greedy continuation of each (generate, do_sample=False, up
 to and including EOS); in cases.safetensors the float32 logits after every
 prompt position ("NAME.K" for prompt K). Weights are re-drawn with larger
@@ -89,13 +89,14 @@ def permute(w, n_head):  # convert_hf_to_gguf.LlamaModel.permute
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_llama_gguf(model, cfg, path):
-    """The model as llama.cpp's converter writes a LLaMA (float32 tensors, W_Q and W_K rows in its
-    rotary order, no tokenizer) with its Llama 3 rule as rope_freqs.weight, one factor per
-    frequency (convert_hf_to_gguf.LlamaModel.generate_extra_tensors)."""
+def write_gguf(model, cfg, path, arch):
+    """The model as llama.cpp's converter writes it (float32 tensors, no tokenizer). llama: W_Q's and
+    W_K's rows in its rotary order, and a Llama 3 rule as rope_freqs.weight, one factor per
+    frequency (convert_hf_to_gguf.LlamaModel.generate_extra_tensors). qwen2: rows as they are
+    (Qwen2Model does not permute; llama.cpp's qwen2 graph uses NeoX rotary order), Q|K|V biases."""
     import gguf
     import numpy as np
-    w = gguf.GGUFWriter(path, "llama")
+    w = gguf.GGUFWriter(path, arch)
     dim = cfg.hidden_size // cfg.num_attention_heads
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
@@ -105,33 +106,41 @@ def write_llama_gguf(model, cfg, path):
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_rope_freq_base(cfg.rope_theta)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_rope_dimension_count(dim)
+    if arch == "llama":
+        w.add_rope_dimension_count(dim)
     w.add_vocab_size(cfg.vocab_size)
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     rs = cfg.rope_scaling
-    freqs = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    factor, low, high, old = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], \
-        rs["original_max_position_embeddings"]
-    factors = []
-    for freq in freqs:
-        wavelen = 2 * math.pi / freq
-        if wavelen < old / high:
-            factors.append(1)
-        elif wavelen > old / low:
-            factors.append(factor)
-        else:
-            smooth = (old / wavelen - low) / (high - low)
-            factors.append(1 / ((1 - smooth) / factor + smooth))
-    w.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
+    if rs:
+        freqs = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        factor, low, high, old = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], \
+            rs["original_max_position_embeddings"]
+        factors = []
+        for freq in freqs:
+            wavelen = 2 * math.pi / freq
+            if wavelen < old / high:
+                factors.append(1)
+            elif wavelen > old / low:
+                factors.append(factor)
+            else:
+                smooth = (old / wavelen - low) / (high - low)
+                factors.append(1 / ((1 - smooth) / factor + smooth))
+        w.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
+    rotary = permute if arch == "llama" else (lambda t, n: t)
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     w.add_tensor("output_norm.weight", sd["model.norm.weight"])
-    w.add_tensor("output.weight", sd["lm_head.weight"])
+    if not cfg.tie_word_embeddings:
+        w.add_tensor("output.weight", sd["lm_head.weight"])
     for l in range(cfg.num_hidden_layers):
         p, b = f"model.layers.{l}.", f"blk.{l}."
         w.add_tensor(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
-        w.add_tensor(b + "attn_q.weight", permute(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads))
-        w.add_tensor(b + "attn_k.weight", permute(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads))
+        w.add_tensor(b + "attn_q.weight", rotary(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads))
+        w.add_tensor(b + "attn_k.weight", rotary(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads))
         w.add_tensor(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
+        if arch == "qwen2":
+            w.add_tensor(b + "attn_q.bias", sd[p + "self_attn.q_proj.bias"])
+            w.add_tensor(b + "attn_k.bias", sd[p + "self_attn.k_proj.bias"])
+            w.add_tensor(b + "attn_v.bias", sd[p + "self_attn.v_proj.bias"])
         w.add_tensor(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
         w.add_tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
         w.add_tensor(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
@@ -161,7 +170,9 @@ def main(out):
             model.tie_weights()
         model.save_pretrained(d, safe_serialization=True)
         if name == "llama3_rope":
-            write_llama_gguf(model, cfg, os.path.join(out, name + ".gguf"))
+            write_gguf(model, cfg, os.path.join(out, name + ".gguf"), "llama")
+        if name.startswith("qwen2"):
+            write_gguf(model, cfg, os.path.join(out, name + ".gguf"), "qwen2")
         entry = {"prompts": [], "greedy": []}
         for k, n in enumerate(PROMPT_LENGTHS):
             ids = torch.randint(0, cfg.vocab_size, (1, n), generator=g)

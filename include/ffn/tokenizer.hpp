@@ -2,7 +2,8 @@
 // SmolLM2), as Hugging Face `tokenizers` runs it:
 //   1. special tokens written in the text ("<|im_start|>") are cut out and
 //      become their own ids (longest match first);
-//   2. the rest is split by the pre-tokenizer: GPT-2's regular expression
+//   2. the rest is normalized (NFC, where the tokenizer says so) and split by
+//      the pre-tokenizer: GPT-2's regular expression
 //      (ByteLevel), optionally after single digits (Digits) or another
 //      Split pattern, run by PCRE2 with Unicode properties;
 //   3. each piece's UTF-8 bytes become GPT-2's printable byte characters and
@@ -74,6 +75,7 @@ class BpeTokenizer {
   std::vector<Step> steps_;
   bool add_prefix_space_ = false;
   bool ignore_merges_ = false;
+  bool nfc_ = false;  // NFC before the pre-tokenizer (Qwen's normalizer)
   int32_t unk_ = -1;  // the unknown token, for bytes without a token (-1: they are left out)
   std::string where_;  // the file, for messages
   std::string pre_ = "tokenizer.json";

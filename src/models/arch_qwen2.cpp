@@ -1,16 +1,13 @@
-// Qwen2 as data (Qwen2ForCausalLM, Hugging Face directories): LLaMA's stack
-// with biases on the Q, K and V projections (not on W_O), under LLaMA's
-// tensor names. Its tokenizer.json (a Split pre-tokenizer with Qwen2's
-// expression) is read as written.
-//
-// Not yet from GGUF: the stack would load (llama.cpp's converter leaves
-// Qwen2's Q and K rows in transformers' order, so the table would not
-// reorder them), but ffn's GGUF tokenizer splits text with GPT-2's
-// expression, not the one tokenizer.ggml.pre = "qwen2" names, and would
-// give wrong ids without a word. The GGUF entry comes with the pre-tokenizers
-// (issue 48).
+// Qwen2 as data (Qwen2ForCausalLM; GGUF general.architecture "qwen2"):
+// LLaMA's stack with biases on the Q, K and V projections (not on W_O),
+// under LLaMA's tensor names. llama.cpp's converter leaves Qwen2's W_Q and
+// W_K rows in transformers' order (its qwen2 graph rotates NeoX-style), so
+// the GGUF table does not reorder them. The tokenizer: tokenizer.json's
+// (NFC, a Split with Qwen2's expression) or a GGUF's tokenizer.ggml.pre
+// "qwen2" (src/text/bpe.cpp's table, the same).
 #include "core/json_file.hpp"
 #include "ffn/diagnostics.hpp"
+#include "ffn/gguf.hpp"
 #include "models/arch.hpp"
 
 namespace ffn::models {
@@ -31,6 +28,15 @@ Architecture qwen2_architecture() {
     return a;
   };
   a.hf_names = &llama_names(Format::safetensors);
+  a.from_gguf = [](const GgufFile& f) {
+    const CausalLMConfig c = llama_config(f, "qwen2");
+    nn::StackSpec s = llama_spec(c);
+    read_gguf_rope(f, "qwen2", s);
+    s.attention.qkv_bias = true;
+    return ArchConfig{c, s};
+  };
+  static const NameTable kQwen2Gguf{llama_names(Format::gguf).names, false};
+  a.gguf_names = &kQwen2Gguf;
   return a;
 }
 

@@ -43,19 +43,22 @@ struct PreTokenizer {
   enum class Kind { byte_level, digits_byte_level, split_byte_level } kind;
   const char* pattern;  // split_byte_level's expression
   bool ignore_merges;   // tokenizer.json's model.ignore_merges
+  bool nfc;             // tokenizer.json's normalizer NFC
 };
 const std::vector<PreTokenizer>& pre_tokenizers() {
   using K = PreTokenizer::Kind;
   static const std::vector<PreTokenizer> t = {
       // ByteLevel(use_regex) alone. "default" (and no key): GPT-2's, as
       // before and as transformers' GGUF loader builds for every file.
-      {{"default", "gpt-2", "gpt2", "phi-2", "mpt", "olmo"}, K::byte_level, nullptr, false},
+      {{"default", "gpt-2", "gpt2", "phi-2", "mpt", "olmo"}, K::byte_level, nullptr, false, false},
       // Digits(individual_digits) then ByteLevel(use_regex).
-      {{"smollm", "starcoder", "refact", "command-r"}, K::digits_byte_level, nullptr, false},
-      // Split(expression, Isolated) then ByteLevel without its expression.
-      {{"llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"}, K::split_byte_level, kLlama3Pattern, true},
-      {{"qwen2", "deepseek-r1-qwen", "stablelm2"}, K::split_byte_level, kQwen2Pattern, false},
-      {{"qwen35"}, K::split_byte_level, kQwen35Pattern, false},
+      {{"smollm", "starcoder", "refact", "command-r"}, K::digits_byte_level, nullptr, false, false},
+      // Split(expression, Isolated) then ByteLevel without its expression;
+      // Qwen2's after an NFC normalizer (Qwen3.5's has none: its vectors
+      // keep combining marks as they are).
+      {{"llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"}, K::split_byte_level, kLlama3Pattern, true, false},
+      {{"qwen2", "deepseek-r1-qwen"}, K::split_byte_level, kQwen2Pattern, false, true},
+      {{"qwen35"}, K::split_byte_level, kQwen35Pattern, false, false},
   };
   return t;
 }
@@ -135,6 +138,16 @@ void regex_split(const pcre2_code* code, const std::string& text, std::vector<st
     }
   }
   if (last < text.size()) out.emplace_back(text.substr(last));
+}
+
+// Unicode's canonical composition (NFC) of valid UTF-8.
+std::string nfc(const std::string& s) {
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), utf8proc_ssize_t(s.size()),
+                                          &out, utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  std::unique_ptr<utf8proc_uint8_t, void (*)(void*)> keep(out, std::free);
+  if (n < 0) throw Error(std::string("text cannot be normalized (NFC): ") + utf8proc_errmsg(n));
+  return std::string(reinterpret_cast<const char*>(out), size_t(n));
 }
 
 // Digits: each numeric character (Unicode N*) its own piece, or runs of them.
@@ -233,6 +246,7 @@ BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
                 "); its ids would be wrong, so it is refused");
   t.pre_ = pre;
   t.ignore_merges_ = p->ignore_merges;
+  t.nfc_ = p->nfc;
   if (p->kind == PreTokenizer::Kind::digits_byte_level) t.steps_.push_back(Step{Step::Kind::digits, {}, true, {}});
   t.steps_.push_back(Step{Step::Kind::regex, p->kind == PreTokenizer::Kind::split_byte_level ? p->pattern : kGpt2Pattern,
                           true, {}});
@@ -298,12 +312,19 @@ BpeTokenizer BpeTokenizer::from_json(const std::string& path) {
       for (size_t i = 0; i < t.tokens_.size(); ++i)
         if (t.tokens_[i] == u) t.unk_ = int32_t(i);
     }
-    const bool no_normalizer = !j.contains("normalizer") || j.at("normalizer").is_null() ||
-                               (j.at("normalizer").value("type", std::string()) == "Sequence" &&
-                                j.at("normalizer").value("normalizers", nlohmann::json::array()).empty());
-    if (!no_normalizer)
-      throw Error(path + ": normalizer " + j.at("normalizer").value("type", std::string("?")) +
-                  " is not supported (byte-level BPE tokenizers have none)");
+    // The normalizer: none, or NFC (Qwen's), alone or in a Sequence.
+    if (j.contains("normalizer") && !j.at("normalizer").is_null()) {
+      const auto& nz = j.at("normalizer");
+      std::vector<nlohmann::json> list;
+      if (nz.value("type", std::string()) == "Sequence") for (const auto& n : nz.at("normalizers")) list.push_back(n);
+      else list.push_back(nz);
+      for (const auto& n : list) {
+        if (n.value("type", std::string()) != "NFC")
+          throw Error(path + ": normalizer " + n.value("type", std::string("?")) +
+                      " is not supported (byte-level BPE tokenizers have none, or NFC)");
+        t.nfc_ = true;
+      }
+    }
     // The pre-tokenizer: ByteLevel, Digits, Split, or a Sequence of them.
     std::vector<nlohmann::json> steps;
     const auto& pre = j.at("pre_tokenizer");
@@ -434,7 +455,7 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
   auto plain = [&](size_t from, size_t to) {
     if (to <= from) return;
     pieces.clear();
-    split(text.substr(from, to - from), pieces);
+    split(nfc_ ? nfc(text.substr(from, to - from)) : text.substr(from, to - from), pieces);
     for (const auto& p : pieces) bpe(p, out);
   };
   size_t start = 0, i = 0;

@@ -181,5 +181,26 @@ TEST(Families, UnsupportedSpecFeaturesAreRefusedByName) {
   fs::remove_all(dir);
 }
 
+// Qwen2 from GGUF, as llama.cpp's converter writes it (qwen2 metadata, W_Q
+// and W_K rows in transformers' order, Q|K|V biases; GQA 3 tied and MHA
+// untied): transformers' logits within the bound and its greedy tokens.
+TEST(Families, Qwen2FromGgufMatchesTransformers) {
+  for (const std::string name : {"qwen2_gqa3", "qwen2_mha"}) {
+    SCOPED_TRACE(name);
+    const CausalLM m = CausalLM::load(std::string(FFN_FAMILIES_DIR) + "/" + name + ".gguf");
+    const auto& c = cases()["models"][name];
+    const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
+    const auto want = c["greedy"].get<std::vector<std::vector<int32_t>>>();
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      EXPECT_LE(worst_share(m.logits(prompts[k]), golden().tensors.at(name + "." + std::to_string(k)), m.config().vocab),
+                2e-3f)
+          << "prompt " << k;
+      SamplingOptions s;
+      s.max_new_tokens = int64_t(want[k].size());
+      EXPECT_EQ(m.generate(prompts[k], s), want[k]) << "prompt " << k;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ffn

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ffn/gguf.hpp"
 #include "ffn/tokenizer.hpp"
 #include "ffn/types.hpp"
@@ -82,5 +84,45 @@ TEST(BpeVocabularies, MatchTheirModelsTokenizers) {
       if (got == want[i]) EXPECT_EQ(tok.decode(got), texts[i]) << "text " << i;
     }
     EXPECT_EQ(differ, 0) << "of " << texts.size();
+  }
+}
+
+// Hostile texts (Unicode, combining marks, emoji, code, digit and whitespace
+// runs, special tokens in the text) on three vocabularies, against each
+// model's own tokenizer.json run by Hugging Face tokenizers
+// (scripts/make_vocab_golden.py, which also checks transformers' GGUF loader
+// where it builds the same tokenizer).
+TEST(BpeVocabularies, HostileTextsAsTokenizersRunsThem) {
+  REQUIRE_VOCABS();
+  std::ifstream in(std::string(FFN_VOCAB_GOLDEN_DIR) + "/hostile.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j.size(), 3u);
+  for (const auto& [name, c] : j.items()) {
+    SCOPED_TRACE(name);
+    const BpeTokenizer tok = BpeTokenizer::from_gguf(GgufFile(vocab_dir() + "/ggml-vocab-" + name + ".gguf"));
+    const auto texts = c["texts"].get<std::vector<std::string>>();
+    const auto ids = c["ids"].get<std::vector<std::vector<int32_t>>>();
+    const auto decoded = c["decoded"].get<std::vector<std::string>>();
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto got = tok.encode(texts[i]);
+      EXPECT_EQ(got, ids[i]) << "text " << i << ": \"" << texts[i] << "\"";
+      EXPECT_EQ(tok.decode(ids[i]), decoded[i]) << "text " << i;
+    }
+  }
+}
+
+// A name the table does not know is refused, naming the key and the name;
+// so is a non-string value.
+TEST(BpeVocabularies, UnknownPreTokenizersAreRefused) {
+  REQUIRE_VOCABS();
+  for (const char* name : {"deepseek-llm", "deepseek-coder", "falcon"}) {
+    try {
+      BpeTokenizer::from_gguf(GgufFile(vocab_dir() + "/ggml-vocab-" + name + ".gguf"));
+      ADD_FAILURE() << name << ": accepted";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("tokenizer.ggml.pre is \"" + std::string(name) + "\""), std::string::npos) << m;
+      EXPECT_NE(m.find("\"llama-bpe\""), std::string::npos) << m;
+    }
   }
 }
