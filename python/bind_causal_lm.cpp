@@ -30,7 +30,7 @@ void bind_causal_lm(nb::module_& m) {
                      d["vocab"] = c.vocab; d["d_model"] = c.d_model; d["layers"] = c.layers; d["heads"] = c.heads;
                      d["kv_heads"] = c.kv_heads; d["head_dim"] = c.head_dim; d["d_ff"] = c.d_ff;
                      d["rope_theta"] = c.rope_theta; d["eps"] = c.eps; d["tied"] = c.tied; d["context"] = c.context;
-                     d["bos"] = c.bos; d["eos"] = c.eos;
+                     d["bos"] = c.bos; d["eos"] = c.eos; d["end_ids"] = c.end_ids;
                      return d;
                    })
       .def_prop_ro("quantized", &CausalLM::quantized, "Whether some products keep quantized blocks.")

@@ -89,11 +89,12 @@ def permute(w, n_head):  # convert_hf_to_gguf.LlamaModel.permute
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(model, cfg, path, arch):
+def write_gguf(model, cfg, path, arch, eot=None):
     """The model as llama.cpp's converter writes it (float32 tensors, no tokenizer). llama: W_Q's and
     W_K's rows in its rotary order, and a Llama 3 rule as rope_freqs.weight, one factor per
     frequency (convert_hf_to_gguf.LlamaModel.generate_extra_tensors). qwen2: rows as they are
-    (Qwen2Model does not permute; llama.cpp's qwen2 graph uses NeoX rotary order), Q|K|V biases."""
+    (Qwen2Model does not permute; llama.cpp's qwen2 graph uses NeoX rotary order), Q|K|V biases.
+    BOS and EOS ids as the converter writes them; eot: tokenizer.ggml.eot_token_id too."""
     import gguf
     import numpy as np
     w = gguf.GGUFWriter(path, arch)
@@ -109,6 +110,10 @@ def write_gguf(model, cfg, path, arch):
     if arch == "llama":
         w.add_rope_dimension_count(dim)
     w.add_vocab_size(cfg.vocab_size)
+    w.add_bos_token_id(cfg.bos_token_id)
+    w.add_eos_token_id(cfg.eos_token_id)
+    if eot is not None:
+        w.add_eot_token_id(eot)
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     rs = cfg.rope_scaling
     if rs:
@@ -169,10 +174,6 @@ def main(out):
         if cfg.tie_word_embeddings:
             model.tie_weights()
         model.save_pretrained(d, safe_serialization=True)
-        if name == "llama3_rope":
-            write_gguf(model, cfg, os.path.join(out, name + ".gguf"), "llama")
-        if name.startswith("qwen2"):
-            write_gguf(model, cfg, os.path.join(out, name + ".gguf"), "qwen2")
         entry = {"prompts": [], "greedy": []}
         for k, n in enumerate(PROMPT_LENGTHS):
             ids = torch.randint(0, cfg.vocab_size, (1, n), generator=g)
@@ -200,6 +201,15 @@ def main(out):
             entry["greedy"].append(seq[0, n:].tolist())
             tensors[f"{name}.{k}"] = logits.contiguous()
         cases[name] = entry
+        if name == "llama3_rope":
+            write_gguf(model, cfg, os.path.join(out, name + ".gguf"), "llama")
+        if name.startswith("qwen2"):
+            # qwen2_mha: an end-of-turn id, the 4th token of prompt 2's continuation (first seen there).
+            eot = None
+            if name == "qwen2_mha":
+                cont = entry["greedy"][2]
+                eot = next(t for i, t in enumerate(cont) if i >= 3 and t not in cont[:i] and t != 2)
+            write_gguf(model, cfg, os.path.join(out, name + ".gguf"), "qwen2", eot)
     with open(os.path.join(out, "cases.json"), "w", encoding="utf-8") as f:
         json.dump({"models": cases, "new_tokens": NEW_TOKENS}, f)
     save_file(tensors, os.path.join(out, "cases.safetensors"))

@@ -52,6 +52,11 @@ struct CausalLMConfig {
   bool tied = true;           // the output projection is the token embedding
   int64_t context = 0;        // positions the checkpoint was trained for (0: unknown)
   int64_t bos = -1, eos = -1; // -1: none
+  // Every id that ends generation (SamplingOptions::stop_at_eos): EOS first,
+  // then a GGUF's tokenizer.ggml.eot_token_id and eom_token_id (Llama 3's
+  // <|eot_id|> and <|eom_id|>), or every eos_token_id of config.json and of
+  // generation_config.json (Llama 3.1 lists three); each once.
+  std::vector<int64_t> end_ids;
   // Throws Error naming the field if a size is out of range.
   void validate() const;
 };
@@ -70,7 +75,7 @@ struct SamplingOptions {
   float top_p = 1.0f;         // 1: no limit
   float repeat_penalty = 1.0f;
   uint64_t seed = 0;
-  bool stop_at_eos = true;    // stop after the model's EOS (which is returned)
+  bool stop_at_eos = true;    // stop after one of the model's end ids (config().end_ids; returned)
   // Beam search (transformers' BeamSearchScorer) with this many beams; the
   // best hypothesis is returned (the callback sees its tokens at the end).
   // 1: greedy or sampling as above. Not with temperature > 0, top-k, top-p

@@ -48,6 +48,9 @@ const Architecture* find_architecture(const std::string& name, Format format);
 // "\"a\", \"b\"": the names that come in `format`, for messages.
 std::string architecture_names(Format format);
 
+// Adds id (≥ 0, not there yet) to c.end_ids.
+void add_end_id(CausalLMConfig& c, int64_t id);
+
 // The built-in architectures, one file each (arch_<name>.cpp).
 Architecture llama_architecture();
 Architecture qwen2_architecture();

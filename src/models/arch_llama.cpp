@@ -95,12 +95,32 @@ CausalLMConfig llama_config(const nlohmann::json& j, const std::filesystem::path
     if (e.is_number_integer()) c.eos = e.get<int64_t>();
     else if (e.is_array() && !e.empty() && e[0].is_number_integer()) c.eos = e[0].get<int64_t>();
   }
+  // The end ids: config.json's eos_token_id (one or a list), then
+  // generation_config.json's, which transformers' generate stops at.
+  add_end_id(c, c.eos);
+  auto add_list = [&](const nlohmann::json& e) {
+    if (e.is_number_integer()) add_end_id(c, e.get<int64_t>());
+    else if (e.is_array())
+      for (const auto& v : e)
+        if (v.is_number_integer()) add_end_id(c, v.get<int64_t>());
+  };
+  if (j.contains("eos_token_id")) add_list(j["eos_token_id"]);
+  const std::filesystem::path gen = cfg_path.parent_path() / "generation_config.json";
+  std::error_code ec;
+  if (std::filesystem::exists(gen, ec)) {
+    const nlohmann::json g = read_json(gen);
+    if (g.is_object() && g.contains("eos_token_id")) add_list(g["eos_token_id"]);
+  }
   if (json_opt<bool>(j, "mlp_bias", false, cfg_path))
     throw Error(cfg_path.string() + ": mlp_bias is not supported (the FFN's products have no biases here)");
   if (json_opt<std::string>(j, "hidden_act", "silu", cfg_path) != "silu")
     throw Error(cfg_path.string() + ": hidden_act is " + j["hidden_act"].dump() + "; expected \"silu\" (SwiGLU)");
   c.validate();
   return c;
+}
+
+void add_end_id(CausalLMConfig& c, int64_t id) {
+  if (id >= 0 && std::find(c.end_ids.begin(), c.end_ids.end(), id) == c.end_ids.end()) c.end_ids.push_back(id);
 }
 
 ArchConfig llama_arch_config(const nlohmann::json& j, const std::filesystem::path& p) {
@@ -189,6 +209,9 @@ CausalLMConfig llama_config(const GgufFile& f, const std::string& arch) {
   c.tied = !f.has("output.weight");
   if (f.find("tokenizer.ggml.bos_token_id")) c.bos = int64_t(f.get_uint("tokenizer.ggml.bos_token_id"));
   if (f.find("tokenizer.ggml.eos_token_id")) c.eos = int64_t(f.get_uint("tokenizer.ggml.eos_token_id"));
+  add_end_id(c, c.eos);
+  for (const char* k : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+    if (f.find(k)) add_end_id(c, int64_t(f.get_uint(k)));
   c.validate();
   return c;
 }

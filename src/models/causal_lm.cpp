@@ -573,7 +573,7 @@ std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, cons
   decoding::Search search;
   search.vocab = V;
   search.max_new = s.max_new_tokens;
-  if (s.stop_at_eos) search.end_ids = {cfg_.eos};
+  if (s.stop_at_eos) search.end_ids = cfg_.end_ids;
   search.beams = s.beams;
   search.length_penalty = s.length_penalty;
   search.sampling = s;

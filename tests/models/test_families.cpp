@@ -181,6 +181,15 @@ TEST(Families, UnsupportedSpecFeaturesAreRefusedByName) {
   fs::remove_all(dir);
 }
 
+// The 4th token of prompt 2's greedy continuation, the first time it comes
+// (as scripts/make_family_golden.py chose qwen2_mha.gguf's eot id).
+int32_t fourth_new_token(const std::vector<int32_t>& cont) {
+  for (size_t i = 3; i < cont.size(); ++i)
+    if (cont[i] != 2 && std::find(cont.begin(), cont.begin() + std::ptrdiff_t(i), cont[i]) == cont.begin() + std::ptrdiff_t(i))
+      return cont[i];
+  return -1;
+}
+
 // Qwen2 from GGUF, as llama.cpp's converter writes it (qwen2 metadata, W_Q
 // and W_K rows in transformers' order, Q|K|V biases; GQA 3 tied and MHA
 // untied): transformers' logits within the bound and its greedy tokens.
@@ -190,7 +199,10 @@ TEST(Families, Qwen2FromGgufMatchesTransformers) {
     const CausalLM m = CausalLM::load(std::string(FFN_FAMILIES_DIR) + "/" + name + ".gguf");
     const auto& c = cases()["models"][name];
     const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
-    const auto want = c["greedy"].get<std::vector<std::vector<int32_t>>>();
+    auto want = c["greedy"].get<std::vector<std::vector<int32_t>>>();
+    // qwen2_mha.gguf declares an eot id that the Hugging Face model does
+    // not: its continuation ends there (EndIdsEndGeneration checks it).
+    if (name == "qwen2_mha") want[2].resize(4);
     for (size_t k = 0; k < prompts.size(); ++k) {
       EXPECT_LE(worst_share(m.logits(prompts[k]), golden().tensors.at(name + "." + std::to_string(k)), m.config().vocab),
                 2e-3f)
@@ -199,6 +211,44 @@ TEST(Families, Qwen2FromGgufMatchesTransformers) {
       s.max_new_tokens = int64_t(want[k].size());
       EXPECT_EQ(m.generate(prompts[k], s), want[k]) << "prompt " << k;
     }
+  }
+}
+
+// Every end id ends generation: a GGUF's EOS and eot ids, and config.json's
+// and generation_config.json's eos_token_id lists (as transformers' generate
+// stops at every id of generation_config's list).
+TEST(Families, EndIdsEndGeneration) {
+  const auto& c = cases()["models"];
+  {
+    const CausalLM m = CausalLM::load(std::string(FFN_FAMILIES_DIR) + "/qwen2_mha.gguf");
+    const auto prompt = c["qwen2_mha"]["prompts"][2].get<std::vector<int32_t>>();
+    const auto cont = c["qwen2_mha"]["greedy"][2].get<std::vector<int32_t>>();
+    const int32_t eot = fourth_new_token(cont);
+    ASSERT_GE(eot, 0);
+    EXPECT_EQ(m.config().eos, 2);
+    EXPECT_EQ(m.config().end_ids, (std::vector<int64_t>{2, eot}));
+    SamplingOptions s;
+    s.max_new_tokens = 12;
+    EXPECT_EQ(m.generate(prompt, s), std::vector<int32_t>(cont.begin(), cont.begin() + 4));
+    s.stop_at_eos = false;
+    EXPECT_EQ(m.generate(prompt, s).size(), 12u);
+  }
+  {
+    const fs::path dir = test::scratch_dir("families_end_ids");
+    fs::copy_file(fs::path(model_dir("qwen2_gqa3")) / "model.safetensors", dir / "model.safetensors");
+    fs::copy_file(fs::path(model_dir("qwen2_gqa3")) / "config.json", dir / "config.json");
+    const auto prompt = c["qwen2_gqa3"]["prompts"][1].get<std::vector<int32_t>>();
+    const auto cont = c["qwen2_gqa3"]["greedy"][1].get<std::vector<int32_t>>();
+    ASSERT_GE(cont.size(), 3u);
+    std::ofstream(dir / "generation_config.json") << nlohmann::json{{"eos_token_id", {2, cont[2], 2}}}.dump();
+    const CausalLM m = CausalLM::load(dir.string());
+    EXPECT_EQ(m.config().end_ids, (std::vector<int64_t>{2, cont[2]}));
+    SamplingOptions s;
+    s.max_new_tokens = 12;
+    const auto got = m.generate(prompt, s);
+    const auto end = std::find(cont.begin(), cont.end(), cont[2]) + 1;
+    EXPECT_EQ(got, std::vector<int32_t>(cont.begin(), end));
+    fs::remove_all(dir);
   }
 }
 
