@@ -116,7 +116,7 @@ int cmd_generate(GenerateArgs& a) {
                 "keeps the file's own quantized blocks)");
   lo.on_progress = load_progress(a.model);
   const CausalLM m = CausalLM::load(a.model, lo);
-  const BpeTokenizer* tok = m.tokenizer();
+  const Tokenizer* tok = m.tokenizer();
   if (!a.ids && !tok) throw Error(a.model + ": no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json); give token ids with --ids");
   const std::string where = !a.prompt_file.empty() ? "--prompt-file " + a.prompt_file : a.chat_given ? "--chat" : "PROMPT";
   std::vector<int32_t> prompt;
@@ -167,7 +167,7 @@ int cmd_tokenize(const TokenizeArgs& a) {
     if (!a.input_file.empty() && a.input_file != "-") check_not_an_input(a.output, "--output", {{"--input-file", a.input_file}});
   }
   // Only the tokenizer is needed: tokenizer.json alone, or a GGUF's metadata.
-  std::unique_ptr<BpeTokenizer> tok;
+  std::unique_ptr<Tokenizer> tok;
   std::error_code ec;
   if (std::filesystem::is_directory(a.model, ec)) {
     const std::string p = a.model + "/tokenizer.json";
@@ -175,7 +175,7 @@ int cmd_tokenize(const TokenizeArgs& a) {
     tok = std::make_unique<BpeTokenizer>(BpeTokenizer::from_json(p));
   } else {
     const GgufFile f(a.model);
-    tok = std::make_unique<BpeTokenizer>(BpeTokenizer::from_gguf(f));
+    tok = Tokenizer::from_gguf(f);
   }
   std::vector<std::string> lines;
   if (a.text_given) lines.push_back(a.text);

@@ -159,7 +159,7 @@ class CausalLM {
   // and the key and value caches of every layer at `positions` positions.
   size_t step_bytes(int64_t positions) const;
   // The checkpoint's tokenizer (GGUF metadata or tokenizer.json); null if it has none.
-  const BpeTokenizer* tokenizer() const { return tok_.get(); }
+  const Tokenizer* tokenizer() const { return tok_.get(); }
   // The GGUF's or tokenizer_config.json's chat template ("" if none).
   const std::string& chat_template() const { return chat_template_; }
   // One user message in the chat template, as transformers'
@@ -202,7 +202,7 @@ class CausalLM {
  private:
   CausalLM();
   CausalLMConfig cfg_;
-  std::shared_ptr<const BpeTokenizer> tok_;
+  std::shared_ptr<const Tokenizer> tok_;
   std::string chat_template_, path_;
   bool native_ = false;
   std::unique_ptr<Weights> w_;

@@ -31,20 +31,38 @@ namespace ffn {
 
 class GgufFile;
 
-class BpeTokenizer {
+// What a language model's tokenizer does, whatever its scheme: byte-level
+// BPE (BpeTokenizer) or SentencePiece (SpmTokenizer).
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // A GGUF's tokenizer, as tokenizer.ggml.model names it: "gpt2" (byte-level
+  // BPE) or "llama" (SentencePiece); Error naming the file and the model
+  // otherwise.
+  static std::unique_ptr<Tokenizer> from_gguf(const GgufFile& f);
+
+  virtual int64_t vocab_size() const = 0;
+  // The ids of text (UTF-8; Error if it is not), no BOS or EOS added.
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  // The text of ids (bytes joined; an incomplete UTF-8 sequence is kept as
+  // bytes). skip_special: special tokens give nothing.
+  virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const = 0;
+  virtual const std::string& token(int32_t id) const = 0;
+  virtual int32_t id_of(const std::string& token) const = 0;  // -1 if absent
+  virtual bool is_special(int32_t id) const = 0;
+};
+
+class BpeTokenizer final : public Tokenizer {
  public:
   static BpeTokenizer from_gguf(const GgufFile& f);
   static BpeTokenizer from_json(const std::string& path);
 
-  int64_t vocab_size() const { return int64_t(tokens_.size()); }
-  // The ids of text (UTF-8; Error if it is not), no BOS or EOS added.
-  std::vector<int32_t> encode(const std::string& text) const;
-  // The text of ids (bytes joined; an incomplete UTF-8 sequence is kept as
-  // bytes). skip_special: special tokens give nothing.
-  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
-  const std::string& token(int32_t id) const { return tokens_.at(size_t(id)); }
-  int32_t id_of(const std::string& token) const;  // -1 if absent
-  bool is_special(int32_t id) const;
+  int64_t vocab_size() const override { return int64_t(tokens_.size()); }
+  std::vector<int32_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const override;
+  const std::string& token(int32_t id) const override { return tokens_.at(size_t(id)); }
+  int32_t id_of(const std::string& token) const override;
+  bool is_special(int32_t id) const override;
   // The pre-tokenizer: a GGUF's tokenizer.ggml.pre ("default" without one),
   // or "tokenizer.json".
   const std::string& pre_tokenizer() const { return pre_; }
@@ -79,6 +97,46 @@ class BpeTokenizer {
   int32_t unk_ = -1;  // the unknown token, for bytes without a token (-1: they are left out)
   std::string where_;  // the file, for messages
   std::string pre_ = "tokenizer.json";
+};
+
+// SentencePiece vocabularies as a GGUF holds them (tokenizer.ggml.model
+// "llama": pieces, scores and types; Llama 2, Mistral, Gemma, Phi-3), run by
+// libsentencepiece as a BPE model with byte fallback, as transformers' and
+// llama.cpp's tokenizers run them:
+//   1. control and user-defined tokens written in the text are cut out and
+//      become their own ids (longest match first);
+//   2. each piece of text between them gets "▁" in front
+//      (tokenizer.ggml.add_space_prefix, default true) and spaces become "▁";
+//      pieces merge, highest score first; a character without a piece
+//      becomes its UTF-8 bytes' <0xXX> tokens.
+// Error if ffn was built without libsentencepiece.
+class SpmTokenizer final : public Tokenizer {
+ public:
+  static SpmTokenizer from_gguf(const GgufFile& f);
+
+  int64_t vocab_size() const override { return int64_t(tokens_.size()); }
+  std::vector<int32_t> encode(const std::string& text) const override;
+  // Pieces joined, "▁" as a space, <0xXX> as its byte; with a space prefix,
+  // the text's first space is dropped.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const override;
+  const std::string& token(int32_t id) const override { return tokens_.at(size_t(id)); }
+  int32_t id_of(const std::string& token) const override;
+  bool is_special(int32_t id) const override;
+
+  SpmTokenizer(SpmTokenizer&&) noexcept;
+  SpmTokenizer& operator=(SpmTokenizer&&) noexcept;
+  ~SpmTokenizer() override;
+
+ private:
+  SpmTokenizer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;  // the SentencePiece processor
+  std::vector<std::string> tokens_;
+  std::vector<int32_t> types_;  // GGUF token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
+  std::unordered_map<std::string, int32_t> ids_;
+  std::vector<std::pair<std::string, int32_t>> specials_;  // cut out of the text, longest first
+  bool space_prefix_ = true;
+  std::string where_;
 };
 
 }  // namespace ffn

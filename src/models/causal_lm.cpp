@@ -406,7 +406,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     w.layers.push_back(std::move(L));
   }
   if (gguf) {
-    if (gguf->find("tokenizer.ggml.model")) lm.tok_ = std::make_shared<BpeTokenizer>(BpeTokenizer::from_gguf(*gguf));
+    if (gguf->find("tokenizer.ggml.model")) lm.tok_ = Tokenizer::from_gguf(*gguf);
     if (gguf->find("tokenizer.chat_template")) lm.chat_template_ = gguf->get_string("tokenizer.chat_template");
   }
   if (lm.tok_ && lm.tok_->vocab_size() > c.vocab)

@@ -15,6 +15,23 @@
 #include "ffn/gguf.hpp"
 #include "ffn/tokenizer.hpp"
 #include "ffn/types.hpp"
+#include "text/specials.hpp"
+
+namespace ffn::text {
+
+bool valid_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  utf8proc_ssize_t i = 0, n = utf8proc_ssize_t(s.size());
+  while (i < n) {
+    utf8proc_int32_t cp;
+    const auto len = utf8proc_iterate(p + i, n - i, &cp);
+    if (len <= 0) return false;
+    i += len;
+  }
+  return true;
+}
+
+}  // namespace ffn::text
 
 namespace ffn {
 namespace {
@@ -85,17 +102,6 @@ const ByteMap& byte_map() {
   return m;
 }
 
-bool valid_utf8(const std::string& s) {
-  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
-  utf8proc_ssize_t i = 0, n = utf8proc_ssize_t(s.size());
-  while (i < n) {
-    utf8proc_int32_t cp;
-    const auto len = utf8proc_iterate(p + i, n - i, &cp);
-    if (len <= 0) return false;
-    i += len;
-  }
-  return true;
-}
 
 std::shared_ptr<void> compile(const std::string& pattern, const std::string& where) {
   int err = 0;
@@ -185,8 +191,7 @@ void BpeTokenizer::init(const std::string& where) {
   special_.resize(tokens_.size(), false);
   added_.assign(tokens_.size(), false);
   for (const auto& s : specials_) added_[size_t(s.second)] = true;
-  std::sort(specials_.begin(), specials_.end(),
-            [](const auto& a, const auto& b) { return a.first.size() != b.first.size() ? a.first.size() > b.first.size() : a.second < b.second; });
+  text::sort_specials(specials_);
   for (auto& s : steps_)
     if (s.kind == Step::Kind::regex) s.code = compile(s.pattern, where);
   // A byte without a token (SmolLM2's vocabulary lacks some control bytes)
@@ -219,7 +224,7 @@ BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
     for (size_t i = 0; i < t.tokens_.size(); ++i)
       // Control and user-defined tokens are matched in the text as they are
       // (not one that is not UTF-8: it could cut a character in two).
-      if ((types->ints[i] == 3 || types->ints[i] == 4) && valid_utf8(t.tokens_[i])) {
+      if ((types->ints[i] == 3 || types->ints[i] == 4) && text::valid_utf8(t.tokens_[i])) {
         t.special_[i] = types->ints[i] == 3;
         t.specials_.emplace_back(t.tokens_[i], int32_t(i));
       }
@@ -449,7 +454,7 @@ void BpeTokenizer::merge(std::vector<std::string>& sym, std::vector<int32_t>& ou
 }
 
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
-  if (!valid_utf8(text)) throw Error("text is not valid UTF-8");
+  if (!text::valid_utf8(text)) throw Error("text is not valid UTF-8");
   std::vector<int32_t> out;
   std::vector<std::string> pieces;
   auto plain = [&](size_t from, size_t to) {
@@ -458,27 +463,7 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
     split(nfc_ ? nfc(text.substr(from, to - from)) : text.substr(from, to - from), pieces);
     for (const auto& p : pieces) bpe(p, out);
   };
-  size_t start = 0, i = 0;
-  while (i < text.size()) {
-    int32_t hit = -1;
-    size_t len = 0;
-    if (!specials_.empty())
-      for (const auto& [s, id] : specials_)
-        if (!s.empty() && text.compare(i, s.size(), s) == 0) {
-          hit = id;
-          len = s.size();
-          break;  // longest first
-        }
-    if (hit < 0) {
-      ++i;
-      continue;
-    }
-    plain(start, i);
-    out.push_back(hit);
-    i += len;
-    start = i;
-  }
-  plain(start, text.size());
+  text::cut_specials(text, specials_, plain, out);
   return out;
 }
 
