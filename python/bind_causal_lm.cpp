@@ -30,7 +30,7 @@ void bind_causal_lm(nb::module_& m) {
                      d["vocab"] = c.vocab; d["d_model"] = c.d_model; d["layers"] = c.layers; d["heads"] = c.heads;
                      d["kv_heads"] = c.kv_heads; d["head_dim"] = c.head_dim; d["d_ff"] = c.d_ff;
                      d["rope_theta"] = c.rope_theta; d["eps"] = c.eps; d["tied"] = c.tied; d["context"] = c.context;
-                     d["bos"] = c.bos; d["eos"] = c.eos; d["end_ids"] = c.end_ids;
+                     d["bos"] = c.bos; d["eos"] = c.eos; d["end_ids"] = c.end_ids; d["add_bos"] = c.add_bos;
                      return d;
                    })
       .def_prop_ro("quantized", &CausalLM::quantized, "Whether some products keep quantized blocks.")
@@ -69,9 +69,9 @@ void bind_causal_lm(nb::module_& m) {
             const bool text = nb::isinstance<nb::str>(prompt);
             if ((text || chat) && !lm.tokenizer()) throw Error("the model has no tokenizer; give token ids");
             if (chat && !text) throw Error("chat=True takes the user message as text");
-            std::vector<int32_t> ids = text ? lm.tokenizer()->encode(chat ? lm.chat_prompt(nb::cast<std::string>(prompt))
-                                                                        : nb::cast<std::string>(prompt))
-                                            : nb::cast<std::vector<int32_t>>(prompt);
+            std::vector<int32_t> ids = !text ? nb::cast<std::vector<int32_t>>(prompt)
+                                       : chat ? lm.tokenizer()->encode(lm.chat_prompt(nb::cast<std::string>(prompt)))
+                                              : lm.encode_prompt(nb::cast<std::string>(prompt));
             SamplingOptions s;
             s.max_new_tokens = max_new_tokens;
             s.temperature = temperature;

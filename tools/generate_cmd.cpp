@@ -121,7 +121,7 @@ int cmd_generate(GenerateArgs& a) {
   const std::string where = !a.prompt_file.empty() ? "--prompt-file " + a.prompt_file : a.chat_given ? "--chat" : "PROMPT";
   std::vector<int32_t> prompt;
   if (a.ids) prompt = parse_ids(text, where, m.config().vocab);
-  else prompt = tok->encode(a.chat_given ? m.chat_prompt(text) : text);
+  else prompt = a.chat_given ? tok->encode(m.chat_prompt(text)) : m.encode_prompt(text);
   if (prompt.empty()) throw Error(where + ": the prompt has no tokens");
   RunOptions ro;
   ro.threads = threads;

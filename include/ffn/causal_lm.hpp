@@ -52,6 +52,10 @@ struct CausalLMConfig {
   bool tied = true;           // the output projection is the token embedding
   int64_t context = 0;        // positions the checkpoint was trained for (0: unknown)
   int64_t bos = -1, eos = -1; // -1: none
+  // Whether a text prompt starts with BOS (CausalLM::encode_prompt): the
+  // tokenizer's Tokenizer::adds_bos(), or a directory's
+  // tokenizer_config.json add_bos_token where it says.
+  bool add_bos = false;
   // Every id that ends generation (SamplingOptions::stop_at_eos): EOS first,
   // then a GGUF's tokenizer.ggml.eot_token_id and eom_token_id (Llama 3's
   // <|eot_id|> and <|eom_id|>), or every eos_token_id of config.json and of
@@ -160,6 +164,11 @@ class CausalLM {
   size_t step_bytes(int64_t positions) const;
   // The checkpoint's tokenizer (GGUF metadata or tokenizer.json); null if it has none.
   const Tokenizer* tokenizer() const { return tok_.get(); }
+  // The ids of a text prompt: BOS first where config().add_bos says so (as
+  // transformers' tokenizer(text) and llama.cpp add it), then the text's.
+  // A chat prompt is text its template wrote, BOS included: encode it with
+  // tokenizer()->encode. Error if the model has no tokenizer.
+  std::vector<int32_t> encode_prompt(const std::string& text) const;
   // The GGUF's or tokenizer_config.json's chat template ("" if none).
   const std::string& chat_template() const { return chat_template_; }
   // One user message in the chat template, as transformers'

@@ -50,6 +50,12 @@ class Tokenizer {
   virtual const std::string& token(int32_t id) const = 0;
   virtual int32_t id_of(const std::string& token) const = 0;  // -1 if absent
   virtual bool is_special(int32_t id) const = 0;
+  // Whether its model's prompts start with BOS: a GGUF's
+  // tokenizer.ggml.add_bos_token; without it, as llama.cpp reads such files,
+  // yes for SentencePiece and for byte-level BPE of Llama 3's pre-tokenizer,
+  // no for the others; from a tokenizer.json, whether its post-processor puts
+  // a special token first (template_bos()).
+  virtual bool adds_bos() const = 0;
 };
 
 class BpeTokenizer final : public Tokenizer {
@@ -63,6 +69,11 @@ class BpeTokenizer final : public Tokenizer {
   const std::string& token(int32_t id) const override { return tokens_.at(size_t(id)); }
   int32_t id_of(const std::string& token) const override;
   bool is_special(int32_t id) const override;
+  bool adds_bos() const override { return add_bos_; }
+  // The special token tokenizer.json's post-processor puts before the text
+  // (TemplateProcessing's "single", alone or in a Sequence; Llama 3's
+  // <|begin_of_text|>), or -1.
+  int32_t template_bos() const { return template_bos_; }
   // The pre-tokenizer: a GGUF's tokenizer.ggml.pre ("default" without one),
   // or "tokenizer.json".
   const std::string& pre_tokenizer() const { return pre_; }
@@ -97,6 +108,8 @@ class BpeTokenizer final : public Tokenizer {
   int32_t unk_ = -1;  // the unknown token, for bytes without a token (-1: they are left out)
   std::string where_;  // the file, for messages
   std::string pre_ = "tokenizer.json";
+  int32_t template_bos_ = -1;
+  bool add_bos_ = false;
 };
 
 // SentencePiece vocabularies as a GGUF holds them (tokenizer.ggml.model
@@ -122,6 +135,7 @@ class SpmTokenizer final : public Tokenizer {
   const std::string& token(int32_t id) const override { return tokens_.at(size_t(id)); }
   int32_t id_of(const std::string& token) const override;
   bool is_special(int32_t id) const override;
+  bool adds_bos() const override { return add_bos_; }
 
   SpmTokenizer(SpmTokenizer&&) noexcept;
   SpmTokenizer& operator=(SpmTokenizer&&) noexcept;
@@ -136,6 +150,7 @@ class SpmTokenizer final : public Tokenizer {
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<std::pair<std::string, int32_t>> specials_;  // cut out of the text, longest first
   bool space_prefix_ = true;
+  bool add_bos_ = true;
   std::string where_;
 };
 

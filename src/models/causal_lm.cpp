@@ -191,11 +191,17 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     lm.w_->spec = std::move(ac.spec);
     source = models::TensorSource::safetensors(st_path.string(), "config.json");
     untied_note = "config.json: tie_word_embeddings is false";
-    if (fs::exists(tok_path, ec)) lm.tok_ = std::make_shared<BpeTokenizer>(BpeTokenizer::from_json(tok_path.string()));
+    if (fs::exists(tok_path, ec)) {
+      auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::from_json(tok_path.string()));
+      c.add_bos = bpe->adds_bos();
+      if (c.bos < 0) c.bos = bpe->template_bos();
+      lm.tok_ = std::move(bpe);
+    }
     const fs::path tc = dir / "tokenizer_config.json";
     if (fs::exists(tc, ec)) {
       const nlohmann::json t = models::read_json(tc);
       if (t.contains("chat_template") && t["chat_template"].is_string()) lm.chat_template_ = t["chat_template"];
+      if (t.contains("add_bos_token") && t["add_bos_token"].is_boolean()) c.add_bos = t["add_bos_token"].get<bool>();
     }
   } else {
     gguf = std::make_shared<const GgufFile>(path);
@@ -406,7 +412,10 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     w.layers.push_back(std::move(L));
   }
   if (gguf) {
-    if (gguf->find("tokenizer.ggml.model")) lm.tok_ = Tokenizer::from_gguf(*gguf);
+    if (gguf->find("tokenizer.ggml.model")) {
+      lm.tok_ = Tokenizer::from_gguf(*gguf);
+      c.add_bos = lm.tok_->adds_bos();
+    }
     if (gguf->find("tokenizer.chat_template")) lm.chat_template_ = gguf->get_string("tokenizer.chat_template");
   }
   if (lm.tok_ && lm.tok_->vocab_size() > c.vocab)

@@ -30,3 +30,16 @@ std::string CausalLM::chat_prompt(const std::string& message) const {
 }
 
 }  // namespace ffn
+
+namespace ffn {
+
+std::vector<int32_t> CausalLM::encode_prompt(const std::string& text) const {
+  if (!tok_) throw Error("the model has no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json); give token ids");
+  std::vector<int32_t> ids;
+  if (cfg_.add_bos && cfg_.bos >= 0) ids.push_back(int32_t(cfg_.bos));
+  const std::vector<int32_t> t = tok_->encode(text);
+  ids.insert(ids.end(), t.begin(), t.end());
+  return ids;
+}
+
+}  // namespace ffn

@@ -61,21 +61,22 @@ struct PreTokenizer {
   const char* pattern;  // split_byte_level's expression
   bool ignore_merges;   // tokenizer.json's model.ignore_merges
   bool nfc;             // tokenizer.json's normalizer NFC
+  bool add_bos;         // prompts start with BOS (llama.cpp's default without tokenizer.ggml.add_bos_token)
 };
 const std::vector<PreTokenizer>& pre_tokenizers() {
   using K = PreTokenizer::Kind;
   static const std::vector<PreTokenizer> t = {
       // ByteLevel(use_regex) alone. "default" (and no key): GPT-2's, as
       // before and as transformers' GGUF loader builds for every file.
-      {{"default", "gpt-2", "gpt2", "phi-2", "mpt", "olmo"}, K::byte_level, nullptr, false, false},
+      {{"default", "gpt-2", "gpt2", "phi-2", "mpt", "olmo"}, K::byte_level, nullptr, false, false, false},
       // Digits(individual_digits) then ByteLevel(use_regex).
-      {{"smollm", "starcoder", "refact", "command-r"}, K::digits_byte_level, nullptr, false, false},
+      {{"smollm", "starcoder", "refact", "command-r"}, K::digits_byte_level, nullptr, false, false, false},
       // Split(expression, Isolated) then ByteLevel without its expression;
       // Qwen2's after an NFC normalizer (Qwen3.5's has none: its vectors
       // keep combining marks as they are).
-      {{"llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"}, K::split_byte_level, kLlama3Pattern, true, false},
-      {{"qwen2", "deepseek-r1-qwen"}, K::split_byte_level, kQwen2Pattern, false, true},
-      {{"qwen35"}, K::split_byte_level, kQwen35Pattern, false, false},
+      {{"llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"}, K::split_byte_level, kLlama3Pattern, true, false, true},
+      {{"qwen2", "deepseek-r1-qwen"}, K::split_byte_level, kQwen2Pattern, false, true, false},
+      {{"qwen35"}, K::split_byte_level, kQwen35Pattern, false, false, false},
   };
   return t;
 }
@@ -252,6 +253,11 @@ BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
   t.pre_ = pre;
   t.ignore_merges_ = p->ignore_merges;
   t.nfc_ = p->nfc;
+  t.add_bos_ = p->add_bos;
+  if (const GgufValue* v = f.find("tokenizer.ggml.add_bos_token")) {
+    if (v->type != GgufType::boolean) throw Error(where + ": tokenizer.ggml.add_bos_token must be a boolean");
+    t.add_bos_ = v->i != 0;
+  }
   if (p->kind == PreTokenizer::Kind::digits_byte_level) t.steps_.push_back(Step{Step::Kind::digits, {}, true, {}});
   t.steps_.push_back(Step{Step::Kind::regex, p->kind == PreTokenizer::Kind::split_byte_level ? p->pattern : kGpt2Pattern,
                           true, {}});
@@ -366,6 +372,23 @@ BpeTokenizer BpeTokenizer::from_json(const std::string& path) {
       t.steps_.push_back(std::move(s));
     }
     if (!byte_level) throw Error(path + ": the pre-tokenizer has no ByteLevel step (not a byte-level BPE)");
+    // The post-processor's first piece, if a special token (BOS).
+    if (j.contains("post_processor") && j.at("post_processor").is_object()) {
+      std::vector<nlohmann::json> procs;
+      const auto& pp = j.at("post_processor");
+      if (pp.value("type", std::string()) == "Sequence" && pp.contains("processors")) for (const auto& p : pp.at("processors")) procs.push_back(p);
+      else procs.push_back(pp);
+      for (const auto& p : procs) {
+        if (p.value("type", std::string()) != "TemplateProcessing" || !p.contains("single") || !p.at("single").is_array() ||
+            p.at("single").empty() || !p.at("single")[0].contains("SpecialToken"))
+          continue;
+        const std::string name = p.at("single")[0].at("SpecialToken").at("id").get<std::string>();
+        const auto& ids = p.at("special_tokens").at(name).at("ids");
+        if (ids.size() != 1) throw Error(path + ": post_processor special token " + name + " has " + std::to_string(ids.size()) + " ids; expected 1");
+        t.template_bos_ = int32_t(checked_id(ids[0], "post_processor special token " + name));
+        t.add_bos_ = true;
+      }
+    }
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": not a tokenizers BPE file (" + std::string(e.what()) + ")");
   }

@@ -83,6 +83,10 @@ SpmTokenizer SpmTokenizer::from_gguf(const GgufFile& f) {
     return int64_t(v);
   };
   const int64_t unk = id_key("tokenizer.ggml.unknown_token_id", -1);
+  if (const GgufValue* v = f.find("tokenizer.ggml.add_bos_token")) {
+    if (v->type != GgufType::boolean) throw Error(where + ": tokenizer.ggml.add_bos_token must be a boolean");
+    t.add_bos_ = v->i != 0;
+  }
   if (const GgufValue* v = f.find("tokenizer.ggml.add_space_prefix")) {
     if (v->type != GgufType::boolean) throw Error(where + ": tokenizer.ggml.add_space_prefix must be a boolean");
     t.space_prefix_ = v->i != 0;

@@ -117,6 +117,29 @@ TEST(CausalLM, TokenizerMatchesTransformers) {
   }
 }
 
+// A text prompt starts with BOS where the tokenizer says so: not for these
+// tokenizer.json files (no post-processor), yes once tokenizer_config.json's
+// add_bos_token is true; a chat prompt's BOS is its template's to write.
+TEST(CausalLM, EncodePromptAddsBosWhereTheTokenizerSays) {
+  const std::string text = cases()["models"]["gqa3_tied"]["texts"][0].get<std::string>();
+  const CausalLM plain = CausalLM::load(model_dir("gqa3_tied"));
+  ASSERT_GE(plain.config().bos, 0);
+  EXPECT_FALSE(plain.config().add_bos);
+  EXPECT_EQ(plain.encode_prompt(text), plain.tokenizer()->encode(text));
+  const fs::path dir = test::scratch_dir("causal_lm_add_bos");
+  for (const auto& e : fs::directory_iterator(model_dir("gqa3_tied"))) fs::copy_file(e.path(), dir / e.path().filename());
+  nlohmann::json tc = nlohmann::json::object();
+  if (fs::exists(dir / "tokenizer_config.json")) tc = nlohmann::json::parse(std::ifstream(dir / "tokenizer_config.json"));
+  tc["add_bos_token"] = true;
+  std::ofstream(dir / "tokenizer_config.json") << tc.dump();
+  const CausalLM m = CausalLM::load(dir.string());
+  EXPECT_TRUE(m.config().add_bos);
+  std::vector<int32_t> want{int32_t(m.config().bos)};
+  for (int32_t id : m.tokenizer()->encode(text)) want.push_back(id);
+  EXPECT_EQ(m.encode_prompt(text), want);
+  fs::remove_all(dir);
+}
+
 // One position at a time, all at once, in a batch beside other sequences,
 // and on 1 or 2 threads: the same bits.
 TEST(CausalLM, CacheStepsAreBitwiseTheWholePrefix) {

@@ -129,3 +129,15 @@ TEST(BpeVocabularies, UnknownPreTokenizersAreRefused) {
     }
   }
 }
+
+// BOS: tokenizer.ggml.add_bos_token where the file has it (phi-3, llama-spm
+// true); without it, llama.cpp's default: Llama 3's pre-tokenizer yes, the
+// other byte-level ones no.
+TEST(BpeVocabularies, BosAsTheFileOrItsSchemeSays) {
+  REQUIRE_VOCABS();
+  for (const auto& [name, bos] : std::vector<std::pair<std::string, bool>>{
+           {"llama-bpe", true}, {"qwen2", false}, {"gpt-2", false}, {"llama-spm", true}, {"phi-3", true}}) {
+    const auto t = Tokenizer::from_gguf(GgufFile(vocab_dir() + "/ggml-vocab-" + name + ".gguf"));
+    EXPECT_EQ(t->adds_bos(), bos) << name;
+  }
+}
