@@ -9,8 +9,9 @@ torch 1.13, as scripts/setup.sh pins):
     .venv/bin/python scripts/make_family_golden.py tests/data/families
 
 For each model NAME it writes NAME/ (config.json, model.safetensors:
-save_pretrained; no tokenizer: the tests give ids; llama3_rope and the
-qwen2 models also as NAME.gguf, as llama.cpp's converter writes them) and, in cases.json, prompt
+save_pretrained; no tokenizer: the tests give ids; llama3_rope, the qwen2
+models and gemma2_gguf also as NAME.gguf, as llama.cpp's converter writes
+them) and, in cases.json, prompt
 id lists and the greedy continuation of each (generate, do_sample=False, up
 to and including EOS); in cases.safetensors the float32 logits after every
 prompt position ("NAME.K" for prompt K). Weights are re-drawn with larger
@@ -68,6 +69,15 @@ MODELS = {
                     rms_norm_eps=1e-6, attn_logit_softcapping=4.0, final_logit_softcapping=6.0, sliding_window=5,
                     hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, max_position_embeddings=128,
                     vocab_size=199)),
+    # Gemma 2 as a GGUF holds it: llama.cpp's converter writes no query_pre_attn_scalar (its graph
+    # takes head_dim, or d_model / heads for the 46-layer 27B), so here it is head_dim; GQA 3, an
+    # odd d_ff, a window of 4 on the even layers (0, 2).
+    "gemma2_gguf": (Gemma2Config, Gemma2ForCausalLM,
+                    dict(hidden_size=42, intermediate_size=66, num_hidden_layers=3, num_attention_heads=3,
+                         num_key_value_heads=1, head_dim=12, query_pre_attn_scalar=12, rope_theta=10000.0,
+                         rms_norm_eps=1e-6, attn_logit_softcapping=5.0, final_logit_softcapping=7.0,
+                         sliding_window=4, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                         max_position_embeddings=128, vocab_size=187)),
 }
 PROMPT_LENGTHS = [1, 6, 41]
 NEW_TOKENS = 12
@@ -90,7 +100,9 @@ def permute(w, n_head):  # convert_hf_to_gguf.LlamaModel.permute
 
 
 def write_gguf(model, cfg, path, arch, eot=None):
-    """The model as llama.cpp's converter writes it (float32 tensors, no tokenizer). llama: W_Q's and
+    """The model as llama.cpp's converter writes it (float32 tensors, no tokenizer). gemma2: its
+    norms as 1 + w (Gemma2Model.modify_tensors), head_dim as key and value length, the soft-caps and
+    the window; its own norm names after the sublayers; no output.weight. llama: W_Q's and
     W_K's rows in its rotary order, and a Llama 3 rule as rope_freqs.weight, one factor per
     frequency (convert_hf_to_gguf.LlamaModel.generate_extra_tensors). qwen2: rows as they are
     (Qwen2Model does not permute; llama.cpp's qwen2 graph uses NeoX rotary order), Q|K|V biases.
@@ -109,13 +121,22 @@ def write_gguf(model, cfg, path, arch, eot=None):
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     if arch == "llama":
         w.add_rope_dimension_count(dim)
+    if arch == "gemma2":
+        dim = cfg.head_dim
+        w.add_key_length(dim)
+        w.add_value_length(dim)
+        w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+        w.add_final_logit_softcapping(cfg.final_logit_softcapping)
+        w.add_sliding_window(cfg.sliding_window)
     w.add_vocab_size(cfg.vocab_size)
     w.add_bos_token_id(cfg.bos_token_id)
     w.add_eos_token_id(cfg.eos_token_id)
     if eot is not None:
         w.add_eot_token_id(eot)
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
-    rs = cfg.rope_scaling
+    if arch == "gemma2":
+        sd = {k: v + 1 if k.endswith("norm.weight") else v for k, v in sd.items()}
+    rs = getattr(cfg, "rope_scaling", None)
     if rs:
         freqs = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
         factor, low, high, old = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], \
@@ -147,7 +168,12 @@ def write_gguf(model, cfg, path, arch, eot=None):
             w.add_tensor(b + "attn_k.bias", sd[p + "self_attn.k_proj.bias"])
             w.add_tensor(b + "attn_v.bias", sd[p + "self_attn.v_proj.bias"])
         w.add_tensor(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
-        w.add_tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        if arch == "gemma2":
+            w.add_tensor(b + "post_attention_norm.weight", sd[p + "post_attention_layernorm.weight"])
+            w.add_tensor(b + "ffn_norm.weight", sd[p + "pre_feedforward_layernorm.weight"])
+            w.add_tensor(b + "post_ffw_norm.weight", sd[p + "post_feedforward_layernorm.weight"])
+        else:
+            w.add_tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
         w.add_tensor(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
         w.add_tensor(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
         w.add_tensor(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
@@ -210,6 +236,8 @@ def main(out):
                 cont = entry["greedy"][2]
                 eot = next(t for i, t in enumerate(cont) if i >= 3 and t not in cont[:i] and t != 2)
             write_gguf(model, cfg, os.path.join(out, name + ".gguf"), "qwen2", eot)
+        if name == "gemma2_gguf":
+            write_gguf(model, cfg, os.path.join(out, name + ".gguf"), "gemma2")
     with open(os.path.join(out, "cases.json"), "w", encoding="utf-8") as f:
         json.dump({"models": cases, "new_tokens": NEW_TOKENS}, f)
     save_file(tensors, os.path.join(out, "cases.safetensors"))

@@ -11,11 +11,21 @@
 //   - a sliding window of sliding_window keys on the even layers;
 //   - head_dim from the config (not hidden_size / heads), a tied head.
 // All of it is fields of the spec (src/modules/spec.hpp); this file is its
-// config reader and name table.
+// config readers and name tables.
+//
+// From GGUF (general.architecture "gemma2", as llama.cpp's converter writes
+// it): the norms hold 1 + w already (a plain RMSNorm; the converter adds the
+// 1 in float32, as transformers does), head_dim is attention.key_length, the
+// soft-caps and the window are gemma2.* keys (llama.cpp's defaults 50 and 30
+// where absent), and W_Q's and W_K's rows are in transformers' order. The
+// file has no query_pre_attn_scalar: like llama.cpp, the query scale is
+// head_dim^-½, or (d_model / heads)^-½ for the 46-layer 27B, whose
+// query_pre_attn_scalar is that.
 #include <cmath>
 
 #include "core/json_file.hpp"
 #include "ffn/diagnostics.hpp"
+#include "ffn/gguf.hpp"
 #include "models/arch.hpp"
 
 namespace ffn::models {
@@ -32,6 +42,31 @@ const NameTable& gemma2_names() {
     return n;
   }();
   return t;
+}
+
+// llama.cpp's names (src/llama-arch.cpp's LLM_ARCH_GEMMA2).
+const NameTable& gemma2_gguf_names() {
+  static const NameTable t = [] {
+    NameTable n = llama_names(Format::gguf);
+    n.qk_rows_interleaved = false;
+    n.names[size_t(LMTensor::attn_post_norm)] = "blk.{L}.post_attention_norm.weight";
+    n.names[size_t(LMTensor::ffn_post_norm)] = "blk.{L}.post_ffw_norm.weight";
+    return n;
+  }();
+  return t;
+}
+
+// Gemma 2's stack beyond LLaMA's: the settings both formats share.
+void gemma2_stack(const CausalLMConfig& c, nn::StackSpec& s, double softcap, double final_softcap, int64_t window) {
+  s.norm.sites = nn::NormSites::pre_and_post;
+  s.ffn.unit = Activation::gelu_tanh;
+  s.embedding.scale = float(std::sqrt(double(c.d_model)));
+  s.attention.softcap = float(softcap);
+  s.embedding.final_softcap = float(final_softcap);
+  if (window > 0) {
+    s.attention.window.assign(size_t(c.layers), 0);
+    for (int64_t l = 0; l < c.layers; l += 2) s.attention.window[size_t(l)] = window;  // the even layers
+  }
 }
 
 // A setting Gemma2Config defaults when config.json leaves it out (`fallback`)
@@ -57,24 +92,35 @@ Architecture gemma2_architecture() {
     const CausalLMConfig& c = a.config;
     nn::StackSpec& s = a.spec;
     s.norm.kind = nn::NormKind::rmsnorm_one_plus;
-    s.norm.sites = nn::NormSites::pre_and_post;
-    s.ffn.unit = Activation::gelu_tanh;
-    s.embedding.scale = float(std::sqrt(double(c.d_model)));
     s.attention.qkv_bias = s.attention.out_bias = json_opt<bool>(j, "attention_bias", false, p);
     const double q = json_opt<double>(j, "query_pre_attn_scalar", 256.0, p);
     if (!(q > 0)) throw Error(p.string() + ": query_pre_attn_scalar must be positive");
     s.attention.query_scale = float(std::pow(q, -0.5));
-    s.attention.softcap = float(optional_setting(j, "attn_logit_softcapping", 50.0, p));
-    s.embedding.final_softcap = float(optional_setting(j, "final_logit_softcapping", 30.0, p));
+    int64_t w = 0;
     if (!j.contains("sliding_window") || !j["sliding_window"].is_null()) {
-      const int64_t w = j.contains("sliding_window") ? json_get<int64_t>(j, "sliding_window", p) : 4096;
+      w = j.contains("sliding_window") ? json_get<int64_t>(j, "sliding_window", p) : 4096;
       if (w < 1) throw Error(p.string() + ": sliding_window must be at least 1, got " + std::to_string(w));
-      s.attention.window.assign(size_t(c.layers), 0);
-      for (int64_t l = 0; l < c.layers; l += 2) s.attention.window[size_t(l)] = w;  // the even layers
     }
+    gemma2_stack(c, s, optional_setting(j, "attn_logit_softcapping", 50.0, p),
+                 optional_setting(j, "final_logit_softcapping", 30.0, p), w);
     return a;
   };
   a.hf_names = &gemma2_names();
+  a.from_gguf = [](const GgufFile& f) {
+    const CausalLMConfig c = llama_config(f, "gemma2");
+    nn::StackSpec s = llama_spec(c);
+    read_gguf_rope(f, "gemma2", s);
+    auto real = [&](const char* k, double fallback) {
+      const std::string key = std::string("gemma2.") + k;
+      return f.find(key) ? f.get_float(key) : fallback;
+    };
+    const int64_t w = f.find("gemma2.attention.sliding_window") ? int64_t(f.get_uint("gemma2.attention.sliding_window")) : 0;
+    gemma2_stack(c, s, real("attn_logit_softcapping", 50.0), real("final_logit_softcapping", 30.0), w);
+    const int64_t q = c.layers == 46 ? c.d_model / c.heads : c.head_dim;
+    s.attention.query_scale = float(std::pow(double(q), -0.5));
+    return ArchConfig{c, s};
+  };
+  a.gguf_names = &gemma2_gguf_names();
   return a;
 }
 

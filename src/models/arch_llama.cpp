@@ -197,7 +197,11 @@ CausalLMConfig llama_config(const GgufFile& f, const std::string& arch) {
   c.d_ff = u("feed_forward_length");
   c.heads = u("attention.head_count");
   c.kv_heads = f.find(pre + "attention.head_count_kv") ? u("attention.head_count_kv") : c.heads;
-  c.head_dim = f.find(pre + "rope.dimension_count") ? u("rope.dimension_count") : c.d_model / std::max<int64_t>(c.heads, 1);
+  // A head's width: attention.key_length (Gemma's head_dim ≠ d_model / heads),
+  // else the rotary width, else d_model / heads.
+  c.head_dim = f.find(pre + "attention.key_length")   ? u("attention.key_length")
+               : f.find(pre + "rope.dimension_count") ? u("rope.dimension_count")
+                                                      : c.d_model / std::max<int64_t>(c.heads, 1);
   c.rope_theta = f.find(pre + "rope.freq_base") ? f.get_float(pre + "rope.freq_base") : 10000.0;
   c.eps = float(f.get_float(pre + "attention.layer_norm_rms_epsilon"));
   c.context = f.find(pre + "context_length") ? u("context_length") : 0;

@@ -56,7 +56,7 @@ float worst_share(const std::vector<float>& got, const NamedTensor& want, int64_
 }
 
 TEST(Families, LogitsMatchTransformers) {
-  ASSERT_EQ(cases()["models"].size(), 6u);
+  ASSERT_EQ(cases()["models"].size(), 7u);
   for (const auto& [name, c] : cases()["models"].items()) {
     SCOPED_TRACE(name);
     const CausalLM m = CausalLM::load(model_dir(name));
@@ -190,11 +190,13 @@ int32_t fourth_new_token(const std::vector<int32_t>& cont) {
   return -1;
 }
 
-// Qwen2 from GGUF, as llama.cpp's converter writes it (qwen2 metadata, W_Q
-// and W_K rows in transformers' order, Q|K|V biases; GQA 3 tied and MHA
-// untied): transformers' logits within the bound and its greedy tokens.
-TEST(Families, Qwen2FromGgufMatchesTransformers) {
-  for (const std::string name : {"qwen2_gqa3", "qwen2_mha"}) {
+// Qwen2 and Gemma 2 from GGUF, as llama.cpp's converter writes them (their
+// metadata; W_Q and W_K rows in transformers' order; Qwen2's Q|K|V biases,
+// GQA 3 tied and MHA untied; Gemma 2's norms as 1 + w, head_dim as
+// key_length, soft-caps and window as keys): transformers' logits within the
+// bound and its greedy tokens.
+TEST(Families, FromGgufMatchTransformers) {
+  for (const std::string name : {"qwen2_gqa3", "qwen2_mha", "gemma2_gguf"}) {
     SCOPED_TRACE(name);
     const CausalLM m = CausalLM::load(std::string(FFN_FAMILIES_DIR) + "/" + name + ".gguf");
     const auto& c = cases()["models"][name];
