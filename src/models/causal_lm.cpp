@@ -177,9 +177,12 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   if (hf) {
     const fs::path dir(path), cfg_path = dir / "config.json", st_path = dir / "model.safetensors",
         tok_path = dir / "tokenizer.json";
-    for (const auto& p : {cfg_path, st_path})
+    const fs::path index_path = dir / "model.safetensors.index.json";
+    const bool sharded = !fs::exists(st_path, ec) && fs::exists(index_path, ec);
+    for (const auto& p : {cfg_path, sharded ? index_path : st_path})
       if (!fs::exists(p, ec))
-        throw Error(p.string() + ": missing (a Hugging Face LLaMA directory holds config.json and model.safetensors)");
+        throw Error(p.string() + ": missing (a Hugging Face directory holds config.json and model.safetensors, or "
+                    "model.safetensors.index.json and its shards)");
     const nlohmann::json j = models::read_json(cfg_path);
     const std::string type = models::json_opt<std::string>(j, "model_type", "", cfg_path);
     arch = models::find_architecture(type, models::Format::safetensors);
@@ -189,7 +192,8 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     models::ArchConfig ac = arch->from_hf(j, cfg_path);
     c = ac.config;
     lm.w_->spec = std::move(ac.spec);
-    source = models::TensorSource::safetensors(st_path.string(), "config.json");
+    source = sharded ? models::TensorSource::safetensors_index(index_path.string(), "config.json")
+                     : models::TensorSource::safetensors(st_path.string(), "config.json");
     untied_note = "config.json: tie_word_embeddings is false";
     if (fs::exists(tok_path, ec)) {
       auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::from_json(tok_path.string()));

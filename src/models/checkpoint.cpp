@@ -5,6 +5,7 @@
 
 #include "ffn/diagnostics.hpp"
 #include "ffn/gguf.hpp"
+#include "core/json_file.hpp"
 #include "io/safetensors.hpp"
 
 namespace ffn::models {
@@ -24,8 +25,45 @@ TensorSource TensorSource::safetensors(const std::string& path, std::string why)
   s.format_ = Format::safetensors;
   s.path_ = path;
   s.why_ = std::move(why);
-  s.st_ = std::make_shared<const io::SafetensorsReader>(path);
+  s.st_.push_back(std::make_shared<const io::SafetensorsReader>(path));
   return s;
+}
+
+TensorSource TensorSource::safetensors_index(const std::string& index_path, std::string why) {
+  TensorSource s;
+  s.format_ = Format::safetensors;
+  s.path_ = index_path;
+  s.why_ = std::move(why);
+  const nlohmann::json j = read_json(index_path);
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() || j["weight_map"].empty())
+    throw Error(index_path + ": expected an object with a weight_map of tensor name → file");
+  const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
+  std::map<std::string, size_t> file_index;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string()) throw Error(index_path + ": weight_map[\"" + name + "\"] is not a file name");
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos || f == "." || f == "..")
+      throw Error(index_path + ": weight_map[\"" + name + "\"] is \"" + f + "\"; expected a file name in its directory");
+    auto it = file_index.find(f);
+    if (it == file_index.end()) {
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(dir / f, ec))
+        throw Error(index_path + ": weight_map[\"" + name + "\"] names " + (dir / f).string() + ", which is missing");
+      it = file_index.emplace(f, s.st_.size()).first;
+      s.st_.push_back(std::make_shared<const io::SafetensorsReader>((dir / f).string()));
+    }
+    if (!s.st_[it->second]->has(name))
+      throw Error(index_path + ": weight_map puts tensor " + name + " in " + f + ", which does not hold it");
+    s.shard_of_[name] = it->second;
+  }
+  return s;
+}
+
+const io::SafetensorsReader* TensorSource::file_of(const std::string& name) const {
+  if (st_.empty()) return nullptr;
+  if (shard_of_.empty()) return st_[0]->has(name) ? st_[0].get() : nullptr;
+  auto it = shard_of_.find(name);
+  return it == shard_of_.end() ? nullptr : st_[it->second].get();
 }
 
 TensorSource TensorSource::gguf(std::shared_ptr<const GgufFile> file, std::string why) {
@@ -37,7 +75,7 @@ TensorSource TensorSource::gguf(std::shared_ptr<const GgufFile> file, std::strin
   return s;
 }
 
-bool TensorSource::has(const std::string& name) const { return gguf_ ? gguf_->has(name) : st_->has(name); }
+bool TensorSource::has(const std::string& name) const { return gguf_ ? gguf_->has(name) : file_of(name) != nullptr; }
 
 std::vector<int64_t> TensorSource::shape(const std::string& name) const {
   if (gguf_) {
@@ -45,8 +83,9 @@ std::vector<int64_t> TensorSource::shape(const std::string& name) const {
     std::reverse(s.begin(), s.end());
     return s;
   }
-  if (!st_->has(name)) throw_missing_tensor(path_, name);
-  return st_->info(name).shape;
+  const io::SafetensorsReader* f = file_of(name);
+  if (!f) throw_missing_tensor(path_, name);
+  return f->info(name).shape;
 }
 
 void TensorSource::expect(const std::string& name, const std::vector<int64_t>& want) const {
@@ -56,19 +95,20 @@ void TensorSource::expect(const std::string& name, const std::vector<int64_t>& w
     if (ne != want_ne) throw_shape_error(path_, name, ne, shape_str(want_ne), why_);
     return;
   }
-  if (!st_->has(name)) throw_missing_tensor(path_, name);
-  const std::vector<int64_t>& got = st_->info(name).shape;
-  if (got != want) throw_shape_error(path_, name, got, shape_str(want), why_);
+  const io::SafetensorsReader* f = file_of(name);
+  if (!f) throw_missing_tensor(path_, name);
+  const std::vector<int64_t>& got = f->info(name).shape;
+  if (got != want) throw_shape_error(f->path(), name, got, shape_str(want), why_);
 }
 
 const std::map<std::string, std::string>& TensorSource::metadata() const {
   static const std::map<std::string, std::string> none;
-  return st_ ? st_->metadata() : none;
+  return st_.empty() ? none : st_[0]->metadata();
 }
 
 std::vector<float> TensorSource::read(const std::string& name, const std::vector<int64_t>& want) const {
   expect(name, want);
-  return gguf_ ? gguf_->read_f32(name) : st_->read_f32(name);
+  return gguf_ ? gguf_->read_f32(name) : file_of(name)->read_f32(name);
 }
 
 std::string NameTable::name(LMTensor t, int64_t layer) const {

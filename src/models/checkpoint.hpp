@@ -46,6 +46,12 @@ class TensorSource {
   // why: what the expected shapes come from, for the messages ("config.json";
   // a GGUF's: "llama.* metadata").
   static TensorSource safetensors(const std::string& path, std::string why);
+  // A checkpoint sharded over several safetensors files, as Hugging Face
+  // saves large models: model.safetensors.index.json's weight_map names each
+  // tensor's file, in the index's directory. Error naming the index and the
+  // entry if a file is missing or not a plain file name, or a listed tensor
+  // is not in its file.
+  static TensorSource safetensors_index(const std::string& index_path, std::string why);
   static TensorSource gguf(std::shared_ptr<const GgufFile> file, std::string why);
 
   Format format() const { return format_; }
@@ -66,7 +72,10 @@ class TensorSource {
  private:
   Format format_ = Format::safetensors;
   std::string path_, why_;
-  std::shared_ptr<const io::SafetensorsReader> st_;
+  // The safetensors files (one, or the shards) and, sharded, each tensor's.
+  std::vector<std::shared_ptr<const io::SafetensorsReader>> st_;
+  std::map<std::string, size_t> shard_of_;
+  const io::SafetensorsReader* file_of(const std::string& name) const;  // null: not there
   std::shared_ptr<const GgufFile> gguf_;
 };
 

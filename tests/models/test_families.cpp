@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -252,6 +253,52 @@ TEST(Families, EndIdsEndGeneration) {
     EXPECT_EQ(got, std::vector<int32_t>(cont.begin(), end));
     fs::remove_all(dir);
   }
+}
+
+// A checkpoint sharded as Hugging Face saves large models (model.safetensors
+// .index.json and its files): the same bits as the one file; a bad index gets
+// one line naming it and the entry.
+TEST(Families, ShardedSafetensorsAreTheOneFile) {
+  const std::string name = "llama_bias";
+  const fs::path dir = test::scratch_dir("families_sharded");
+  fs::copy_file(fs::path(model_dir(name)) / "config.json", dir / "config.json");
+  const SafetensorsFile whole = read_safetensors((fs::path(model_dir(name)) / "model.safetensors").string());
+  SafetensorsFile a, b;
+  nlohmann::json map = nlohmann::json::object();
+  size_t i = 0;
+  for (const auto& [n, t] : whole.tensors) {
+    (i++ % 2 ? b : a).tensors[n] = t;
+    map[n] = i % 2 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  write_safetensors((dir / "model-00001-of-00002.safetensors").string(), a);
+  write_safetensors((dir / "model-00002-of-00002.safetensors").string(), b);
+  auto write_index = [&](const nlohmann::json& m) {
+    std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"metadata", {{"total_size", 0}}}, {"weight_map", m}}.dump();
+  };
+  write_index(map);
+  const auto prompt = cases()["models"][name]["prompts"][2].get<std::vector<int32_t>>();
+  const std::vector<float> want = CausalLM::load(model_dir(name)).logits(prompt);
+  const std::vector<float> got = CausalLM::load(dir.string()).logits(prompt);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
+  const std::string index = (dir / "model.safetensors.index.json").string();
+  const std::string first = whole.tensors.begin()->first;
+  nlohmann::json bad = map;
+  bad[first] = "model-00002-of-00002.safetensors";
+  write_index(bad);
+  expect_error([&] { CausalLM::load(dir.string()); },
+               index + ": weight_map puts tensor " + first + " in model-00002-of-00002.safetensors, which does not hold it");
+  bad[first] = "../model.safetensors";
+  write_index(bad);
+  expect_error([&] { CausalLM::load(dir.string()); }, index + ": weight_map[\"" + first + "\"] is \"../model.safetensors\"");
+  bad[first] = "model-00003-of-00002.safetensors";
+  write_index(bad);
+  expect_error([&] { CausalLM::load(dir.string()); }, "model-00003-of-00002.safetensors, which is missing");
+  bad = map;
+  bad.erase(first);
+  write_index(bad);
+  expect_error([&] { CausalLM::load(dir.string()); }, "missing tensor " + first);
+  fs::remove_all(dir);
 }
 
 }  // namespace
