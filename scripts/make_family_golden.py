@@ -121,10 +121,11 @@ def write_gguf(model, cfg, path, arch, eot=None):
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     if arch == "llama":
         w.add_rope_dimension_count(dim)
-    if arch == "gemma2":
+    if arch in ("gemma2", "qwen3"):
         dim = cfg.head_dim
         w.add_key_length(dim)
         w.add_value_length(dim)
+    if arch == "gemma2":
         w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         w.add_final_logit_softcapping(cfg.final_logit_softcapping)
         w.add_sliding_window(cfg.sliding_window)
@@ -152,7 +153,7 @@ def write_gguf(model, cfg, path, arch, eot=None):
                 smooth = (old / wavelen - low) / (high - low)
                 factors.append(1 / ((1 - smooth) / factor + smooth))
         w.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
-    rotary = permute if arch == "llama" else (lambda t, n: t)
+    rotary = permute if arch == "llama" else (lambda t, n: t)  # qwen2, qwen3, gemma2: NeoX order as stored
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     w.add_tensor("output_norm.weight", sd["model.norm.weight"])
     if not cfg.tie_word_embeddings:
@@ -163,6 +164,9 @@ def write_gguf(model, cfg, path, arch, eot=None):
         w.add_tensor(b + "attn_q.weight", rotary(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads))
         w.add_tensor(b + "attn_k.weight", rotary(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads))
         w.add_tensor(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
+        if p + "self_attn.q_norm.weight" in sd:  # Qwen3
+            w.add_tensor(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
+            w.add_tensor(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
         if arch == "qwen2":
             w.add_tensor(b + "attn_q.bias", sd[p + "self_attn.q_proj.bias"])
             w.add_tensor(b + "attn_k.bias", sd[p + "self_attn.k_proj.bias"])

@@ -8,7 +8,8 @@ namespace ffn::models {
 
 namespace {
 std::vector<Architecture>& registry() {
-  static std::vector<Architecture> r{llama_architecture(), qwen2_architecture(), mistral_architecture(), gemma2_architecture()};
+  static std::vector<Architecture> r{llama_architecture(), qwen2_architecture(), qwen3_architecture(), mistral_architecture(),
+                                     gemma2_architecture()};
   return r;
 }
 bool comes_in(const Architecture& a, Format format) {

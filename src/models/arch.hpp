@@ -54,6 +54,7 @@ void add_end_id(CausalLMConfig& c, int64_t id);
 // The built-in architectures, one file each (arch_<name>.cpp).
 Architecture llama_architecture();
 Architecture qwen2_architecture();
+Architecture qwen3_architecture();
 Architecture mistral_architecture();
 Architecture gemma2_architecture();
 

@@ -26,6 +26,10 @@ constexpr NameTable kLlamaHf{{
     "model.layers.{L}.self_attn.k_proj.bias",           // k_bias
     "model.layers.{L}.self_attn.v_proj.bias",           // v_bias
     "model.layers.{L}.self_attn.o_proj.bias",           // o_bias
+    nullptr,                                            // attn_post_norm (Gemma 2's table)
+    nullptr,                                            // ffn_post_norm
+    "model.layers.{L}.self_attn.q_norm.weight",         // q_norm (qk_norm: Qwen3)
+    "model.layers.{L}.self_attn.k_norm.weight",         // k_norm
 }};
 // llama.cpp's names (src/llama-arch.cpp); its converter permutes W_Q's and
 // W_K's rows into its rotary order.
@@ -46,6 +50,10 @@ constexpr NameTable kLlamaGguf{{
                                    "blk.{L}.attn_k.bias",       // k_bias
                                    "blk.{L}.attn_v.bias",       // v_bias
                                    "blk.{L}.attn_output.bias",  // o_bias
+                                   nullptr,                     // attn_post_norm
+                                   nullptr,                     // ffn_post_norm
+                                   "blk.{L}.attn_q_norm.weight",  // q_norm
+                                   "blk.{L}.attn_k_norm.weight",  // k_norm
                                },
                                true};
 }  // namespace

@@ -45,6 +45,7 @@ struct CausalLM::Weights {
   struct Layer {
     std::vector<float> attn_norm;   // [d]
     std::vector<float> attn_post_norm;  // [d] or empty: the norm after the attention (Gemma 2)
+    std::vector<float> q_norm, k_norm;  // [head_dim] or empty: per-head norms of Q and K (Qwen3)
     nn::PackedAttention attn;       // in: [qd + 2 kvd, d], W_Q, W_K, W_V stacked; out: W_O [d, qd]
     std::vector<nn::FfnSublayer> ffn;  // one: pre-norm RMSNorm SwiGLU, fused (fp32 compute) or on quantized products
   };
@@ -379,6 +380,10 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     Weights::Layer L;
     L.attn_norm = norm(name(T::attn_norm, l));
     L.attn_post_norm = post_norm(T::attn_post_norm, l);
+    if (spec.attention.qk_norm) {
+      L.q_norm = src.read(name(T::q_norm, l), {c.head_dim});
+      L.k_norm = src.read(name(T::k_norm, l), {c.head_dim});
+    }
     const std::vector<float> in_bias = qkv_bias(l), o_bias = out_bias(l);
     if (keep_blocks) {
       L.attn.in = product({{name(T::q, l), qd, q_rope}, {name(T::k, l), kvd, k_rope}, {name(T::v, l), kvd, 0}}, d,
@@ -525,7 +530,8 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
     nn::AttentionBlockConfig bc = nn::attention_config(spec, l);
     bc.rope = &s.rope;
     const nn::DecoderLayerView view{
-        {none, none, none, none, L.attn_norm, none, L.attn_post_norm.empty() ? nullptr : &L.attn_post_norm},
+        {none, none, none, none, L.attn_norm, none, L.attn_post_norm.empty() ? nullptr : &L.attn_post_norm,
+         L.q_norm.empty() ? nullptr : &L.q_norm, L.k_norm.empty() ? nullptr : &L.k_norm},
         L.attn, nullptr, nullptr, nullptr, &L.ffn[0], nullptr};
     nn::decoder_layer_step(bc, view, l, x.data(), a.data(), nullptr, n, ls, scratch);
   }
@@ -617,7 +623,7 @@ size_t CausalLM::step_bytes(int64_t positions) const {
   size_t b = w_->norm.size() * sizeof(float) + w_->head.bytes();
   if (!w_->embed.empty()) b += w_->embed.bytes() / size_t(cfg_.vocab);
   for (const auto& L : w_->layers)
-    b += (L.attn_norm.size() + L.attn_post_norm.size()) * sizeof(float) + L.attn.in.bytes() + L.attn.out.bytes() +
+    b += (L.attn_norm.size() + L.attn_post_norm.size() + L.q_norm.size() + L.k_norm.size()) * sizeof(float) + L.attn.in.bytes() + L.attn.out.bytes() +
          L.ffn[0].bytes();
   // Each layer's cached keys and values (float32) at `positions`.
   return b + size_t(cfg_.layers) * size_t(std::max<int64_t>(positions, 0)) * size_t(2 * cfg_.kv_heads * cfg_.head_dim) *

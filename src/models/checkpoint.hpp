@@ -82,8 +82,9 @@ class TensorSource {
 // The decoder-only LM's tensors, the spec's names for them.
 // The causal LM's tensors; the biases where the spec has them (AttentionSpec::qkv_bias, out_bias).
 // The norms after the sublayers where the spec's norm sites are pre_and_post (Gemma 2).
+// The per-head q/k norms where the spec has them (AttentionSpec::qk_norm; Qwen3).
 enum class LMTensor { embed, norm, head, attn_norm, q, k, v, o, ffn_norm, gate, up, down, q_bias, k_bias, v_bias, o_bias,
-                      attn_post_norm, ffn_post_norm, count };
+                      attn_post_norm, ffn_post_norm, q_norm, k_norm, count };
 
 struct NameTable {
   std::array<const char*, size_t(LMTensor::count)> names;  // "{L}": the layer number

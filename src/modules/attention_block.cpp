@@ -2,6 +2,7 @@
 
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/buffer_pool.hpp"
 #include "core/philox.hpp"
@@ -70,6 +71,17 @@ size_t AttentionSaved::bytes() const {
           lse.size()) * sizeof(float);
 }
 
+// Each of `heads` runs of dh values scaled to unit root mean square, times γ
+// (transformers' RMSNorm in float32: the mean of squares, then 1/√(mean + eps)).
+static void head_rms_norm(float* x, int64_t heads, int64_t dh, const float* g, float eps) {
+  for (int64_t h = 0; h < heads; ++h, x += dh) {
+    float ss = 0.0f;
+    for (int64_t j = 0; j < dh; ++j) ss += x[j] * x[j];
+    const float r = 1.0f / std::sqrt(ss / float(dh) + eps);
+    for (int64_t j = 0; j < dh; ++j) x[j] = g[j] * (x[j] * r);
+  }
+}
+
 void project_memory(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w, const PackedAttention& pk,
                     const float* memory, int64_t m, float* kv, const BlockRun& run) {
   (void)cfg, (void)w;
@@ -114,11 +126,18 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
     // Q|K|V [n, qd + 2·kvd] (3d without grouped-query heads), rotated to each row's position.
     s.qkv.resize(size_t(n * width));
     pk.in.forward(*run.ctx, ain, n, s.qkv.data(), {.training = run.training, .acts = run.acts});
-    if (cfg.rope) {
-      const int64_t dh = cfg.dh();
+    const int64_t dh = cfg.dh();
+    if (w.q_norm_w && (int64_t(w.q_norm_w->size()) != dh || !w.k_norm_w || int64_t(w.k_norm_w->size()) != dh))
+      throw Error("attention block: the q/k norms need γ of head_dim (" + std::to_string(dh) + ") values each");
+    if (cfg.rope || w.q_norm_w) {
       const auto rope_rows = [&](int64_t i0, int64_t i1, int) {
         for (int64_t i = i0; i < i1; ++i) {
           float* row = s.qkv.data() + i * width;
+          if (w.q_norm_w) {
+            head_rms_norm(row, H, dh, w.q_norm_w->data(), cfg.eps);
+            head_rms_norm(row + qd, kvd / dh, dh, w.k_norm_w->data(), cfg.eps);
+          }
+          if (!cfg.rope) continue;
           rope_apply(*cfg.rope, row, H, dh, kv.positions[size_t(i)]);
           rope_apply(*cfg.rope, row + qd, kvd / dh, dh, kv.positions[size_t(i)]);
         }

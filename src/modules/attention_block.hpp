@@ -62,6 +62,10 @@ struct AttentionBlockWeights {
   // and eps) on the attention's output before the residual sum:
   // out = x + PostNorm(MHA(Norm(x))). Null: none.
   const std::vector<float>* post_norm_w = nullptr;
+  // Self-attention inference only (Qwen3): an RMSNorm (γ [head_dim], the
+  // block's eps) of each head of Q and of K, before the rotation. Null: none.
+  const std::vector<float>* q_norm_w = nullptr;
+  const std::vector<float>* k_norm_w = nullptr;
 };
 struct AttentionBlockGrads {
   std::vector<float>& in_w;

@@ -110,7 +110,7 @@ void StackSpec::check_supported(const std::string& who) const {
     if (!r.layer_theta.empty()) refuse("a rotary base per layer");
     if (r.fraction != 1.0) refuse("partial rotary positions");
   }
-  if (attention.qk_norm) refuse("per-head q/k norm");
+  if (attention.qk_norm && kind != StackKind::causal_lm) refuse("per-head q/k norm outside a causal LM");
   const bool inference = kind == StackKind::causal_lm;  // the window, soft-cap and scale: generation's attention
   for (int64_t w : attention.window)
     if (w > 0 && !inference) refuse("a sliding attention window outside a causal LM");

@@ -301,5 +301,45 @@ TEST(Families, ShardedSafetensorsAreTheOneFile) {
   fs::remove_all(dir);
 }
 
+// Qwen3 against transformers 4.51 (scripts/make_qwen3_golden.py, run in a
+// developer-only torch 2 environment): per-head q/k norms before the
+// rotation, head_dim ≠ d / heads, GQA 2 tied and GQA 3 untied; from the
+// Hugging Face directory and from the GGUF as the converter writes it.
+// Logits within the bound at every position, greedy tokens identical; the
+// models without their q/k norms miss by far more.
+TEST(Families, Qwen3MatchesTransformers) {
+  std::ifstream in(std::string(FFN_FAMILIES_DIR) + "/qwen3_cases.json");
+  const nlohmann::json q3 = nlohmann::json::parse(in);
+  const SafetensorsFile want = read_safetensors(std::string(FFN_FAMILIES_DIR) + "/qwen3_cases.safetensors");
+  ASSERT_EQ(q3["models"].size(), 2u);
+  for (const auto& [name, c] : q3["models"].items()) {
+    const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
+    const auto greedy = c["greedy"].get<std::vector<std::vector<int32_t>>>();
+    for (const std::string path : {model_dir(name), model_dir(name) + ".gguf"}) {
+      SCOPED_TRACE(path);
+      const CausalLM m = CausalLM::load(path);
+      for (size_t k = 0; k < prompts.size(); ++k) {
+        EXPECT_LE(worst_share(m.logits(prompts[k]), want.tensors.at(name + "." + std::to_string(k)), m.config().vocab),
+                  2e-3f)
+            << "prompt " << k;
+        SamplingOptions s;
+        s.max_new_tokens = int64_t(greedy[k].size());
+        EXPECT_EQ(m.generate(prompts[k], s), greedy[k]) << "prompt " << k;
+      }
+    }
+    // Without the q/k norms (γ = 1 and no normalization are not the same: γ
+    // is drawn at random, so take the norms out of the config's model type).
+    const fs::path dir = test::scratch_dir("families_" + name);
+    fs::copy_file(fs::path(model_dir(name)) / "model.safetensors", dir / "model.safetensors");
+    std::ifstream cin(fs::path(model_dir(name)) / "config.json");
+    nlohmann::json j = nlohmann::json::parse(cin);
+    j["model_type"] = "llama";
+    std::ofstream(dir / "config.json") << j.dump();
+    const CausalLM plain = CausalLM::load(dir.string());
+    EXPECT_GT(worst_share(plain.logits(prompts[2]), want.tensors.at(name + ".2"), plain.config().vocab), 2e-2f);
+    fs::remove_all(dir);
+  }
+}
+
 }  // namespace
 }  // namespace ffn

@@ -120,11 +120,10 @@ TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
   refused([](nn::StackSpec& s) { s.attention.rope.scaling = nn::RopeScaling::yarn; }, "yarn rotary scaling");
   refused([](nn::StackSpec& s) { s.attention.rope.layer_theta = {1e4, 1e4, 1e6}; }, "a rotary base per layer");
   refused([](nn::StackSpec& s) { s.attention.rope.fraction = 0.5; }, "partial rotary positions");
-  refused([](nn::StackSpec& s) { s.attention.qk_norm = true; }, "per-head q/k norm");
   refused([](nn::StackSpec& s) { s.attention.relative_buckets = 32; }, "a relative position bias");
   // What runs: biases, (1 + w) norms before and after the sublayers, GELU-tanh
-  // gating, an embedding scale, the soft-caps, a query scale, sliding windows
-  // (the causal LM's).
+  // gating, an embedding scale, the soft-caps, a query scale, sliding windows,
+  // per-head q/k norms (the causal LM's).
   nn::StackSpec s = causal();
   s.norm.sites = nn::NormSites::pre_and_post;
   s.ffn.unit = Activation::gelu_tanh;
@@ -135,6 +134,7 @@ TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
   s.attention.softcap = 50.0f;
   s.attention.query_scale = 0.0625f;
   s.attention.window = {4096, 0, 4096};
+  s.attention.qk_norm = true;
   EXPECT_NO_THROW(s.check_supported("m.gguf"));
   const nn::AttentionBlockConfig b1 = nn::attention_config(s, 1), b2 = nn::attention_config(s, 2);
   EXPECT_EQ(b1.window, 0);
@@ -152,6 +152,9 @@ TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
   enc.attention.softcap = 0;
   enc.norm.sites = nn::NormSites::pre_and_post;
   expect_error([&] { enc.check_supported("bert"); }, "bert: a norm after each sublayer as well as before it");
+  enc.norm.sites = nn::NormSites::pre;
+  enc.attention.qk_norm = true;
+  expect_error([&] { enc.check_supported("bert"); }, "bert: per-head q/k norm outside a causal LM");
 }
 
 }  // namespace
