@@ -3,6 +3,7 @@
 // SentencePiece ModelProto (BPE, byte fallback, the identity normalizer),
 // written here in protobuf's wire format (libsentencepiece-dev ships no
 // .proto header) and loaded with LoadFromSerializedProto.
+#include <cctype>
 #include <cstring>
 #include <string>
 
@@ -109,7 +110,9 @@ SpmTokenizer SpmTokenizer::from_gguf(const GgufFile& f) {
     if (int64_t(i) == unk) pt = unknown;
     else if (pt == unknown) pt = unused;
     if (ty == control || ty == user_defined) t.specials_.emplace_back(t.tokens_[i], int32_t(i));
-    if (ty == byte && !(t.tokens_[i].size() == 6 && t.tokens_[i].compare(0, 3, "<0x") == 0 && t.tokens_[i][5] == '>'))
+    const std::string& tok = t.tokens_[i];
+    if (ty == byte && !(tok.size() == 6 && tok.compare(0, 3, "<0x") == 0 && std::isxdigit(uint8_t(tok[3])) &&
+                        std::isxdigit(uint8_t(tok[4])) && tok[5] == '>'))
       throw Error(where + ": tokenizer.ggml.tokens[" + std::to_string(i) + "] is a byte token but not <0xXX>");
     Proto piece;
     piece.string(1, t.tokens_[i]);

@@ -6,6 +6,7 @@
 // extracted by scripts/setup.sh outside the repository.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -18,9 +19,11 @@
 #include "ffn/gguf.hpp"
 #include "ffn/tokenizer.hpp"
 #include "ffn/types.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace ffn;
+using test::expect_error;
 
 namespace {
 
@@ -139,5 +142,173 @@ TEST(BpeVocabularies, BosAsTheFileOrItsSchemeSays) {
            {"llama-bpe", true}, {"qwen2", false}, {"gpt-2", false}, {"llama-spm", true}, {"phi-3", true}}) {
     const auto t = Tokenizer::from_gguf(GgufFile(vocab_dir() + "/ggml-vocab-" + name + ".gguf"));
     EXPECT_EQ(t->adds_bos(), bos) << name;
+  }
+}
+
+namespace {
+
+// A GGUF of metadata only (version 3, no tensors), for hostile tokenizers.
+struct Meta {
+  std::string kv;
+  int64_t n = 0;
+  static void u32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
+  static void u64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
+  static void str(std::string& s, const std::string& v) {
+    u64(s, v.size());
+    s += v;
+  }
+  Meta& key(const std::string& k, uint32_t type) {
+    ++n;
+    str(kv, k);
+    u32(kv, type);
+    return *this;
+  }
+  Meta& string(const std::string& k, const std::string& v) {
+    key(k, 8);
+    str(kv, v);
+    return *this;
+  }
+  Meta& u32v(const std::string& k, uint32_t v) {
+    key(k, 4);
+    u32(kv, v);
+    return *this;
+  }
+  Meta& boolean(const std::string& k, bool v) {
+    key(k, 7);
+    kv += char(v);
+    return *this;
+  }
+  Meta& strings(const std::string& k, const std::vector<std::string>& v) {
+    key(k, 9);
+    u32(kv, 8);
+    u64(kv, v.size());
+    for (const auto& x : v) str(kv, x);
+    return *this;
+  }
+  Meta& floats(const std::string& k, const std::vector<float>& v) {
+    key(k, 9);
+    u32(kv, 6);
+    u64(kv, v.size());
+    for (float x : v) kv.append(reinterpret_cast<const char*>(&x), 4);
+    return *this;
+  }
+  Meta& ints(const std::string& k, const std::vector<int32_t>& v) {
+    key(k, 9);
+    u32(kv, 5);
+    u64(kv, v.size());
+    for (int32_t x : v) kv.append(reinterpret_cast<const char*>(&x), 4);
+    return *this;
+  }
+  std::string write(const std::string& name) const {
+    std::string s = "GGUF";
+    u32(s, 3);
+    u64(s, 0);
+    u64(s, uint64_t(n));
+    s += kv;
+    const fs::path p = fs::temp_directory_path() / ("ffn_tok_" + name + ".gguf");
+    std::ofstream(p, std::ios::binary) << s;
+    return p.string();
+  }
+};
+
+// A small SentencePiece vocabulary: <unk>, <s>, </s>, the 256 byte tokens,
+// "▁", "a", "b", "▁a", "ab".
+Meta spm(const std::vector<int32_t>& type_of_unk = {2}) {
+  std::vector<std::string> t{"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> ty{type_of_unk[0], 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    t.push_back(buf);
+    ty.push_back(6);
+  }
+  for (const char* p : {"\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab"}) {
+    t.push_back(p);
+    ty.push_back(1);
+  }
+  std::vector<float> sc(t.size(), 0.0f);
+  for (size_t i = 259; i < t.size(); ++i) sc[i] = -float(i);
+  Meta m;
+  m.string("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", t).floats("tokenizer.ggml.scores", sc);
+  m.ints("tokenizer.ggml.token_type", ty).u32v("tokenizer.ggml.unknown_token_id", 0);
+  return m;
+}
+
+}  // namespace
+
+// The small vocabulary works (so each case below fails for its own reason),
+// then each hostile tokenizer field gets one line naming the file and field.
+TEST(Tokenizers, HostileMetadataGetsOneLineEach) {
+  {
+    const std::string f = spm().write("spm_ok");
+    const auto t = Tokenizer::from_gguf(GgufFile(f));
+    // "▁ab▁aé": "▁a" outscores "ab", so ▁a b ▁a, then é's two bytes.
+    EXPECT_EQ(t->encode("ab a\xC3\xA9"), (std::vector<int32_t>{262, 261, 262, 3 + 0xC3, 3 + 0xA9}));
+    EXPECT_EQ(t->decode(t->encode("ab a\xC3\xA9")), "ab a\xC3\xA9");
+  }
+  auto refused = [](const Meta& m, const std::string& name, const std::string& what) {
+    const std::string f = m.write(name);
+    expect_error([&] { Tokenizer::from_gguf(GgufFile(f)); }, f + ": " + what);
+  };
+  refused(Meta().string("tokenizer.ggml.model", "bert"), "model", "tokenizer.ggml.model is \"bert\"; expected");
+  {
+    Meta m = spm();
+    m.u32v("tokenizer.ggml.add_bos_token", 1);
+    refused(m, "bos", "tokenizer.ggml.add_bos_token must be a boolean");
+  }
+  {
+    Meta m;
+    std::vector<std::string> t{"<unk>", "<s>", "</s>", "a"};
+    m.string("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", t).ints("tokenizer.ggml.token_type", {2, 3, 3, 1});
+    refused(m, "noscores", "tokenizer.ggml.scores must be a float array with one score per token (4)");
+  }
+  {
+    Meta m = spm({9});
+    refused(m, "type", "tokenizer.ggml.token_type[0] is 9; expected 1 to 6");
+  }
+  {
+    Meta m = spm();
+    m.u32v("tokenizer.ggml.bos_token_id", 100000);
+    refused(m, "bosid", "tokenizer.ggml.bos_token_id is 100000, outside the vocabulary");
+  }
+  {
+    Meta m;
+    std::vector<std::string> t{"<unk>", "a", "a"};
+    m.string("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", t).floats("tokenizer.ggml.scores", {0, 0, 0});
+    m.ints("tokenizer.ggml.token_type", {2, 1, 1}).u32v("tokenizer.ggml.unknown_token_id", 0);
+    refused(m, "dup", "SentencePiece refuses the vocabulary");
+  }
+  {
+    Meta m;
+    std::vector<std::string> t{"<unk>", "<0xZZ>"};
+    m.string("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", t).floats("tokenizer.ggml.scores", {0, 0});
+    m.ints("tokenizer.ggml.token_type", {2, 6}).u32v("tokenizer.ggml.unknown_token_id", 0);
+    refused(m, "byte", "tokenizer.ggml.tokens[1] is a byte token but not <0xXX>");
+  }
+  {
+    Meta m;
+    std::vector<std::string> t{"a"};
+    m.string("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", t).floats("tokenizer.ggml.scores", {0});
+    m.ints("tokenizer.ggml.token_type", {1});
+    refused(m, "nounk", "tokenizer.ggml.unknown_token_id is missing");
+  }
+  // Byte-level BPE: the pre-tokenizer's name must be a string the table knows.
+  std::vector<std::string> bytes;
+  for (int b = 33; b < 127; ++b) bytes.push_back(std::string(1, char(b)));
+  for (int b = 161; b < 256; ++b) {
+    if (b == 173) continue;
+    bytes.push_back(std::string{char(0xC0 | (b >> 6)), char(0x80 | (b & 0x3F))});
+  }
+  {
+    Meta m;
+    m.string("tokenizer.ggml.model", "gpt2").strings("tokenizer.ggml.tokens", bytes).strings("tokenizer.ggml.merges", {});
+    m.u32v("tokenizer.ggml.pre", 3);
+    refused(m, "pre", "tokenizer.ggml.pre must be a string");
+  }
+  {
+    Meta m;
+    m.string("tokenizer.ggml.model", "gpt2").strings("tokenizer.ggml.tokens", bytes).strings("tokenizer.ggml.merges", {});
+    m.string("tokenizer.ggml.pre", "tekken");
+    refused(m, "tekken", "tokenizer.ggml.pre is \"tekken\", a pre-tokenizer ffn does not know");
   }
 }
