@@ -10,7 +10,7 @@ torch 1.13, as scripts/setup.sh pins):
 
 For each model NAME it writes NAME/ (config.json, model.safetensors:
 save_pretrained; no tokenizer: the tests give ids; llama3_rope, the qwen2
-models and gemma2_gguf also as NAME.gguf, as llama.cpp's converter writes
+models, gemma2_gguf and phi3 also as NAME.gguf, as llama.cpp's converter writes
 them) and, in cases.json, prompt
 id lists and the greedy continuation of each (generate, do_sample=False, up
 to and including EOS); in cases.safetensors the float32 logits after every
@@ -31,7 +31,8 @@ import transformers.generation.utils as gu
 gu.is_fsdp_managed_module = lambda module: False  # torch 1.13 lacks fsdp on Python 3.11 (see make_llama_golden.py)
 from safetensors.torch import save_file  # noqa: E402
 from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM,  # noqa: E402
-                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+                          MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
 
 MODELS = {
     # name: (config class, model class, fields): odd sizes, GQA 2 and 3, tied and untied heads.
@@ -78,6 +79,12 @@ MODELS = {
                          rms_norm_eps=1e-6, attn_logit_softcapping=5.0, final_logit_softcapping=7.0,
                          sliding_window=4, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
                          max_position_embeddings=128, vocab_size=187)),
+    # Phi-3: W_Q|W_K|W_V and W_gate|W_up fused, GQA 2, untied, a window of 5 keys on every layer.
+    "phi3": (Phi3Config, Phi3ForCausalLM,
+             dict(hidden_size=48, intermediate_size=70, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                  sliding_window=5, max_position_embeddings=128, original_max_position_embeddings=128,
+                  pad_token_id=0, vocab_size=190)),
 }
 PROMPT_LENGTHS = [1, 6, 41]
 NEW_TOKENS = 12
@@ -125,6 +132,10 @@ def write_gguf(model, cfg, path, arch, eot=None):
         dim = cfg.head_dim
         w.add_key_length(dim)
         w.add_value_length(dim)
+    if arch == "phi3":
+        w.add_rope_dimension_count(dim)
+        w.add_rope_scaling_orig_ctx_len(cfg.original_max_position_embeddings)
+        w.add_sliding_window(cfg.sliding_window or 0)
     if arch == "gemma2":
         w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         w.add_final_logit_softcapping(cfg.final_logit_softcapping)
@@ -161,6 +172,13 @@ def write_gguf(model, cfg, path, arch, eot=None):
     for l in range(cfg.num_hidden_layers):
         p, b = f"model.layers.{l}.", f"blk.{l}."
         w.add_tensor(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
+        if arch == "phi3":  # fused, as Phi3MiniModel writes them (gate|up as ffn_up)
+            w.add_tensor(b + "attn_qkv.weight", sd[p + "self_attn.qkv_proj.weight"])
+            w.add_tensor(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+            w.add_tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+            w.add_tensor(b + "ffn_up.weight", sd[p + "mlp.gate_up_proj.weight"])
+            w.add_tensor(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+            continue
         w.add_tensor(b + "attn_q.weight", rotary(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads))
         w.add_tensor(b + "attn_k.weight", rotary(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads))
         w.add_tensor(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
@@ -240,8 +258,8 @@ def main(out):
                 cont = entry["greedy"][2]
                 eot = next(t for i, t in enumerate(cont) if i >= 3 and t not in cont[:i] and t != 2)
             write_gguf(model, cfg, os.path.join(out, name + ".gguf"), "qwen2", eot)
-        if name == "gemma2_gguf":
-            write_gguf(model, cfg, os.path.join(out, name + ".gguf"), "gemma2")
+        if name in ("gemma2_gguf", "phi3"):
+            write_gguf(model, cfg, os.path.join(out, name + ".gguf"), name.split("_")[0])
     with open(os.path.join(out, "cases.json"), "w", encoding="utf-8") as f:
         json.dump({"models": cases, "new_tokens": NEW_TOKENS}, f)
     save_file(tensors, os.path.join(out, "cases.safetensors"))

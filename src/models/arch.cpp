@@ -9,7 +9,7 @@ namespace ffn::models {
 namespace {
 std::vector<Architecture>& registry() {
   static std::vector<Architecture> r{llama_architecture(), qwen2_architecture(), qwen3_architecture(), mistral_architecture(),
-                                     gemma2_architecture()};
+                                     gemma2_architecture(), phi3_architecture()};
   return r;
 }
 bool comes_in(const Architecture& a, Format format) {

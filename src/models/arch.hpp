@@ -57,6 +57,7 @@ Architecture qwen2_architecture();
 Architecture qwen3_architecture();
 Architecture mistral_architecture();
 Architecture gemma2_architecture();
+Architecture phi3_architecture();
 
 // LLaMA (LlamaForCausalLM; GGUF general.architecture "llama").
 const NameTable& llama_names(Format format);

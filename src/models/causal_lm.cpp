@@ -6,6 +6,7 @@
 #include "ffn/causal_lm.hpp"
 
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -233,20 +234,30 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
   // native compute can keep them (a GGUF whose parts are each of a native
   // type of src/core/quant_types.hpp; consecutive parts of one type share
   // panels), else float32. rope_heads > 0: W_Q's or W_K's rows, brought from
-  // the file's rotary order to transformers'.
+  // the file's rotary order to transformers'. A part is `rows` rows of a
+  // tensor of `total` rows from row0 on (a share of a fused tensor).
   struct Part {
     std::string name;
-    int64_t rows, rope_heads;
+    int64_t rows, rope_heads, row0 = 0, total = 0;
+    int64_t all() const { return total > 0 ? total : rows; }
   };
   // Progress: the share of the file's tensor bytes read so far (GGUF; a
   // Hugging Face directory reports only its end).
   uint64_t total_bytes = 0, done_bytes = 0;
   if (gguf)
     for (const GgufTensor& ti : gguf->tensors()) total_bytes += ti.bytes;
+  std::set<std::string> counted;  // a fused tensor's bytes count once
   const auto advance = [&](const std::string& n) {
-    if (!opts.on_progress || !gguf || total_bytes == 0) return;
+    if (!opts.on_progress || !gguf || total_bytes == 0 || !counted.insert(n).second) return;
     done_bytes += gguf->tensor(n).bytes;
     opts.on_progress(std::min(0.999, double(done_bytes) / double(total_bytes)));
+  };
+  // A part's rows as float32, in transformers' order.
+  auto part_rows = [&](const Part& p, int64_t k) {
+    std::vector<float> v = src.read(p.name, {p.all(), k});
+    if (gguf) gguf->release(gguf->tensor(p.name));
+    if (p.all() != p.rows) v = std::vector<float>(v.begin() + p.row0 * k, v.begin() + (p.row0 + p.rows) * k);
+    return p.rope_heads > 0 ? unpermute_rows(v, p.rope_heads, k) : v;
   };
   auto product = [&](const std::vector<Part>& parts, int64_t k, const std::vector<float>& bias = {}) -> nn::Linear {
     const float* b = bias.empty() ? nullptr : bias.data();
@@ -258,7 +269,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     std::vector<const nn::QuantType*> types;
     bool blocks = native && src.format() == models::Format::gguf;
     for (const Part& p : parts) {
-      src.expect(p.name, {p.rows, k});
+      src.expect(p.name, {p.all(), k});
       if (!gguf) continue;
       const nn::QuantType* ti = nn::find_quant_type(uint32_t(gguf->tensor(p.name).type));
       if (!ti || !ti->native() || k % ti->block != 0) blocks = false;
@@ -280,10 +291,10 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
           }
           const size_t at = bits.size();
           bits.resize(at + size_t(k));
-          std::memcpy(bits.data() + at, base + from * k * 2, size_t(k) * 2);
+          std::memcpy(bits.data() + at, base + (p.row0 + from) * k * 2, size_t(k) * 2);
         }
-        gguf->release(gguf->tensor(p.name));
       }
+      for (const Part& p : parts) gguf->release(gguf->tensor(p.name));
       const int64_t rows = int64_t(bits.size()) / k;
       return made(
           nn::Linear(bits.data(), k, rows, types[0]->id == GgmlType::f16 ? WeightDtype::fp16 : WeightDtype::bf16, b));
@@ -302,7 +313,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
             const int64_t m = p.rows / p.rope_heads / 2, h = r / (2 * m), t = (r % (2 * m)) / m, i = r % m;
             from = h * 2 * m + 2 * i + t;
           }
-          rows.push_back(base + from * row_bytes);
+          rows.push_back(base + (p.row0 + from) * row_bytes);
         }
         if (i + 1 == parts.size() || types[i + 1] != qt) {
           panels.push_back(nn::repack_rows(qt->id, rows, k));
@@ -314,9 +325,7 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     }
     std::vector<float> all;
     for (const Part& p : parts) {
-      std::vector<float> v = src.read(p.name, {p.rows, k});
-      if (gguf) gguf->release(gguf->tensor(p.name));
-      if (p.rope_heads > 0) v = unpermute_rows(v, p.rope_heads, k);
+      std::vector<float> v = part_rows(p, k);
       all.insert(all.end(), v.begin(), v.end());
     }
     // The row count first: the arguments' order of evaluation is unspecified
@@ -324,15 +333,25 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     const int64_t rows = int64_t(all.size()) / k;
     return made(nn::Linear(all.data(), k, rows, b));
   };
-  // A float32 matrix, its rows in transformers' order.
-  auto matrix = [&](const std::string& n, int64_t rows, int64_t cols, int64_t rope_heads = 0) {
-    std::vector<float> v = src.read(n, {rows, cols});
-    advance(n);
-    if (gguf) gguf->release(gguf->tensor(n));
-    return rope_heads > 0 ? unpermute_rows(v, rope_heads, cols) : v;
+  // A float32 matrix (a tensor, or a part of one), its rows in transformers' order.
+  auto matrix = [&](const Part& p, int64_t cols) {
+    std::vector<float> v = part_rows(p, cols);
+    advance(p.name);
+    return v;
   };
   const int64_t d = c.d_model, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
   const int64_t q_rope = names.qk_rows_interleaved ? c.heads : 0, k_rope = names.qk_rows_interleaved ? c.kv_heads : 0;
+  // The tensor that holds t's rows: its own, or its share of a fused one
+  // where the table names that (Phi-3's qkv and gate_up; gate first).
+  auto part = [&](T t, int64_t l) -> Part {
+    const bool qkv = t == T::q || t == T::k || t == T::v, gu = t == T::gate || t == T::up;
+    const int64_t rows = t == T::q ? qd : qkv ? kvd : gu ? c.d_ff : d;
+    const int64_t rope = t == T::q ? q_rope : t == T::k ? k_rope : 0;
+    if (qkv && names.names[size_t(T::qkv)])
+      return {name(T::qkv, l), rows, rope, t == T::q ? 0 : t == T::k ? qd : qd + kvd, qd + 2 * kvd};
+    if (gu && names.names[size_t(T::gate_up)]) return {name(T::gate_up, l), rows, 0, t == T::gate ? 0 : c.d_ff, 2 * c.d_ff};
+    return {name(t, l), rows, rope};
+  };
   // Blocks stay blocks only from a GGUF with native compute; else every
   // layer's FFN is the fused float sublayer (packed below, converted to
   // opts.ffn_dtype).
@@ -386,36 +405,34 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     }
     const std::vector<float> in_bias = qkv_bias(l), o_bias = out_bias(l);
     if (keep_blocks) {
-      L.attn.in = product({{name(T::q, l), qd, q_rope}, {name(T::k, l), kvd, k_rope}, {name(T::v, l), kvd, 0}}, d,
-                          in_bias);
+      L.attn.in = product({part(T::q, l), part(T::k, l), part(T::v, l)}, d, in_bias);
       L.attn.out = product({{name(T::o, l), d, 0}}, qd, o_bias);
-      L.ffn.emplace_back(fc, norm(name(T::ffn_norm, l)), std::vector<float>{},
-                         product({{name(T::up, l), c.d_ff, 0}, {name(T::gate, l), c.d_ff, 0}}, d),
+      L.ffn.emplace_back(fc, norm(name(T::ffn_norm, l)), std::vector<float>{}, product({part(T::up, l), part(T::gate, l)}, d),
                          product({{name(T::down, l), d, 0}}, c.d_ff), post_norm(T::ffn_post_norm, l));
       w.layers.push_back(std::move(L));
       continue;
     }
-    std::vector<float> wqkv = matrix(name(T::q, l), qd, d, q_rope);
-    for (const auto& [t, rope] : {std::pair{T::k, k_rope}, std::pair{T::v, int64_t(0)}}) {
-      const std::vector<float> v = matrix(name(t, l), kvd, d, rope);
+    std::vector<float> wqkv = matrix(part(T::q, l), d);
+    for (T t : {T::k, T::v}) {
+      const std::vector<float> v = matrix(part(t, l), d);
       wqkv.insert(wqkv.end(), v.begin(), v.end());
     }
     L.attn.in = nn::Linear(wqkv.data(), d, qd + 2 * kvd, in_bias.empty() ? nullptr : in_bias.data());
-    L.attn.out = nn::Linear(matrix(name(T::o, l), d, qd).data(), qd, d, o_bias.empty() ? nullptr : o_bias.data());
+    L.attn.out = nn::Linear(matrix({name(T::o, l), d, 0}, qd).data(), qd, d, o_bias.empty() ? nullptr : o_bias.data());
     if (post_norms) {  // the fused FeedForward has no second norm: the sublayer on fp32 products
-      std::vector<float> ug = matrix(name(T::up, l), c.d_ff, d), gate = matrix(name(T::gate, l), c.d_ff, d);
+      std::vector<float> ug = matrix(part(T::up, l), d), gate = matrix(part(T::gate, l), d);
       ug.insert(ug.end(), gate.begin(), gate.end());
       L.ffn.emplace_back(fc, norm(name(T::ffn_norm, l)), std::vector<float>{}, nn::Linear(ug.data(), d, 2 * c.d_ff),
-                         nn::Linear(matrix(name(T::down, l), d, c.d_ff).data(), c.d_ff, d),
+                         nn::Linear(matrix({name(T::down, l), d, 0}, c.d_ff).data(), c.d_ff, d),
                          post_norm(T::ffn_post_norm, l));
       w.layers.push_back(std::move(L));
       continue;
     }
     ffn::Weights fw;
     fw.norm_weight = norm(name(T::ffn_norm, l));
-    fw.wg = matrix(name(T::gate, l), c.d_ff, d);
-    fw.w1 = matrix(name(T::up, l), c.d_ff, d);
-    fw.w2 = matrix(name(T::down, l), d, c.d_ff);
+    fw.wg = matrix(part(T::gate, l), d);
+    fw.w1 = matrix(part(T::up, l), d);
+    fw.w2 = matrix({name(T::down, l), d, 0}, c.d_ff);
     L.ffn.emplace_back(opts.ffn_dtype == WeightDtype::fp32 ? FeedForward(fc, std::move(fw))
                                                            : FeedForward(fc, std::move(fw)).converted(opts.ffn_dtype));
     w.layers.push_back(std::move(L));

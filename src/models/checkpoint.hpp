@@ -83,8 +83,10 @@ class TensorSource {
 // The causal LM's tensors; the biases where the spec has them (AttentionSpec::qkv_bias, out_bias).
 // The norms after the sublayers where the spec's norm sites are pre_and_post (Gemma 2).
 // The per-head q/k norms where the spec has them (AttentionSpec::qk_norm; Qwen3).
+// qkv and gate_up: fused tensors (Phi-3's W_Q|W_K|W_V, and W_gate|W_up, gate
+// first), read in place of q, k, v and gate, up where a table names them.
 enum class LMTensor { embed, norm, head, attn_norm, q, k, v, o, ffn_norm, gate, up, down, q_bias, k_bias, v_bias, o_bias,
-                      attn_post_norm, ffn_post_norm, q_norm, k_norm, count };
+                      attn_post_norm, ffn_post_norm, q_norm, k_norm, qkv, gate_up, count };
 
 struct NameTable {
   std::array<const char*, size_t(LMTensor::count)> names;  // "{L}": the layer number

@@ -1,0 +1,75 @@
+// Phi-3 as data (Phi3ForCausalLM; GGUF general.architecture "phi3"): LLaMA's
+// stack with W_Q|W_K|W_V in one tensor (self_attn.qkv_proj; GGUF attn_qkv)
+// and W_gate|W_up in one (mlp.gate_up_proj, gate first; GGUF ffn_up), rows
+// in transformers' order in both formats, and every layer's self-attention
+// over config.json's sliding_window keys (Phi-3-mini-4k: 2047; null: none),
+// as Mistral's; GGUF phi3.attention.sliding_window. An untied head.
+// longrope scaling (the 128k and Phi-3.5 models) is refused by the spec until
+// the rotary table runs it.
+#include "core/json_file.hpp"
+#include "ffn/diagnostics.hpp"
+#include "ffn/gguf.hpp"
+#include "models/arch.hpp"
+
+namespace ffn::models {
+
+namespace {
+const NameTable& phi3_names(Format format) {
+  static const NameTable hf = [] {
+    NameTable n = llama_names(Format::safetensors);
+    n.names[size_t(LMTensor::q)] = n.names[size_t(LMTensor::k)] = n.names[size_t(LMTensor::v)] = nullptr;
+    n.names[size_t(LMTensor::gate)] = n.names[size_t(LMTensor::up)] = nullptr;
+    n.names[size_t(LMTensor::qkv)] = "model.layers.{L}.self_attn.qkv_proj.weight";
+    n.names[size_t(LMTensor::gate_up)] = "model.layers.{L}.mlp.gate_up_proj.weight";
+    return n;
+  }();
+  static const NameTable gguf = [] {
+    NameTable n = llama_names(Format::gguf);
+    n.qk_rows_interleaved = false;
+    n.names[size_t(LMTensor::q)] = n.names[size_t(LMTensor::k)] = n.names[size_t(LMTensor::v)] = nullptr;
+    n.names[size_t(LMTensor::gate)] = n.names[size_t(LMTensor::up)] = nullptr;
+    n.names[size_t(LMTensor::qkv)] = "blk.{L}.attn_qkv.weight";
+    n.names[size_t(LMTensor::gate_up)] = "blk.{L}.ffn_up.weight";
+    return n;
+  }();
+  return format == Format::gguf ? gguf : hf;
+}
+}  // namespace
+
+Architecture phi3_architecture() {
+  Architecture a;
+  a.name = "phi3";
+  a.from_hf = [](const nlohmann::json& j, const std::filesystem::path& p) {
+    ArchConfig a = llama_arch_config(j, p);
+    if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+      const int64_t w = json_get<int64_t>(j, "sliding_window", p);
+      if (w < 1) throw Error(p.string() + ": sliding_window must be at least 1, got " + std::to_string(w));
+      a.spec.attention.window.assign(size_t(a.config.layers), w);
+    }
+    return a;
+  };
+  a.hf_names = &phi3_names(Format::safetensors);
+  a.from_gguf = [](const GgufFile& f) {
+    // A head is d_model / heads wide (the converter writes no key_length);
+    // rope.dimension_count below it is partial rotation (Phi-4-mini),
+    // refused by the spec.
+    CausalLMConfig c = llama_config(f, "phi3");
+    const int64_t rotated = c.head_dim;
+    c.head_dim = c.d_model / c.heads;
+    c.validate();
+    nn::StackSpec s = llama_spec(c);
+    read_gguf_rope(f, "phi3", s);
+    if (rotated != c.head_dim) s.attention.rope.fraction = double(rotated) / double(c.head_dim);
+    // The converter writes longrope's factors as tensors (128k, Phi-3.5).
+    if (f.has("rope_factors_long.weight")) s.attention.rope.scaling = nn::RopeScaling::longrope;
+    if (f.find("phi3.attention.sliding_window")) {
+      const int64_t w = int64_t(f.get_uint("phi3.attention.sliding_window"));
+      if (w > 0) s.attention.window.assign(size_t(c.layers), w);
+    }
+    return ArchConfig{c, s};
+  };
+  a.gguf_names = &phi3_names(Format::gguf);
+  return a;
+}
+
+}  // namespace ffn::models
