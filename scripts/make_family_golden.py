@@ -106,17 +106,28 @@ def permute(w, n_head):  # convert_hf_to_gguf.LlamaModel.permute
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(model, cfg, path, arch, eot=None):
+def write_gguf(model, cfg, path, arch, eot=None, quant=None):
     """The model as llama.cpp's converter writes it (float32 tensors, no tokenizer). gemma2: its
     norms as 1 + w (Gemma2Model.modify_tensors), head_dim as key and value length, the soft-caps and
     the window; its own norm names after the sublayers; no output.weight. llama: W_Q's and
     W_K's rows in its rotary order, and a Llama 3 rule as rope_freqs.weight, one factor per
     frequency (convert_hf_to_gguf.LlamaModel.generate_extra_tensors). qwen2: rows as they are
     (Qwen2Model does not permute; llama.cpp's qwen2 graph uses NeoX rotary order), Q|K|V biases.
-    BOS and EOS ids as the converter writes them; eot: tokenizer.ggml.eot_token_id too."""
+    BOS and EOS ids as the converter writes them; eot: tokenizer.ggml.eot_token_id too.
+    quant: GGUF tensor name → ggml type for the 2-D weights (gguf-py's quantizer), else float32."""
     import gguf
     import numpy as np
     w = gguf.GGUFWriter(path, arch)
+    add_tensor = w.add_tensor
+
+    def add(name, arr):
+        qtype = quant(name) if quant and arr.ndim == 2 else None
+        if qtype is None:
+            add_tensor(name, arr)
+        else:
+            from gguf.quants import quantize
+            add_tensor(name, quantize(arr, qtype), raw_dtype=qtype)
+    w.add_tensor = add
     dim = cfg.hidden_size // cfg.num_attention_heads
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
