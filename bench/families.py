@@ -9,11 +9,12 @@ scripts/setup.sh extracts it) so that llama.cpp loads every file. Each
 family's own parts are there: Qwen2's Q|K|V biases, Qwen3's q/k norms (and
 head_dim 64), Gemma 2's post norms, soft-caps and windows (4096, longer than
 the run), Phi-3's fused Q|K|V and gate|up (window 2047). Weights are random
-F16 (N(0, 0.02)), norms 1, an untied head in every family (as Phi-3's),
-then llama-quantize makes the file type (Q4_0 by default, its own choice
-for the head).
+F16 (N(0, 0.02)), norms 1, an untied head (as Phi-3's; Gemma 2's is tied in
+llama.cpp's graph: there the embedding is the head), then llama-quantize
+makes the file type (Q4_0 by default, its own choice for the head: Q6_K in
+both cases).
 
-    python3 bench/families.py --llama-cpp DIR [--type Q4_0] [--rounds 3]
+    .venv/bin/python bench/families.py --llama-cpp DIR [--type Q4_0] [--rounds 3]
 DIR holds llama-bench and llama-quantize (bench/llm_peers.py builds them).
 Files go to ~/.cache/ffn/bench/families/ (reused when present).
 Measures `ffn bench --generate --prompt-tokens 64 --new-tokens 128` and
@@ -26,8 +27,6 @@ import statistics
 import subprocess
 import sys
 
-import numpy as np
-
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from k_quants import ffn, llama  # noqa: E402
@@ -39,7 +38,8 @@ FAMILIES = ["llama", "qwen2", "qwen3", "gemma2", "phi3"]
 
 
 def write(arch, path):
-    import gguf
+    import gguf  # the writer's own needs (.venv: gguf, numpy); the benchmark runs on any python3
+    import numpy as np
     r = gguf.GGUFReader(VOCAB)
 
     def field(k):
@@ -114,7 +114,8 @@ def write(arch, path):
             w.add_tensor(b + "ffn_gate.weight", mat(DFF, D))
             w.add_tensor(b + "ffn_up.weight", mat(DFF, D))
         w.add_tensor(b + "ffn_down.weight", mat(D, DFF))
-    w.add_tensor("output.weight", mat(V, D))  # untied in every family, as Phi-3 is
+    if arch != "gemma2":  # untied as Phi-3 is; llama.cpp's gemma2 graph ties its head (no output.weight)
+        w.add_tensor("output.weight", mat(V, D))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
