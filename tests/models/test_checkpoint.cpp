@@ -147,7 +147,7 @@ TEST(Checkpoint, ATestOnlyArchitectureIsAConfigReaderAndANameTable) {
   EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4)) << "the toy architecture's logits are LLaMA's";
   // An unknown model_type names the registered ones.
   std::ofstream(dir / "config.json") << R"({"model_type": "gpt2"})";
-  expect_error([&] { CausalLM::load(dir.string()); }, "model_type is \"gpt2\"; expected \"llama\", \"qwen2\", \"mistral\", \"gemma2\", \"toyllama\"");
+  expect_error([&] { CausalLM::load(dir.string()); }, "model_type is \"gpt2\"; expected \"llama\", \"qwen2\", \"qwen3\", \"mistral\", \"gemma2\", \"phi3\", \"toyllama\"");
   fs::remove_all(dir);
 }
 

@@ -11,7 +11,8 @@
 2. On SmolLM2-135M-Instruct.Q4_1.gguf (installed by scripts/setup.sh;
    FFN_SMOLLM2_GGUF overrides; skipped, saying so, when absent or when
    transformers cannot be imported): ids equal to what transformers' tokenizer
-   makes of the same GGUF on text with Unicode, emoji, code, numbers,
+   makes of the same GGUF, with SmolLM2's own pre-tokenizer (single digits,
+   then GPT-2's expression), on text with Unicode, emoji, code, numbers,
    whitespace runs, control bytes and special tokens, also through the
    tokenizer.json transformers saves from it; logits after every position of
    prompts of 1 to 512 tokens within 2e-3 of each position's largest |logit|
@@ -180,6 +181,13 @@ def smollm2(tmp):
         return
     d, f = os.path.dirname(path), os.path.basename(path)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    # transformers' GGUF loader builds GPT-2's expression for every byte-level file, whatever
+    # tokenizer.ggml.pre says; SmolLM2's own tokenizer.json (tokenizer.ggml.pre "smollm") splits
+    # digits one by one first. The oracle is transformers' tokenizer with that pre-tokenizer.
+    from tokenizers import pre_tokenizers  # noqa: PLC0415
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
     texts = ["Hello world 12345", "emoji 🙂🚀👩‍👩‍👧 ok", "  multiple   spaces\tand\ttabs  ", "\n\n\nnewlines\r\n",
              "def f(x):\n    return x**2  # squared\n", "Größe naïve café 東京 Привет мир العربية",
              "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "<jupyter_code>x = 1<file_sep>",
