@@ -133,11 +133,18 @@ int cmd_generate(GenerateArgs& a) {
     return 0;
   }
   std::string pending;
-  std::vector<int32_t> made;
+  std::vector<int32_t> made, known;
+  std::string shown;  // the decoded text of `known` so far
   auto on_token = [&](int32_t id) {
     made.push_back(id);
     if (!a.ids && id < tok->vocab_size()) {  // ids past the tokenizer's (a model's padding rows) have no text
-      pending += tok->decode({id}, true);
+      // What the whole continuation decodes to, less what was shown: a
+      // token's text can depend on its place (SentencePiece drops the
+      // text's first space, not every token's).
+      known.push_back(id);
+      std::string text = tok->decode(known, true);
+      pending += text.compare(0, shown.size(), shown) == 0 ? text.substr(shown.size()) : tok->decode({id}, true);
+      shown = std::move(text);
       flush_utf8(pending, false);
     }
     return true;

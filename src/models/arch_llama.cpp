@@ -174,6 +174,12 @@ ArchConfig llama_arch_config(const nlohmann::json& j, const std::filesystem::pat
 
 void read_gguf_rope(const GgufFile& f, const std::string& arch, nn::StackSpec& s) {
   nn::RopeSpec& rope = s.attention.rope;
+  // A rotary width below the head's (Phi-4-mini, NeoX): partial rotation,
+  // which the spec refuses by name until the rotation runs it.
+  if (f.find(arch + ".rope.dimension_count")) {
+    const int64_t dims = int64_t(f.get_uint(arch + ".rope.dimension_count"));
+    if (dims != s.head_dim() && s.head_dim() > 0) rope.fraction = double(dims) / double(s.head_dim());
+  }
   const std::string key = arch + ".rope.scaling.type";
   const std::string type = f.find(key) ? f.get_string(key) : "none";
   if (type == "linear") {
@@ -206,10 +212,12 @@ CausalLMConfig llama_config(const GgufFile& f, const std::string& arch) {
   c.heads = u("attention.head_count");
   c.kv_heads = f.find(pre + "attention.head_count_kv") ? u("attention.head_count_kv") : c.heads;
   // A head's width: attention.key_length (Gemma's head_dim ≠ d_model / heads),
-  // else the rotary width, else d_model / heads.
-  c.head_dim = f.find(pre + "attention.key_length")   ? u("attention.key_length")
-               : f.find(pre + "rope.dimension_count") ? u("rope.dimension_count")
-                                                      : c.d_model / std::max<int64_t>(c.heads, 1);
+  // else the rotary width (LLaMA's converter writes only that), else
+  // d_model / heads; phi3's reader takes d_model / heads (its rotary width
+  // may be a part of the head).
+  c.head_dim = f.find(pre + "attention.key_length")                       ? u("attention.key_length")
+               : arch != "phi3" && f.find(pre + "rope.dimension_count") ? u("rope.dimension_count")
+                                                                          : c.d_model / std::max<int64_t>(c.heads, 1);
   c.rope_theta = f.find(pre + "rope.freq_base") ? f.get_float(pre + "rope.freq_base") : 10000.0;
   c.eps = float(f.get_float(pre + "attention.layer_norm_rms_epsilon"));
   c.context = f.find(pre + "context_length") ? u("context_length") : 0;

@@ -41,6 +41,7 @@ Architecture phi3_architecture() {
   a.name = "phi3";
   a.from_hf = [](const nlohmann::json& j, const std::filesystem::path& p) {
     ArchConfig a = llama_arch_config(j, p);
+    a.spec.attention.rope.fraction = json_opt<double>(j, "partial_rotary_factor", 1.0, p);  // Phi-4-mini: refused
     if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
       const int64_t w = json_get<int64_t>(j, "sliding_window", p);
       if (w < 1) throw Error(p.string() + ": sliding_window must be at least 1, got " + std::to_string(w));
@@ -51,15 +52,11 @@ Architecture phi3_architecture() {
   a.hf_names = &phi3_names(Format::safetensors);
   a.from_gguf = [](const GgufFile& f) {
     // A head is d_model / heads wide (the converter writes no key_length);
-    // rope.dimension_count below it is partial rotation (Phi-4-mini),
-    // refused by the spec.
-    CausalLMConfig c = llama_config(f, "phi3");
-    const int64_t rotated = c.head_dim;
-    c.head_dim = c.d_model / c.heads;
-    c.validate();
+    // a rope.dimension_count below it is partial rotation (Phi-4-mini),
+    // which read_gguf_rope records and the spec refuses.
+    const CausalLMConfig c = llama_config(f, "phi3");
     nn::StackSpec s = llama_spec(c);
     read_gguf_rope(f, "phi3", s);
-    if (rotated != c.head_dim) s.attention.rope.fraction = double(rotated) / double(c.head_dim);
     // The converter writes longrope's factors as tensors (128k, Phi-3.5).
     if (f.has("rope_factors_long.weight")) s.attention.rope.scaling = nn::RopeScaling::longrope;
     if (f.find("phi3.attention.sliding_window")) {

@@ -127,8 +127,10 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
     s.qkv.resize(size_t(n * width));
     pk.in.forward(*run.ctx, ain, n, s.qkv.data(), {.training = run.training, .acts = run.acts});
     const int64_t dh = cfg.dh();
-    if (w.q_norm_w && (int64_t(w.q_norm_w->size()) != dh || !w.k_norm_w || int64_t(w.k_norm_w->size()) != dh))
-      throw Error("attention block: the q/k norms need γ of head_dim (" + std::to_string(dh) + ") values each");
+    if ((w.q_norm_w || w.k_norm_w) &&
+        (!w.q_norm_w || !w.k_norm_w || int64_t(w.q_norm_w->size()) != dh || int64_t(w.k_norm_w->size()) != dh))
+      throw Error("attention block: the q/k norms need γ of head_dim (" + std::to_string(dh) + ") values each, both");
+    if (w.q_norm_w && run.training) throw Error("attention block: per-head q/k norms are inference's");
     if (cfg.rope || w.q_norm_w) {
       const auto rope_rows = [&](int64_t i0, int64_t i1, int) {
         for (int64_t i = i0; i < i1; ++i) {

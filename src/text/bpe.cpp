@@ -74,7 +74,7 @@ const std::vector<PreTokenizer>& pre_tokenizers() {
       // Split(expression, Isolated) then ByteLevel without its expression;
       // Qwen2's after an NFC normalizer (Qwen3.5's has none: its vectors
       // keep combining marks as they are).
-      {{"llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"}, K::split_byte_level, kLlama3Pattern, true, false, true},
+      {{"llama-bpe", "llama3", "llama-v3"}, K::split_byte_level, kLlama3Pattern, true, false, true},
       {{"qwen2", "deepseek-r1-qwen"}, K::split_byte_level, kQwen2Pattern, false, true, false},
       {{"qwen35"}, K::split_byte_level, kQwen35Pattern, false, false, false},
   };
@@ -208,7 +208,7 @@ BpeTokenizer BpeTokenizer::from_gguf(const GgufFile& f) {
   const std::string where = f.path();
   const std::string& model = f.get_string("tokenizer.ggml.model");
   if (model != "gpt2")
-    throw Error(where + ": tokenizer.ggml.model is \"" + model + "\"; only byte-level BPE (\"gpt2\") is supported");
+    throw Error(where + ": tokenizer.ggml.model is \"" + model + "\"; a byte-level BPE vocabulary is \"gpt2\"");
   BpeTokenizer t;
   t.tokens_ = f.get_strings("tokenizer.ggml.tokens");
   const auto& merges = f.get_strings("tokenizer.ggml.merges");
@@ -386,6 +386,9 @@ BpeTokenizer BpeTokenizer::from_json(const std::string& path) {
         const auto& ids = p.at("special_tokens").at(name).at("ids");
         if (ids.size() != 1) throw Error(path + ": post_processor special token " + name + " has " + std::to_string(ids.size()) + " ids; expected 1");
         t.template_bos_ = int32_t(checked_id(ids[0], "post_processor special token " + name));
+        if (t.template_bos_ >= int32_t(t.tokens_.size()))
+          throw Error(path + ": post_processor special token " + name + " has id " + std::to_string(t.template_bos_) +
+                      ", outside the vocabulary (" + std::to_string(t.tokens_.size()) + ")");
         t.add_bos_ = true;
       }
     }

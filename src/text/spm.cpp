@@ -83,6 +83,8 @@ SpmTokenizer SpmTokenizer::from_gguf(const GgufFile& f) {
     if (v >= n) throw Error(where + ": " + k + " is " + std::to_string(v) + ", outside the vocabulary (" + std::to_string(n) + ")");
     return int64_t(v);
   };
+  int bytes = 0;  // <0xXX> pieces: byte fallback needs all 256
+  for (size_t i = 0; i < n; ++i) bytes += types->ints[i] == byte;
   const int64_t unk = id_key("tokenizer.ggml.unknown_token_id", -1);
   if (const GgufValue* v = f.find("tokenizer.ggml.add_bos_token")) {
     if (v->type != GgufType::boolean) throw Error(where + ": tokenizer.ggml.add_bos_token must be a boolean");
@@ -126,11 +128,14 @@ SpmTokenizer SpmTokenizer::from_gguf(const GgufFile& f) {
   Proto trainer;
   trainer.integer(3, 2);  // model_type BPE
   trainer.integer(4, int64_t(n));
-  trainer.integer(35, 1);  // byte_fallback
+  trainer.integer(35, bytes == 256);  // byte_fallback (else a character without a piece is <unk>)
   trainer.integer(40, unk);
   trainer.integer(41, id_key("tokenizer.ggml.bos_token_id", -1));
   trainer.integer(42, id_key("tokenizer.ggml.eos_token_id", -1));
-  trainer.integer(43, id_key("tokenizer.ggml.padding_token_id", -1));
+  // Padding is no part of tokenizing: an id out of range is left out, not refused.
+  trainer.integer(43, f.find("tokenizer.ggml.padding_token_id") && f.get_uint("tokenizer.ggml.padding_token_id") < n
+                          ? int64_t(f.get_uint("tokenizer.ggml.padding_token_id"))
+                          : -1);
   trainer.string(45, t.tokens_[size_t(unk)]);
   model.string(2, trainer.bytes);
   Proto normalizer;
