@@ -126,6 +126,13 @@ class BpeTokenizer final : public Tokenizer {
 class SpmTokenizer final : public Tokenizer {
  public:
   static SpmTokenizer from_gguf(const GgufFile& f);
+  // A SentencePiece model file (a Hugging Face directory's tokenizer.model:
+  // Llama 2, Mistral, Gemma, Phi-3), its control pieces cut out of the text;
+  // the space prefix as the model's normalizer adds it.
+  static SpmTokenizer from_file(const std::string& path);
+  // A GGUF's vocabulary as a SentencePiece model file's bytes (what a
+  // tokenizer.model with its pieces, scores and types holds).
+  static std::string model_proto(const GgufFile& f);
 
   int64_t vocab_size() const override { return int64_t(tokens_.size()); }
   std::vector<int32_t> encode(const std::string& text) const override;
@@ -143,6 +150,7 @@ class SpmTokenizer final : public Tokenizer {
 
  private:
   SpmTokenizer();
+  std::string read(const GgufFile& f);  // this tokenizer's fields from f, and its ModelProto
   struct Impl;
   std::unique_ptr<Impl> impl_;  // the SentencePiece processor
   std::vector<std::string> tokens_;

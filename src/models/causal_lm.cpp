@@ -197,11 +197,23 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     source = sharded ? models::TensorSource::safetensors_index(index_path.string(), "config.json")
                      : models::TensorSource::safetensors(st_path.string(), "config.json");
     untied_note = "config.json: tie_word_embeddings is false";
+    // The tokenizer: tokenizer.json's byte-level BPE, or else (a
+    // SentencePiece model's tokenizer.json, Metaspace: Llama 2, Mistral,
+    // Gemma, Phi-3) its tokenizer.model.
+    const fs::path spm_path = dir / "tokenizer.model";
     if (fs::exists(tok_path, ec)) {
-      auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::from_json(tok_path.string()));
-      c.add_bos = bpe->adds_bos();
-      if (c.bos < 0) c.bos = bpe->template_bos();
-      lm.tok_ = std::move(bpe);
+      try {
+        auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::from_json(tok_path.string()));
+        c.add_bos = bpe->adds_bos();
+        if (c.bos < 0) c.bos = bpe->template_bos();
+        lm.tok_ = std::move(bpe);
+      } catch (const Error&) {
+        if (!fs::exists(spm_path, ec)) throw;
+      }
+    }
+    if (!lm.tok_ && fs::exists(spm_path, ec)) {
+      lm.tok_ = std::make_shared<SpmTokenizer>(SpmTokenizer::from_file(spm_path.string()));
+      c.add_bos = lm.tok_->adds_bos();
     }
     const fs::path tc = dir / "tokenizer_config.json";
     if (fs::exists(tc, ec)) {

@@ -63,9 +63,28 @@ SpmTokenizer::~SpmTokenizer() = default;
 SpmTokenizer::SpmTokenizer(SpmTokenizer&&) noexcept = default;
 SpmTokenizer& SpmTokenizer::operator=(SpmTokenizer&&) noexcept = default;
 
-SpmTokenizer SpmTokenizer::from_gguf(const GgufFile& f) {
-  const std::string where = f.path();
+std::string SpmTokenizer::model_proto(const GgufFile& f) {
   SpmTokenizer t;
+  return t.read(f);
+}
+
+SpmTokenizer SpmTokenizer::from_gguf(const GgufFile& f) {
+  SpmTokenizer t;
+  const std::string proto = t.read(f);
+#ifdef FFN_HAVE_SENTENCEPIECE
+  t.impl_ = std::make_unique<Impl>();
+  const auto status = t.impl_->sp.LoadFromSerializedProto(proto);
+  if (!status.ok()) throw Error(f.path() + ": SentencePiece refuses the vocabulary (" + status.ToString() + ")");
+#else
+  throw Error(f.path() + ": a SentencePiece vocabulary (tokenizer.ggml.model \"llama\"); this ffn was built without "
+              "libsentencepiece (install libsentencepiece-dev and rebuild)");
+#endif
+  return t;
+}
+
+std::string SpmTokenizer::read(const GgufFile& f) {
+  const std::string where = f.path();
+  SpmTokenizer& t = *this;
   t.where_ = where;
   t.tokens_ = f.get_strings("tokenizer.ggml.tokens");
   const size_t n = t.tokens_.size();
@@ -144,13 +163,36 @@ SpmTokenizer SpmTokenizer::from_gguf(const GgufFile& f) {
   normalizer.integer(4, 0);                // remove_extra_whitespaces
   normalizer.integer(5, 1);                // escape_whitespaces
   model.string(3, normalizer.bytes);
+  return model.bytes;
+}
+
+SpmTokenizer SpmTokenizer::from_file(const std::string& path) {
+  SpmTokenizer t;
+  t.where_ = path;
 #ifdef FFN_HAVE_SENTENCEPIECE
   t.impl_ = std::make_unique<Impl>();
-  const auto status = t.impl_->sp.LoadFromSerializedProto(model.bytes);
-  if (!status.ok()) throw Error(where + ": SentencePiece refuses the vocabulary (" + status.ToString() + ")");
+  sentencepiece::SentencePieceProcessor& sp = t.impl_->sp;
+  const auto status = sp.Load(path);
+  if (!status.ok()) throw Error(path + ": not a SentencePiece model (" + status.ToString() + ")");
+  const int n = sp.GetPieceSize();
+  for (int i = 0; i < n; ++i) {
+    t.tokens_.push_back(sp.IdToPiece(i));
+    const int32_t ty = sp.IsUnknown(i) ? unknown : sp.IsControl(i) ? control : sp.IsUnused(i) ? unused
+                       : sp.IsByte(i)  ? byte
+                                       : normal;
+    t.types_.push_back(ty);
+    t.ids_.emplace(t.tokens_.back(), i);
+    if (ty == control && !t.tokens_.back().empty() && text::valid_utf8(t.tokens_.back()))
+      t.specials_.emplace_back(t.tokens_.back(), i);
+  }
+  text::sort_specials(t.specials_);
+  // The normalizer's dummy prefix: whether "a" is encoded with "▁" before it.
+  std::vector<std::string> pieces;
+  (void)sp.Encode("a", &pieces);
+  t.space_prefix_ = !pieces.empty() && pieces[0].compare(0, 3, "\xE2\x96\x81") == 0;
 #else
-  throw Error(where + ": a SentencePiece vocabulary (tokenizer.ggml.model \"llama\"); this ffn was built without "
-              "libsentencepiece (install libsentencepiece-dev and rebuild)");
+  throw Error(path + ": a SentencePiece model; this ffn was built without libsentencepiece (install "
+              "libsentencepiece-dev and rebuild)");
 #endif
   return t;
 }

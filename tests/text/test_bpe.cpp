@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ffn/causal_lm.hpp"
 #include "ffn/gguf.hpp"
 #include "ffn/tokenizer.hpp"
 #include "ffn/types.hpp"
@@ -311,4 +312,57 @@ TEST(Tokenizers, HostileMetadataGetsOneLineEach) {
     m.string("tokenizer.ggml.pre", "tekken");
     refused(m, "tekken", "tokenizer.ggml.pre is \"tekken\", a pre-tokenizer ffn does not know");
   }
+}
+
+// A Hugging Face directory's tokenizer.model (SentencePiece's file) gives the
+// ids of the same vocabulary read from its GGUF: the llama-spm and phi-3
+// vocabularies written as model files, on their test vectors.
+TEST(BpeVocabularies, SentencePieceModelFilesAsTheirGgufs) {
+  REQUIRE_VOCABS();
+  for (const char* name : {"llama-spm", "phi-3"}) {
+    SCOPED_TRACE(name);
+    const fs::path f = vocab_dir() + "/ggml-vocab-" + name + ".gguf";
+    const GgufFile g(f.string());
+    const fs::path model = test::scratch_dir(std::string("spm_model_") + name) / "tokenizer.model";
+    std::ofstream(model, std::ios::binary) << SpmTokenizer::model_proto(g);
+    const SpmTokenizer a = SpmTokenizer::from_gguf(g), b = SpmTokenizer::from_file(model.string());
+    EXPECT_EQ(b.vocab_size(), a.vocab_size());
+    EXPECT_TRUE(b.adds_bos());
+    const auto texts = texts_of(f.string() + ".inp");
+    const auto want = ids_of(f.string() + ".out");
+    for (size_t i = 0; i < texts.size(); ++i) {
+      EXPECT_EQ(b.encode(texts[i]), want[i]) << "text " << i;
+      EXPECT_EQ(b.decode(want[i]), a.decode(want[i])) << "text " << i;
+    }
+    fs::remove_all(model.parent_path());
+  }
+  expect_error([] { SpmTokenizer::from_file("/nonexistent/tokenizer.model"); },
+               "/nonexistent/tokenizer.model: not a SentencePiece model");
+}
+
+// A Hugging Face directory whose tokenizer.json is SentencePiece's (Metaspace,
+// not byte-level BPE) loads its tokenizer.model: Mistral's random model with
+// a small SentencePiece vocabulary (no byte pieces: unknown characters are
+// <unk>), BOS before a text prompt.
+TEST(Tokenizers, DirectoriesWithATokenizerModelUseIt) {
+  std::vector<std::string> t{"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "c", "\xE2\x96\x81" "a", "ab", "bc"};
+  std::vector<float> sc;
+  for (size_t i = 0; i < t.size(); ++i) sc.push_back(-float(i));
+  Meta m;
+  m.string("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", t).floats("tokenizer.ggml.scores", sc);
+  m.ints("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1, 1, 1, 1, 1}).u32v("tokenizer.ggml.unknown_token_id", 0);
+  const fs::path dir = test::scratch_dir("spm_directory");
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::copy_file(fs::path(FFN_FAMILIES_DIR) / "mistral_window" / f, dir / f);
+  std::ofstream(dir / "tokenizer.model", std::ios::binary) << SpmTokenizer::model_proto(GgufFile(m.write("spm_dir")));
+  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
+    "normalizer": null, "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581"}})";
+  const CausalLM lm = CausalLM::load(dir.string());
+  ASSERT_NE(lm.tokenizer(), nullptr);
+  EXPECT_EQ(lm.tokenizer()->vocab_size(), 10);
+  // "▁a" outscores "ab": ▁a, b, ▁, c, then "é" (no piece, no bytes): <unk>.
+  EXPECT_EQ(lm.tokenizer()->encode("ab c\xC3\xA9"), (std::vector<int32_t>{7, 5, 3, 6, 0}));
+  EXPECT_TRUE(lm.config().add_bos);
+  EXPECT_EQ(lm.encode_prompt("ab"), (std::vector<int32_t>{1, 7, 5}));
+  fs::remove_all(dir);
 }
