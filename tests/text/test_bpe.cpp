@@ -20,6 +20,7 @@
 #include "ffn/gguf.hpp"
 #include "ffn/tokenizer.hpp"
 #include "ffn/types.hpp"
+#include "cli_util.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -63,6 +64,18 @@ std::vector<std::vector<int32_t>> ids_of(const fs::path& p) {
   return out;
 }
 
+// Whether this ffn was built with libsentencepiece (an optional dependency).
+bool spm_built() {
+  try {
+    SpmTokenizer::from_file("/nonexistent/tokenizer.model");
+  } catch (const Error& e) {
+    return std::string(e.what()).find("built without libsentencepiece") == std::string::npos;
+  }
+  return true;
+}
+#define REQUIRE_SPM()                                                                                                 \
+  if (!spm_built()) GTEST_SKIP() << "ffn was built without libsentencepiece (SentencePiece vocabularies are refused)"
+
 #define REQUIRE_VOCABS()                                                                                              \
   if (!fs::exists(vocab_dir() + "/ggml-vocab-qwen2.gguf"))                                                            \
   GTEST_SKIP() << "llama.cpp's vocabularies are not installed in " << vocab_dir()                                     \
@@ -73,6 +86,7 @@ std::vector<std::vector<int32_t>> ids_of(const fs::path& p) {
 // Every text of each vocabulary's test vectors: the ids of the model's own
 // tokenizer, and the text back from them.
 TEST(BpeVocabularies, MatchTheirModelsTokenizers) {
+  REQUIRE_SPM();
   REQUIRE_VOCABS();
   for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "qwen35", "starcoder", "refact", "command-r", "mpt",
                            "llama-spm", "phi-3"}) {
@@ -138,6 +152,7 @@ TEST(BpeVocabularies, UnknownPreTokenizersAreRefused) {
 // true); without it, llama.cpp's default: Llama 3's pre-tokenizer yes, the
 // other byte-level ones no.
 TEST(BpeVocabularies, BosAsTheFileOrItsSchemeSays) {
+  REQUIRE_SPM();
   REQUIRE_VOCABS();
   for (const auto& [name, bos] : std::vector<std::pair<std::string, bool>>{
            {"llama-bpe", true}, {"qwen2", false}, {"gpt-2", false}, {"llama-spm", true}, {"phi-3", true}}) {
@@ -240,6 +255,7 @@ Meta spm(const std::vector<int32_t>& type_of_unk = {2}) {
 // The small vocabulary works (so each case below fails for its own reason),
 // then each hostile tokenizer field gets one line naming the file and field.
 TEST(Tokenizers, HostileMetadataGetsOneLineEach) {
+  REQUIRE_SPM();
   {
     const std::string f = spm().write("spm_ok");
     const auto t = Tokenizer::from_gguf(GgufFile(f));
@@ -318,6 +334,7 @@ TEST(Tokenizers, HostileMetadataGetsOneLineEach) {
 // ids of the same vocabulary read from its GGUF: the llama-spm and phi-3
 // vocabularies written as model files, on their test vectors.
 TEST(BpeVocabularies, SentencePieceModelFilesAsTheirGgufs) {
+  REQUIRE_SPM();
   REQUIRE_VOCABS();
   for (const char* name : {"llama-spm", "phi-3"}) {
     SCOPED_TRACE(name);
@@ -345,6 +362,7 @@ TEST(BpeVocabularies, SentencePieceModelFilesAsTheirGgufs) {
 // a small SentencePiece vocabulary (no byte pieces: unknown characters are
 // <unk>), BOS before a text prompt.
 TEST(Tokenizers, DirectoriesWithATokenizerModelUseIt) {
+  REQUIRE_SPM();
   std::vector<std::string> t{"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "c", "\xE2\x96\x81" "a", "ab", "bc"};
   std::vector<float> sc;
   for (size_t i = 0; i < t.size(); ++i) sc.push_back(-float(i));
@@ -364,5 +382,43 @@ TEST(Tokenizers, DirectoriesWithATokenizerModelUseIt) {
   EXPECT_EQ(lm.tokenizer()->encode("ab c\xC3\xA9"), (std::vector<int32_t>{7, 5, 3, 6, 0}));
   EXPECT_TRUE(lm.config().add_bos);
   EXPECT_EQ(lm.encode_prompt("ab"), (std::vector<int32_t>{1, 7, 5}));
+  fs::remove_all(dir);
+}
+
+// ffn generate streams what the whole continuation decodes to: on a
+// SentencePiece vocabulary of "▁w…" words (197 pieces, Mistral's random
+// model), the printed text is the decoded ids', spaces between the words (a
+// token decoded alone would lose its "▁").
+TEST(Tokenizers, GenerateStreamsTheContinuationsText) {
+  REQUIRE_SPM();
+  std::vector<std::string> t{"<unk>", "<s>", "</s>", "\xE2\x96\x81"};
+  std::vector<int32_t> ty{2, 3, 3, 1};
+  for (int i = 0; t.size() < 197; ++i) {
+    t.push_back((i % 2 ? "x" : "\xE2\x96\x81w") + std::to_string(i));
+    ty.push_back(1);
+  }
+  std::vector<float> sc(t.size(), -1.0f);
+  Meta m;
+  m.string("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", t).floats("tokenizer.ggml.scores", sc);
+  m.ints("tokenizer.ggml.token_type", ty).u32v("tokenizer.ggml.unknown_token_id", 0);
+  const fs::path dir = test::scratch_dir("spm_stream");
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::copy_file(fs::path(FFN_FAMILIES_DIR) / "mistral_window" / f, dir / f);
+  std::ofstream(dir / "tokenizer.model", std::ios::binary) << SpmTokenizer::model_proto(GgufFile(m.write("spm_stream")));
+  const CausalLM lm = CausalLM::load(dir.string());
+  const auto text = test::run_ffn("generate --model " + dir.string() + " --max-new-tokens 40 --threads 1 w0", dir);
+  ASSERT_EQ(text.status, 0) << text.err;
+  std::string ids_arg;
+  for (int32_t id : lm.encode_prompt("w0")) ids_arg += (ids_arg.empty() ? "" : " ") + std::to_string(id);
+  const auto ids = test::run_ffn("generate --model " + dir.string() + " --max-new-tokens 40 --threads 1 --ids '" + ids_arg + "'",
+                                 dir);
+  ASSERT_EQ(ids.status, 0) << ids.err;
+  std::vector<int32_t> made;
+  std::istringstream in(ids.out);
+  for (int32_t id; in >> id;) made.push_back(id);
+  ASSERT_GE(made.size(), 5u);
+  const std::string want = lm.tokenizer()->decode(made, true);
+  EXPECT_NE(want.find(' '), std::string::npos) << want;
+  EXPECT_EQ(text.out, want + "\n");
   fs::remove_all(dir);
 }
