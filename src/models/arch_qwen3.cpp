@@ -15,12 +15,9 @@ Architecture qwen3_architecture() {
   Architecture a;
   a.name = "qwen3";
   a.from_hf = [](const nlohmann::json& j, const std::filesystem::path& p) {
-    ArchConfig a = llama_arch_config(j, p);
+    ArchConfig a = qwen2_architecture().from_hf(j, p);  // its window refusal too
     a.spec.attention.qkv_bias = a.spec.attention.out_bias = json_opt<bool>(j, "attention_bias", false, p);
     a.spec.attention.qk_norm = true;
-    if (json_opt<bool>(j, "use_sliding_window", false, p))
-      throw Error(p.string() + ": use_sliding_window is true, which transformers runs two ways (every layer, or the "
-                  "layers from max_window_layers on); not supported");
     return a;
   };
   a.hf_names = &llama_names(Format::safetensors);
@@ -32,8 +29,7 @@ Architecture qwen3_architecture() {
     s.attention.qk_norm = true;
     return ArchConfig{c, s};
   };
-  static const NameTable kQwen3Gguf{llama_names(Format::gguf).names, false};
-  a.gguf_names = &kQwen3Gguf;
+  a.gguf_names = qwen2_architecture().gguf_names;  // rows in transformers' order, as Qwen2's
   return a;
 }
 
