@@ -85,6 +85,16 @@ MODELS = {
                   num_key_value_heads=2, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
                   sliding_window=5, max_position_embeddings=128, original_max_position_embeddings=128,
                   pad_token_id=0, vocab_size=190)),
+    # Phi-3's longrope (the 128k and Phi-3.5 models): per-frequency factors, short below an original
+    # context of 32 positions and long past it (the 41-token prompt), cos and sin scaled by
+    # √(1 + ln(256 / 32) / ln 32). MHA, head_dim 12 (6 factors each).
+    "phi3_longrope": (Phi3Config, Phi3ForCausalLM,
+                      dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=4, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                           sliding_window=None, max_position_embeddings=256, original_max_position_embeddings=32,
+                           rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                                         "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]},
+                           pad_token_id=0, vocab_size=181)),
 }
 PROMPT_LENGTHS = [1, 6, 41]
 NEW_TOKENS = 12
@@ -160,7 +170,13 @@ def write_gguf(model, cfg, path, arch, eot=None, quant=None):
     if arch == "gemma2":
         sd = {k: v + 1 if k.endswith("norm.weight") else v for k, v in sd.items()}
     rs = getattr(cfg, "rope_scaling", None)
-    if rs:
+    if rs and arch == "phi3":  # Phi3MiniModel.generate_extra_tensors
+        scale = cfg.max_position_embeddings / cfg.original_max_position_embeddings
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(cfg.original_max_position_embeddings))
+                                        if scale > 1.0 else 1.0)
+        w.add_tensor("rope_factors_long.weight", np.array(rs["long_factor"], dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.array(rs["short_factor"], dtype=np.float32))
+    elif rs:
         freqs = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
         factor, low, high, old = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], \
             rs["original_max_position_embeddings"]
@@ -269,7 +285,7 @@ def main(out):
                 cont = entry["greedy"][2]
                 eot = next(t for i, t in enumerate(cont) if i >= 3 and t not in cont[:i] and t != 2)
             write_gguf(model, cfg, os.path.join(out, name + ".gguf"), "qwen2", eot)
-        if name in ("gemma2_gguf", "phi3"):
+        if name in ("gemma2_gguf", "phi3", "phi3_longrope"):
             write_gguf(model, cfg, os.path.join(out, name + ".gguf"), name.split("_")[0])
     with open(os.path.join(out, "cases.json"), "w", encoding="utf-8") as f:
         json.dump({"models": cases, "new_tokens": NEW_TOKENS}, f)

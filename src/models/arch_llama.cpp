@@ -1,5 +1,6 @@
 // LLaMA as data: its config readers and name tables (src/models/arch.hpp).
 #include <algorithm>
+#include <cmath>
 
 #include "core/json_file.hpp"
 #include "ffn/diagnostics.hpp"
@@ -164,8 +165,27 @@ ArchConfig llama_arch_config(const nlohmann::json& j, const std::filesystem::pat
     rope.original_context = int64_t(ctx);
   } else if (type == "yarn") {
     rope.scaling = nn::RopeScaling::yarn;
-  } else if (type == "longrope") {
+  } else if (type == "longrope" || type == "su") {
+    // Phi-3's: per-frequency factors, the original context (config.json's
+    // original_max_position_embeddings, or the rope_scaling's), and the
+    // attention factor (given, or √(1 + ln(max / original) / ln original)).
     rope.scaling = nn::RopeScaling::longrope;
+    for (auto [key, v] : {std::pair{"short_factor", &rope.short_factors}, std::pair{"long_factor", &rope.long_factors}}) {
+      if (!r.contains(key) || !r[key].is_array()) bad(std::string(key) + " is missing or not a list");
+      for (const auto& x : r[key]) {
+        if (!x.is_number()) bad(std::string(key) + " holds a non-number");
+        v->push_back(x.get<float>());
+      }
+    }
+    const double orig = j.contains("original_max_position_embeddings")
+                            ? json_get<double>(j, "original_max_position_embeddings", p)
+                            : num("original_max_position_embeddings", 0);
+    if (!(orig >= 1 && orig <= double(int64_t(1) << 40))) bad("original_max_position_embeddings is missing or out of range");
+    rope.original_context = int64_t(orig);
+    const double scale = double(a.config.context) / orig;
+    rope.attention_factor = r.contains("attention_factor") ? num("attention_factor", 1.0)
+                            : scale <= 1.0                 ? 1.0
+                                                           : std::sqrt(1.0 + std::log(scale) / std::log(orig));
   } else {
     bad("rope_type \"" + type + "\" is not one of default, linear, llama3, yarn, longrope");
   }

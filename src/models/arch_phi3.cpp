@@ -4,8 +4,11 @@
 // in transformers' order in both formats, and every layer's self-attention
 // over config.json's sliding_window keys (Phi-3-mini-4k: 2047; null: none),
 // as Mistral's; GGUF phi3.attention.sliding_window. An untied head.
-// longrope scaling (the 128k and Phi-3.5 models) is refused by the spec until
-// the rotary table runs it.
+// longrope scaling (the 128k and Phi-3.5 models): config.json's rope_scaling,
+// or the GGUF's rope_factors_long/short tensors and keys.
+#include <algorithm>
+#include <cmath>
+
 #include "core/json_file.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/gguf.hpp"
@@ -57,8 +60,21 @@ Architecture phi3_architecture() {
     const CausalLMConfig c = llama_config(f, "phi3");
     nn::StackSpec s = llama_spec(c);
     read_gguf_rope(f, "phi3", s);
-    // The converter writes longrope's factors as tensors (128k, Phi-3.5).
-    if (f.has("rope_factors_long.weight")) s.attention.rope.scaling = nn::RopeScaling::longrope;
+    // The converter writes longrope's factors as tensors (128k, Phi-3.5), the
+    // original context and the attention factor as keys.
+    if (f.has("rope_factors_long.weight")) {
+      nn::RopeSpec& r = s.attention.rope;
+      r.scaling = nn::RopeScaling::longrope;
+      r.long_factors = f.read_f32("rope_factors_long.weight");
+      r.short_factors = f.read_f32("rope_factors_short.weight");
+      const char* orig = "phi3.rope.scaling.original_context_length";
+      if (!f.find(orig)) throw Error(f.path() + ": rope_factors_long.weight without " + orig);
+      r.original_context = int64_t(f.get_uint(orig));
+      const double scale = double(c.context) / double(std::max<int64_t>(r.original_context, 1));
+      r.attention_factor = f.find("phi3.rope.scaling.attn_factor") ? f.get_float("phi3.rope.scaling.attn_factor")
+                           : scale <= 1.0 ? 1.0
+                                          : std::sqrt(1.0 + std::log(scale) / std::log(double(r.original_context)));
+    }
     if (f.find("phi3.attention.sliding_window")) {
       const int64_t w = int64_t(f.get_uint("phi3.attention.sliding_window"));
       if (w > 0) s.attention.window.assign(size_t(c.layers), w);

@@ -479,7 +479,7 @@ CausalLMState CausalLM::start(int64_t sequences, int64_t capacity) const {
   s.cache = nn::KvCache(cfg_.layers, kvd, capacity, sequences);
   for (int64_t i = 0; i < sequences; ++i) s.cache.join();
   s.head_dim = cfg_.head_dim;
-  s.rope = nn::RopeTable::make(capacity, nn::rope_frequencies(w_->spec));
+  s.rope = nn::rope_table(w_->spec, capacity);
   return st;
 }
 

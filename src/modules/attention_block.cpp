@@ -131,6 +131,15 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
         (!w.q_norm_w || !w.k_norm_w || int64_t(w.q_norm_w->size()) != dh || int64_t(w.k_norm_w->size()) != dh))
       throw Error("attention block: the q/k norms need γ of head_dim (" + std::to_string(dh) + ") values each, both");
     if (w.q_norm_w && run.training) throw Error("attention block: per-head q/k norms are inference's");
+    // A longrope table: each sequence's rows rotate with the long factors
+    // where its last position passes the original context.
+    std::vector<uint8_t> long_rows;
+    if (cfg.rope && !cfg.rope->long_cos.empty()) {
+      long_rows.assign(size_t(n), 0);
+      for (size_t b = 0; b + 1 < off.size(); ++b)
+        if (off[b + 1] > off[b] && cfg.rope->long_for(kv.positions[size_t(off[b + 1] - 1)]))
+          std::fill(long_rows.begin() + off[b], long_rows.begin() + off[b + 1], uint8_t(1));
+    }
     if (cfg.rope || w.q_norm_w) {
       const auto rope_rows = [&](int64_t i0, int64_t i1, int) {
         for (int64_t i = i0; i < i1; ++i) {
@@ -140,8 +149,9 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
             head_rms_norm(row + qd, kvd / dh, dh, w.k_norm_w->data(), cfg.eps);
           }
           if (!cfg.rope) continue;
-          rope_apply(*cfg.rope, row, H, dh, kv.positions[size_t(i)]);
-          rope_apply(*cfg.rope, row + qd, kvd / dh, dh, kv.positions[size_t(i)]);
+          const bool lng = !long_rows.empty() && long_rows[size_t(i)];
+          rope_apply(*cfg.rope, row, H, dh, kv.positions[size_t(i)], lng);
+          rope_apply(*cfg.rope, row + qd, kvd / dh, dh, kv.positions[size_t(i)], lng);
         }
       };
       if (n > 16) run.ctx->parallel_range(n, grain_for(n, run.ctx->threads()), rope_rows);

@@ -75,6 +75,17 @@ void StackSpec::validate() const {
           std::to_string(head_dim() / 2));
     for (float f : r.freq_factors)
       if (!positive_finite(f)) bad("attention.rope.freq_factors must be positive");
+    if (r.scaling == RopeScaling::longrope) {
+      const auto half = size_t(std::lround(head_dim() * r.fraction)) / 2;
+      if (r.long_factors.size() != half || r.short_factors.size() != half)
+        bad("attention.rope: longrope needs " + std::to_string(half) + " long and short factors (the rotated width / 2), got " +
+            std::to_string(r.long_factors.size()) + " and " + std::to_string(r.short_factors.size()));
+      for (const auto* v : {&r.long_factors, &r.short_factors})
+        for (float f : *v)
+          if (!positive_finite(f)) bad("attention.rope: longrope factors must be positive");
+      if (r.original_context < 1) bad("attention.rope: longrope needs original_context >= 1");
+    }
+    if (!positive_finite(r.attention_factor)) bad("attention.rope.attention_factor must be positive");
   }
   if (r.enabled != (embedding.positions == Positions::rotary))
     bad("attention.rope.enabled and embedding.positions = rotary go together");
@@ -105,7 +116,6 @@ void StackSpec::check_supported(const std::string& who) const {
     refuse("a norm after each sublayer as well as before it outside a causal LM");
   const RopeSpec& r = attention.rope;
   if (r.enabled) {
-    if (r.scaling == RopeScaling::longrope) refuse("longrope rotary scaling");
     if (r.scaling == RopeScaling::yarn) refuse("yarn rotary scaling");
     if (!r.layer_theta.empty()) refuse("a rotary base per layer");
     if (r.fraction != 1.0) refuse("partial rotary positions");
@@ -184,6 +194,33 @@ std::vector<float> rope_frequencies(const StackSpec& s) {
   }
   for (size_t i = 0; i < r.freq_factors.size() && i < inv.size(); ++i) inv[i] = inv[i] / r.freq_factors[i];
   return inv;
+}
+
+RopeTable rope_table(const StackSpec& s, int64_t positions) {
+  const RopeSpec& r = s.attention.rope;
+  if (r.scaling != RopeScaling::longrope) return RopeTable::make(positions, rope_frequencies(s));
+  // transformers' Phi3LongRoPEScaledRotaryEmbedding: 1 / (factor · θ^(2i/dh)) in
+  // float32; cos and sin × the attention factor; the long factors for a
+  // forward pass whose last position is past the original context
+  // (RopeTable::long_for; keys already in the cache keep their rotation).
+  const int64_t dh = s.head_dim();
+  auto inv = [&](const std::vector<float>& f) {
+    std::vector<float> v(f.size());
+    for (size_t i = 0; i < f.size(); ++i) v[i] = 1.0f / (f[i] * std::pow(float(r.theta), float(2 * i) / float(dh)));
+    return v;
+  };
+  RopeTable t = RopeTable::make(positions, inv(r.short_factors));
+  t.original = r.original_context;
+  if (positions > r.original_context) {
+    RopeTable l = RopeTable::make(positions, inv(r.long_factors));
+    t.long_cos = std::move(l.cos);
+    t.long_sin = std::move(l.sin);
+  }
+  const float m = float(r.attention_factor);
+  if (m != 1.0f)
+    for (auto* v : {&t.cos, &t.sin, &t.long_cos, &t.long_sin})
+      for (float& x : *v) x *= m;
+  return t;
 }
 
 StackSpec stack_spec(const EncoderConfig& c, StackKind kind) {

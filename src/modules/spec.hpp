@@ -51,7 +51,11 @@ struct RopeSpec {
   RopeScaling scaling = RopeScaling::none;
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
   int64_t original_context = 0;
-  std::vector<float> long_factors, short_factors;  // longrope: one per frequency
+  // longrope (Phi-3 128k, Phi-3.5): frequency i is 1 / (factor_i · θ^(2i/dh)),
+  // short_factors at positions below original_context, long_factors from it
+  // on; cos and sin multiplied by attention_factor.
+  std::vector<float> long_factors, short_factors;
+  double attention_factor = 1.0;
   // A GGUF's rope_freqs (llama.cpp's form of Llama 3's rule): frequency i divided by freq_factors[i].
   std::vector<float> freq_factors;
   double fraction = 1.0;  // the rotated share of a head (partial rotary: Phi-2, NeoX)
@@ -139,6 +143,9 @@ Config ffn_config(const StackSpec& s);
 // factor, below original_context / high_freq_factor kept, between them
 // interpolated), then divided by freq_factors where given.
 std::vector<float> rope_frequencies(const StackSpec& s);
+// The rotary table of `positions` positions: rope_frequencies', or
+// longrope's short and long frequencies by position, scaled.
+RopeTable rope_table(const StackSpec& s, int64_t positions);
 
 // The stacks of nn.TransformerEncoder/Decoder shape (include/ffn/encoder.hpp):
 // encoder, or seq2seq decoder (causal self-attention, cross-attention).

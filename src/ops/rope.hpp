@@ -16,6 +16,12 @@ namespace ffn::nn {
 struct RopeTable {
   int64_t half = 0;            // dh / 2
   std::vector<float> cos, sin; // [positions, half]
+  // longrope (Phi-3): a second table for a forward pass that reaches past
+  // `original` positions (empty: none).
+  std::vector<float> long_cos, long_sin;
+  int64_t original = 0;
+  // Whether a forward pass whose last position is `last` rotates with the long table.
+  bool long_for(int64_t last) const { return !long_cos.empty() && last + 1 > original; }
 
   // f_i = 1 / θ^(2i/dh) (transformers' default inv_freq, in float32).
   static std::vector<float> frequencies(int64_t dh, double theta) {
@@ -42,11 +48,12 @@ struct RopeTable {
   }
 };
 
-// Rotates `heads` consecutive head vectors of x (each 2·t.half floats) to position pos.
-inline void rope_apply(const RopeTable& t, float* x, int64_t heads, int64_t dh, int64_t pos) {
+// Rotates `heads` consecutive head vectors of x (each 2·t.half floats) to
+// position pos (with the long table: RopeTable::long_for).
+inline void rope_apply(const RopeTable& t, float* x, int64_t heads, int64_t dh, int64_t pos, bool long_table = false) {
   const int64_t half = t.half;
-  const float* c = t.cos.data() + pos * half;
-  const float* s = t.sin.data() + pos * half;
+  const float* c = (long_table ? t.long_cos : t.cos).data() + pos * half;
+  const float* s = (long_table ? t.long_sin : t.sin).data() + pos * half;
   for (int64_t h = 0; h < heads; ++h) {
     float* v = x + h * dh;
     for (int64_t i = 0; i < half; ++i) {

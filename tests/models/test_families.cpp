@@ -58,7 +58,7 @@ float worst_share(const std::vector<float>& got, const NamedTensor& want, int64_
 }
 
 TEST(Families, LogitsMatchTransformers) {
-  ASSERT_EQ(cases()["models"].size(), 8u);
+  ASSERT_EQ(cases()["models"].size(), 9u);
   for (const auto& [name, c] : cases()["models"].items()) {
     SCOPED_TRACE(name);
     const CausalLM m = CausalLM::load(model_dir(name));
@@ -198,7 +198,7 @@ int32_t fourth_new_token(const std::vector<int32_t>& cont) {
 // key_length, soft-caps and window as keys): transformers' logits within the
 // bound and its greedy tokens.
 TEST(Families, FromGgufMatchTransformers) {
-  for (const std::string name : {"qwen2_gqa3", "qwen2_mha", "gemma2_gguf", "phi3"}) {
+  for (const std::string name : {"qwen2_gqa3", "qwen2_mha", "gemma2_gguf", "phi3", "phi3_longrope"}) {
     SCOPED_TRACE(name);
     const CausalLM m = CausalLM::load(std::string(FFN_FAMILIES_DIR) + "/" + name + ".gguf");
     const auto& c = cases()["models"][name];

@@ -96,6 +96,8 @@ TEST(Spec, ContradictionsAreRefusedNamingTheField) {
   };
   refused([](nn::StackSpec& s) { s.attention.kv_heads = 3; }, "8 query heads cannot share 3 key/value heads");
   refused([](nn::StackSpec& s) { s.attention.window = {0, 4}; }, "attention.window has 2 entries for 3 layers");
+  refused([](nn::StackSpec& s) { s.attention.rope.scaling = nn::RopeScaling::longrope; },
+          "longrope needs 4 long and short factors (the rotated width / 2), got 0 and 0");
   refused([](nn::StackSpec& s) { s.attention.window = {0, 4, -1}; }, "attention.window must be at least 0");
   refused([](nn::StackSpec& s) { s.embedding.positions = nn::Positions::learned; }, "attention.rope.enabled");
   refused([](nn::StackSpec& s) { s.attention.cross = true; }, "cross-attention is a seq2seq decoder's");
@@ -116,7 +118,6 @@ TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
     EXPECT_NO_THROW(s.validate());
     expect_error([&] { s.check_supported("m.gguf"); }, "m.gguf: " + what + " is not supported yet");
   };
-  refused([](nn::StackSpec& s) { s.attention.rope.scaling = nn::RopeScaling::longrope; }, "longrope rotary scaling");
   refused([](nn::StackSpec& s) { s.attention.rope.scaling = nn::RopeScaling::yarn; }, "yarn rotary scaling");
   refused([](nn::StackSpec& s) { s.attention.rope.layer_theta = {1e4, 1e4, 1e6}; }, "a rotary base per layer");
   refused([](nn::StackSpec& s) { s.attention.rope.fraction = 0.5; }, "partial rotary positions");
