@@ -104,7 +104,11 @@ std::string SpmTokenizer::read(const GgufFile& f) {
   };
   int bytes = 0;  // <0xXX> pieces: byte fallback needs all 256
   for (size_t i = 0; i < n; ++i) bytes += types->ints[i] == byte;
-  const int64_t unk = id_key("tokenizer.ggml.unknown_token_id", -1);
+  // The unknown piece: the key's, else the first piece typed unknown (llama.cpp's
+  // converter writes no key for vocabularies whose config names none).
+  int64_t unk = id_key("tokenizer.ggml.unknown_token_id", -1);
+  for (size_t i = 0; unk < 0 && i < n; ++i)
+    if (types->ints[i] == unknown) unk = int64_t(i);
   if (const GgufValue* v = f.find("tokenizer.ggml.add_bos_token")) {
     if (v->type != GgufType::boolean) throw Error(where + ": tokenizer.ggml.add_bos_token must be a boolean");
     t.add_bos_ = v->i != 0;
@@ -142,7 +146,9 @@ std::string SpmTokenizer::read(const GgufFile& f) {
     model.string(1, piece.bytes);
     t.ids_.emplace(t.tokens_[i], int32_t(i));
   }
-  if (unk < 0) throw Error(where + ": tokenizer.ggml.unknown_token_id is missing (a SentencePiece vocabulary has one)");
+  if (unk < 0)
+    throw Error(where + ": tokenizer.ggml.unknown_token_id is missing and no token is typed unknown (a SentencePiece "
+                "vocabulary has one)");
   text::sort_specials(t.specials_);
   Proto trainer;
   trainer.integer(3, 2);  // model_type BPE

@@ -183,6 +183,35 @@ TEST(Families, UnsupportedSpecFeaturesAreRefusedByName) {
   fs::remove_all(dir);
 }
 
+// The families as llama.cpp's own converter writes them
+// (scripts/convert_family_golden.py: convert_hf_to_gguf.py of the
+// llama-cpp-python sdist on the Hugging Face directories, with a small
+// SentencePiece tokenizer.model each): LLaMA with biases, Llama 3.1's rope
+// scaling, Gemma 2, Phi-3 and its longrope. transformers' logits within the
+// bound and its greedy tokens; the converter's SentencePiece vocabulary is
+// read (BOS before a text prompt).
+TEST(Families, ConvertedByLlamaCppMatchTransformers) {
+  for (const std::string name : {"llama_bias", "llama3_rope", "gemma2_gguf", "phi3", "phi3_longrope"}) {
+    SCOPED_TRACE(name);
+    const CausalLM m = CausalLM::load(model_dir(name) + ".converted.gguf");
+    ASSERT_NE(m.tokenizer(), nullptr);
+    EXPECT_EQ(m.tokenizer()->vocab_size(), m.config().vocab);
+    EXPECT_TRUE(m.config().add_bos);
+    EXPECT_EQ(m.encode_prompt("w0").front(), 1);
+    const auto& c = cases()["models"][name];
+    const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
+    const auto want = c["greedy"].get<std::vector<std::vector<int32_t>>>();
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      EXPECT_LE(worst_share(m.logits(prompts[k]), golden().tensors.at(name + "." + std::to_string(k)), m.config().vocab),
+                2e-3f)
+          << "prompt " << k;
+      SamplingOptions s;
+      s.max_new_tokens = int64_t(want[k].size());
+      EXPECT_EQ(m.generate(prompts[k], s), want[k]) << "prompt " << k;
+    }
+  }
+}
+
 // The 4th token of prompt 2's greedy continuation, the first time it comes
 // (as scripts/make_family_golden.py chose qwen2_mha.gguf's eot id).
 int32_t fourth_new_token(const std::vector<int32_t>& cont) {
