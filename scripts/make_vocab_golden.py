@@ -9,6 +9,8 @@ from, so each is rebuilt as its model's tokenizer.json writes it:
       Isolated), ByteLevel without its expression;
   qwen2: NFC, then the same with Qwen2's expression, without ignore_merges;
   gpt-2: ByteLevel with GPT-2's expression;
+and llama-spm (SentencePiece) as transformers' GGUF loader builds it, which
+is Llama 2's tokenizer.json;
 control and user-defined tokens (types 3 and 4) added as special tokens, as
 those files list them. transformers' own GGUF loader (GGUFQwen2Converter,
 GGUFGPTConverter) is checked to give the same ids where it builds the same
@@ -95,6 +97,12 @@ def main():
     ap.add_argument("--models", default=os.path.expanduser("~/.cache/ffn/llama.cpp-models"))
     a = ap.parse_args()
     out = {}
+    # SentencePiece (llama-spm, Llama 2's): transformers' own GGUF loader (GGUFLlamaConverter: BPE from
+    # the scores with byte fallback, Prepend("▁") and Replace(" ", "▁")), which is Llama 2's tokenizer.json.
+    from transformers import AutoTokenizer
+    spm = AutoTokenizer.from_pretrained(a.models, gguf_file="ggml-vocab-llama-spm.gguf")
+    ids = [spm.encode(t, add_special_tokens=False) for t in TEXTS]
+    out["llama-spm"] = {"texts": TEXTS, "ids": ids, "decoded": [spm.decode(i) for i in ids]}
     for kind in ("llama-bpe", "qwen2", "gpt-2"):
         path = os.path.join(a.models, f"ggml-vocab-{kind}.gguf")
         tok = own_tokenizer(path, kind)
