@@ -57,6 +57,20 @@ float worst_share(const std::vector<float>& got, const NamedTensor& want, int64_
   return worst;
 }
 
+// Each prompt's logits within the bound of transformers' (`logits`, "NAME.K")
+// and its greedy continuation `greedy[k]` token for token.
+void expect_transformers(const CausalLM& m, const std::vector<std::vector<int32_t>>& prompts,
+                         const std::vector<std::vector<int32_t>>& greedy, const SafetensorsFile& logits,
+                         const std::string& name) {
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    EXPECT_LE(worst_share(m.logits(prompts[k]), logits.tensors.at(name + "." + std::to_string(k)), m.config().vocab), 2e-3f)
+        << "prompt " << k;
+    SamplingOptions s;
+    s.max_new_tokens = int64_t(greedy[k].size());
+    EXPECT_EQ(m.generate(prompts[k], s), greedy[k]) << "prompt " << k;
+  }
+}
+
 TEST(Families, LogitsMatchTransformers) {
   ASSERT_EQ(cases()["models"].size(), 9u);
   for (const auto& [name, c] : cases()["models"].items()) {
@@ -123,15 +137,7 @@ TEST(Families, Llama3RopeFreqsFromGgufMatchTransformers) {
   const auto& c = cases()["models"]["llama3_rope"];
   const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
   const auto want = c["greedy"].get<std::vector<std::vector<int32_t>>>();
-  for (size_t k = 0; k < prompts.size(); ++k) {
-    EXPECT_LE(worst_share(m.logits(prompts[k]), golden().tensors.at("llama3_rope." + std::to_string(k)),
-                          m.config().vocab),
-              2e-3f)
-        << "prompt " << k;
-    SamplingOptions s;
-    s.max_new_tokens = int64_t(want[k].size());
-    EXPECT_EQ(m.generate(prompts[k], s), want[k]) << "prompt " << k;
-  }
+  expect_transformers(m, prompts, want, golden(), "llama3_rope");
 }
 
 // Each of Gemma 2's settings moves its logits by more than the bound: its
@@ -201,14 +207,7 @@ TEST(Families, ConvertedByLlamaCppMatchTransformers) {
     const auto& c = cases()["models"][name];
     const auto prompts = c["prompts"].get<std::vector<std::vector<int32_t>>>();
     const auto want = c["greedy"].get<std::vector<std::vector<int32_t>>>();
-    for (size_t k = 0; k < prompts.size(); ++k) {
-      EXPECT_LE(worst_share(m.logits(prompts[k]), golden().tensors.at(name + "." + std::to_string(k)), m.config().vocab),
-                2e-3f)
-          << "prompt " << k;
-      SamplingOptions s;
-      s.max_new_tokens = int64_t(want[k].size());
-      EXPECT_EQ(m.generate(prompts[k], s), want[k]) << "prompt " << k;
-    }
+    expect_transformers(m, prompts, want, golden(), name);
   }
 }
 
@@ -236,14 +235,7 @@ TEST(Families, FromGgufMatchTransformers) {
     // qwen2_mha.gguf declares an eot id that the Hugging Face model does
     // not: its continuation ends there (EndIdsEndGeneration checks it).
     if (name == "qwen2_mha") want[2].resize(4);
-    for (size_t k = 0; k < prompts.size(); ++k) {
-      EXPECT_LE(worst_share(m.logits(prompts[k]), golden().tensors.at(name + "." + std::to_string(k)), m.config().vocab),
-                2e-3f)
-          << "prompt " << k;
-      SamplingOptions s;
-      s.max_new_tokens = int64_t(want[k].size());
-      EXPECT_EQ(m.generate(prompts[k], s), want[k]) << "prompt " << k;
-    }
+    expect_transformers(m, prompts, want, golden(), name);
   }
 }
 
@@ -348,14 +340,7 @@ TEST(Families, Qwen3MatchesTransformers) {
     for (const std::string path : {model_dir(name), model_dir(name) + ".gguf"}) {
       SCOPED_TRACE(path);
       const CausalLM m = CausalLM::load(path);
-      for (size_t k = 0; k < prompts.size(); ++k) {
-        EXPECT_LE(worst_share(m.logits(prompts[k]), want.tensors.at(name + "." + std::to_string(k)), m.config().vocab),
-                  2e-3f)
-            << "prompt " << k;
-        SamplingOptions s;
-        s.max_new_tokens = int64_t(greedy[k].size());
-        EXPECT_EQ(m.generate(prompts[k], s), greedy[k]) << "prompt " << k;
-      }
+      expect_transformers(m, prompts, greedy, want, name);
     }
     // Without the q/k norms (γ = 1 and no normalization are not the same: γ
     // is drawn at random, so take the norms out of the config's model type).
