@@ -8,10 +8,12 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "commands.hpp"
 #include "ffn/causal_lm.hpp"
+#include "ffn/chat.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/gguf.hpp"
 #include "ffn/io.hpp"
@@ -39,8 +41,9 @@ std::function<void(double)> load_progress(const std::string& path) {
 }
 
 struct GenerateArgs {
-  std::string model, prompt, prompt_file, chat, compute = "native", logits, dtype = "fp32";
-  bool ids = false, chat_given = false;
+  std::string model, prompt, prompt_file, chat, messages, system, compute = "native", logits, dtype = "fp32";
+  bool ids = false, chat_given = false, system_given = false;
+  std::vector<std::string> stop;
   SamplingOptions s;
   int threads = 0;
 };
@@ -68,34 +71,39 @@ std::string read_all(const std::string& path, const std::string& flag) {
   return s.str();
 }
 
-// Writes the complete UTF-8 characters of `pending`, keeping an unfinished one.
-void flush_utf8(std::string& pending, bool all) {
-  size_t cut = pending.size();
-  if (!all) {
-    // Back up over a trailing incomplete sequence (at most 3 bytes).
-    for (size_t k = 1; k <= 3 && k <= pending.size(); ++k) {
-      const auto c = uint8_t(pending[pending.size() - k]);
-      if ((c & 0xC0) == 0x80) continue;
-      const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-      if (need > k) cut = pending.size() - k;
-      break;
-    }
-  }
-  std::cout.write(pending.data(), std::streamsize(cut));
-  std::cout.flush();
-  pending.erase(0, cut);
-}
-
 LMCompute parse_lm_compute(const std::string& compute) {
   if (compute == "fp32") return LMCompute::fp32;
   if (compute == "native") return LMCompute::native;
   throw Error("--compute: expected native or fp32, got " + compute);
 }
 
+void check_stops(const std::vector<std::string>& stop) {
+  for (const auto& s : stop)
+    if (s.empty()) throw Error("--stop: a stop string must not be empty");
+}
+
+CausalLM load_lm(const std::string& model, LMCompute compute, const std::string& dtype) {
+  CausalLMLoadOptions lo;
+  lo.compute = compute;
+  lo.ffn_dtype = parse_weight_dtype(dtype, "--dtype");
+  if (lo.ffn_dtype == WeightDtype::fp16) throw Error("--dtype: expected fp32, int8 or bf16, got fp16");
+  std::error_code ec;
+  if (lo.ffn_dtype != WeightDtype::fp32 && compute == LMCompute::native && !std::filesystem::is_directory(model, ec))
+    throw Error("--dtype " + dtype + ": for Hugging Face checkpoints, or a GGUF with --compute fp32 (native compute "
+                "keeps the file's own quantized blocks)");
+  lo.on_progress = load_progress(model);
+  return CausalLM::load(model, lo);
+}
+
 int cmd_generate(GenerateArgs& a) {
-  const int given = int(!a.prompt.empty()) + int(!a.prompt_file.empty()) + int(a.chat_given);
-  if (given != 1) throw Error("give exactly one of PROMPT, --prompt-file F or --chat MESSAGE");
+  const int given = int(!a.prompt.empty()) + int(!a.prompt_file.empty()) + int(a.chat_given) + int(!a.messages.empty());
+  if (given != 1) throw Error("give exactly one of PROMPT, --prompt-file F, --chat MESSAGE or --messages FILE.json");
   if (a.chat_given && a.ids) throw Error("--chat: not with --ids (the chat template is text)");
+  if (!a.messages.empty() && a.ids) throw Error("--messages: not with --ids (the chat template is text)");
+  if (a.system_given && !a.chat_given)
+    throw Error("--system: only with --chat (a --messages file holds its own system message)");
+  if (!a.stop.empty() && a.ids) throw Error("--stop: not with --ids (stop strings end the text)");
+  check_stops(a.stop);
   const LMCompute compute = parse_lm_compute(a.compute);
   a.s.validate();
   const int threads = threads_or_throw(a.threads);
@@ -105,23 +113,34 @@ int cmd_generate(GenerateArgs& a) {
     if (!a.prompt_file.empty() && a.prompt_file != "-") check_not_an_input(a.logits, "--logits", {{"--prompt-file", a.prompt_file}});
     check_not_an_input(a.logits, "--logits", {{"--model", a.model}});
   }
-  const std::string text = !a.prompt_file.empty() ? read_all(a.prompt_file, "--prompt-file") : a.chat_given ? a.chat : a.prompt;
-  CausalLMLoadOptions lo;
-  lo.compute = compute;
-  lo.ffn_dtype = parse_weight_dtype(a.dtype, "--dtype");
-  if (lo.ffn_dtype == WeightDtype::fp16) throw Error("--dtype: expected fp32, int8 or bf16, got fp16");
-  std::error_code ec;
-  if (lo.ffn_dtype != WeightDtype::fp32 && compute == LMCompute::native && !std::filesystem::is_directory(a.model, ec))
-    throw Error("--dtype " + a.dtype + ": for Hugging Face checkpoints, or a GGUF with --compute fp32 (native compute "
-                "keeps the file's own quantized blocks)");
-  lo.on_progress = load_progress(a.model);
-  const CausalLM m = CausalLM::load(a.model, lo);
+  const std::string text = !a.prompt_file.empty() ? read_all(a.prompt_file, "--prompt-file")
+                           : !a.messages.empty()   ? read_all(a.messages, "--messages")
+                           : a.chat_given          ? a.chat
+                                                   : a.prompt;
+  const CausalLM m = load_lm(a.model, compute, a.dtype);
   const Tokenizer* tok = m.tokenizer();
   if (!a.ids && !tok) throw Error(a.model + ": no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json); give token ids with --ids");
-  const std::string where = !a.prompt_file.empty() ? "--prompt-file " + a.prompt_file : a.chat_given ? "--chat" : "PROMPT";
+  const std::string where = !a.prompt_file.empty() ? "--prompt-file " + a.prompt_file
+                            : !a.messages.empty()   ? "--messages " + a.messages
+                            : a.chat_given          ? "--chat"
+                                                    : "PROMPT";
   std::vector<int32_t> prompt;
-  if (a.ids) prompt = parse_ids(text, where, m.config().vocab);
-  else prompt = a.chat_given ? tok->encode(m.chat_prompt(text)) : m.encode_prompt(text);
+  if (a.ids) {
+    prompt = parse_ids(text, where, m.config().vocab);
+  } else if (a.chat_given) {
+    std::vector<ChatMessage> msgs;
+    if (a.system_given) msgs.push_back({"system", a.system});
+    msgs.push_back({"user", text});
+    prompt = tok->encode(m.chat_prompt(msgs));
+  } else if (!a.messages.empty()) {
+    try {
+      prompt = tok->encode(m.chat_prompt_json(text));
+    } catch (const Error& e) {
+      throw Error(where + ": " + e.what());
+    }
+  } else {
+    prompt = m.encode_prompt(text);
+  }
   if (prompt.empty()) throw Error(where + ": the prompt has no tokens");
   RunOptions ro;
   ro.threads = threads;
@@ -132,33 +151,76 @@ int cmd_generate(GenerateArgs& a) {
     write_npy(a.logits, out);
     return 0;
   }
-  std::string pending;
-  std::vector<int32_t> made, known;
-  std::string shown;  // the decoded text of `known` so far
+  std::vector<int32_t> made;
+  std::optional<TextStream> stream;  // the text as it becomes final (include/ffn/chat.hpp), cut at a stop string
+  if (!a.ids) stream.emplace(*tok, a.stop);
   auto on_token = [&](int32_t id) {
     made.push_back(id);
-    if (!a.ids && id < tok->vocab_size()) {  // ids past the tokenizer's (a model's padding rows) have no text
-      // What the whole continuation decodes to, less what was shown: a
-      // token's text can depend on its place (SentencePiece drops the
-      // text's first space, not every token's).
-      known.push_back(id);
-      std::string text = tok->decode(known, true);
-      pending += text.compare(0, shown.size(), shown) == 0 ? text.substr(shown.size()) : tok->decode({id}, true);
-      shown = std::move(text);
-      flush_utf8(pending, false);
-    }
-    return true;
+    if (!stream) return true;
+    const std::string piece = stream->push(id);
+    std::cout.write(piece.data(), std::streamsize(piece.size()));
+    std::cout.flush();
+    return !stream->stopped();
   };
   m.generate(prompt, a.s, on_token, ro);
   if (a.ids) {
     for (size_t i = 0; i < made.size(); ++i) std::cout << (i ? " " : "") << made[i];
     std::cout << '\n';
   } else {
-    flush_utf8(pending, true);
-    std::cout << '\n';
+    std::cout << stream->finish() << '\n';
   }
   std::cout.flush();
   if (!std::cout) throw Error("standard output: write error");
+  return 0;
+}
+
+struct ChatArgs {
+  std::string model, system, compute = "native", dtype = "fp32";
+  std::vector<std::string> stop;
+  SamplingOptions s;
+  int64_t context = 0;
+  int threads = 0;
+};
+
+// One line of standard input is one user message; the reply streams to
+// standard output, then a newline. Each turn's counts go to standard error.
+int cmd_chat(ChatArgs& a) {
+  check_stops(a.stop);
+  a.s.validate();
+  if (a.s.beams != 1) throw Error("--beams: not in ffn chat (greedy or sampling)");
+  const LMCompute compute = parse_lm_compute(a.compute);
+  const int threads = threads_or_throw(a.threads);
+  const CausalLM m = load_lm(a.model, compute, a.dtype);
+  if (!m.tokenizer()) throw Error(a.model + ": no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json)");
+  if (m.chat_template().empty()) throw Error(a.model + ": the model has no chat template (ffn generate takes plain prompts)");
+  ChatOptions o;
+  o.system = a.system;
+  o.stop = a.stop;
+  o.context = a.context;
+  ChatSession chat(m, o);
+  RunOptions ro;
+  ro.threads = threads;
+  const bool terminal = ::isatty(0) && ::isatty(1);
+  int turn = 0;
+  for (std::string line;;) {
+    if (terminal) std::cout << "> " << std::flush;
+    if (!std::getline(std::cin, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    ++turn;
+    const auto t0 = std::chrono::steady_clock::now();
+    const ChatReply r = chat.say(line, a.s, [](const std::string& piece) {
+      std::cout.write(piece.data(), std::streamsize(piece.size()));
+      std::cout.flush();
+      return bool(std::cout);
+    }, ro);
+    std::cout << '\n' << std::flush;
+    if (!std::cout) throw Error("standard output: write error");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "[turn %d: prompt %lld tokens, %lld kept from the cache, %lld read; %zu new tokens; %.2f s]\n",
+                 turn, (long long)r.prompt_tokens, (long long)r.reused_tokens, (long long)(r.prompt_tokens - r.reused_tokens),
+                 r.ids.size(), s);
+  }
   return 0;
 }
 
@@ -288,9 +350,14 @@ Command add_generate(CLI::App& app) {
       ->required();
   cmd->add_option("prompt", a->prompt, "the prompt text (or ids with --ids)");
   cmd->add_option("--prompt-file", a->prompt_file, "read the prompt from this file (- reads standard input)");
-  cmd->add_option("--chat", a->chat, "one user message, put in the model's chat template (ChatML) with its default "
-                                     "system message and the assistant's turn opened")
+  cmd->add_option("--chat", a->chat, "one user message, put in the model's own chat template (as transformers' "
+                                     "apply_chat_template) with the assistant's turn opened")
       ->each([a](const std::string&) { a->chat_given = true; });
+  cmd->add_option("--system", a->system, "with --chat: a system message before it")
+      ->each([a](const std::string&) { a->system_given = true; });
+  cmd->add_option("--messages", a->messages, "a JSON file of OpenAI-style messages ([{\"role\": \"user\", \"content\": "
+                                             "...}, ...]; - reads standard input), put in the model's chat template");
+  cmd->add_option("--stop", a->stop, "end the text before this string (repeatable), as llama.cpp and the OpenAI API do");
   cmd->add_flag("--ids", a->ids, "the prompt is token ids (space-separated); the generated ids are printed on one "
                                  "line, EOS included");
   cmd->add_option("--max-new-tokens", a->s.max_new_tokens, "most new tokens (default 128); 0 with --logits");
@@ -316,6 +383,27 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--logits", a->logits, "with --max-new-tokens 0: write float32 [prompt tokens, vocabulary] .npy, "
                                          "the logits after every prompt position");
   return {cmd, [a] { return cmd_generate(*a); }};
+}
+
+Command add_chat(CLI::App& app) {
+  auto a = std::make_shared<ChatArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "chat", "a conversation with a model in its own chat template: each line of standard input is a user message, "
+              "each reply is printed as it is made; the cache is kept between turns");
+  cmd->add_option("--model", a->model, "GGUF file or Hugging Face directory with a chat template")->required();
+  cmd->add_option("--system", a->system, "a system message first");
+  cmd->add_option("--stop", a->stop, "end a reply before this string (repeatable)");
+  cmd->add_option("--context", a->context, "positions the conversation may fill (default: the model's, at most 4096)");
+  cmd->add_option("--max-new-tokens", a->s.max_new_tokens, "most new tokens per reply (default 128)");
+  cmd->add_option("--temperature", a->s.temperature, "0 = greedy (default); > 0 samples from softmax(logits / T)");
+  cmd->add_option("--top-k", a->s.top_k, "sample among the K most likely tokens (default 0: all)");
+  cmd->add_option("--top-p", a->s.top_p, "sample among the most likely tokens whose probability reaches P (default 1)");
+  cmd->add_option("--seed", a->s.seed, "seed of the sampling draws (default 0)");
+  cmd->add_option("--repeat-penalty", a->s.repeat_penalty, "as ffn generate's (default 1: off)");
+  cmd->add_option("--compute", a->compute, "native (default) or fp32, as ffn generate's");
+  cmd->add_option("--dtype", a->dtype, "as ffn generate's");
+  cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
+  return {cmd, [a] { return cmd_chat(*a); }};
 }
 
 Command add_tokenize(CLI::App& app) {

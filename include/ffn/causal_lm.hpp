@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "ffn/chat_template.hpp"
 #include "ffn/tokenizer.hpp"
 #include "ffn/types.hpp"
 
@@ -135,6 +136,9 @@ class CausalLMState {
   int64_t join();
   // Drops sequence i; the later sequences move down one. Its memory is reused.
   void leave(int64_t i);
+  // Sequence i keeps its first `length` positions (≤ length(i)); the rest
+  // of its keys and values are dropped (a chat reusing a prompt's prefix).
+  void truncate(int64_t i, int64_t length);
   // Bytes of keys and values held: whole pages of 256 positions, as the
   // sequences grow (not capacity() for every sequence up front).
   size_t bytes() const;
@@ -171,10 +175,17 @@ class CausalLM {
   std::vector<int32_t> encode_prompt(const std::string& text) const;
   // The GGUF's or tokenizer_config.json's chat template ("" if none).
   const std::string& chat_template() const { return chat_template_; }
-  // One user message in the chat template, as transformers'
-  // apply_chat_template(add_generation_prompt=True) renders it: ChatML
-  // templates only (Error naming the model otherwise), with the default
-  // system message the template inserts when the conversation has none.
+  // A conversation in the model's own chat template, as transformers'
+  // apply_chat_template(add_generation_prompt=True) renders it
+  // (include/ffn/chat_template.hpp), with the tokenizer's BOS and EOS texts:
+  // the text to give tokenizer()->encode (BOS is in it where the template
+  // writes it). Errors name the model: no template, a construct outside
+  // the subset, the template's own raise_exception (Gemma 2 refuses a
+  // system message). opts.bos_token and eos_token, if set, are kept.
+  std::string chat_prompt(const std::vector<ChatMessage>& messages, ChatRenderOptions opts = {}) const;
+  // The same for a JSON array of OpenAI-style messages.
+  std::string chat_prompt_json(const std::string& messages_json, ChatRenderOptions opts = {}) const;
+  // One user message: chat_prompt({{"user", user_message}}).
   std::string chat_prompt(const std::string& user_message) const;
 
   // Empty sequences for at most `capacity` positions each.
@@ -199,6 +210,15 @@ class CausalLM {
                                 const std::function<bool(int32_t)>& on_token = {},
                                 const RunOptions& opts = {}) const;
 
+  // generate() on sequence 0 of `state` (one sequence, started by start()),
+  // which holds the keys and values of a prefix of `context`: only the rest
+  // of `context` is read, at least its last token. After, the state holds
+  // `context` and the new tokens but the last (state.length(0) says how
+  // many). Greedy and sampling only (Error for beams > 1). The state's
+  // capacity bounds context plus max_new_tokens (Error before any work).
+  std::vector<int32_t> generate(CausalLMState& state, const std::vector<int32_t>& context, const SamplingOptions& s,
+                                const std::function<bool(int32_t)>& on_token = {}, const RunOptions& opts = {}) const;
+
   // Operations of appending t positions to a sequence holding p (2 per multiply-add).
   double flops(int64_t t, int64_t p) const;
 
@@ -212,6 +232,9 @@ class CausalLM {
   CausalLM();
   CausalLMConfig cfg_;
   std::shared_ptr<const Tokenizer> tok_;
+  std::vector<int32_t> decode_in(CausalLMState& st, const std::vector<int32_t>& context, int64_t from,
+                                 const SamplingOptions& s, const std::function<bool(int32_t)>& on_token,
+                                 const RunOptions& opts) const;
   std::string chat_template_, path_;
   bool native_ = false;
   std::unique_ptr<Weights> w_;

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <numeric>
 #include <optional>
 #include <tuple>
@@ -78,6 +80,14 @@ void CausalLMState::select(const std::vector<int64_t>& from) { data_->cache.sele
 int64_t CausalLMState::join() {
   if (data_->cache.layers() == 0) throw Error("join: the state was not started by a model (CausalLM::start)");
   return data_->cache.join();
+}
+void CausalLMState::truncate(int64_t i, int64_t length) {
+  if (i < 0 || i >= live())
+    throw Error("truncate: sequence " + std::to_string(i) + " does not exist (" + std::to_string(live()) + " live)");
+  if (length < 0 || length > data_->cache.length(i))
+    throw Error("truncate: sequence " + std::to_string(i) + " holds " + std::to_string(data_->cache.length(i)) +
+                " positions, cannot keep " + std::to_string(length));
+  data_->cache.resize(i, length);
 }
 void CausalLMState::leave(int64_t i) {
   if (i < 0 || i >= live())
@@ -218,8 +228,21 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
     const fs::path tc = dir / "tokenizer_config.json";
     if (fs::exists(tc, ec)) {
       const nlohmann::json t = models::read_json(tc);
+      // A string, or (tokenizers with several) a list of {name, template}: the one named "default".
       if (t.contains("chat_template") && t["chat_template"].is_string()) lm.chat_template_ = t["chat_template"];
+      if (t.contains("chat_template") && t["chat_template"].is_array())
+        for (const auto& e : t["chat_template"])
+          if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+            lm.chat_template_ = e["template"];
       if (t.contains("add_bos_token") && t["add_bos_token"].is_boolean()) c.add_bos = t["add_bos_token"].get<bool>();
+    }
+    // Newer checkpoints keep the template in a file of its own, which transformers prefers.
+    if (const fs::path jt = dir / "chat_template.jinja"; fs::exists(jt, ec)) {
+      std::ifstream in(jt, std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      if (!in) throw Error(jt.string() + ": cannot be read");
+      lm.chat_template_ = ss.str();
     }
   } else {
     gguf = std::make_shared<const GgufFile>(path);
@@ -591,32 +614,59 @@ std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, cons
   if (prompt.empty()) throw Error("generate: the prompt must hold at least one token");
   if (cfg_.context > 0 && s.max_new_tokens > cfg_.context - int64_t(prompt.size()))
     throw Error("generate: " + std::to_string(prompt.size()) + " prompt tokens + " + std::to_string(s.max_new_tokens) +
-                " new tokens is past the model's context of " + std::to_string(cfg_.context) + " positions");
+                " new tokens is past the model's context of " + std::to_string(cfg_.context) + " positions, by " +
+                std::to_string(int64_t(prompt.size()) + s.max_new_tokens - cfg_.context));
   const int64_t V = cfg_.vocab;
   if (s.beams > V / 2)
     throw Error("--beams: " + std::to_string(s.beams) + " is more than half the vocabulary (" + std::to_string(V) + ")");
   // (start refuses a capacity no machine could hold; the clamp keeps the sum from overflowing.)
   CausalLMState st = start(1, int64_t(prompt.size()) + std::clamp<int64_t>(s.max_new_tokens, 1, int64_t(1) << 41));
   if (s.max_new_tokens == 0) return {};
-  // The model side of the decoding engine: step 0 reads the prompt, each
-  // later step one token per live sequence.
+  return decode_in(st, prompt, 0, s, on_token, opts);
+}
+
+std::vector<int32_t> CausalLM::generate(CausalLMState& st, const std::vector<int32_t>& context, const SamplingOptions& s,
+                                        const std::function<bool(int32_t)>& on_token, const RunOptions& opts) const {
+  s.validate();
+  if (s.beams > 1) throw Error("generate: beam search (--beams) starts from an empty state, not a kept one");
+  if (context.empty()) throw Error("generate: the context must hold at least one token");
+  if (st.live() != 1) throw Error("generate: the state must hold one sequence, not " + std::to_string(st.live()));
+  if (st.data_->cache.layers() != cfg_.layers) throw Error("generate: the state was not started by this model");
+  const int64_t n = int64_t(context.size());
+  if (n + s.max_new_tokens > st.capacity())
+    throw Error("generate: " + std::to_string(n) + " context tokens + " + std::to_string(s.max_new_tokens) +
+                " new tokens is past the state's capacity of " + std::to_string(st.capacity()) + " positions, by " +
+                std::to_string(n + s.max_new_tokens - st.capacity()));
+  // At least the last token is read again: its logits choose the first new one.
+  if (st.length(0) >= n) st.truncate(0, n - 1);
+  if (s.max_new_tokens == 0) return {};
+  return decode_in(st, context, st.length(0), s, on_token, opts);
+}
+
+// The decoding engine on `st`, which holds context[0, from): step 0 reads
+// context[from, end), each later step one token per live sequence.
+std::vector<int32_t> CausalLM::decode_in(CausalLMState& st, const std::vector<int32_t>& prompt, int64_t from,
+                                         const SamplingOptions& s, const std::function<bool(int32_t)>& on_token,
+                                         const RunOptions& opts) const {
+  const int64_t V = cfg_.vocab;
   struct Model final : decoding::Stepper {
     const CausalLM& m;
     CausalLMState& st;
     const std::vector<int32_t>& prompt;
+    int64_t from;
     const RunOptions& opts;
-    Model(const CausalLM& m, CausalLMState& st, const std::vector<int32_t>& prompt, const RunOptions& opts)
-        : m(m), st(st), prompt(prompt), opts(opts) {}
+    Model(const CausalLM& m, CausalLMState& st, const std::vector<int32_t>& prompt, int64_t from, const RunOptions& opts)
+        : m(m), st(st), prompt(prompt), from(from), opts(opts) {}
     void step(const std::vector<int64_t>& last, int64_t t, float* logits) override {
       if (t == 0) {
-        m.extend(st, prompt.data(), {int64_t(prompt.size())}, logits, false, opts);
+        m.extend(st, prompt.data() + from, {int64_t(prompt.size()) - from}, logits, false, opts);
         return;
       }
       const std::vector<int32_t> ids(last.begin(), last.end());
       m.extend(st, ids.data(), std::vector<int64_t>(ids.size(), 1), logits, false, opts);
     }
     void select(const std::vector<int64_t>& from) override { st.select(from); }
-  } model(*this, st, prompt, opts);
+  } model(*this, st, prompt, from, opts);
   const nn::Context cx(opts);
   decoding::Search search;
   search.vocab = V;

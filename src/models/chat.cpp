@@ -1,37 +1,43 @@
-// Chat prompts (include/ffn/causal_lm.hpp: CausalLM::chat_prompt), apart
-// from the model's forward pass: today ChatML from the model's template;
-// issue 49 renders each family's own template here.
+// Chat (include/ffn/chat.hpp, CausalLM::chat_prompt): the model's template
+// rendered by src/text/jinja.cpp, the streamed text of a reply cut at stop
+// strings, and conversations that keep their cache between turns.
+#include "ffn/chat.hpp"
+
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "ffn/causal_lm.hpp"
+#include "text/specials.hpp"
 
 namespace ffn {
 
-// ChatML: <|im_start|>role\ncontent<|im_end|>\n per message; the default
-// system message is the literal text a template writes after
-// "<|im_start|>system\n" (SmolLM2's: "You are a helpful AI assistant named
-// SmolLM, trained by Hugging Face") when it holds no template syntax.
-std::string CausalLM::chat_prompt(const std::string& message) const {
-  const std::string& t = chat_template_;
-  if (t.empty()) throw Error(path_ + ": the model has no chat template (give the prompt as text)");
-  if (t.find("<|im_start|>") == std::string::npos || t.find("<|im_end|>") == std::string::npos)
-    throw Error(path_ + ": its chat template is not ChatML (<|im_start|>role ... <|im_end|>); only ChatML templates "
-                "are supported. The template begins: " + t.substr(0, 80));
-  std::string out;
-  const std::string sys = "<|im_start|>system\n";
-  if (const size_t at = t.find(sys); at != std::string::npos) {
-    const size_t end = t.find("<|im_end|>", at);
-    const std::string text = t.substr(at + sys.size(), end - at - sys.size());
-    if (end != std::string::npos && text.find("{{") == std::string::npos && text.find("{%") == std::string::npos &&
-        text.find('\'') == std::string::npos)
-      out += sys + text + "<|im_end|>\n";
-  }
-  return out + "<|im_start|>user\n" + message + "<|im_end|>\n<|im_start|>assistant\n";
+namespace {
+
+// The special token's text for an id, or nothing (no tokenizer, no such id).
+std::optional<std::string> token_text(const Tokenizer* tok, int64_t id) {
+  if (!tok || id < 0 || id >= tok->vocab_size()) return std::nullopt;
+  return tok->token(int32_t(id));
 }
 
-}  // namespace ffn
+// Invalid UTF-8 (a reply cut inside a character, a random model's bytes)
+// with U+FFFD for each bad byte, so the conversation stays text.
+std::string valid_text(const std::string& s) {
+  if (text::valid_utf8(s)) return s;
+  std::string out;
+  for (size_t at = 0; at < s.size();) {
+    size_t len = 1;
+    const auto c = uint8_t(s[at]);
+    const size_t need = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    if (need && at + need <= s.size() && text::valid_utf8(s.substr(at, need))) len = need;
+    else len = 0;
+    if (len) { out.append(s, at, len); at += len; }
+    else { out += "\xEF\xBF\xBD"; ++at; }
+  }
+  return out;
+}
 
-namespace ffn {
+}  // namespace
 
 std::vector<int32_t> CausalLM::encode_prompt(const std::string& text) const {
   if (!tok_) throw Error("the model has no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json); give token ids");
@@ -40,6 +46,143 @@ std::vector<int32_t> CausalLM::encode_prompt(const std::string& text) const {
   const std::vector<int32_t> t = tok_->encode(text);
   ids.insert(ids.end(), t.begin(), t.end());
   return ids;
+}
+
+std::string CausalLM::chat_prompt_json(const std::string& messages_json, ChatRenderOptions opts) const {
+  if (chat_template_.empty()) throw Error(path_ + ": the model has no chat template (give the prompt as text)");
+  if (!opts.bos_token) opts.bos_token = token_text(tok_.get(), cfg_.bos);
+  if (!opts.eos_token) opts.eos_token = token_text(tok_.get(), cfg_.eos);
+  const ChatTemplate t(chat_template_, path_ + ": chat template");
+  return t.render_json(messages_json, opts);
+}
+
+std::string CausalLM::chat_prompt(const std::vector<ChatMessage>& messages, ChatRenderOptions opts) const {
+  for (const auto& m : messages)
+    if (!text::valid_utf8(m.role) || !text::valid_utf8(m.content))
+      throw Error(path_ + ": a chat message is not valid UTF-8");
+  return chat_prompt_json(chat_messages_json(messages), std::move(opts));
+}
+
+std::string CausalLM::chat_prompt(const std::string& user_message) const {
+  return chat_prompt(std::vector<ChatMessage>{{"user", user_message}});
+}
+
+// ---------------------------------------------------------------- TextStream
+
+TextStream::TextStream(const Tokenizer& tok, std::vector<std::string> stop) : tok_(tok), stop_(std::move(stop)) {
+  for (const auto& s : stop_)
+    if (s.empty()) throw Error("--stop: a stop string must not be empty");
+}
+
+std::string TextStream::push(int32_t id) {
+  if (stopped_ || id < 0 || id >= tok_.vocab_size()) return {};
+  // What the whole continuation decodes to, less what was decoded before.
+  ids_.push_back(id);
+  std::string all = tok_.decode(ids_, true);
+  text_ += all.compare(0, shown_.size(), shown_) == 0 ? all.substr(shown_.size()) : tok_.decode({id}, true);
+  shown_ = std::move(all);
+  // The first stop string to appear, searched where new text could complete one.
+  size_t longest = 0;
+  for (const auto& s : stop_) longest = std::max(longest, s.size());
+  const size_t from = given_ > longest ? given_ - longest : 0;
+  size_t cut = std::string::npos;
+  for (const auto& s : stop_) cut = std::min(cut, text_.find(s, from));
+  if (cut != std::string::npos) {
+    stopped_ = true;
+    text_.resize(std::max(cut, given_));
+    std::string out = text_.substr(given_);
+    given_ = text_.size();
+    return out;
+  }
+  // Held back: a tail that is the start of a stop string, an incomplete UTF-8 character.
+  size_t end = text_.size();
+  for (const auto& s : stop_)
+    for (size_t k = std::min(s.size() - 1, text_.size() - given_); k > 0; --k)
+      if (text_.compare(text_.size() - k, k, s, 0, k) == 0) { end = std::min(end, text_.size() - k); break; }
+  for (size_t k = 1; k <= 3 && k <= end - given_; ++k) {
+    const auto c = uint8_t(text_[end - k]);
+    if ((c & 0xC0) == 0x80) continue;
+    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (need > k) end -= k;
+    break;
+  }
+  std::string out = text_.substr(given_, end - given_);
+  given_ = end;
+  return out;
+}
+
+std::string TextStream::finish() {
+  std::string out = text_.substr(given_);
+  given_ = text_.size();
+  return out;
+}
+
+// ---------------------------------------------------------------- ChatSession
+
+ChatSession::ChatSession(const CausalLM& lm, ChatOptions opts) : lm_(lm), opts_(std::move(opts)) {
+  if (!lm_.tokenizer()) throw Error("chat: the model has no tokenizer");
+  if (lm_.chat_template().empty()) throw Error("chat: the model has no chat template");
+  const int64_t model = lm_.config().context;
+  if (opts_.context < 0) throw Error("--context: expected a positive number of positions, got " + std::to_string(opts_.context));
+  if (model > 0 && opts_.context > model)
+    throw Error("--context: " + std::to_string(opts_.context) + " is past the model's context of " + std::to_string(model));
+  capacity_ = opts_.context > 0 ? opts_.context : model > 0 ? std::min<int64_t>(model, 4096) : 4096;
+  for (const auto& s : opts_.stop)
+    if (s.empty()) throw Error("--stop: a stop string must not be empty");
+  if (!opts_.system.empty()) messages_.push_back({"system", opts_.system});
+  state_ = lm_.start(0, capacity_);  // pages come as the conversation grows
+  state_.join();
+}
+
+ChatReply ChatSession::say(const std::string& user, const SamplingOptions& s,
+                           const std::function<bool(const std::string&)>& on_text, const RunOptions& run) {
+  s.validate();
+  std::vector<ChatMessage> next = messages_;
+  next.push_back({"user", user});
+  const std::vector<int32_t> prompt = lm_.tokenizer()->encode(lm_.chat_prompt(next, opts_.render));
+  const int64_t n = int64_t(prompt.size());
+  if (n + s.max_new_tokens > capacity_)
+    throw Error("chat: the conversation is " + std::to_string(n) + " tokens; with " + std::to_string(s.max_new_tokens) +
+                " new tokens it needs " + std::to_string(n + s.max_new_tokens) + " positions, " +
+                std::to_string(n + s.max_new_tokens - capacity_) + " past the context of " + std::to_string(capacity_) +
+                " (--context, --max-new-tokens)");
+  // Keep the longest common prefix, at least one token short of the prompt.
+  size_t keep = 0;
+  while (keep < cached_.size() && keep < prompt.size() && cached_[keep] == prompt[keep]) ++keep;
+  keep = std::min(keep, prompt.size() - 1);
+  state_.truncate(0, int64_t(keep));
+  cached_.resize(keep);
+
+  ChatReply r;
+  r.prompt_tokens = n;
+  r.reused_tokens = int64_t(keep);
+  TextStream stream(*lm_.tokenizer(), opts_.stop);
+  bool go_on = true;
+  auto on_token = [&](int32_t id) {
+    const std::string piece = stream.push(id);
+    if (on_text && !piece.empty()) go_on = on_text(piece);
+    return go_on && !stream.stopped();
+  };
+  try {
+    r.ids = lm_.generate(state_, prompt, s, on_token, run);
+  } catch (...) {
+    // The cache may hold part of this turn: keep what is known to be there.
+    state_.truncate(0, std::min<int64_t>(state_.length(0), int64_t(keep)));
+    throw;
+  }
+  const std::string rest = stream.finish();
+  if (on_text && !rest.empty() && go_on) on_text(rest);
+  r.text = stream.text();
+  r.stopped_by_string = stream.stopped();
+  // The cache now holds the prompt and the reply's tokens but the last.
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), r.ids.begin(), r.ids.end());
+  all.resize(size_t(std::min<int64_t>(state_.length(0), int64_t(all.size()))));
+  state_.truncate(0, int64_t(all.size()));
+  cached_ = std::move(all);
+  messages_ = std::move(next);
+  messages_.push_back({"assistant", valid_text(r.text)});
+  return r;
 }
 
 }  // namespace ffn
