@@ -2,6 +2,42 @@
 #include "bindings.hpp"
 
 namespace ffn::python {
+namespace {
+
+// A conversation from Python: a list of {"role", "content"} dicts as JSON
+// (the template sees every field as given), or one user message.
+std::string messages_json(const nb::object& messages) {
+  if (nb::isinstance<nb::str>(messages)) return chat_messages_json({{"user", nb::cast<std::string>(messages)}});
+  if (!nb::isinstance<nb::list>(messages) && !nb::isinstance<nb::tuple>(messages))
+    throw Error("messages: expected a list of {\"role\": ..., \"content\": ...} dicts or one message as text");
+  const nb::object dumps = nb::module_::import_("json").attr("dumps");
+  return nb::cast<std::string>(dumps(messages, "ensure_ascii"_a = false));
+}
+
+std::string prompt_of(const CausalLM& lm, const nb::object& messages) {
+  return lm.chat_prompt_json(messages_json(messages));
+}
+
+bool python_truth(const nb::object& r) {
+  if (r.is_none()) return true;
+  const int truth = PyObject_IsTrue(r.ptr());
+  if (truth < 0) throw nb::python_error();
+  return truth == 1;
+}
+
+SamplingOptions sampling(int64_t max_new_tokens, float temperature, int64_t top_k, float top_p, float repeat_penalty,
+                         uint64_t seed) {
+  SamplingOptions s;
+  s.max_new_tokens = max_new_tokens;
+  s.temperature = temperature;
+  s.top_k = top_k;
+  s.top_p = top_p;
+  s.repeat_penalty = repeat_penalty;
+  s.seed = seed;
+  return s;
+}
+
+}  // namespace
 
 void bind_causal_lm(nb::module_& m) {
   nb::class_<CausalLM>(m, "CausalLM",
@@ -49,8 +85,11 @@ void bind_causal_lm(nb::module_& m) {
             return utf8_text(lm.tokenizer()->decode(ids, skip_special));
           },
           "ids"_a, "skip_special"_a = true, "The text of ids.")
-      .def("chat_prompt", &CausalLM::chat_prompt, "message"_a,
-           "One user message in the model's (ChatML) chat template with the assistant's turn opened.")
+      .def("chat_prompt", [](const CausalLM& lm, const nb::object& messages) { return prompt_of(lm, messages); },
+           "messages"_a,
+           "A conversation (a list of {\"role\", \"content\"} dicts, or one user message as text) in the\n"
+           "model's own chat template with the assistant's turn opened, as transformers'\n"
+           "apply_chat_template(add_generation_prompt=True, tokenize=False) renders it.")
       .def(
           "logits",
           [](const CausalLM& lm, const std::vector<int32_t>& ids, std::optional<int> threads) {
@@ -64,55 +103,104 @@ void bind_causal_lm(nb::module_& m) {
       .def(
           "generate",
           [](const CausalLM& lm, const nb::object& prompt, int64_t max_new_tokens, float temperature, int64_t top_k,
-             float top_p, float repeat_penalty, uint64_t seed, bool chat, std::optional<int> threads,
-             const nb::object& on_token) -> nb::object {
-            const bool text = nb::isinstance<nb::str>(prompt);
-            if ((text || chat) && !lm.tokenizer()) throw Error("the model has no tokenizer; give token ids");
-            if (chat && !text) throw Error("chat=True takes the user message as text");
-            std::vector<int32_t> ids = !text ? nb::cast<std::vector<int32_t>>(prompt)
-                                       : chat ? lm.tokenizer()->encode(lm.chat_prompt(nb::cast<std::string>(prompt)))
-                                              : lm.encode_prompt(nb::cast<std::string>(prompt));
-            SamplingOptions s;
-            s.max_new_tokens = max_new_tokens;
-            s.temperature = temperature;
-            s.top_k = top_k;
-            s.top_p = top_p;
-            s.repeat_penalty = repeat_penalty;
-            s.seed = seed;
+             float top_p, float repeat_penalty, uint64_t seed, bool chat, const std::vector<std::string>& stop,
+             std::optional<int> threads, const nb::object& on_token) -> nb::object {
+            // Text out for a text prompt or a conversation; ids out for ids.
+            const bool text = nb::isinstance<nb::str>(prompt) || chat;
+            if (text && !lm.tokenizer()) throw Error("the model has no tokenizer; give token ids");
+            if (!text && !stop.empty()) throw Error("stop: stop strings end text; give the prompt as text");
+            std::vector<int32_t> ids = chat   ? lm.tokenizer()->encode(prompt_of(lm, prompt))
+                                       : text ? lm.encode_prompt(nb::cast<std::string>(prompt))
+                                              : nb::cast<std::vector<int32_t>>(prompt);
+            const SamplingOptions s = sampling(max_new_tokens, temperature, top_k, top_p, repeat_penalty, seed);
+            std::optional<TextStream> stream;
+            if (text) stream.emplace(*lm.tokenizer(), stop);
             const RunOptions o = run_options(threads, false, 0);
-            Interruptible stop;
-            auto hook = stop.hook();
+            Interruptible guard;
+            auto hook = guard.hook();
             std::vector<int32_t> out;
-            stop.run([&] {
+            guard.run([&] {
               out = lm.generate(ids, s, [&](int32_t id) {
                 if (hook && hook()) throw Interrupted();
+                if (stream) stream->push(id);
+                bool go_on = true;
                 if (!on_token.is_none()) {
                   nb::gil_scoped_acquire gil;
-                  const nb::object r = on_token(id);
-                  if (r.is_none()) return true;
-                  const int truth = PyObject_IsTrue(r.ptr());
-                  if (truth < 0) throw nb::python_error();
-                  return truth == 1;
+                  go_on = python_truth(on_token(id));
                 }
-                return true;
+                return go_on && !(stream && stream->stopped());
               }, o);
             });
             if (text) {
-              std::vector<int32_t> known;  // ids past the tokenizer's (a model's padding rows) have no text
-              for (int32_t id : out)
-                if (id < lm.tokenizer()->vocab_size()) known.push_back(id);
-              return utf8_text(lm.tokenizer()->decode(known, true));
+              stream->finish();
+              return utf8_text(stream->text());
             }
             return nb::cast(out);
           },
           "prompt"_a, "max_new_tokens"_a = 128, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,
-          "repeat_penalty"_a = 1.0f, "seed"_a = 0, "chat"_a = false, "threads"_a = nb::none(),
-          "on_token"_a = nb::none(),
+          "repeat_penalty"_a = 1.0f, "seed"_a = 0, "chat"_a = false, "stop"_a = std::vector<std::string>{},
+          "threads"_a = nb::none(), "on_token"_a = nb::none(),
           "Continues prompt (text, or a list of token ids) as ffn generate does: greedy by default\n"
           "(temperature 0), else sampling with top_k/top_p, seeded; stops at EOS or max_new_tokens.\n"
           "Returns the new text (text prompt; special tokens left out) or the new ids (EOS included).\n"
-          "chat: prompt is one user message, put in the model's chat template. on_token(id), if given,\n"
-          "is called with each new id as it is chosen; returning False stops.");
+          "chat: prompt is a conversation (a list of {\"role\", \"content\"} dicts) or one user message,\n"
+          "put in the model's own chat template. stop: strings that end the text before them.\n"
+          "on_token(id), if given, is called with each new id as it is chosen; returning False stops.")
+      .def(
+          "chat",
+          [](const CausalLM& lm, const std::string& system, const std::vector<std::string>& stop, int64_t context) {
+            ChatOptions o;
+            o.system = system;
+            o.stop = stop;
+            o.context = context;
+            return new ChatSession(lm, o);
+          },
+          "system"_a = "", "stop"_a = std::vector<std::string>{}, "context"_a = 0, nb::keep_alive<0, 1>(),
+          "A conversation that keeps its cache between turns (ffn chat): say(message) re-renders the whole\n"
+          "conversation in the model's template and reads only the tokens past what it shares with the\n"
+          "last turn. context: positions it may fill (0: the model's, at most 4096).");
+
+  nb::class_<ChatSession>(m, "ChatSession", "A conversation with a CausalLM (CausalLM.chat()).")
+      .def(
+          "say",
+          [](ChatSession& c, const std::string& message, int64_t max_new_tokens, float temperature, int64_t top_k,
+             float top_p, float repeat_penalty, uint64_t seed, std::optional<int> threads, const nb::object& on_text) {
+            const SamplingOptions s = sampling(max_new_tokens, temperature, top_k, top_p, repeat_penalty, seed);
+            const RunOptions o = run_options(threads, false, 0);
+            Interruptible stop;
+            auto hook = stop.hook();
+            ChatReply r;
+            stop.run([&] {
+              r = c.say(message, s, [&](const std::string& piece) {
+                if (hook && hook()) throw Interrupted();
+                if (on_text.is_none()) return true;
+                nb::gil_scoped_acquire gil;
+                return python_truth(on_text(utf8_text(piece)));
+              }, o);
+            });
+            nb::dict d;
+            d["text"] = utf8_text(r.text);
+            d["ids"] = r.ids;
+            d["prompt_tokens"] = r.prompt_tokens;
+            d["reused_tokens"] = r.reused_tokens;
+            d["stopped_by_string"] = r.stopped_by_string;
+            return d;
+          },
+          "message"_a, "max_new_tokens"_a = 128, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,
+          "repeat_penalty"_a = 1.0f, "seed"_a = 0, "threads"_a = nb::none(), "on_text"_a = nb::none(),
+          "The user's message, then the assistant's reply: a dict with text, ids, prompt_tokens and\n"
+          "reused_tokens (the prompt tokens whose cache was kept). on_text(piece), if given, gets the\n"
+          "reply's text as it is made; returning False stops.")
+      .def_prop_ro("messages", [](const ChatSession& c) {
+        nb::list l;
+        for (const auto& msg : c.messages()) {
+          nb::dict d;
+          d["role"] = msg.role;
+          d["content"] = msg.content;
+          l.append(d);
+        }
+        return l;
+      });
 
 }
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "ffn/causal_lm.hpp"
+#include "ffn/chat.hpp"
 #include "ffn/decoder.hpp"
 #include "ffn/ffn.hpp"
 #include "ffn/sentence.hpp"

@@ -57,3 +57,54 @@ def test_bad_input_raises_ffn_error():
         ffn.CausalLM.load(os.path.join(DATA, "llama", "mha_odd")).chat_prompt("hi")
     with pytest.raises(ffn.Error, match="nothing-here"):
         ffn.CausalLM.load(os.path.join(DATA, "nothing-here"))
+
+
+def test_chat_conversations_in_the_models_template():
+    lm = ffn.CausalLM.load(GGUF)
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"}, {"role": "user", "content": "café?"}]
+    prompt = lm.chat_prompt(msgs)
+    assert lm.chat_prompt("hi") == lm.chat_prompt([{"role": "user", "content": "hi"}])
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:
+        print("SKIPPED: transformers' template compiler is not importable; chat_prompt checked against itself only")
+    else:
+        want = _compile_jinja_template(lm.chat_template).render(
+            messages=msgs, tools=None, documents=None, add_generation_prompt=True,
+            bos_token=lm.decode([lm.config["bos"]], skip_special=False),
+            eos_token=lm.decode([lm.config["eos"]], skip_special=False))
+        assert prompt == want
+    # generate(messages, chat=True) is the template's prompt, generated.
+    ids = lm.tokenize(prompt)
+    want_ids = lm.generate(ids, max_new_tokens=8)
+    text = lm.generate(msgs, chat=True, max_new_tokens=8)
+    assert text == lm.decode([i for i in want_ids if i < lm.config["vocab"]])
+    # A stop string ends the text before it (an ASCII one: a random model's text is mostly stray bytes).
+    stops = [c for c in text[1:] if c.isascii() and c.isalnum()]
+    assert stops, text
+    assert lm.generate(msgs, chat=True, max_new_tokens=8, stop=[stops[0]]) == text[:text.index(stops[0])]
+    with pytest.raises(ffn.Error, match="stop strings end text"):
+        lm.generate([1, 2], stop=["x"])
+    with pytest.raises(ffn.Error, match="messages"):
+        lm.chat_prompt(42)
+
+
+def test_chat_session_keeps_its_cache_between_turns():
+    lm = ffn.CausalLM.load(GGUF)
+    chat = lm.chat(system="Be brief.")
+    history = [{"role": "system", "content": "Be brief."}]
+    last_prompt = 0
+    for turn in ["hello there", "two plus two?"]:
+        pieces = []
+        r = chat.say(turn, max_new_tokens=6, on_text=pieces.append)
+        history.append({"role": "user", "content": turn})
+        assert r["ids"] == lm.generate(lm.tokenize(lm.chat_prompt(history)), max_new_tokens=6)
+        assert "".join(pieces) == r["text"]
+        assert r["reused_tokens"] >= last_prompt and r["reused_tokens"] < r["prompt_tokens"]
+        last_prompt = r["prompt_tokens"]
+        history.append(chat.messages[-1])
+    assert chat.messages == history
+    with pytest.raises(ffn.Error, match="past the context"):
+        chat.say("x " * 400)
+    assert chat.messages == history

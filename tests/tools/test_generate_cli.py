@@ -17,7 +17,10 @@
    tokenizer.json transformers saves from it; logits after every position of
    prompts of 1 to 512 tokens within 2e-3 of each position's largest |logit|
    of transformers' float32 model from the same file; greedy continuations
-   token for token; --chat equal to apply_chat_template(add_generation_prompt=True).
+   token for token; --chat, --chat --system and --messages equal to
+   apply_chat_template(add_generation_prompt=True) + generate; ffn chat's turns
+   equal to generating each from scratch, later turns reading only new tokens;
+   --stop.
 
     python tests/tools/test_generate_cli.py FFN_BINARY DATA_DIR
 """
@@ -143,6 +146,31 @@ def random_models(tmp):
           "--logits without --max-new-tokens 0 is refused before any work")
     check(refused(ffn("generate", "--model", d, "--ids", "1 2 99999"), ["99999", "outside the vocabulary"]),
           "an id outside the vocabulary is named")
+    # Chat flags on a file with a template (llama_q.gguf's ChatML): one line, exit 2, before any work.
+    msgs = os.path.join(tmp, "messages.json")
+    check(refused(ffn("generate", "--model", gguf_q, "--system", "be brief", "hi"), ["--system", "only with --chat"]),
+          "generate: --system without --chat is refused")
+    check(refused(ffn("generate", "--model", gguf_q, "--ids", "1 2", "--stop", "x"), ["--stop", "--ids"]),
+          "generate: --stop with --ids is refused")
+    check(refused(ffn("generate", "--model", gguf_q, "hi", "--stop", ""), ["--stop", "empty"]),
+          "generate: an empty --stop is refused")
+    for body, words in [("[{\"role\": \"user\"", ["--messages", "not valid JSON"]),
+                        ("{\"role\": \"user\"}", ["--messages", "JSON array"]),
+                        ("[{\"content\": \"hi\"}]", ["--messages", "\"role\""])]:
+        open(msgs, "w", encoding="utf-8").write(body)
+        check(refused(ffn("generate", "--model", gguf_q, "--messages", msgs), words),
+              f"generate: --messages {body!r} is refused: {words}")
+    check(refused(ffn("generate", "--model", gguf_q, "--messages", os.path.join(tmp, "absent.json")),
+                  ["--messages", "cannot open"]), "generate: a missing --messages file is refused")
+    check(refused(ffn("generate", "--model", os.path.join(LLAMA, "mha_odd"), "--chat", "hi"), ["no chat template"]),
+          "generate: --chat on a model without a template is refused")
+    r = subprocess.run([FFN, "chat", "--model", gguf_q, "--context", "60", "--max-new-tokens", "4"], capture_output=True,
+                       input=("hi\n" + "x " * 200 + "\n").encode())  # (a random model's replies are stray bytes)
+    r.stderr = r.stderr.decode()
+    check(r.returncode == 2 and "past the context of 60" in r.stderr and r.stderr.count("[turn") == 1,
+          f"chat: a conversation past --context is refused by how many tokens, after the turns that fit: "
+          f"{r.stderr.strip()[-160:]!r}")
+
     check(refused(ffn("generate", "--model", d, "--ids", "1 x"), ["'x' is not a token id"]), "a non-id is named")
     check(refused(ffn("generate", "--model", d, "--ids", p, "--top-p", "0"), ["--top-p"]), "--top-p 0 is refused")
     check(refused(ffn("generate", "--model", d, "--ids", p, "--temperature", "-1"), ["--temperature"]),
@@ -256,6 +284,55 @@ def smollm2(tmp):
     r = ffn("generate", "--model", path, "--compute", "fp32", "--chat", msgs[0]["content"], "--max-new-tokens", "40")
     check(r.returncode == 0 and r.stdout == want + "\n",
           f"SmolLM2 --chat equals apply_chat_template + generate: {r.stdout.strip()!r}")
+    # A system message and several turns: --system and --messages against
+    # apply_chat_template + generate, then an ffn chat session whose replies
+    # are each turn generated from scratch, its later turns reading only the
+    # new tokens.
+    conv = [{"role": "system", "content": "You are a terse geography assistant."},
+            {"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": "Paris."},
+            {"role": "user", "content": "And of Germany?"}]
+    for messages in (conv[:2], conv):
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True)
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 do_sample=False, max_new_tokens=24)
+        want = tok.decode(out[0, len(ids):], skip_special_tokens=True)
+        mfile = os.path.join(tmp, "conv.json")
+        json.dump(messages, open(mfile, "w", encoding="utf-8"))
+        r = ffn("generate", "--model", path, "--compute", "fp32", "--messages", mfile, "--max-new-tokens", "24")
+        check(r.returncode == 0 and r.stdout == want + "\n",
+              f"SmolLM2 --messages ({len(messages)} messages) equals apply_chat_template + generate: {r.stdout.strip()!r}")
+        if len(messages) == 2:
+            r = ffn("generate", "--model", path, "--compute", "fp32", "--chat", messages[1]["content"], "--system",
+                    messages[0]["content"], "--max-new-tokens", "24")
+            check(r.returncode == 0 and r.stdout == want + "\n", f"SmolLM2 --chat --system: {r.stdout.strip()!r}")
+    turns = ["What is the capital of France?", "And of Germany?", "And of Italy?"]
+    r = ffn("chat", "--model", path, "--system", conv[0]["content"], "--max-new-tokens", "24",
+            stdin="\n".join(turns) + "\n")
+    replies = r.stdout.split("\n")[:-1]
+    counts = [line for line in r.stderr.split("\n") if line.startswith("[turn")]
+    history = [conv[0]]
+    same = r.returncode == 0 and len(replies) == 3
+    for turn, reply in zip(turns, replies):
+        history.append({"role": "user", "content": turn})
+        json.dump(history, open(mfile, "w", encoding="utf-8"))
+        g = ffn("generate", "--model", path, "--messages", mfile, "--max-new-tokens", "24")
+        same &= g.stdout == reply + "\n"
+        history.append({"role": "assistant", "content": reply})
+    check(same, f"SmolLM2 ffn chat: 3 turns, each reply what ffn generate --messages gives from scratch: {replies!r}")
+    import re  # noqa: PLC0415
+    nums = [tuple(map(int, re.findall(r"prompt (\d+) tokens, (\d+) kept from the cache, (\d+) read; (\d+) new", c)[0]))
+            for c in counts]
+    ok = len(nums) == 3 and nums[0][1] == 0
+    for (p0, _, _, n0), (p1, k1, r1, _) in zip(nums, nums[1:]):
+        ok &= k1 >= p0 and r1 == p1 - k1 and r1 < p1 - p0 + n0  # the last turn's prompt kept; only new tokens read
+    check(ok, f"SmolLM2 ffn chat: later turns read only the new tokens: {counts}")
+    r = ffn("generate", "--model", path, "--chat", "Count from 1 to 20, separated by commas.", "--max-new-tokens", "60",
+            "--stop", "7")
+    full = ffn("generate", "--model", path, "--chat", "Count from 1 to 20, separated by commas.", "--max-new-tokens", "60")
+    check(r.returncode == 0 and "7" in full.stdout and r.stdout == full.stdout[:full.stdout.index("7")] + "\n",
+          f"SmolLM2 --stop 7 ends the text before the first 7: {r.stdout!r}")
 
 
 def main():
