@@ -90,6 +90,26 @@ struct Fail : std::exception {  // an error while rendering; ChatTemplate adds t
 };
 [[noreturn]] void fail(const std::string& m) { throw Fail(m); }
 
+// Bounds on what a template can build, so that no template (or fuzzer)
+// runs the process out of memory or stack: text and output past 16 MiB,
+// lists past a million items, values nested past 256.
+constexpr size_t kMaxOutput = size_t(16) << 20;
+constexpr size_t kMaxItems = size_t(1) << 20;
+constexpr int kMaxNesting = 256;
+
+const std::string& bounded(const std::string& s) {
+  if (s.size() > kMaxOutput) fail("the template built a string past 16 MiB");
+  return s;
+}
+
+// Depth of the recursive walks over values (printing, JSON, comparison).
+struct Nest {
+  static inline thread_local int depth = 0;
+  Nest() { if (++depth > kMaxNesting) { --depth; fail("a value nested more than 256 deep"); } }
+  ~Nest() { --depth; }
+  Nest(const Nest&) = delete;
+};
+
 // ---------------------------------------------------------------- text helpers (Python's str)
 
 std::vector<char32_t> code_points(const std::string& s) {
@@ -269,12 +289,13 @@ std::string to_str(const Value& v) {
 }
 
 std::string repr(const Value& v) {
+  Nest nest;
   switch (v.kind) {
     case Value::Str: return str_repr(v.s);
     case Value::List: {
       if (!v.s.empty()) return v.s;  // a range
       std::string out = v.tuple ? "(" : "[";
-      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
+      for (size_t k = 0; k < v.list->size(); ++k) bounded(out += (k ? ", " : "") + repr((*v.list)[k]));
       if (v.tuple && v.list->size() == 1) out += ",";
       return out + (v.tuple ? ")" : "]");
     }
@@ -298,6 +319,8 @@ struct JsonStyle {
 };
 
 void json_dump(const Value& v, std::string& out, const JsonStyle& st, int depth) {
+  Nest nest;
+  bounded(out);
   const int indent = st.indent;
   auto newline = [&](int d) { out += '\n'; out.append(size_t(indent) * size_t(d), ' '); };
   switch (v.kind) {
@@ -372,6 +395,7 @@ void json_dump(const Value& v, std::string& out, const JsonStyle& st, int depth)
 }
 
 Value from_json(const nlohmann::ordered_json& j) {
+  Nest nest;
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value::none();
     case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -431,6 +455,7 @@ const char* type_name(const Value& v) {
 }
 
 bool equal(const Value& a, const Value& b) {
+  Nest nest;
   if (a.is_number() && b.is_number()) {
     if (a.kind != Value::Float && b.kind != Value::Float) return (a.kind == Value::Int ? a.i : a.b) == (b.kind == Value::Int ? b.i : b.b);
     return a.number() == b.number();
@@ -458,6 +483,7 @@ bool equal(const Value& a, const Value& b) {
 
 // a < b in Python (numbers, strings by code point, lists lexicographically).
 bool less(const Value& a, const Value& b) {
+  Nest nest;
   if (a.is_number() && b.is_number()) {
     if (a.kind != Value::Float && b.kind != Value::Float) return (a.kind == Value::Int ? a.i : a.b) < (b.kind == Value::Int ? b.i : b.b);
     return a.number() < b.number();
@@ -487,7 +513,9 @@ ValueList iterate(const Value& v) {
     }
     case Value::Str: {
       ValueList chars;
-      for (char32_t c : code_points(v.s)) { std::string one; append_utf8(one, c); chars.push_back(Value::str(one)); }
+      const std::vector<char32_t> cps = code_points(v.s);
+      if (cps.size() > kMaxItems) fail("iterating a string of more than a million characters");
+      for (char32_t c : cps) { std::string one; append_utf8(one, c); chars.push_back(Value::str(one)); }
       return chars;
     }
     default: fail(std::string("'") + type_name(v) + "' object is not iterable");
@@ -1364,7 +1392,6 @@ struct ChatTemplate::Program {
 namespace {
 
 constexpr int64_t kMaxSteps = 10'000'000;
-constexpr size_t kMaxOutput = size_t(16) << 20;
 constexpr int kMaxCallDepth = 100;
 
 struct BreakSignal {};
@@ -1672,7 +1699,7 @@ struct Interp {
         arity(a, 1, 1, "join");
         std::string out;
         bool first = true;
-        for (const Value& x : iterate(a.pos[0])) { out += (first ? "" : s) + str_arg(x, "join"); first = false; }
+        for (const Value& x : iterate(a.pos[0])) { bounded(out += (first ? "" : s) + str_arg(x, "join")); first = false; }
         return Value::str(out);
       });
     }
@@ -1720,6 +1747,7 @@ struct Interp {
       for (size_t k = 0; k <= cps.size(); ++k) {
         if (count < 0 || done < count) { out += to; ++done; }
         if (k < cps.size()) append_utf8(out, cps[k]);
+        bounded(out);
       }
       return out;
     }
@@ -1729,7 +1757,7 @@ struct Interp {
     while (count < 0 || done < count) {
       const size_t f = s.find(from, at);
       if (f == std::string::npos) break;
-      out += s.substr(at, f - at) + to;
+      bounded(out += s.substr(at, f - at) + to);
       at = f + from.size();
       ++done;
     }
@@ -1739,7 +1767,7 @@ struct Interp {
   // ------------------------------------------------ operators
 
   Value binary(const std::string& op, const Value& a, const Value& b) {
-    if (op == "~") return Value::str(to_str(a) + to_str(b));
+    if (op == "~") return Value::str(bounded(to_str(a) + to_str(b)));
     auto undefined_check = [&] {
       if (a.kind == Value::Undefined) fail("'" + a.s + "' is undefined");
       if (b.kind == Value::Undefined) fail("'" + b.s + "' is undefined");
@@ -1753,8 +1781,9 @@ struct Interp {
     if (op == "+") {
       if (ints) return Value::integer(checked(__int128(as_int(a, "+")) + as_int(b, "+")));
       if (nums) return Value::real(a.number() + b.number());
-      if (a.kind == Value::Str && b.kind == Value::Str) return Value::str(a.s + b.s);
+      if (a.kind == Value::Str && b.kind == Value::Str) return Value::str(bounded(a.s + b.s));
       if (a.kind == Value::List && b.kind == Value::List && a.tuple == b.tuple) {
+        if (a.list->size() + b.list->size() > kMaxItems) fail("the template built a list past a million items");
         ValueList l = *a.list;
         l.insert(l.end(), b.list->begin(), b.list->end());
         return Value::of_list(std::move(l), a.tuple);
@@ -1774,7 +1803,8 @@ struct Interp {
       if (seq && (cnt->kind == Value::Int || cnt->kind == Value::Bool)) {
         const int64_t k = std::max<int64_t>(0, as_int(*cnt, "*"));
         const size_t unit = seq->kind == Value::Str ? seq->s.size() : seq->list->size();
-        if (unit && uint64_t(k) > kMaxOutput / unit) fail("a repeated sequence past 16 MiB");
+        if (unit && uint64_t(k) > (seq->kind == Value::Str ? kMaxOutput : kMaxItems) / unit)
+          fail("the template built a repeated sequence past 16 MiB or a million items");
         if (seq->kind == Value::Str) {
           std::string s;
           for (int64_t r = 0; r < k; ++r) s += seq->s;
@@ -2071,7 +2101,7 @@ struct Interp {
       bool first = true;
       for (Value x : iterate(v)) {
         if (b.given[1] && b.v[1].kind != Value::None) x = attribute_path(x, to_str(b.v[1]));
-        out += (first ? "" : sep) + to_str(x);
+        bounded(out += (first ? "" : sep) + to_str(x));
         first = false;
       }
       return Value::str(out);
@@ -2301,10 +2331,10 @@ struct Interp {
       const std::vector<std::string> lines = split_lines(to_str(v) + "\n");
       std::string rv;
       if (blank) {
-        for (size_t k = 0; k < lines.size(); ++k) rv += (k ? "\n" + pad : "") + lines[k];
+        for (size_t k = 0; k < lines.size(); ++k) bounded(rv += (k ? "\n" + pad : "") + lines[k]);
       } else {
         rv = lines.empty() ? "" : lines[0];
-        for (size_t k = 1; k < lines.size(); ++k) rv += "\n" + (lines[k].empty() ? "" : pad) + lines[k];
+        for (size_t k = 1; k < lines.size(); ++k) bounded(rv += "\n" + (lines[k].empty() ? "" : pad) + lines[k]);
       }
       return Value::str(first ? pad + rv : rv);
     }
