@@ -14,8 +14,18 @@ std::string messages_json(const nb::object& messages) {
   return nb::cast<std::string>(dumps(messages, "ensure_ascii"_a = false));
 }
 
-std::string prompt_of(const CausalLM& lm, const nb::object& messages) {
-  return lm.chat_prompt_json(messages_json(messages));
+// The template's extra variables (apply_chat_template's keyword arguments) as JSON.
+ChatRenderOptions render_options(const nb::object& template_vars) {
+  ChatRenderOptions o;
+  if (template_vars.is_none()) return o;
+  if (!nb::isinstance<nb::dict>(template_vars)) throw Error("template_vars: expected a dict of the template's variables");
+  const nb::object dumps = nb::module_::import_("json").attr("dumps");
+  o.variables_json = nb::cast<std::string>(dumps(template_vars, "ensure_ascii"_a = false));
+  return o;
+}
+
+std::string prompt_of(const CausalLM& lm, const nb::object& messages, const nb::object& template_vars) {
+  return lm.chat_prompt_json(messages_json(messages), render_options(template_vars));
 }
 
 bool python_truth(const nb::object& r) {
@@ -85,11 +95,15 @@ void bind_causal_lm(nb::module_& m) {
             return utf8_text(lm.tokenizer()->decode(ids, skip_special));
           },
           "ids"_a, "skip_special"_a = true, "The text of ids.")
-      .def("chat_prompt", [](const CausalLM& lm, const nb::object& messages) { return prompt_of(lm, messages); },
-           "messages"_a,
+      .def("chat_prompt",
+           [](const CausalLM& lm, const nb::object& messages, const nb::object& template_vars) {
+             return prompt_of(lm, messages, template_vars);
+           },
+           "messages"_a, "template_vars"_a = nb::none(),
            "A conversation (a list of {\"role\", \"content\"} dicts, or one user message as text) in the\n"
            "model's own chat template with the assistant's turn opened, as transformers'\n"
-           "apply_chat_template(add_generation_prompt=True, tokenize=False) renders it.")
+           "apply_chat_template(add_generation_prompt=True, tokenize=False) renders it; template_vars:\n"
+           "more variables, as its keyword arguments ({\"enable_thinking\": False}).")
       .def(
           "logits",
           [](const CausalLM& lm, const std::vector<int32_t>& ids, std::optional<int> threads) {
@@ -104,12 +118,13 @@ void bind_causal_lm(nb::module_& m) {
           "generate",
           [](const CausalLM& lm, const nb::object& prompt, int64_t max_new_tokens, float temperature, int64_t top_k,
              float top_p, float repeat_penalty, uint64_t seed, bool chat, const std::vector<std::string>& stop,
-             std::optional<int> threads, const nb::object& on_token) -> nb::object {
+             const nb::object& template_vars, std::optional<int> threads, const nb::object& on_token) -> nb::object {
             // Text out for a text prompt or a conversation; ids out for ids.
             const bool text = nb::isinstance<nb::str>(prompt) || chat;
             if (text && !lm.tokenizer()) throw Error("the model has no tokenizer; give token ids");
             if (!text && !stop.empty()) throw Error("stop: stop strings end text; give the prompt as text");
-            std::vector<int32_t> ids = chat   ? lm.tokenizer()->encode(prompt_of(lm, prompt))
+            if (!chat && !template_vars.is_none()) throw Error("template_vars: only with chat=True");
+            std::vector<int32_t> ids = chat   ? lm.tokenizer()->encode(prompt_of(lm, prompt, template_vars))
                                        : text ? lm.encode_prompt(nb::cast<std::string>(prompt))
                                               : nb::cast<std::vector<int32_t>>(prompt);
             const SamplingOptions s = sampling(max_new_tokens, temperature, top_k, top_p, repeat_penalty, seed);
@@ -139,7 +154,7 @@ void bind_causal_lm(nb::module_& m) {
           },
           "prompt"_a, "max_new_tokens"_a = 128, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,
           "repeat_penalty"_a = 1.0f, "seed"_a = 0, "chat"_a = false, "stop"_a = std::vector<std::string>{},
-          "threads"_a = nb::none(), "on_token"_a = nb::none(),
+          "template_vars"_a = nb::none(), "threads"_a = nb::none(), "on_token"_a = nb::none(),
           "Continues prompt (text, or a list of token ids) as ffn generate does: greedy by default\n"
           "(temperature 0), else sampling with top_k/top_p, seeded; stops at EOS or max_new_tokens.\n"
           "Returns the new text (text prompt; special tokens left out) or the new ids (EOS included).\n"
@@ -148,14 +163,17 @@ void bind_causal_lm(nb::module_& m) {
           "on_token(id), if given, is called with each new id as it is chosen; returning False stops.")
       .def(
           "chat",
-          [](const CausalLM& lm, const std::string& system, const std::vector<std::string>& stop, int64_t context) {
+          [](const CausalLM& lm, const std::string& system, const std::vector<std::string>& stop, int64_t context,
+             const nb::object& template_vars) {
             ChatOptions o;
+            o.render = render_options(template_vars);
             o.system = system;
             o.stop = stop;
             o.context = context;
             return new ChatSession(lm, o);
           },
-          "system"_a = "", "stop"_a = std::vector<std::string>{}, "context"_a = 0, nb::keep_alive<0, 1>(),
+          "system"_a = "", "stop"_a = std::vector<std::string>{}, "context"_a = 0, "template_vars"_a = nb::none(),
+          nb::keep_alive<0, 1>(),
           "A conversation that keeps its cache between turns (ffn chat): say(message) re-renders the whole\n"
           "conversation in the model's template and reads only the tokens past what it shares with the\n"
           "last turn. context: positions it may fill (0: the model's, at most 4096).");

@@ -18,6 +18,8 @@
 #include "ffn/gguf.hpp"
 #include "ffn/io.hpp"
 
+#include <nlohmann/json.hpp>
+
 namespace ffn::cli {
 namespace {
 
@@ -43,7 +45,7 @@ std::function<void(double)> load_progress(const std::string& path) {
 struct GenerateArgs {
   std::string model, prompt, prompt_file, chat, messages, system, compute = "native", logits, dtype = "fp32";
   bool ids = false, chat_given = false, system_given = false;
-  std::vector<std::string> stop;
+  std::vector<std::string> stop, template_var;
   SamplingOptions s;
   int threads = 0;
 };
@@ -77,6 +79,30 @@ LMCompute parse_lm_compute(const std::string& compute) {
   throw Error("--compute: expected native or fp32, got " + compute);
 }
 
+bool nlohmann_json_valid(const std::string& s) { return nlohmann::json::accept(s); }
+
+// --template-var KEY=JSON (repeatable) as one JSON object of the template's extra variables.
+std::string template_vars(const std::vector<std::string>& vars) {
+  if (vars.empty()) return "";
+  std::string out = "{";
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const std::string& v = vars[i];
+    const size_t eq = v.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error("--template-var: expected KEY=VALUE (VALUE in JSON: true, 3, \"text\"), got '" + v + "'");
+    const std::string key = v.substr(0, eq), value = v.substr(eq + 1);
+    for (char c : key)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
+        throw Error("--template-var: the name '" + key + "' is not an identifier");
+    if (key == "messages" || key == "add_generation_prompt")
+      throw Error("--template-var: " + key + " is set by ffn, not by a variable");
+    out += (i ? ", \"" : "\"") + key + "\": " + value;
+  }
+  out += "}";
+  if (!nlohmann_json_valid(out)) throw Error("--template-var: a VALUE is not JSON (strings need quotes: KEY='\"text\"'): " + out);
+  return out;
+}
+
 void check_stops(const std::vector<std::string>& stop) {
   for (const auto& s : stop)
     if (s.empty()) throw Error("--stop: a stop string must not be empty");
@@ -103,7 +129,11 @@ int cmd_generate(GenerateArgs& a) {
   if (a.system_given && !a.chat_given)
     throw Error("--system: only with --chat (a --messages file holds its own system message)");
   if (!a.stop.empty() && a.ids) throw Error("--stop: not with --ids (stop strings end the text)");
+  if (!a.template_var.empty() && !a.chat_given && a.messages.empty())
+    throw Error("--template-var: only with --chat or --messages");
   check_stops(a.stop);
+  ChatRenderOptions render;
+  render.variables_json = template_vars(a.template_var);
   const LMCompute compute = parse_lm_compute(a.compute);
   a.s.validate();
   const int threads = threads_or_throw(a.threads);
@@ -131,10 +161,10 @@ int cmd_generate(GenerateArgs& a) {
     std::vector<ChatMessage> msgs;
     if (a.system_given) msgs.push_back({"system", a.system});
     msgs.push_back({"user", text});
-    prompt = tok->encode(m.chat_prompt(msgs));
+    prompt = tok->encode(m.chat_prompt(msgs, render));
   } else if (!a.messages.empty()) {
     try {
-      prompt = tok->encode(m.chat_prompt_json(text));
+      prompt = tok->encode(m.chat_prompt_json(text, render));
     } catch (const Error& e) {
       throw Error(where + ": " + e.what());
     }
@@ -176,7 +206,7 @@ int cmd_generate(GenerateArgs& a) {
 
 struct ChatArgs {
   std::string model, system, compute = "native", dtype = "fp32";
-  std::vector<std::string> stop;
+  std::vector<std::string> stop, template_var;
   SamplingOptions s;
   int64_t context = 0;
   int threads = 0;
@@ -186,6 +216,7 @@ struct ChatArgs {
 // standard output, then a newline. Each turn's counts go to standard error.
 int cmd_chat(ChatArgs& a) {
   check_stops(a.stop);
+  (void)template_vars(a.template_var);  // checked before the model loads
   a.s.validate();
   if (a.s.beams != 1) throw Error("--beams: not in ffn chat (greedy or sampling)");
   const LMCompute compute = parse_lm_compute(a.compute);
@@ -197,6 +228,7 @@ int cmd_chat(ChatArgs& a) {
   o.system = a.system;
   o.stop = a.stop;
   o.context = a.context;
+  o.render.variables_json = template_vars(a.template_var);
   ChatSession chat(m, o);
   RunOptions ro;
   ro.threads = threads;
@@ -358,6 +390,9 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--messages", a->messages, "a JSON file of OpenAI-style messages ([{\"role\": \"user\", \"content\": "
                                              "...}, ...]; - reads standard input), put in the model's chat template");
   cmd->add_option("--stop", a->stop, "end the text before this string (repeatable), as llama.cpp and the OpenAI API do");
+  cmd->add_option("--template-var", a->template_var,
+                  "KEY=JSON: a variable for the chat template (repeatable), as apply_chat_template's keyword "
+                  "arguments: --template-var enable_thinking=false");
   cmd->add_flag("--ids", a->ids, "the prompt is token ids (space-separated); the generated ids are printed on one "
                                  "line, EOS included");
   cmd->add_option("--max-new-tokens", a->s.max_new_tokens, "most new tokens (default 128); 0 with --logits");
@@ -393,6 +428,7 @@ Command add_chat(CLI::App& app) {
   cmd->add_option("--model", a->model, "GGUF file or Hugging Face directory with a chat template")->required();
   cmd->add_option("--system", a->system, "a system message first");
   cmd->add_option("--stop", a->stop, "end a reply before this string (repeatable)");
+  cmd->add_option("--template-var", a->template_var, "KEY=JSON: a variable for the chat template (repeatable)");
   cmd->add_option("--context", a->context, "positions the conversation may fill (default: the model's, at most 4096)");
   cmd->add_option("--max-new-tokens", a->s.max_new_tokens, "most new tokens per reply (default 128)");
   cmd->add_option("--temperature", a->s.temperature, "0 = greedy (default); > 0 samples from softmax(logits / T)");

@@ -12,7 +12,7 @@
 // jinja2's library that templates call. Anything outside the subset
 // (include, extends, call blocks, an unknown filter or method) is refused
 // with one error naming the construct and its line, never rendered
-// differently. Rendering stops with an error past 10 million steps or 16 MiB
+// differently. Rendering stops with an error past a million steps or 16 MiB
 // of output.
 #pragma once
 

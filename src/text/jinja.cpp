@@ -1391,18 +1391,29 @@ struct ChatTemplate::Program {
 
 namespace {
 
-constexpr int64_t kMaxSteps = 10'000'000;
+constexpr int64_t kMaxSteps = 1'000'000;  // a prompt past it would be past any model's context
 constexpr int kMaxCallDepth = 100;
 
 struct BreakSignal {};
 struct ContinueSignal {};
 
-struct Macro {
-  const Stmt* def;
+// A scope's variables: a few names each, searched in order (no allocation
+// when a loop's scope is cleared for its next iteration).
+struct Frame {
+  std::vector<std::pair<std::string, Value>> vars;
+  Value& operator[](const std::string& name) {
+    for (auto& [n, v] : vars) if (n == name) return v;
+    return vars.emplace_back(name, Value()).second;
+  }
+  const Value* find(const std::string& name) const {
+    for (const auto& [n, v] : vars) if (n == name) return &v;
+    return nullptr;
+  }
+  void clear() { vars.clear(); }
 };
 
 struct Interp {
-  std::vector<std::map<std::string, Value>> frames;  // innermost last; frames[0]: the template's globals
+  std::vector<Frame> frames;  // innermost last; frames[0]: the template's globals
   std::string* out = nullptr;
   int64_t steps = 0;
   int call_depth = 0;
@@ -1410,7 +1421,7 @@ struct Interp {
   std::tm now{};
 
   void step() {
-    if (++steps > kMaxSteps) fail("the template ran past 10 million steps (a loop that does not end?)");
+    if (++steps > kMaxSteps) fail("the template ran past a million steps (a loop that does not end?)");
   }
   void emit(const std::string& s) {
     if (out->size() + s.size() > kMaxOutput) fail("the template wrote past 16 MiB");
@@ -1419,8 +1430,7 @@ struct Interp {
 
   Value lookup(const std::string& name) const {
     for (size_t k = frames.size(); k-- > 0;) {
-      auto it = frames[k].find(name);
-      if (it != frames[k].end()) return it->second;
+      if (const Value* v = frames[k].find(name)) return *v;
     }
     return Value::undefined(name);
   }
@@ -2520,7 +2530,7 @@ struct Interp {
   Value call_macro(const Stmt& def, Args& a) {
     if (a.pos.size() > def.params.size())
       fail("unsupported construct: macro '" + def.text + "' called with more than its " + std::to_string(def.params.size()) + " parameters (varargs)");
-    std::map<std::string, Value> local;
+    Frame local;
     std::vector<bool> given(def.params.size(), false);
     for (size_t k = 0; k < a.pos.size(); ++k) { local[def.params[k]] = a.pos[k]; given[k] = true; }
     for (auto& [name, v] : a.kw) {
@@ -2532,7 +2542,7 @@ struct Interp {
       given[k] = true;
     }
     const size_t first_default = def.params.size() - def.defaults.size();
-    std::vector<std::map<std::string, Value>> saved = std::move(frames);
+    std::vector<Frame> saved = std::move(frames);
     frames.clear();
     frames.push_back(saved.front());
     frames.push_back(std::move(local));
@@ -2582,28 +2592,33 @@ struct Interp {
     }
     const int64_t n = int64_t(items.size());
     frames.emplace_back();
+    // One loop object, advanced in place each iteration (as jinja2's LoopContext is).
+    Value loop = Value::new_dict();
+    auto& d = *loop.dict;
+    for (const char* k : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0",
+                          "previtem", "nextitem", "cycle"})
+      d.items.emplace_back(k, Value());
+    d.items[6].second = Value::integer(n);
+    d.items[7].second = Value::integer(1);
+    d.items[8].second = Value::integer(0);
+    const std::weak_ptr<ValueDict> live = loop.dict;  // (the function lives in the dict: no owning cycle)
+    d.items[11].second = make_fn("loop.cycle", [live](Interp&, Args& a) {
+      const auto dict = live.lock();
+      if (!dict) fail("loop.cycle called after its loop");
+      if (a.pos.empty()) fail("no items for cycling given");
+      return a.pos[size_t(dict->items[1].second.i % int64_t(a.pos.size()))];
+    });
     try {
       for (int64_t k = 0; k < n; ++k) {
         step();
-        Value loop = Value::new_dict();
-        loop.ns = false;
-        auto& d = *loop.dict;
-        d.set("index", Value::integer(k + 1));
-        d.set("index0", Value::integer(k));
-        d.set("revindex", Value::integer(n - k));
-        d.set("revindex0", Value::integer(n - k - 1));
-        d.set("first", Value::boolean(k == 0));
-        d.set("last", Value::boolean(k == n - 1));
-        d.set("length", Value::integer(n));
-        d.set("depth", Value::integer(1));
-        d.set("depth0", Value::integer(0));
-        d.set("previtem", k > 0 ? items[size_t(k - 1)] : Value::undefined("there is no previous item"));
-        d.set("nextitem", k + 1 < n ? items[size_t(k + 1)] : Value::undefined("there is no next item"));
-        const int64_t at = k;
-        d.set("cycle", make_fn("loop.cycle", [at](Interp&, Args& a) {
-          if (a.pos.empty()) fail("no items for cycling given");
-          return a.pos[size_t(at % int64_t(a.pos.size()))];
-        }));
+        d.items[0].second = Value::integer(k + 1);
+        d.items[1].second = Value::integer(k);
+        d.items[2].second = Value::integer(n - k);
+        d.items[3].second = Value::integer(n - k - 1);
+        d.items[4].second = Value::boolean(k == 0);
+        d.items[5].second = Value::boolean(k == n - 1);
+        d.items[9].second = k > 0 ? items[size_t(k - 1)] : Value::undefined("there is no previous item");
+        d.items[10].second = k + 1 < n ? items[size_t(k + 1)] : Value::undefined("there is no next item");
         frames.back().clear();
         frames.back()["loop"] = loop;
         assign(s.targets, items[size_t(k)]);
@@ -2662,7 +2677,7 @@ std::string ChatTemplate::render_json(const std::string& messages_json, const Ch
     localtime_r(&t, &in.now);
   }
   try {
-    std::map<std::string, Value> globals;
+    Frame globals;
     globals["messages"] = from_json(messages);
     globals["add_generation_prompt"] = Value::boolean(opts.add_generation_prompt);
     globals["tools"] = Value::none();

@@ -209,3 +209,22 @@ TEST(Chat, ErrorsLeaveTheConversationAsItWas) {
   expect_error([&] { ChatSession(CausalLM::load((fs::path(FFN_LLAMA_DIR) / "mha_odd").string())); }, "no chat template");
   fs::remove_all(dir);
 }
+
+// apply_chat_template's keyword arguments (Qwen3's enable_thinking) reach the template.
+TEST(Chat, TemplateVariablesReachTheTemplate) {
+  const fs::path dir = with_template(
+      "gqa3_tied", "{% if enable_thinking is defined and enable_thinking is false %}<no-think>{% endif %}{{ messages[0].content }}",
+      "vars");
+  const CausalLM m = CausalLM::load(dir.string());
+  ChatRenderOptions o;
+  EXPECT_EQ(m.chat_prompt("hi"), "hi");
+  o.variables_json = R"({"enable_thinking": false})";
+  EXPECT_EQ(m.chat_prompt(std::vector<ChatMessage>{{"user", "hi"}}, o), "<no-think>hi");
+  o.variables_json = R"([1])";
+  expect_error([&] { m.chat_prompt(std::vector<ChatMessage>{{"user", "hi"}}, o); }, "a JSON object");
+  ChatOptions co;
+  co.render.variables_json = R"({"enable_thinking": false})";
+  ChatSession chat(m, co);
+  EXPECT_EQ(chat.say("hi", greedy(2)).prompt_tokens, int64_t(m.tokenizer()->encode("<no-think>hi").size()));
+  fs::remove_all(dir);
+}

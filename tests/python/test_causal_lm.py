@@ -88,6 +88,11 @@ def test_chat_conversations_in_the_models_template():
         lm.generate([1, 2], stop=["x"])
     with pytest.raises(ffn.Error, match="messages"):
         lm.chat_prompt(42)
+    assert lm.chat_prompt(msgs, template_vars={"unused": True}) == prompt
+    with pytest.raises(ffn.Error, match="template_vars"):
+        lm.chat_prompt(msgs, template_vars=[1])
+    with pytest.raises(ffn.Error, match="template_vars: only with chat=True"):
+        lm.generate("hi", template_vars={"a": 1})
 
 
 def test_chat_session_keeps_its_cache_between_turns():

@@ -154,6 +154,12 @@ def random_models(tmp):
           "generate: --stop with --ids is refused")
     check(refused(ffn("generate", "--model", gguf_q, "hi", "--stop", ""), ["--stop", "empty"]),
           "generate: an empty --stop is refused")
+    for var, words in [("enable_thinking", ["--template-var", "KEY=VALUE"]), ("bad key=1", ["not an identifier"]),
+                       ("x=unquoted", ["not JSON"]), ("messages=[]", ["set by ffn"])]:
+        check(refused(ffn("generate", "--model", gguf_q, "--chat", "hi", "--template-var", var), words),
+              f"generate: --template-var {var!r} is refused: {words}")
+    check(refused(ffn("generate", "--model", gguf_q, "hi", "--template-var", "x=1"), ["--template-var", "--chat"]),
+          "generate: --template-var without a chat is refused")
     for body, words in [("[{\"role\": \"user\"", ["--messages", "not valid JSON"]),
                         ("{\"role\": \"user\"}", ["--messages", "JSON array"]),
                         ("[{\"content\": \"hi\"}]", ["--messages", "\"role\""])]:
