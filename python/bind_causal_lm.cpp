@@ -190,11 +190,13 @@ void bind_causal_lm(nb::module_& m) {
             ChatReply r;
             stop.run([&] {
               r = c.say(message, s, [&](const std::string& piece) {
-                if (hook && hook()) throw Interrupted();
                 if (on_text.is_none()) return true;
                 nb::gil_scoped_acquire gil;
                 return python_truth(on_text(utf8_text(piece)));
-              }, o);
+              }, o, [&](int32_t) {
+                if (hook && hook()) throw Interrupted();
+                return true;
+              });
             });
             nb::dict d;
             d["text"] = utf8_text(r.text);

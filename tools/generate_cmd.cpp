@@ -81,6 +81,28 @@ LMCompute parse_lm_compute(const std::string& compute) {
 
 bool nlohmann_json_valid(const std::string& s) { return nlohmann::json::accept(s); }
 
+// A --messages file's shape, before the model loads: a JSON array of
+// objects with a string role, valid UTF-8 (the template reads the rest).
+void check_messages(const std::string& text, const std::string& where) {
+  if (!nlohmann::json::accept(text)) throw Error(where + ": not valid JSON");
+  const nlohmann::json j = nlohmann::json::parse(text);
+  if (!j.is_array()) throw Error(where + ": the messages must be a JSON array of {\"role\", \"content\"} objects");
+  for (size_t k = 0; k < j.size(); ++k)
+    if (!j[k].is_object() || !j[k].contains("role") || !j[k]["role"].is_string())
+      throw Error(where + ": message " + std::to_string(k) + " must be an object with a string \"role\"");
+}
+
+void check_utf8(const std::string& text, const std::string& flag) {
+  // (nlohmann's parser checks UTF-8: a JSON string of the text)
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) { quoted += ' '; continue; }
+    quoted += c;
+  }
+  if (!nlohmann::json::accept(quoted + "\"")) throw Error(flag + ": not valid UTF-8");
+}
+
 // --template-var KEY=JSON (repeatable) as one JSON object of the template's extra variables.
 std::string template_vars(const std::vector<std::string>& vars) {
   if (vars.empty()) return "";
@@ -96,11 +118,12 @@ std::string template_vars(const std::vector<std::string>& vars) {
         throw Error("--template-var: the name '" + key + "' is not an identifier");
     if (key == "messages" || key == "add_generation_prompt")
       throw Error("--template-var: " + key + " is set by ffn, not by a variable");
+    if (!nlohmann_json_valid(value))
+      throw Error("--template-var " + key + ": the VALUE is not one JSON value (strings need quotes: " + key +
+                  "='\"text\"'), got '" + value + "'");
     out += (i ? ", \"" : "\"") + key + "\": " + value;
   }
-  out += "}";
-  if (!nlohmann_json_valid(out)) throw Error("--template-var: a VALUE is not JSON (strings need quotes: KEY='\"text\"'): " + out);
-  return out;
+  return out + "}";
 }
 
 void check_stops(const std::vector<std::string>& stop) {
@@ -147,6 +170,10 @@ int cmd_generate(GenerateArgs& a) {
                            : !a.messages.empty()   ? read_all(a.messages, "--messages")
                            : a.chat_given          ? a.chat
                                                    : a.prompt;
+  if (!a.messages.empty()) check_messages(text, "--messages " + a.messages);
+  if (a.chat_given) check_utf8(a.chat, "--chat");
+  if (a.system_given) check_utf8(a.system, "--system");
+  for (const auto& stop : a.stop) check_utf8(stop, "--stop");
   const CausalLM m = load_lm(a.model, compute, a.dtype);
   const Tokenizer* tok = m.tokenizer();
   if (!a.ids && !tok) throw Error(a.model + ": no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json); give token ids with --ids");
@@ -217,6 +244,8 @@ struct ChatArgs {
 int cmd_chat(ChatArgs& a) {
   check_stops(a.stop);
   (void)template_vars(a.template_var);  // checked before the model loads
+  check_utf8(a.system, "--system");
+  if (a.context < 0) throw Error("--context: expected a positive number of positions, got " + std::to_string(a.context));
   a.s.validate();
   if (a.s.beams != 1) throw Error("--beams: not in ffn chat (greedy or sampling)");
   const LMCompute compute = parse_lm_compute(a.compute);
@@ -241,11 +270,19 @@ int cmd_chat(ChatArgs& a) {
     if (line.empty()) continue;
     ++turn;
     const auto t0 = std::chrono::steady_clock::now();
-    const ChatReply r = chat.say(line, a.s, [](const std::string& piece) {
-      std::cout.write(piece.data(), std::streamsize(piece.size()));
-      std::cout.flush();
-      return bool(std::cout);
-    }, ro);
+    ChatReply r;
+    try {
+      r = chat.say(line, a.s, [](const std::string& piece) {
+        std::cout.write(piece.data(), std::streamsize(piece.size()));
+        std::cout.flush();
+        return bool(std::cout);
+      }, ro);
+    } catch (const Error& e) {
+      // At a terminal the conversation goes on (the turn left it as it was); a script gets exit 2.
+      if (!terminal) throw;
+      std::fprintf(stderr, "ffn: error: %s\n", e.what());
+      continue;
+    }
     std::cout << '\n' << std::flush;
     if (!std::cout) throw Error("standard output: write error");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -70,8 +70,10 @@ class ChatSession {
   // the reply's text as it is made (returning false stops). An Error (the
   // template refuses the conversation, it outgrows the context: by how many
   // tokens) comes before any work and leaves the conversation as it was.
+  // on_token, if set, sees each id first (returning false stops: an interrupt).
   ChatReply say(const std::string& user, const SamplingOptions& s,
-                const std::function<bool(const std::string&)>& on_text = {}, const RunOptions& run = {});
+                const std::function<bool(const std::string&)>& on_text = {}, const RunOptions& run = {},
+                const std::function<bool(int32_t)>& on_token = {});
   const std::vector<ChatMessage>& messages() const { return messages_; }
   int64_t context() const { return capacity_; }
 

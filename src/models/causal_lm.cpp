@@ -615,7 +615,7 @@ std::vector<int32_t> CausalLM::generate(const std::vector<int32_t>& prompt, cons
   if (cfg_.context > 0 && s.max_new_tokens > cfg_.context - int64_t(prompt.size()))
     throw Error("generate: " + std::to_string(prompt.size()) + " prompt tokens + " + std::to_string(s.max_new_tokens) +
                 " new tokens is past the model's context of " + std::to_string(cfg_.context) + " positions, by " +
-                std::to_string(int64_t(prompt.size()) + s.max_new_tokens - cfg_.context));
+                std::to_string(s.max_new_tokens - (cfg_.context - int64_t(prompt.size()))));
   const int64_t V = cfg_.vocab;
   if (s.beams > V / 2)
     throw Error("--beams: " + std::to_string(s.beams) + " is more than half the vocabulary (" + std::to_string(V) + ")");
@@ -633,10 +633,10 @@ std::vector<int32_t> CausalLM::generate(CausalLMState& st, const std::vector<int
   if (st.live() != 1) throw Error("generate: the state must hold one sequence, not " + std::to_string(st.live()));
   if (st.data_->cache.layers() != cfg_.layers) throw Error("generate: the state was not started by this model");
   const int64_t n = int64_t(context.size());
-  if (n + s.max_new_tokens > st.capacity())
+  if (s.max_new_tokens > st.capacity() - n)
     throw Error("generate: " + std::to_string(n) + " context tokens + " + std::to_string(s.max_new_tokens) +
                 " new tokens is past the state's capacity of " + std::to_string(st.capacity()) + " positions, by " +
-                std::to_string(n + s.max_new_tokens - st.capacity()));
+                std::to_string(s.max_new_tokens - (st.capacity() - n)));
   // At least the last token is read again: its logits choose the first new one.
   if (st.length(0) >= n) st.truncate(0, n - 1);
   if (s.max_new_tokens == 0) return {};

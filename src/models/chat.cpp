@@ -135,17 +135,17 @@ ChatSession::ChatSession(const CausalLM& lm, ChatOptions opts) : lm_(lm), opts_(
 }
 
 ChatReply ChatSession::say(const std::string& user, const SamplingOptions& s,
-                           const std::function<bool(const std::string&)>& on_text, const RunOptions& run) {
+                           const std::function<bool(const std::string&)>& on_text, const RunOptions& run,
+                const std::function<bool(int32_t)>& on_token_id) {
   s.validate();
   std::vector<ChatMessage> next = messages_;
   next.push_back({"user", user});
   const std::vector<int32_t> prompt = lm_.tokenizer()->encode(lm_.chat_prompt(next, opts_.render));
   const int64_t n = int64_t(prompt.size());
-  if (n + s.max_new_tokens > capacity_)
+  if (s.max_new_tokens > capacity_ - n)
     throw Error("chat: the conversation is " + std::to_string(n) + " tokens; with " + std::to_string(s.max_new_tokens) +
-                " new tokens it needs " + std::to_string(n + s.max_new_tokens) + " positions, " +
-                std::to_string(n + s.max_new_tokens - capacity_) + " past the context of " + std::to_string(capacity_) +
-                " (--context, --max-new-tokens)");
+                " new tokens that is " + std::to_string(s.max_new_tokens - (capacity_ - n)) + " past the context of " +
+                std::to_string(capacity_) + " (--context, --max-new-tokens)");
   // Keep the longest common prefix, at least one token short of the prompt.
   size_t keep = 0;
   while (keep < cached_.size() && keep < prompt.size() && cached_[keep] == prompt[keep]) ++keep;
@@ -159,6 +159,7 @@ ChatReply ChatSession::say(const std::string& user, const SamplingOptions& s,
   TextStream stream(*lm_.tokenizer(), opts_.stop);
   bool go_on = true;
   auto on_token = [&](int32_t id) {
+    if (on_token_id && !on_token_id(id)) return false;
     const std::string piece = stream.push(id);
     if (on_text && !piece.empty()) go_on = on_text(piece);
     return go_on && !stream.stopped();

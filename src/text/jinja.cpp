@@ -39,6 +39,12 @@ struct Value {
   enum Kind { Undefined, None, Bool, Int, Float, Str, List, Dict, Callable };
   Kind kind = Undefined;
   bool b = false, tuple = false, ns = false;  // tuple: a List printed (a, b); ns: a namespace() Dict
+  // What Python has in place of a list or dict here: a generator (jinja2's
+  // map, select, reverse, unique, items: truthy, spent by one pass), a dict
+  // view (.items(), .keys(), .values()), a loop object. Only what reads the
+  // same on them is allowed; printing, comparing, indexing one is refused.
+  enum Lazy : uint8_t { Plain, Generator, View, Loop };
+  Lazy lazy = Plain;
   int64_t i = 0;
   double f = 0;
   std::string s;  // Str: UTF-8; Undefined: the name that was not found
@@ -90,6 +96,15 @@ struct Fail : std::exception {  // an error while rendering; ChatTemplate adds t
 };
 [[noreturn]] void fail(const std::string& m) { throw Fail(m); }
 
+const char* lazy_name(const Value& v) {
+  return v.lazy == Value::Generator ? "a generator (map, select, reject, reverse, unique, items)"
+         : v.lazy == Value::View    ? "a dict view (.items(), .keys(), .values())"
+                                    : "the loop object";
+}
+[[noreturn]] void refuse_lazy(const Value& v, const char* what) {
+  fail(std::string("unsupported construct: ") + what + " " + lazy_name(v));
+}
+
 // Bounds on what a template can build, so that no template (or fuzzer)
 // runs the process out of memory or stack: text and output past 16 MiB,
 // lists past a million items, values nested past 256.
@@ -102,6 +117,18 @@ const std::string& bounded(const std::string& s) {
   return s;
 }
 
+// The work a render may do beyond its steps: bytes and items it builds
+// (strings, lists, copies for loops, comparisons in unique), at most 256 Mi
+// units, so no template (or fuzzer) takes minutes or gigabytes.
+constexpr size_t kItemCost = 128;  // a list item's bytes (a Value)
+struct Budget {
+  static inline thread_local int64_t used = 0;
+  static void charge(size_t units) {
+    used += int64_t(std::min<size_t>(units, size_t(1) << 40));
+    if (used > (int64_t(1) << 28)) fail("the template did more than 256 Mi units of work (bytes and items built)");
+  }
+};
+
 // Depth of the recursive walks over values (printing, JSON, comparison).
 struct Nest {
   static inline thread_local int depth = 0;
@@ -113,6 +140,7 @@ struct Nest {
 // ---------------------------------------------------------------- text helpers (Python's str)
 
 std::vector<char32_t> code_points(const std::string& s) {
+  Budget::charge(s.size());
   std::vector<char32_t> out;
   out.reserve(s.size());
   const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
@@ -179,7 +207,7 @@ std::vector<std::string> split_lines(const std::string& s) {
 // has several characters (SpecialCasing: ß → SS, ligatures, Greek with
 // ypogegrammeni); those are refused rather than mapped differently.
 bool special_casing(char32_t c) {
-  return c == 0xdf || c == 0x130 || c == 0x149 || c == 0x1f0 || c == 0x390 || c == 0x3b0 || c == 0x587 ||
+  return c == 0xdf || c == 0x3a3 /* Σ: final σ or ς by context */ || (c >= 0x1c4 && c <= 0x1cc) || (c >= 0x1f1 && c <= 0x1f3) || c == 0x130 || c == 0x149 || c == 0x1f0 || c == 0x390 || c == 0x3b0 || c == 0x587 ||
          (c >= 0x1e96 && c <= 0x1e9a) || (c >= 0x1f50 && c <= 0x1f56 && c % 2 == 0) || (c >= 0x1f80 && c <= 0x1fff) ||
          (c >= 0xfb00 && c <= 0xfb06) || (c >= 0xfb13 && c <= 0xfb17);
 }
@@ -188,7 +216,7 @@ char32_t case_map(char32_t c, bool upper, const char* what) {
   if (special_casing(c)) {
     char hex[16];
     std::snprintf(hex, sizeof hex, "U+%04X", unsigned(c));
-    fail(std::string("unsupported construct: ") + what + " of " + hex + ", whose case mapping has several characters");
+    fail(std::string("unsupported construct: ") + what + " of " + hex + ", whose case mapping has several characters or depends on context");
   }
   return char32_t(upper ? utf8proc_toupper(utf8proc_int32_t(c)) : utf8proc_tolower(utf8proc_int32_t(c)));
 }
@@ -290,12 +318,14 @@ std::string to_str(const Value& v) {
 
 std::string repr(const Value& v) {
   Nest nest;
+  if (v.lazy != Value::Plain) refuse_lazy(v, "printing");
   switch (v.kind) {
     case Value::Str: return str_repr(v.s);
     case Value::List: {
       if (!v.s.empty()) return v.s;  // a range
       std::string out = v.tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) bounded(out += (k ? ", " : "") + repr((*v.list)[k]));
+      Budget::charge(out.size());
       if (v.tuple && v.list->size() == 1) out += ",";
       return out + (v.tuple ? ")" : "]");
     }
@@ -320,6 +350,8 @@ struct JsonStyle {
 
 void json_dump(const Value& v, std::string& out, const JsonStyle& st, int depth) {
   Nest nest;
+  if (v.lazy != Value::Plain) refuse_lazy(v, "tojson of");
+  if (v.kind == Value::List && !v.s.empty()) fail("unsupported construct: tojson of a range");
   bounded(out);
   const int indent = st.indent;
   auto newline = [&](int d) { out += '\n'; out.append(size_t(indent) * size_t(d), ' '); };
@@ -432,8 +464,8 @@ bool truthy(const Value& v) {
     case Value::Int: return v.i != 0;
     case Value::Float: return v.f != 0;
     case Value::Str: return !v.s.empty();
-    case Value::List: return !v.list->empty();
-    case Value::Dict: return v.ns || !v.dict->items.empty();
+    case Value::List: return v.lazy == Value::Generator || !v.list->empty();
+    case Value::Dict: return v.ns || v.lazy == Value::Loop || !v.dict->items.empty();
     case Value::Callable: return true;
   }
   return false;
@@ -456,6 +488,10 @@ const char* type_name(const Value& v) {
 
 bool equal(const Value& a, const Value& b) {
   Nest nest;
+  if (a.lazy != Value::Plain) refuse_lazy(a, "comparing");
+  if (b.lazy != Value::Plain) refuse_lazy(b, "comparing");
+  if ((a.kind == Value::List && !a.s.empty()) || (b.kind == Value::List && !b.s.empty()))
+    fail("unsupported construct: comparing a range");
   if (a.is_number() && b.is_number()) {
     if (a.kind != Value::Float && b.kind != Value::Float) return (a.kind == Value::Int ? a.i : a.b) == (b.kind == Value::Int ? b.i : b.b);
     return a.number() == b.number();
@@ -484,6 +520,8 @@ bool equal(const Value& a, const Value& b) {
 // a < b in Python (numbers, strings by code point, lists lexicographically).
 bool less(const Value& a, const Value& b) {
   Nest nest;
+  if (a.lazy != Value::Plain) refuse_lazy(a, "comparing");
+  if (b.lazy != Value::Plain) refuse_lazy(b, "comparing");
   if (a.is_number() && b.is_number()) {
     if (a.kind != Value::Float && b.kind != Value::Float) return (a.kind == Value::Int ? a.i : a.b) < (b.kind == Value::Int ? b.i : b.b);
     return a.number() < b.number();
@@ -502,6 +540,14 @@ bool less(const Value& a, const Value& b) {
 
 // The items a for loop, list or join walks: a list's items, a dict's keys, a string's characters.
 ValueList iterate(const Value& v) {
+  if (v.lazy == Value::Loop) refuse_lazy(v, "iterating");
+  if (v.lazy == Value::Generator) {  // one pass spends it
+    Budget::charge(kItemCost * v.list->size());
+    ValueList items = std::move(*v.list);
+    v.list->clear();
+    return items;
+  }
+  Budget::charge(kItemCost * (v.kind == Value::List ? v.list->size() : v.kind == Value::Dict ? v.dict->items.size() : 0));
   switch (v.kind) {
     case Value::Undefined: return {};
     case Value::List: return *v.list;
@@ -566,7 +612,24 @@ size_t skip_space(const std::string& s, size_t at) {
 }
 
 // Python's "unicode-escape" decoding of a string literal's body (jinja2's rule).
-std::string unescape(const std::string& body, int line) {
+std::string unescape(const std::string& raw, int line) {
+  // Python's .encode("ascii", "backslashreplace") first: every non-ASCII
+  // character becomes its \x, \u or \U escape (so "\é" is a backslash, then é's escape).
+  if (!text::valid_utf8(raw)) throw SyntaxError("a string literal is not valid UTF-8", line);
+  std::string body;
+  for (size_t k = 0; k < raw.size();) {
+    const auto c = uint8_t(raw[k]);
+    if (c < 0x80) { body += raw[k++]; continue; }
+    utf8proc_int32_t cp;
+    const utf8proc_ssize_t len = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(raw.data() + k),
+                                                  utf8proc_ssize_t(raw.size() - k), &cp);
+    char buf[16];
+    if (cp < 0x100) std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(cp));
+    else if (cp < 0x10000) std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(cp));
+    else std::snprintf(buf, sizeof buf, "\\U%08x", unsigned(cp));
+    body += buf;
+    k += size_t(len);
+  }
   std::string out;
   for (size_t k = 0; k < body.size(); ++k) {
     if (body[k] != '\\' || k + 1 == body.size()) { out += body[k]; continue; }
@@ -824,6 +887,7 @@ struct Expr {
   std::vector<std::string> kwnames;  // Call, Filter, Test: names of the keyword arguments (the last ones in args)
   std::vector<std::string> ops;   // Compare: the operators between args
   bool negated = false;           // Test: "is not"
+  int depth = 1;                  // levels of this tree (at most 200)
 };
 
 struct Stmt;
@@ -1054,6 +1118,17 @@ class Parser {
   }
 
   ExprP make(Expr::Kind k, int line) { auto e = std::make_unique<Expr>(); e->kind = k; e->line = line; return e; }
+  // A node's depth, from its operands': chains (a + b + ..., x|f|g|...) are
+  // built in loops, not by recursion, so the parser's own depth does not
+  // see them; evaluating and freeing the tree recurses once per level.
+  ExprP& sized(ExprP& e) {
+    int d = 0;
+    for (const auto& a : e->args)
+      if (a) d = std::max(d, a->depth);
+    e->depth = d + 1;
+    if (e->depth > 200) throw SyntaxError("an expression nests more than 200 deep", e->line);
+    return e;
+  }
 
   // expr, expr, ... as a tuple (jinja2's parse_tuple); `condexpr` allows "a if b else c".
   ExprP parse_tuple(bool in_print, bool condexpr = true) {
@@ -1088,7 +1163,7 @@ class Parser {
       c->args.push_back(std::move(cond));
       c->args.push_back(std::move(e));
       c->args.push_back(std::move(other));
-      e = std::move(c);
+      e = std::move(sized(c));
     }
     return e;
   }
@@ -1100,7 +1175,7 @@ class Parser {
       auto o = make(Expr::Or, line);
       o->args.push_back(std::move(e));
       o->args.push_back(parse_and());
-      e = std::move(o);
+      e = std::move(sized(o));
     }
     return e;
   }
@@ -1111,7 +1186,7 @@ class Parser {
       auto o = make(Expr::And, line);
       o->args.push_back(std::move(e));
       o->args.push_back(parse_not());
-      e = std::move(o);
+      e = std::move(sized(o));
     }
     return e;
   }
@@ -1121,7 +1196,7 @@ class Parser {
       Depth d(*this, line);
       auto o = make(Expr::Not, line);
       o->args.push_back(parse_not());
-      return o;
+      return std::move(sized(o));
     }
     return parse_compare();
   }
@@ -1140,14 +1215,14 @@ class Parser {
       cmp->ops.push_back(op);
       cmp->args.push_back(parse_math1());
     }
-    return cmp ? std::move(cmp) : std::move(e);
+    return cmp ? std::move(sized(cmp)) : std::move(e);
   }
   ExprP binary(const std::string& op, ExprP a, ExprP b, int line) {
     auto o = make(Expr::Binary, line);
     o->name = op;
     o->args.push_back(std::move(a));
     o->args.push_back(std::move(b));
-    return o;
+    return std::move(sized(o));
   }
   ExprP parse_math1() {
     ExprP e = parse_concat();
@@ -1189,7 +1264,7 @@ class Parser {
       auto u = make(Expr::Unary, line);
       u->name = next().text;
       u->args.push_back(parse_unary(false));
-      e = std::move(u);
+      e = std::move(sized(u));
     } else {
       e = parse_primary();
     }
@@ -1228,7 +1303,7 @@ class Parser {
             auto tup = make(Expr::TupleLit, line);
             tup->args.push_back(std::move(e));
             while (is_op(",")) { next(); if (is_op(")")) break; tup->args.push_back(parse_expression(true)); }
-            e = std::move(tup);
+            e = std::move(sized(tup));
           }
           expect_op(")");
           return e;
@@ -1291,14 +1366,14 @@ class Parser {
           auto a = make(Expr::Attr, line);
           a->name = next().text;
           a->args.push_back(std::move(e));
-          e = std::move(a);
+          e = std::move(sized(a));
         } else if (peek().type == T::Int) {
           auto a = make(Expr::Item, line);
           a->args.push_back(std::move(e));
           auto idx = make(Expr::Literal, line);
           idx->value = Value::integer(next().i);
           a->args.push_back(std::move(idx));
-          e = std::move(a);
+          e = std::move(sized(a));
         } else {
           throw SyntaxError("expected a name after '.'", line);
         }
@@ -1324,19 +1399,19 @@ class Parser {
           auto s = make(Expr::Slice, line);
           s->args.push_back(std::move(e));
           for (auto& p : parts) s->args.push_back(std::move(p));
-          e = std::move(s);
+          e = std::move(sized(s));
         } else {
           if (!parts[0]) throw SyntaxError("an empty subscript", line);
           auto a = make(Expr::Item, line);
           a->args.push_back(std::move(e));
           a->args.push_back(std::move(parts[0]));
-          e = std::move(a);
+          e = std::move(sized(a));
         }
       } else if (is_op("(")) {
         auto c = make(Expr::Call, line);
         c->args.push_back(std::move(e));
         parse_call_args(*c);
-        e = std::move(c);
+        e = std::move(sized(c));
       } else {
         return e;
       }
@@ -1353,7 +1428,7 @@ class Parser {
         while (is_op(".")) { next(); f->name += "." + expect_name(); }
         f->args.push_back(std::move(e));
         if (is_op("(")) parse_call_args(*f);
-        e = std::move(f);
+        e = std::move(sized(f));
       } else if (is_name("is")) {
         next();
         auto t = make(Expr::Test, line);
@@ -1368,12 +1443,12 @@ class Parser {
           if (is_name("is")) throw SyntaxError("you cannot chain multiple tests with is", line);
           t->args.push_back(parse_postfix(parse_primary()));
         }
-        e = std::move(t);
+        e = std::move(sized(t));
       } else if (is_op("(")) {
         auto c = make(Expr::Call, line);
         c->args.push_back(std::move(e));
         parse_call_args(*c);
-        e = std::move(c);
+        e = std::move(sized(c));
       } else {
         return e;
       }
@@ -1437,6 +1512,17 @@ struct Interp {
 
   // ------------------------------------------------ attribute and item lookup
 
+  static Value generator(ValueList l) {
+    Value v = Value::of_list(std::move(l));
+    v.lazy = Value::Generator;
+    return v;
+  }
+  static Value view(ValueList l) {
+    Value v = Value::of_list(std::move(l));
+    v.lazy = Value::View;
+    return v;
+  }
+
   static Value make_fn(std::string name, std::function<Value(Interp&, Args&)> f) {
     Value v;
     v.kind = Value::Callable;
@@ -1446,8 +1532,9 @@ struct Interp {
 
   Value getattr(const Value& obj, const std::string& name) {
     if (obj.kind == Value::Undefined) fail("'" + obj.s + "' is undefined");
+    if (obj.lazy == Value::Generator || obj.lazy == Value::View) refuse_lazy(obj, "an attribute of");
     if (obj.kind == Value::Dict) {
-      if (!obj.ns) {
+      if (!obj.ns && obj.lazy == Value::Plain) {
         if (Value m = dict_method(obj, name); m.kind != Value::Undefined) return m;
       }
       if (const Value* v = obj.dict->find(name)) return *v;
@@ -1461,6 +1548,8 @@ struct Interp {
 
   Value getitem(const Value& obj, const Value& key) {
     if (obj.kind == Value::Undefined) fail("'" + obj.s + "' is undefined");
+    if (obj.lazy == Value::Generator || obj.lazy == Value::View) refuse_lazy(obj, "indexing");
+    if (obj.lazy == Value::Loop && key.kind == Value::Str) return getattr(obj, key.s);
     if (obj.kind == Value::Dict && !obj.ns) {
       if (key.kind == Value::Str) {
         if (const Value* v = obj.dict->find(key.s)) return *v;
@@ -1512,6 +1601,7 @@ struct Interp {
       fail(std::string("'") + type_name(obj) + "' object is not subscriptable with a slice");
     }
     if (obj.kind == Value::List && !obj.s.empty()) fail("unsupported construct: a slice of a range");
+    if (obj.lazy != Value::Plain) refuse_lazy(obj, "a slice of");
     std::vector<char32_t> cps;
     int64_t n;
     if (obj.kind == Value::Str) { cps = code_points(obj.s); n = int64_t(cps.size()); }
@@ -1524,6 +1614,7 @@ struct Interp {
       return Value::str(s);
     }
     ValueList l;
+    Budget::charge(kItemCost * size_t(n));
     for (int64_t k = start; st > 0 ? k < stop : k > stop; k += st) l.push_back((*obj.list)[size_t(k)]);
     return Value::of_list(std::move(l), obj.tuple);
   }
@@ -1545,28 +1636,29 @@ struct Interp {
       arity(a, 0, 0, "items");
       ValueList l;
       for (const auto& [k, v] : d->items) l.push_back(Value::of_list({Value::str(k), v}, true));
-      return Value::of_list(std::move(l));
+      return view(std::move(l));
     });
     if (name == "keys") return make_fn("dict.keys", [d](Interp&, Args& a) {
       arity(a, 0, 0, "keys");
       ValueList l;
       for (const auto& it : d->items) l.push_back(Value::str(it.first));
-      return Value::of_list(std::move(l));
+      return view(std::move(l));
     });
     if (name == "values") return make_fn("dict.values", [d](Interp&, Args& a) {
       arity(a, 0, 0, "values");
       ValueList l;
       for (const auto& it : d->items) l.push_back(it.second);
-      return Value::of_list(std::move(l));
+      return view(std::move(l));
     });
     if (name == "get") return make_fn("dict.get", [d](Interp&, Args& a) {
       arity(a, 1, 2, "get");
       if (a.pos[0].kind == Value::Str) if (const Value* v = d->find(a.pos[0].s)) return *v;
       return a.pos.size() > 1 ? a.pos[1] : Value::none();
     });
+    // update, pop, clear, ...: the immutable sandbox makes them undefined (jinja2's unsafe undefined)
     static const char* mutating[] = {"update", "pop", "popitem", "setdefault", "clear", "copy", "fromkeys"};
     for (const char* m : mutating)
-      if (name == m) return make_fn("dict." + name, [name](Interp&, Args&) -> Value { fail("unsupported construct: the dict method " + name + "() (the template environment is immutable)"); });
+      if (name == m) fail("unsupported construct: the dict method " + name + " (the template environment is immutable)");
     return Value::undefined("");
   }
 
@@ -1620,19 +1712,18 @@ struct Interp {
             words.emplace_back(k, e);
             k = e;
           }
-          if (maxsplit >= 0 && int64_t(words.size()) > maxsplit + 1) {
+          // Past maxsplit splits the rest is one piece, with its outer whitespace (Python's rule).
+          if (maxsplit >= 0 && int64_t(words.size()) > maxsplit) {
             if (name == "split") {
               const size_t from = words[size_t(maxsplit)].first;
-              size_t end = cps.size();
-              while (end > from && py_space(cps[end - 1])) --end;
+              const size_t end = cps.size();
               words.resize(size_t(maxsplit));
               for (auto& w : words) parts.push_back(Value::str(from_code_points(cps, w.first, w.second)));
               parts.push_back(Value::str(from_code_points(cps, from, end)));
               return Value::of_list(std::move(parts));
             }
             const size_t keep = words.size() - size_t(maxsplit);
-            size_t begin = 0;
-            while (begin < cps.size() && py_space(cps[begin])) ++begin;
+            const size_t begin = 0;
             parts.push_back(Value::str(from_code_points(cps, begin, words[keep - 1].second)));
             for (size_t w = keep; w < words.size(); ++w) parts.push_back(Value::str(from_code_points(cps, words[w].first, words[w].second)));
             return Value::of_list(std::move(parts));
@@ -1748,6 +1839,46 @@ struct Interp {
     return Value::undefined("");
   }
 
+  // Python's int(s) (real: float(s)) syntax: surrounding whitespace, a sign,
+  // ASCII digits with single underscores between them (real: a point, an
+  // exponent, inf, nan); `out` gets the text strtod / from_chars read.
+  // Non-ASCII digits (int('１２') is 12) are refused, not misread.
+  static bool py_number(const std::string& s, bool real, std::string& out) {
+    const std::string t = py_strip(s, true, true);
+    for (unsigned char c : t)
+      if (c >= 0x80) fail("unsupported construct: int or float of a string with non-ASCII characters");
+    out.clear();
+    size_t k = 0;
+    if (k < t.size() && (t[k] == '+' || t[k] == '-')) out += t[k++];
+    if (real) {
+      std::string w;
+      for (size_t j = k; j < t.size(); ++j) w += char(std::tolower(static_cast<unsigned char>(t[j])));
+      if (w == "inf" || w == "infinity" || w == "nan") { out += w; return true; }
+    }
+    auto digits = [&](bool need) {
+      const size_t start = k;
+      while (k < t.size() && std::isdigit(static_cast<unsigned char>(t[k]))) {
+        out += t[k++];
+        if (k + 1 < t.size() && t[k] == '_' && std::isdigit(static_cast<unsigned char>(t[k + 1]))) ++k;
+      }
+      return !need || k > start;
+    };
+    const bool int_part = digits(false) && !out.empty() && std::isdigit(static_cast<unsigned char>(out.back()));
+    if (!real) return int_part && k == t.size();
+    bool frac = false;
+    if (k < t.size() && t[k] == '.') {
+      out += t[k++];
+      frac = digits(false) && std::isdigit(static_cast<unsigned char>(out.back()));
+    }
+    if (!int_part && !frac) return false;
+    if (k < t.size() && (t[k] == 'e' || t[k] == 'E')) {
+      out += t[k++];
+      if (k < t.size() && (t[k] == '+' || t[k] == '-')) out += t[k++];
+      if (!digits(true)) return false;
+    }
+    return k == t.size();
+  }
+
   static std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
     if (from.empty()) {
       // Python inserts `to` around every character
@@ -1764,10 +1895,12 @@ struct Interp {
     std::string out;
     size_t at = 0;
     int64_t done = 0;
+    Budget::charge(s.size());
     while (count < 0 || done < count) {
       const size_t f = s.find(from, at);
       if (f == std::string::npos) break;
       bounded(out += s.substr(at, f - at) + to);
+      Budget::charge(f - at + to.size());
       at = f + from.size();
       ++done;
     }
@@ -1777,12 +1910,20 @@ struct Interp {
   // ------------------------------------------------ operators
 
   Value binary(const std::string& op, const Value& a, const Value& b) {
-    if (op == "~") return Value::str(bounded(to_str(a) + to_str(b)));
+    if (op == "~") {
+      std::string r = to_str(a) + to_str(b);
+      Budget::charge(r.size());
+      return Value::str(bounded(r));
+    }
     auto undefined_check = [&] {
       if (a.kind == Value::Undefined) fail("'" + a.s + "' is undefined");
       if (b.kind == Value::Undefined) fail("'" + b.s + "' is undefined");
     };
     undefined_check();
+    if (a.lazy != Value::Plain) refuse_lazy(a, ("operator " + op + " on").c_str());
+    if (b.lazy != Value::Plain) refuse_lazy(b, ("operator " + op + " on").c_str());
+    if ((a.kind == Value::List && !a.s.empty()) || (b.kind == Value::List && !b.s.empty()))
+      fail("unsupported construct: operator " + op + " on a range");
     auto type_error = [&]() -> Value {
       fail("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
     };
@@ -1791,9 +1932,13 @@ struct Interp {
     if (op == "+") {
       if (ints) return Value::integer(checked(__int128(as_int(a, "+")) + as_int(b, "+")));
       if (nums) return Value::real(a.number() + b.number());
-      if (a.kind == Value::Str && b.kind == Value::Str) return Value::str(bounded(a.s + b.s));
+      if (a.kind == Value::Str && b.kind == Value::Str) {
+        Budget::charge(a.s.size() + b.s.size());
+        return Value::str(bounded(a.s + b.s));
+      }
       if (a.kind == Value::List && b.kind == Value::List && a.tuple == b.tuple) {
         if (a.list->size() + b.list->size() > kMaxItems) fail("the template built a list past a million items");
+        Budget::charge(kItemCost * (a.list->size() + b.list->size()));
         ValueList l = *a.list;
         l.insert(l.end(), b.list->begin(), b.list->end());
         return Value::of_list(std::move(l), a.tuple);
@@ -1813,6 +1958,7 @@ struct Interp {
       if (seq && (cnt->kind == Value::Int || cnt->kind == Value::Bool)) {
         const int64_t k = std::max<int64_t>(0, as_int(*cnt, "*"));
         const size_t unit = seq->kind == Value::Str ? seq->s.size() : seq->list->size();
+        Budget::charge(unit * size_t(std::min<int64_t>(k, int64_t(kMaxOutput))));
         if (unit && uint64_t(k) > (seq->kind == Value::Str ? kMaxOutput : kMaxItems) / unit)
           fail("the template built a repeated sequence past 16 MiB or a million items");
         if (seq->kind == Value::Str) {
@@ -1858,7 +2004,10 @@ struct Interp {
     if (op == "**") {
       if (ints) {
         const int64_t x = as_int(a, "**"), y = as_int(b, "**");
-        if (y < 0) return Value::real(std::pow(double(x), double(y)));
+        if (y < 0) {
+          if (x == 0) fail("0.0 cannot be raised to a negative power");
+          return Value::real(std::pow(double(x), double(y)));
+        }
         __int128 r = 1;
         for (int64_t k = 0; k < y; ++k) {
           r *= x;
@@ -1868,13 +2017,21 @@ struct Interp {
         }
         return Value::integer(int64_t(r));
       }
-      if (nums) return Value::real(std::pow(a.number(), b.number()));
+      if (nums) {
+        const double x = a.number(), y = b.number(), r = std::pow(x, y);
+        if (x == 0 && y < 0) fail("0.0 cannot be raised to a negative power");
+        if (std::isinf(r) && std::isfinite(x) && std::isfinite(y)) fail("(34, 'Numerical result out of range')");
+        if (std::isnan(r) && !std::isnan(x) && !std::isnan(y)) fail("unsupported construct: a negative number to a fractional power (complex)");
+        return Value::real(r);
+      }
       return type_error();
     }
     fail("unknown operator " + op);
   }
 
   bool contains(const Value& hay, const Value& needle) {
+    if (hay.lazy == Value::Generator || hay.lazy == Value::Loop) refuse_lazy(hay, "'in' on");
+    if (hay.kind == Value::Dict && hay.lazy != Value::Plain) refuse_lazy(hay, "'in' on");
     switch (hay.kind) {
       case Value::Str:
         if (needle.kind != Value::Str) fail(std::string("'in <string>' requires string as left operand, not ") + type_name(needle));
@@ -2072,7 +2229,8 @@ struct Interp {
       if (b.given[1] && b.v[1].kind != Value::None) {
         if (b.v[1].kind == Value::Str) fail("unsupported construct: tojson(indent=<a string>)");
         const int64_t k = as_int(b.v[1], "tojson indent");
-        st.indent = int(std::clamp<int64_t>(k, 0, 64));
+        if (k > 64) fail("unsupported construct: tojson(indent=) past 64");
+        st.indent = int(std::max<int64_t>(k, 0));
       }
       st.item_sep = st.indent >= 0 ? "," : ", ";
       if (b.given[2] && b.v[2].kind != Value::None) {
@@ -2085,6 +2243,7 @@ struct Interp {
       st.sort_keys = b.given[3] && truthy(b.v[3]);
       std::string out;
       json_dump(v, out, st, 0);
+      Budget::charge(out.size());
       return Value::str(out);
     }
     if (f == "length" || f == "count") {
@@ -2092,18 +2251,20 @@ struct Interp {
       switch (v.kind) {
         case Value::Undefined: return Value::integer(0);
         case Value::Str: return Value::integer(int64_t(code_points(v.s).size()));
-        case Value::List: return Value::integer(int64_t(v.list->size()));
-        case Value::Dict: if (!v.ns) return Value::integer(int64_t(v.dict->items.size())); [[fallthrough]];
+        case Value::List:
+          if (v.lazy == Value::Generator) fail("object of type 'generator' has no len()");
+          return Value::integer(int64_t(v.list->size()));
+        case Value::Dict:
+          if (v.lazy == Value::Loop) refuse_lazy(v, "the length of");
+          if (!v.ns) return Value::integer(int64_t(v.dict->items.size()));
+          [[fallthrough]];
         default: fail(std::string("object of type '") + type_name(v) + "' has no len()");
       }
     }
     if (f == "list") { bind(what, a, {}); return Value::of_list(iterate(v)); }
     if (f == "string") { bind(what, a, {}); return v.kind == Value::Str ? v : Value::str(to_str(v)); }
-    if (f == "safe" || f == "e" || f == "escape" || f == "forceescape") {
-      bind(what, a, {});
-      if (f != "safe") fail("unsupported construct: the filter " + f + " (autoescaping is off in chat templates)");
-      return v;
-    }
+    if (f == "safe" || f == "e" || f == "escape" || f == "forceescape")  // Markup: str + Markup escapes the str
+      fail("unsupported construct: the filter " + f + " (jinja2's Markup strings)");
     if (f == "join") {
       Bound b = bind(what, a, {"d", "attribute"});
       const std::string sep = b.given[0] ? to_str(b.v[0]) : "";
@@ -2118,6 +2279,13 @@ struct Interp {
     }
     if (f == "first" || f == "last") {
       bind(what, a, {});
+      if (v.lazy == Value::Generator) {
+        if (f == "last") fail("'generator' object is not reversible");
+        if (v.list->empty()) return Value::undefined("No first item, sequence was empty.");
+        Value x = v.list->front();
+        v.list->erase(v.list->begin());
+        return x;
+      }
       ValueList l = iterate(v);
       if (l.empty()) return Value::undefined("No " + f + " item, sequence was empty.");
       return f == "first" ? l.front() : l.back();
@@ -2125,9 +2293,10 @@ struct Interp {
     if (f == "reverse") {
       bind(what, a, {});
       if (v.kind == Value::Str) { std::vector<char32_t> c = code_points(v.s); std::reverse(c.begin(), c.end()); return Value::str(from_code_points(c)); }
+      if (v.lazy == Value::Generator) fail("'generator' object is not reversible");
       ValueList l = iterate(v);
       std::reverse(l.begin(), l.end());
-      return Value::of_list(std::move(l));
+      return generator(std::move(l));
     }
     if (f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr") {
       const bool attr = f == "selectattr" || f == "rejectattr", keep = f == "select" || f == "selectattr";
@@ -2149,26 +2318,26 @@ struct Interp {
         }
         if (r == keep) out.push_back(x);
       }
-      return Value::of_list(std::move(out));
+      return generator(std::move(out));
     }
     if (f == "map") {
       ValueList out;
-      if (!a.kw.empty()) {
+      if (a.pos.empty()) {
         Bound b = bind(what, a, {"attribute", "default"});
         if (!b.given[0]) fail(what + " needs a filter name or attribute=");
         const std::string path = str_arg(b.v[0], what);
         for (const Value& x : truthy(v) ? iterate(v) : ValueList{}) {
           Value y = attribute_path_soft(x, path);
-          if (y.kind == Value::Undefined && b.given[1]) y = b.v[1];
+          if (y.kind == Value::Undefined && b.given[1] && b.v[1].kind != Value::None) y = b.v[1];
           out.push_back(y);
         }
-        return Value::of_list(std::move(out));
+        return generator(std::move(out));
       }
       if (a.pos.empty()) fail(what + " needs a filter name or attribute=");
       const std::string name = str_arg(a.pos[0], what);
       std::vector<Value> rest(a.pos.begin() + 1, a.pos.end());
-      for (const Value& x : truthy(v) ? iterate(v) : ValueList{}) out.push_back(call_filter(name, x, rest, e.line));
-      return Value::of_list(std::move(out));
+      for (const Value& x : truthy(v) ? iterate(v) : ValueList{}) out.push_back(call_filter(name, x, rest, a.kw, e.line));
+      return generator(std::move(out));
     }
     if (f == "lower" || f == "upper" || f == "capitalize" || f == "title") {
       bind(what, a, {});
@@ -2214,15 +2383,20 @@ struct Interp {
         return Value::integer(int64_t(v.f));
       }
       if (v.kind == Value::Str) {
-        const std::string s = py_strip(v.s, true, true);
-        int64_t x;
-        std::string t = s;
-        if (!t.empty() && t[0] == '+') t.erase(0, 1);
-        auto r = std::from_chars(t.data(), t.data() + t.size(), x);
-        if (r.ec == std::errc() && r.ptr == t.data() + t.size() && !t.empty()) return Value::integer(x);
-        char* end = nullptr;
-        const double d = std::strtod(s.c_str(), &end);
-        if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value::integer(int64_t(d));
+        // jinja2: int(s), else int(float(s)), else the default
+        std::string t;
+        if (py_number(v.s, false, t)) {
+          int64_t x;
+          auto r = std::from_chars(t.data() + (t[0] == '+'), t.data() + t.size(), x);
+          if (r.ec != std::errc()) fail("unsupported construct: an integer past 64 bits");
+          return Value::integer(x);
+        }
+        if (py_number(v.s, true, t)) {
+          const double d = std::strtod(t.c_str(), nullptr);
+          if (!std::isfinite(d)) return dflt;
+          if (std::fabs(d) >= 9.2e18) fail("unsupported construct: an integer past 64 bits");
+          return Value::integer(int64_t(d));
+        }
         return dflt;
       }
       return dflt;
@@ -2231,12 +2405,8 @@ struct Interp {
       Bound b = bind(what, a, {"default"});
       const Value dflt = b.given[0] ? b.v[0] : Value::real(0.0);
       if (v.is_number()) return Value::real(v.number());
-      if (v.kind == Value::Str) {
-        const std::string s = py_strip(v.s, true, true);
-        char* end = nullptr;
-        const double d = std::strtod(s.c_str(), &end);
-        if (!s.empty() && end == s.c_str() + s.size()) return Value::real(d);
-      }
+      std::string t;
+      if (v.kind == Value::Str && py_number(v.s, true, t)) return Value::real(std::strtod(t.c_str(), nullptr));
       return dflt;
     }
     if (f == "abs") {
@@ -2254,6 +2424,7 @@ struct Interp {
       if (method != "common" && method != "ceil" && method != "floor") fail(what + ": method must be common, ceil or floor");
       if (method == "common") {
         if (p != 0) fail("unsupported construct: round(precision) with a non-zero precision");
+        if (v.kind != Value::Float) return Value::integer(as_int(v, "round"));  // round(int, 0) is the int
         return Value::real(std::nearbyint(x));  // Python's round: half to even
       }
       if (p != 0) fail("unsupported construct: round(precision) with a non-zero precision");
@@ -2262,9 +2433,11 @@ struct Interp {
     if (f == "items") {
       bind(what, a, {});
       if (v.kind == Value::Undefined) return Value::of_list({});
-      if (v.kind != Value::Dict || v.ns) fail(what + ": expected a mapping, got " + type_name(v));
+      if (v.kind != Value::Dict || v.ns || v.lazy != Value::Plain) fail(what + ": expected a mapping, got " + type_name(v));
       Args none;
-      return dict_method(v, "items").fn->call(*this, none);
+      Value items = dict_method(v, "items").fn->call(*this, none);
+      items.lazy = Value::Generator;
+      return items;
     }
     if (f == "dictsort") {
       Bound b = bind(what, a, {"case_sensitive", "by", "reverse"});
@@ -2304,10 +2477,11 @@ struct Interp {
         Value k = path.empty() ? x : attribute_path(x, path);
         if (!cs && k.kind == Value::Str) k = Value::str(py_case(k.s, 0, "unique"));
         bool dup = false;
+        Budget::charge(seen.size() + 1);
         for (const Value& s : seen) if (equal(s, k)) { dup = true; break; }
         if (!dup) { seen.push_back(k); out.push_back(x); }
       }
-      return Value::of_list(std::move(out));
+      return generator(std::move(out));
     }
     if (f == "sum" || f == "min" || f == "max") {
       Bound b = f == "sum" ? bind(what, a, {"attribute", "start"}) : bind(what, a, {"case_sensitive", "attribute"});
@@ -2335,6 +2509,7 @@ struct Interp {
     if (f == "indent") {
       Bound b = bind(what, a, {"width", "first", "blank"});
       std::string pad = "    ";
+      if (b.given[0] && b.v[0].kind != Value::Str && as_int(b.v[0], "indent") > 1024) fail("unsupported construct: indent past 1024");
       if (b.given[0]) pad = b.v[0].kind == Value::Str ? b.v[0].s : std::string(size_t(std::clamp<int64_t>(as_int(b.v[0], "indent"), 0, 1024)), ' ');
       const bool first = b.given[1] && truthy(b.v[1]), blank = b.given[2] && truthy(b.v[2]);
       // jinja2's do_indent: s + "\n" split by str.splitlines, joined back
@@ -2356,7 +2531,7 @@ struct Interp {
       for (char32_t c : code_points(to_str(v))) {
         const auto cat = utf8proc_category(utf8proc_int32_t(c));
         const bool w = c == '_' || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) || cat == UTF8PROC_CATEGORY_ND ||
-                       cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO || cat == UTF8PROC_CATEGORY_MN || cat == UTF8PROC_CATEGORY_MC;
+                       cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO;
         if (w && !in) ++n;
         in = w;
       }
@@ -2385,20 +2560,23 @@ struct Interp {
     return attribute_path(item, path);
   }
 
-  Value call_filter(const std::string& name, const Value& v, const std::vector<Value>& args, int at) {
+  Value call_filter(const std::string& name, const Value& v, const std::vector<Value>& args,
+                    const std::vector<std::pair<std::string, Value>>& kw, int at) {
     Expr e;
     e.kind = Expr::Filter;
     e.name = name;
     e.line = at;
-    auto lit = std::make_unique<Expr>();
-    lit->kind = Expr::Literal;
-    lit->value = v;
-    e.args.push_back(std::move(lit));
-    for (const Value& x : args) {
+    auto literal = [](const Value& x) {
       auto l = std::make_unique<Expr>();
       l->kind = Expr::Literal;
       l->value = x;
-      e.args.push_back(std::move(l));
+      return l;
+    };
+    e.args.push_back(literal(v));
+    for (const Value& x : args) e.args.push_back(literal(x));
+    for (const auto& [k, x] : kw) {
+      e.kwnames.push_back(k);
+      e.args.push_back(literal(x));
     }
     return apply_filter(e);
   }
@@ -2419,6 +2597,8 @@ struct Interp {
     };
     auto none = [&] { if (!a.pos.empty() || !a.kw.empty()) fail(what + " takes no arguments"); };
     if (name == "defined") { none(); return v.kind != Value::Undefined; }
+    if (v.lazy != Value::Plain && name != "undefined" && name != "none" && name != "iterable")
+      refuse_lazy(v, ("the test " + name + " on").c_str());
     if (name == "undefined") { none(); return v.kind == Value::Undefined; }
     if (name == "none") { none(); return v.kind == Value::None; }
     if (name == "string") { none(); return v.kind == Value::Str; }
@@ -2429,9 +2609,13 @@ struct Interp {
     if (name == "true") { none(); return v.kind == Value::Bool && v.b; }
     if (name == "false") { none(); return v.kind == Value::Bool && !v.b; }
     if (name == "mapping") { none(); return v.kind == Value::Dict && !v.ns; }
-    if (name == "iterable") { none(); return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::Dict && !v.ns) || v.kind == Value::Undefined; }
-    if (name == "sequence") { none(); return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::Dict && !v.ns); }
-    if (name == "callable") { none(); return v.kind == Value::Callable; }
+    if (name == "iterable") {
+      none();
+      if (v.lazy == Value::Loop) refuse_lazy(v, "the test iterable on");
+      return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::Dict && !v.ns) || v.kind == Value::Undefined;
+    }
+    if (name == "sequence") { none(); return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::Dict && !v.ns) || v.kind == Value::Undefined; }
+    if (name == "callable") { none(); return v.kind == Value::Callable || v.kind == Value::Undefined; }
     if (name == "lower" || name == "upper") {
       none();
       if (v.kind != Value::Str) fail(what + ": expected a string");
@@ -2439,7 +2623,11 @@ struct Interp {
       return truthy(str_method(v, name == "lower" ? "islower" : "isupper").fn->call(*this, no));
     }
     if (name == "odd" || name == "even") { none(); const int64_t x = as_int(v, what.c_str()); return (((x % 2) + 2) % 2 == 1) == (name == "odd"); }
-    if (name == "divisibleby") { const int64_t d = as_int(one(), what.c_str()); if (d == 0) fail("integer division or modulo by zero"); return as_int(v, what.c_str()) % d == 0; }
+    if (name == "divisibleby") {
+      const int64_t d = as_int(one(), what.c_str());
+      if (d == 0) fail("integer division or modulo by zero");
+      return d == -1 || as_int(v, what.c_str()) % d == 0;  // (INT64_MIN % -1 traps)
+    }
     if (name == "equalto" || name == "eq" || name == "==") return compare("==", v, one());
     if (name == "ne" || name == "!=") return compare("!=", v, one());
     if (name == "lt" || name == "lessthan" || name == "<") return compare("<", v, one());
@@ -2517,17 +2705,24 @@ struct Interp {
         return;
       }
       case Stmt::Macro: {
+        // The scopes around the definition (a loop's variables) go with it; the globals are read at the call.
         const Stmt* def = &s;
-        frames.back()[s.text] = make_fn(s.text, [def](Interp& in, Args& a) { return in.call_macro(*def, a); });
+        auto closure = std::make_shared<const std::vector<Frame>>(frames.begin() + 1, frames.end());
+        frames.back()[s.text] = make_fn(s.text, [def, closure](Interp& in, Args& a) { return in.call_macro(*def, *closure, a); });
         return;
       }
       case Stmt::Break: throw BreakSignal{};
       case Stmt::Continue: throw ContinueSignal{};
-      case Stmt::Generation: run(s.body); return;
+      case Stmt::Generation: {  // a call block in transformers: its own scope
+        frames.emplace_back();
+        try { run(s.body); } catch (...) { frames.pop_back(); throw; }
+        frames.pop_back();
+        return;
+      }
     }
   }
 
-  Value call_macro(const Stmt& def, Args& a) {
+  Value call_macro(const Stmt& def, const std::vector<Frame>& closure, Args& a) {
     if (a.pos.size() > def.params.size())
       fail("unsupported construct: macro '" + def.text + "' called with more than its " + std::to_string(def.params.size()) + " parameters (varargs)");
     Frame local;
@@ -2545,6 +2740,9 @@ struct Interp {
     std::vector<Frame> saved = std::move(frames);
     frames.clear();
     frames.push_back(saved.front());
+    frames.insert(frames.end(), closure.begin(), closure.end());
+    if (!local.find("varargs")) local["varargs"] = Value::of_list({}, true);
+    if (!local.find("kwargs")) local["kwargs"] = Value::new_dict();
     frames.push_back(std::move(local));
     std::string* saved_out = out;
     std::string captured;
@@ -2594,6 +2792,7 @@ struct Interp {
     frames.emplace_back();
     // One loop object, advanced in place each iteration (as jinja2's LoopContext is).
     Value loop = Value::new_dict();
+    loop.lazy = Value::Loop;
     auto& d = *loop.dict;
     for (const char* k : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0",
                           "previtem", "nextitem", "cycle"})
@@ -2668,9 +2867,12 @@ std::string ChatTemplate::render_json(const std::string& messages_json, const Ch
       throw Error(name_ + ": message " + std::to_string(k) + " must be an object with a string \"role\"");
   }
   if (!vars.is_null() && !vars.is_object()) throw Error(name_ + ": the variables must be a JSON object");
+  if (vars.is_object() && vars.contains("messages")) throw Error(name_ + ": the variables must not set messages");
   Interp in;
   std::string out;
   in.out = &out;
+  Budget::used = 0;
+  Nest::depth = 0;
   if (opts.now) in.now = *opts.now;
   else {
     const std::time_t t = std::time(nullptr);
@@ -2691,11 +2893,15 @@ std::string ChatTemplate::render_json(const std::string& messages_json, const Ch
     });
     globals["strftime_now"] = Interp::make_fn("strftime_now", [](Interp& in, Args& a) {
       if (a.pos.size() != 1 || a.pos[0].kind != Value::Str) fail("strftime_now takes one format string");
-      const std::string& f = a.pos[0].s;
-      for (size_t k = 0; k + 1 < f.size(); ++k) {
-        if (f[k] != '%') continue;
-        const char c = f[++k];
-        if (!std::strchr("aAbBdHIjmMpSUwWyYZz%eyFTDRrcxXuVGgCnth", c)) fail(std::string("strftime_now: the directive %") + c + " is not supported");
+      // datetime.now() is naive: %Z and %z are empty.
+      std::string f;
+      const std::string& given = a.pos[0].s;
+      for (size_t k = 0; k < given.size(); ++k) {
+        if (given[k] != '%') { f += given[k]; continue; }
+        if (k + 1 == given.size()) fail("unsupported construct: strftime_now with a lone % at the end");
+        const char c = given[++k];
+        if (!std::strchr("aAbBdHIjmMpSUwWyYZz%eyFTDRrcxXuVGgCnth", c)) fail(std::string("unsupported construct: strftime_now's directive %") + c);
+        if (c != 'Z' && c != 'z') { f += '%'; f += c; }
       }
       char buf[512];
       const size_t len = std::strftime(buf, sizeof buf, f.c_str(), &in.now);
@@ -2723,6 +2929,7 @@ std::string ChatTemplate::render_json(const std::string& messages_json, const Ch
                                     : (start > stop ? (__int128(start) - stop - st - 1) / -st : 0);
       if (count > 100000) fail("range() larger than 100000 items (the environment's limit)");
       ValueList l;
+      Budget::charge(kItemCost * size_t(count));
       for (__int128 k = 0; k < count; ++k) l.push_back(Value::integer(int64_t(start + k * st)));
       Value r = Value::of_list(std::move(l));
       r.s = "range(" + std::to_string(start) + ", " + std::to_string(stop) + (st != 1 ? ", " + std::to_string(st) : "") + ")";

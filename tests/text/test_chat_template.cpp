@@ -110,8 +110,8 @@ TEST(ChatTemplate, EachConstructRendersAsJinja2) {
   }
   std::printf("jinja2 cases: %d rendered byte for byte, %d raised as jinja2 raises, %d refused as unsupported\n", outputs,
               errors, refused);
-  EXPECT_GT(outputs, 300);
-  EXPECT_LT(refused, 20);
+  EXPECT_GT(outputs, 330);
+  EXPECT_LT(refused, 30);
 }
 
 // The templates of the families ffn runs must render byte for byte; every
@@ -198,7 +198,14 @@ TEST(ChatTemplate, HostileTemplatesGetOneLineEach) {
       {"{{ x is frobnicated }}", "unsupported construct: the test frobnicated"},
       {"{{ 'a'.format(1) }}", "unsupported construct: the string method format()"},
       {"{{ messages.append(1) }}", "unsupported construct"},
-      {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "a million steps"},
+      {"{% for i in range(100000) %}{{ i }}{{ i }}{{ i }}{{ i }}{{ i }}{{ i }}{{ i }}{{ i }}{{ i }}{{ i }}{% endfor %}",
+       "a million steps"},
+      {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "256 Mi units of work"},
+      {"{% set ns = namespace(a=[]) %}{% for i in range(1000) %}{% set ns.a = ns.a + [range(100000)|list] %}{% endfor %}",
+       "256 Mi units of work"},
+      {"{{ (range(100000)|list + range(100000)|list)|unique|list|length }}", "256 Mi units of work"},
+      {"{{ 1" + [] { std::string s; for (int i = 0; i < 5000; ++i) s += "+1"; return s; }() + " }}", "200 deep"},
+      {"{{ 1" + [] { std::string s; for (int i = 0; i < 5000; ++i) s += "|abs"; return s; }() + " }}", "200 deep"},
       {"{% set ns = namespace(s='x') %}{% for i in range(100000) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", "16 MiB"},
       {"{{ 'x' * 100000000 }}", "16 MiB"},
       {"{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "100 deep"},
@@ -213,7 +220,7 @@ TEST(ChatTemplate, HostileTemplatesGetOneLineEach) {
       {"{% break %}", "'break' outside a loop"},
       {"{{ \"\\x4\" }}", "truncated escape"},
       {std::string("{{ '\xff' }}"), "not valid UTF-8"},
-      {"{{ strftime_now('%Q') }}", "not supported"},
+      {"{{ strftime_now('%Q') }}", "unsupported construct: strftime_now's directive %Q"},
   };
   for (const auto& [text, want] : cases) {
     SCOPED_TRACE(text.substr(0, 120));

@@ -155,7 +155,7 @@ def random_models(tmp):
     check(refused(ffn("generate", "--model", gguf_q, "hi", "--stop", ""), ["--stop", "empty"]),
           "generate: an empty --stop is refused")
     for var, words in [("enable_thinking", ["--template-var", "KEY=VALUE"]), ("bad key=1", ["not an identifier"]),
-                       ("x=unquoted", ["not JSON"]), ("messages=[]", ["set by ffn"])]:
+                       ("x=unquoted", ["not one JSON value"]), ('x=1, "messages": []', ["not one JSON value"]), ("messages=[]", ["set by ffn"])]:
         check(refused(ffn("generate", "--model", gguf_q, "--chat", "hi", "--template-var", var), words),
               f"generate: --template-var {var!r} is refused: {words}")
     check(refused(ffn("generate", "--model", gguf_q, "hi", "--template-var", "x=1"), ["--template-var", "--chat"]),
