@@ -859,6 +859,17 @@ CASES = [
     ("range_equality", r"{{ range(3) == [0, 1, 2] }}", {}),
     ("lower_final_sigma", r"{{ 'ΟΔΟΣ'|lower }}", {}),
     ("tojson_big_indent", "{{ [1]|tojson(indent=100) }}", {}),
+    ("err_if_test_condexpr", r"{% if a if b else c %}x{% endif %}", {}),
+    ("err_endmacro_name", r"{% macro f() %}{% endmacro f %}", {}),
+    ("err_break_in_untaken_branch", r"{% if false %}{% break %}{% endif %}ok", {}),
+    ("err_break_in_for_else", r"{% for x in [] %}{% else %}{% break %}{% endfor %}", {}),
+    ("break_in_if_in_loop", r"{% for x in [1, 2, 3] %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}", {}),
+    ("err_leading_zero_int", r"{{ 007 }}", {}),
+    ("zero_int_literals", r"{{ 0 }}{{ 00 }}{{ 0.5 }}", {}),
+    ("err_dictsort_by", r"{{ {'a': 1}|dictsort(by='x') }}", {}),
+    ("err_sum_string_start", r"{{ ['a', 'b']|sum(start='') }}", {}),
+    ("err_indent_list", r"{{ [1]|indent }}", {}),
+    ("err_list_in_dict", r"{{ [1] in {'a': 1} }}", {}),
 ]
 
 

@@ -829,6 +829,8 @@ std::vector<Token> lex(const std::string& raw) {
         }
         std::string num;
         for (size_t k = p; k < q; ++k) if (src[k] != '_') num += src[k];
+        if (!is_float && num.size() > 1 && num[0] == '0' && num.find_first_not_of('0') != std::string::npos)
+          throw SyntaxError("leading zeros in decimal integer literals are not permitted: " + num, line);
         Token t{is_float ? T::Float : T::Int, num, 0, 0, line};
         if (is_float) t.f = std::strtod(num.c_str(), nullptr);
         else {
@@ -925,6 +927,7 @@ class Parser {
   std::vector<Token> t_;
   size_t at_ = 0;
   int depth_ = 0;
+  int loops_ = 0;  // for loops around the statement being parsed (a macro's body starts from none)
 
   struct Depth {
     Parser& p;
@@ -1012,13 +1015,13 @@ class Parser {
     const std::string& k = kw.text;
     if (k == "if") {
       s->kind = Stmt::If;
-      ExprP cond = parse_tuple(false, true);
+      ExprP cond = parse_tuple(false, false);  // (jinja2: no "a if b else c" as an if's test)
       expect_block_end();
       while (true) {
         Body b = parse_body({"elif", "else", "endif"});
         s->branches.emplace_back(std::move(cond), std::move(b));
         const std::string e = next().text;
-        if (e == "elif") { cond = parse_tuple(false, true); expect_block_end(); continue; }
+        if (e == "elif") { cond = parse_tuple(false, false); expect_block_end(); continue; }
         if (e == "else") {
           expect_block_end();
           s->branches.emplace_back(nullptr, parse_body({"endif"}));
@@ -1036,7 +1039,9 @@ class Parser {
       if (is_name("if")) { next(); s->filter = parse_tuple(false, true); }
       if (is_name("recursive")) throw SyntaxError("unsupported construct: recursive for loops", peek().line);
       expect_block_end();
-      s->body = parse_body({"endfor", "else"});
+      ++loops_;
+      try { s->body = parse_body({"endfor", "else"}); } catch (...) { --loops_; throw; }
+      --loops_;
       if (next().text == "else") { expect_block_end(); s->else_body = parse_body({"endfor"}); next(); }
       expect_block_end();
     } else if (k == "set") {
@@ -1080,12 +1085,15 @@ class Parser {
       }
       next();
       expect_block_end();
-      s->body = parse_body({"endmacro"});
+      const int outer_loops = loops_;
+      loops_ = 0;
+      try { s->body = parse_body({"endmacro"}); } catch (...) { loops_ = outer_loops; throw; }
+      loops_ = outer_loops;
       next();
-      if (peek().type == T::Name) next();  // {% endmacro name %}
       expect_block_end();
     } else if (k == "break" || k == "continue") {
       s->kind = k == "break" ? Stmt::Break : Stmt::Continue;
+      if (loops_ == 0) throw SyntaxError("'" + k + "' outside a loop", kw.line);
       expect_block_end();
     } else if (k == "generation") {  // transformers' AssistantTracker: renders its body
       s->kind = Stmt::Generation;
@@ -2041,6 +2049,8 @@ struct Interp {
         return false;
       case Value::Dict:
         if (hay.ns) fail("argument of type 'Namespace' is not iterable");
+        if (needle.kind == Value::List && !needle.tuple) fail("unhashable type: 'list'");
+        if (needle.kind == Value::Dict) fail(std::string("unhashable type: '") + type_name(needle) + "'");
         return needle.kind == Value::Str && hay.dict->find(needle.s) != nullptr;
       case Value::Undefined: return false;
       default: fail(std::string("argument of type '") + type_name(hay) + "' is not iterable");
@@ -2442,7 +2452,9 @@ struct Interp {
     if (f == "dictsort") {
       Bound b = bind(what, a, {"case_sensitive", "by", "reverse"});
       if (v.kind != Value::Dict || v.ns) fail(what + ": expected a mapping, got " + type_name(v));
-      const bool by_value = b.given[1] && to_str(b.v[1]) == "value";
+      const std::string by = b.given[1] ? to_str(b.v[1]) : "key";
+      if (by != "key" && by != "value") fail("You can only sort by either \"key\" or \"value\"");
+      const bool by_value = by == "value";
       const bool rev = b.given[2] && truthy(b.v[2]);
       const bool cs = b.given[0] && truthy(b.v[0]);
       ValueList l;
@@ -2490,6 +2502,7 @@ struct Interp {
       ValueList l = iterate(v);
       if (f == "sum") {
         Value acc = b.given[1] ? b.v[1] : Value::integer(0);
+        if (acc.kind == Value::Str) fail("sum() can't sum strings [use ''.join(seq) instead]");
         for (const Value& x : l) acc = binary("+", acc, path.empty() ? x : attribute_path(x, path));
         return acc;
       }
@@ -2512,6 +2525,7 @@ struct Interp {
       if (b.given[0] && b.v[0].kind != Value::Str && as_int(b.v[0], "indent") > 1024) fail("unsupported construct: indent past 1024");
       if (b.given[0]) pad = b.v[0].kind == Value::Str ? b.v[0].s : std::string(size_t(std::clamp<int64_t>(as_int(b.v[0], "indent"), 0, 1024)), ' ');
       const bool first = b.given[1] && truthy(b.v[1]), blank = b.given[2] && truthy(b.v[2]);
+      if (v.kind != Value::Str) fail(std::string("can only concatenate str (not \"") + type_name(v) + "\") to indent");
       // jinja2's do_indent: s + "\n" split by str.splitlines, joined back
       const std::vector<std::string> lines = split_lines(to_str(v) + "\n");
       std::string rv;
