@@ -1176,28 +1176,24 @@ class Parser {
     return e;
   }
 
-  ExprP parse_or() {
-    ExprP e = parse_and();
-    while (is_name("or")) {
+  // Left-associative chains, operand (op operand)*: or, and, and the arithmetic levels.
+  ExprP left_chain(ExprP (Parser::*operand)(), std::initializer_list<const char*> ops, Expr::Kind kind) {
+    ExprP e = (this->*operand)();
+    while (true) {
+      const char* op = nullptr;
+      for (const char* o : ops)
+        if (kind == Expr::Binary ? is_op(o) : is_name(o)) { op = o; break; }
+      if (!op) return e;
       const int line = next().line;
-      auto o = make(Expr::Or, line);
-      o->args.push_back(std::move(e));
-      o->args.push_back(parse_and());
-      e = std::move(sized(o));
+      auto n = make(kind, line);
+      n->name = op;
+      n->args.push_back(std::move(e));
+      n->args.push_back((this->*operand)());
+      e = std::move(sized(n));
     }
-    return e;
   }
-  ExprP parse_and() {
-    ExprP e = parse_not();
-    while (is_name("and")) {
-      const int line = next().line;
-      auto o = make(Expr::And, line);
-      o->args.push_back(std::move(e));
-      o->args.push_back(parse_not());
-      e = std::move(sized(o));
-    }
-    return e;
-  }
+  ExprP parse_or() { return left_chain(&Parser::parse_and, {"or"}, Expr::Or); }
+  ExprP parse_and() { return left_chain(&Parser::parse_not, {"and"}, Expr::And); }
   ExprP parse_not() {
     if (is_name("not")) {
       const int line = next().line;
@@ -1225,45 +1221,11 @@ class Parser {
     }
     return cmp ? std::move(sized(cmp)) : std::move(e);
   }
-  ExprP binary(const std::string& op, ExprP a, ExprP b, int line) {
-    auto o = make(Expr::Binary, line);
-    o->name = op;
-    o->args.push_back(std::move(a));
-    o->args.push_back(std::move(b));
-    return std::move(sized(o));
-  }
-  ExprP parse_math1() {
-    ExprP e = parse_concat();
-    while (is_op("+") || is_op("-")) {
-      const Token op = next();
-      e = binary(op.text, std::move(e), parse_concat(), op.line);
-    }
-    return e;
-  }
-  ExprP parse_concat() {
-    ExprP e = parse_math2();
-    while (is_op("~")) {
-      const Token op = next();
-      e = binary("~", std::move(e), parse_math2(), op.line);
-    }
-    return e;
-  }
-  ExprP parse_math2() {
-    ExprP e = parse_pow();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const Token op = next();
-      e = binary(op.text, std::move(e), parse_pow(), op.line);
-    }
-    return e;
-  }
-  ExprP parse_pow() {
-    ExprP e = parse_unary(true);
-    while (is_op("**")) {
-      const Token op = next();
-      e = binary("**", std::move(e), parse_unary(true), op.line);
-    }
-    return e;
-  }
+  ExprP parse_math1() { return left_chain(&Parser::parse_concat, {"+", "-"}, Expr::Binary); }
+  ExprP parse_concat() { return left_chain(&Parser::parse_math2, {"~"}, Expr::Binary); }
+  ExprP parse_math2() { return left_chain(&Parser::parse_pow, {"*", "/", "//", "%"}, Expr::Binary); }
+  ExprP parse_pow() { return left_chain(&Parser::parse_filtered, {"**"}, Expr::Binary); }
+  ExprP parse_filtered() { return parse_unary(true); }
   ExprP parse_unary(bool with_filter) {
     const int line = peek().line;
     Depth d(*this, line);
