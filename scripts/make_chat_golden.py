@@ -220,9 +220,14 @@ TOKENS = {
 
 def _smollm2():
     """SmolLM2's chat template and bos/eos strings, read from the GGUF."""
+    return _gguf_template(SMOLLM2_GGUF)
+
+
+def _gguf_template(path):
+    """A GGUF's chat template and bos/eos strings (None where it has none)."""
     import gguf
 
-    r = gguf.GGUFReader(SMOLLM2_GGUF)
+    r = gguf.GGUFReader(path)
 
     def field_str(f, i=0):
         return bytes(f.parts[f.data[i]]).decode("utf-8")
@@ -231,8 +236,8 @@ def _smollm2():
     tokens = r.fields["tokenizer.ggml.tokens"]
 
     def token(key):
-        f = r.fields[key]
-        return field_str(tokens, int(f.parts[f.data[0]][0]))
+        f = r.fields.get(key)
+        return field_str(tokens, int(f.parts[f.data[0]][0])) if f else None
 
     return text, token("tokenizer.ggml.bos_token_id"), token("tokenizer.ggml.eos_token_id")
 
@@ -265,6 +270,10 @@ def make_templates():
         bos, eos = TOKENS.get(name, DEFAULT_TOKENS)
         sources.append((name, text, bos, eos))
     sources.append(("smollm2.gguf", smol_text, smol_bos, smol_eos))
+    # Templates stored in llama.cpp's vocabulary files (read from the GGUF at test time, not stored here).
+    for vocab in ("ggml-vocab-qwen2.gguf", "ggml-vocab-phi-3.gguf"):
+        text, bos, eos = _gguf_template(os.path.join(os.path.dirname(TEMPLATE_DIR), vocab))
+        sources.append((vocab, text, bos, eos))
 
     renders = []
     for name, text, bos, eos in sources:

@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -19,6 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ffn/chat_template.hpp"
+#include "ffn/gguf.hpp"
+#include "ffn/tokenizer.hpp"
 #include "ffn/types.hpp"
 
 namespace fs = std::filesystem;
@@ -127,7 +131,8 @@ TEST(ChatTemplate, RealTemplatesRenderAsTransformers) {
       "meta-llama-Llama-3.3-70B-Instruct.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen-Qwen3-0.6B.jinja",
       "google-gemma-2-2b-it.jinja", "microsoft-Phi-3.5-mini-instruct.jinja",
       "mistralai-Mistral-Nemo-Instruct-2407.jinja", "smollm2.gguf",
-      "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"};
+      "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+      "ggml-vocab-qwen2.gguf", "ggml-vocab-phi-3.gguf"};
   std::map<std::string, std::string> texts;
   for (const auto& [name, text] : golden["inline_templates"].items()) texts[name] = text.get<std::string>();
   std::map<std::string, int> matched, refused;
@@ -135,7 +140,10 @@ TEST(ChatTemplate, RealTemplatesRenderAsTransformers) {
   std::set<std::string> seen_families;
   for (const auto& r : golden["renders"]) {
     const std::string name = r["template"];
-    if (!texts.count(name)) texts[name] = slurp(fs::path(templates_dir()) / name);
+    if (!texts.count(name))  // a .jinja file, or the template a vocabulary GGUF stores
+      texts[name] = name.size() > 5 && name.substr(name.size() - 5) == ".gguf"
+                        ? GgufFile((fs::path(templates_dir()).parent_path() / name).string()).get_string("tokenizer.chat_template")
+                        : slurp(fs::path(templates_dir()) / name);
     const json& messages = golden["conversations"][r["conversation"].get<std::string>()];
     SCOPED_TRACE(name + " on conversation " + r["conversation"].get<std::string>());
     const bool family = families.count(name) > 0;
@@ -250,4 +258,55 @@ TEST(ChatTemplate, HostileTemplatesGetOneLineEach) {
   }
   EXPECT_THROW(t.render({{"user", "\xff"}}), Error);
   EXPECT_EQ(t.render({{"user", "hi"}, {"assistant", "hello"}}), "user: hi\nassistant: hello\n");
+}
+
+// A rendered prompt through the family's real tokenizer (llama.cpp's
+// vocabularies): each special token the template writes is its one id, as
+// many times as the text holds it (never split into pieces of text).
+TEST(ChatTemplate, PromptsTokenizeToTheVocabularysSpecialIds) {
+  const fs::path models = fs::path(templates_dir()).parent_path();
+  if (!fs::exists(models / "ggml-vocab-qwen2.gguf"))
+    GTEST_SKIP() << "llama.cpp's vocabularies are not installed in " << models << " (scripts/setup.sh extracts them)";
+  const json golden = load("templates.json");
+  const json& conv = golden["conversations"]["five_sys"];
+  struct Case {
+    std::string vocab, tmpl;
+    std::vector<std::string> specials;
+  };
+  const std::vector<Case> cases = {
+      {"ggml-vocab-qwen2.gguf", "", {"<|im_start|>", "<|im_end|>"}},
+      {"ggml-vocab-qwen2.gguf", "Qwen-Qwen3-0.6B.jinja", {"<|im_start|>", "<|im_end|>"}},
+      {"ggml-vocab-llama-bpe.gguf", "meta-llama-Llama-3.1-8B-Instruct.jinja",
+       {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}},
+      {"ggml-vocab-phi-3.gguf", "", {"<|user|>", "<|assistant|>", "<|end|>"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.vocab + " " + c.tmpl);
+    const GgufFile f((models / c.vocab).string());
+    std::unique_ptr<Tokenizer> tok;
+    try {
+      tok = Tokenizer::from_gguf(f);
+    } catch (const Error& e) {
+      std::printf("[ SKIPPED  ] %s: %s\n", c.vocab.c_str(), e.what());  // SentencePiece not built
+      continue;
+    }
+    const std::string text = c.tmpl.empty() ? f.get_string("tokenizer.chat_template") : slurp(fs::path(templates_dir()) / c.tmpl);
+    ChatRenderOptions o;
+    o.now = golden_now();
+    o.bos_token = tok->token(int32_t(f.get_uint("tokenizer.ggml.bos_token_id")));
+    o.eos_token = tok->token(int32_t(f.get_uint("tokenizer.ggml.eos_token_id")));
+    const std::string prompt = ChatTemplate(text, c.vocab).render_json(conv.dump(), o);
+    const std::vector<int32_t> ids = tok->encode(prompt);
+    for (const auto& sp : c.specials) {
+      const int32_t id = tok->id_of(sp);
+      ASSERT_GE(id, 0) << sp;
+      size_t in_text = 0;
+      for (size_t at = prompt.find(sp); at != std::string::npos; at = prompt.find(sp, at + sp.size())) ++in_text;
+      EXPECT_GT(in_text, 0u) << sp;
+      EXPECT_EQ(size_t(std::count(ids.begin(), ids.end(), id)), in_text) << sp;
+    }
+    // The text between them comes back as it was written.
+    const std::string last = conv.back()["content"];
+    EXPECT_NE(tok->decode(ids, false).find(last), std::string::npos) << last;
+  }
 }
