@@ -879,6 +879,12 @@ CASES = [
     ("err_sum_string_start", r"{{ ['a', 'b']|sum(start='') }}", {}),
     ("err_indent_list", r"{{ [1]|indent }}", {}),
     ("err_list_in_dict", r"{{ [1] in {'a': 1} }}", {}),
+    ("str_format_fields", r"{{ '<{}|{}>'.format('a', 1) }} {{ '{0}{1}{0}'.format('x', none) }} {{ '{n}!'.format(n=2.5) }} {{ '{{}} {}'.format([1, 'b']) }}", {}),
+    ("str_format_unicode", r"{{ '<｜hy_eos{}｜>'.format(':opensource') }}", {}),
+    ("err_str_format_index", r"{{ '{} {}'.format(1) }}", {}),
+    ("err_str_format_mixed", r"{{ '{} {0}'.format(1) }}", {}),
+    ("err_str_format_missing_name", r"{{ '{x}'.format(y=1) }}", {}),
+    ("err_str_format_single_brace", r"{{ 'a}b'.format() }}", {}),
 ]
 
 

@@ -1800,7 +1800,53 @@ struct Interp {
         return Value::of_list(std::move(l));
       });
     }
-    static const char* other[] = {"format", "format_map", "partition", "rpartition", "center", "ljust",
+    if (name == "format") {
+      // str.format with plain fields: {}, {0}, {name}, {{ and }}; a format
+      // spec, a conversion or an attribute inside a field is refused.
+      return make_fn("str.format", [s](Interp&, Args& a) {
+        std::string out;
+        size_t auto_index = 0;
+        bool numbered = false, automatic = false;
+        for (size_t k = 0; k < s.size(); ++k) {
+          const char c = s[k];
+          if (c == '}') {
+            if (k + 1 < s.size() && s[k + 1] == '}') { out += '}'; ++k; continue; }
+            fail("Single '}' encountered in format string");
+          }
+          if (c != '{') { out += c; continue; }
+          if (k + 1 < s.size() && s[k + 1] == '{') { out += '{'; ++k; continue; }
+          const size_t end = s.find('}', k);
+          if (end == std::string::npos) fail("Single '{' encountered in format string");
+          const std::string field = s.substr(k + 1, end - k - 1);
+          k = end;
+          if (field.find_first_of(":!.[{") != std::string::npos)
+            fail("unsupported construct: str.format with a format spec, conversion or attribute ({" + field + "})");
+          const Value* v = nullptr;
+          if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
+            size_t index = auto_index;
+            if (field.empty()) { automatic = true; ++auto_index; }
+            else {
+              numbered = true;
+              if (field.find_first_not_of("0123456789") != std::string::npos || field.size() > 6)
+                fail("unsupported construct: str.format field {" + field + "}");
+              index = size_t(std::stoul(field));
+            }
+            if (automatic && numbered) fail("cannot switch between automatic field numbering and manual field specification");
+            if (index >= a.pos.size()) fail("Replacement index " + std::to_string(index) + " out of range for positional args tuple");
+            v = &a.pos[index];
+          } else {
+            for (const auto& [kname, kv] : a.kw) if (kname == field) v = &kv;
+            if (!v) fail("'" + field + "'");
+          }
+          if (v->lazy != Value::Plain) refuse_lazy(*v, "str.format of");
+          out += to_str(*v);
+          bounded(out);
+        }
+        Budget::charge(out.size());
+        return Value::str(out);
+      });
+    }
+    static const char* other[] = {"format_map", "partition", "rpartition", "center", "ljust",
                                   "rjust", "zfill", "expandtabs", "encode", "swapcase", "casefold", "translate",
                                   "removeprefix", "removesuffix", "rindex", "isalnum", "isnumeric", "isdecimal",
                                   "istitle", "isidentifier", "isprintable", "isascii"};
