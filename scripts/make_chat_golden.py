@@ -885,6 +885,10 @@ CASES = [
     ("err_str_format_mixed", r"{{ '{} {0}'.format(1) }}", {}),
     ("err_str_format_missing_name", r"{{ '{x}'.format(y=1) }}", {}),
     ("err_str_format_single_brace", r"{{ 'a}b'.format() }}", {}),
+    ("dict_int_keys_lookups", r"{% set d = {0: 'zero', 512: 128, 'k': 'v'} %}{{ d[512] }} {{ d[0] }} {{ d['k'] }} [{{ d['512'] }}] {{ d }} {{ d|tojson }} {{ d.keys()|list }} {{ 512 in d }} {{ '512' in d }} {{ d.get(0) }}", {}),
+    ("dict_int_keys_sorted", r"{% for k, v in {3: 'c', 1: 'a', 2: 'b'}|dictsort %}{{ k }}{{ v }}{% endfor %}", {}),
+    ("dict_undefined_key", r"[{{ {'a': 1}[nope] }}]{{ nope in {'a': 1} }}", {}),
+    ("dict_tuple_in", r"{{ (1, 2) in {'a': 1} }}", {}),
 ]
 
 

@@ -96,6 +96,8 @@ struct Fail : std::exception {  // an error while rendering; ChatTemplate adds t
 };
 [[noreturn]] void fail(const std::string& m) { throw Fail(m); }
 
+const char* type_name_of(const Value& v);
+
 const char* lazy_name(const Value& v) {
   return v.lazy == Value::Generator ? "a generator (map, select, reject, reverse, unique, items)"
          : v.lazy == Value::View    ? "a dict view (.items(), .keys(), .values())"
@@ -103,6 +105,21 @@ const char* lazy_name(const Value& v) {
 }
 [[noreturn]] void refuse_lazy(const Value& v, const char* what) {
   fail(std::string("unsupported construct: ") + what + " " + lazy_name(v));
+}
+
+// A dict's keys are strings, or integers ({512: 128}) stored as 0xFF and
+// their digits: no UTF-8 text (JSON keys, template strings) holds 0xFF.
+// Other key types (a float or bool equal to an int shares its key in
+// Python) are refused.
+std::string dict_key(const Value& k) {
+  if (k.kind == Value::Str) return k.s;
+  if (k.kind == Value::Int) return "\xff" + std::to_string(k.i);
+  if ((k.kind == Value::List && !k.tuple) || k.kind == Value::Dict) fail(std::string("unhashable type: '") + type_name_of(k) + "'");
+  fail(std::string("unsupported construct: a dict key of type ") + type_name_of(k));
+}
+Value key_value(const std::string& k) {
+  if (!k.empty() && k[0] == '\xff') return Value::integer(std::stoll(k.substr(1)));
+  return Value::str(k);
 }
 
 // Bounds on what a template can build, so that no template (or fuzzer)
@@ -332,7 +349,7 @@ std::string repr(const Value& v) {
     case Value::Dict: {
       std::string out = v.ns ? "<Namespace {" : "{";
       bool first = true;
-      for (const auto& [k, x] : v.dict->items) { out += (first ? "" : ", ") + str_repr(k) + ": " + repr(x); first = false; }
+      for (const auto& [k, x] : v.dict->items) { out += (first ? "" : ", ") + repr(key_value(k)) + ": " + repr(x); first = false; }
       return out + (v.ns ? "}>" : "}");
     }
     case Value::Callable: fail("the function " + v.fn->name + " cannot be printed");
@@ -408,12 +425,16 @@ void json_dump(const Value& v, std::string& out, const JsonStyle& st, int depth)
       if (v.dict->items.empty()) { out += "{}"; return; }
       std::vector<const std::pair<std::string, Value>*> items;
       for (const auto& it : v.dict->items) items.push_back(&it);
-      if (st.sort_keys) std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      if (st.sort_keys) {
+        for (const auto* it : items)
+          if (!it->first.empty() && it->first[0] == '\xff') fail("unsupported construct: tojson(sort_keys=true) with integer keys");
+        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      }
       out += '{';
       for (size_t k = 0; k < items.size(); ++k) {
         if (k) out += st.item_sep;
         if (indent >= 0) newline(depth + 1);
-        json_dump(Value::str(items[k]->first), out, st, depth + 1);
+        json_dump(Value::str(to_str(key_value(items[k]->first))), out, st, depth + 1);
         out += st.key_sep;
         json_dump(items[k]->second, out, st, depth + 1);
       }
@@ -470,6 +491,9 @@ bool truthy(const Value& v) {
   }
   return false;
 }
+
+const char* type_name(const Value& v);
+const char* type_name_of(const Value& v) { return type_name(v); }
 
 const char* type_name(const Value& v) {
   switch (v.kind) {
@@ -554,7 +578,7 @@ ValueList iterate(const Value& v) {
     case Value::Dict: {
       if (v.ns) fail("a namespace is not iterable");
       ValueList keys;
-      for (const auto& it : v.dict->items) keys.push_back(Value::str(it.first));
+      for (const auto& it : v.dict->items) keys.push_back(key_value(it.first));
       return keys;
     }
     case Value::Str: {
@@ -1526,6 +1550,8 @@ struct Interp {
         if (Value m = dict_method(obj, key.s); m.kind != Value::Undefined) return m;
         return Value::undefined("dict object' has no attribute '" + key.s);
       }
+      if (key.kind == Value::Undefined) return Value::undefined("dict object' has no element Undefined");
+      if (const Value* v = obj.dict->find(dict_key(key))) return *v;
       return Value::undefined("dict object' has no element " + repr(key));
     }
     if (obj.kind == Value::List || obj.kind == Value::Str) {
@@ -1605,13 +1631,13 @@ struct Interp {
     if (name == "items") return make_fn("dict.items", [d](Interp&, Args& a) {
       arity(a, 0, 0, "items");
       ValueList l;
-      for (const auto& [k, v] : d->items) l.push_back(Value::of_list({Value::str(k), v}, true));
+      for (const auto& [k, v] : d->items) l.push_back(Value::of_list({key_value(k), v}, true));
       return view(std::move(l));
     });
     if (name == "keys") return make_fn("dict.keys", [d](Interp&, Args& a) {
       arity(a, 0, 0, "keys");
       ValueList l;
-      for (const auto& it : d->items) l.push_back(Value::str(it.first));
+      for (const auto& it : d->items) l.push_back(key_value(it.first));
       return view(std::move(l));
     });
     if (name == "values") return make_fn("dict.values", [d](Interp&, Args& a) {
@@ -1622,7 +1648,7 @@ struct Interp {
     });
     if (name == "get") return make_fn("dict.get", [d](Interp&, Args& a) {
       arity(a, 1, 2, "get");
-      if (a.pos[0].kind == Value::Str) if (const Value* v = d->find(a.pos[0].s)) return *v;
+      if (const Value* v = d->find(dict_key(a.pos[0]))) return *v;
       return a.pos.size() > 1 ? a.pos[1] : Value::none();
     });
     // update, pop, clear, ...: the immutable sandbox makes them undefined (jinja2's unsafe undefined)
@@ -2059,7 +2085,7 @@ struct Interp {
         if (hay.ns) fail("argument of type 'Namespace' is not iterable");
         if (needle.kind == Value::List && !needle.tuple) fail("unhashable type: 'list'");
         if (needle.kind == Value::Dict) fail(std::string("unhashable type: '") + type_name(needle) + "'");
-        return needle.kind == Value::Str && hay.dict->find(needle.s) != nullptr;
+        return needle.kind != Value::Undefined && hay.dict->find(dict_key(needle)) != nullptr;
       case Value::Undefined: return false;
       default: fail(std::string("argument of type '") + type_name(hay) + "' is not iterable");
     }
@@ -2162,8 +2188,7 @@ struct Interp {
         Value d = Value::new_dict();
         for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
           Value key = eval(*e.args[k]);
-          if (key.kind != Value::Str) fail("unsupported construct: a dict key that is not a string");
-          d.dict->set(key.s, eval(*e.args[k + 1]));
+          d.dict->set(dict_key(key), eval(*e.args[k + 1]));
         }
         return d;
       }
@@ -2466,7 +2491,7 @@ struct Interp {
       const bool rev = b.given[2] && truthy(b.v[2]);
       const bool cs = b.given[0] && truthy(b.v[0]);
       ValueList l;
-      for (const auto& [k, x] : v.dict->items) l.push_back(Value::of_list({Value::str(k), x}, true));
+      for (const auto& [k, x] : v.dict->items) l.push_back(Value::of_list({key_value(k), x}, true));
       auto key = [&](const Value& pair) {
         Value k = (*pair.list)[by_value ? 1 : 0];
         if (!cs && k.kind == Value::Str) k = Value::str(py_case(k.s, 0, "dictsort"));
