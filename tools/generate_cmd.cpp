@@ -79,13 +79,11 @@ LMCompute parse_lm_compute(const std::string& compute) {
   throw Error("--compute: expected native or fp32, got " + compute);
 }
 
-bool nlohmann_json_valid(const std::string& s) { return nlohmann::json::accept(s); }
-
 // A --messages file's shape, before the model loads: a JSON array of
 // objects with a string role, valid UTF-8 (the template reads the rest).
 void check_messages(const std::string& text, const std::string& where) {
-  if (!nlohmann::json::accept(text)) throw Error(where + ": not valid JSON");
-  const nlohmann::json j = nlohmann::json::parse(text);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);  // (discarded, not thrown, when invalid)
+  if (j.is_discarded()) throw Error(where + ": not valid JSON");
   if (!j.is_array()) throw Error(where + ": the messages must be a JSON array of {\"role\", \"content\"} objects");
   for (size_t k = 0; k < j.size(); ++k)
     if (!j[k].is_object() || !j[k].contains("role") || !j[k]["role"].is_string())
@@ -93,14 +91,11 @@ void check_messages(const std::string& text, const std::string& where) {
 }
 
 void check_utf8(const std::string& text, const std::string& flag) {
-  // (nlohmann's parser checks UTF-8: a JSON string of the text)
-  std::string quoted = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') quoted += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) { quoted += ' '; continue; }
-    quoted += c;
+  try {
+    (void)nlohmann::json(text).dump();  // dump() refuses a string that is not UTF-8
+  } catch (const nlohmann::json::type_error&) {
+    throw Error(flag + ": not valid UTF-8");
   }
-  if (!nlohmann::json::accept(quoted + "\"")) throw Error(flag + ": not valid UTF-8");
 }
 
 // --template-var KEY=JSON (repeatable) as one JSON object of the template's extra variables.
@@ -118,7 +113,7 @@ std::string template_vars(const std::vector<std::string>& vars) {
         throw Error("--template-var: the name '" + key + "' is not an identifier");
     if (key == "messages" || key == "add_generation_prompt")
       throw Error("--template-var: " + key + " is set by ffn, not by a variable");
-    if (!nlohmann_json_valid(value))
+    if (!nlohmann::json::accept(value))
       throw Error("--template-var " + key + ": the VALUE is not one JSON value (strings need quotes: " + key +
                   "='\"text\"'), got '" + value + "'");
     out += (i ? ", \"" : "\"") + key + "\": " + value;

@@ -96,7 +96,7 @@ struct Fail : std::exception {  // an error while rendering; ChatTemplate adds t
 };
 [[noreturn]] void fail(const std::string& m) { throw Fail(m); }
 
-const char* type_name_of(const Value& v);
+const char* type_name(const Value& v);
 
 const char* lazy_name(const Value& v) {
   return v.lazy == Value::Generator ? "a generator (map, select, reject, reverse, unique, items)"
@@ -114,8 +114,8 @@ const char* lazy_name(const Value& v) {
 std::string dict_key(const Value& k) {
   if (k.kind == Value::Str) return k.s;
   if (k.kind == Value::Int) return "\xff" + std::to_string(k.i);
-  if ((k.kind == Value::List && !k.tuple) || k.kind == Value::Dict) fail(std::string("unhashable type: '") + type_name_of(k) + "'");
-  fail(std::string("unsupported construct: a dict key of type ") + type_name_of(k));
+  if ((k.kind == Value::List && !k.tuple) || k.kind == Value::Dict) fail(std::string("unhashable type: '") + type_name(k) + "'");
+  fail(std::string("unsupported construct: a dict key of type ") + type_name(k));
 }
 Value key_value(const std::string& k) {
   if (!k.empty() && k[0] == '\xff') return Value::integer(std::stoll(k.substr(1)));
@@ -492,8 +492,6 @@ bool truthy(const Value& v) {
   return false;
 }
 
-const char* type_name(const Value& v);
-const char* type_name_of(const Value& v) { return type_name(v); }
 
 const char* type_name(const Value& v) {
   switch (v.kind) {
