@@ -18,7 +18,7 @@ stored types plus the KV cache, at the measured read rate) and generation as
 a share of it. Ratios are medians of the rounds' own ratios.
 
     python3 bench/k_quants.py --llama-bench PATH [--rounds 3] [--files F1,F2,...] [--json OUT]
-                              [--ffn build/bin/ffn] [--no-avx2]
+                              [--ffn build/bin/ffn] [--no-avx2] [--baseline OLD_FFN]
 
 Files default to ~/.cache/ffn/bench/llama1b/llama1b-{q4_k_m,q4_0,q8_0}.gguf and
 ~/.cache/ffn/smollm2/SmolLM2-135M-Instruct.{Q4_1,requant.Q4_K_M}.gguf (those
@@ -61,6 +61,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--files", default=",".join(FILES))
     ap.add_argument("--no-avx2", action="store_true")
+    ap.add_argument("--baseline", help="another ffn binary (an earlier build), run in the same rounds at the best ISA")
     ap.add_argument("--json")
     a = ap.parse_args()
     files = [f for f in a.files.split(",") if os.path.exists(f)]
@@ -69,7 +70,9 @@ def main():
     for rnd in range(a.rounds):
         for f in files:
             r = res[f]
-            order = ["llama"] + [("ffn", i) for i in isas]
+            order = ["llama"] + [(a.ffn, i, i or "best") for i in isas]
+            if a.baseline:
+                order.append((a.baseline, None, "baseline"))
             if rnd % 2:
                 order.reverse()
             for who in order:
@@ -77,9 +80,9 @@ def main():
                     r["llama_pp"].append(llama(a.llama_bench, f, 512, 0, 0))
                     r["llama_tg"].append(llama(a.llama_bench, f, 0, 128, 64))
                 else:
-                    key = who[1] or "best"
-                    p = ffn(a.ffn, f, 512, 0, who[1])
-                    g = ffn(a.ffn, f, 64, 128, who[1])
+                    exe, isa, key = who
+                    p = ffn(exe, f, 512, 0, isa)
+                    g = ffn(exe, f, 64, 128, isa)
                     r["ffn_pp"].setdefault(key, []).append(p["prompt_tokens_per_s"])
                     r["ffn_tg"].setdefault(key, []).append(g["generate_tokens_per_s"])
                     r["floor"].setdefault(key, []).append(g["read_floor_tokens_per_s"])

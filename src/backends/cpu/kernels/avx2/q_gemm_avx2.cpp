@@ -21,6 +21,15 @@ namespace {
 
 constexpr int64_t kPrefetch = 4096;  // as the AVX-512 kernel's (q_gemm_avx512vnni.cpp)
 
+// A running sum kept where it is made. Without it GCC reassociates a block's
+// int16 additions (integer addition is associative) into one chain after the
+// last vpmaddubsw, holding every product live until then: a fully unrolled
+// block spilled a ymm to the stack for about every second vpmaddubsw.
+inline __m256i kept(__m256i v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
+
 // The NT tokens' results of a half group: rows (1..8) of them, token u at out + u · ldy.
 template <int NT>
 inline void store_rows(const __m256* acc, float* out, int64_t ldy, int64_t rows) {
@@ -40,8 +49,7 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
   constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   constexpr bool kQ5 = kType == GgmlType::q5_0 || kType == GgmlType::q5_1;
   constexpr bool kMin = kType == GgmlType::q4_1 || kType == GgmlType::q5_1;
-  const __m256i lo = _mm256_set1_epi8(0x0f);
-  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i lo = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c255 = _mm256_set1_epi16(255);
   __m256 acc[NT];
   for (int u = 0; u < NT; ++u) acc[u] = _mm256_setzero_ps();
   const int64_t k = w.k, nb = w.blocks;
@@ -50,26 +58,45 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
     if (h == 0)  // the first half's pass streams the group; the second finds it in cache
       for (int64_t l = 0; l < builtin_quant_type(kType)->panels.bytes(); l += 64)
         _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
-    __m256i wv[8];
-    if constexpr (kType == GgmlType::q8_0) {
-      for (int j = 0; j < 8; ++j) wv[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * j + 32 * h));
-    } else {
-      for (int i = 0; i < 4; ++i) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * i + 32 * h));
-        wv[i] = _mm256_and_si256(v, lo);
-        wv[i + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
+    // Vector j (4 weights of 8 rows) made once and used for the NT tokens;
+    // one int32 sum per token, 255 sh + sl (vpmaddwd by 255 and by 1). Q4's
+    // 8 products per plane summed in int16 (≤ 8 · 3810), Q5's four at a
+    // time (pairs ≤ 2 · 31 · 127 = 7874), Q8_0's (|w| × sign(x, w): pairs ≤
+    // 2 · 128 · 127) widened each.
+    constexpr int kGroup = kType == GgmlType::q8_0 ? 1 : kQ5 ? 4 : 8;
+    const __m256i hb = kQ5 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + 32 * h)) : lo;
+    __m256i is[NT], ph[NT] = {}, pl[NT] = {};
+    for (int u = 0; u < NT; ++u) is[u] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * (kGroup == 1 ? j : j % 4) + 32 * h));
+      __m256i wv = v, aw = v;
+      if constexpr (kType == GgmlType::q8_0) {
+        aw = _mm256_abs_epi8(v);
+      } else {
+        wv = j < 4 ? _mm256_and_si256(v, lo) : _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
+        if constexpr (kQ5) {  // bit j of the fifth-bit byte to bit 4 (as the AVX-512 kernel)
+          const __m256i hs = j <= 4 ? _mm256_slli_epi16(hb, 4 - j) : _mm256_srli_epi16(hb, j - 4);
+          wv = _mm256_or_si256(wv, _mm256_and_si256(hs, _mm256_set1_epi8(0x10)));
+        }
       }
-      if constexpr (kQ5) {  // the fifth bits (as the AVX-512 kernel)
-        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + 32 * h));
-        const __m256i b4 = _mm256_set1_epi8(0x10);
-        wv[0] = _mm256_or_si256(wv[0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
-        wv[1] = _mm256_or_si256(wv[1], _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
-        wv[2] = _mm256_or_si256(wv[2], _mm256_and_si256(_mm256_slli_epi16(hb, 2), b4));
-        wv[3] = _mm256_or_si256(wv[3], _mm256_and_si256(_mm256_slli_epi16(hb, 1), b4));
-        wv[4] = _mm256_or_si256(wv[4], _mm256_and_si256(hb, b4));
-        wv[5] = _mm256_or_si256(wv[5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), b4));
-        wv[6] = _mm256_or_si256(wv[6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), b4));
-        wv[7] = _mm256_or_si256(wv[7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), b4));
+      for (int u = 0; u < NT; ++u) {
+        int32_t four_h, four_l;
+        std::memcpy(&four_h, x.hi.data() + (t + u) * k + b * kQBlock + 4 * j, 4);
+        std::memcpy(&four_l, x.lo.data() + (t + u) * k + b * kQBlock + 4 * j, 4);
+        __m256i qh, ql;
+        if constexpr (kType == GgmlType::q8_0) {
+          qh = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(four_h), wv));
+          ql = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(four_l), wv));
+        } else {
+          qh = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_h));
+          ql = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_l));
+        }
+        ph[u] = j % kGroup == 0 ? qh : kept(_mm256_add_epi16(ph[u], qh));
+        pl[u] = j % kGroup == 0 ? ql : kept(_mm256_add_epi16(pl[u], ql));
+        if (j % kGroup == kGroup - 1)
+          is[u] = kept(_mm256_add_epi32(is[u], _mm256_add_epi32(_mm256_madd_epi16(ph[u], c255),
+                                                                 _mm256_madd_epi16(pl[u], ones))));
       }
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 16 * h)));
@@ -78,45 +105,11 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
       m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 32 + 16 * h)));
     for (int u = 0; u < NT; ++u) {
       const int64_t at = (t + u) * nb + b;
-      const int8_t* xh = x.hi.data() + (t + u) * k + b * kQBlock;
-      const int8_t* xl = x.lo.data() + (t + u) * k + b * kQBlock;
-      __m256i sh, sl;
-      if constexpr (kType == GgmlType::q8_0) {
-        sh = sl = _mm256_setzero_si256();
-        for (int j = 0; j < 8; ++j) {
-          int32_t four_h, four_l;
-          std::memcpy(&four_h, xh + 4 * j, 4);
-          std::memcpy(&four_l, xl + 4 * j, 4);
-          const __m256i aw = _mm256_abs_epi8(wv[j]);
-          const __m256i ph = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(four_h), wv[j]));
-          const __m256i pl = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(four_l), wv[j]));
-          sh = _mm256_add_epi32(sh, _mm256_madd_epi16(ph, ones));
-          sl = _mm256_add_epi32(sl, _mm256_madd_epi16(pl, ones));
-        }
-      } else {
-        // Q5's pairs reach 2 · 31 · 127 = 7874: four to an int16 sum, then widened
-        __m256i ph[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, pl[2] = {ph[0], ph[0]};
-        for (int j = 0; j < 8; ++j) {
-          int32_t four_h, four_l;
-          std::memcpy(&four_h, xh + 4 * j, 4);
-          std::memcpy(&four_l, xl + 4 * j, 4);
-          const int s = kQ5 ? j / 4 : 0;
-          ph[s] = _mm256_add_epi16(ph[s], _mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(four_h)));
-          pl[s] = _mm256_add_epi16(pl[s], _mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(four_l)));
-        }
-        sh = _mm256_madd_epi16(ph[0], ones);
-        sl = _mm256_madd_epi16(pl[0], ones);
-        if constexpr (kQ5) {
-          sh = _mm256_add_epi32(sh, _mm256_madd_epi16(ph[1], ones));
-          sl = _mm256_add_epi32(sl, _mm256_madd_epi16(pl[1], ones));
-        }
-      }
-      // isum = 255 sh + sl = (sh << 8) − sh + sl
-      __m256i s = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh, 8), sh), sl);
-      if constexpr (kType == GgmlType::q4_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * x.sum[size_t(at)]));
-      if constexpr (kType == GgmlType::q5_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(16 * x.sum[size_t(at)]));
+      __m256i q = is[u];
+      if constexpr (kType == GgmlType::q4_0) q = _mm256_sub_epi32(q, _mm256_set1_epi32(8 * x.sum[size_t(at)]));
+      if constexpr (kType == GgmlType::q5_0) q = _mm256_sub_epi32(q, _mm256_set1_epi32(16 * x.sum[size_t(at)]));
       const __m256 p = _mm256_mul_ps(d, _mm256_set1_ps(x.d[size_t(at)]));
-      acc[u] = _mm256_fmadd_ps(p, _mm256_cvtepi32_ps(s), acc[u]);
+      acc[u] = _mm256_fmadd_ps(p, _mm256_cvtepi32_ps(q), acc[u]);
       if constexpr (kMin) acc[u] = _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
     }
   }
@@ -128,70 +121,72 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
 // of a panel block: each weight vector is made once from its bytes (L1 after
 // the first block of a pair) and used for the NT tokens at once; Q4_K's 8
 // vpmaddubsw per plane summed in int16 (≤ 8 · 3810), Q5_K's four at a time
-// (≤ 4 · 7874), Q6_K's (q ≤ 63: pairs ≤ 16002) two at a time, then widened.
+// (≤ 4 · 7874), Q6_K's (q ≤ 63: pairs ≤ 16002) two at a time, then widened
+// into one int32 sum per token, 255 sh + sl (vpmaddwd by 255 and by 1: the
+// integer of the rule). Sub-blocks outer (Q6_K's two of 16 weights, Q4_K's
+// and Q5_K's one of 32), each added to the tokens' results when complete: per
+// token the order of the rule.
 template <GgmlType kType, int NT, int J>
 inline void k_block(const uint8_t* blk, int h, const QActs& x, int64_t t, int64_t b, __m256 d, __m256 dmin,
                     __m256* acc) {
   constexpr bool k6 = kType == GgmlType::q6_k, k5 = kType == GgmlType::q5_k;
-  const __m256i lo = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  constexpr int kGroup = k6 ? 2 : k5 ? 4 : 8, kSub = k6 ? 2 : 1;
+  const __m256i lo = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c255 = _mm256_set1_epi16(255);
   const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off + 32 * h)); };
   const auto scales = [&](int64_t off, bool is_signed) {  // 8 lanes' bytes → float
     const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + off + 8 * h));
     return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
   };
   const int64_t k = x.blocks * kQBlock, nb = x.blocks;
-  // Groups of vectors summed in int16 before widening: Q4_K 8, Q5_K 4, Q6_K 2 (Q6_K's sub-blocks: 4 vectors each).
-  constexpr int kGroup = k6 ? 2 : k5 ? 4 : 8;
-  __m256i sh[NT][2], sl[NT][2], ph[NT] = {}, pl[NT] = {};  // Q6_K: [.][s] per sub-block; else [.][0]
-  for (int u = 0; u < NT; ++u) sh[u][0] = sh[u][1] = sl[u][0] = sl[u][1] = _mm256_setzero_si256();
-  for (int i = 0; i < 8; ++i) {
-    __m256i wv = load(kpanel::pair(kType, J / 2) + 64 * i);
-    wv = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo) : _mm256_and_si256(wv, lo);
-    if constexpr (k6) {
-      constexpr int c = J % 4;
-      __m256i hh = load(kpanel::plane(kType, J / 4) + 64 * i);
-      if constexpr (c == 0) hh = _mm256_slli_epi16(hh, 4);
-      if constexpr (c == 1) hh = _mm256_slli_epi16(hh, 2);
-      if constexpr (c == 3) hh = _mm256_srli_epi16(hh, 2);
-      wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x30)));
-    }
-    if constexpr (k5) {
-      const __m256i hv = load(kpanel::plane(kType, 0) + 64 * i);
-      const __m256i hh = J <= 4 ? _mm256_slli_epi16(hv, 4 - J) : _mm256_srli_epi16(hv, J - 4);
-      wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x10)));
-    }
-    for (int u = 0; u < NT; ++u) {
-      int32_t four_h, four_l;
-      std::memcpy(&four_h, x.hi.data() + (t + u) * k + b * kQBlock + 4 * i, 4);
-      std::memcpy(&four_l, x.lo.data() + (t + u) * k + b * kQBlock + 4 * i, 4);
-      const __m256i qh = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_h));
-      const __m256i ql = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_l));
-      ph[u] = i % kGroup == 0 ? qh : _mm256_add_epi16(ph[u], qh);
-      pl[u] = i % kGroup == 0 ? ql : _mm256_add_epi16(pl[u], ql);
-      if (i % kGroup == kGroup - 1) {  // widen the group's int16 sums
-        const int s = k6 ? i / 4 : 0;
-        sh[u][s] = _mm256_add_epi32(sh[u][s], _mm256_madd_epi16(ph[u], ones));
-        sl[u][s] = _mm256_add_epi32(sl[u][s], _mm256_madd_epi16(pl[u], ones));
+  for (int s = 0; s < kSub; ++s) {
+    __m256i is[NT], ph[NT] = {}, pl[NT] = {};
+    for (int u = 0; u < NT; ++u) is[u] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int i = s * 8 / kSub; i < (s + 1) * 8 / kSub; ++i) {
+      __m256i wv = load(kpanel::pair(kType, J / 2) + 64 * i);
+      wv = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo) : _mm256_and_si256(wv, lo);
+      if constexpr (k6) {
+        constexpr int c = J % 4;
+        __m256i hh = load(kpanel::plane(kType, J / 4) + 64 * i);
+        if constexpr (c == 0) hh = _mm256_slli_epi16(hh, 4);
+        if constexpr (c == 1) hh = _mm256_slli_epi16(hh, 2);
+        if constexpr (c == 3) hh = _mm256_srli_epi16(hh, 2);
+        wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x30)));
+      }
+      if constexpr (k5) {
+        const __m256i hv = load(kpanel::plane(kType, 0) + 64 * i);
+        const __m256i hh = J <= 4 ? _mm256_slli_epi16(hv, 4 - J) : _mm256_srli_epi16(hv, J - 4);
+        wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x10)));
+      }
+      for (int u = 0; u < NT; ++u) {
+        int32_t four_h, four_l;
+        std::memcpy(&four_h, x.hi.data() + (t + u) * k + b * kQBlock + 4 * i, 4);
+        std::memcpy(&four_l, x.lo.data() + (t + u) * k + b * kQBlock + 4 * i, 4);
+        const __m256i qh = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_h));
+        const __m256i ql = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_l));
+        ph[u] = i % kGroup == 0 ? qh : kept(_mm256_add_epi16(ph[u], qh));
+        pl[u] = i % kGroup == 0 ? ql : kept(_mm256_add_epi16(pl[u], ql));
+        if (i % kGroup == kGroup - 1)  // widen the group's int16 sums
+          is[u] = kept(_mm256_add_epi32(is[u], _mm256_add_epi32(_mm256_madd_epi16(ph[u], c255),
+                                                                 _mm256_madd_epi16(pl[u], ones))));
       }
     }
-  }
-  __m256 sc0, sc1;
-  if constexpr (k6) {
-    sc0 = _mm256_mul_ps(d, scales(kpanel::scale(kType, J), true));
-    sc1 = _mm256_mul_ps(d, scales(kpanel::scale(kType, J) + 16, true));
-  } else {
-    sc0 = _mm256_mul_ps(d, scales(kpanel::scale(kType, J), false));
-    sc1 = _mm256_mul_ps(dmin, scales(kpanel::min(J), false));
-  }
-  for (int u = 0; u < NT; ++u) {
-    const int64_t at = (t + u) * nb + b;
-    const __m256 dx = _mm256_set1_ps(x.d[size_t(at)]);
-    for (int s = 0; s < (k6 ? 2 : 1); ++s) {
-      __m256i is = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh[u][s], 8), sh[u][s]), sl[u][s]);
-      if constexpr (k6) is = _mm256_sub_epi32(is, _mm256_set1_epi32(32 * x.sum16[size_t(2 * at + s)]));
-      acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(s ? sc1 : sc0, dx), _mm256_cvtepi32_ps(is), acc[u]);
+    if constexpr (k6) {
+      const __m256 sc = _mm256_mul_ps(d, scales(kpanel::scale(kType, J) + 16 * s, true));
+      for (int u = 0; u < NT; ++u) {
+        const int64_t at = (t + u) * nb + b;
+        const __m256i q = _mm256_sub_epi32(is[u], _mm256_set1_epi32(32 * x.sum16[size_t(2 * at + s)]));
+        acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(sc, _mm256_set1_ps(x.d[size_t(at)])), _mm256_cvtepi32_ps(q), acc[u]);
+      }
+    } else {
+      const __m256 sc0 = _mm256_mul_ps(d, scales(kpanel::scale(kType, J), false));
+      const __m256 sc1 = _mm256_mul_ps(dmin, scales(kpanel::min(J), false));
+      for (int u = 0; u < NT; ++u) {
+        const int64_t at = (t + u) * nb + b;
+        acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(sc0, _mm256_set1_ps(x.d[size_t(at)])), _mm256_cvtepi32_ps(is[u]), acc[u]);
+        acc[u] = _mm256_fnmadd_ps(sc1, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
+      }
     }
-    if constexpr (!k6) acc[u] = _mm256_fnmadd_ps(sc1, _mm256_set1_ps(x.s[size_t(at)]), acc[u]);
   }
 }
 
@@ -264,8 +259,8 @@ void tile1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, con
           const __m256i v = load(64 * (j % 4) + 32 * h);
           wv = j < 4 ? _mm256_and_si256(v, lo) : _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
           const __m256i qh = _mm256_maddubs_epi16(wv, bh), ql = _mm256_maddubs_epi16(wv, bl);
-          ph[h] = j == 0 ? qh : _mm256_add_epi16(ph[h], qh);
-          pl[h] = j == 0 ? ql : _mm256_add_epi16(pl[h], ql);
+          ph[h] = j == 0 ? qh : kept(_mm256_add_epi16(ph[h], qh));
+          pl[h] = j == 0 ? ql : kept(_mm256_add_epi16(pl[h], ql));
         }
       }
     }
@@ -297,7 +292,7 @@ inline void k_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, c
   static_assert(kType == GgmlType::q4_k || kType == GgmlType::q5_k);
   constexpr bool k5 = kType == GgmlType::q5_k;
   constexpr int kGroup = k5 ? 4 : 8;
-  const __m256i lo = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const __m256i lo = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c255 = _mm256_set1_epi16(255);
   const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off)); };
   const auto scales = [&](int64_t off) {  // 8 lanes' bytes → float
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + off))));
@@ -306,7 +301,8 @@ inline void k_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, c
   const int8_t* xh = x.hi.data() + t * k + b * kQBlock;
   const int8_t* xl = x.lo.data() + t * k + b * kQBlock;
   const __m256 dx = _mm256_set1_ps(x.d[size_t(at)]);
-  __m256i sh[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, sl[2] = {sh[0], sh[0]}, ph[2] = {}, pl[2] = {};
+  // 255 sh + sl made as the int16 sums are widened (as k6_block1)
+  __m256i is[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, ph[2] = {}, pl[2] = {};
   for (int i = 0; i < 8; ++i) {
     int32_t four_h, four_l;
     std::memcpy(&four_h, xh + 4 * i, 4);
@@ -321,19 +317,16 @@ inline void k_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, c
         wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x10)));
       }
       const __m256i qh = _mm256_maddubs_epi16(wv, bh), ql = _mm256_maddubs_epi16(wv, bl);
-      ph[h] = i % kGroup == 0 ? qh : _mm256_add_epi16(ph[h], qh);
-      pl[h] = i % kGroup == 0 ? ql : _mm256_add_epi16(pl[h], ql);
-      if (i % kGroup == kGroup - 1) {  // widen the group's int16 sums
-        sh[h] = _mm256_add_epi32(sh[h], _mm256_madd_epi16(ph[h], ones));
-        sl[h] = _mm256_add_epi32(sl[h], _mm256_madd_epi16(pl[h], ones));
-      }
+      ph[h] = i % kGroup == 0 ? qh : kept(_mm256_add_epi16(ph[h], qh));
+      pl[h] = i % kGroup == 0 ? ql : kept(_mm256_add_epi16(pl[h], ql));
+      if (i % kGroup == kGroup - 1)  // widen the group's int16 sums
+        is[h] = _mm256_add_epi32(is[h], _mm256_add_epi32(_mm256_madd_epi16(ph[h], c255), _mm256_madd_epi16(pl[h], ones)));
     }
   }
   for (int h = 0; h < 2; ++h) {
     const __m256 sc0 = _mm256_mul_ps(d[h], scales(kpanel::scale(kType, J) + 8 * h));
     const __m256 sc1 = _mm256_mul_ps(dmin[h], scales(kpanel::min(J) + 8 * h));
-    const __m256i is = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh[h], 8), sh[h]), sl[h]);
-    acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(sc0, dx), _mm256_cvtepi32_ps(is), acc[h]);
+    acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(sc0, dx), _mm256_cvtepi32_ps(is[h]), acc[h]);
     acc[h] = _mm256_fnmadd_ps(sc1, _mm256_set1_ps(x.s[size_t(at)]), acc[h]);
   }
 }
@@ -365,6 +358,78 @@ void tile_k1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, c
     if (rows[h] > 0) store_rows<1>(&acc[h], y + g * kQRows + 8 * h, 0, rows[h]);
 }
 
+// One token, Q6_K: activation block J of a panel block for both halves. A
+// sub-block's integer sum 255 sh + sl is made as it is widened (vpmaddwd by
+// 255 and by 1: the same integer), so that each half holds one int32 sum
+// instead of two; the sub-block's term joins the sums in k_block()'s order.
+template <int J>
+inline void k6_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, const __m256* d, __m256* acc) {
+  constexpr GgmlType kType = GgmlType::q6_k;
+  constexpr int c = J % 4;  // block J's 2 high bits: bits 2c, 2c + 1 of its plane
+  const __m256i lo = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c255 = _mm256_set1_epi16(255);
+  const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off)); };
+  const int64_t k = x.blocks * kQBlock, at = t * x.blocks + b;
+  const int8_t* xh = x.hi.data() + t * k + b * kQBlock;
+  const int8_t* xl = x.lo.data() + t * k + b * kQBlock;
+  const __m256 dx = _mm256_set1_ps(x.d[size_t(at)]);
+  for (int s = 0; s < 2; ++s) {
+    __m256i is[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, ph[2] = {}, pl[2] = {};
+    for (int i = 4 * s; i < 4 * s + 4; ++i) {
+      int32_t four_h, four_l;
+      std::memcpy(&four_h, xh + 4 * i, 4);
+      std::memcpy(&four_l, xl + 4 * i, 4);
+      const __m256i bh = _mm256_set1_epi32(four_h), bl = _mm256_set1_epi32(four_l);
+      for (int h = 0; h < 2; ++h) {
+        __m256i wv = load(kpanel::pair(kType, J / 2) + 64 * i + 32 * h);
+        wv = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo) : _mm256_and_si256(wv, lo);
+        __m256i hh = load(kpanel::plane(kType, J / 4) + 64 * i + 32 * h);
+        if constexpr (c == 0) hh = _mm256_slli_epi16(hh, 4);
+        if constexpr (c == 1) hh = _mm256_slli_epi16(hh, 2);
+        if constexpr (c == 3) hh = _mm256_srli_epi16(hh, 2);
+        wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x30)));
+        const __m256i qh = _mm256_maddubs_epi16(wv, bh), ql = _mm256_maddubs_epi16(wv, bl);
+        if (i % 2 == 0) {  // pairs ≤ 2 · 63 · 127 = 16002: two to an int16 sum
+          ph[h] = qh, pl[h] = ql;
+        } else {
+          is[h] = _mm256_add_epi32(is[h], _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(ph[h], qh), c255),
+                                                           _mm256_madd_epi16(_mm256_add_epi16(pl[h], ql), ones)));
+        }
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = _mm256_sub_epi32(is[h], _mm256_set1_epi32(32 * x.sum16[size_t(2 * at + s)]));
+      const __m256 sc = _mm256_mul_ps(
+          d[h], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                    reinterpret_cast<const __m128i*>(blk + kpanel::scale(kType, J) + 16 * s + 8 * h)))));
+      acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(sc, dx), _mm256_cvtepi32_ps(q), acc[h]);
+    }
+  }
+}
+
+void tile_q6_k1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, const int64_t* rows) {
+  constexpr int64_t pbytes = builtin_quant_type(GgmlType::q6_k)->panels.bytes();
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t sb = 0; sb < w.blocks; ++sb) {
+    const uint8_t* blk = w.at(g, sb);
+    for (int64_t l = 0; l < pbytes; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
+    __m256 d[2];
+    for (int h = 0; h < 2; ++h)
+      d[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kpanel::d + 16 * h)));
+    const int64_t b = sb * 8;
+    k6_block1<0>(blk, x, t, b + 0, d, acc);
+    k6_block1<1>(blk, x, t, b + 1, d, acc);
+    k6_block1<2>(blk, x, t, b + 2, d, acc);
+    k6_block1<3>(blk, x, t, b + 3, d, acc);
+    k6_block1<4>(blk, x, t, b + 4, d, acc);
+    k6_block1<5>(blk, x, t, b + 5, d, acc);
+    k6_block1<6>(blk, x, t, b + 6, d, acc);
+    k6_block1<7>(blk, x, t, b + 7, d, acc);
+  }
+  for (int h = 0; h < 2; ++h)
+    if (rows[h] > 0) store_rows<1>(&acc[h], y + g * kQRows + 8 * h, 0, rows[h]);
+}
+
 template <GgmlType kType, int NT>
 void any_tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* y, int64_t ldy, int64_t rows) {
   if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q5_k || kType == GgmlType::q6_k)
@@ -381,11 +446,13 @@ void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, i
   // (0.5-0.8×: their extra bit planes spill registers with 16 rows) keep the
   // two passes.
   constexpr bool kFused = kType == GgmlType::q4_0 || kType == GgmlType::q4_1 || kType == GgmlType::q8_0 ||
-                          kType == GgmlType::q4_k || kType == GgmlType::q5_k;
+                          kType == GgmlType::q4_k || kType == GgmlType::q5_k || kType == GgmlType::q6_k;
   if (kFused && t1 - t0 == 1) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t rows[2] = {std::min<int64_t>(8, w.m - g * kQRows), std::min<int64_t>(8, w.m - g * kQRows - 8)};
-      if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q5_k)
+      if constexpr (kType == GgmlType::q6_k)
+        tile_q6_k1(w, x, g, t0, y + t0 * ldy, rows);
+      else if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q5_k)
         tile_k1<kType>(w, x, g, t0, y + t0 * ldy, rows);
       else if constexpr (kFused)
         tile1<kType>(w, x, g, t0, y + t0 * ldy, rows);
