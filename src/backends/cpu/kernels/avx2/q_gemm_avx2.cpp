@@ -139,6 +139,7 @@ inline void k_block(const uint8_t* blk, int h, const QActs& x, int64_t t, int64_
     return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
   };
   const int64_t k = x.blocks * kQBlock, nb = x.blocks;
+#pragma GCC unroll 2
   for (int s = 0; s < kSub; ++s) {
     __m256i is[NT], ph[NT] = {}, pl[NT] = {};
     for (int u = 0; u < NT; ++u) is[u] = _mm256_setzero_si256();
@@ -373,8 +374,10 @@ inline void k6_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, 
   const int8_t* xh = x.hi.data() + t * k + b * kQBlock;
   const int8_t* xl = x.lo.data() + t * k + b * kQBlock;
   const __m256 dx = _mm256_set1_ps(x.d[size_t(at)]);
+#pragma GCC unroll 2
   for (int s = 0; s < 2; ++s) {
     __m256i is[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, ph[2] = {}, pl[2] = {};
+#pragma GCC unroll 4
     for (int i = 4 * s; i < 4 * s + 4; ++i) {
       int32_t four_h, four_l;
       std::memcpy(&four_h, xh + 4 * i, 4);
@@ -466,7 +469,7 @@ void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, i
       if (rows <= 0) continue;
       int64_t t = t0;
       // 4 tokens a tile (1.07-1.25× 2 on Zen 3, 64 tokens in cache), but Q6_K's
-      // planes spill registers at 4 (0.73×): 2
+      // planes spill registers at 4 (0.85-0.94×): 2
       if constexpr (kType != GgmlType::q6_k)
         for (; t + 4 <= t1; t += 4) any_tile<kType, 4>(w, x, g, h, t, y, ldy, rows);
       for (; t + 2 <= t1; t += 2) any_tile<kType, 2>(w, x, g, h, t, y, ldy, rows);
