@@ -31,6 +31,19 @@ inline __m256i kept(__m256i v) {
   return v;
 }
 
+// A weight vector's products with a token's two activation planes (qh, ql:
+// vpmaddubsw's pairs) added to the token's int16 sums; the kGroup-th vector
+// of a group widens them into the int32 sum is = 255 · hi + lo (vpmaddwd by
+// 255 and by 1: the integer of the rule).
+template <int kGroup>
+inline void add_products(int i, __m256i qh, __m256i ql, __m256i& ph, __m256i& pl, __m256i& is) {
+  ph = i % kGroup == 0 ? qh : kept(_mm256_add_epi16(ph, qh));
+  pl = i % kGroup == 0 ? ql : kept(_mm256_add_epi16(pl, ql));
+  if (i % kGroup == kGroup - 1)
+    is = kept(_mm256_add_epi32(is, _mm256_add_epi32(_mm256_madd_epi16(ph, _mm256_set1_epi16(255)),
+                                                    _mm256_madd_epi16(pl, _mm256_set1_epi16(1)))));
+}
+
 // The NT tokens' results of a half group: rows (1..8) of them, token u at out + u · ldy.
 template <int NT>
 inline void store_rows(const __m256* acc, float* out, int64_t ldy, int64_t rows) {
@@ -50,7 +63,7 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
   constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   constexpr bool kQ5 = kType == GgmlType::q5_0 || kType == GgmlType::q5_1;
   constexpr bool kMin = kType == GgmlType::q4_1 || kType == GgmlType::q5_1;
-  const __m256i lo = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c255 = _mm256_set1_epi16(255);
+  const __m256i lo = _mm256_set1_epi8(0x0f);
   __m256 acc[NT];
   for (int u = 0; u < NT; ++u) acc[u] = _mm256_setzero_ps();
   const int64_t k = w.k, nb = w.blocks;
@@ -93,11 +106,7 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
           qh = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_h));
           ql = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_l));
         }
-        ph[u] = j % kGroup == 0 ? qh : kept(_mm256_add_epi16(ph[u], qh));
-        pl[u] = j % kGroup == 0 ? ql : kept(_mm256_add_epi16(pl[u], ql));
-        if (j % kGroup == kGroup - 1)
-          is[u] = kept(_mm256_add_epi32(is[u], _mm256_add_epi32(_mm256_madd_epi16(ph[u], c255),
-                                                                 _mm256_madd_epi16(pl[u], ones))));
+        add_products<kGroup>(j, qh, ql, ph[u], pl[u], is[u]);
       }
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 16 * h)));
@@ -132,7 +141,7 @@ inline void k_block(const uint8_t* blk, int h, const QActs& x, int64_t t, int64_
                     __m256* acc) {
   constexpr bool k6 = kType == GgmlType::q6_k, k5 = kType == GgmlType::q5_k;
   constexpr int kGroup = k6 ? 2 : k5 ? 4 : 8, kSub = k6 ? 2 : 1;
-  const __m256i lo = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c255 = _mm256_set1_epi16(255);
+  const __m256i lo = _mm256_set1_epi8(0x0f);
   const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off + 32 * h)); };
   const auto scales = [&](int64_t off, bool is_signed) {  // 8 lanes' bytes → float
     const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + off + 8 * h));
@@ -166,11 +175,7 @@ inline void k_block(const uint8_t* blk, int h, const QActs& x, int64_t t, int64_
         std::memcpy(&four_l, x.lo.data() + (t + u) * k + b * kQBlock + 4 * i, 4);
         const __m256i qh = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_h));
         const __m256i ql = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_l));
-        ph[u] = i % kGroup == 0 ? qh : kept(_mm256_add_epi16(ph[u], qh));
-        pl[u] = i % kGroup == 0 ? ql : kept(_mm256_add_epi16(pl[u], ql));
-        if (i % kGroup == kGroup - 1)  // widen the group's int16 sums
-          is[u] = kept(_mm256_add_epi32(is[u], _mm256_add_epi32(_mm256_madd_epi16(ph[u], c255),
-                                                                 _mm256_madd_epi16(pl[u], ones))));
+        add_products<kGroup>(i, qh, ql, ph[u], pl[u], is[u]);
       }
     }
     if constexpr (k6) {
@@ -233,7 +238,6 @@ void tile1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, con
   static_assert(kType == GgmlType::q4_0 || kType == GgmlType::q4_1 || kType == GgmlType::q8_0);
   constexpr bool kMin = kType == GgmlType::q4_1;
   const __m256i lo = _mm256_set1_epi8(0x0f);
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   const int64_t k = w.k, nb = w.blocks;
   const int8_t* xh = x.hi.data() + t * k;
@@ -243,37 +247,34 @@ void tile1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, con
     for (int64_t l = 0; l < pbytes; l += 64)
       _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
     const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off)); };
-    __m256i sh[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, sl[2] = {sh[0], sh[0]};
-    __m256i ph[2] = {}, pl[2] = {};  // Q4's int16 sums (≤ 8 · 3810) per half
+    // per half: Q4's int16 sums (≤ 8 · 3810) or Q8_0's products, and is = 255 · hi + lo
+    constexpr int kGroup = kType == GgmlType::q8_0 ? 1 : 8;
+    __m256i is[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, ph[2] = {}, pl[2] = {};
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       int32_t four_h, four_l;
       std::memcpy(&four_h, xh + 4 * j, 4);
       std::memcpy(&four_l, xl + 4 * j, 4);
       const __m256i bh = _mm256_set1_epi32(four_h), bl = _mm256_set1_epi32(four_l);
       for (int h = 0; h < 2; ++h) {
-        __m256i wv;
+        __m256i qh, ql;
         if constexpr (kType == GgmlType::q8_0) {
-          wv = load(64 * j + 32 * h);
-          const __m256i aw = _mm256_abs_epi8(wv);
-          sh[h] = _mm256_add_epi32(sh[h], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(bh, wv)), ones));
-          sl[h] = _mm256_add_epi32(sl[h], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(bl, wv)), ones));
+          const __m256i wv = load(64 * j + 32 * h), aw = _mm256_abs_epi8(wv);
+          qh = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bh, wv));
+          ql = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bl, wv));
         } else {
           const __m256i v = load(64 * (j % 4) + 32 * h);
-          wv = j < 4 ? _mm256_and_si256(v, lo) : _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
-          const __m256i qh = _mm256_maddubs_epi16(wv, bh), ql = _mm256_maddubs_epi16(wv, bl);
-          ph[h] = j == 0 ? qh : kept(_mm256_add_epi16(ph[h], qh));
-          pl[h] = j == 0 ? ql : kept(_mm256_add_epi16(pl[h], ql));
+          const __m256i wv = j < 4 ? _mm256_and_si256(v, lo) : _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
+          qh = _mm256_maddubs_epi16(wv, bh);
+          ql = _mm256_maddubs_epi16(wv, bl);
         }
+        add_products<kGroup>(j, qh, ql, ph[h], pl[h], is[h]);
       }
     }
     const int64_t at = t * nb + b;
     const __m256 dx = _mm256_set1_ps(x.d[size_t(at)]);
     for (int h = 0; h < 2; ++h) {
-      if constexpr (kType != GgmlType::q8_0) {
-        sh[h] = _mm256_madd_epi16(ph[h], ones);
-        sl[h] = _mm256_madd_epi16(pl[h], ones);
-      }
-      __m256i s = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sh[h], 8), sh[h]), sl[h]);
+      __m256i s = is[h];
       if constexpr (kType == GgmlType::q4_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * x.sum[size_t(at)]));
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 16 * h)));
       acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s), acc[h]);
@@ -294,7 +295,7 @@ inline void k_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, c
   static_assert(kType == GgmlType::q4_k || kType == GgmlType::q5_k);
   constexpr bool k5 = kType == GgmlType::q5_k;
   constexpr int kGroup = k5 ? 4 : 8;
-  const __m256i lo = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c255 = _mm256_set1_epi16(255);
+  const __m256i lo = _mm256_set1_epi8(0x0f);
   const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off)); };
   const auto scales = [&](int64_t off) {  // 8 lanes' bytes → float
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + off))));
@@ -319,10 +320,7 @@ inline void k_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, c
         wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x10)));
       }
       const __m256i qh = _mm256_maddubs_epi16(wv, bh), ql = _mm256_maddubs_epi16(wv, bl);
-      ph[h] = i % kGroup == 0 ? qh : kept(_mm256_add_epi16(ph[h], qh));
-      pl[h] = i % kGroup == 0 ? ql : kept(_mm256_add_epi16(pl[h], ql));
-      if (i % kGroup == kGroup - 1)  // widen the group's int16 sums
-        is[h] = _mm256_add_epi32(is[h], _mm256_add_epi32(_mm256_madd_epi16(ph[h], c255), _mm256_madd_epi16(pl[h], ones)));
+      add_products<kGroup>(i, qh, ql, ph[h], pl[h], is[h]);
     }
   }
   for (int h = 0; h < 2; ++h) {
@@ -368,7 +366,7 @@ template <int J>
 inline void k6_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, const __m256* d, __m256* acc) {
   constexpr GgmlType kType = GgmlType::q6_k;
   constexpr int c = J % 4;  // block J's 2 high bits: bits 2c, 2c + 1 of its plane
-  const __m256i lo = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), c255 = _mm256_set1_epi16(255);
+  const __m256i lo = _mm256_set1_epi8(0x0f);
   const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off)); };
   const int64_t k = x.blocks * kQBlock, at = t * x.blocks + b;
   const int8_t* xh = x.hi.data() + t * k + b * kQBlock;
@@ -392,12 +390,7 @@ inline void k6_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, 
         if constexpr (c == 3) hh = _mm256_srli_epi16(hh, 2);
         wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x30)));
         const __m256i qh = _mm256_maddubs_epi16(wv, bh), ql = _mm256_maddubs_epi16(wv, bl);
-        if (i % 2 == 0) {  // pairs ≤ 2 · 63 · 127 = 16002: two to an int16 sum
-          ph[h] = qh, pl[h] = ql;
-        } else {
-          is[h] = _mm256_add_epi32(is[h], _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(ph[h], qh), c255),
-                                                           _mm256_madd_epi16(_mm256_add_epi16(pl[h], ql), ones)));
-        }
+        add_products<2>(i, qh, ql, ph[h], pl[h], is[h]);  // pairs ≤ 2 · 63 · 127 = 16002: two to an int16 sum
       }
     }
     for (int h = 0; h < 2; ++h) {
