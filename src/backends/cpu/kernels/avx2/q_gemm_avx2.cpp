@@ -5,8 +5,9 @@
 // overflow), then vpmaddwd by 255 (hi) and by 1 (lo) into one int32 sum:
 // isum = 255·hi's + lo's, the same integer sums and float operations as the
 // rule. Q8_0: |w| × sign(x, w) in vpmaddubsw (pairs ≤ 2·128·127 = 32512),
-// each vector widened. Prompts: up to 4 tokens share each unpacked vector;
-// one token (generation): both halves of a group in one pass.
+// each vector widened. Prompts: up to 4 tokens share each unpacked vector
+// (Q6_K: 2); one token (generation): both halves of a group in one pass
+// (but Q5_0 and Q5_1).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -230,7 +231,8 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float
 // line for half of it and read it again from cache) and the token's
 // activations are broadcast once for 16 rows. Per row lane the integer sums
 // and the float operations are tile()'s and k_block()'s, in their order.
-// Q4_0, Q4_1, Q8_0 here; Q4_K, Q5_K in tile_k1 (run() says why not the others).
+// Q4_0, Q4_1, Q8_0 here; Q4_K, Q5_K in tile_k1, Q6_K in tile_q6_k1; Q5_0 and
+// Q5_1 keep tile()'s two passes (run() says why).
 template <GgmlType kType>
 void tile1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, const int64_t* rows) {
   constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
@@ -438,10 +440,10 @@ void any_tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, flo
 template <GgmlType kType>
 void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
   // One token: both halves in one pass where it was measured faster (2
-  // threads, 64 Ki × 2048 streamed, Zen 3: Q4_0 1.3-1.5×, Q4_1 1.2-1.3×,
-  // Q8_0 1.1-1.4×, Q4_K 1.05-1.13×, Q5_K 1.07-1.19×); Q5_0, Q5_1 and Q6_K
-  // (0.5-0.8×: their extra bit planes spill registers with 16 rows) keep the
-  // two passes.
+  // threads, 64 Ki × 2048 streamed, Zen 3, against the two passes: Q4_0
+  // 1.2-1.5×, Q4_1 1.2-1.4×, Q8_0 1.1-1.4×, Q4_K 1.05-1.27×, Q5_K 1.05-1.19×,
+  // Q6_K 0.94-1.3×); Q5_0 and Q5_1 (0.5-0.7×: their fifth-bit planes spill
+  // registers with 16 rows) keep the two passes.
   constexpr bool kFused = kType == GgmlType::q4_0 || kType == GgmlType::q4_1 || kType == GgmlType::q8_0 ||
                           kType == GgmlType::q4_k || kType == GgmlType::q5_k || kType == GgmlType::q6_k;
   if (kFused && t1 - t0 == 1) {
