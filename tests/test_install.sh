@@ -3,10 +3,12 @@
 # examples/example.cpp built out of tree against it, once with
 # find_package(ffn) (tests/install_consumer) and once with pkg-config, and run.
 #   tests/test_install.sh BUILD_DIR SOURCE_DIR [LIBDIR (CMAKE_INSTALL_LIBDIR, default lib)]
-# FFN_CONSUMER_FLAGS: extra compile and link flags (a sanitizer build's).
+# FFN_CONSUMER_FLAGS: extra compile and link flags (a sanitizer build's);
+# CXX: the compiler the library was built with (its OpenMP runtime must match).
 set -euo pipefail
 build=$1 src=$2 libdir_rel=${3:-lib}
 extra=${FFN_CONSUMER_FLAGS:-}
+cxx=${CXX:-c++}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
@@ -19,7 +21,7 @@ done
 
 # find_package(ffn)
 cmake -S "$src/tests/install_consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
-      -DFFN_EXAMPLE="$src/examples/example.cpp" -DCMAKE_CXX_FLAGS="$extra" >/dev/null  # no C++ standard set here: ffn::ffn brings C++20
+      -DFFN_EXAMPLE="$src/examples/example.cpp" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CXX_FLAGS="$extra" >/dev/null  # no C++ standard set here: ffn::ffn brings C++20
 cmake --build "$work/consumer" >/dev/null
 "$work/consumer/example" "$work/w.safetensors" "$work/g1.safetensors" | tee "$work/out1.txt"
 
@@ -27,7 +29,7 @@ cmake --build "$work/consumer" >/dev/null
 export PKG_CONFIG_PATH="$work/prefix/$libdir_rel/pkgconfig"
 flags=$(pkg-config --cflags --libs ffn)
 echo "pkg-config --cflags --libs ffn: $flags"
-${CXX:-c++} -std=c++20 $extra "$src/examples/example.cpp" $flags -o "$work/example_pc"
+"$cxx" -std=c++20 $extra "$src/examples/example.cpp" $flags -o "$work/example_pc"
 libdir=$(pkg-config --variable=libdir ffn)
 LD_LIBRARY_PATH="$libdir" "$work/example_pc" "$work/w.safetensors" "$work/g2.safetensors" | tee "$work/out2.txt"
 
