@@ -22,6 +22,7 @@ passes --timeout counts as 0 (printed as "timeout").
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -100,6 +101,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--json", default="")
     args = ap.parse_args()
+    # SIGTERM (timeout, kill) as SystemExit, so that the finally below still
+    # kills the busy loops; by default Python dies without running it.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     for load in args.loads.split(","):
         if load not in LOADS:
             sys.exit(f"busy_machine: --loads: unknown load {load!r} (idle, busy1, nice19busy2)")
