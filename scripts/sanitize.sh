@@ -10,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=("$@")
+((${#jobs[@]})) || jobs=(asan tsan)
 # The threaded tests, all in ffn_thread_tests (tests/CMakeLists.txt).
 threaded_tests=(
   'ThreadPool.*' 'Threads.*' '*BitwiseIdentical*' '*TokenResultIndependent*'
@@ -17,7 +18,6 @@ threaded_tests=(
   '*QLinearPerIsa.SameBitsAsTheReference*' CausalLM.CacheStepsAreBitwiseTheWholePrefix
   CausalLMGguf.NativeIsOneComputationOnEveryIsa
 )
-((${#jobs[@]})) || jobs=(asan tsan)
 
 scripts/setup.sh clang libclang-rt-14-dev libomp-14-dev >/dev/null
 for job in "${jobs[@]}"; do
