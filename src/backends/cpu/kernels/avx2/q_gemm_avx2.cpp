@@ -7,7 +7,7 @@
 // rule. Q8_0: |w| × sign(x, w) in vpmaddubsw (pairs ≤ 2·128·127 = 32512),
 // each vector widened. Prompts: up to 4 tokens share each unpacked vector
 // (Q6_K: 2); one token (generation): both halves of a group in one pass
-// (but Q5_0 and Q5_1).
+// over its blocks (Q5_0, Q5_1: one half after the other in each block).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -231,14 +231,16 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float
 // line for half of it and read it again from cache) and the token's
 // activations are broadcast once for 16 rows. Per row lane the integer sums
 // and the float operations are tile()'s and k_block()'s, in their order.
-// Q4_0, Q4_1, Q8_0 here; Q4_K, Q5_K in tile_k1, Q6_K in tile_q6_k1; Q5_0 and
-// Q5_1 keep tile()'s two passes (run() says why).
+// Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1 here (Q5: the halves one after the other
+// within each block, as their fifth-bit planes spill registers when both
+// halves' sums are live); Q4_K, Q5_K in tile_k1, Q6_K in tile_q6_k1.
 template <GgmlType kType>
 void tile1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, const int64_t* rows) {
   constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   constexpr int64_t pbytes = builtin_quant_type(kType)->panels.bytes();
-  static_assert(kType == GgmlType::q4_0 || kType == GgmlType::q4_1 || kType == GgmlType::q8_0);
-  constexpr bool kMin = kType == GgmlType::q4_1;
+  constexpr bool kQ5 = kType == GgmlType::q5_0 || kType == GgmlType::q5_1;
+  static_assert(kType == GgmlType::q4_0 || kType == GgmlType::q4_1 || kType == GgmlType::q8_0 || kQ5);
+  constexpr bool kMin = kType == GgmlType::q4_1 || kType == GgmlType::q5_1;
   const __m256i lo = _mm256_set1_epi8(0x0f);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   const int64_t k = w.k, nb = w.blocks;
@@ -249,9 +251,27 @@ void tile1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, con
     for (int64_t l = 0; l < pbytes; l += 64)
       _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch + l), _MM_HINT_T0);
     const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off)); };
-    // per half: Q4's int16 sums (≤ 8 · 3810) or Q8_0's products, and is = 255 · hi + lo
-    constexpr int kGroup = kType == GgmlType::q8_0 ? 1 : 8;
+    // per half: Q4's int16 sums (≤ 8 · 3810), Q5's four at a time (≤ 4 · 7874)
+    // or Q8_0's products, and is = 255 · hi + lo
+    constexpr int kGroup = kType == GgmlType::q8_0 ? 1 : kQ5 ? 4 : 8;
     __m256i is[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, ph[2] = {}, pl[2] = {};
+    if constexpr (kQ5) {
+      for (int h = 0; h < 2; ++h) {
+        const __m256i hb = load(256 + 32 * h);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+          int32_t four_h, four_l;
+          std::memcpy(&four_h, xh + 4 * j, 4);
+          std::memcpy(&four_l, xl + 4 * j, 4);
+          const __m256i v = load(64 * (j % 4) + 32 * h);
+          __m256i wv = j < 4 ? _mm256_and_si256(v, lo) : _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
+          const __m256i hs = j <= 4 ? _mm256_slli_epi16(hb, 4 - j) : _mm256_srli_epi16(hb, j - 4);
+          wv = _mm256_or_si256(wv, _mm256_and_si256(hs, _mm256_set1_epi8(0x10)));
+          add_products<kGroup>(j, _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_h)),
+                               _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_l)), ph[h], pl[h], is[h]);
+        }
+      }
+    } else {
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       int32_t four_h, four_l;
@@ -273,11 +293,13 @@ void tile1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, con
         add_products<kGroup>(j, qh, ql, ph[h], pl[h], is[h]);
       }
     }
+    }
     const int64_t at = t * nb + b;
     const __m256 dx = _mm256_set1_ps(x.d[size_t(at)]);
     for (int h = 0; h < 2; ++h) {
       __m256i s = is[h];
       if constexpr (kType == GgmlType::q4_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * x.sum[size_t(at)]));
+      if constexpr (kType == GgmlType::q5_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(16 * x.sum[size_t(at)]));
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qbytes + 16 * h)));
       acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s), acc[h]);
       if constexpr (kMin) {
@@ -439,13 +461,14 @@ void any_tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, flo
 
 template <GgmlType kType>
 void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, int64_t t1, float* y, int64_t ldy) {
-  // One token: both halves in one pass where it was measured faster (2
-  // threads, 64 Ki × 2048 streamed, Zen 3, against the two passes: Q4_0
-  // 1.2-1.5×, Q4_1 1.2-1.4×, Q8_0 1.1-1.4×, Q4_K 1.05-1.27×, Q5_K 1.05-1.19×,
-  // Q6_K 0.94-1.3×); Q5_0 and Q5_1 (0.5-0.7×: their fifth-bit planes spill
-  // registers with 16 rows) keep the two passes.
+  // One token: both halves in one pass (2 threads, 64 Ki × 2048 streamed,
+  // Zen 3, against the two passes: Q4_0 1.2-1.5×, Q4_1 1.2-1.4×, Q8_0
+  // 1.1-1.4×, Q4_K 1.05-1.27×, Q5_K 1.05-1.19×, Q6_K 0.94-1.3×; Q5_0
+  // 1.20-1.35× and Q5_1 1.30-1.35× with the halves one after the other in
+  // each block: with both halves' sums live they spilled, 0.5-0.7×).
   constexpr bool kFused = kType == GgmlType::q4_0 || kType == GgmlType::q4_1 || kType == GgmlType::q8_0 ||
-                          kType == GgmlType::q4_k || kType == GgmlType::q5_k || kType == GgmlType::q6_k;
+                          kType == GgmlType::q4_k || kType == GgmlType::q5_k || kType == GgmlType::q6_k ||
+                          kType == GgmlType::q5_0 || kType == GgmlType::q5_1;
   if (kFused && t1 - t0 == 1) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t rows[2] = {std::min<int64_t>(8, w.m - g * kQRows), std::min<int64_t>(8, w.m - g * kQRows - 8)};
