@@ -273,26 +273,26 @@ void tile1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, con
       }
     } else {
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      int32_t four_h, four_l;
-      std::memcpy(&four_h, xh + 4 * j, 4);
-      std::memcpy(&four_l, xl + 4 * j, 4);
-      const __m256i bh = _mm256_set1_epi32(four_h), bl = _mm256_set1_epi32(four_l);
-      for (int h = 0; h < 2; ++h) {
-        __m256i qh, ql;
-        if constexpr (kType == GgmlType::q8_0) {
-          const __m256i wv = load(64 * j + 32 * h), aw = _mm256_abs_epi8(wv);
-          qh = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bh, wv));
-          ql = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bl, wv));
-        } else {
-          const __m256i v = load(64 * (j % 4) + 32 * h);
-          const __m256i wv = j < 4 ? _mm256_and_si256(v, lo) : _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
-          qh = _mm256_maddubs_epi16(wv, bh);
-          ql = _mm256_maddubs_epi16(wv, bl);
+      for (int j = 0; j < 8; ++j) {
+        int32_t four_h, four_l;
+        std::memcpy(&four_h, xh + 4 * j, 4);
+        std::memcpy(&four_l, xl + 4 * j, 4);
+        const __m256i bh = _mm256_set1_epi32(four_h), bl = _mm256_set1_epi32(four_l);
+        for (int h = 0; h < 2; ++h) {
+          __m256i qh, ql;
+          if constexpr (kType == GgmlType::q8_0) {
+            const __m256i wv = load(64 * j + 32 * h), aw = _mm256_abs_epi8(wv);
+            qh = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bh, wv));
+            ql = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bl, wv));
+          } else {
+            const __m256i v = load(64 * (j % 4) + 32 * h);
+            const __m256i wv = j < 4 ? _mm256_and_si256(v, lo) : _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
+            qh = _mm256_maddubs_epi16(wv, bh);
+            ql = _mm256_maddubs_epi16(wv, bl);
+          }
+          add_products<kGroup>(j, qh, ql, ph[h], pl[h], is[h]);
         }
-        add_products<kGroup>(j, qh, ql, ph[h], pl[h], is[h]);
       }
-    }
     }
     const int64_t at = t * nb + b;
     const __m256 dx = _mm256_set1_ps(x.d[size_t(at)]);
@@ -466,17 +466,14 @@ void run(const QPanels& w, const QActs& x, int64_t g0, int64_t g1, int64_t t0, i
   // 1.1-1.4×, Q4_K 1.05-1.27×, Q5_K 1.05-1.19×, Q6_K 0.94-1.3×; Q5_0
   // 1.20-1.35× and Q5_1 1.30-1.35× with the halves one after the other in
   // each block: with both halves' sums live they spilled, 0.5-0.7×).
-  constexpr bool kFused = kType == GgmlType::q4_0 || kType == GgmlType::q4_1 || kType == GgmlType::q8_0 ||
-                          kType == GgmlType::q4_k || kType == GgmlType::q5_k || kType == GgmlType::q6_k ||
-                          kType == GgmlType::q5_0 || kType == GgmlType::q5_1;
-  if (kFused && t1 - t0 == 1) {
+  if (t1 - t0 == 1) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t rows[2] = {std::min<int64_t>(8, w.m - g * kQRows), std::min<int64_t>(8, w.m - g * kQRows - 8)};
       if constexpr (kType == GgmlType::q6_k)
         tile_q6_k1(w, x, g, t0, y + t0 * ldy, rows);
       else if constexpr (kType == GgmlType::q4_k || kType == GgmlType::q5_k)
         tile_k1<kType>(w, x, g, t0, y + t0 * ldy, rows);
-      else if constexpr (kFused)
+      else
         tile1<kType>(w, x, g, t0, y + t0 * ldy, rows);
     }
     return;
