@@ -121,8 +121,10 @@ def main():
         # Each busy loop in a session of its own, as a job from another
         # terminal or a service is (with the kernel's autogroups, nice then
         # weighs ffn's threads against each other, not against those jobs).
-        hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True) for _ in range(busy)]
+        hogs = []
         try:
+            for _ in range(busy):
+                hogs.append(subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True))
             time.sleep(0.5 if busy else 0)
             results = {}  # (case, metric, prog, threads) -> [values]
             for r in range(args.rounds):

@@ -2,7 +2,8 @@
 // a group (8 rows) in the 8 int32 lanes of a ymm; per activation plane (hi,
 // lo): Q4: vpmaddubsw (u8 weights × a token's 4 s8 activations broadcast:
 // pairs ≤ 2·15·127) summed over the block's 8 vectors in int16 (≤ 30480, no
-// overflow), then vpmaddwd by 255 (hi) and by 1 (lo) into one int32 sum:
+// overflow; Q5: pairs ≤ 2·31·127, four vectors at a time), then vpmaddwd
+// by 255 (hi) and by 1 (lo) into one int32 sum:
 // isum = 255·hi's + lo's, the same integer sums and float operations as the
 // rule. Q8_0: |w| × sign(x, w) in vpmaddubsw (pairs ≤ 2·128·127 = 32512),
 // each vector widened. Prompts: up to 4 tokens share each unpacked vector
