@@ -33,6 +33,21 @@ inline __m256i kept(__m256i v) {
   return v;
 }
 
+// The four low or the four high bits of each byte of v: the weights of one
+// of the two vectors (or activation blocks) that share 32 bytes of nibbles.
+inline __m256i nibbles(__m256i v, bool high) {
+  const __m256i lo = _mm256_set1_epi8(0x0f);
+  return high ? _mm256_and_si256(_mm256_srli_epi16(v, 4), lo) : _mm256_and_si256(v, lo);
+}
+
+// Q5_0, Q5_1 and Q5_K: bit j of each byte of the fifth-bit plane hb moved to
+// bit 4 and set in the nibbles w (as the AVX-512 kernel). j is a constant
+// once the callers' loops are unrolled, so the shifts are immediate.
+inline __m256i with_fifth_bit(__m256i w, __m256i hb, int j) {
+  const __m256i hs = j <= 4 ? _mm256_slli_epi16(hb, 4 - j) : _mm256_srli_epi16(hb, j - 4);
+  return _mm256_or_si256(w, _mm256_and_si256(hs, _mm256_set1_epi8(0x10)));
+}
+
 // A weight vector's products with a token's two activation planes (qh, ql:
 // vpmaddubsw's pairs) added to the token's int16 sums; the kGroup-th vector
 // of a group widens them into the int32 sum is = 255 · hi + lo (vpmaddwd by
@@ -65,7 +80,6 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
   constexpr int64_t qbytes = builtin_quant_type(kType)->panels.quant_bytes;
   constexpr bool kQ5 = kType == GgmlType::q5_0 || kType == GgmlType::q5_1;
   constexpr bool kMin = kType == GgmlType::q4_1 || kType == GgmlType::q5_1;
-  const __m256i lo = _mm256_set1_epi8(0x0f);
   __m256 acc[NT];
   for (int u = 0; u < NT; ++u) acc[u] = _mm256_setzero_ps();
   const int64_t k = w.k, nb = w.blocks;
@@ -80,7 +94,7 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
     // time (pairs ≤ 2 · 31 · 127 = 7874), Q8_0's (|w| × sign(x, w): pairs ≤
     // 2 · 128 · 127) widened each.
     constexpr int kGroup = kType == GgmlType::q8_0 ? 1 : kQ5 ? 4 : 8;
-    const __m256i hb = kQ5 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + 32 * h)) : lo;
+    const __m256i hb = kQ5 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + 32 * h)) : _mm256_setzero_si256();
     __m256i is[NT], ph[NT] = {}, pl[NT] = {};
     for (int u = 0; u < NT; ++u) is[u] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -90,11 +104,8 @@ void tile(const QPanels& w, const QActs& x, int64_t g, int h, int64_t t, float* 
       if constexpr (kType == GgmlType::q8_0) {
         aw = _mm256_abs_epi8(v);
       } else {
-        wv = j < 4 ? _mm256_and_si256(v, lo) : _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
-        if constexpr (kQ5) {  // bit j of the fifth-bit byte to bit 4 (as the AVX-512 kernel)
-          const __m256i hs = j <= 4 ? _mm256_slli_epi16(hb, 4 - j) : _mm256_srli_epi16(hb, j - 4);
-          wv = _mm256_or_si256(wv, _mm256_and_si256(hs, _mm256_set1_epi8(0x10)));
-        }
+        wv = nibbles(v, j >= 4);
+        if constexpr (kQ5) wv = with_fifth_bit(wv, hb, j);
       }
       for (int u = 0; u < NT; ++u) {
         int32_t four_h, four_l;
@@ -143,7 +154,6 @@ inline void k_block(const uint8_t* blk, int h, const QActs& x, int64_t t, int64_
                     __m256* acc) {
   constexpr bool k6 = kType == GgmlType::q6_k, k5 = kType == GgmlType::q5_k;
   constexpr int kGroup = k6 ? 2 : k5 ? 4 : 8, kSub = k6 ? 2 : 1;
-  const __m256i lo = _mm256_set1_epi8(0x0f);
   const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off + 32 * h)); };
   const auto scales = [&](int64_t off, bool is_signed) {  // 8 lanes' bytes → float
     const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + off + 8 * h));
@@ -157,7 +167,7 @@ inline void k_block(const uint8_t* blk, int h, const QActs& x, int64_t t, int64_
 #pragma GCC unroll 8
     for (int i = s * 8 / kSub; i < (s + 1) * 8 / kSub; ++i) {
       __m256i wv = load(kpanel::pair(kType, J / 2) + 64 * i);
-      wv = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo) : _mm256_and_si256(wv, lo);
+      wv = nibbles(wv, J % 2);
       if constexpr (k6) {
         constexpr int c = J % 4;
         __m256i hh = load(kpanel::plane(kType, J / 4) + 64 * i);
@@ -166,11 +176,7 @@ inline void k_block(const uint8_t* blk, int h, const QActs& x, int64_t t, int64_
         if constexpr (c == 3) hh = _mm256_srli_epi16(hh, 2);
         wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x30)));
       }
-      if constexpr (k5) {
-        const __m256i hv = load(kpanel::plane(kType, 0) + 64 * i);
-        const __m256i hh = J <= 4 ? _mm256_slli_epi16(hv, 4 - J) : _mm256_srli_epi16(hv, J - 4);
-        wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x10)));
-      }
+      if constexpr (k5) wv = with_fifth_bit(wv, load(kpanel::plane(kType, 0) + 64 * i), J);
       for (int u = 0; u < NT; ++u) {
         int32_t four_h, four_l;
         std::memcpy(&four_h, x.hi.data() + (t + u) * k + b * kQBlock + 4 * i, 4);
@@ -242,7 +248,6 @@ void tile1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, con
   constexpr bool kQ5 = kType == GgmlType::q5_0 || kType == GgmlType::q5_1;
   static_assert(kType == GgmlType::q4_0 || kType == GgmlType::q4_1 || kType == GgmlType::q8_0 || kQ5);
   constexpr bool kMin = kType == GgmlType::q4_1 || kType == GgmlType::q5_1;
-  const __m256i lo = _mm256_set1_epi8(0x0f);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   const int64_t k = w.k, nb = w.blocks;
   const int8_t* xh = x.hi.data() + t * k;
@@ -265,9 +270,7 @@ void tile1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, con
           std::memcpy(&four_h, xh + 4 * j, 4);
           std::memcpy(&four_l, xl + 4 * j, 4);
           const __m256i v = load(64 * (j % 4) + 32 * h);
-          __m256i wv = j < 4 ? _mm256_and_si256(v, lo) : _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
-          const __m256i hs = j <= 4 ? _mm256_slli_epi16(hb, 4 - j) : _mm256_srli_epi16(hb, j - 4);
-          wv = _mm256_or_si256(wv, _mm256_and_si256(hs, _mm256_set1_epi8(0x10)));
+          const __m256i wv = with_fifth_bit(nibbles(v, j >= 4), hb, j);
           add_products<kGroup>(j, _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_h)),
                                _mm256_maddubs_epi16(wv, _mm256_set1_epi32(four_l)), ph[h], pl[h], is[h]);
         }
@@ -287,7 +290,7 @@ void tile1(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, con
             ql = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bl, wv));
           } else {
             const __m256i v = load(64 * (j % 4) + 32 * h);
-            const __m256i wv = j < 4 ? _mm256_and_si256(v, lo) : _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
+            const __m256i wv = nibbles(v, j >= 4);
             qh = _mm256_maddubs_epi16(wv, bh);
             ql = _mm256_maddubs_epi16(wv, bl);
           }
@@ -320,7 +323,6 @@ inline void k_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, c
   static_assert(kType == GgmlType::q4_k || kType == GgmlType::q5_k);
   constexpr bool k5 = kType == GgmlType::q5_k;
   constexpr int kGroup = k5 ? 4 : 8;
-  const __m256i lo = _mm256_set1_epi8(0x0f);
   const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off)); };
   const auto scales = [&](int64_t off) {  // 8 lanes' bytes → float
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + off))));
@@ -338,12 +340,8 @@ inline void k_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, c
     const __m256i bh = _mm256_set1_epi32(four_h), bl = _mm256_set1_epi32(four_l);
     for (int h = 0; h < 2; ++h) {
       __m256i wv = load(kpanel::pair(kType, J / 2) + 64 * i + 32 * h);
-      wv = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo) : _mm256_and_si256(wv, lo);
-      if constexpr (k5) {
-        const __m256i hv = load(kpanel::plane(kType, 0) + 64 * i + 32 * h);
-        const __m256i hh = J <= 4 ? _mm256_slli_epi16(hv, 4 - J) : _mm256_srli_epi16(hv, J - 4);
-        wv = _mm256_or_si256(wv, _mm256_and_si256(hh, _mm256_set1_epi8(0x10)));
-      }
+      wv = nibbles(wv, J % 2);
+      if constexpr (k5) wv = with_fifth_bit(wv, load(kpanel::plane(kType, 0) + 64 * i + 32 * h), J);
       const __m256i qh = _mm256_maddubs_epi16(wv, bh), ql = _mm256_maddubs_epi16(wv, bl);
       add_products<kGroup>(i, qh, ql, ph[h], pl[h], is[h]);
     }
@@ -391,7 +389,6 @@ template <int J>
 inline void k6_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, const __m256* d, __m256* acc) {
   constexpr GgmlType kType = GgmlType::q6_k;
   constexpr int c = J % 4;  // block J's 2 high bits: bits 2c, 2c + 1 of its plane
-  const __m256i lo = _mm256_set1_epi8(0x0f);
   const auto load = [&](int64_t off) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + off)); };
   const int64_t k = x.blocks * kQBlock, at = t * x.blocks + b;
   const int8_t* xh = x.hi.data() + t * k + b * kQBlock;
@@ -408,7 +405,7 @@ inline void k6_block1(const uint8_t* blk, const QActs& x, int64_t t, int64_t b, 
       const __m256i bh = _mm256_set1_epi32(four_h), bl = _mm256_set1_epi32(four_l);
       for (int h = 0; h < 2; ++h) {
         __m256i wv = load(kpanel::pair(kType, J / 2) + 64 * i + 32 * h);
-        wv = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), lo) : _mm256_and_si256(wv, lo);
+        wv = nibbles(wv, J % 2);
         __m256i hh = load(kpanel::plane(kType, J / 4) + 64 * i + 32 * h);
         if constexpr (c == 0) hh = _mm256_slli_epi16(hh, 4);
         if constexpr (c == 1) hh = _mm256_slli_epi16(hh, 2);
