@@ -9,6 +9,8 @@
 // Per iteration, one weight vector (32 bytes of nibbles: 8 rows x 4 k) is
 // unpacked (shift, and) and used by 4 tokens x 2 activation planes:
 //   full:      8 x (vpbroadcastd from L1, vpmaddubsw, vpaddw)   the kernel's mix
+//   rows16:    two weight vectors (16 rows) x 2 tokens: 4 broadcasts, each
+//              used by both vectors (the other shape that fits 16 ymm)
 //   no-bcast:  the same with the activations already in registers
 //   products:  the 8 vpmaddubsw alone
 // The loop is aligned to 64 bytes: unaligned, "full" varied 7.7-9.5 cycles
@@ -52,6 +54,19 @@ static void full(long n) {
                        FULL(20, 2, 13) FULL(24, 3, 14) FULL(28, 4, 15) EPILOGUE
                    : "+r"(n) : "r"(w), "r"(x) : CLOBBERS);
 }
+// 16 rows x 2 tokens: two weight vectors (both halves of a group), each
+// broadcast used by both.
+#define ROWS16 \
+  "vmovdqu 32(%1),%%ymm6\n vpsrlw $4,%%ymm6,%%ymm6\n vpand %%ymm7,%%ymm6,%%ymm6\n"
+#define BOTH(off, t, u, acc0, acc1)                                                             \
+  "vpbroadcastd " #off "(%2),%%ymm" #t "\n vpmaddubsw %%ymm" #t ",%%ymm6,%%ymm" #u "\n"        \
+  "vpmaddubsw %%ymm" #t ",%%ymm0,%%ymm" #t "\n vpaddw %%ymm" #t ",%%ymm" #acc0 ",%%ymm" #acc0 "\n" \
+  "vpaddw %%ymm" #u ",%%ymm" #acc1 ",%%ymm" #acc1 "\n"
+static void rows16(long n) {
+  __asm__ volatile(PROLOGUE ROWS16 BOTH(0, 1, 2, 8, 9) BOTH(4, 3, 4, 10, 11) BOTH(8, 1, 2, 12, 13)
+                       BOTH(12, 3, 4, 14, 15) EPILOGUE
+                   : "+r"(n) : "r"(w), "r"(x) : CLOBBERS);
+}
 static void no_bcast(long n) {
   __asm__ volatile(PROLOGUE NOBC(5, 1, 8) NOBC(6, 2, 9) NOBC(5, 3, 10) NOBC(6, 4, 11) NOBC(5, 1, 12)
                        NOBC(6, 2, 13) NOBC(5, 3, 14) NOBC(6, 4, 15) EPILOGUE
@@ -81,18 +96,18 @@ static int by_value(const void* a, const void* b) {
 int main(void) {
   enum { kRounds = 7 };
   const long n = 100000000;
-  static void (*const loops[3])(long) = {full, no_bcast, products};
-  static const char* const names[3] = {"full", "no-bcast", "products"};
-  double cycles[3][kRounds];
+  static void (*const loops[4])(long) = {full, rows16, no_bcast, products};
+  static const char* const names[4] = {"full", "rows16", "no-bcast", "products"};
+  double cycles[4][kRounds];
   printf("round  clock GHz  loop      cycles/iteration  multiply-adds/cycle\n");
   for (int round = 0; round < kRounds; ++round)
-    for (int l = 0; l < 3; ++l) {
+    for (int l = 0; l < 4; ++l) {
       const double f = ghz(), t0 = now();
       loops[l](n);
       cycles[l][round] = (now() - t0) * f * 1e9 / n;
       printf("%5d  %9.2f  %-8s  %16.2f  %19.1f\n", round, f, names[l], cycles[l][round], 128 / cycles[l][round]);
     }
-  for (int l = 0; l < 3; ++l) {
+  for (int l = 0; l < 4; ++l) {
     qsort(cycles[l], kRounds, sizeof(double), by_value);
     printf("median %-8s  %.2f cycles/iteration, %.1f multiply-adds/cycle\n", names[l], cycles[l][kRounds / 2],
            128 / cycles[l][kRounds / 2]);
