@@ -10,9 +10,13 @@
 // unpacked (shift, and) and used by 4 tokens x 2 activation planes:
 //   full:      8 x (vpbroadcastd from L1, vpmaddubsw, vpaddw)   the kernel's mix
 //   rows16:    two weight vectors (16 rows) x 2 tokens: 4 broadcasts, each
-//              used by both vectors (the other shape that fits 16 ymm)
-//   no-bcast:  the same with the activations already in registers
-//   products:  the 8 vpmaddubsw alone
+//              used by both vectors (the other shape that fits 16 ymm, but
+//              for the nibble mask)
+//   no-bcast:  full with the activations already in registers
+//   products:  the weight vector's load, shift and and, and the 8 vpmaddubsw
+// Left out, as in "nothing else": the kernel shifts only the vectors of high
+// nibbles (half of them), widens the int16 sums into int32 (vpmaddwd, vpaddd)
+// once per block, and scales and adds the block's sums in float.
 // The loop is aligned to 64 bytes: unaligned, "full" varied 7.7-9.5 cycles
 // with where the linker put it.
 // Each vpmaddubsw is 32 byte products; two planes make a 16-bit activation,
@@ -40,7 +44,7 @@ static _Alignas(64) int8_t x[64];
   "vpcmpeqb %%ymm7,%%ymm7,%%ymm7\n vpsrlw $12,%%ymm7,%%ymm7\n"                                     \
   "vpcmpeqb %%ymm5,%%ymm5,%%ymm5\n vpabsb %%ymm5,%%ymm6\n"                                          \
   ".p2align 6\n 1:\n vmovdqu (%1),%%ymm0\n vpsrlw $4,%%ymm0,%%ymm0\n vpand %%ymm7,%%ymm0,%%ymm0\n"
-#define EPILOGUE "dec %0\n jnz 1b\n"
+#define EPILOGUE "dec %0\n jnz 1b\n vzeroupper\n"
 #define CLOBBERS                                                                                   \
   "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9", "ymm10", "ymm11", \
       "ymm12", "ymm13", "ymm14", "ymm15", "cc", "memory"
