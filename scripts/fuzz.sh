@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets (clang, ASan + UBSan) into build-asan/ and runs
 # each on the committed seed corpus for a fixed time.
 #   scripts/fuzz.sh [--seconds 60] [--keep DIR] [target ...]
-# targets: safetensors npy run marian gguf chat_template (default: all). New inputs the fuzzer finds go
+# targets: safetensors npy run marian gguf chat_template serve_request (default: all). New inputs the fuzzer finds go
 # to a scratch corpus (or DIR/<target> with --keep), never into the repository;
 # a crash leaves its input as build-asan/crash-* and fails the script.
 set -euo pipefail
@@ -15,11 +15,11 @@ while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --keep) keep="$2"; shift 2 ;;
-    safetensors|npy|run|marian|gguf|chat_template) targets+=("$1"); shift ;;
-    *) echo "fuzz.sh: unknown argument '$1' (expected --seconds N, --keep DIR or a target: safetensors npy run marian gguf chat_template)" >&2; exit 2 ;;
+    safetensors|npy|run|marian|gguf|chat_template|serve_request) targets+=("$1"); shift ;;
+    *) echo "fuzz.sh: unknown argument '$1' (expected --seconds N, --keep DIR or a target: safetensors npy run marian gguf chat_template serve_request)" >&2; exit 2 ;;
   esac
 done
-((${#targets[@]})) || targets=(safetensors npy run marian gguf chat_template)
+((${#targets[@]})) || targets=(safetensors npy run marian gguf chat_template serve_request)
 
 scripts/setup.sh clang libclang-rt-14-dev libomp-14-dev >/dev/null
 scripts/asan_build.sh $(printf 'fuzz_%s ' "${targets[@]}")

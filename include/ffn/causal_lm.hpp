@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,17 +69,23 @@ struct CausalLMConfig {
 
 // How generate chooses each next token, as transformers' generate does:
 // the repetition penalty (a seen token's logit divided by it if positive,
-// multiplied if negative), then greedy (temperature 0: the first largest
-// logit), or logits / temperature, the top_k largest kept, the smallest set
-// of largest probabilities reaching top_p kept, and a draw from the softmax
-// of the rest. Draws come from Philox (seed, step): the same seed, the same
-// tokens on every machine and thread count.
+// multiplied if negative), then the OpenAI API's presence and frequency
+// penalties over the generated tokens (as vLLM: a generated token's logit
+// minus presence_penalty, and minus frequency_penalty times its count), then
+// greedy (temperature 0: the first largest logit), or logits / temperature,
+// the top_k largest kept, the smallest set of largest probabilities reaching
+// top_p kept, those below min_p times the largest probability dropped, and a
+// draw from the softmax of the rest. Draws come from Philox (seed, step):
+// the same seed, the same tokens on every machine and thread count.
 struct SamplingOptions {
   int64_t max_new_tokens = 128;
   float temperature = 0.0f;   // 0: greedy
   int64_t top_k = 0;          // 0: no limit
   float top_p = 1.0f;         // 1: no limit
   float repeat_penalty = 1.0f;
+  float min_p = 0.0f;              // 0: no limit
+  float presence_penalty = 0.0f;   // -2..2, 0: off
+  float frequency_penalty = 0.0f;  // -2..2, 0: off
   uint64_t seed = 0;
   bool stop_at_eos = true;    // stop after one of the model's end ids (config().end_ids; returned)
   // Beam search (transformers' BeamSearchScorer) with this many beams; the
@@ -92,9 +99,13 @@ struct SamplingOptions {
 };
 
 // The token chosen from one row of logits (modified in place) after the
-// tokens `seen` (prompt and generated so far), at generation step `step`.
+// tokens `seen` (prompt and generated so far; the generated ones from index
+// `generated_from`, which the presence and frequency penalties count), at
+// generation step `step`.
 int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& seen, const SamplingOptions& s,
-                     int64_t step);
+                     int64_t step, int64_t generated_from = 0);
+// Whether s chooses by the first largest logit alone (temperature 0, no penalty).
+bool greedy_plain(const SamplingOptions& s);
 
 // How the products run. native: matrices stored in the file as Q4_0, Q4_1
 // or Q8_0 blocks stay so in memory (resident memory ≈ the file's size) and
@@ -139,9 +150,24 @@ class CausalLMState {
   // Sequence i keeps its first `length` positions (≤ length(i)); the rest
   // of its keys and values are dropped (a chat reusing a prompt's prefix).
   void truncate(int64_t i, int64_t length);
+  // A new sequence after the others holding a copy of sequence i's first
+  // `length` positions (≤ length(i)); returns its index. (A server's prefix
+  // cache: a request sharing a prompt's start with a running one.)
+  int64_t fork(int64_t i, int64_t length);
   // Bytes of keys and values held: whole pages of 256 positions, as the
   // sequences grow (not capacity() for every sequence up front).
   size_t bytes() const;
+  // The pages: positions per page (256, or the capacity rounded up to 16
+  // when smaller), pages held by live sequences, the pages `positions`
+  // positions take, and one page's bytes (every layer's keys and values).
+  int64_t page_positions() const;
+  int64_t pages_used() const;
+  int64_t pages_for(int64_t positions) const;
+  size_t page_bytes() const;
+  // At most `pages` pages held at once (0: no limit, the default): an
+  // extend, join or fork that would need more throws Error and changes nothing.
+  void set_page_limit(int64_t pages);
+  int64_t page_limit() const;
 
   struct Data;
 
@@ -193,7 +219,8 @@ class CausalLM {
   // Appends counts[i] tokens to sequence i (ids: all of them, sequence 0's
   // first; counts.size() == state.live()). logits: with every_position,
   // [Σ counts, vocab], the logits after each appended position; otherwise
-  // [live, vocab], after each sequence's last (each count must then be ≥ 1).
+  // [live, vocab], after each sequence's last (the row of a sequence given
+  // 0 tokens is left as it was).
   // Errors (before anything is changed): an id outside the vocabulary, a
   // sequence past the state's capacity.
   void extend(CausalLMState& state, const int32_t* ids, const std::vector<int64_t>& counts, float* logits,
@@ -236,6 +263,8 @@ class CausalLM {
                                  const SamplingOptions& s, const std::function<bool(int32_t)>& on_token,
                                  const RunOptions& opts) const;
   std::string chat_template_, path_;
+  // A directory's tokenizer's BOS and EOS texts (tokenizer_config.json), for the template.
+  std::optional<std::string> bos_text_, eos_text_;
   bool native_ = false;
   std::unique_ptr<Weights> w_;
 };

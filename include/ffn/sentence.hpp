@@ -73,6 +73,9 @@ class SentenceEncoder {
   std::vector<int32_t> tokenize(const std::string& text) const;
   // Unit-length (if the model normalizes) embeddings, [texts.size(), dim()].
   Array embed(const std::vector<std::string>& texts, const EmbedOptions& opts = {}) const;
+  // The same from token ids (each list as tokenize gives it: [CLS] … [SEP],
+  // at most max_tokens()); Error naming the input for an id outside the vocabulary.
+  Array embed_ids(const std::vector<std::vector<int32_t>>& ids, const EmbedOptions& opts = {}) const;
   // The encoder's output for one tokenized text, [ids.size(), dim()] (before pooling).
   // opts: the encoder call's run options (e.g. ffn_input), threads from `threads`.
   std::vector<float> hidden(const std::vector<int32_t>& ids, int threads = 0, const EncoderRunOptions& opts = {}) const;

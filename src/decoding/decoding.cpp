@@ -130,7 +130,9 @@ std::vector<std::vector<int64_t>> greedy_or_sample(Stepper& model, const std::ve
                                                    SearchStats& stats) {
   const int64_t B = int64_t(start.size()), V = s.vocab;
   const SamplingOptions& so = s.sampling;
-  const bool plain = so.temperature == 0.0f && so.repeat_penalty == 1.0f;  // the first highest logit
+  const bool plain = greedy_plain(so);  // the first highest logit
+  std::vector<int64_t> prompt_len(static_cast<size_t>(B));  // where each sequence's generated tokens start in seen
+  for (int64_t b = 0; b < B; ++b) prompt_len[size_t(b)] = int64_t(seen[size_t(b)].size());
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
   std::vector<int64_t> live(static_cast<size_t>(B)), last(start);
   std::iota(live.begin(), live.end(), 0);
@@ -151,7 +153,7 @@ std::vector<std::vector<int64_t>> greedy_or_sample(Stepper& model, const std::ve
       } else {
         SamplingOptions mine = so;
         mine.seed = so.seed + uint64_t(b) * 0x9e3779b97f4a7c15ULL;  // sequence 0 keeps the seed
-        best[size_t(i)] = choose_token(row, V, seen[size_t(b)], mine, t);
+        best[size_t(i)] = choose_token(row, V, seen[size_t(b)], mine, t, prompt_len[size_t(b)]);
       }
     });
     std::vector<int64_t> keep, next_live, next_last;

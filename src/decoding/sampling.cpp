@@ -22,18 +22,28 @@ void SamplingOptions::validate() const {
   if (!(top_p > 0 && top_p <= 1)) throw Error("--top-p: expected a value in (0, 1], got " + std::to_string(top_p));
   if (!(repeat_penalty > 0) || !std::isfinite(repeat_penalty))
     throw Error("--repeat-penalty: expected a finite value > 0, got " + std::to_string(repeat_penalty));
+  if (!(min_p >= 0 && min_p <= 1)) throw Error("--min-p: expected a value in [0, 1], got " + std::to_string(min_p));
+  if (!(presence_penalty >= -2 && presence_penalty <= 2))
+    throw Error("--presence-penalty: expected a value in [-2, 2], got " + std::to_string(presence_penalty));
+  if (!(frequency_penalty >= -2 && frequency_penalty <= 2))
+    throw Error("--frequency-penalty: expected a value in [-2, 2], got " + std::to_string(frequency_penalty));
   if (beams < 1 || beams > 1024) throw Error("--beams: expected 1..1024, got " + std::to_string(beams));
   if (!std::isfinite(length_penalty))
     throw Error("--length-penalty: expected a finite value, got " + std::to_string(length_penalty));
   if (beams > 1 && temperature != 0.0f)
     throw Error("--beams " + std::to_string(beams) + " with --temperature: beam sampling is not supported (give one)");
-  if (beams > 1 && (top_k != 0 || top_p != 1.0f || repeat_penalty != 1.0f))
+  if (beams > 1 && (top_k != 0 || top_p != 1.0f || repeat_penalty != 1.0f || min_p != 0.0f || presence_penalty != 0.0f ||
+                    frequency_penalty != 0.0f))
     throw Error("--beams " + std::to_string(beams) +
-                ": --top-k, --top-p and --repeat-penalty apply to sampling and greedy search, not to beam search");
+                ": --top-k, --top-p, --min-p and the penalties apply to sampling and greedy search, not to beam search");
+}
+
+bool greedy_plain(const SamplingOptions& s) {
+  return s.temperature == 0.0f && s.repeat_penalty == 1.0f && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f;
 }
 
 int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& seen, const SamplingOptions& s,
-                     int64_t step) {
+                     int64_t step, int64_t generated_from) {
   if (s.repeat_penalty != 1.0f) {
     std::vector<char> done(size_t(vocab), 0);
     for (int32_t t : seen) {
@@ -42,6 +52,13 @@ int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& s
       float& l = logits[t];
       l = l < 0 ? l * s.repeat_penalty : l / s.repeat_penalty;
     }
+  }
+  if (s.presence_penalty != 0.0f || s.frequency_penalty != 0.0f) {
+    std::vector<int32_t> count(size_t(vocab), 0);
+    for (size_t i = size_t(std::clamp<int64_t>(generated_from, 0, int64_t(seen.size()))); i < seen.size(); ++i)
+      if (seen[i] >= 0 && seen[i] < vocab) ++count[size_t(seen[i])];
+    for (int64_t v = 0; v < vocab; ++v)
+      if (count[size_t(v)] > 0) logits[v] -= s.presence_penalty + s.frequency_penalty * float(count[size_t(v)]);
   }
   if (s.temperature == 0.0f) return int32_t(std::max_element(logits, logits + vocab) - logits);
   // Candidates, largest first (ties: the lower id first, as a stable sort).
@@ -72,6 +89,13 @@ int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& s
       ++n;
       if (acc >= double(s.top_p)) break;
     }
+    keep = n;
+    sum = 0;
+    for (int64_t i = 0; i < keep; ++i) sum += p[size_t(i)];
+  }
+  if (s.min_p > 0.0f) {  // p ≥ min_p · p_max, with p relative to the largest (p[0] = 1)
+    int64_t n = 1;
+    while (n < keep && p[size_t(n)] >= double(s.min_p)) ++n;
     keep = n;
     sum = 0;
     for (int64_t i = 0; i < keep; ++i) sum += p[size_t(i)];

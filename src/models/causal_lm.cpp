@@ -89,6 +89,17 @@ void CausalLMState::truncate(int64_t i, int64_t length) {
                 " positions, cannot keep " + std::to_string(length));
   data_->cache.resize(i, length);
 }
+int64_t CausalLMState::fork(int64_t i, int64_t length) {
+  if (i < 0 || i >= live())
+    throw Error("fork: sequence " + std::to_string(i) + " does not exist (" + std::to_string(live()) + " live)");
+  return data_->cache.fork(i, length);
+}
+int64_t CausalLMState::page_positions() const { return data_->cache.page(); }
+int64_t CausalLMState::pages_used() const { return data_->cache.pages_used(); }
+int64_t CausalLMState::pages_for(int64_t positions) const { return data_->cache.pages_for(positions); }
+size_t CausalLMState::page_bytes() const { return data_->cache.page_bytes(); }
+void CausalLMState::set_page_limit(int64_t pages) { data_->cache.set_page_limit(pages); }
+int64_t CausalLMState::page_limit() const { return data_->cache.page_limit(); }
 void CausalLMState::leave(int64_t i) {
   if (i < 0 || i >= live())
     throw Error("leave: sequence " + std::to_string(i) + " does not exist (" + std::to_string(live()) + " live)");
@@ -235,6 +246,23 @@ CausalLM CausalLM::load(const std::string& path, const CausalLMLoadOptions& opts
           if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
             lm.chat_template_ = e["template"];
       if (t.contains("add_bos_token") && t["add_bos_token"].is_boolean()) c.add_bos = t["add_bos_token"].get<bool>();
+    }
+    // The texts transformers gives the template as bos_token and eos_token:
+    // the tokenizer's own (tokenizer_config.json, else special_tokens_map.json;
+    // a string or an AddedToken's "content"), which can differ from the token
+    // config.json's ids name (Mistral-Nemo-Instruct-2407).
+    for (const fs::path& f : {dir / "tokenizer_config.json", dir / "special_tokens_map.json"}) {
+      if (!fs::exists(f, ec)) continue;
+      const nlohmann::json t = models::read_json(f);
+      auto text_of = [&](const char* key) -> std::optional<std::string> {
+        if (!t.contains(key)) return std::nullopt;
+        const auto& v = t[key];
+        if (v.is_string()) return v.get<std::string>();
+        if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+        return std::nullopt;
+      };
+      if (!lm.bos_text_) lm.bos_text_ = text_of("bos_token");
+      if (!lm.eos_text_) lm.eos_text_ = text_of("eos_token");
     }
     // Newer checkpoints keep the template in a file of its own, which transformers prefers.
     if (const fs::path jt = dir / "chat_template.jinja"; fs::exists(jt, ec)) {
@@ -519,9 +547,7 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   std::vector<int64_t> off(size_t(B) + 1, 0);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t k = counts[size_t(b)];
-    if (k < 0 || (!every_position && k == 0))
-      throw Error("extend: sequence " + std::to_string(b) + " is given " + std::to_string(k) +
-                  " tokens (at least 1 for its logits)");
+    if (k < 0) throw Error("extend: sequence " + std::to_string(b) + " is given " + std::to_string(k) + " tokens");
     if (cache.length(b) + k > cache.capacity())
       throw Error("extend: sequence " + std::to_string(b) + " would hold " + std::to_string(cache.length(b) + k) +
                   " positions, more than the state's capacity " + std::to_string(cache.capacity()));
@@ -587,17 +613,30 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
         L.attn, nullptr, nullptr, nullptr, &L.ffn[0], nullptr};
     nn::decoder_layer_step(bc, view, l, x.data(), a.data(), nullptr, n, ls, scratch);
   }
+  // The rows that get logits: every position, or each sequence's last
+  // (sequences given no tokens have none), packed to the front.
   int64_t m = n;
+  std::vector<int64_t> to;  // with !every_position: the sequence of each packed row
   if (!every_position) {
-    m = B;
+    m = 0;
     for (int64_t b = 0; b < B; ++b)
-      std::copy_n(x.begin() + (off[size_t(b) + 1] - 1) * d, d, x.begin() + b * d);
+      if (counts[size_t(b)] > 0) {
+        std::copy_n(x.begin() + (off[size_t(b) + 1] - 1) * d, d, x.begin() + m * d);
+        to.push_back(b);
+        ++m;
+      }
   }
   nn::norm_forward(cx, NormType::rmsnorm, c.eps, x.data(), m, d, w_->norm.data(), nullptr, a.data(), mean.data(),
                    rstd.data());
-  w_->head.forward(cx, a.data(), m, logits, {.acts = &acts});
+  const bool packed = !every_position && m < B;  // rows to spread out to their sequences afterwards
+  std::vector<float> packed_logits(packed ? size_t(m * c.vocab) : 0);
+  float* out = packed ? packed_logits.data() : logits;
+  w_->head.forward(cx, a.data(), m, out, {.acts = &acts});
   if (const float cap = spec.embedding.final_softcap; cap > 0)  // Gemma 2: as transformers, ÷ cap, tanh, × cap
-    for (int64_t i = 0; i < m * c.vocab; ++i) logits[i] = std::tanh(logits[i] / cap) * cap;
+    for (int64_t i = 0; i < m * c.vocab; ++i) out[i] = std::tanh(out[i] / cap) * cap;
+  if (packed)
+    for (int64_t r = 0; r < m; ++r)
+      std::copy_n(out + r * c.vocab, c.vocab, logits + to[size_t(r)] * c.vocab);
   step.done();
 }
 

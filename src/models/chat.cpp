@@ -50,8 +50,8 @@ std::vector<int32_t> CausalLM::encode_prompt(const std::string& text) const {
 
 std::string CausalLM::chat_prompt_json(const std::string& messages_json, ChatRenderOptions opts) const {
   if (chat_template_.empty()) throw Error(path_ + ": the model has no chat template (give the prompt as text)");
-  if (!opts.bos_token) opts.bos_token = token_text(tok_.get(), cfg_.bos);
-  if (!opts.eos_token) opts.eos_token = token_text(tok_.get(), cfg_.eos);
+  if (!opts.bos_token) opts.bos_token = bos_text_ ? *bos_text_ : token_text(tok_.get(), cfg_.bos);
+  if (!opts.eos_token) opts.eos_token = eos_text_ ? *eos_text_ : token_text(tok_.get(), cfg_.eos);
   const ChatTemplate t(chat_template_, path_ + ": chat template");
   return t.render_json(messages_json, opts);
 }

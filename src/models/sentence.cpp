@@ -43,6 +43,8 @@ using models::read_json;
 // Embeddings of texts, with the encoder's run options (threads set there); below.
 Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>& texts, const EmbedOptions& opts,
                   EncoderRunOptions o);
+Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::function<std::vector<int32_t>(int64_t)>& ids_of,
+                     const EmbedOptions& opts, EncoderRunOptions o);
 
 }  // namespace
 
@@ -328,15 +330,38 @@ Array SentenceEncoder::embed(const std::vector<std::string>& texts, const EmbedO
   return embed_texts(*impl_, texts, opts, {});
 }
 
+Array SentenceEncoder::embed_ids(const std::vector<std::vector<int32_t>>& ids, const EmbedOptions& opts) const {
+  const detail::SentenceModel& m = *impl_;
+  for (size_t b = 0; b < ids.size(); ++b) {
+    const std::string at = "input " + std::to_string(b);
+    if (ids[b].empty()) throw Error(at + ": no token ids");
+    if (int64_t(ids[b].size()) > m.max_tokens)
+      throw Error(at + ": " + std::to_string(ids[b].size()) + " token ids, more than the model's " + std::to_string(m.max_tokens));
+    for (int32_t id : ids[b])
+      if (id < 0 || id >= m.vocab.vocab_size())
+        throw Error(at + ": token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                    std::to_string(m.vocab.vocab_size() - 1) + ")");
+  }
+  return embed_id_lists(m, int64_t(ids.size()), [&](int64_t b) { return ids[size_t(b)]; }, opts, {});
+}
+
 namespace {
 
 Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>& texts, const EmbedOptions& opts,
                   EncoderRunOptions o) {
+  return embed_id_lists(m, int64_t(texts.size()), [&](int64_t b) {
+    return m.vocab.encode(texts[size_t(b)], m.max_tokens, "text " + std::to_string(b));
+  }, opts, std::move(o));
+}
+
+// Embeddings of N token lists (ids_of(b): list b, read one batch at a time).
+Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::function<std::vector<int32_t>(int64_t)>& ids_of,
+                     const EmbedOptions& opts, EncoderRunOptions o) {
   if (opts.batch < 1) throw Error("batch: expected a positive integer, got " + std::to_string(opts.batch));
   if (opts.threads < 0 || opts.threads > kMaxThreads)
     throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(opts.threads));
   const int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
-  const int64_t N = int64_t(texts.size()), d = m.d;
+  const int64_t d = m.d;
   Array out;
   out.shape = {N, d};
   out.data.assign(size_t(N * d), 0.0f);
@@ -349,7 +374,7 @@ Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>
     std::vector<std::vector<int32_t>> ids(static_cast<size_t>(B));
     Shape shape{B, 0, Layout::tokens, {}};
     for (int64_t b = 0; b < B; ++b) {
-      ids[size_t(b)] = m.vocab.encode(texts[size_t(b0 + b)], m.max_tokens, "text " + std::to_string(b0 + b));
+      ids[size_t(b)] = ids_of(b0 + b);
       shape.lengths.push_back(int64_t(ids[size_t(b)].size()));
       shape.seq = std::max(shape.seq, shape.lengths.back());
     }

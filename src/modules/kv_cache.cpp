@@ -47,12 +47,45 @@ void KvCache::leave(int64_t i) {
   len_.erase(len_.begin() + i);
 }
 
+void KvCache::set_page_limit(int64_t pages) {
+  if (pages < 0) throw Error("KV cache: the page limit must be 0 (none) or more, got " + std::to_string(pages));
+  limit_ = pages;
+}
+
+int64_t KvCache::fork(int64_t i, int64_t len) {
+  if (i < 0 || i >= live())
+    throw Error("KV cache: sequence " + std::to_string(i) + " does not exist (" + std::to_string(live()) + " live)");
+  if (len < 0 || len > len_[size_t(i)])
+    throw Error("KV cache: sequence " + std::to_string(i) + " holds " + std::to_string(len_[size_t(i)]) +
+                " positions, cannot copy " + std::to_string(len));
+  const int64_t n = pages_for(len);
+  std::vector<int64_t> mine = take_pages(n);  // (may move every layer's rows)
+  for (int64_t l = 0; l < layers_; ++l)
+    for (int64_t p = 0; p < n; ++p) {
+      const int64_t rows = std::min(page_, len - p * page_);
+      const size_t src = size_t(pages_[size_t(i)][size_t(p)] * page_ * kvd_), dst = size_t(mine[size_t(p)] * page_ * kvd_);
+      std::copy_n(k_[size_t(l)].begin() + std::ptrdiff_t(src), rows * kvd_, k_[size_t(l)].begin() + std::ptrdiff_t(dst));
+      std::copy_n(v_[size_t(l)].begin() + std::ptrdiff_t(src), rows * kvd_, v_[size_t(l)].begin() + std::ptrdiff_t(dst));
+    }
+  pages_.push_back(std::move(mine));
+  len_.push_back(len);
+  return live() - 1;
+}
+
 std::vector<int64_t> KvCache::take_pages(int64_t n) {
   if (n <= 0) return {};
+  if (limit_ > 0 && pages_used() + n > limit_)
+    throw Error("KV cache: " + std::to_string(n) + " more pages needed, " + std::to_string(limit_ - pages_used()) +
+                " of the limit of " + std::to_string(limit_) + " free");
+  // With a limit, the arrays never grow past it.
   // Short of free pages: every layer's arrays grow first, before any page is
   // handed out (by half again at least, so a growing cache copies its rows
   // a bounded number of times).
-  if (int64_t(free_.size()) < n) grow(std::max(n - int64_t(free_.size()), allocated_ / 2));
+  if (int64_t(free_.size()) < n) {
+    int64_t more = std::max(n - int64_t(free_.size()), allocated_ / 2);
+    if (limit_ > 0) more = std::max(n - int64_t(free_.size()), std::min(more, limit_ - allocated_));
+    grow(more);
+  }
   // The lowest numbers first, so a cache that shrank and grew again stays compact.
   std::sort(free_.begin(), free_.end(), std::greater<>());
   std::vector<int64_t> out(free_.end() - n, free_.end());

@@ -45,6 +45,9 @@ class KvCache {
   int64_t join();
   // Drops sequence i (its pages are free again); the later ones move down one.
   void leave(int64_t i);
+  // A new sequence after the others holding a copy of sequence i's first
+  // len positions (≤ length(i)): its own pages, the rows copied; returns its index.
+  int64_t fork(int64_t i, int64_t len);
   // New sequence i is old sequence from[i] (any order, repeats allowed).
   void select(const std::vector<int64_t>& from);
   // Room for sequence i to hold len positions (len ≤ capacity, else Error),
@@ -77,14 +80,23 @@ class KvCache {
   const std::vector<std::vector<int64_t>>& pages() const { return pages_; }
   // Bytes of K and V held (every page allocated, used or free).
   size_t bytes() const;
+  // The pages a sequence of len positions holds.
+  int64_t pages_for(int64_t len) const;
+  // Pages held by live sequences, and the most there may be (0: no limit).
+  // With a limit, a step or fork that would need more throws Error before
+  // anything changes (a server keeps its KV memory to --kv-memory).
+  int64_t pages_used() const { return allocated_ - int64_t(free_.size()); }
+  int64_t page_limit() const { return limit_; }
+  void set_page_limit(int64_t pages);
+  // Bytes of one page in every layer, K and V.
+  size_t page_bytes() const { return size_t(2 * layers_ * page_ * kvd_) * sizeof(float); }
 
  private:
   // n free page numbers, growing every layer's arrays when the free list is short.
   std::vector<int64_t> take_pages(int64_t n);
   void grow(int64_t pages);  // `pages` more pages in every layer, free
-  int64_t pages_for(int64_t len) const;
 
-  int64_t layers_ = 0, kvd_ = 0, cap_ = 0, page_ = kPage, allocated_ = 0;  // allocated_: pages in each layer's arrays
+  int64_t layers_ = 0, kvd_ = 0, cap_ = 0, page_ = kPage, allocated_ = 0, limit_ = 0;  // allocated_: pages in each layer's arrays
   std::vector<int64_t> free_;
   std::vector<std::vector<int64_t>> pages_;  // per live sequence
   std::vector<int64_t> len_;
