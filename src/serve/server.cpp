@@ -453,11 +453,11 @@ void answer_generation(App& a, const httplib::Request& http, httplib::Response& 
 // Wraps a handler: the API key, readiness, the drain, the body's JSON, and
 // errors as OpenAI's error objects (never a crash: any exception is a 500).
 using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
-Handler guarded(App& a, Handler h, bool needs_ready = true) {
-  return [&a, h, needs_ready](const httplib::Request& req, httplib::Response& res) {
+Handler guarded(App& a, Handler h, bool needs_ready = true, bool needs_key = true) {
+  return [&a, h, needs_ready, needs_key](const httplib::Request& req, httplib::Response& res) {
     const Active count(a);
     try {
-      if (!a.o.api_key.empty() && !key_matches(req.get_header_value("Authorization"), a.o.api_key))
+      if (needs_key && !a.o.api_key.empty() && !key_matches(req.get_header_value("Authorization"), a.o.api_key))
         throw ApiError(401, "a missing or wrong API key (Authorization: Bearer KEY)", "", "authentication_error", "invalid_api_key");
       if (a.draining) {
         res.set_header("Retry-After", "5");
@@ -500,6 +500,26 @@ void routes(httplib::Server& svr, App& a) {
       return;
     }
     res.set_content(R"({"status": "ok"})", "application/json");
+  }, false, false));  // (a load balancer's probe needs no key)
+  // Prometheus text: the engine's gauges and counters, named as vLLM names the same quantities (issue 67 adds the rest).
+  svr.Get("/metrics", guarded(a, [&a](const httplib::Request&, httplib::Response& res) {
+    std::string out;
+    auto metric = [&out](const char* name, const char* type, const char* help, double v) {
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+             std::to_string(v) + "\n";
+    };
+    const EngineStats s = a.engine ? a.engine->stats() : EngineStats{};
+    metric("ffn:num_requests_running", "gauge", "Sequences generating now.", double(s.running));
+    metric("ffn:num_requests_waiting", "gauge", "Requests waiting in the queue.", double(s.waiting));
+    metric("ffn:kv_pages_used", "gauge", "KV cache pages held (running and cached-prefix sequences).", double(s.pages_used));
+    metric("ffn:kv_pages_total", "gauge", "KV cache pages in the pool (--kv-memory).", double(s.pages_total));
+    metric("ffn:prefix_cache_sequences", "gauge", "Finished sequences kept for their prefixes.", double(s.parked));
+    metric("ffn:num_preemptions_total", "counter", "Sequences preempted for KV pages.", double(s.preemptions));
+    metric("ffn:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", double(s.prompt_tokens));
+    metric("ffn:prompt_tokens_cached_total", "counter", "Prompt tokens reused from cached prefixes.", double(s.cached_tokens));
+    metric("ffn:generation_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
+    metric("ffn:steps_total", "counter", "Engine steps run.", double(s.steps));
+    res.set_content(out, "text/plain; version=0.0.4");
   }, false));
   svr.Get("/v1/models", guarded(a, [&a](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
@@ -620,6 +640,11 @@ void routes(httplib::Server& svr, App& a) {
   }));
 }
 
+// The server, with its listening socket in reach.
+struct Http : httplib::Server {
+  int socket() const { return int(svr_sock_); }
+};
+
 // SIGTERM and SIGINT, blocked in every thread and taken by sigwait here.
 sigset_t stop_signals() {
   sigset_t s;
@@ -648,7 +673,7 @@ int run_server(const ServeOptions& o) {
   a.lm_name = o.model.empty() ? "" : name_of(o.model);
   a.embed_name = o.embedding_model.empty() ? "" : name_of(o.embedding_model);
   a.translate_name = o.translation_model.empty() ? "" : name_of(o.translation_model);
-  httplib::Server svr;
+  Http svr;
   const int http_threads = o.http_threads > 0 ? o.http_threads : int(std::max<int64_t>(64, o.parallel + o.queue + 8));
   svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(size_t(http_threads)); };
   svr.set_payload_max_length(size_t(o.body_limit));
@@ -671,6 +696,9 @@ int run_server(const ServeOptions& o) {
   if (!svr.bind_to_port(o.host, o.port))
     throw Error("--host " + o.host + " --port " + std::to_string(o.port) + ": cannot listen there (" + std::strerror(errno) +
                 "; is another server on that port?)");
+  // cpp-httplib 0.11 listens with a backlog of 5: a burst of connections overflows it (resets). Listen again with a real one.
+  if (::listen(svr.socket(), SOMAXCONN) != 0)
+    throw Error("--port " + std::to_string(o.port) + ": cannot listen (" + std::strerror(errno) + ")");
   std::thread listener([&svr] { svr.listen_after_bind(); });
   std::atomic<bool> stop{false};
   std::thread waiter([&] {
