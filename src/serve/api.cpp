@@ -138,6 +138,7 @@ GenerationFields generation(const json& b, bool chat) {
   } else if (field(b, "logprobs")) {  // the legacy completions field: the number of most likely tokens
     g.top_logprobs = integer(b, "logprobs", 0, 20);
   }
+  if (field(b, "ignore_eos")) s.stop_at_eos = !boolean(b, "ignore_eos");  // llama-server's and vLLM's extension
   if (field(b, "stream")) g.stream = boolean(b, "stream");
   if (const json* v = field(b, "stream_options")) {
     if (!v->is_object()) bad("stream_options", "expected an object");

@@ -228,3 +228,23 @@ TEST(Chat, TemplateVariablesReachTheTemplate) {
   EXPECT_EQ(chat.say("hi", greedy(2)).prompt_tokens, int64_t(m.tokenizer()->encode("<no-think>hi").size()));
   fs::remove_all(dir);
 }
+
+// A directory's template gets the tokenizer's own bos_token and eos_token
+// texts, as transformers passes them (tokenizer_config.json, strings or
+// AddedToken objects; special_tokens_map.json otherwise), not the texts of
+// config.json's ids, where the two differ (Mistral-Nemo-Instruct-2407's
+// assistant turns end in the tokenizer's eos).
+TEST(Chat, TemplateGetsTheTokenizersOwnBosAndEos) {
+  const std::string tmpl = "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}";
+  const fs::path dir = with_template("gqa3_tied", tmpl, "eos");
+  const CausalLM ids_only = CausalLM::load(dir.string());
+  // Without the tokenizer's files: config.json's ids (1 <|im_start|>, 2 <|im_end|>).
+  EXPECT_EQ(ids_only.chat_prompt("hi"), "<|im_start|>hi<|im_end|>");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"bos_token": {"content": "<|im_start|>", "lstrip": false},
+                                                     "eos_token": "<|endoftext|>"})";
+  EXPECT_EQ(CausalLM::load(dir.string()).chat_prompt("hi"), "<|im_start|>hi<|endoftext|>");
+  fs::remove(dir / "tokenizer_config.json");
+  std::ofstream(dir / "special_tokens_map.json") << R"({"eos_token": {"content": "<|endoftext|>"}})";
+  EXPECT_EQ(CausalLM::load(dir.string()).chat_prompt("hi"), "<|im_start|>hi<|endoftext|>");
+  fs::remove_all(dir);
+}
