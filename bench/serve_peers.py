@@ -141,6 +141,7 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--vocab-range", default="1000,40000", help="token ids the random prompts draw from")
+    ap.add_argument("--ffn-args", default="", help="more flags for ffn serve (e.g. '--chunk 64')")
     ap.add_argument("--json")
     a = ap.parse_args()
     cs = [int(c) for c in a.concurrency.split(",")]
@@ -150,7 +151,7 @@ def main():
     ctx = par * (a.prompt_tokens + a.new_tokens + 256)
     servers = {
         "ffn": [FFN, "serve", "--model", a.model, "--port", str(pf), "--threads", str(a.threads), "--parallel", str(par),
-                "--context", str(a.prompt_tokens + a.new_tokens + 256), "--queue", "256"],
+                "--context", str(a.prompt_tokens + a.new_tokens + 256), "--queue", "256", *a.ffn_args.split()],
         "llama-server": [a.llama_server, "-m", a.model, "--port", str(pl), "--host", "127.0.0.1", "-t", str(a.threads),
                          "-tb", str(a.threads), "--parallel", str(par), "--ctx-size", str(ctx), "--cont-batching",
                          "--no-webui"],

@@ -247,6 +247,16 @@ void Engine::finish_slot(size_t i, Finish f, const std::string& error) {
   }
 }
 
+void Engine::end_jobs(const std::vector<std::pair<const Job*, Finish>>& ended) {
+  // By job, not by index: finishing one may drop a parked slot and move the others.
+  for (const auto& [job, f] : ended)
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].job.get() == job) {
+        finish_slot(i, f, f == Finish::error ? job->error_ : std::string());
+        break;
+      }
+}
+
 void Engine::admit() {
   for (;;) {
     int64_t running = 0;
@@ -300,6 +310,26 @@ void Engine::admit() {
         if (slots_[i].stamp == id && (take_over ? !slots_[i].job : bool(slots_[i].job))) best = i;
       if (best == slots_.size()) common = 0;  // (cannot happen: it was kept)
     }
+    try {
+      place(job, best, common, take_over);
+    } catch (const std::exception& e) {
+      job->end(Finish::error, e.what());
+      continue;
+    }
+    const std::lock_guard<std::mutex> lock(m_);
+    if (!job->admitted_once_) {
+      job->admitted_once_ = true;
+      const std::lock_guard<std::mutex> jl(job->m_);
+      job->usage_.cached_tokens = common;
+      stats_.cached_tokens += common;
+      stats_.prompt_tokens += int64_t(job->req_.prompt.size());
+    }
+  }
+}
+
+// The job's slot: the parked sequence `best` taken over, a copy of the first
+// `common` positions of running sequence `best`, or a new empty sequence.
+void Engine::place(const std::shared_ptr<Job>& job, size_t best, int64_t& common, bool take_over) {
     if (take_over && best < slots_.size()) {
       slots_[best].job = job;
       slots_[best].stamp = ++clock_;
@@ -316,15 +346,6 @@ void Engine::admit() {
       }
       slots_.push_back(std::move(s));
     }
-    const std::lock_guard<std::mutex> lock(m_);
-    if (!job->admitted_once_) {
-      job->admitted_once_ = true;
-      const std::lock_guard<std::mutex> jl(job->m_);
-      job->usage_.cached_tokens = common;
-      stats_.cached_tokens += common;
-      stats_.prompt_tokens += int64_t(job->req_.prompt.size());
-    }
-  }
 }
 
 void Engine::sample(size_t i, float* row) {
@@ -356,8 +377,10 @@ void Engine::sample(size_t i, float* row) {
 
 void Engine::step() {
   // Cancelled jobs leave (their keys and values stay parked for a prefix).
-  for (size_t i = slots_.size(); i-- > 0;)
-    if (slots_[i].job && slots_[i].job->cancelled()) finish_slot(i, Finish::cancelled);
+  std::vector<std::pair<const Job*, Finish>> ended;
+  for (const Slot& s : slots_)
+    if (s.job && s.job->cancelled()) ended.emplace_back(s.job.get(), Finish::cancelled);
+  end_jobs(ended);
   admit();
   const int64_t V = lm_.config().vocab;
   std::vector<int64_t> counts;
@@ -369,7 +392,12 @@ void Engine::step() {
       if (slots_[i].job) order.push_back(i);
     if (order.empty()) return;
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return slots_[a].stamp < slots_[b].stamp; });
-    int64_t budget = o_.chunk;
+    // While some sequence decodes, prompts get `chunk` tokens a step (its
+    // inter-token gap grows by one chunk's time at most); while none does,
+    // nobody waits on the step: `chunk_alone`.
+    bool decoding = false;
+    for (size_t i : order) decoding = decoding || slots_[i].job->context_.size() - slots_[i].tokens.size() == 1;
+    int64_t budget = decoding ? o_.chunk : std::max(o_.chunk, o_.chunk_alone);
     for (size_t i : order) {
       const int64_t rest = int64_t(slots_[i].job->context_.size() - slots_[i].tokens.size());
       if (rest == 1) counts[i] = 1;
@@ -384,7 +412,8 @@ void Engine::step() {
       need += state_.pages_for(len + counts[i]) - state_.pages_for(len);
     }
     if (need <= o_.kv_pages - state_.pages_used()) break;
-    if (make_room(need, size_t(-1))) continue;
+    const size_t before = slots_.size();
+    if (make_room(need, size_t(-1)) || slots_.size() != before) continue;  // (dropped slots move the indices)
     // Preempt the most recently admitted running sequence: it waits at the head of the queue.
     size_t last = order.back();
     std::shared_ptr<Job> job = slots_[last].job;
@@ -406,7 +435,7 @@ void Engine::step() {
   RunOptions ro;
   ro.threads = o_.threads;
   lm_.extend(state_, ids.data(), counts, logits_.data(), false, ro);
-  std::vector<std::pair<size_t, Finish>> ended;
+  ended.clear();
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (counts[i] == 0) continue;
     Slot& s = slots_[i];
@@ -418,7 +447,7 @@ void Engine::step() {
     try {
       sample(i, logits_.data() + i * size_t(V));
     } catch (const std::exception& e) {
-      ended.emplace_back(i, Finish::error);
+      ended.emplace_back(&job, Finish::error);
       job.error_ = e.what();
       continue;
     }
@@ -426,13 +455,10 @@ void Engine::step() {
     const CausalLMConfig& c = lm_.config();
     const bool end_id =
         job.req_.sampling.stop_at_eos && std::find(c.end_ids.begin(), c.end_ids.end(), int64_t(tok)) != c.end_ids.end();
-    if ((job.stream_ && job.stream_->stopped()) || end_id) ended.emplace_back(i, Finish::stop);
-    else if (job.made_ >= job.req_.sampling.max_new_tokens) ended.emplace_back(i, Finish::length);
+    if ((job.stream_ && job.stream_->stopped()) || end_id) ended.emplace_back(&job, Finish::stop);
+    else if (job.made_ >= job.req_.sampling.max_new_tokens) ended.emplace_back(&job, Finish::length);
   }
-  for (auto it = ended.rbegin(); it != ended.rend(); ++it) {
-    const std::string error = it->second == Finish::error ? slots_[it->first].job->error_ : std::string();
-    finish_slot(it->first, it->second, error);
-  }
+  end_jobs(ended);
   const std::lock_guard<std::mutex> lock(m_);
   ++stats_.steps;
 }

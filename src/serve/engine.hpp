@@ -126,7 +126,8 @@ struct EngineOptions {
   int64_t queue = 64;         // waiting requests at most
   int64_t context = 0;        // positions per sequence; 0: the model's, at most 4096
   int64_t kv_pages = 0;       // the KV pool in pages; 0: room for `parallel` full contexts
-  int64_t chunk = 256;        // prompt tokens per step, all prompts together
+  int64_t chunk = 64;         // prompt tokens per step, all prompts together, while some sequence decodes
+  int64_t chunk_alone = 1024; // the same while none does
   int64_t prefix_cache = 16;  // finished sequences kept for their prefixes
   int threads = 0;            // 0: all cores
 };
@@ -169,6 +170,8 @@ class Engine {
   void step();
   void update_stats();
   void admit();
+  void place(const std::shared_ptr<Job>& job, size_t best, int64_t& common, bool take_over);
+  void end_jobs(const std::vector<std::pair<const Job*, Finish>>& ended);
   void drop_slot(size_t i);
   bool make_room(int64_t pages, size_t keep);  // frees parked pages until `pages` are free (never slot keep)
   void finish_slot(size_t i, Finish f, const std::string& error = {});

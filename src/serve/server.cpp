@@ -288,7 +288,9 @@ Prepared prepare_generation(App& a, const GenerationFields& g, std::vector<int32
   if (!g.seed_given) p.req.sampling.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
   if (p.req.prompt.empty()) throw ApiError(400, chat ? "messages: the rendered prompt has no tokens" : "prompt: the prompt has no tokens",
                                            chat ? "messages" : "prompt");
-  const int64_t room = a.engine->context() - int64_t(p.req.prompt.size());
+  // Room for the answer: the context, and the KV pool (a request must fit alone).
+  const EngineStats es = a.engine->stats();
+  const int64_t room = std::min(a.engine->context(), es.pages_total * es.page_positions) - int64_t(p.req.prompt.size());
   if (room < 1)
     throw ApiError(400, std::string(chat ? "messages" : "prompt") + ": " + std::to_string(p.req.prompt.size()) +
                             " prompt tokens leave no room in the context of " + std::to_string(a.engine->context()) + " positions",
@@ -388,7 +390,7 @@ void answer_generation(App& a, const httplib::Request& http, httplib::Response& 
   // Server-sent events: a role chunk (chat), a chunk per token (or per piece of text), the finish, usage, [DONE].
   const bool include_usage = p.include_usage;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [=, &a](size_t, httplib::DataSink& sink) {
+  res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
     auto send = [&](const json& j) {
       const std::string s = "data: " + dump(j) + "\n\n";
       return sink.write(s.data(), s.size());

@@ -30,6 +30,7 @@ struct Outcome {
   std::vector<TokenOut> toks;
   Finish finish = Finish::running;
   Usage usage;
+  std::string error;
 };
 
 Outcome drain(const std::shared_ptr<Job>& j) {
@@ -38,6 +39,7 @@ Outcome drain(const std::shared_ptr<Job>& j) {
   }
   o.finish = j->finish();
   o.usage = j->usage();
+  o.error = j->error();
   return o;
 }
 
@@ -50,7 +52,7 @@ std::vector<int32_t> ids_of(const Outcome& o) {
 
 // Bitwise: the same ids, logprob floats, top lists and text.
 void expect_same_bits(const Outcome& a, const Outcome& b, const std::string& what) {
-  ASSERT_EQ(a.finish, b.finish) << what;
+  ASSERT_EQ(a.finish, b.finish) << what << ": " << a.error << b.error;
   ASSERT_EQ(a.toks.size(), b.toks.size()) << what;
   for (size_t i = 0; i < a.toks.size(); ++i) {
     const TokenOut &x = a.toks[i], &y = b.toks[i];
@@ -193,7 +195,7 @@ void check_model(const CausalLM& m, const std::string& name, int64_t context, bo
     expect_same_bits(ref, alone(m, tgt, 2, context), what + ", 2 threads alone");
     int64_t preemptions = 0, cached = 0;
     for (const int64_t others : {1, 7, 31}) {
-      for (const int64_t chunk : {7, 256}) {
+      for (const int64_t chunk : {7, 64, 256}) {
         Crowd c;
         c.others = others;
         c.chunk = chunk;
