@@ -23,7 +23,7 @@ Command add_serve(CLI::App& app) {
   cmd->add_option("--queue", o->queue, "requests waiting beyond those, at most; more get 503 (default 64)");
   cmd->add_option("--context", o->context, "positions per sequence, prompt and answer (default: the model's, at most 4096)");
   cmd->add_option("--kv-memory", o->kv_memory_mib, "MiB of keys and values for all sequences (default: --parallel full contexts)");
-  cmd->add_option("--chunk", o->chunk, "prompt tokens read per step, all prompts together, while other sequences decode (default 64; 1024 while none does)");
+  cmd->add_option("--chunk", o->chunk, "most prompt tokens read per step, all prompts together, while other sequences decode (default 256; the step takes as many as cost about one decoding step; 1024 while none decodes)");
   cmd->add_option("--prefix-cache", o->prefix_cache, "finished sequences kept for a later prompt's prefix (default 16)");
   cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' (default: none)");
   cmd->add_option("--threads", o->threads, "threads of the products, 0 = all cores (default 0)");

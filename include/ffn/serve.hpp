@@ -13,7 +13,7 @@ struct ServeOptions {
   std::string compute = "native";
   std::string host = "127.0.0.1";
   int port = 8080;
-  int64_t parallel = 4, queue = 64, context = 0, chunk = 64, prefix_cache = 16;
+  int64_t parallel = 4, queue = 64, context = 0, chunk = 256, prefix_cache = 16;
   double kv_memory_mib = 0;  // 0: room for `parallel` full contexts
   std::string api_key;
   int threads = 0;

@@ -2,6 +2,7 @@
 #include "serve/engine.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -392,12 +393,18 @@ void Engine::step() {
       if (slots_[i].job) order.push_back(i);
     if (order.empty()) return;
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return slots_[a].stamp < slots_[b].stamp; });
-    // While some sequence decodes, prompts get `chunk` tokens a step (its
-    // inter-token gap grows by one chunk's time at most); while none does,
-    // nobody waits on the step: `chunk_alone`.
+    // While some sequence decodes, the prompts' tokens a step cost about one
+    // decoding step's time (Sarathi-Serve's token budget: the inter-token
+    // gap at most doubles), at most `chunk`; while none decodes, nobody
+    // waits on the step: `chunk_alone`. (The chunk sizes change no bits.)
     bool decoding = false;
     for (size_t i : order) decoding = decoding || slots_[i].job->context_.size() - slots_[i].tokens.size() == 1;
-    int64_t budget = decoding ? o_.chunk : std::max(o_.chunk, o_.chunk_alone);
+    int64_t budget = std::max(o_.chunk, o_.chunk_alone);
+    if (decoding) {
+      budget = o_.chunk;
+      if (decode_s_ > 0 && token_s_ > 0)
+        budget = std::clamp(int64_t(decode_s_ / token_s_), std::min<int64_t>(8, o_.chunk), o_.chunk);
+    }
     for (size_t i : order) {
       const int64_t rest = int64_t(slots_[i].job->context_.size() - slots_[i].tokens.size());
       if (rest == 1) counts[i] = 1;
@@ -434,7 +441,18 @@ void Engine::step() {
   logits_.resize(slots_.size() * size_t(V));
   RunOptions ro;
   ro.threads = o_.threads;
+  const auto t0 = std::chrono::steady_clock::now();
   lm_.extend(state_, ids.data(), counts, logits_.data(), false, ro);
+  {  // The costs the budget above weighs: a decoding step, and a prompt token beside it.
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int64_t prompt = 0, decoders = 0;
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (counts[i] > 0 && slots_[i].job->context_.size() - slots_[i].tokens.size() == 1) ++decoders;
+      else prompt += counts[i];
+    auto ema = [](double& v, double x) { v = v > 0 ? 0.8 * v + 0.2 * x : x; };
+    if (prompt == 0 && decoders > 0) ema(decode_s_, dt);
+    else if (prompt > 0 && dt > (decoders > 0 ? decode_s_ : 0)) ema(token_s_, (dt - (decoders > 0 ? decode_s_ : 0)) / double(prompt));
+  }
   ended.clear();
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (counts[i] == 0) continue;

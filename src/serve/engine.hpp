@@ -126,7 +126,7 @@ struct EngineOptions {
   int64_t queue = 64;         // waiting requests at most
   int64_t context = 0;        // positions per sequence; 0: the model's, at most 4096
   int64_t kv_pages = 0;       // the KV pool in pages; 0: room for `parallel` full contexts
-  int64_t chunk = 64;         // prompt tokens per step, all prompts together, while some sequence decodes
+  int64_t chunk = 256;        // prompt tokens per step at most, all prompts together, while some sequence decodes
   int64_t chunk_alone = 1024; // the same while none does
   int64_t prefix_cache = 16;  // finished sequences kept for their prefixes
   int threads = 0;            // 0: all cores
@@ -183,6 +183,7 @@ class Engine {
   std::vector<Slot> slots_;  // the state's sequences, in order
   std::vector<float> logits_;
   uint64_t clock_ = 0;
+  double decode_s_ = 0, token_s_ = 0;  // moving averages: a decoding step's seconds, a prompt token's beside it
 
   mutable std::mutex m_;
   std::condition_variable cv_;

@@ -11,7 +11,9 @@
    /apply-template; errors as openai.APIStatusError with the documented
    status and an error object naming the field (400s, 404, 413); a client
    that disconnects mid-stream cancels its sequence (/metrics: 0 running);
-   the README's curl examples, run as written (port substituted).
+   the README's curl examples, run as written (port substituted);
+   /v1/translations (tests/data/marian_text) equal to transformers' greedy and
+   beam-search texts.
 2. A second server with --api-key, --parallel 1 --queue 1: 401 without or
    with a wrong key; 503 with Retry-After when the queue is full; SIGTERM
    while a request streams lets it finish, then exit 0.
@@ -132,12 +134,20 @@ def expect_status(fn, status, param=None, what=""):
 
 
 def main_server(model_dir):
-    s = Server("--model", model_dir, "--parallel", "4", "--threads", "2")
+    marian = os.path.join(DATA, "marian_text")
+    s = Server("--model", model_dir, "--translation-model", marian, "--parallel", "4", "--threads", "2")
     try:
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
         name = os.path.basename(model_dir)
         models = [m.id for m in c.models.list().data]
-        check(models == [name], f"models: {models}")
+        check(models == [name, "marian_text"], f"models: {models}")
+        # Translations: transformers' greedy and beam (the generation config's) texts (tests/data/marian_text/cases.json).
+        cases = json.load(open(os.path.join(marian, "cases.json"), encoding="utf-8"))
+        for beams, want in ((1, cases["greedy_text"]), (None, cases["beam_text"])):
+            st, _, body = post(s.url + "/v1/translations", {"input": cases["translated_texts"],
+                                                            **({"beams": beams} if beams else {})})
+            got = [d["text"] for d in json.loads(body)["data"]] if st == 200 else body
+            check(got == want, f"translations (beams {beams}): {got!r:.300}")
         msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
         r = c.chat.completions.create(model=name, messages=msgs, max_tokens=12)
         text = r.choices[0].message.content
