@@ -17,6 +17,23 @@ std::string ApiError::body() const {
 }
 
 json parse_object(const std::string& body) {
+  // Nesting past 64 levels is refused before parsing: copying and writing a
+  // value recurse, and a 16 MiB body of brackets would overflow the stack.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > 64) throw ApiError(400, "the body nests more than 64 levels of arrays and objects");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
   json j;
   try {
     j = json::parse(body);
