@@ -211,13 +211,17 @@ void check_model(const CausalLM& m, const std::string& name, int64_t context, bo
         const std::string where = what + " among " + std::to_string(others) + ", chunk " + std::to_string(chunk);
         expect_same_bits(ref, once, where);
         expect_same_bits(ref, again, where + ", sent again");
-        if (c.kv_pages == 0) EXPECT_GT(again.usage.cached_tokens, 0) << where << ": the second time reuses the first's prefix";
+        if (c.kv_pages == 0) {
+          EXPECT_GT(again.usage.cached_tokens, 0) << where << ": the second time reuses the first's prefix";
+        }
         preemptions += st.preemptions;
         cached += st.cached_tokens;
       }
     }
     EXPECT_GT(cached, 0) << what;
-    if (expect_preemption) EXPECT_GT(preemptions, 0) << what << ": the small KV pool must have preempted";
+    if (expect_preemption) {
+      EXPECT_GT(preemptions, 0) << what << ": the small KV pool must have preempted";
+    }
   }
 }
 
