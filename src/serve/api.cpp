@@ -37,7 +37,7 @@ json parse_object(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // (parse_error, and out_of_range for a number past double's range)
     throw ApiError(400, std::string("the body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");

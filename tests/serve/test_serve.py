@@ -235,6 +235,9 @@ def main_server(model_dir):
         st, _, body = post(s.url + "/v1/chat/completions", None,
                            raw=b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}')
         check(st == 400 and "error" in json.loads(body), f"invalid UTF-8: {st} {body}")
+        st, _, body = post(s.url + "/v1/chat/completions", None,
+                           raw=b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1e999}')
+        check(st == 400 and "error" in json.loads(body), f"a number past double's range: {st} {body[:200]}")
         st, _, body = post(s.url + "/v1/chat/completions", None, raw=b'{"messages": ' + b"[" * 100000 + b"]" * 100000 + b"}")
         check(st == 400 and "nests" in body, f"deep nesting: {st} {body[:200]}")
         st, _, body = post(s.url + "/v1/chat/completions", None, raw=b'{"x": "' + b"a" * (17 << 20) + b'"}')
