@@ -708,8 +708,13 @@ int run_server(const ServeOptions& o) {
     sigwait(&sigs, &sig);
     stop = true;
   });
-  auto shutdown_all = [&] {
+  // (stop() does nothing before the listener runs: wait for it first, or it would listen on forever.)
+  const auto stop_listener = [&svr] {
+    for (int i = 0; i < 5000 && !svr.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     svr.stop();
+  };
+  auto shutdown_all = [&] {
+    stop_listener();
     listener.join();
     if (!stop) {  // (the waiter is in sigwait: wake it)
       stop = true;
@@ -757,7 +762,7 @@ int run_server(const ServeOptions& o) {
   while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   // Shutdown: no new connections or requests; running ones get shutdown_timeout seconds, then are cancelled.
   a.draining = true;
-  std::thread stopper([&svr] { svr.stop(); });
+  std::thread stopper(stop_listener);
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.shutdown_timeout);
   while (a.active > 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (a.engine) a.engine->stop();

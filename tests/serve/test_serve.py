@@ -340,6 +340,10 @@ def main():
     if "not built" in probe.stdout + probe.stderr:
         print("SKIPPED: serve: ffn was built without cpp-httplib (libcpp-httplib-dev)")
         return 77
+    # A model that cannot load: one line naming it, exit 2, no hang (the listener, already started, is stopped).
+    bad = subprocess.run([FFN, "serve", "--model", "/nonexistent/m.gguf", "--port", str(free_port())],
+                         capture_output=True, text=True, timeout=60)
+    check(bad.returncode == 2 and "/nonexistent/m.gguf" in bad.stderr, f"a bad model: {bad.returncode} {bad.stderr}")
     with tempfile.TemporaryDirectory() as d:
         model = os.path.join(d, "gqa3_tied")
         shutil.copytree(os.path.join(DATA, "llama", "gqa3_tied"), model)
