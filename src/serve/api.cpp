@@ -168,7 +168,7 @@ GenerationFields generation(const json& b, bool chat) {
   for (const char* name : {"tools", "functions", "response_format", "logit_bias", "grammar", "json_schema"})
     if (const json* v = field(b, name); v && !(v->is_array() && v->empty()) && !(v->is_object() && v->empty()) &&
                                           !(std::strcmp(name, "response_format") == 0 && v->is_object() &&
-                                            v->value("type", "") == "text"))
+                                            v->contains("type") && (*v)["type"] == "text"))
       bad(name, "not supported by ffn serve");
   return g;
 }
@@ -199,7 +199,7 @@ json parse_messages(const json& b) {
       for (size_t k = 0; k < content->size(); ++k) {
         const json& p = (*content)[k];
         const std::string pat = at + ".content[" + std::to_string(k) + "]";
-        if (!p.is_object() || p.value("type", "") != "text" || !p.contains("text") || !p["text"].is_string())
+        if (!p.is_object() || !p.contains("type") || p["type"] != "text" || !p.contains("text") || !p["text"].is_string())
           bad(pat, "expected {\"type\": \"text\", \"text\": \"...\"} (ffn serve takes text only)");
         text += (k ? "\n" : "") + p["text"].get<std::string>();
       }

@@ -176,7 +176,9 @@ std::shared_ptr<Job> Engine::submit(Request r) {
   {
     const std::lock_guard<std::mutex> lock(m_);
     if (stopping_) throw QueueFull("the server is shutting down");
-    if (int64_t(waiting_.size()) >= o_.queue) throw QueueFull("the queue is full (" + std::to_string(o_.queue) + " waiting)");
+    // The queue's limit counts the requests beyond those free slots will take at the next step.
+    const int64_t free_slots = std::max<int64_t>(0, o_.parallel - stats_.running);
+    if (int64_t(waiting_.size()) >= o_.queue + free_slots) throw QueueFull("the queue is full (" + std::to_string(o_.queue) + " waiting)");
     waiting_.push_back(job);
     stats_.waiting = int64_t(waiting_.size());
   }
@@ -229,8 +231,8 @@ bool Engine::make_room(int64_t pages, size_t keep) {
 
 void Engine::finish_slot(size_t i, Finish f, const std::string& error) {
   Slot& s = slots_[i];
+  s.job->end(f, error);  // (before the slot lets go of it: if end throws, the job is still running there)
   std::shared_ptr<Job> job = std::move(s.job);
-  job->end(f, error);
   if (f == Finish::error || o_.prefix_cache == 0) {
     drop_slot(i);
     return;
@@ -377,6 +379,15 @@ void Engine::sample(size_t i, float* row) {
 }
 
 void Engine::step() {
+  // Cancelled jobs still waiting end now (their clients are gone: they must not hold places in the queue).
+  std::vector<std::shared_ptr<Job>> gone;
+  {
+    const std::lock_guard<std::mutex> lock(m_);
+    for (auto it = waiting_.begin(); it != waiting_.end();)
+      if ((*it)->cancelled()) gone.push_back(*it), it = waiting_.erase(it);
+      else ++it;
+  }
+  for (auto& j : gone) j->end(Finish::cancelled);
   // Cancelled jobs leave (their keys and values stay parked for a prefix).
   std::vector<std::pair<const Job*, Finish>> ended;
   for (const Slot& s : slots_)

@@ -510,7 +510,7 @@ void routes(httplib::Server& svr, App& a) {
       out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
              std::to_string(v) + "\n";
     };
-    const EngineStats s = a.engine ? a.engine->stats() : EngineStats{};
+    const EngineStats s = a.ready && a.engine ? a.engine->stats() : EngineStats{};  // (a.engine is set while loading)
     metric("ffn:num_requests_running", "gauge", "Sequences generating now.", double(s.running));
     metric("ffn:num_requests_waiting", "gauge", "Requests waiting in the queue.", double(s.waiting));
     metric("ffn:kv_pages_used", "gauge", "KV cache pages held (running and cached-prefix sequences).", double(s.pages_used));
@@ -735,7 +735,10 @@ int run_server(const ServeOptions& o) {
       eo.prefix_cache = o.prefix_cache;
       eo.threads = o.threads;
       if (o.kv_memory_mib > 0) {
-        const CausalLMState probe = a.lm->start(0, std::max<int64_t>(o.context, 256));
+        // The engine's page: its context's (the model's, at most 4096, when --context is 0).
+        const int64_t mc = a.lm->config().context;
+        const int64_t ctx = o.context > 0 ? o.context : (mc > 0 ? std::min<int64_t>(mc, 4096) : 4096);
+        const CausalLMState probe = a.lm->start(0, ctx);
         eo.kv_pages = int64_t(o.kv_memory_mib * 1048576.0 / double(probe.page_bytes()));
         if (eo.kv_pages < 1)
           throw Error("--kv-memory " + std::to_string(o.kv_memory_mib) + " MiB: less than one page of " +
@@ -764,7 +767,14 @@ int run_server(const ServeOptions& o) {
   a.draining = true;
   std::thread stopper(stop_listener);
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.shutdown_timeout);
-  while (a.active > 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Running requests: handlers in flight, and streams whose handler has returned but whose job still runs.
+  auto busy = [&a] {
+    if (a.active > 0) return true;
+    if (!a.engine) return false;
+    const EngineStats s = a.engine->stats();
+    return s.running + s.waiting > 0;
+  };
+  while (busy() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (a.engine) a.engine->stop();
   stopper.join();
   listener.join();

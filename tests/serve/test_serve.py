@@ -222,6 +222,8 @@ def main_server(model_dir):
         expect_status(lambda: c.chat.completions.create(model=name, messages=[{"role": "user"}]), 400,
                       "messages[0].content", "a message without content")
         expect_status(lambda: c.chat.completions.create(model=name, messages=msgs, n=2), 400, "n", "n = 2")
+        expect_status(lambda: c.chat.completions.create(model=name, messages=[{"role": "user", "content": [{"type": 1}]}]),
+                      400, "messages[0].content[0]", "a content part whose type is not a string")
         expect_status(lambda: c.chat.completions.create(model="gpt-4", messages=msgs), 400, "model", "unknown model")
         expect_status(lambda: c.chat.completions.create(model=name, messages=msgs, max_tokens=-1), 400, "max_tokens",
                       "negative max_tokens")
