@@ -130,7 +130,6 @@ std::vector<std::vector<int64_t>> greedy_or_sample(Stepper& model, const std::ve
                                                    SearchStats& stats) {
   const int64_t B = int64_t(start.size()), V = s.vocab;
   const SamplingOptions& so = s.sampling;
-  const bool plain = greedy_plain(so);  // the first highest logit
   std::vector<int64_t> prompt_len(static_cast<size_t>(B));  // where each sequence's generated tokens start in seen
   for (int64_t b = 0; b < B; ++b) prompt_len[size_t(b)] = int64_t(seen[size_t(b)].size());
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
@@ -148,13 +147,9 @@ std::vector<std::vector<int64_t>> greedy_or_sample(Stepper& model, const std::ve
       float* row = logits.data() + i * V;
       const int64_t b = live[size_t(i)];
       if (s.process) s.process(row, b, t);
-      if (plain) {
-        best[size_t(i)] = row_argmax(row, V);
-      } else {
-        SamplingOptions mine = so;
-        mine.seed = so.seed + uint64_t(b) * 0x9e3779b97f4a7c15ULL;  // sequence 0 keeps the seed
-        best[size_t(i)] = choose_token(row, V, seen[size_t(b)], mine, t, prompt_len[size_t(b)]);
-      }
+      SamplingOptions mine = so;
+      mine.seed = so.seed + uint64_t(b) * 0x9e3779b97f4a7c15ULL;  // sequence 0 keeps the seed
+      best[size_t(i)] = choose_next(row, V, seen[size_t(b)], prompt_len[size_t(b)], mine, t);
     });
     std::vector<int64_t> keep, next_live, next_last;
     for (int64_t i = 0; i < rows; ++i) {
@@ -303,6 +298,19 @@ std::vector<std::vector<int64_t>> beam_search(Stepper& model, const std::vector<
 }
 
 }  // namespace
+
+int64_t choose_next(float* row, int64_t vocab, const std::vector<int32_t>& seen, int64_t generated_from,
+                    const SamplingOptions& so, int64_t t) {
+  return greedy_plain(so) ? row_argmax(row, vocab) : choose_token(row, vocab, seen, so, t, generated_from);
+}
+
+void check_finite_logits(const float* row, int64_t vocab, int64_t t) {
+  for (int64_t v = 0; v < vocab; ++v)
+    if (!std::isfinite(row[v]))
+      throw Error("generate: the logits for new token " + std::to_string(t + 1) + " are not finite (" +
+                  std::to_string(row[v]) + " for token " + std::to_string(v) +
+                  "): the model's weights hold NaN or Inf, or its activations overflow");
+}
 
 int64_t row_argmax(const float* row, int64_t n) {
   if (std::isnan(row[0])) return 0;

@@ -73,6 +73,15 @@ std::vector<std::vector<int64_t>> decode(Stepper& model, const std::vector<int64
                                          const std::vector<std::vector<int32_t>>& seen, const Search& s,
                                          SearchStats* stats = nullptr);
 
+// One sequence's next token from its logits row (modified in place), as
+// decode() chooses it: the first highest logit when greedy_plain(so), else
+// choose_token with so's seed at step t (seen: prompt and tokens so far, the
+// generated ones from generated_from). The server's engine chooses by it too.
+int64_t choose_next(float* row, int64_t vocab, const std::vector<int32_t>& seen, int64_t generated_from,
+                    const SamplingOptions& so, int64_t t);
+// Error naming new token t + 1 and the first value that is NaN or Inf.
+void check_finite_logits(const float* row, int64_t vocab, int64_t t);
+
 // std::max_element's index: the first of the largest non-NaN values (0 when
 // row[0] is NaN or no value is larger than it).
 int64_t row_argmax(const float* row, int64_t n);

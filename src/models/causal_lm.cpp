@@ -716,13 +716,7 @@ std::vector<int32_t> CausalLM::decode_in(CausalLMState& st, const std::vector<in
   search.sampling = s;
   search.kernels = &cx.kernels();
   search.threads = cx.threads();
-  search.process = [&](float* row, int64_t, int64_t t) {
-    for (int64_t v = 0; v < V; ++v)
-      if (!std::isfinite(row[v]))
-        throw Error("generate: the logits for new token " + std::to_string(t + 1) + " are not finite (" +
-                    std::to_string(row[v]) + " for token " + std::to_string(v) +
-                    "): the model's weights hold NaN or Inf, or its activations overflow");
-  };
+  search.process = [&](float* row, int64_t, int64_t t) { decoding::check_finite_logits(row, V, t); };
   if (s.beams == 1 && on_token) search.on_token = [&](int64_t, int64_t tok) { return on_token(int32_t(tok)); };
   const std::vector<std::vector<int64_t>> made = decoding::decode(model, {int64_t(prompt.back())}, {prompt}, search);
   std::vector<int32_t> out(made[0].begin(), made[0].end());

@@ -357,17 +357,12 @@ void Engine::sample(size_t i, float* row) {
   const CausalLMConfig& c = lm_.config();
   const int64_t V = c.vocab;
   const SamplingOptions& so = job.req_.sampling;
-  for (int64_t v = 0; v < V; ++v)
-    if (!std::isfinite(row[v]))
-      throw Error("generate: the logits for new token " + std::to_string(job.made_ + 1) + " are not finite (" +
-                  std::to_string(row[v]) + " for token " + std::to_string(v) +
-                  "): the model's weights hold NaN or Inf, or its activations overflow");
+  decoding::check_finite_logits(row, V, job.made_);
   TokenOut out;
   std::vector<float> raw;
   if (job.req_.top_logprobs >= 0) raw.assign(row, row + V);
   // As the decoding engine chooses for sequence 0 (src/decoding/decoding.cpp).
-  const int32_t tok = greedy_plain(so) ? int32_t(decoding::row_argmax(row, V))
-                                       : choose_token(row, V, job.context_, so, job.made_, int64_t(job.req_.prompt.size()));
+  const auto tok = int32_t(decoding::choose_next(row, V, job.context_, int64_t(job.req_.prompt.size()), so, job.made_));
   out.id = tok;
   if (!raw.empty()) logprobs(raw.data(), V, tok, job.req_.top_logprobs, out);
   job.context_.push_back(tok);

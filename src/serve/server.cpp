@@ -480,17 +480,20 @@ Handler guarded(App& a, Handler h, bool needs_ready = true, bool needs_key = tru
   };
 }
 
-std::vector<int32_t> render_chat(App& a, const ChatRequest& r) {
+// The checked messages in the model's template (the template's refusals are 400s naming messages).
+std::string render_prompt(App& a, const ChatRequest& r) {
   ChatRenderOptions ro;
   if (!r.template_kwargs.is_null()) ro.variables_json = dump(r.template_kwargs);
-  if (!a.lm->tokenizer()) throw ApiError(400, "the model has no tokenizer: use /v1/completions with token ids", "messages");
-  std::string prompt;
   try {
-    prompt = a.lm->chat_prompt_json(dump(r.messages), ro);
+    return a.lm->chat_prompt_json(dump(r.messages), ro);
   } catch (const Error& e) {
     throw ApiError(400, std::string("messages: ") + e.what(), "messages");
   }
-  return a.lm->tokenizer()->encode(prompt);
+}
+
+std::vector<int32_t> render_chat(App& a, const ChatRequest& r) {
+  if (!a.lm->tokenizer()) throw ApiError(400, "the model has no tokenizer: use /v1/completions with token ids", "messages");
+  return a.lm->tokenizer()->encode(render_prompt(a, r));
 }
 
 void routes(httplib::Server& svr, App& a) {
@@ -630,15 +633,7 @@ void routes(httplib::Server& svr, App& a) {
     const json b = parse_object(req.body);
     r.messages = parse_messages(b);
     if (b.contains("chat_template_kwargs") && b["chat_template_kwargs"].is_object()) r.template_kwargs = b["chat_template_kwargs"];
-    ChatRenderOptions ro;
-    if (!r.template_kwargs.is_null()) ro.variables_json = dump(r.template_kwargs);
-    std::string prompt;
-    try {
-      prompt = a.lm->chat_prompt_json(dump(r.messages), ro);
-    } catch (const Error& e) {
-      throw ApiError(400, std::string("messages: ") + e.what(), "messages");
-    }
-    res.set_content(dump({{"prompt", prompt}}), "application/json");
+    res.set_content(dump({{"prompt", render_prompt(a, r)}}), "application/json");
   }));
 }
 
