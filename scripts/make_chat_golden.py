@@ -242,15 +242,51 @@ def _gguf_template(path):
     return text, token("tokenizer.ggml.bos_token_id"), token("tokenizer.ggml.eos_token_id")
 
 
-def render_chat(text, messages, bos, eos):
-    """What apply_chat_template(messages, tokenize=False,
+# A tool the model may call (OpenAI's function schema, as apply_chat_template(tools=[...]) passes it),
+# with text that markupsafe escapes (& < > ' "), and a conversation that calls it (arguments as a dict,
+# transformers' convention) and reads its result.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city & its \"feel\" <now>, in the user's units",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "description": "a city's name"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city"],
+            },
+        },
+    }
+]
+TOOL_CONVERSATION = [
+    {"role": "user", "content": "What's the weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": {"c": ["x", 1]}}},
+            }
+        ],
+    },
+    {"role": "tool", "name": "get_weather", "content": "18 degrees, <light> rain"},
+]
+
+
+def render_chat(text, messages, bos, eos, tools=None):
+    """What apply_chat_template(messages, tools=tools, tokenize=False,
     add_generation_prompt=True) returns for a tokenizer whose
     special_tokens_map is {bos_token, eos_token} (None ones left out)."""
     special_tokens_map = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v}
     compiled = compile_template(text)
     return compiled.render(
         messages=messages,
-        tools=None,
+        tools=tools,
         documents=None,
         add_generation_prompt=True,
         **special_tokens_map,
@@ -276,6 +312,7 @@ def make_templates():
         sources.append((vocab, text, bos, eos))
 
     renders = []
+    tool_renders = []
     for name, text, bos, eos in sources:
         digest = sha256(text)
         for conv_name, messages in conversations.items():
@@ -291,6 +328,15 @@ def make_templates():
             except Exception as e:  # noqa: BLE001 - any failure is golden data
                 rec["error"] = err_str(e)
             renders.append(rec)
+        # With tools passed (issue 62: |safe in Nemotron-3-Nano, Qwen3-Coder, functionary-v3.1).
+        rec = {"template": name, "sha256": digest, "conversation": "tool_call", "tools": TOOLS,
+               "bos_token": bos, "eos_token": eos}
+        try:
+            rec["output"] = render_chat(text, json.loads(json.dumps(TOOL_CONVERSATION)), bos, eos,
+                                        json.loads(json.dumps(TOOLS)))
+        except Exception as e:  # noqa: BLE001 - any failure is golden data
+            rec["error"] = err_str(e)
+        tool_renders.append(rec)
 
     doc = header()
     doc.update(
@@ -305,6 +351,8 @@ def make_templates():
             "conversations": conversations,
             "inline_templates": {"smollm2.gguf": smol_text},
             "renders": renders,
+            "tool_conversation": TOOL_CONVERSATION,
+            "tool_renders": tool_renders,
         }
     )
     return doc
@@ -864,6 +912,11 @@ CASES = [
     ("float_overflow_raises", r"{{ 2.0 ** 10000 }}", {}),
     ("divisibleby_min_int", r"{{ (-9223372036854775807 - 1) is divisibleby(-1) }}", {}),
     ("safe_markup_escapes", r"{{ ('<'|safe) + '‹' }}", {}),
+    ("safe_markup_add_escapes_str", r"""{{ ('<a>'|safe) + '<b>&"\'' + ('<c>'|safe) }}|{{ 'x<' + ('<y>'|safe) }}""", {}),
+    ("safe_markup_concat_is_plain", r"{{ ('<'|safe) ~ '<' }}|{{ (('<'|safe) ~ '<') + '<' }}", {}),
+    ("safe_markup_chain", r"""{{ "f '"|safe + name + "' d"|safe + {'k': '<v>'}|tojson }}""", {"name": "a&b"}),
+    ("safe_markup_string_keeps", r"{{ ('<'|safe|string) + '<' }}|{{ (5|safe) + '<' }}|{{ [('<'|safe)] }}|{{ ('<'|safe) is string }}", {}),
+    ("escape_then_add", r"{{ ('<'|e) + '>' }}|{{ ('<'|e|e) }}|{{ ('<'|safe|forceescape) }}", {}),
     ("loop_object_length", r"{% for x in [1, 2, 3] %}{{ loop|length }}{% endfor %}", {}),
     ("range_equality", r"{{ range(3) == [0, 1, 2] }}", {}),
     ("lower_final_sigma", r"{{ 'ΟΔΟΣ'|lower }}", {}),

@@ -39,6 +39,11 @@ struct Value {
   enum Kind { Undefined, None, Bool, Int, Float, Str, List, Dict, Callable };
   Kind kind = Undefined;
   bool b = false, tuple = false, ns = false;  // tuple: a List printed (a, b); ns: a namespace() Dict
+  // A Str that is jinja2's Markup (|safe, |escape): printed as it is (chat
+  // templates do not autoescape), but markupsafe's + escapes a plain str
+  // added to it (functionary-v3.1 writes tool JSON so, and transformers
+  // renders the &#34;). Other operations on a Markup are refused.
+  bool markup = false;
   // What Python has in place of a list or dict here: a generator (jinja2's
   // map, select, reverse, unique, items: truthy, spent by one pass), a dict
   // view (.items(), .keys(), .values()), a loop object. Only what reads the
@@ -333,11 +338,34 @@ std::string to_str(const Value& v) {
   }
 }
 
+// markupsafe.escape of a str: & < > ' " as HTML entities.
+std::string html_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '\'': out += "&#39;"; break;
+      case '"': out += "&#34;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+Value markup_of(std::string s) {
+  Value v = Value::str(std::move(s));
+  v.markup = true;
+  return v;
+}
+
 std::string repr(const Value& v) {
   Nest nest;
   if (v.lazy != Value::Plain) refuse_lazy(v, "printing");
   switch (v.kind) {
-    case Value::Str: return str_repr(v.s);
+    case Value::Str: return v.markup ? "Markup(" + str_repr(v.s) + ")" : str_repr(v.s);
     case Value::List: {
       if (!v.s.empty()) return v.s;  // a range
       std::string out = v.tuple ? "(" : "[";
@@ -563,6 +591,7 @@ bool less(const Value& a, const Value& b) {
 // The items a for loop, list or join walks: a list's items, a dict's keys, a string's characters.
 ValueList iterate(const Value& v) {
   if (v.lazy == Value::Loop) refuse_lazy(v, "iterating");
+  if (v.kind == Value::Str && v.markup) fail("unsupported construct: iterating a Markup string (|safe, |escape)");
   if (v.lazy == Value::Generator) {  // one pass spends it
     Budget::charge(kItemCost * v.list->size());
     ValueList items = std::move(*v.list);
@@ -1657,6 +1686,7 @@ struct Interp {
   }
 
   Value str_method(const Value& obj, const std::string& name) {
+    if (obj.markup) fail("unsupported construct: the method " + name + " of a Markup string (|safe, |escape)");
     const std::string s = obj.s;
     auto prefix_test = [s](bool start) {
       return [s, start](Interp&, Args& a) {
@@ -1962,6 +1992,8 @@ struct Interp {
     undefined_check();
     if (a.lazy != Value::Plain) refuse_lazy(a, ("operator " + op + " on").c_str());
     if (b.lazy != Value::Plain) refuse_lazy(b, ("operator " + op + " on").c_str());
+    if (op != "+" && ((a.kind == Value::Str && a.markup) || (b.kind == Value::Str && b.markup)))
+      fail("unsupported construct: operator " + op + " on a Markup string (|safe, |escape)");
     if ((a.kind == Value::List && !a.s.empty()) || (b.kind == Value::List && !b.s.empty()))
       fail("unsupported construct: operator " + op + " on a range");
     auto type_error = [&]() -> Value {
@@ -1974,6 +2006,9 @@ struct Interp {
       if (nums) return Value::real(a.number() + b.number());
       if (a.kind == Value::Str && b.kind == Value::Str) {
         Budget::charge(a.s.size() + b.s.size());
+        // Markup + str escapes the str (markupsafe's __add__ and __radd__).
+        if (a.markup || b.markup)
+          return markup_of(bounded((a.markup ? a.s : html_escape(a.s)) + (b.markup ? b.s : html_escape(b.s))));
         return Value::str(bounded(a.s + b.s));
       }
       if (a.kind == Value::List && b.kind == Value::List && a.tuple == b.tuple) {
@@ -2120,10 +2155,12 @@ struct Interp {
       case Expr::Attr: return getattr(eval(*e.args[0]), e.name);
       case Expr::Item: {
         Value obj = eval(*e.args[0]);
+        if (obj.kind == Value::Str && obj.markup) fail("unsupported construct: indexing a Markup string (|safe, |escape)");
         return getitem(obj, eval(*e.args[1]));
       }
       case Expr::Slice: {
         Value obj = eval(*e.args[0]);
+        if (obj.kind == Value::Str && obj.markup) fail("unsupported construct: slicing a Markup string (|safe, |escape)");
         Value parts[3];
         for (int k = 0; k < 3; ++k) parts[k] = e.args[size_t(k) + 1] ? eval(*e.args[size_t(k) + 1]) : Value::none();
         return slice(obj, parts[0], parts[1], parts[2]);
@@ -2256,6 +2293,9 @@ struct Interp {
     line = e.line;
     const std::string& f = e.name;
     const std::string what = "the filter " + f;
+    if (v.kind == Value::Str && v.markup && f != "safe" && f != "e" && f != "escape" && f != "forceescape" &&
+        f != "string" && f != "length" && f != "count" && f != "tojson" && f != "default" && f != "d")
+      fail("unsupported construct: the filter " + f + " on a Markup string (|safe, |escape)");
     auto need_str = [&](const Value& x) -> std::string { return to_str(x); };
     if (f == "trim") {
       Bound b = bind(what, a, {"chars"});
@@ -2304,8 +2344,10 @@ struct Interp {
     }
     if (f == "list") { bind(what, a, {}); return Value::of_list(iterate(v)); }
     if (f == "string") { bind(what, a, {}); return v.kind == Value::Str ? v : Value::str(to_str(v)); }
-    if (f == "safe" || f == "e" || f == "escape" || f == "forceescape")  // Markup: str + Markup escapes the str
-      fail("unsupported construct: the filter " + f + " (jinja2's Markup strings)");
+    // Markup (chat templates do not autoescape: printed as it is; + escapes a str added to it).
+    if (f == "safe") { bind(what, a, {}); return v.kind == Value::Str && v.markup ? v : markup_of(to_str(v)); }
+    if (f == "e" || f == "escape") { bind(what, a, {}); return v.kind == Value::Str && v.markup ? v : markup_of(html_escape(to_str(v))); }
+    if (f == "forceescape") { bind(what, a, {}); return markup_of(html_escape(to_str(v))); }
     if (f == "join") {
       Bound b = bind(what, a, {"d", "attribute"});
       const std::string sep = b.given[0] ? to_str(b.v[0]) : "";

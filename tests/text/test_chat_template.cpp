@@ -191,6 +191,66 @@ TEST(ChatTemplate, RealTemplatesRenderAsTransformers) {
   EXPECT_GE(all, 73);
 }
 
+// With tools passed (apply_chat_template(tools=[...])): the three templates
+// that mark their tool JSON |safe (Nemotron-3-Nano, Qwen3-Coder,
+// functionary-v3.1, issue 62) render byte for byte, functionary's
+// markupsafe escaping included (Markup + str escapes the str: transformers
+// writes its tool JSON as &#34;...). Every other template renders byte for
+// byte, raises as transformers raises, or is refused naming the construct.
+TEST(ChatTemplate, RealTemplatesRenderToolsAsTransformers) {
+  const json golden = load("templates.json");
+  if (!fs::exists(templates_dir()))
+    GTEST_SKIP() << "llama.cpp's chat templates are not installed in " << templates_dir()
+                 << " (scripts/setup.sh extracts them from the llama-cpp-python sdist; FFN_LLAMA_CPP_MODELS overrides)";
+  const std::set<std::string> must = {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "Qwen3-Coder.jinja",
+                                      "meetkai-functionary-medium-v3.1.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja",
+                                      "Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen-Qwen3-0.6B.jinja"};
+  std::map<std::string, std::string> texts;
+  for (const auto& [name, text] : golden["inline_templates"].items()) texts[name] = text.get<std::string>();
+  const std::string messages = golden["tool_conversation"].dump();
+  int same = 0, raised = 0, refused = 0;
+  std::set<std::string> seen;
+  for (const auto& r : golden["tool_renders"]) {
+    const std::string name = r["template"];
+    if (!texts.count(name))
+      texts[name] = name.size() > 5 && name.substr(name.size() - 5) == ".gguf"
+                        ? GgufFile((fs::path(templates_dir()).parent_path() / name).string()).get_string("tokenizer.chat_template")
+                        : slurp(fs::path(templates_dir()) / name);
+    SCOPED_TRACE(name + " with tools");
+    if (must.count(name)) seen.insert(name);
+    ChatRenderOptions o;
+    o.now = golden_now();
+    if (!r["bos_token"].is_null()) o.bos_token = r["bos_token"].get<std::string>();
+    if (!r["eos_token"].is_null()) o.eos_token = r["eos_token"].get<std::string>();
+    o.variables_json = json{{"tools", r["tools"]}}.dump();
+    std::string got, error;
+    try {
+      got = ChatTemplate(texts[name], name).render_json(messages, o);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    const bool unsupported = error.find("unsupported construct") != std::string::npos;
+    if (r.contains("output")) {
+      if (error.empty()) {
+        EXPECT_EQ(got, r["output"].get<std::string>());
+        same += got == r["output"].get<std::string>();
+      } else {
+        EXPECT_TRUE(unsupported && !must.count(name)) << "transformers renders it, ffn refuses: " << error;
+        std::printf("refused with tools: %s\n", error.c_str());
+        ++refused;
+      }
+    } else {
+      EXPECT_FALSE(error.empty()) << "transformers raises " << r["error"] << ", ffn renders: " << got;
+      EXPECT_FALSE(must.count(name)) << "transformers raises " << r["error"];
+      raised += !error.empty() && !unsupported;
+      refused += unsupported;
+    }
+  }
+  EXPECT_EQ(seen.size(), must.size()) << "a template is missing from templates.json's tool_renders";
+  std::printf("with tools: %d templates render as transformers does, %d raise as it raises, %d are refused\n", same,
+              raised, refused);
+}
+
 TEST(ChatTemplate, HostileTemplatesGetOneLineEach) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{% if x %}never closed", "unexpected end of template"},
