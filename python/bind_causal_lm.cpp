@@ -4,14 +4,48 @@
 namespace ffn::python {
 namespace {
 
+// A str argument's UTF-8; ValueError naming the argument for a str that
+// has none (a lone surrogate), TypeError for another type.
+std::string utf8_arg(const nb::handle& h, const char* name) {
+  if (!nb::isinstance<nb::str>(h))
+    throw nb::type_error((std::string(name) + ": expected str, got " + nb::inst_name(h).c_str()).c_str());
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
+  if (!p) {
+    PyErr_Clear();
+    throw nb::value_error((std::string(name) + ": the text has no UTF-8 form (a lone surrogate such as '\\ud800')").c_str());
+  }
+  return std::string(p, size_t(n));
+}
+
 // A conversation from Python: a list of {"role", "content"} dicts as JSON
-// (the template sees every field as given), or one user message.
-std::string messages_json(const nb::object& messages) {
-  if (nb::isinstance<nb::str>(messages)) return chat_messages_json({{"user", nb::cast<std::string>(messages)}});
+// (the template sees every field as given), or one user message; checked as
+// the OpenAI API checks messages (check_chat_messages: ffn.Error naming
+// messages[i].field).
+std::string messages_json(const nb::object& messages, const char* name = "messages") {
+  if (nb::isinstance<nb::str>(messages)) return chat_messages_json({{"user", utf8_arg(messages, name)}});
   if (!nb::isinstance<nb::list>(messages) && !nb::isinstance<nb::tuple>(messages))
-    throw Error("messages: expected a list of {\"role\": ..., \"content\": ...} dicts or one message as text");
+    throw nb::type_error((std::string(name) + ": expected a list of {\"role\": ..., \"content\": ...} dicts or one "
+                          "message as str, got " + nb::inst_name(messages).c_str()).c_str());
   const nb::object dumps = nb::module_::import_("json").attr("dumps");
-  return nb::cast<std::string>(dumps(messages, "ensure_ascii"_a = false));
+  return check_chat_messages(utf8_arg(dumps(messages, "ensure_ascii"_a = false), name));
+}
+
+// A library message that names CLI flags ("--max-new-tokens: ...") in
+// Python's terms: the keyword arguments (max_new_tokens).
+std::string keyword_names(const std::string& msg) {
+  std::string out;
+  for (size_t i = 0; i < msg.size(); ++i) {
+    if (msg.compare(i, 2, "--") == 0 && i + 2 < msg.size() && std::islower(static_cast<unsigned char>(msg[i + 2])) &&
+        (i == 0 || !std::isalnum(static_cast<unsigned char>(msg[i - 1])))) {
+      for (i += 2; i < msg.size() && (std::islower(static_cast<unsigned char>(msg[i])) || msg[i] == '-'); ++i)
+        out += msg[i] == '-' ? '_' : msg[i];
+      --i;
+    } else {
+      out += msg[i];
+    }
+  }
+  return out;
 }
 
 // The template's extra variables (apply_chat_template's keyword arguments) as JSON.
@@ -24,8 +58,37 @@ ChatRenderOptions render_options(const nb::object& template_vars) {
   return o;
 }
 
-std::string prompt_of(const CausalLM& lm, const nb::object& messages, const nb::object& template_vars) {
-  return lm.chat_prompt_json(messages_json(messages), render_options(template_vars));
+// render_options plus a template given in place of the model's (template=).
+ChatRenderOptions render_options(const nb::object& template_vars, const nb::object& chat_template) {
+  ChatRenderOptions o = render_options(template_vars);
+  if (!chat_template.is_none()) {
+    o.chat_template = utf8_arg(chat_template, "template");
+    o.chat_template_name = "template";
+  }
+  return o;
+}
+
+std::string prompt_of(const CausalLM& lm, const nb::object& messages, const nb::object& template_vars,
+                      const nb::object& chat_template, const char* name = "messages") {
+  return lm.chat_prompt_json(messages_json(messages, name), render_options(template_vars, chat_template));
+}
+
+// What generate's prompt is: text, token ids, or a conversation (a list of message dicts).
+enum class PromptKind { text, ids, messages };
+PromptKind prompt_kind(const nb::object& prompt) {
+  if (nb::isinstance<nb::str>(prompt)) return PromptKind::text;
+  if (nb::isinstance<nb::list>(prompt) || nb::isinstance<nb::tuple>(prompt)) {
+    bool dicts = false, ints = true;
+    for (nb::handle x : prompt) {
+      dicts |= nb::isinstance<nb::dict>(x);
+      ints &= PyLong_Check(x.ptr()) && !PyBool_Check(x.ptr());
+    }
+    if (dicts) return PromptKind::messages;
+    if (ints) return PromptKind::ids;
+  }
+  throw nb::type_error((std::string("prompt: expected str (text), a list of token ids (int), or a list of messages "
+                                    "({\"role\": ..., \"content\": ...} dicts), got ") +
+                        nb::inst_name(prompt).c_str()).c_str());
 }
 
 bool python_truth(const nb::object& r) {
@@ -44,6 +107,11 @@ SamplingOptions sampling(int64_t max_new_tokens, float temperature, int64_t top_
   s.top_p = top_p;
   s.repeat_penalty = repeat_penalty;
   s.seed = seed;
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    throw Error(keyword_names(e.what()));
+  }
   return s;
 }
 
@@ -96,14 +164,14 @@ void bind_causal_lm(nb::module_& m) {
           },
           "ids"_a, "skip_special"_a = true, "The text of ids.")
       .def("chat_prompt",
-           [](const CausalLM& lm, const nb::object& messages, const nb::object& template_vars) {
-             return prompt_of(lm, messages, template_vars);
-           },
-           "messages"_a, "template_vars"_a = nb::none(),
+           [](const CausalLM& lm, const nb::object& messages, const nb::object& template_vars,
+              const nb::object& chat_template) { return prompt_of(lm, messages, template_vars, chat_template); },
+           "messages"_a, "template_vars"_a = nb::none(), "template"_a = nb::none(),
            "A conversation (a list of {\"role\", \"content\"} dicts, or one user message as text) in the\n"
            "model's own chat template with the assistant's turn opened, as transformers'\n"
            "apply_chat_template(add_generation_prompt=True, tokenize=False) renders it; template_vars:\n"
-           "more variables, as its keyword arguments ({\"enable_thinking\": False}).")
+           "more variables, as its keyword arguments ({\"enable_thinking\": False}); template: a Jinja\n"
+           "chat template (str) to render in place of the model's.")
       .def(
           "logits",
           [](const CausalLM& lm, const std::vector<int32_t>& ids, std::optional<int> threads) {
@@ -118,16 +186,21 @@ void bind_causal_lm(nb::module_& m) {
           "generate",
           [](const CausalLM& lm, const nb::object& prompt, int64_t max_new_tokens, float temperature, int64_t top_k,
              float top_p, float repeat_penalty, uint64_t seed, bool chat, const std::vector<std::string>& stop,
-             const nb::object& template_vars, std::optional<int> threads, const nb::object& on_token) -> nb::object {
-            // Text out for a text prompt or a conversation; ids out for ids.
-            const bool text = nb::isinstance<nb::str>(prompt) || chat;
-            if (text && !lm.tokenizer()) throw Error("the model has no tokenizer; give token ids");
+             const nb::object& template_vars, const nb::object& chat_template, std::optional<int> threads,
+             const nb::object& on_token) -> nb::object {
+            // Text out for a text prompt or a conversation; ids out for ids. A list of messages chats.
+            const PromptKind kind = prompt_kind(prompt);
+            if (kind == PromptKind::messages) chat = true;
+            if (chat && kind == PromptKind::ids) throw nb::type_error("prompt: with chat=True, a list of messages or one message as str, not token ids");
+            const bool text = kind == PromptKind::text || chat;
+            if (text && !lm.tokenizer()) throw Error("prompt: the model has no tokenizer; give token ids");
             if (!text && !stop.empty()) throw Error("stop: stop strings end text; give the prompt as text");
-            if (!chat && !template_vars.is_none()) throw Error("template_vars: only with chat=True");
-            std::vector<int32_t> ids = chat   ? lm.tokenizer()->encode(prompt_of(lm, prompt, template_vars))
-                                       : text ? lm.encode_prompt(nb::cast<std::string>(prompt))
-                                              : nb::cast<std::vector<int32_t>>(prompt);
+            if (!chat && !template_vars.is_none()) throw Error("template_vars: only with chat=True or a list of messages");
+            if (!chat && !chat_template.is_none()) throw Error("template: only with chat=True or a list of messages");
             const SamplingOptions s = sampling(max_new_tokens, temperature, top_k, top_p, repeat_penalty, seed);
+            std::vector<int32_t> ids = chat   ? lm.tokenizer()->encode(prompt_of(lm, prompt, template_vars, chat_template, "prompt"))
+                                       : text ? lm.encode_prompt(utf8_arg(prompt, "prompt"))
+                                              : nb::cast<std::vector<int32_t>>(prompt);
             std::optional<TextStream> stream;
             if (text) stream.emplace(*lm.tokenizer(), stop);
             const RunOptions o = run_options(threads, false, 0);
@@ -154,35 +227,46 @@ void bind_causal_lm(nb::module_& m) {
           },
           "prompt"_a, "max_new_tokens"_a = 128, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,
           "repeat_penalty"_a = 1.0f, "seed"_a = 0, "chat"_a = false, "stop"_a = std::vector<std::string>{},
-          "template_vars"_a = nb::none(), "threads"_a = nb::none(), "on_token"_a = nb::none(),
+          "template_vars"_a = nb::none(), "template"_a = nb::none(), "threads"_a = nb::none(), "on_token"_a = nb::none(),
           "Continues prompt (text, or a list of token ids) as ffn generate does: greedy by default\n"
           "(temperature 0), else sampling with top_k/top_p, seeded; stops at EOS or max_new_tokens.\n"
           "Returns the new text (text prompt; special tokens left out) or the new ids (EOS included).\n"
-          "chat: prompt is a conversation (a list of {\"role\", \"content\"} dicts) or one user message,\n"
-          "put in the model's own chat template. stop: strings that end the text before them.\n"
+          "chat: prompt is a conversation (a list of {\"role\", \"content\"} dicts: chat=True is implied)\n"
+          "or one user message, put in the model's own chat template (template: a Jinja template str in its\n"
+          "place). stop: strings that end the text before them.\n"
           "on_token(id), if given, is called with each new id as it is chosen; returning False stops.")
       .def(
           "chat",
-          [](const CausalLM& lm, const std::string& system, const std::vector<std::string>& stop, int64_t context,
-             const nb::object& template_vars) {
+          [](const CausalLM& lm, const nb::object& system, const std::vector<std::string>& stop, int64_t context,
+             const nb::object& template_vars, const nb::object& chat_template, bool context_shift) {
             ChatOptions o;
-            o.render = render_options(template_vars);
-            o.system = system;
+            o.render = render_options(template_vars, chat_template);
+            o.system = utf8_arg(system, "system");
             o.stop = stop;
             o.context = context;
-            return new ChatSession(lm, o);
+            o.context_shift = context_shift;
+            try {
+              return new ChatSession(lm, o);
+            } catch (const Error& e) {
+              throw Error(keyword_names(e.what()));
+            }
           },
           "system"_a = "", "stop"_a = std::vector<std::string>{}, "context"_a = 0, "template_vars"_a = nb::none(),
+          "template"_a = nb::none(), "context_shift"_a = false,
           nb::keep_alive<0, 1>(),
           "A conversation that keeps its cache between turns (ffn chat): say(message) re-renders the whole\n"
           "conversation in the model's template and reads only the tokens past what it shares with the\n"
-          "last turn. context: positions it may fill (0: the model's, at most 4096).");
+          "last turn. context: positions it may fill (0: the model's, at most 4096); a reply is cut where it\n"
+          "is full (finish_reason \"length\"). context_shift: drop the oldest turns after the system message\n"
+          "until a turn and its max_new_tokens fit (say() reports dropped_messages). template: a Jinja chat\n"
+          "template str in place of the model's.");
 
   nb::class_<ChatSession>(m, "ChatSession", "A conversation with a CausalLM (CausalLM.chat()).")
       .def(
           "say",
-          [](ChatSession& c, const std::string& message, int64_t max_new_tokens, float temperature, int64_t top_k,
+          [](ChatSession& c, const nb::object& message_obj, int64_t max_new_tokens, float temperature, int64_t top_k,
              float top_p, float repeat_penalty, uint64_t seed, std::optional<int> threads, const nb::object& on_text) {
+            const std::string message = utf8_arg(message_obj, "message");
             const SamplingOptions s = sampling(max_new_tokens, temperature, top_k, top_p, repeat_penalty, seed);
             const RunOptions o = run_options(threads, false, 0);
             Interruptible stop;
@@ -204,12 +288,15 @@ void bind_causal_lm(nb::module_& m) {
             d["prompt_tokens"] = r.prompt_tokens;
             d["reused_tokens"] = r.reused_tokens;
             d["stopped_by_string"] = r.stopped_by_string;
+            d["finish_reason"] = r.finish_reason;
+            d["dropped_messages"] = r.dropped_messages;
             return d;
           },
           "message"_a, "max_new_tokens"_a = 128, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,
           "repeat_penalty"_a = 1.0f, "seed"_a = 0, "threads"_a = nb::none(), "on_text"_a = nb::none(),
-          "The user's message, then the assistant's reply: a dict with text, ids, prompt_tokens and\n"
-          "reused_tokens (the prompt tokens whose cache was kept). on_text(piece), if given, gets the\n"
+          "The user's message, then the assistant's reply: a dict with text, ids, prompt_tokens,\n"
+          "reused_tokens (the prompt tokens whose cache was kept), finish_reason (stop, length,\n"
+          "interrupted) and dropped_messages (context_shift). on_text(piece), if given, gets the\n"
           "reply's text as it is made; returning False stops.")
       .def_prop_ro("messages", [](const ChatSession& c) {
         nb::list l;

@@ -196,7 +196,7 @@ Command add_chat(CLI::App& app);      // ffn chat
 Command add_serve(CLI::App& app);     // ffn serve (tools/serve_cmd.cpp, src/serve/)
 // ffn bench --generate: prompt processing and generation tokens/s.
 int bench_generate(const std::string& model, const std::string& compute, int64_t prompt_tokens, int64_t new_tokens, int threads, int repeats,
-                   int warmup, bool json);
+                   int warmup, bool json, bool yes);
 Command add_demo(CLI::App& app);   // ffn demo approximate | interaction
 Command add_encode(CLI::App& app);       // ffn encode
 Command add_encode_grad(CLI::App& app);  // ffn encode-grad

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "ffn/causal_lm.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
 #include "ffn/random.hpp"
@@ -493,7 +494,7 @@ struct BenchArgs {
   int64_t layers = 1, heads = 8;
   cli::EncoderBenchArgs enc;
   CLI::Option *o_tokens = nullptr, *o_layers = nullptr, *o_heads = nullptr, *o_batch = nullptr, *o_seq = nullptr,
-              *o_causal = nullptr, *o_compute = nullptr;
+              *o_causal = nullptr, *o_compute = nullptr, *o_repeats = nullptr, *o_warmup = nullptr;
 };
 
 // Longest run `ffn bench` starts without --yes (estimated up front).
@@ -520,8 +521,10 @@ int bench_generate_mode(const BenchArgs& a) {
   const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
   check_counts(a);
   if (a.emb.model.empty()) throw Error("--generate: give --model, a GGUF file or a Hugging Face LLaMA directory");
+  // A run is a whole prompt and generation (seconds on a 1B model): 3 timed after 1 warmup unless asked.
   return cli::bench_generate(a.emb.model, a.o_compute->count() ? a.compute : "native", a.prompt_tokens.value_or(512),
-                             a.new_tokens.value_or(128), threads, a.repeats, a.warmup, a.json);
+                             a.new_tokens.value_or(128), threads, a.o_repeats->count() ? a.repeats : 3,
+                             a.o_warmup->count() ? a.warmup : 1, a.json, a.yes);
 }
 
 int bench_translate_mode(const BenchArgs& a) {
@@ -975,7 +978,7 @@ int ffn_main(int argc, char** argv) {
                       "bytes sent per call");
   bench_cmd->add_option("--model", bench.emb.model,
                         "--embed: model directory (default: the installed all-MiniLM-L6-v2); --translate: MarianMT directory; "
-                        "--generate: GGUF file or Hugging Face directory (llama, qwen2, mistral, gemma2)");
+                        "--generate: GGUF file or Hugging Face directory (" + CausalLM::architecture_names() + ")");
   bench_cmd->add_option("--prompt-tokens", bench.prompt_tokens, "--generate: prompt length (default 512)");
   bench_cmd->add_option("--new-tokens", bench.new_tokens, "--generate: tokens generated after it (default 128)");
   bench_cmd->add_option("--beams", bench.beams, "--translate: beam size (default: the generation config's)");
@@ -993,8 +996,10 @@ int ffn_main(int argc, char** argv) {
   bench_cmd->add_option("--norm", bench.norm, "default post");
   bench_cmd->add_option("--norm-type", bench.norm_type, "default layernorm");
   bench_cmd->add_option("--threads", bench.threads, "threads, 0 = all cores (default 0)");
-  bench_cmd->add_option("--repeats", bench.repeats, "timed calls (default 10)");
-  bench_cmd->add_option("--warmup", bench.warmup, "untimed calls first (default 2)");
+  bench.o_repeats = bench_cmd->add_option("--repeats", bench.repeats,
+                                          "timed calls (default 10; --generate: 3 timed runs of the whole prompt and "
+                                          "generation)");
+  bench.o_warmup = bench_cmd->add_option("--warmup", bench.warmup, "untimed calls first (default 2; --generate: 1 run)");
   bench_cmd->add_option("--seed", bench.seed, "weights and input seed")->check(CLI::NonNegativeNumber);
   bench_cmd->add_option("--isa", bench.isa, "auto (default: FFN_ISA, else the best), scalar, avx2, avx512, amx");
   bench_cmd->add_option("--dtype", bench.dtype, "weight matrices as fp32 (default), bf16, fp16 or int8");
@@ -1003,7 +1008,8 @@ int ffn_main(int argc, char** argv) {
                                           "--generate: native (default: quantized blocks) or fp32");
   bench_cmd->add_flag("--backward", bench.backward, "time forward + backward");
   bench_cmd->add_flag("--json", bench.json, "print one JSON object");
-  bench_cmd->add_flag("--yes", bench.yes, "run even if the estimated time is over a minute");
+  bench_cmd->add_flag("--yes", bench.yes, "run even if the estimated time is over a minute (--generate: estimated "
+                                          "from its first run)");
 
   // The commands, in one registry: the allow-list, the dispatch and what
   // each does under mpirun are read from it (the help is CLI11's, from the

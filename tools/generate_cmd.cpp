@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <random>
 #include <sstream>
 
 #include "commands.hpp"
@@ -42,9 +43,123 @@ std::function<void(double)> load_progress(const std::string& path) {
   };
 }
 
+void check_utf8(const std::string& text, const std::string& flag);
+
+// The model generate and chat use when --model is not given: the SmolLM2
+// scripts/setup.sh installs (FFN_SMOLLM2_GGUF moves it, as in setup).
+std::string default_lm_path() {
+  if (const char* e = std::getenv("FFN_SMOLLM2_GGUF"); e && *e) return e;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.cache/ffn/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+std::string model_or_default(const std::string& given) {
+  if (!given.empty()) return given;
+  const std::string path = default_lm_path();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error("--model: not given, and the model scripts/setup.sh installs is not at " + path +
+                " (run scripts/setup.sh, or give --model FILE.gguf or DIR)");
+  return path;
+}
+
+// Backslash escapes in --stop, --system and --chat, as llama.cpp's
+// (string_process_escapes): \n \t \r \\ \' \" and \uXXXX (a UTF-16
+// surrogate pair makes one character); another backslash stays as written.
+// Bash passes "\n\n" as a backslash and an n; --no-escape keeps them so.
+std::string unescape(const std::string& s, const std::string& flag) {
+  auto hex4 = [&](size_t at) -> uint32_t {
+    if (at + 4 > s.size()) throw Error(flag + ": \\u needs four hex digits (\\u00e9)");
+    uint32_t v = 0;
+    for (size_t k = at; k < at + 4; ++k) {
+      const char c = s[k];
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (d < 0) throw Error(flag + ": \\u needs four hex digits (\\u00e9), got '" + s.substr(at, 4) + "'");
+      v = v * 16 + uint32_t(d);
+    }
+    return v;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 == s.size()) { out += s[i]; continue; }
+    const char c = s[++i];
+    switch (c) {
+      case 'n': out += '\n'; break;
+      case 't': out += '\t'; break;
+      case 'r': out += '\r'; break;
+      case '\\': out += '\\'; break;
+      case '\'': out += '\''; break;
+      case '"': out += '"'; break;
+      case 'u': {
+        uint32_t cp = hex4(i + 1);
+        i += 4;
+        if (cp >= 0xD800 && cp < 0xDC00) {
+          if (i + 6 < s.size() + 0 && s[i + 1] == '\\' && s[i + 2] == 'u') {
+            const uint32_t lo = hex4(i + 3);
+            if (lo < 0xDC00 || lo > 0xDFFF) throw Error(flag + ": \\u" + s.substr(i - 3, 4) + " is half of a UTF-16 pair without its second half");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            i += 6;
+          } else {
+            throw Error(flag + ": \\u" + s.substr(i - 3, 4) + " is half of a UTF-16 pair without its second half");
+          }
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+          throw Error(flag + ": \\u" + s.substr(i - 3, 4) + " is half of a UTF-16 pair without its first half");
+        }
+        if (cp < 0x80) out += char(cp);
+        else if (cp < 0x800) out += char(0xC0 | (cp >> 6)), out += char(0x80 | (cp & 0x3F));
+        else if (cp < 0x10000) out += char(0xE0 | (cp >> 12)), out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
+        else out += char(0xF0 | (cp >> 18)), out += char(0x80 | ((cp >> 12) & 0x3F)), out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
+        break;
+      }
+      default: out += '\\', out += c;
+    }
+  }
+  return out;
+}
+
+// --seed: 0..2^64-1, or -1 for a random seed, said on standard error so that the run can be repeated.
+uint64_t parse_seed(const std::string& text) {
+  if (text == "-1") {
+    std::random_device rd;
+    const uint64_t seed = (uint64_t(rd()) << 32 | rd()) >> 1;  // < 2^63: the same in every binding
+    std::fprintf(stderr, "ffn: --seed -1: seed %llu (give --seed %llu to repeat the run)\n", (unsigned long long)seed,
+                 (unsigned long long)seed);
+    return seed;
+  }
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    throw Error("--seed: expected -1 (a random seed, printed) or 0.." + std::to_string(UINT64_MAX) + ", got " + text);
+  return v;
+}
+
+// --chat-template FILE: its text, checked (UTF-8, parsed) before the model loads.
+std::optional<std::string> chat_template_file(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("--chat-template " + path + ": cannot open");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  check_utf8(text, "--chat-template " + path);
+  (void)ChatTemplate(text, "--chat-template " + path);  // a syntax error names the file and line
+  return text;
+}
+
+// --show-prompt: the prompt text as it is, then its ids.
+int show_prompt(const std::string& text, const std::vector<int32_t>& ids) {
+  std::cout << text << "\n--- ids (" << ids.size() << " tokens):\n";
+  for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+  std::cout << '\n';
+  std::cout.flush();
+  if (!std::cout) throw Error("standard output: write error");
+  return 0;
+}
+
 struct GenerateArgs {
   std::string model, prompt, prompt_file, chat, messages, system, compute = "native", logits, dtype = "fp32";
-  bool ids = false, chat_given = false, system_given = false;
+  std::string seed = "0", chat_template;
+  bool ids = false, chat_given = false, system_given = false, no_escape = false, show_prompt = false;
   std::vector<std::string> stop, template_var;
   SamplingOptions s;
   int threads = 0;
@@ -79,15 +194,13 @@ LMCompute parse_lm_compute(const std::string& compute) {
   throw Error("--compute: expected native or fp32, got " + compute);
 }
 
-// A --messages file's shape, before the model loads: a JSON array of
-// objects with a string role, valid UTF-8 (the template reads the rest).
+// A --messages file checked before the model loads (include/ffn/chat_template.hpp: check_chat_messages).
 void check_messages(const std::string& text, const std::string& where) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);  // (discarded, not thrown, when invalid)
-  if (j.is_discarded()) throw Error(where + ": not valid JSON");
-  if (!j.is_array()) throw Error(where + ": the messages must be a JSON array of {\"role\", \"content\"} objects");
-  for (size_t k = 0; k < j.size(); ++k)
-    if (!j[k].is_object() || !j[k].contains("role") || !j[k]["role"].is_string())
-      throw Error(where + ": message " + std::to_string(k) + " must be an object with a string \"role\"");
+  try {
+    (void)check_chat_messages(text);
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
 }
 
 void check_utf8(const std::string& text, const std::string& flag) {
@@ -140,6 +253,7 @@ CausalLM load_lm(const std::string& model, LMCompute compute, const std::string&
 }
 
 int cmd_generate(GenerateArgs& a) {
+  a.model = model_or_default(a.model);
   const int given = int(!a.prompt.empty()) + int(!a.prompt_file.empty()) + int(a.chat_given) + int(!a.messages.empty());
   if (given != 1) throw Error("give exactly one of PROMPT, --prompt-file F, --chat MESSAGE or --messages FILE.json");
   if (a.chat_given && a.ids) throw Error("--chat: not with --ids (the chat template is text)");
@@ -149,12 +263,23 @@ int cmd_generate(GenerateArgs& a) {
   if (!a.stop.empty() && a.ids) throw Error("--stop: not with --ids (stop strings end the text)");
   if (!a.template_var.empty() && !a.chat_given && a.messages.empty())
     throw Error("--template-var: only with --chat or --messages");
+  if (!a.chat_template.empty() && !a.chat_given && a.messages.empty())
+    throw Error("--chat-template: only with --chat or --messages");
+  if (a.show_prompt && !a.logits.empty()) throw Error("--show-prompt: not with --logits (it prints the prompt and exits)");
+  if (!a.no_escape) {
+    for (auto& stop : a.stop) stop = unescape(stop, "--stop");
+    if (a.chat_given) a.chat = unescape(a.chat, "--chat");
+    if (a.system_given) a.system = unescape(a.system, "--system");
+  }
   check_stops(a.stop);
   ChatRenderOptions render;
   render.variables_json = template_vars(a.template_var);
+  render.chat_template = chat_template_file(a.chat_template);
+  if (render.chat_template) render.chat_template_name = "--chat-template " + a.chat_template;
   const LMCompute compute = parse_lm_compute(a.compute);
   a.s.validate();
   const int threads = threads_or_throw(a.threads);
+  a.s.seed = a.show_prompt && a.seed == "-1" ? 0 : parse_seed(a.seed);
   if (!a.logits.empty()) {
     if (a.s.max_new_tokens != 0) throw Error("--logits: only with --max-new-tokens 0 (the prompt's logits)");
     io::check_writable_target(a.logits);
@@ -177,22 +302,26 @@ int cmd_generate(GenerateArgs& a) {
                             : a.chat_given          ? "--chat"
                                                     : "PROMPT";
   std::vector<int32_t> prompt;
+  std::string shown = text;  // the prompt's text, as --show-prompt prints it
   if (a.ids) {
     prompt = parse_ids(text, where, m.config().vocab);
   } else if (a.chat_given) {
     std::vector<ChatMessage> msgs;
     if (a.system_given) msgs.push_back({"system", a.system});
     msgs.push_back({"user", text});
-    prompt = tok->encode(m.chat_prompt(msgs, render));
+    shown = m.chat_prompt(msgs, render);
+    prompt = tok->encode(shown);
   } else if (!a.messages.empty()) {
     try {
-      prompt = tok->encode(m.chat_prompt_json(text, render));
+      shown = m.chat_prompt_json(text, render);
     } catch (const Error& e) {
       throw Error(where + ": " + e.what());
     }
+    prompt = tok->encode(shown);
   } else {
     prompt = m.encode_prompt(text);
   }
+  if (a.show_prompt) return show_prompt(shown, prompt);
   if (prompt.empty()) throw Error(where + ": the prompt has no tokens");
   RunOptions ro;
   ro.threads = threads;
@@ -227,47 +356,124 @@ int cmd_generate(GenerateArgs& a) {
 }
 
 struct ChatArgs {
-  std::string model, system, compute = "native", dtype = "fp32";
+  std::string model, system, compute = "native", dtype = "fp32", seed = "0", chat_template;
   std::vector<std::string> stop, template_var;
   SamplingOptions s;
   int64_t context = 0;
   int threads = 0;
+  bool no_escape = false, show_prompt = false, context_shift = false, json = false;
 };
 
-// One line of standard input is one user message; the reply streams to
-// standard output, then a newline. Each turn's counts go to standard error.
+// The next user message from standard input: one line, or several joined
+// with newlines: lines that end in a backslash continue on the next, and a
+// line starting with """ opens a block that a line ending in """ closes (as
+// Ollama). Blank and whitespace-only messages are skipped. line counts the
+// lines read; first_line is the message's first. nullopt at the end.
+struct InputMessage {
+  std::string text;
+  int64_t first_line = 0;
+};
+
+std::optional<InputMessage> read_message(std::istream& in, int64_t& line, bool prompt) {
+  auto next_line = [&](std::string& l) {
+    if (!std::getline(in, l)) return false;
+    ++line;
+    if (!l.empty() && l.back() == '\r') l.pop_back();
+    return true;
+  };
+  for (std::string l;;) {
+    if (prompt) std::cout << "> " << std::flush;
+    if (!next_line(l)) return std::nullopt;
+    InputMessage m;
+    m.first_line = line;
+    if (l.rfind("\"\"\"", 0) == 0) {
+      std::string body = l.substr(3);
+      bool closed = body.size() >= 3 && body.compare(body.size() - 3, 3, "\"\"\"") == 0;
+      if (closed) body.resize(body.size() - 3);
+      while (!closed) {
+        if (prompt) std::cout << ". " << std::flush;
+        if (!next_line(l)) throw Error("standard input: line " + std::to_string(m.first_line) + ": a \"\"\" block is not closed");
+        closed = l.size() >= 3 && l.compare(l.size() - 3, 3, "\"\"\"") == 0;
+        if (closed) l.resize(l.size() - 3);
+        body += "\n" + l;
+      }
+      m.text = body;
+    } else {
+      m.text = l;
+      while (!m.text.empty() && m.text.back() == '\\') {
+        m.text.back() = '\n';
+        if (prompt) std::cout << ". " << std::flush;
+        if (!next_line(l)) break;
+        m.text += l;
+      }
+    }
+    if (m.text.find_first_not_of(" \t\n\r\f\v") == std::string::npos) continue;  // nothing to say
+    return m;
+  }
+}
+
+bool valid_utf8_text(const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
+// Each message of standard input (read_message) is a user message; the reply
+// streams to standard output, then a newline (--json: one JSON object a
+// turn). Each turn's counts go to standard error.
 int cmd_chat(ChatArgs& a) {
+  a.model = model_or_default(a.model);
+  if (!a.no_escape) {
+    for (auto& stop : a.stop) stop = unescape(stop, "--stop");
+    a.system = unescape(a.system, "--system");
+  }
   check_stops(a.stop);
   (void)template_vars(a.template_var);  // checked before the model loads
   check_utf8(a.system, "--system");
   if (a.context < 0) throw Error("--context: expected a positive number of positions, got " + std::to_string(a.context));
   a.s.validate();
   if (a.s.beams != 1) throw Error("--beams: not in ffn chat (greedy or sampling)");
+  a.s.seed = a.show_prompt && a.seed == "-1" ? 0 : parse_seed(a.seed);
   const LMCompute compute = parse_lm_compute(a.compute);
   const int threads = threads_or_throw(a.threads);
-  const CausalLM m = load_lm(a.model, compute, a.dtype);
-  if (!m.tokenizer()) throw Error(a.model + ": no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json)");
-  if (m.chat_template().empty()) throw Error(a.model + ": the model has no chat template (ffn generate takes plain prompts)");
   ChatOptions o;
   o.system = a.system;
   o.stop = a.stop;
   o.context = a.context;
+  o.context_shift = a.context_shift;
   o.render.variables_json = template_vars(a.template_var);
+  o.render.chat_template = chat_template_file(a.chat_template);
+  if (o.render.chat_template) o.render.chat_template_name = "--chat-template " + a.chat_template;
+  const CausalLM m = load_lm(a.model, compute, a.dtype);
+  if (!m.tokenizer()) throw Error(a.model + ": no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json)");
+  if (m.chat_template().empty() && !o.render.chat_template)
+    throw Error(a.model + ": the model has no chat template (give one with --chat-template FILE; ffn generate takes plain prompts)");
+  const bool terminal = ::isatty(0) && ::isatty(1);
+  int64_t line = 0;
+  if (a.show_prompt) {  // the first turn's prompt: the system message and the first message of standard input
+    const std::optional<InputMessage> first = read_message(std::cin, line, terminal);
+    if (!first) throw Error("--show-prompt: standard input has no message (it shows the first turn's prompt)");
+    if (!valid_utf8_text(first->text)) throw Error("standard input: line " + std::to_string(first->first_line) + ": not valid UTF-8");
+    std::vector<ChatMessage> msgs;
+    if (!a.system.empty()) msgs.push_back({"system", a.system});
+    msgs.push_back({"user", first->text});
+    const std::string text = m.chat_prompt(msgs, o.render);
+    return show_prompt(text, m.tokenizer()->encode(text));
+  }
   ChatSession chat(m, o);
   RunOptions ro;
   ro.threads = threads;
-  const bool terminal = ::isatty(0) && ::isatty(1);
   int turn = 0;
-  for (std::string line;;) {
-    if (terminal) std::cout << "> " << std::flush;
-    if (!std::getline(std::cin, line)) break;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    ++turn;
+  while (const std::optional<InputMessage> msg = read_message(std::cin, line, terminal && !a.json)) {
     const auto t0 = std::chrono::steady_clock::now();
     ChatReply r;
     try {
-      r = chat.say(line, a.s, [](const std::string& piece) {
+      if (!valid_utf8_text(msg->text)) throw Error("standard input: line " + std::to_string(msg->first_line) + ": not valid UTF-8");
+      r = chat.say(msg->text, a.s, [&](const std::string& piece) {
+        if (a.json) return true;
         std::cout.write(piece.data(), std::streamsize(piece.size()));
         std::cout.flush();
         return bool(std::cout);
@@ -278,12 +484,33 @@ int cmd_chat(ChatArgs& a) {
       std::fprintf(stderr, "ffn: error: %s\n", e.what());
       continue;
     }
-    std::cout << '\n' << std::flush;
+    ++turn;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double rate = secs > 0 ? double(r.ids.size()) / secs : 0.0;
+    if (r.dropped_messages > 0)
+      std::fprintf(stderr, "[turn %d: --context-shift dropped the oldest %lld messages to fit the context of %lld]\n", turn,
+                   (long long)r.dropped_messages, (long long)chat.context());
+    if (a.json) {
+      nlohmann::ordered_json j;
+      j["turn"] = turn;
+      j["reply"] = r.text;
+      j["finish_reason"] = r.finish_reason;
+      j["prompt_tokens"] = r.prompt_tokens;
+      j["reused_tokens"] = r.reused_tokens;
+      j["new_tokens"] = r.ids.size();
+      j["dropped_messages"] = r.dropped_messages;
+      j["seconds"] = secs;
+      j["tokens_per_second"] = rate;
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n' << std::flush;
+    } else {
+      std::cout << '\n' << std::flush;
+    }
     if (!std::cout) throw Error("standard output: write error");
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "[turn %d: prompt %lld tokens, %lld kept from the cache, %lld read; %zu new tokens; %.2f s]\n",
+    std::fprintf(stderr,
+                 "[turn %d: prompt %lld tokens, %lld kept from the cache, %lld read; %zu new tokens, %.1f tokens/s; "
+                 "finish: %s; %.2f s]\n",
                  turn, (long long)r.prompt_tokens, (long long)r.reused_tokens, (long long)(r.prompt_tokens - r.reused_tokens),
-                 r.ids.size(), s);
+                 r.ids.size(), rate, r.finish_reason.c_str(), secs);
   }
   return 0;
 }
@@ -338,7 +565,7 @@ int cmd_tokenize(const TokenizeArgs& a) {
 }  // namespace
 
 int bench_generate(const std::string& model, const std::string& compute, int64_t prompt_tokens, int64_t new_tokens, int threads, int repeats,
-                   int warmup, bool json) {
+                   int warmup, bool json, bool yes) {
   if (prompt_tokens < 1) throw Error("--prompt-tokens: expected a positive integer, got " + std::to_string(prompt_tokens));
   if (new_tokens < 0) throw Error("--new-tokens: expected 0 or more, got " + std::to_string(new_tokens));
   CausalLMLoadOptions lo;
@@ -369,6 +596,16 @@ int bench_generate(const std::string& model, const std::string& compute, int64_t
       m.extend(st, &next, {1}, lg.data(), false, ro);
     }
     const auto t2 = std::chrono::steady_clock::now();
+    if (rep == 0 && !yes) {  // the rest, estimated from the first run, past a minute: stop with the estimate
+      const double per_run = std::chrono::duration<double>(t2 - t0).count();
+      const double rest = per_run * (warmup + repeats - 1);
+      if (rest > 60.0)
+        throw Error("--generate: " + std::to_string(warmup + repeats) + " runs (--warmup " + std::to_string(warmup) +
+                    ", --repeats " + std::to_string(repeats) + ") would take about " + std::to_string(int(rest + per_run)) +
+                    " s (" + std::to_string(int(per_run + 0.5)) +
+                    " s a run, measured), over the 60 s limit; pass --yes to run it anyway, or lower --repeats, "
+                    "--prompt-tokens or --new-tokens");
+    }
     if (rep < warmup) continue;
     pp.push_back(std::chrono::duration<double>(t1 - t0).count());
     tg.push_back(std::chrono::duration<double>(t2 - t1).count());
@@ -381,7 +618,11 @@ int bench_generate(const std::string& model, const std::string& compute, int64_t
   // generated tokens' mean position.
   const int64_t mean_position = prompt_tokens + new_tokens / 2;
   const size_t step = m.step_bytes(mean_position), kv = step - m.step_bytes(0);
-  const double bw = measure_read_bandwidth(int64_t(step), threads);
+  // The bandwidth is read on a buffer far past the last-level cache, not one the size of the weights
+  // (that doubled the bench's peak memory on a 1B model: 1.52 GB against generate's 702 MB).
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const int64_t probe = std::min<int64_t>(int64_t(step), std::max<int64_t>(int64_t(256) << 20, 4 * int64_t(l3 > 0 ? l3 : 0)));
+  const double bw = measure_read_bandwidth(probe, threads);
   const double floor_tps = bw * 1e9 / double(step);
   if (json) {
     std::printf("{\"model\": \"%s\", \"prompt_tokens\": %lld, \"new_tokens\": %lld, \"threads\": %d, \"compute\": \"%s\", "
@@ -409,9 +650,9 @@ Command add_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "generate", "continue a prompt with a LLaMA-architecture model (GGUF file or Hugging Face directory); prints the "
                   "new text only, as it is made");
-  cmd->add_option("--model", a->model, "GGUF file (architecture llama) or Hugging Face directory (config.json, "
-                                       "model.safetensors, tokenizer.json)")
-      ->required();
+  cmd->add_option("--model", a->model, "GGUF file or Hugging Face directory (config.json, model.safetensors, "
+                                       "tokenizer.json) of architecture " + CausalLM::architecture_names() +
+                                       " (default: the SmolLM2 scripts/setup.sh installs, " + default_lm_path() + ")");
   cmd->add_option("prompt", a->prompt, "the prompt text (or ids with --ids)");
   cmd->add_option("--prompt-file", a->prompt_file, "read the prompt from this file (- reads standard input)");
   cmd->add_option("--chat", a->chat, "one user message, put in the model's own chat template (as transformers' "
@@ -421,7 +662,14 @@ Command add_generate(CLI::App& app) {
       ->each([a](const std::string&) { a->system_given = true; });
   cmd->add_option("--messages", a->messages, "a JSON file of OpenAI-style messages ([{\"role\": \"user\", \"content\": "
                                              "...}, ...]; - reads standard input), put in the model's chat template");
-  cmd->add_option("--stop", a->stop, "end the text before this string (repeatable), as llama.cpp and the OpenAI API do");
+  cmd->add_option("--stop", a->stop, "end the text before this string (repeatable), as llama.cpp and the OpenAI API do; "
+                                     "\\n \\t \\\\ \\uXXXX in it are unescaped (--no-escape)");
+  cmd->add_flag("--no-escape", a->no_escape, "take --stop, --system and --chat as written (default: \\n, \\t, \\r, "
+                                            "\\\\, \\', \\\" and \\uXXXX unescaped, as llama.cpp's --escape)");
+  cmd->add_option("--chat-template", a->chat_template, "with --chat or --messages: a Jinja chat template FILE to use in "
+                                                       "place of the model's (llama-server's --chat-template-file)");
+  cmd->add_flag("--show-prompt", a->show_prompt, "print the prompt as the model would read it (the chat template "
+                                                 "rendered, BOS where added) and its ids, then exit");
   cmd->add_option("--template-var", a->template_var,
                   "KEY=JSON: a variable for the chat template (repeatable), as apply_chat_template's keyword "
                   "arguments: --template-var enable_thinking=false");
@@ -431,7 +679,8 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--temperature", a->s.temperature, "0 = greedy (default); > 0 samples from softmax(logits / T)");
   cmd->add_option("--top-k", a->s.top_k, "sample among the K most likely tokens (default 0: all)");
   cmd->add_option("--top-p", a->s.top_p, "sample among the most likely tokens whose probability reaches P (default 1)");
-  cmd->add_option("--seed", a->s.seed, "seed of the sampling draws (default 0); the same seed gives the same tokens");
+  cmd->add_option("--seed", a->seed, "seed of the sampling draws (default 0); the same seed gives the same tokens; -1: "
+                                     "a random seed, printed on standard error");
   cmd->add_option("--repeat-penalty", a->s.repeat_penalty,
                   "divide the logits of tokens already seen by R (multiply if negative), as transformers' "
                   "repetition_penalty (default 1: off)");
@@ -461,18 +710,31 @@ Command add_generate(CLI::App& app) {
 Command add_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "chat", "a conversation with a model in its own chat template: each line of standard input is a user message, "
-              "each reply is printed as it is made; the cache is kept between turns");
-  cmd->add_option("--model", a->model, "GGUF file or Hugging Face directory with a chat template")->required();
+      "chat", "a conversation with a model in its own chat template: each line of standard input is a user message "
+              "(a line ending in \\ continues on the next; \"\"\" opens and closes a multi-line block; blank lines are "
+              "skipped), each reply is printed as it is made; the cache is kept between turns");
+  cmd->add_option("--model", a->model, "GGUF file or Hugging Face directory with a chat template, of architecture " +
+                                       CausalLM::architecture_names() + " (default: the SmolLM2 scripts/setup.sh installs, " +
+                                       default_lm_path() + ")");
   cmd->add_option("--system", a->system, "a system message first");
-  cmd->add_option("--stop", a->stop, "end a reply before this string (repeatable)");
+  cmd->add_option("--stop", a->stop, "end a reply before this string (repeatable); \\n \\t \\\\ \\uXXXX unescaped");
+  cmd->add_flag("--no-escape", a->no_escape, "take --stop and --system as written (default: backslash escapes unescaped)");
+  cmd->add_option("--chat-template", a->chat_template, "a Jinja chat template FILE to use in place of the model's");
+  cmd->add_flag("--show-prompt", a->show_prompt, "print the first turn's prompt (--system and the first message of "
+                                                 "standard input in the template) and its ids, then exit");
+  cmd->add_flag("--context-shift", a->context_shift,
+                "when a turn and its --max-new-tokens do not fit --context, drop the oldest turns after the system "
+                "message (said on standard error), as llama.cpp's --context-shift; default: the reply is cut at the "
+                "context (finish: length), and a prompt that fills it alone is an error");
+  cmd->add_flag("--json", a->json, "one JSON object a turn on standard output (reply, finish_reason, prompt/reused/new "
+                                   "tokens, seconds, tokens_per_second) in place of the streamed text");
   cmd->add_option("--template-var", a->template_var, "KEY=JSON: a variable for the chat template (repeatable)");
   cmd->add_option("--context", a->context, "positions the conversation may fill (default: the model's, at most 4096)");
   cmd->add_option("--max-new-tokens", a->s.max_new_tokens, "most new tokens per reply (default 128)");
   cmd->add_option("--temperature", a->s.temperature, "0 = greedy (default); > 0 samples from softmax(logits / T)");
   cmd->add_option("--top-k", a->s.top_k, "sample among the K most likely tokens (default 0: all)");
   cmd->add_option("--top-p", a->s.top_p, "sample among the most likely tokens whose probability reaches P (default 1)");
-  cmd->add_option("--seed", a->s.seed, "seed of the sampling draws (default 0)");
+  cmd->add_option("--seed", a->seed, "seed of the sampling draws (default 0; -1: random, printed on standard error)");
   cmd->add_option("--repeat-penalty", a->s.repeat_penalty, "as ffn generate's (default 1: off)");
   cmd->add_option("--min-p", a->s.min_p, "as ffn generate's (default 0: off)");
   cmd->add_option("--presence-penalty", a->s.presence_penalty, "as ffn generate's (default 0: off)");

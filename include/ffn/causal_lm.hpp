@@ -182,6 +182,8 @@ class CausalLM {
   // (model_type llama, qwen2, mistral or gemma2).
   // Errors name the file and what was expected.
   static CausalLM load(const std::string& path, const CausalLMLoadOptions& opts = {});
+  // The architectures load() reads, from the registry: "llama, qwen2, ...".
+  static std::string architecture_names();
 
   const CausalLMConfig& config() const { return cfg_; }
   // Whether some product keeps quantized blocks (native compute on a GGUF with matrices of a native type).

@@ -47,7 +47,13 @@ struct ChatOptions {
   std::string system;                // a system message first ("" none)
   std::vector<std::string> stop;     // stop strings
   int64_t context = 0;               // positions the conversation may fill; 0: the model's, at most 4096
-  ChatRenderOptions render;          // the template's clock and extra variables
+  ChatRenderOptions render;          // the template's clock and extra variables, a template in place of the model's
+  // When a turn's prompt and its max_new_tokens do not fit the context, drop
+  // the oldest turns after the leading system messages (a user message and
+  // its replies) until they do (llama.cpp's --context-shift). Off: the reply
+  // is cut at the context ("length"), and a prompt that fills the context
+  // alone is an Error.
+  bool context_shift = false;
 };
 
 struct ChatReply {
@@ -56,6 +62,10 @@ struct ChatReply {
   int64_t prompt_tokens = 0;   // the conversation's prompt this turn
   int64_t reused_tokens = 0;   // of those, the ones whose keys and values were kept from earlier turns
   bool stopped_by_string = false;
+  // "stop" (an end id or a stop string), "length" (max_new_tokens, or the
+  // context), "interrupted" (on_text or on_token returned false).
+  std::string finish_reason;
+  int64_t dropped_messages = 0;  // messages context_shift dropped this turn
 };
 
 // A conversation: each say() re-renders the whole conversation in the
@@ -67,8 +77,9 @@ class ChatSession {
  public:
   ChatSession(const CausalLM& lm, ChatOptions opts = {});
   // The user's message, then the assistant's reply; on_text, if set, gets
-  // the reply's text as it is made (returning false stops). An Error (the
-  // template refuses the conversation, it outgrows the context: by how many
+  // the reply's text as it is made (returning false stops). The reply gets
+  // max_new_tokens, or what the context has left. An Error (the template
+  // refuses the conversation, its prompt fills the context: by how many
   // tokens) comes before any work and leaves the conversation as it was.
   // on_token, if set, sees each id first (returning false stops: an interrupt).
   ChatReply say(const std::string& user, const SamplingOptions& s,
@@ -78,6 +89,8 @@ class ChatSession {
   int64_t context() const { return capacity_; }
 
  private:
+  std::vector<int32_t> render(const std::vector<ChatMessage>& messages) const;
+
   const CausalLM& lm_;
   ChatOptions opts_;
   std::vector<ChatMessage> messages_;

@@ -41,6 +41,12 @@ struct ChatRenderOptions {
   // none. tools and documents are None unless given here, as
   // apply_chat_template passes them.
   std::string variables_json;
+  // A template to render in place of the model's own (llama-server's
+  // --chat-template-file, ffn's --chat-template FILE), and the name its
+  // errors give. Read by CausalLM::chat_prompt and ChatSession; a
+  // ChatTemplate renders its own text and ignores them.
+  std::optional<std::string> chat_template;
+  std::string chat_template_name = "chat template";
 };
 
 class ChatTemplate {
@@ -60,6 +66,16 @@ class ChatTemplate {
   std::shared_ptr<const Program> program_;
   std::string name_;
 };
+
+// OpenAI-style messages (a JSON array) checked before a template sees them,
+// as the OpenAI API checks them, and returned as templates read them: not
+// empty; each an object whose role is system, developer, user, assistant or
+// tool; content a string, or a list of {"type": "text", "text": ...} parts
+// (joined with newlines into one string); an assistant message with
+// tool_calls may leave content out; other fields are kept. An Error names
+// the message and field: "messages[2].content: expected a string or a list
+// of text parts, got number".
+std::string check_chat_messages(const std::string& messages_json);
 
 // messages as a JSON array of {"role", "content"} objects.
 std::string chat_messages_json(const std::vector<ChatMessage>& messages);

@@ -38,5 +38,14 @@ std::string architecture_names(Format format) {
   return out;
 }
 
-
 }  // namespace ffn::models
+
+namespace ffn {
+
+std::string CausalLM::architecture_names() {
+  std::string out;
+  for (const models::Architecture& a : models::architectures()) out += (out.empty() ? "" : ", ") + a.name;
+  return out;
+}
+
+}  // namespace ffn

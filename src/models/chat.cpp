@@ -49,11 +49,14 @@ std::vector<int32_t> CausalLM::encode_prompt(const std::string& text) const {
 }
 
 std::string CausalLM::chat_prompt_json(const std::string& messages_json, ChatRenderOptions opts) const {
-  if (chat_template_.empty()) throw Error(path_ + ": the model has no chat template (give the prompt as text)");
+  if (!opts.chat_template && chat_template_.empty())
+    throw Error(path_ + ": the model has no chat template (give the prompt as text, or a template with --chat-template FILE)");
   if (!opts.bos_token) opts.bos_token = bos_text_ ? *bos_text_ : token_text(tok_.get(), cfg_.bos);
   if (!opts.eos_token) opts.eos_token = eos_text_ ? *eos_text_ : token_text(tok_.get(), cfg_.eos);
-  const ChatTemplate t(chat_template_, path_ + ": chat template");
-  return t.render_json(messages_json, opts);
+  const std::string messages = check_chat_messages(messages_json);
+  const ChatTemplate t = opts.chat_template ? ChatTemplate(*opts.chat_template, opts.chat_template_name)
+                                            : ChatTemplate(chat_template_, path_ + ": chat template");
+  return t.render_json(messages, opts);
 }
 
 std::string CausalLM::chat_prompt(const std::vector<ChatMessage>& messages, ChatRenderOptions opts) const {
@@ -121,7 +124,7 @@ std::string TextStream::finish() {
 
 ChatSession::ChatSession(const CausalLM& lm, ChatOptions opts) : lm_(lm), opts_(std::move(opts)) {
   if (!lm_.tokenizer()) throw Error("chat: the model has no tokenizer");
-  if (lm_.chat_template().empty()) throw Error("chat: the model has no chat template");
+  if (lm_.chat_template().empty() && !opts_.render.chat_template) throw Error("chat: the model has no chat template");
   const int64_t model = lm_.config().context;
   if (opts_.context < 0) throw Error("--context: expected a positive number of positions, got " + std::to_string(opts_.context));
   if (model > 0 && opts_.context > model)
@@ -134,18 +137,42 @@ ChatSession::ChatSession(const CausalLM& lm, ChatOptions opts) : lm_(lm), opts_(
   state_.join();
 }
 
-ChatReply ChatSession::say(const std::string& user, const SamplingOptions& s,
+std::vector<int32_t> ChatSession::render(const std::vector<ChatMessage>& messages) const {
+  return lm_.tokenizer()->encode(lm_.chat_prompt(messages, opts_.render));
+}
+
+ChatReply ChatSession::say(const std::string& user, const SamplingOptions& asked,
                            const std::function<bool(const std::string&)>& on_text, const RunOptions& run,
-                const std::function<bool(int32_t)>& on_token_id) {
-  s.validate();
+                           const std::function<bool(int32_t)>& on_token_id) {
+  asked.validate();
   std::vector<ChatMessage> next = messages_;
   next.push_back({"user", user});
-  const std::vector<int32_t> prompt = lm_.tokenizer()->encode(lm_.chat_prompt(next, opts_.render));
+  std::vector<int32_t> prompt = render(next);
+  // With context_shift, the oldest turns after the leading system messages
+  // go (a user message and the replies up to the next user message) until
+  // the prompt and the whole reply fit.
+  int64_t dropped = 0;
+  if (opts_.context_shift) {
+    size_t first = 0;
+    while (first < next.size() && next[first].role == "system") ++first;
+    while (int64_t(prompt.size()) + std::max<int64_t>(asked.max_new_tokens, 1) > capacity_ && first + 1 < next.size()) {
+      size_t end = first + 1;
+      while (end + 1 < next.size() && next[end].role != "user") ++end;
+      dropped += int64_t(end - first);
+      next.erase(next.begin() + std::ptrdiff_t(first), next.begin() + std::ptrdiff_t(end));
+      prompt = render(next);
+    }
+  }
   const int64_t n = int64_t(prompt.size());
-  if (s.max_new_tokens > capacity_ - n)
-    throw Error("chat: the conversation is " + std::to_string(n) + " tokens; with " + std::to_string(s.max_new_tokens) +
-                " new tokens that is " + std::to_string(s.max_new_tokens - (capacity_ - n)) + " past the context of " +
-                std::to_string(capacity_) + " (--context, --max-new-tokens)");
+  if (n >= capacity_)
+    throw Error("chat: the conversation is " + std::to_string(n) + " tokens, " +
+                (n > capacity_ ? std::to_string(n - capacity_) + " past" : "all of") + " the context of " +
+                std::to_string(capacity_) +
+                (opts_.context_shift ? " with only the last message (--context)"
+                                     : " (--context-shift drops the oldest turns; --context raises the limit)"));
+  // The reply gets what was asked, cut at the context ("length").
+  SamplingOptions s = asked;
+  s.max_new_tokens = std::min<int64_t>(asked.max_new_tokens, capacity_ - n);
   // Keep the longest common prefix, at least one token short of the prompt.
   size_t keep = 0;
   while (keep < cached_.size() && keep < prompt.size() && cached_[keep] == prompt[keep]) ++keep;
@@ -156,12 +183,14 @@ ChatReply ChatSession::say(const std::string& user, const SamplingOptions& s,
   ChatReply r;
   r.prompt_tokens = n;
   r.reused_tokens = int64_t(keep);
+  r.dropped_messages = dropped;
   TextStream stream(*lm_.tokenizer(), opts_.stop);
-  bool go_on = true;
+  bool go_on = true, interrupted = false;
   auto on_token = [&](int32_t id) {
-    if (on_token_id && !on_token_id(id)) return false;
+    if (on_token_id && !on_token_id(id)) return !(interrupted = true);
     const std::string piece = stream.push(id);
     if (on_text && !piece.empty()) go_on = on_text(piece);
+    if (!go_on) interrupted = true;
     return go_on && !stream.stopped();
   };
   try {
@@ -175,6 +204,10 @@ ChatReply ChatSession::say(const std::string& user, const SamplingOptions& s,
   if (on_text && !rest.empty() && go_on) on_text(rest);
   r.text = stream.text();
   r.stopped_by_string = stream.stopped();
+  const auto& ends = lm_.config().end_ids;
+  const bool ended = !r.ids.empty() && (r.ids.back() == lm_.config().eos ||
+                                        std::find(ends.begin(), ends.end(), r.ids.back()) != ends.end());
+  r.finish_reason = r.stopped_by_string || ended ? "stop" : interrupted ? "interrupted" : "length";
   // The cache now holds the prompt and the reply's tokens but the last.
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), r.ids.begin(), r.ids.end());

@@ -1,6 +1,8 @@
 // Request decoding of ffn serve (src/serve/api.hpp).
 #include "serve/api.hpp"
 
+#include "ffn/chat_template.hpp"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -178,40 +180,13 @@ GenerationFields generation(const json& b, bool chat) {
 json parse_messages(const json& b) {
   const json* m = field(b, "messages");
   if (!m) bad("messages", "required: a list of {\"role\", \"content\"} objects");
-  if (!m->is_array()) bad("messages", "expected a list of {\"role\", \"content\"} objects");
-  if (m->empty()) bad("messages", "the list is empty");
-  json out = json::array();
-  for (size_t i = 0; i < m->size(); ++i) {
-    const std::string at = "messages[" + std::to_string(i) + "]";
-    const json& x = (*m)[i];
-    if (!x.is_object()) bad(at, "expected an object with \"role\" and \"content\"");
-    const json* role = field(x, "role");
-    if (!role || !role->is_string()) bad(at + ".role", "expected a string");
-    const std::string r = role->get<std::string>();
-    if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
-      bad(at + ".role", "expected system, developer, user, assistant or tool, got \"" + r + "\"");
-    const json* content = field(x, "content");
-    std::string text;
-    if (!content) bad(at + ".content", "required: a string or a list of text parts");
-    if (content->is_string()) {
-      text = content->get<std::string>();
-    } else if (content->is_array()) {
-      for (size_t k = 0; k < content->size(); ++k) {
-        const json& p = (*content)[k];
-        const std::string pat = at + ".content[" + std::to_string(k) + "]";
-        if (!p.is_object() || !p.contains("type") || p["type"] != "text" || !p.contains("text") || !p["text"].is_string())
-          bad(pat, "expected {\"type\": \"text\", \"text\": \"...\"} (ffn serve takes text only)");
-        text += (k ? "\n" : "") + p["text"].get<std::string>();
-      }
-    } else {
-      bad(at + ".content", "expected a string or a list of text parts");
-    }
-    json msg = x;  // other fields (name, tool_call_id ...) pass to the template as they are
-    msg["role"] = r;
-    msg["content"] = text;
-    out.push_back(std::move(msg));
+  try {
+    return json::parse(check_chat_messages(m->dump()));  // (dump() of a request body's JSON is valid UTF-8)
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const size_t colon = what.find(": ");
+    throw ApiError(400, what, colon == std::string::npos ? "messages" : what.substr(0, colon));
   }
-  return out;
 }
 
 ChatRequest parse_chat(const json& b) {

@@ -3046,6 +3046,48 @@ std::string chat_messages_json(const std::vector<ChatMessage>& messages) {
   return j.dump();
 }
 
+std::string check_chat_messages(const std::string& messages_json) {
+  using ojson = nlohmann::ordered_json;
+  const ojson m = ojson::parse(messages_json, nullptr, false);  // (discarded, not thrown, when invalid)
+  if (m.is_discarded()) throw Error("messages: not valid JSON");
+  if (!m.is_array()) throw Error("messages: expected a list of {\"role\", \"content\"} objects");
+  if (m.empty()) throw Error("messages: the list is empty");
+  ojson out = ojson::array();
+  for (size_t i = 0; i < m.size(); ++i) {
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    const ojson& x = m[i];
+    if (!x.is_object()) throw Error(at + ": expected an object with \"role\" and \"content\"");
+    const auto role = x.find("role");
+    if (role == x.end() || !role->is_string()) throw Error(at + ".role: expected a string");
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool")
+      throw Error(at + ".role: expected system, developer, user, assistant or tool, got \"" + r + "\"");
+    const auto content = x.find("content");
+    ojson msg = x;  // other fields (name, tool_calls, tool_call_id ...) pass to the template as they are
+    const bool calls = r == "assistant" && x.contains("tool_calls");
+    if (content == x.end() || content->is_null()) {
+      if (!calls) throw Error(at + ".content: required: a string or a list of text parts");
+    } else if (content->is_array()) {
+      std::string text;
+      for (size_t k = 0; k < content->size(); ++k) {
+        const ojson& p = (*content)[k];
+        if (!p.is_object() || !p.contains("type") || p["type"] != "text" || !p.contains("text") || !p["text"].is_string())
+          throw Error(at + ".content[" + std::to_string(k) + "]: expected {\"type\": \"text\", \"text\": \"...\"} (text only)");
+        text += (k ? "\n" : "") + p["text"].get<std::string>();
+      }
+      msg["content"] = text;
+    } else if (!content->is_string()) {
+      throw Error(at + ".content: expected a string or a list of text parts, got " + std::string(content->type_name()));
+    }
+    out.push_back(std::move(msg));
+  }
+  try {
+    return out.dump();
+  } catch (const ojson::type_error&) {
+    throw Error("messages: a string is not valid UTF-8");
+  }
+}
+
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& opts) const {
   for (const auto& m : messages)
     if (!text::valid_utf8(m.role) || !text::valid_utf8(m.content)) throw Error(name_ + ": a message is not valid UTF-8");

@@ -49,8 +49,10 @@ def test_bad_input_raises_ffn_error():
     lm = ffn.CausalLM.load(GGUF)
     with pytest.raises(ffn.Error, match="outside the vocabulary"):
         lm.logits([0, 10**6])
-    with pytest.raises(ffn.Error, match="--top-p"):
+    with pytest.raises(ffn.Error, match="^top_p: expected"):
         lm.generate([1, 2], top_p=0.0)
+    with pytest.raises(ffn.Error, match="^max_new_tokens: expected 0 or more, got -1"):
+        lm.generate("hi", max_new_tokens=-1)
     with pytest.raises(ffn.Error, match="compute"):
         ffn.CausalLM.load(GGUF, compute="int3")
     with pytest.raises(ffn.Error, match="no chat template"):
@@ -86,7 +88,7 @@ def test_chat_conversations_in_the_models_template():
     assert lm.generate(msgs, chat=True, max_new_tokens=8, stop=[stops[0]]) == text[:text.index(stops[0])]
     with pytest.raises(ffn.Error, match="stop strings end text"):
         lm.generate([1, 2], stop=["x"])
-    with pytest.raises(ffn.Error, match="messages"):
+    with pytest.raises(TypeError, match="messages: expected a list of"):
         lm.chat_prompt(42)
     assert lm.chat_prompt(msgs, template_vars={"unused": True}) == prompt
     with pytest.raises(ffn.Error, match="template_vars"):
@@ -113,3 +115,57 @@ def test_chat_session_keeps_its_cache_between_turns():
     with pytest.raises(ffn.Error, match="past the context"):
         chat.say("x " * 400)
     assert chat.messages == history
+
+
+def test_generate_takes_messages_and_refuses_other_types_in_pythons_terms():
+    """Issue 62: a list of messages chats without chat=True; an int, bytes, a
+    list of neither ints nor dicts, a lone surrogate get TypeError/ValueError
+    naming the argument (was RuntimeError: std::bad_cast)."""
+    lm = ffn.CausalLM.load(GGUF)
+    msgs = [{"role": "user", "content": "hi"}]
+    assert lm.generate(msgs, max_new_tokens=6) == lm.generate(msgs, chat=True, max_new_tokens=6)
+    for bad in (42, b"hi", [1.5, 2], {"role": "user"}):
+        with pytest.raises(TypeError, match="^prompt: expected str"):
+            lm.generate(bad)
+    with pytest.raises(ValueError, match="^prompt: the text has no UTF-8 form"):
+        lm.generate("a\ud800b")
+    with pytest.raises(ValueError, match="no UTF-8 form"):
+        lm.chat_prompt([{"role": "user", "content": "\udc00"}])
+    with pytest.raises(TypeError, match="^message: expected str"):
+        lm.chat().say(b"hi")
+    with pytest.raises(ffn.Error, match=r"messages\[0\]\.content: required"):
+        lm.generate([{"role": "user"}])
+    with pytest.raises(ffn.Error, match=r"messages\[1\]\.role: expected system, developer, user, assistant or tool"):
+        lm.chat_prompt([{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}])
+    with pytest.raises(ffn.Error, match="messages: the list is empty"):
+        lm.chat_prompt([])
+    # Text parts join into one string, as the OpenAI API's content list.
+    parts = [{"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]}]
+    assert lm.chat_prompt(parts) == lm.chat_prompt([{"role": "user", "content": "h\ni"}])
+
+
+def test_chat_prompt_with_another_template_and_chats_at_the_context():
+    lm = ffn.CausalLM.load(GGUF)
+    tpl = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}]
+    assert lm.chat_prompt(msgs, template=tpl) == "[system] S\n[user] hi\n[assistant]"
+    want_ids = lm.generate(lm.tokenize("[system] S\n[user] hi\n[assistant]"), max_new_tokens=5)
+    assert lm.generate(msgs, template=tpl, max_new_tokens=5) == lm.decode([i for i in want_ids if i < lm.config["vocab"]])
+    with pytest.raises(ffn.Error, match="template: line 1"):
+        lm.chat_prompt(msgs, template="{% if %}")
+    chat = lm.chat(template=tpl)
+    r = chat.say("hi", max_new_tokens=4)
+    assert r["prompt_tokens"] == len(lm.tokenize("[user] hi\n[assistant]"))
+    assert r["finish_reason"] in ("stop", "length") and r["dropped_messages"] == 0
+    # The reply is cut at the context and says so, where it used to refuse the turn.
+    n = len(lm.tokenize(lm.chat_prompt("hello")))
+    short = lm.chat(context=n + 3)
+    r = short.say("hello", max_new_tokens=50)
+    assert len(r["ids"]) <= 3 and (r["finish_reason"] == "length" or r["ids"][-1] in lm.config["end_ids"])
+    # context_shift drops the oldest turns and reports them.
+    shifting = lm.chat(system="S", context=n + 24, context_shift=True)
+    dropped = 0
+    for turn in ["hello", "and again", "once more", "last one"]:
+        r = shifting.say(turn, max_new_tokens=8)
+        dropped += r["dropped_messages"]
+    assert dropped > 0 and shifting.messages[0] == {"role": "system", "content": "S"}
