@@ -73,6 +73,16 @@ std::string prompt_of(const CausalLM& lm, const nb::object& messages, const nb::
   return lm.chat_prompt_json(messages_json(messages, name), render_options(template_vars, chat_template));
 }
 
+// f(), its ffn::Error messages in Python's terms (keyword_names).
+template <class F>
+void in_python_terms(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    throw Error(keyword_names(e.what()));
+  }
+}
+
 // What generate's prompt is: text, token ids, or a conversation (a list of message dicts).
 enum class PromptKind { text, ids, messages };
 PromptKind prompt_kind(const nb::object& prompt) {
@@ -202,12 +212,12 @@ void bind_causal_lm(nb::module_& m) {
                                        : text ? lm.encode_prompt(utf8_arg(prompt, "prompt"))
                                               : nb::cast<std::vector<int32_t>>(prompt);
             std::optional<TextStream> stream;
-            if (text) stream.emplace(*lm.tokenizer(), stop);
+            if (text) in_python_terms([&] { stream.emplace(*lm.tokenizer(), stop); });
             const RunOptions o = run_options(threads, false, 0);
             Interruptible guard;
             auto hook = guard.hook();
             std::vector<int32_t> out;
-            guard.run([&] {
+            in_python_terms([&] { guard.run([&] {
               out = lm.generate(ids, s, [&](int32_t id) {
                 if (hook && hook()) throw Interrupted();
                 if (stream) stream->push(id);
@@ -218,7 +228,7 @@ void bind_causal_lm(nb::module_& m) {
                 }
                 return go_on && !(stream && stream->stopped());
               }, o);
-            });
+            }); });
             if (text) {
               stream->finish();
               return utf8_text(stream->text());
@@ -272,7 +282,7 @@ void bind_causal_lm(nb::module_& m) {
             Interruptible stop;
             auto hook = stop.hook();
             ChatReply r;
-            stop.run([&] {
+            in_python_terms([&] { stop.run([&] {
               r = c.say(message, s, [&](const std::string& piece) {
                 if (on_text.is_none()) return true;
                 nb::gil_scoped_acquire gil;
@@ -281,7 +291,7 @@ void bind_causal_lm(nb::module_& m) {
                 if (hook && hook()) throw Interrupted();
                 return true;
               });
-            });
+            }); });
             nb::dict d;
             d["text"] = utf8_text(r.text);
             d["ids"] = r.ids;

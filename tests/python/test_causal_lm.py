@@ -53,6 +53,13 @@ def test_bad_input_raises_ffn_error():
         lm.generate([1, 2], top_p=0.0)
     with pytest.raises(ffn.Error, match="^max_new_tokens: expected 0 or more, got -1"):
         lm.generate("hi", max_new_tokens=-1)
+    with pytest.raises(ffn.Error, match="^stop: a stop string must not be empty"):
+        lm.generate("hi", stop=[""])
+    with pytest.raises(ffn.Error, match="^context: expected a positive number"):
+        lm.chat(context=-1)
+    with pytest.raises(ffn.Error, match="new tokens is past the model's context") as e:
+        lm.generate([1, 2], max_new_tokens=10**6)
+    assert "--" not in str(e.value), e.value
     with pytest.raises(ffn.Error, match="compute"):
         ffn.CausalLM.load(GGUF, compute="int3")
     with pytest.raises(ffn.Error, match="no chat template"):
