@@ -487,12 +487,15 @@ def new_user(tmp):
             stdin="Hi\nTell me about Paris.\nAnd London?\nAnd Rome?\n")
     check(r.returncode == 0 and len(r.stdout.splitlines()) == 4 and "--context-shift dropped the oldest" in r.stderr,
           f"chat --context-shift: 4 turns in a 120-position context: {r.stderr.strip()[-300:]!r}")
-    # bench --generate: 1 warmup and 3 runs by default; its peak memory stays near generate's
-    # (the bandwidth probe no longer allocates the weights' size again: checked on a 1B model in
-    # bench/results; on SmolLM2 the probe is the step's size, so this bounds the rest).
+    # bench --generate: 1 warmup and 3 runs by default (the README line above); past a minute it stops
+    # with the estimate; its peak memory is generate's, not twice it (the bandwidth is read before the
+    # model loads).
+    r = ffn("bench", "--generate", "--model", path, "--repeats", "400")
+    check(refused(r, ["--generate", "401 runs", "over the 60 s limit", "--yes"]) and r.stdout == "",
+          f"bench --generate: 400 repeats stop after the first run with the estimate: {r.stderr.strip()!r}")
     rc_b, rss_b = rss_of(["bench", "--generate", "--model", path, "--prompt-tokens", "64", "--new-tokens", "8"])
     rc_g, rss_g = rss_of(["generate", "--model", path, "x", "--max-new-tokens", "8"])
-    check(rc_b == 0 and rc_g == 0 and rss_b <= 2.2 * rss_g,
+    check(rc_b == 0 and rc_g == 0 and rss_b <= 1.25 * rss_g,
           f"bench --generate peaks at {rss_b / 2**20:.0f} MiB, generate at {rss_g / 2**20:.0f} MiB")
 
 
