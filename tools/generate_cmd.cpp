@@ -365,10 +365,12 @@ struct ChatArgs {
 };
 
 // The next user message from standard input: one line, or several joined
-// with newlines: lines that end in a backslash continue on the next, and a
-// line starting with """ opens a block that a line ending in """ closes (as
-// Ollama). Blank and whitespace-only messages are skipped. line counts the
-// lines read; first_line is the message's first. nullopt at the end.
+// with newlines: lines that end in a backslash continue on the next, a line
+// starting with """ opens a block that a line ending in """ closes (as
+// Ollama), and text pasted at a terminal in bracketed-paste mode (ESC[200~
+// ... ESC[201~, which ffn chat turns on there) is one message up to the
+// Enter after it. Blank and whitespace-only messages are skipped. line
+// counts the lines read; first_line is the message's first. nullopt at the end.
 struct InputMessage {
   std::string text;
   int64_t first_line = 0;
@@ -386,7 +388,15 @@ std::optional<InputMessage> read_message(std::istream& in, int64_t& line, bool p
     if (!next_line(l)) return std::nullopt;
     InputMessage m;
     m.first_line = line;
-    if (l.rfind("\"\"\"", 0) == 0) {
+    static const std::string paste_start = "\x1b[200~", paste_end = "\x1b[201~";
+    if (l.find(paste_start) != std::string::npos) {
+      // Lines until the one holding the end marker are one message; the markers go.
+      std::string body = l;
+      while (body.find(paste_end) == std::string::npos && next_line(l)) body += "\n" + l;
+      for (const std::string* marker : {&paste_start, &paste_end})
+        for (size_t at; (at = body.find(*marker)) != std::string::npos;) body.erase(at, marker->size());
+      m.text = body;
+    } else if (l.rfind("\"\"\"", 0) == 0) {
       std::string body = l.substr(3);
       bool closed = body.size() >= 3 && body.compare(body.size() - 3, 3, "\"\"\"") == 0;
       if (closed) body.resize(body.size() - 3);
@@ -467,6 +477,12 @@ int cmd_chat(ChatArgs& a) {
   RunOptions ro;
   ro.threads = threads;
   int turn = 0;
+  // Bracketed paste at a terminal: a pasted paragraph is one message (read_message), not a turn a line.
+  struct PasteMode {
+    bool on;
+    explicit PasteMode(bool t) : on(t) { if (on) std::fputs("\x1b[?2004h", stdout), std::fflush(stdout); }
+    ~PasteMode() { if (on) std::fputs("\x1b[?2004l", stdout), std::fflush(stdout); }
+  } paste(terminal && !a.json);
   while (const std::optional<InputMessage> msg = read_message(std::cin, line, terminal && !a.json)) {
     const auto t0 = std::chrono::steady_clock::now();
     ChatReply r;

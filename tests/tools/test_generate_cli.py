@@ -452,6 +452,9 @@ def new_user(tmp):
     r = ffn("chat", "--model", path, "--system", "S", "--chat-template", tpl, "--show-prompt", stdin="\n  \nHello\n")
     check(r.returncode == 0 and r.stdout.startswith("system: S\nuser: Hello\nassistant:\n--- ids"),
           f"chat --show-prompt: the first turn's prompt (blank lines skipped): {r.stdout!r}")
+    r = ffn("chat", "--model", path, "--chat-template", tpl, "--show-prompt", stdin="\x1b[200~Pasted one\n\nthree\x1b[201~ typed\n")
+    check(r.returncode == 0 and r.stdout.startswith("user: Pasted one\n\nthree typed\nassistant:\n--- ids"),
+          f"chat: a bracketed paste is one message, up to the Enter after it: {r.stdout!r}")
     # chat: --context 80 takes a 37-token first turn and cuts the reply at the context (finish: length).
     r = ffn("chat", "--model", path, "--context", "40", "--max-new-tokens", "128", "--json",
             stdin="What is the capital of France?\n")
@@ -462,11 +465,11 @@ def new_user(tmp):
     check(refused(r, ["37 tokens", "past the context of 30", "--context-shift"]),
           f"chat: a prompt past the context alone is refused, naming --context-shift: {r.stderr!r}")
     # Multi-line messages, blank lines skipped, --json, the stderr line's rate and finish reason.
-    stdin = 'Say hi.\n   \n"""First line\n\nthird line."""\nTwo \\\nlines.\n'
+    stdin = 'Say hi.\n   \n"""First line\n\nthird line."""\nTwo \\\nlines.\n\x1b[200~a\nb\x1b[201~\n'
     r = ffn("chat", "--model", path, "--json", "--max-new-tokens", "8", stdin=stdin)
     j = [json.loads(x) for x in r.stdout.splitlines()] if r.returncode == 0 else []
     lines = [x for x in r.stderr.splitlines() if x.startswith("[turn")]
-    check(len(j) == 3 and [x["turn"] for x in j] == [1, 2, 3] and len(lines) == 3 and
+    check(len(j) == 4 and [x["turn"] for x in j] == [1, 2, 3, 4] and len(lines) == 4 and
           all(re.search(r"new tokens, [0-9.]+ tokens/s; finish: (stop|length);", x) for x in lines),
           f"chat: a \"\"\" block and a \\ continuation are one message each, blank lines skipped, one JSON a turn: "
           f"{[x.get('reply') for x in j]} {lines}")
@@ -475,7 +478,7 @@ def new_user(tmp):
     mfile = os.path.join(tmp, "multi.json")
     json.dump(history, open(mfile, "w", encoding="utf-8"))
     g = ffn("generate", "--model", path, "--messages", mfile, "--max-new-tokens", "8")
-    check(len(j) == 3 and g.stdout == j[1]["reply"] + "\n", "chat: the \"\"\" block is the message its lines make")
+    check(len(j) == 4 and g.stdout == j[1]["reply"] + "\n", "chat: the \"\"\" block is the message its lines make")
     # An invalid UTF-8 line is named as standard input's line, not blamed on the model file.
     r = subprocess.run([FFN, "chat", "--model", path, "--max-new-tokens", "4"], capture_output=True,
                        input=b"Hi\n\xff\xfe\n")
