@@ -518,7 +518,7 @@ void check_counts(const BenchArgs& a) {
 }
 
 int bench_generate_mode(const BenchArgs& a) {
-  const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+  const int threads = resolve_threads(threads_or_throw(a.threads));
   check_counts(a);
   if (a.emb.model.empty()) throw Error("--generate: give --model, a GGUF file or a Hugging Face LLaMA directory");
   // A run is a whole prompt and generation (seconds on a 1B model): 3 timed after 1 warmup unless asked.
@@ -528,7 +528,7 @@ int bench_generate_mode(const BenchArgs& a) {
 }
 
 int bench_translate_mode(const BenchArgs& a) {
-  const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+  const int threads = resolve_threads(threads_or_throw(a.threads));
   check_counts(a);
   if (a.emb.model.empty()) throw Error("--translate: give --model, a MarianMT directory");
   cli::TranslateBenchArgs t;
@@ -542,7 +542,7 @@ int bench_translate_mode(const BenchArgs& a) {
 }
 
 int bench_embed_mode(const BenchArgs& a) {
-  const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+  const int threads = resolve_threads(threads_or_throw(a.threads));
   check_counts(a);
   cli::EmbedBenchArgs e = a.emb;
   e.dtype = a.dtype;
@@ -562,7 +562,7 @@ int bench_encoder_mode(const BenchArgs& a) {
   ffn.norm_type = parse_norm_type(a.norm_type, "--norm-type");
   const EncoderConfig e = encoder_config(a.d_model, a.d_ff, ffn, a.layers, a.heads);
   RunOptions ro;
-  ro.threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+  ro.threads = resolve_threads(threads_or_throw(a.threads));
   ro.isa = resolve_isa(parse_isa(a.isa, "--isa"));
   return cli::bench_encoder(e, a.enc, ro, a.backward, a.repeats, a.warmup, a.seed, a.json);
 }
@@ -665,7 +665,7 @@ int bench_ffn_mode(const BenchArgs& a) {
   if (a.tensor_parallel && a.backward) throw Error("--tensor-parallel: the forward only (no --backward yet)");
   const FeedForward layer32(cfg, a.seed);
   const FeedForward layer = layer32.converted(dtype);
-  const int threads = threads_or_throw(a.threads) ? a.threads : omp_get_max_threads();
+  const int threads = resolve_threads(threads_or_throw(a.threads));
 
   RunOptions ro;
   ro.threads = threads;

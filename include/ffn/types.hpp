@@ -139,6 +139,11 @@ enum class Path { automatic, reference };
 
 constexpr int kMaxThreads = 1024;
 
+// The one rule for a thread count: 0 is every hardware thread OpenMP gives,
+// 1..kMaxThreads as asked; anything else is an Error. Contexts, the library's
+// entry points and the commands all resolve through it.
+int resolve_threads(int threads);
+
 // Instruction set of the fast path. automatic: the environment variable
 // FFN_ISA (auto, scalar, avx2, avx512, amx) if set, else the best the CPU
 // supports, in the order amx, avx512, avx2, scalar. amx is avx512 with the

@@ -9,14 +9,6 @@
 
 namespace ffn::nn {
 
-namespace {
-int resolve_threads(int threads) {
-  if (threads < 0 || threads > kMaxThreads)
-    throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(threads));
-  return threads > 0 ? threads : omp_get_max_threads();
-}
-}  // namespace
-
 const KernelConfig& default_kernels() {
   static const KernelConfig& kc = kernel_config(resolve_isa(Isa::automatic));
   return kc;

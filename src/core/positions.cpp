@@ -36,12 +36,14 @@ std::vector<int64_t> valid_positions(const Shape& s, std::vector<int64_t>* offse
   return pos;
 }
 
-int thread_count(const RunOptions& o) {
-  if (o.threads < 0 || o.threads > kMaxThreads)
-    throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(o.threads));
-  return o.threads > 0 ? o.threads : omp_get_max_threads();
-}
+int thread_count(const RunOptions& o) { return resolve_threads(o.threads); }
 
 }  // namespace nn
+
+int resolve_threads(int threads) {
+  if (threads < 0 || threads > kMaxThreads)
+    throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(threads));
+  return threads > 0 ? threads : omp_get_max_threads();
+}
 
 }  // namespace ffn

@@ -292,7 +292,7 @@ namespace {
 
 // x[B, S, d] (padding left zero) = LayerNorm(word + position + token type 0) of each text's ids.
 void embed_tokens(const detail::SentenceModel& m, const std::vector<std::vector<int32_t>>& ids, int64_t S, float* x,
-                  int threads) {
+                  const nn::Context& ctx) {
   const int64_t d = m.d;
   for (size_t b = 0; b < ids.size(); ++b) {
     const int64_t n = int64_t(ids[b].size());
@@ -303,7 +303,7 @@ void embed_tokens(const detail::SentenceModel& m, const std::vector<std::vector<
       for (int64_t j = 0; j < d; ++j) xb[i * d + j] = w[j] + p[j] + m.token_type[size_t(j)];
     }
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
-    nn::norm_forward(nn::Context(Isa::automatic, threads), NormType::layernorm, m.eps, xb, n, d, m.ln_weight.data(),
+    nn::norm_forward(ctx, NormType::layernorm, m.eps, xb, n, d, m.ln_weight.data(),
                      m.ln_bias.data(), xb, mean.data(), rstd.data());
   }
 }
@@ -318,8 +318,8 @@ std::vector<float> SentenceEncoder::hidden(const std::vector<int32_t>& ids, int 
   for (int32_t id : ids)
     if (id < 0 || id >= m.vocab.vocab_size()) throw Error("hidden: token id " + std::to_string(id) + " outside the vocabulary");
   std::vector<float> x(size_t(n * d)), y(x.size());
-  const int t = threads > 0 ? threads : omp_get_max_threads();
-  embed_tokens(m, {ids}, n, x.data(), t);
+  const int t = resolve_threads(threads);
+  embed_tokens(m, {ids}, n, x.data(), nn::Context(opts.isa, t));
   EncoderRunOptions o = opts;
   o.threads = t;
   m.encoder->forward(x.data(), y.data(), Shape{1, n, Layout::tokens, {}}, o);
@@ -358,9 +358,7 @@ Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>
 Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::function<std::vector<int32_t>(int64_t)>& ids_of,
                      const EmbedOptions& opts, EncoderRunOptions o) {
   if (opts.batch < 1) throw Error("batch: expected a positive integer, got " + std::to_string(opts.batch));
-  if (opts.threads < 0 || opts.threads > kMaxThreads)
-    throw Error("threads must be in 0.." + std::to_string(kMaxThreads) + " (0 = all), got " + std::to_string(opts.threads));
-  const int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
+  const int threads = resolve_threads(opts.threads);
   const int64_t d = m.d;
   Array out;
   out.shape = {N, d};
@@ -380,7 +378,7 @@ Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::funct
     }
     x.assign(size_t(B * shape.seq * d), 0.0f);
     y.resize(x.size());
-    embed_tokens(m, ids, shape.seq, x.data(), threads);
+    embed_tokens(m, ids, shape.seq, x.data(), nn::Context(o.isa, threads));
     o.threads = threads;
     m.encoder->forward(x.data(), y.data(), shape, o);
     for (int64_t b = 0; b < B; ++b) {

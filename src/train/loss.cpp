@@ -69,7 +69,7 @@ OutputHead OutputHead::zeros_like() const {
 
 namespace {
 
-int team(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+int team(int threads) { return resolve_threads(threads); }
 
 // logits[t, v] = y[t] · W[v] + b[v]
 void compute_logits(const OutputHead& h, const float* y, int64_t t, float* logits, int threads) {

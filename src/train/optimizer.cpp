@@ -58,7 +58,7 @@ void Optimizer::step(std::span<const ParamRef> params, int threads) {
   ++t_;
   const float lr = float(cfg_.lr), wd = float(cfg_.weight_decay);
 
-  const int team = threads > 0 ? threads : omp_get_max_threads();
+  const int team = resolve_threads(threads);
   if (cfg_.kind == OptimizerKind::sgd) {
     const float mu = float(cfg_.momentum);
     for (size_t i = 0; i < params.size(); ++i) {
