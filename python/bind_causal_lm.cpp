@@ -70,7 +70,14 @@ ChatRenderOptions render_options(const nb::object& template_vars, const nb::obje
 
 std::string prompt_of(const CausalLM& lm, const nb::object& messages, const nb::object& template_vars,
                       const nb::object& chat_template, const char* name = "messages") {
-  return lm.chat_prompt_json(messages_json(messages, name), render_options(template_vars, chat_template));
+  try {
+    return lm.chat_prompt_json(messages_json(messages, name), render_options(template_vars, chat_template));
+  } catch (const Error& e) {
+    // The check names the list "messages"; generate's argument is prompt.
+    const std::string what = e.what();
+    if (std::string(name) != "messages" && what.rfind("messages", 0) == 0) throw Error(name + what.substr(8));
+    throw;
+  }
 }
 
 // f(), its ffn::Error messages in Python's terms (keyword_names).
@@ -83,7 +90,23 @@ void in_python_terms(F&& f) {
   }
 }
 
-// What generate's prompt is: text, token ids, or a conversation (a list of message dicts).
+// Token ids from a list, tuple or integer array: ValueError naming prompt for one outside int32.
+std::vector<int32_t> token_ids(const nb::object& prompt) {
+  std::vector<int32_t> ids;
+  const nb::object items = nb::isinstance<nb::list>(prompt) || nb::isinstance<nb::tuple>(prompt) ? prompt : prompt.attr("tolist")();
+  for (nb::handle x : items) {
+    PyObject* index = PyNumber_Index(x.ptr());  // new reference, or null with an error set
+    const long long v = index ? PyLong_AsLongLong(index) : -1;
+    Py_XDECREF(index);
+    if (PyErr_Occurred()) PyErr_Clear();
+    else if (v >= 0 && v <= INT32_MAX) { ids.push_back(int32_t(v)); continue; }
+    throw nb::value_error(("prompt: token id " + nb::cast<std::string>(nb::str(x)) + " is not in 0..2147483647").c_str());
+  }
+  return ids;
+}
+
+// What generate's prompt is: text, token ids (a list or tuple of ints, numpy
+// integers included, or an integer numpy array), or a conversation (a list of message dicts).
 enum class PromptKind { text, ids, messages };
 PromptKind prompt_kind(const nb::object& prompt) {
   if (nb::isinstance<nb::str>(prompt)) return PromptKind::text;
@@ -91,11 +114,14 @@ PromptKind prompt_kind(const nb::object& prompt) {
     bool dicts = false, ints = true;
     for (nb::handle x : prompt) {
       dicts |= nb::isinstance<nb::dict>(x);
-      ints &= PyLong_Check(x.ptr()) && !PyBool_Check(x.ptr());
+      ints &= PyIndex_Check(x.ptr()) && !PyBool_Check(x.ptr());
     }
     if (dicts) return PromptKind::messages;
     if (ints) return PromptKind::ids;
   }
+  if (nb::hasattr(prompt, "dtype") && nb::hasattr(prompt, "tolist") && nb::hasattr(prompt, "ndim") &&
+      nb::cast<int>(prompt.attr("ndim")) == 1 && nb::cast<std::string>(prompt.attr("dtype").attr("kind")) == "i")
+    return PromptKind::ids;
   throw nb::type_error((std::string("prompt: expected str (text), a list of token ids (int), or a list of messages "
                                     "({\"role\": ..., \"content\": ...} dicts), got ") +
                         nb::inst_name(prompt).c_str()).c_str());
@@ -201,7 +227,8 @@ void bind_causal_lm(nb::module_& m) {
             // Text out for a text prompt or a conversation; ids out for ids. A list of messages chats.
             const PromptKind kind = prompt_kind(prompt);
             if (kind == PromptKind::messages) chat = true;
-            if (chat && kind == PromptKind::ids) throw nb::type_error("prompt: with chat=True, a list of messages or one message as str, not token ids");
+            if (chat && kind == PromptKind::ids && nb::len(prompt) > 0)
+              throw nb::type_error("prompt: with chat=True, a list of messages or one message as str, not token ids");
             const bool text = kind == PromptKind::text || chat;
             if (text && !lm.tokenizer()) throw Error("prompt: the model has no tokenizer; give token ids");
             if (!text && !stop.empty()) throw Error("stop: stop strings end text; give the prompt as text");
@@ -210,7 +237,7 @@ void bind_causal_lm(nb::module_& m) {
             const SamplingOptions s = sampling(max_new_tokens, temperature, top_k, top_p, repeat_penalty, seed);
             std::vector<int32_t> ids = chat   ? lm.tokenizer()->encode(prompt_of(lm, prompt, template_vars, chat_template, "prompt"))
                                        : text ? lm.encode_prompt(utf8_arg(prompt, "prompt"))
-                                              : nb::cast<std::vector<int32_t>>(prompt);
+                                              : token_ids(prompt);
             std::optional<TextStream> stream;
             if (text) in_python_terms([&] { stream.emplace(*lm.tokenizer(), stop); });
             const RunOptions o = run_options(threads, false, 0);

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -68,17 +69,19 @@ std::string model_or_default(const std::string& given) {
 // surrogate pair makes one character); another backslash stays as written.
 // Bash passes "\n\n" as a backslash and an n; --no-escape keeps them so.
 std::string unescape(const std::string& s, const std::string& flag) {
-  auto hex4 = [&](size_t at) -> uint32_t {
-    if (at + 4 > s.size()) throw Error(flag + ": \\u needs four hex digits (\\u00e9)");
-    uint32_t v = 0;
+  // The four hex digits at `at`, or -1 (then the backslash stays as written, as llama.cpp's rule for unknown escapes).
+  auto hex4 = [&](size_t at) -> int64_t {
+    if (at + 4 > s.size()) return -1;
+    int64_t v = 0;
     for (size_t k = at; k < at + 4; ++k) {
       const char c = s[k];
       const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-      if (d < 0) throw Error(flag + ": \\u needs four hex digits (\\u00e9), got '" + s.substr(at, 4) + "'");
-      v = v * 16 + uint32_t(d);
+      if (d < 0) return -1;
+      v = v * 16 + d;
     }
     return v;
   };
+  const std::string keep = " (--no-escape takes it as written)";
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] != '\\' || i + 1 == s.size()) { out += s[i]; continue; }
@@ -91,19 +94,18 @@ std::string unescape(const std::string& s, const std::string& flag) {
       case '\'': out += '\''; break;
       case '"': out += '"'; break;
       case 'u': {
-        uint32_t cp = hex4(i + 1);
+        const int64_t v = hex4(i + 1);
+        if (v < 0) { out += '\\', out += c; break; }
+        uint32_t cp = uint32_t(v);
         i += 4;
         if (cp >= 0xD800 && cp < 0xDC00) {
-          if (i + 6 < s.size() + 0 && s[i + 1] == '\\' && s[i + 2] == 'u') {
-            const uint32_t lo = hex4(i + 3);
-            if (lo < 0xDC00 || lo > 0xDFFF) throw Error(flag + ": \\u" + s.substr(i - 3, 4) + " is half of a UTF-16 pair without its second half");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            i += 6;
-          } else {
-            throw Error(flag + ": \\u" + s.substr(i - 3, 4) + " is half of a UTF-16 pair without its second half");
-          }
+          const int64_t lo = i + 2 < s.size() && s[i + 1] == '\\' && s[i + 2] == 'u' ? hex4(i + 3) : -1;
+          if (lo < 0xDC00 || lo > 0xDFFF)
+            throw Error(flag + ": \\u" + s.substr(i - 3, 4) + " is half of a UTF-16 pair without its second half" + keep);
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (uint32_t(lo) - 0xDC00);
+          i += 6;
         } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-          throw Error(flag + ": \\u" + s.substr(i - 3, 4) + " is half of a UTF-16 pair without its first half");
+          throw Error(flag + ": \\u" + s.substr(i - 3, 4) + " is half of a UTF-16 pair without its first half" + keep);
         }
         if (cp < 0x80) out += char(cp);
         else if (cp < 0x800) out += char(0xC0 | (cp >> 6)), out += char(0x80 | (cp & 0x3F));
@@ -377,26 +379,28 @@ struct InputMessage {
 };
 
 std::optional<InputMessage> read_message(std::istream& in, int64_t& line, bool prompt) {
+  static const std::string paste_start = "\x1b[200~", paste_end = "\x1b[201~";
+  bool pasting = false;  // between the paste markers: the lines belong to the message being read
   auto next_line = [&](std::string& l) {
     if (!std::getline(in, l)) return false;
     ++line;
     if (!l.empty() && l.back() == '\r') l.pop_back();
+    for (size_t at = 0; at < l.size();) {  // the markers go; they only say where a paste starts and ends
+      if (l.compare(at, paste_start.size(), paste_start) == 0) pasting = true, l.erase(at, paste_start.size());
+      else if (l.compare(at, paste_end.size(), paste_end) == 0) pasting = false, l.erase(at, paste_end.size());
+      else ++at;
+    }
     return true;
+  };
+  auto more = [&](std::string& text) {  // the rest of a paste begun on the line just read
+    for (std::string l; pasting && next_line(l);) text += "\n" + l;
   };
   for (std::string l;;) {
     if (prompt) std::cout << "> " << std::flush;
     if (!next_line(l)) return std::nullopt;
     InputMessage m;
     m.first_line = line;
-    static const std::string paste_start = "\x1b[200~", paste_end = "\x1b[201~";
-    if (l.find(paste_start) != std::string::npos) {
-      // Lines until the one holding the end marker are one message; the markers go.
-      std::string body = l;
-      while (body.find(paste_end) == std::string::npos && next_line(l)) body += "\n" + l;
-      for (const std::string* marker : {&paste_start, &paste_end})
-        for (size_t at; (at = body.find(*marker)) != std::string::npos;) body.erase(at, marker->size());
-      m.text = body;
-    } else if (l.rfind("\"\"\"", 0) == 0) {
+    if (l.rfind("\"\"\"", 0) == 0) {
       std::string body = l.substr(3);
       bool closed = body.size() >= 3 && body.compare(body.size() - 3, 3, "\"\"\"") == 0;
       if (closed) body.resize(body.size() - 3);
@@ -410,11 +414,13 @@ std::optional<InputMessage> read_message(std::istream& in, int64_t& line, bool p
       m.text = body;
     } else {
       m.text = l;
+      more(m.text);
       while (!m.text.empty() && m.text.back() == '\\') {
         m.text.back() = '\n';
         if (prompt) std::cout << ". " << std::flush;
         if (!next_line(l)) break;
         m.text += l;
+        more(m.text);
       }
     }
     if (m.text.find_first_not_of(" \t\n\r\f\v") == std::string::npos) continue;  // nothing to say
@@ -478,13 +484,31 @@ int cmd_chat(ChatArgs& a) {
   ro.threads = threads;
   int turn = 0;
   // Bracketed paste at a terminal: a pasted paragraph is one message (read_message), not a turn a line.
+  // Ctrl-C (SIGINT) and SIGTERM turn the mode off before the default action, so the terminal is left as found.
   struct PasteMode {
     bool on;
-    explicit PasteMode(bool t) : on(t) { if (on) std::fputs("\x1b[?2004h", stdout), std::fflush(stdout); }
-    ~PasteMode() { if (on) std::fputs("\x1b[?2004l", stdout), std::fflush(stdout); }
+    static void off_then_default(int sig) {
+      static const char off[] = "\x1b[?2004l";
+      (void)!::write(1, off, sizeof off - 1);
+      std::signal(sig, SIG_DFL);
+      std::raise(sig);
+    }
+    explicit PasteMode(bool t) : on(t) {
+      if (!on) return;
+      std::signal(SIGINT, off_then_default);
+      std::signal(SIGTERM, off_then_default);
+      std::fputs("\x1b[?2004h", stdout), std::fflush(stdout);
+    }
+    ~PasteMode() {
+      if (!on) return;
+      std::fputs("\x1b[?2004l", stdout), std::fflush(stdout);
+      std::signal(SIGINT, SIG_DFL);
+      std::signal(SIGTERM, SIG_DFL);
+    }
   } paste(terminal && !a.json);
   while (const std::optional<InputMessage> msg = read_message(std::cin, line, terminal && !a.json)) {
     const auto t0 = std::chrono::steady_clock::now();
+    std::optional<std::chrono::steady_clock::time_point> first;  // when the first new token came: the prompt's end
     ChatReply r;
     try {
       if (!valid_utf8_text(msg->text)) throw Error("standard input: line " + std::to_string(msg->first_line) + ": not valid UTF-8");
@@ -493,7 +517,10 @@ int cmd_chat(ChatArgs& a) {
         std::cout.write(piece.data(), std::streamsize(piece.size()));
         std::cout.flush();
         return bool(std::cout);
-      }, ro);
+      }, ro, [&](int32_t) {
+        if (!first) first = std::chrono::steady_clock::now();
+        return true;
+      });
     } catch (const Error& e) {
       // At a terminal the conversation goes on (the turn left it as it was); a script gets exit 2.
       if (!terminal) throw;
@@ -501,8 +528,12 @@ int cmd_chat(ChatArgs& a) {
       continue;
     }
     ++turn;
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double rate = secs > 0 ? double(r.ids.size()) / secs : 0.0;
+    const auto t1 = std::chrono::steady_clock::now();
+    const double secs = std::chrono::duration<double>(t1 - t0).count();
+    // Reading the prompt ends with the first new token; the rate is of the tokens after it.
+    const double prompt_secs = std::chrono::duration<double>(first.value_or(t1) - t0).count();
+    const double gen_secs = std::chrono::duration<double>(t1 - first.value_or(t1)).count();
+    const double rate = r.ids.size() > 1 && gen_secs > 0 ? double(r.ids.size() - 1) / gen_secs : 0.0;
     if (r.dropped_messages > 0)
       std::fprintf(stderr, "[turn %d: --context-shift dropped the oldest %lld messages to fit the context of %lld]\n", turn,
                    (long long)r.dropped_messages, (long long)chat.context());
@@ -516,6 +547,7 @@ int cmd_chat(ChatArgs& a) {
       j["new_tokens"] = r.ids.size();
       j["dropped_messages"] = r.dropped_messages;
       j["seconds"] = secs;
+      j["prompt_seconds"] = prompt_secs;
       j["tokens_per_second"] = rate;
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n' << std::flush;
     } else {
@@ -523,10 +555,10 @@ int cmd_chat(ChatArgs& a) {
     }
     if (!std::cout) throw Error("standard output: write error");
     std::fprintf(stderr,
-                 "[turn %d: prompt %lld tokens, %lld kept from the cache, %lld read; %zu new tokens, %.1f tokens/s; "
-                 "finish: %s; %.2f s]\n",
+                 "[turn %d: prompt %lld tokens, %lld kept from the cache, %lld read in %.2f s; %zu new tokens, %.1f "
+                 "tokens/s; finish: %s; %.2f s]\n",
                  turn, (long long)r.prompt_tokens, (long long)r.reused_tokens, (long long)(r.prompt_tokens - r.reused_tokens),
-                 r.ids.size(), rate, r.finish_reason.c_str(), secs);
+                 prompt_secs, r.ids.size(), rate, r.finish_reason.c_str(), secs);
   }
   return 0;
 }

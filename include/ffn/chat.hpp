@@ -48,11 +48,11 @@ struct ChatOptions {
   std::vector<std::string> stop;     // stop strings
   int64_t context = 0;               // positions the conversation may fill; 0: the model's, at most 4096
   ChatRenderOptions render;          // the template's clock and extra variables, a template in place of the model's
-  // When a turn's prompt and its max_new_tokens do not fit the context, drop
-  // the oldest turns after the leading system messages (a user message and
-  // its replies) until they do (llama.cpp's --context-shift). Off: the reply
-  // is cut at the context ("length"), and a prompt that fills the context
-  // alone is an Error.
+  // When a turn's prompt leaves less room than its max_new_tokens (or half
+  // the context, if that is less), drop the oldest turns after the leading
+  // system messages (a user message and its replies) until it does
+  // (llama.cpp's --context-shift). Either way a reply is cut at the context
+  // ("length"); without it a prompt that fills the context alone is an Error.
   bool context_shift = false;
 };
 

@@ -68,14 +68,15 @@ class ChatTemplate {
 };
 
 // OpenAI-style messages (a JSON array) checked before a template sees them,
-// as the OpenAI API checks them, and returned as templates read them: not
-// empty; each an object whose role is system, developer, user, assistant or
-// tool; content a string, or a list of {"type": "text", "text": ...} parts
-// (joined with newlines into one string); an assistant message with
-// tool_calls may leave content out; other fields are kept. An Error names
-// the message and field: "messages[2].content: expected a string or a list
-// of text parts, got number".
-std::string check_chat_messages(const std::string& messages_json);
+// as the OpenAI API checks them: not empty; each an object whose role is
+// system, developer, user, assistant or tool; content a string, or a list of
+// {"type": "text", "text": ...} parts (passed to the template as the list,
+// as transformers passes it, or with join_text_parts one string of the parts
+// joined with newlines, as ffn serve gives it); an assistant message with
+// tool_calls may leave content out; other fields are kept. Returns the
+// messages as JSON. An Error names the message and field: "messages[2].content:
+// expected a string or a list of text parts, got number".
+std::string check_chat_messages(const std::string& messages_json, bool join_text_parts = false);
 
 // messages as a JSON array of {"role", "content"} objects.
 std::string chat_messages_json(const std::vector<ChatMessage>& messages);

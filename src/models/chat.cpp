@@ -50,7 +50,7 @@ std::vector<int32_t> CausalLM::encode_prompt(const std::string& text) const {
 
 std::string CausalLM::chat_prompt_json(const std::string& messages_json, ChatRenderOptions opts) const {
   if (!opts.chat_template && chat_template_.empty())
-    throw Error(path_ + ": the model has no chat template (give the prompt as text, or a template with --chat-template FILE)");
+    throw Error(path_ + ": the model has no chat template (give the prompt as text, or a template of your own)");
   if (!opts.bos_token) opts.bos_token = bos_text_ ? *bos_text_ : token_text(tok_.get(), cfg_.bos);
   if (!opts.eos_token) opts.eos_token = eos_text_ ? *eos_text_ : token_text(tok_.get(), cfg_.eos);
   const std::string messages = check_chat_messages(messages_json);
@@ -150,12 +150,14 @@ ChatReply ChatSession::say(const std::string& user, const SamplingOptions& asked
   std::vector<int32_t> prompt = render(next);
   // With context_shift, the oldest turns after the leading system messages
   // go (a user message and the replies up to the next user message) until
-  // the prompt and the whole reply fit.
+  // the prompt leaves room for the reply: max_new_tokens, or half the
+  // context if that is less (a reply past it is cut, as without the shift).
   int64_t dropped = 0;
   if (opts_.context_shift) {
+    const int64_t room = std::max<int64_t>(1, std::min<int64_t>(asked.max_new_tokens, capacity_ / 2));
     size_t first = 0;
     while (first < next.size() && next[first].role == "system") ++first;
-    while (int64_t(prompt.size()) + std::max<int64_t>(asked.max_new_tokens, 1) > capacity_ && first + 1 < next.size()) {
+    while (int64_t(prompt.size()) + room > capacity_ && first + 1 < next.size()) {
       size_t end = first + 1;
       while (end + 1 < next.size() && next[end].role != "user") ++end;
       dropped += int64_t(end - first);

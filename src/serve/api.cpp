@@ -181,7 +181,7 @@ json parse_messages(const json& b) {
   const json* m = field(b, "messages");
   if (!m) bad("messages", "required: a list of {\"role\", \"content\"} objects");
   try {
-    return json::parse(check_chat_messages(m->dump()));  // (dump() of a request body's JSON is valid UTF-8)
+    return json::parse(check_chat_messages(m->dump(), /*join_text_parts=*/true));  // (dump() of a request body's JSON is valid UTF-8)
   } catch (const Error& e) {
     const std::string what = e.what();
     const size_t colon = what.find(": ");

@@ -3046,7 +3046,7 @@ std::string chat_messages_json(const std::vector<ChatMessage>& messages) {
   return j.dump();
 }
 
-std::string check_chat_messages(const std::string& messages_json) {
+std::string check_chat_messages(const std::string& messages_json, bool join_text_parts) {
   using ojson = nlohmann::ordered_json;
   const ojson m = ojson::parse(messages_json, nullptr, false);  // (discarded, not thrown, when invalid)
   if (m.is_discarded()) throw Error("messages: not valid JSON");
@@ -3064,7 +3064,7 @@ std::string check_chat_messages(const std::string& messages_json) {
       throw Error(at + ".role: expected system, developer, user, assistant or tool, got \"" + r + "\"");
     const auto content = x.find("content");
     ojson msg = x;  // other fields (name, tool_calls, tool_call_id ...) pass to the template as they are
-    const bool calls = r == "assistant" && x.contains("tool_calls");
+    const bool calls = r == "assistant" && x.contains("tool_calls") && !x["tool_calls"].is_null();
     if (content == x.end() || content->is_null()) {
       if (!calls) throw Error(at + ".content: required: a string or a list of text parts");
     } else if (content->is_array()) {
@@ -3075,7 +3075,7 @@ std::string check_chat_messages(const std::string& messages_json) {
           throw Error(at + ".content[" + std::to_string(k) + "]: expected {\"type\": \"text\", \"text\": \"...\"} (text only)");
         text += (k ? "\n" : "") + p["text"].get<std::string>();
       }
-      msg["content"] = text;
+      if (join_text_parts) msg["content"] = text;
     } else if (!content->is_string()) {
       throw Error(at + ".content: expected a string or a list of text parts, got " + std::string(content->type_name()));
     }

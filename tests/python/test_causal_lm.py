@@ -140,15 +140,25 @@ def test_generate_takes_messages_and_refuses_other_types_in_pythons_terms():
         lm.chat_prompt([{"role": "user", "content": "\udc00"}])
     with pytest.raises(TypeError, match="^message: expected str"):
         lm.chat().say(b"hi")
-    with pytest.raises(ffn.Error, match=r"messages\[0\]\.content: required"):
+    with pytest.raises(ffn.Error, match=r"^prompt\[0\]\.content: required"):
         lm.generate([{"role": "user"}])
+    with pytest.raises(ffn.Error, match="^prompt: the list is empty"):
+        lm.generate([], chat=True)
+    # Token ids as numpy integers or an integer array; one past int32 is a ValueError naming prompt.
+    assert lm.generate(np.array([1, 2, 3]), max_new_tokens=4) == lm.generate([1, 2, 3], max_new_tokens=4)
+    assert lm.generate([np.int64(1), 2, 3], max_new_tokens=4) == lm.generate([1, 2, 3], max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"^prompt: token id 2147483648 is not in 0\.\.2147483647"):
+        lm.generate([2**31])
     with pytest.raises(ffn.Error, match=r"messages\[1\]\.role: expected system, developer, user, assistant or tool"):
         lm.chat_prompt([{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}])
     with pytest.raises(ffn.Error, match="messages: the list is empty"):
         lm.chat_prompt([])
-    # Text parts join into one string, as the OpenAI API's content list.
+    # A list of text parts reaches the template as the list, as transformers passes it (ffn serve joins them).
     parts = [{"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]}]
-    assert lm.chat_prompt(parts) == lm.chat_prompt([{"role": "user", "content": "h\ni"}])
+    looping = "{% for m in messages %}{% for p in m.content %}<{{ p.text }}>{% endfor %}{% endfor %}"
+    assert lm.chat_prompt(parts, template=looping) == "<h><i>"
+    with pytest.raises(ffn.Error, match=r"messages\[0\]\.content\[0\]: expected"):
+        lm.chat_prompt([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])
 
 
 def test_chat_prompt_with_another_template_and_chats_at_the_context():
