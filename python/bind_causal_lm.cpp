@@ -1,5 +1,6 @@
 // Python bindings: the causal language model (CausalLM) (the module: python/ffn_python.cpp).
 #include "bindings.hpp"
+#include "ffn/quant.hpp"
 
 namespace ffn::python {
 namespace {
@@ -56,6 +57,17 @@ ChatRenderOptions render_options(const nb::object& template_vars) {
   const nb::object dumps = nb::module_::import_("json").attr("dumps");
   o.variables_json = nb::cast<std::string>(dumps(template_vars, "ensure_ascii"_a = false));
   return o;
+}
+
+// CausalLM.load's docstring, its list of native types from the quant table.
+const std::string& load_doc() {
+  static const std::string doc =
+      "compute: native (" + quant_type_names(QuantSet::native, "/") +
+      " matrices stay quantized, F16/BF16 16-bit; products on 16-bit activations) or\n"
+      "fp32 (every matrix dequantized to float32; logits as transformers'). dtype: the SwiGLU\n"
+      "sublayers' weights where they are float32 (Hugging Face checkpoints, GGUF with compute fp32):\n"
+      "fp32, int8 or bf16.";
+  return doc;
 }
 
 // render_options plus a template given in place of the model's (template=).
@@ -169,10 +181,7 @@ void bind_causal_lm(nb::module_& m) {
             return CausalLM::load(path, o);
           },
           "path"_a, "compute"_a = "native", "dtype"_a = "fp32",
-          "compute: native (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K matrices stay quantized, F16/BF16 16-bit; products on 16-bit activations) or\n"
-          "fp32 (every matrix dequantized to float32; logits as transformers'). dtype: the SwiGLU\n"
-          "sublayers' weights where they are float32 (Hugging Face checkpoints, GGUF with compute fp32):\n"
-          "fp32, int8 or bf16.")
+          load_doc().c_str())
       .def_prop_ro("config",
                    [](const CausalLM& lm) {
                      const CausalLMConfig& c = lm.config();

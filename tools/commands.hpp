@@ -184,10 +184,43 @@ struct ArchitectureArgs {
   }
 };
 
+// The flags every command takes, registered by tools/ffn_main.cpp's registry
+// and handed to the command's run: the public calls a command makes take
+// their ISA from here (RunOptions::isa and its kin), and nothing below
+// chooses one.
+struct Common {
+  Isa isa = Isa::automatic;  // --isa: auto (FFN_ISA, else the best), scalar, avx2, avx512, amx
+};
+
+// What a command does when started under mpirun (tools/ffn_main.cpp refuses
+// the commands that would run whole on every rank).
+enum class Mpi { refused, tensor_parallel, data_parallel };
+
+// A command: its CLI11 subcommand (its own flags), what it runs, and how it
+// runs under mpirun. A command family adds one file and one line in
+// tools/ffn_main.cpp's registry (CONTRIBUTING.md, "add a command").
 struct Command {
   CLI::App* app = nullptr;
-  std::function<int()> run;
+  std::function<int(const Common&)> run;
+  Mpi mpi = Mpi::refused;
+  const bool* tensor_parallel = nullptr;  // Mpi::tensor_parallel: the flag that asks for it
+  bool writes_output = true;
 };
+
+// Without MPI the flag exists and says so.
+[[noreturn]] inline void no_mpi(const char* flag) {
+  throw Error(std::string(flag) + ": this ffn was built without MPI (scripts/setup.sh installs libopenmpi-dev; "
+              "then cmake -DFFN_MPI=ON)");
+}
+
+Command add_run(CLI::App& app);       // ffn run (tools/run_cmd.cpp)
+Command add_grad(CLI::App& app);      // ffn grad (tools/grad_cmd.cpp)
+Command add_init(CLI::App& app);      // ffn init (tools/init_cmd.cpp)
+Command add_quantize(CLI::App& app);  // ffn quantize (tools/quantize_cmd.cpp)
+Command add_bench(CLI::App& app);     // ffn bench (tools/bench_cmd.cpp, its modes in tools/bench/)
+// The encoder settings of ffn init and ffn bench --encoder from the FFN's
+// flags plus --layers and --heads (tools/init_cmd.cpp).
+EncoderConfig encoder_config(int64_t d_model, int64_t d_ff, const Config& ffn, int64_t layers, int64_t heads);
 
 Command add_train(CLI::App& app);  // ffn train
 Command add_generate(CLI::App& app);  // ffn generate (tools/generate_cmd.cpp)
@@ -196,7 +229,7 @@ Command add_chat(CLI::App& app);      // ffn chat
 Command add_serve(CLI::App& app);     // ffn serve (tools/serve_cmd.cpp, src/serve/)
 // ffn bench --generate: prompt processing and generation tokens/s.
 int bench_generate(const std::string& model, const std::string& compute, int64_t prompt_tokens, int64_t new_tokens, int threads, int repeats,
-                   int warmup, bool json, bool yes);
+                   int warmup, bool json, bool yes, Isa isa);
 Command add_demo(CLI::App& app);   // ffn demo approximate | interaction
 Command add_encode(CLI::App& app);       // ffn encode
 Command add_encode_grad(CLI::App& app);  // ffn encode-grad
@@ -210,7 +243,7 @@ std::vector<std::string> read_lines(const std::string& path);
 std::vector<std::string> read_stdin_lines(int64_t n);
 Command add_decode_grad(CLI::App& app);  // ffn decode-grad
 
-// ---- shared by the commands (tools/ffn_main.cpp) ---------------------------
+// ---- shared by the commands (tools/common.cpp) ------------------------------
 
 // The median of the timed calls (the figure every bench prints).
 inline double median(std::vector<double> v) {
@@ -262,6 +295,7 @@ struct EncoderBenchArgs {
 struct EmbedBenchArgs {
   std::string model, input_file, text, dtype = "fp32", int8_outliers, int8_attention;  // "", on or off
   int64_t batch = 32;
+  Isa isa = Isa::automatic;
 };
 int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, bool json);
 // ffn bench --translate (tools/translate_cmd.cpp): generate on the sources of
@@ -270,6 +304,7 @@ struct TranslateBenchArgs {
   std::string model, input_file, dtype = "fp32";
   int64_t batch = 32;
   std::optional<int64_t> beams, max_new_tokens;
+  Isa isa = Isa::automatic;
 };
 int bench_translate(const TranslateBenchArgs& a, int threads, int repeats, int warmup, bool json);
 // ffn run / bench --tensor-parallel (tools/parallel_cmd.cpp, with MPI only).

@@ -252,7 +252,8 @@ Command add_demo(CLI::App& app) {
   i->add_option("--save", ip->save, "write the trained layer (.safetensors)");
   i->add_option("--plot", ip->plot, "SVG of both models over the (a, b) plane (default interaction.svg)");
 
-  return {d, [ap, ip, tp, np, a, t, nw] {
+  return {d, [ap, ip, tp, np, a, t, nw](const Common& c) {
+            ap->o.isa = ip->o.isa = tp->o.isa = c.isa;
             if (*a) return cmd_approximate(*ap);
             if (*t) return cmd_translate(*tp);
             if (*nw) return cmd_number_words(*np);

@@ -131,7 +131,7 @@ void print_rows(const Array& e, int64_t d) {
   std::fflush(stdout);
 }
 
-void cmd_embed(const EmbedArgs& a) {
+void cmd_embed(const EmbedArgs& a, const Common& c) {
   if (a.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(a.batch));
   const int threads = threads_or_throw(a.threads);
   const bool sim = !a.similarity.empty();
@@ -148,13 +148,14 @@ void cmd_embed(const EmbedArgs& a) {
   }
   SentenceLoadOptions lo = load_options(a.dtype, a.int8_outliers, a.int8_attention);
   lo.max_tokens = a.max_tokens;
+  lo.isa = c.isa;
   const std::string dir = a.model.empty() ? SentenceEncoder::default_model_dir() : a.model;
   const SentenceEncoder enc = SentenceEncoder::load(dir, lo);
   for (const std::string& note : enc.load_notes()) std::fprintf(stderr, "ffn: note: %s\n", note.c_str());
   const int64_t d = enc.dim();
 
   if (sim) {
-    const Array e = enc.embed(a.similarity, EmbedOptions{threads, a.batch, {}});
+    const Array e = enc.embed(a.similarity, EmbedOptions{threads, a.batch, {}, {}, c.isa});
     double dot = 0, na = 0, nb = 0;
     for (int64_t j = 0; j < d; ++j) {
       dot += double(e.data[size_t(j)]) * e.data[size_t(d + j)];
@@ -191,6 +192,7 @@ void cmd_embed(const EmbedArgs& a) {
   EmbedProgress progress(total, total > a.batch);
   EmbedOptions eo;
   eo.threads = threads;
+  eo.isa = c.isa;
   eo.batch = a.batch;
   int64_t done = 0;
   Array all;  // --output: every row, written at the end (atomically)
@@ -225,7 +227,8 @@ int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, b
   if (a.input_file.empty() == a.text.empty())
     throw Error("--embed: give --input-file lines.txt (throughput) or --text T (latency of one text)");
   if (a.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(a.batch));
-  const SentenceLoadOptions lo = load_options(a.dtype, a.int8_outliers, a.int8_attention);
+  SentenceLoadOptions lo = load_options(a.dtype, a.int8_outliers, a.int8_attention);
+  lo.isa = a.isa;
   const std::string dir = a.model.empty() ? SentenceEncoder::default_model_dir() : a.model;
   const SentenceEncoder enc = SentenceEncoder::load(dir, lo);
   for (const std::string& note : enc.load_notes()) std::fprintf(stderr, "ffn: note: %s\n", note.c_str());
@@ -234,6 +237,7 @@ int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, b
   for (const auto& t : texts) tokens += int64_t(enc.tokenize(t).size());
   EmbedOptions eo;
   eo.threads = threads;
+  eo.isa = a.isa;
   eo.batch = a.batch;
   std::vector<double> times;
   for (int i = 0; i < warmup + repeats; ++i) {
@@ -282,8 +286,8 @@ Command add_embed(CLI::App& app) {
   cmd->add_option("--int8-attention", a->int8_attention,
                   "--dtype int8: on (default): the attention's Q/K/V and output projections in int8 too (AVX2 and "
                   "scalar; fp32 on AVX-512 VNNI/AMX for now); off: the FFN sublayers only");
-  return {cmd, [a] {
-            cmd_embed(*a);
+  return {cmd, [a](const Common& c) {
+            cmd_embed(*a, c);
             return 0;
           }};
 }

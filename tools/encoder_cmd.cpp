@@ -107,7 +107,7 @@ struct EncodeRunArgs : EncodeArgs {
   std::string output, dtype;
 };
 
-void cmd_encode(const EncodeRunArgs& a) {
+void cmd_encode(const EncodeRunArgs& a, const Common& c) {
   io::check_writable_target(a.output);
   const int threads = threads_or_throw(a.threads);
   const std::optional<WeightDtype> dtype =
@@ -128,6 +128,7 @@ void cmd_encode(const EncodeRunArgs& a) {
   y.data.resize(in.x.data.size());
   EncoderRunOptions ro;
   ro.threads = threads;
+  ro.isa = c.isa;
   ro.causal = a.causal;
   enc.forward(in.x.data.data(), y.data.data(), in.shape, ro);
   if (a.check_finite) check_finite_tokens(y.data.data(), in.shape, enc.config().d_model, three_d, "output");
@@ -140,7 +141,7 @@ struct EncodeGradArgs : EncodeArgs {
   uint64_t seed = 0;
 };
 
-void cmd_encode_grad(const EncodeGradArgs& a) {
+void cmd_encode_grad(const EncodeGradArgs& a, const Common& c) {
   if (a.dropout && !(*a.dropout >= 0.0f && *a.dropout <= 1.0f))
     throw Error("--dropout: expected a probability in [0, 1], got " + num(*a.dropout));
   const int threads = threads_or_throw(a.threads);
@@ -154,6 +155,7 @@ void cmd_encode_grad(const EncodeGradArgs& a) {
                 shape_str(in.x.shape));
   EncoderRunOptions ro;
   ro.threads = threads;
+  ro.isa = c.isa;
   ro.causal = a.causal;
   ro.training = a.dropout.has_value();
   ro.seed = a.seed;
@@ -183,7 +185,7 @@ struct DecodeRunArgs : EncodeArgs {
   std::string output, dtype;
 };
 
-void cmd_decode(const DecodeRunArgs& a) {
+void cmd_decode(const DecodeRunArgs& a, const Common& c) {
   io::check_writable_target(a.output);
   const int threads = threads_or_throw(a.threads);
   const std::optional<WeightDtype> dtype =
@@ -208,6 +210,7 @@ void cmd_decode(const DecodeRunArgs& a) {
   y.data.resize(in.x.data.size());
   DecoderRunOptions ro;
   ro.threads = threads;
+  ro.isa = c.isa;
   ro.causal = !a.no_causal;
   dec.forward(in.x.data.data(), in.shape, mem.x.data.data(), mem.shape, y.data.data(), ro);
   if (a.check_finite) check_finite_tokens(y.data.data(), in.shape, d, three_d, "output");
@@ -220,7 +223,7 @@ struct DecodeGradArgs : EncodeArgs {
   uint64_t seed = 0;
 };
 
-void cmd_decode_grad(const DecodeGradArgs& a) {
+void cmd_decode_grad(const DecodeGradArgs& a, const Common& c) {
   if (a.dropout && !(*a.dropout >= 0.0f && *a.dropout <= 1.0f))
     throw Error("--dropout: expected a probability in [0, 1], got " + num(*a.dropout));
   const int threads = threads_or_throw(a.threads);
@@ -239,6 +242,7 @@ void cmd_decode_grad(const DecodeGradArgs& a) {
                 shape_str(in.x.shape));
   DecoderRunOptions ro;
   ro.threads = threads;
+  ro.isa = c.isa;
   ro.causal = !a.no_causal;
   ro.training = a.dropout.has_value();
   ro.seed = a.seed;
@@ -278,8 +282,8 @@ Command add_decode(CLI::App& app) {
   cmd->add_option("--dtype", a->dtype,
                   "the FFN sublayers' weight matrices as fp32 (default), bf16, fp16 or int8 (converted on load; "
                   "attention stays fp32)");
-  return {cmd, [a] {
-            cmd_decode(*a);
+  return {cmd, [a](const Common& c) {
+            cmd_decode(*a, c);
             return 0;
           }};
 }
@@ -296,8 +300,8 @@ Command add_decode_grad(CLI::App& app) {
                   "dropout p at the decoder's sites (attention probabilities, the three sublayer outputs, FFN hidden); "
                   "enables training mode");
   cmd->add_option("--seed", a->seed, "dropout seed")->check(CLI::NonNegativeNumber);
-  return {cmd, [a] {
-            cmd_decode_grad(*a);
+  return {cmd, [a](const Common& c) {
+            cmd_decode_grad(*a, c);
             return 0;
           }};
 }
@@ -313,8 +317,8 @@ Command add_encode(CLI::App& app) {
   cmd->add_option("--dtype", a->dtype,
                   "the FFN sublayers' weight matrices as fp32 (default), bf16, fp16 or int8 (converted on load; "
                   "attention stays fp32)");
-  return {cmd, [a] {
-            cmd_encode(*a);
+  return {cmd, [a](const Common& c) {
+            cmd_encode(*a, c);
             return 0;
           }};
 }
@@ -327,8 +331,8 @@ Command add_encode_grad(CLI::App& app) {
   cmd->add_option("--output-dir", a->output_dir, "writes grad_input.npy and grads.safetensors here")->required();
   cmd->add_option("--dropout", a->dropout, "dropout p at the four sites (attention probabilities, both sublayer outputs, FFN hidden); enables training mode");
   cmd->add_option("--seed", a->seed, "dropout seed")->check(CLI::NonNegativeNumber);
-  return {cmd, [a] {
-            cmd_encode_grad(*a);
+  return {cmd, [a](const Common& c) {
+            cmd_encode_grad(*a, c);
             return 0;
           }};
 }

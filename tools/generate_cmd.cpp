@@ -254,7 +254,7 @@ CausalLM load_lm(const std::string& model, LMCompute compute, const std::string&
   return CausalLM::load(model, lo);
 }
 
-int cmd_generate(GenerateArgs& a) {
+int cmd_generate(GenerateArgs& a, const Common& c) {
   a.model = model_or_default(a.model);
   const int given = int(!a.prompt.empty()) + int(!a.prompt_file.empty()) + int(a.chat_given) + int(!a.messages.empty());
   if (given != 1) throw Error("give exactly one of PROMPT, --prompt-file F, --chat MESSAGE or --messages FILE.json");
@@ -327,6 +327,7 @@ int cmd_generate(GenerateArgs& a) {
   if (prompt.empty()) throw Error(where + ": the prompt has no tokens");
   RunOptions ro;
   ro.threads = threads;
+  ro.isa = c.isa;
   if (!a.logits.empty()) {
     Array out;
     out.shape = {int64_t(prompt.size()), m.config().vocab};
@@ -440,7 +441,7 @@ bool valid_utf8_text(const std::string& text) {
 // Each message of standard input (read_message) is a user message; the reply
 // streams to standard output, then a newline (--json: one JSON object a
 // turn). Each turn's counts go to standard error.
-int cmd_chat(ChatArgs& a) {
+int cmd_chat(ChatArgs& a, const Common& c) {
   a.model = model_or_default(a.model);
   if (!a.no_escape) {
     for (auto& stop : a.stop) stop = unescape(stop, "--stop");
@@ -482,6 +483,7 @@ int cmd_chat(ChatArgs& a) {
   ChatSession chat(m, o);
   RunOptions ro;
   ro.threads = threads;
+  ro.isa = c.isa;
   int turn = 0;
   // Bracketed paste at a terminal: a pasted paragraph is one message (read_message), not a turn a line.
   // Ctrl-C (SIGINT) and SIGTERM turn the mode off before the default action, so the terminal is left as found.
@@ -613,7 +615,7 @@ int cmd_tokenize(const TokenizeArgs& a) {
 }  // namespace
 
 int bench_generate(const std::string& model, const std::string& compute, int64_t prompt_tokens, int64_t new_tokens, int threads, int repeats,
-                   int warmup, bool json, bool yes) {
+                   int warmup, bool json, bool yes, Isa isa) {
   if (prompt_tokens < 1) throw Error("--prompt-tokens: expected a positive integer, got " + std::to_string(prompt_tokens));
   if (new_tokens < 0) throw Error("--new-tokens: expected 0 or more, got " + std::to_string(new_tokens));
   CausalLMLoadOptions lo;
@@ -645,6 +647,7 @@ int bench_generate(const std::string& model, const std::string& compute, int64_t
   }
   RunOptions ro;
   ro.threads = threads;
+  ro.isa = isa;
   const int64_t V = m.config().vocab;
   std::vector<double> pp, tg;
   std::vector<float> lg(static_cast<size_t>(V));
@@ -755,15 +758,16 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--length-penalty", a->s.length_penalty,
                   "beam search: a hypothesis scores its log-probability sum / length^P (default 1)");
   cmd->add_option("--compute", a->compute,
-                  "native (default): Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K matrices stay quantized, F16/BF16 in 16 bits, products on 16-bit activations (two 8-bit planes); fp32: "
-                  "every matrix dequantized to float32 (logits as transformers')");
+                  "native (default): " + quant_type_names(QuantSet::native, "/") +
+                      " matrices stay quantized, F16/BF16 in 16 bits, products on 16-bit activations (two 8-bit "
+                      "planes); fp32: every matrix dequantized to float32 (logits as transformers')");
   cmd->add_option("--dtype", a->dtype,
                   "the SwiGLU sublayers' weights where they are float32 (Hugging Face checkpoints, or GGUF with "
                   "--compute fp32): fp32 (default), int8 or bf16, converted on load");
   cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
   cmd->add_option("--logits", a->logits, "with --max-new-tokens 0: write float32 [prompt tokens, vocabulary] .npy, "
                                          "the logits after every prompt position");
-  return {cmd, [a] { return cmd_generate(*a); }};
+  return {cmd, [a](const Common& c) { return cmd_generate(*a, c); }};
 }
 
 Command add_chat(CLI::App& app) {
@@ -801,7 +805,7 @@ Command add_chat(CLI::App& app) {
   cmd->add_option("--compute", a->compute, "native (default) or fp32, as ffn generate's");
   cmd->add_option("--dtype", a->dtype, "as ffn generate's");
   cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
-  return {cmd, [a] { return cmd_chat(*a); }};
+  return {cmd, [a](const Common& c) { return cmd_chat(*a, c); }};
 }
 
 Command add_tokenize(CLI::App& app) {
@@ -811,7 +815,7 @@ Command add_tokenize(CLI::App& app) {
   cmd->add_option("text", a->text, "the text")->each([a](const std::string&) { a->text_given = true; });
   cmd->add_option("--input-file", a->input_file, "one text per line; - reads standard input");
   cmd->add_option("--output", a->output, "write the ids here (default: standard output)");
-  return {cmd, [a] { return cmd_tokenize(*a); }};
+  return {cmd, [a](const Common&) { return cmd_tokenize(*a); }};
 }
 
 }  // namespace ffn::cli

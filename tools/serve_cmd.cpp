@@ -32,7 +32,8 @@ Command add_serve(CLI::App& app) {
   cmd->add_option("--body-limit", o->body_limit, "largest request body in bytes; larger get 413 (default 16 MiB)");
   cmd->add_option("--read-timeout", o->read_timeout, "seconds a read of a request's headers or body may wait (default 30)");
   cmd->add_option("--http-threads", o->http_threads, "connections served at once (default max(64, parallel + queue + 8))");
-  return {cmd, [o] {
+  return {cmd, [o](const Common& c) {
+            o->isa = c.isa;
             if (o->threads < 0 || o->threads > kMaxThreads) (void)threads_or_throw(o->threads);
             if (o->parallel < 1) throw Error("--parallel: expected 1 or more, got " + std::to_string(o->parallel));
             if (o->body_limit < 1024) throw Error("--body-limit: expected at least 1024 bytes");
@@ -42,7 +43,7 @@ Command add_serve(CLI::App& app) {
 #else
   CLI::App* cmd = app.add_subcommand("serve", "the HTTP server (not built: install libcpp-httplib-dev and rebuild)");
   cmd->allow_extras();
-  return {cmd, [] {
+  return {cmd, [](const Common&) {
             throw Error("serve: this ffn was built without cpp-httplib (libcpp-httplib-dev); scripts/setup.sh installs it");
             return 2;
           }};

@@ -55,6 +55,7 @@ struct TrainArgs {
   double val_fraction = 0.1;
   uint64_t seed = 0;
   int threads = 0;
+  Isa isa = Isa::automatic;  // --isa
   bool check_finite = false;
 };
 
@@ -465,7 +466,7 @@ int train(const TrainArgs& a, const Team* team, const Agree& agree) {
                   " (every rank must train on the same data and settings)";
     agree(error);
   }
-  Trainer trainer(*layer, head, loss, oc, threads);
+  Trainer trainer(*layer, head, loss, oc, threads, a.isa);
   agreed([&] { trainer.set_team(team); });
   train::FitOptions fo;
   fo.epochs = a.epochs;
@@ -629,7 +630,12 @@ Command add_train(CLI::App& app) {
   c->add_option("--plot", a->plot, "loss-curve SVG (default: the output's name with .loss.svg)");
   c->add_flag("--check-finite", a->check_finite,
               "refuse data, targets or --init weights holding NaN or Inf, naming the first (one pass at load)");
-  return {c, [a] { return cmd_train(*a); }};
+  return {c,
+          [a](const Common& common) {
+            a->isa = common.isa;
+            return cmd_train(*a);
+          },
+          Mpi::data_parallel};
 }
 
 }  // namespace ffn::cli

@@ -35,7 +35,7 @@ std::vector<int64_t> parse_ids(const std::string& line, const std::string& where
   return ids;
 }
 
-void cmd_translate(const TranslateArgs& a) {
+void cmd_translate(const TranslateArgs& a, const Common& c) {
   if (a.texts.empty() == a.input_file.empty())
     throw Error("give the inputs either as arguments or with --input-file (one per line; - reads standard input)");
   if (a.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(a.batch));
@@ -113,6 +113,7 @@ void cmd_translate(const TranslateArgs& a) {
   go.beams = beams;
   go.max_new_tokens = max_new;
   go.threads = threads;
+  go.isa = c.isa;
   go.temperature = a.temperature;
   go.top_k = a.top_k;
   go.top_p = a.top_p;
@@ -162,6 +163,7 @@ int bench_translate(const TranslateBenchArgs& b, int threads, int repeats, int w
   go.max_new_tokens =
       b.max_new_tokens.value_or(std::min(model.config().max_length - 1, model.config().max_positions));
   go.threads = threads;
+  go.isa = b.isa;
   std::vector<double> times;
   GenerateTimes parts;
   int64_t tokens = 0;
@@ -236,8 +238,8 @@ Command add_translate(CLI::App& app) {
                   "weights as fp32 (default), int8 (the FFN matrices, the decoder's attention projections and the "
                   "output projection) or bf16 (the FFN matrices), converted on load");
   cmd->add_option("--output", a->output, "write the results here (default: standard output), one line per input");
-  return {cmd, [a] {
-            cmd_translate(*a);
+  return {cmd, [a](const Common& c) {
+            cmd_translate(*a, c);
             return 0;
           }};
 }

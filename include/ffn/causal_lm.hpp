@@ -20,8 +20,7 @@
 // in transformers' order, as its GGUF loader does) or a Hugging Face
 // directory (config.json, model.safetensors, tokenizer.json). With native
 // compute (LMCompute) a GGUF's matrices of a native type
-// (src/core/quant_types.hpp: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)
-// stay in their blocks and F16/BF16 ones in 16 bits; everything else is
+// (quant_type_names(QuantSet::native), ffn/quant.hpp) stay in their blocks and F16/BF16 ones in 16 bits; everything else is
 // float32 (quantized blocks dequantized as ggml does).
 // No BOS token is added to prompts (give it among the ids if a model wants it).
 //
@@ -107,13 +106,14 @@ int32_t choose_token(float* logits, int64_t vocab, const std::vector<int32_t>& s
 // Whether s chooses by the first largest logit alone (temperature 0, no penalty).
 bool greedy_plain(const SamplingOptions& s);
 
-// How the products run. native: matrices stored in the file as Q4_0, Q4_1
-// or Q8_0 blocks stay so in memory (resident memory ≈ the file's size) and
-// multiply activations quantized per block of 32 to 16 bits (two 8-bit
-// planes) with integer dot products
-// (src/backends/cpu/qgemm.hpp: the same bits on every ISA); other matrices
-// (F32, F16, BF16, K-quants; and a stacked product, Q|K|V or up|gate, whose
-// parts differ in type) and Hugging Face checkpoints are float32.
+// How the products run. native: matrices stored in the file in the blocks
+// of a native type (quant_type_names(QuantSet::native), ffn/quant.hpp) stay
+// so in memory (resident memory ≈ the file's size) and multiply activations
+// quantized per block of 32 to 16 bits (two 8-bit planes) with integer dot
+// products (src/backends/cpu/qgemm.hpp: the same bits on every ISA); F16 and
+// BF16 matrices stay in 16 bits; other matrices (the other quant types; and
+// a stacked product, Q|K|V or up|gate, whose parts differ in type) and
+// Hugging Face checkpoints are float32.
 // fp32: every matrix dequantized to float32 (logits as transformers').
 enum class LMCompute { native, fp32 };
 struct CausalLMLoadOptions {

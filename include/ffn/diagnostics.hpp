@@ -64,6 +64,16 @@ struct KernelInfo {
 };
 KernelInfo kernel_info(Isa isa);
 
+// The kernel report: the ISAs whose kernel sets this process's calls have
+// been given so far, worst first. Every execution context records its set
+// when it is made (src/backends/context.cpp), and every op reaches its
+// kernels through a context, so a run with --isa scalar that reports only
+// scalar ran nothing else. (ffn bench's peak loops measure the machine at its
+// best ISA, not the run's, and are not counted.) FFN_KERNEL_REPORT=1 makes
+// the ffn program print it on standard error as it exits:
+// "ffn: kernels run: scalar".
+std::vector<Isa> isas_run();
+
 // ---- comparing results ----------------------------------------------------------
 // How a result is compared with an expected one, everywhere in the project
 // (tests against PyTorch and the reference, and `ffn bench`'s check).

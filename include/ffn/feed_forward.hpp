@@ -127,7 +127,8 @@ class FeedForward {
   // Calibration for Int8Options: folds max |value| of each channel entering
   // W1 (x, or Norm(x) for a pre-norm layer) over n tokens of x (tokens
   // layout, n × d_model floats) into absmax (resized to d_model if empty).
-  void input_absmax(const float* x, int64_t n, std::vector<float>& absmax) const;
+  // isa: the pre-norm's kernels (the caller's --isa).
+  void input_absmax(const float* x, int64_t n, std::vector<float>& absmax, Isa isa = Isa::automatic) const;
 
   // Reads a safetensors file: this project's names, PyTorch
   // TransformerEncoderLayer names (linear1, linear2, norm2) or Hugging Face

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "ffn/quant.hpp"
+
 namespace ffn {
 
 // Metadata value types (gguf_type).
@@ -48,18 +50,8 @@ struct GgufValue {
   uint64_t count = 0;  // an array's length
 };
 
-// ggml's tensor type numbers (ggml.h). ggml_block says which of them this
-// build reads: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
-// Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (the others are named in messages and
-// refused).
-enum class GgmlType : uint32_t {
-  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9, q2_k = 10, q3_k = 11,
-  q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15, iq4_nl = 20, iq4_xs = 23, bf16 = 30,
-};
-// The name ("Q4_K") of a ggml type number, or "unknown (N)".
-std::string ggml_type_name(uint32_t t);
-// Elements per block and bytes per block of a type this build reads; false otherwise.
-bool ggml_block(uint32_t t, int64_t& elems, int64_t& bytes);
+// The tensor types (GgmlType, ggml_type_name, ggml_block: which of them
+// this build reads) are ffn/quant.hpp's, from the quant type table.
 
 struct GgufTensor {
   std::string name;

@@ -36,6 +36,7 @@ struct SentenceLoadOptions {
   // Never more than max_position_embeddings.
   std::optional<int64_t> max_tokens;
   WeightDtype dtype = WeightDtype::fp32;  // how the FFN sublayers store their weights
+  Isa isa = Isa::automatic;               // the kernels of int8's calibration run
   std::vector<int64_t> dtype_layers;      // the layers whose FFNs take `dtype` (empty: all)
   // int8: keep each layer's outlier input channels in float32 (Int8Options):
   // the float32 model runs once over the calibration texts at load, and the
@@ -57,6 +58,7 @@ struct EmbedOptions {
   // As RunOptions::interrupted (ffn/types.hpp): asked before each batch and
   // between the encoder's sublayers; true stops embed with Interrupted.
   std::function<bool()> interrupted;
+  Isa isa = Isa::automatic;  // the kernels (the caller's --isa)
 };
 
 class SentenceEncoder {

@@ -43,6 +43,7 @@ struct Seq2SeqTrainOptions {
   int64_t warmup = 400;   // steps
   double beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
   int threads = 0;        // 0: all cores
+  Isa isa = Isa::automatic;
 };
 
 // One optimizer step's figures (over the batch's target tokens, EOS included).

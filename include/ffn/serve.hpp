@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ffn/types.hpp"
+
 namespace ffn::serve {
 
 struct ServeOptions {
@@ -17,6 +19,7 @@ struct ServeOptions {
   double kv_memory_mib = 0;  // 0: room for `parallel` full contexts
   std::string api_key;
   int threads = 0;
+  Isa isa = Isa::automatic;       // the products' kernels (--isa)
   double shutdown_timeout = 30;  // seconds
   int64_t body_limit = 16 << 20;  // bytes
   int read_timeout = 30;          // seconds per read of a request's headers or body

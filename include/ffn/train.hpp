@@ -154,7 +154,7 @@ class Trainer {
  public:
   // head is required for LossKind::xent and ignored for mse.
   Trainer(FeedForward& layer, std::optional<OutputHead> head, LossKind loss, const OptimizerConfig& opt,
-          int threads = 0);
+          int threads = 0, Isa isa = Isa::automatic);
   // Forward (training mode: dropout on, masks from dropout_seed), loss,
   // backward and one optimizer update. Returns the batch's loss before the update.
   // A batch whose loss or any gradient is NaN or Inf is not applied: the
@@ -182,6 +182,7 @@ class Trainer {
   LossKind loss_;
   Optimizer opt_;
   int threads_;
+  Isa isa_;
   const Team* team_ = nullptr;
   // Reused between steps.
   Weights grads_;

@@ -3,27 +3,40 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/isa.hpp"
+#include "ffn/diagnostics.hpp"
 
 namespace ffn::nn {
+
+namespace {
+// One bit per Isa value: the kernel sets contexts were made on (the kernel report).
+std::atomic<uint32_t> g_isas_run{0};
+const KernelConfig* noted(const KernelConfig* kc) {
+  g_isas_run.fetch_or(1u << unsigned(kc->isa), std::memory_order_relaxed);
+  return kc;
+}
+}  // namespace
 
 const KernelConfig& default_kernels() {
   static const KernelConfig& kc = kernel_config(resolve_isa(Isa::automatic));
   return kc;
 }
 
-const KernelConfig& scalar_kernels() { return kernel_config(Isa::scalar); }
+const KernelConfig& scalar_kernels() { return *noted(&kernel_config(Isa::scalar)); }
+
 
 Context::Context(Isa isa, int threads, Path path, const std::function<bool()>* interrupted)
-    : kernels_(isa == Isa::automatic ? &default_kernels() : &kernel_config(resolve_isa(isa))),
+    : kernels_(noted(isa == Isa::automatic ? &default_kernels() : &kernel_config(resolve_isa(isa)))),
       threads_(resolve_threads(threads)),
       reference_(path == Path::reference),
       interrupted_(interrupted) {}
 
 Context::Context(const KernelConfig& kernels, int threads, Path path, const std::function<bool()>* interrupted)
-    : kernels_(&kernels),
+    : kernels_(noted(&kernels)),
       threads_(resolve_threads(threads)),
       reference_(path == Path::reference),
       interrupted_(interrupted) {}
@@ -42,3 +55,15 @@ const std::function<bool()>& Context::interrupted() const {
 }
 
 }  // namespace ffn::nn
+
+namespace ffn {
+
+std::vector<Isa> isas_run() {
+  const uint32_t bits = nn::g_isas_run.load(std::memory_order_relaxed);
+  std::vector<Isa> v;
+  for (Isa i : all_isas())
+    if (bits & (1u << unsigned(i))) v.push_back(i);
+  return v;
+}
+
+}  // namespace ffn

@@ -64,3 +64,26 @@ std::vector<const QuantType*> quant_types() {
 }
 
 }  // namespace ffn::nn
+
+namespace ffn {
+
+std::string ggml_type_name(uint32_t t) {
+  const nn::QuantType* q = nn::find_quant_type(t);
+  return q ? std::string(q->name) : "unknown (" + std::to_string(t) + ")";
+}
+
+bool ggml_block(uint32_t t, int64_t& elems, int64_t& bytes) {
+  const nn::QuantType* q = nn::find_quant_type(t);
+  if (!q || !q->readable()) return false;
+  elems = q->block, bytes = q->block_bytes;
+  return true;
+}
+
+std::string quant_type_names(QuantSet which, std::string_view sep) {
+  std::string s;
+  for (const nn::QuantType* q : nn::quant_types())
+    if (which == QuantSet::readable ? q->readable() : q->native()) s += (s.empty() ? "" : std::string(sep)) + q->name;
+  return s;
+}
+
+}  // namespace ffn

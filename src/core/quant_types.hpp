@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "ffn/gguf.hpp"
+#include "ffn/quant.hpp"
 
 namespace ffn::nn {
 

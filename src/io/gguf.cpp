@@ -149,20 +149,6 @@ const char* gguf_type_name(GgufType t) {
   return known_type(uint32_t(t)) ? names[uint32_t(t)] : "unknown";
 }
 
-// The names, sizes and block functions are the quant type table's
-// (src/core/quant_types.hpp).
-std::string ggml_type_name(uint32_t t) {
-  const nn::QuantType* q = nn::find_quant_type(t);
-  return q ? std::string(q->name) : "unknown (" + std::to_string(t) + ")";
-}
-
-bool ggml_block(uint32_t t, int64_t& elems, int64_t& bytes) {
-  const nn::QuantType* q = nn::find_quant_type(t);
-  if (!q || !q->readable()) return false;
-  elems = q->block, bytes = q->block_bytes;
-  return true;
-}
-
 GgufFile::GgufFile(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(path + ": cannot open: " + io::errno_text());
@@ -232,8 +218,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       int64_t be = 0, bb = 0;
       if (!ggml_block(type, be, bb))
         c.fail("tensor \"" + t.name + "\" has type " + ggml_type_name(type) +
-               ", which this reader does not dequantize (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, "
-               "Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)");
+               ", which this reader does not dequantize (" + quant_type_names(QuantSet::readable) + ")");
       t.type = GgmlType(type);
       if (t.ne[0] % be != 0)
         c.fail("tensor \"" + t.name + "\" rows of " + std::to_string(t.ne[0]) + " are not whole " +

@@ -254,13 +254,15 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
     std::vector<std::vector<float>> absmax(static_cast<size_t>(ec_.layers)), absmax_attn(absmax.size());
     EncoderRunOptions o;
     o.ffn_input = [&](int64_t l, const float* x, int64_t n) {
-      m.encoder->ffn_layer(l).input_absmax(x, n, absmax[size_t(l)]);
+      m.encoder->ffn_layer(l).input_absmax(x, n, absmax[size_t(l)], opts.isa);
     };
     if (int8_attention)  // the same statistic: max |x| per channel
       o.attention_input = [&](int64_t l, const float* x, int64_t n) {
-        m.encoder->ffn_layer(l).input_absmax(x, n, absmax_attn[size_t(l)]);
+        m.encoder->ffn_layer(l).input_absmax(x, n, absmax_attn[size_t(l)], opts.isa);
       };
-    embed_texts(m, opts.calibration_texts.empty() ? text::calibration_texts() : opts.calibration_texts, {}, o);
+    EmbedOptions calibration;
+    calibration.isa = opts.isa;
+    embed_texts(m, opts.calibration_texts.empty() ? text::calibration_texts() : opts.calibration_texts, calibration, o);
     for (const auto& a : absmax) int8.push_back(Int8Options::outliers(a, opts.outlier_threshold));
     if (int8_attention)
       for (const auto& a : absmax_attn) attention_int8.push_back(Int8Options::outliers(a, opts.outlier_threshold));
@@ -366,6 +368,7 @@ Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::funct
   std::vector<float> x, y;
   // A stop is asked for before each batch and inside the encoder (between its sublayers).
   if (opts.interrupted) o.interrupted = opts.interrupted;
+  o.isa = opts.isa;
   for (int64_t b0 = 0; b0 < N; b0 += opts.batch) {
     if (o.interrupted && o.interrupted()) throw Interrupted();
     const int64_t B = std::min(opts.batch, N - b0);

@@ -143,7 +143,7 @@ FeedForward FeedForward::converted(WeightDtype dtype, const Int8Options& int8) c
   return l;
 }
 
-void FeedForward::input_absmax(const float* x, int64_t n, std::vector<float>& absmax) const {
+void FeedForward::input_absmax(const float* x, int64_t n, std::vector<float>& absmax, Isa isa) const {
   const int64_t d = cfg_.d_model;
   if (absmax.empty()) absmax.assign(size_t(d), 0.0f);
   if (int64_t(absmax.size()) != d)
@@ -154,7 +154,7 @@ void FeedForward::input_absmax(const float* x, int64_t n, std::vector<float>& ab
   for (int64_t t = 0; t < n; ++t) {
     const float* v = x + t * d;
     if (cfg_.norm == NormPlacement::pre) {
-      nn::norm_forward(nn::Context(Isa::automatic, 1), cfg_.norm_type, cfg_.eps, v, 1, d, w_.norm_weight.data(),
+      nn::norm_forward(nn::Context(isa, 1), cfg_.norm_type, cfg_.eps, v, 1, d, w_.norm_weight.data(),
                        w_.norm_bias.empty() ? nullptr : w_.norm_bias.data(), row.data(), &mean, &rstd);
       v = row.data();
     }

@@ -447,6 +447,7 @@ void Engine::step() {
   logits_.resize(slots_.size() * size_t(V));
   RunOptions ro;
   ro.threads = o_.threads;
+  ro.isa = o_.isa;
   const auto t0 = std::chrono::steady_clock::now();
   lm_.extend(state_, ids.data(), counts, logits_.data(), false, ro);
   {  // The costs the budget above weighs: a decoding step, and a prompt token beside it.

@@ -130,6 +130,7 @@ struct EngineOptions {
   int64_t chunk_alone = 1024; // the same while none does
   int64_t prefix_cache = 16;  // finished sequences kept for their prefixes
   int threads = 0;            // 0: all cores
+  Isa isa = Isa::automatic;
 };
 
 struct EngineStats {

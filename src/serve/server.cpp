@@ -140,7 +140,8 @@ class EmbedBatcher {
     std::vector<std::vector<int32_t>> ids;
     std::promise<Array> done;
   };
-  EmbedBatcher(const SentenceEncoder& enc, int threads) : enc_(enc), threads_(threads), thread_([this] { loop(); }) {}
+  EmbedBatcher(const SentenceEncoder& enc, int threads, Isa isa)
+      : enc_(enc), threads_(threads), isa_(isa), thread_([this] { loop(); }) {}
   ~EmbedBatcher() {
     {
       const std::lock_guard<std::mutex> l(m_);
@@ -166,6 +167,7 @@ class EmbedBatcher {
   void run(std::vector<std::unique_ptr<Item>>& items) {
     EmbedOptions eo;
     eo.threads = threads_;
+    eo.isa = isa_;
     std::vector<std::string> texts;
     std::vector<std::vector<int32_t>> ids;
     for (auto& it : items) {
@@ -219,6 +221,7 @@ class EmbedBatcher {
   }
   const SentenceEncoder& enc_;
   int threads_;
+  Isa isa_;
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Item>> q_;
@@ -588,6 +591,7 @@ void routes(httplib::Server& svr, App& a) {
     go.beams = r.beams.value_or(cfg.num_beams);
     go.max_new_tokens = std::min(r.max_tokens.value_or(cfg.max_length - 1), cfg.max_positions);
     go.threads = a.o.threads;
+    go.isa = a.o.isa;
     std::vector<std::vector<int64_t>> out;
     {
       const std::lock_guard<std::mutex> l(a.translate_m);
@@ -729,6 +733,7 @@ int run_server(const ServeOptions& o) {
       eo.chunk = o.chunk;
       eo.prefix_cache = o.prefix_cache;
       eo.threads = o.threads;
+      eo.isa = o.isa;
       if (o.kv_memory_mib > 0) {
         // The engine's page: its context's (the model's, at most 4096, when --context is 0).
         const int64_t mc = a.lm->config().context;
@@ -743,7 +748,7 @@ int run_server(const ServeOptions& o) {
     }
     if (!o.embedding_model.empty()) {
       a.encoder.emplace(SentenceEncoder::load(o.embedding_model));
-      a.batcher = std::make_unique<EmbedBatcher>(*a.encoder, o.threads);
+      a.batcher = std::make_unique<EmbedBatcher>(*a.encoder, o.threads, o.isa);
     }
     if (!o.translation_model.empty()) {
       a.translator.emplace(TranslationModel::load(o.translation_model));

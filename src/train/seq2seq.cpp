@@ -216,7 +216,7 @@ Seq2SeqStep Seq2SeqTrainer::forward_backward(const std::vector<std::vector<int64
   check_ids(targets, cfg_, "target");
   const int64_t d = cfg_.d_model, V = cfg_.vocab;
   const bool training = dropout_seed != nullptr;
-  const nn::Context ctx(Isa::automatic, opts_.threads);
+  const nn::Context ctx(opts_.isa, opts_.threads);
   const int threads = ctx.threads();
   const uint64_t step_seed = training ? *dropout_seed : 0;
   const uint64_t src_drop = derive_seed(step_seed, kEmbedStream, 0), tgt_drop = derive_seed(step_seed, kEmbedStream, 1);
@@ -230,10 +230,12 @@ Seq2SeqStep Seq2SeqTrainer::forward_backward(const std::vector<std::vector<int64
   eo.training = training;
   eo.seed = derive_seed(step_seed, 0, 0);
   eo.threads = threads;
+  eo.isa = ctx.isa();
   DecoderRunOptions dop;
   dop.training = training;
   dop.seed = derive_seed(step_seed, 1, 0);
   dop.threads = threads;
+  dop.isa = ctx.isa();
   std::vector<float> memory(xs.size()), h(xt.size());
   EncoderCache ec;
   DecoderCache dc;
@@ -389,9 +391,11 @@ std::vector<float> Seq2SeqTrainer::cross_attention(const std::vector<int64_t>& s
   std::vector<float> memory(xs.size()), y(xt.size()), q_in;
   EncoderRunOptions eo;
   eo.threads = opts_.threads;
+  eo.isa = opts_.isa;
   encoder_.forward(xs.data(), memory.data(), ss, eo);
   DecoderRunOptions o;
   o.threads = opts_.threads;
+  o.isa = opts_.isa;
   o.cross_attention_input = [&](int64_t l, const float* x, int64_t n) {
     if (l == layer) q_in.assign(x, x + n * d);
   };

@@ -9,8 +9,8 @@
 namespace ffn {
 
 Trainer::Trainer(FeedForward& layer, std::optional<OutputHead> head, LossKind loss, const OptimizerConfig& opt,
-                 int threads)
-    : layer_(layer), head_(std::move(head)), loss_(loss), opt_(opt), threads_(threads) {
+                 int threads, Isa isa)
+    : layer_(layer), head_(std::move(head)), loss_(loss), opt_(opt), threads_(threads), isa_(isa) {
   if (loss_ == LossKind::xent) {
     if (!head_) throw Error("loss xent: needs an output head (vocab)");
     if (head_->d_model != layer_.config().d_model)
@@ -84,6 +84,7 @@ double Trainer::step(const Batch& b, uint64_t dropout_seed) {
   ro.training = true;
   ro.seed = dropout_seed;
   ro.threads = threads_;
+  ro.isa = isa_;
   ro.partition.position_offset = r0;
   for (int64_t k = k0; k <= k1; ++k) ro.partition.token_slices.push_back(bound(k) - r0);
   const Shape shape = Shape::tokens(n);
@@ -163,6 +164,7 @@ double Trainer::evaluate(const Batch& b) const {
   std::vector<float> y(size_t(b.n * d));
   RunOptions ro;
   ro.threads = threads_;
+  ro.isa = isa_;
   layer_.forward(b.x, y.data(), Shape::tokens(b.n), ro);
   if (loss_ == LossKind::mse) return mse_loss(y.data(), b.targets, b.n * d, nullptr);
   return head_->cross_entropy(y.data(), b.labels, b.n, nullptr, nullptr, threads_);

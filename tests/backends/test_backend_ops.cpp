@@ -40,6 +40,8 @@
 #include "backends/cpu/quantize.hpp"
 #include "core/quant_types.hpp"
 #include "ffn/diagnostics.hpp"
+#include "ffn/gguf.hpp"
+#include "ffn/quant.hpp"
 #include "ffn/random.hpp"
 #include "ops/attention.hpp"
 #include "ops/fused_forward.hpp"
@@ -598,6 +600,40 @@ TEST(QuantTypes, TableHoldsGgmlsFacts) {
   EXPECT_EQ(ggml_type_name(15), "Q8_K");
   EXPECT_EQ(ggml_type_name(31), "unknown (31)");
   EXPECT_EQ(nn::find_quant_type(31), nullptr);
+}
+
+// The quant table owns every type fact (issue 63): a registered toy type
+// appears in every list made from the table: the readable and native names
+// (the CLI's --compute help, the Python binding's CausalLM.load doc) and the
+// GGUF reader's message for a type it does not read.
+TEST(QuantTypes, AToyTypeIsInEveryListMadeFromTheTable) {
+  ASSERT_TRUE(kRegistered);
+  const std::string readable = quant_type_names(QuantSet::readable), native = quant_type_names(QuantSet::native, "/");
+  EXPECT_NE(readable.find(", T4"), std::string::npos) << readable;
+  EXPECT_NE(native.find("/T4"), std::string::npos) << native;
+  EXPECT_NE(native.find("Q4_K/Q5_K/Q6_K"), std::string::npos) << native;
+  EXPECT_EQ(native.find("Q2_K"), std::string::npos) << native;  // read, dequantized: not native
+  // A GGUF whose one tensor is IQ2_XXS (16): refused, listing what is read.
+  const std::string path = ::testing::TempDir() + "toy_type.gguf";
+  {
+    std::string b = "GGUF";
+    auto put = [&b](auto v) { b.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    put(uint32_t(3)), put(uint64_t(1)), put(uint64_t(0));  // version, tensors, metadata keys
+    put(uint64_t(1)), b += "w", put(uint32_t(1)), put(uint64_t(256)), put(uint32_t(16)), put(uint64_t(0));
+    b.append(64, '\0');
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_TRUE(f);
+    std::fwrite(b.data(), 1, b.size(), f);
+    std::fclose(f);
+  }
+  try {
+    GgufFile g(path);
+    ADD_FAILURE() << "an IQ2_XXS tensor was read";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("type IQ2_XXS, which this reader does not dequantize (" + readable + ")"), std::string::npos) << m;
+  }
+  std::remove(path.c_str());
 }
 
 TEST(QuantTypes, RegistrationIsChecked) {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/quant_types.hpp"
 #include "ffn/diagnostics.hpp"
 #include "cli_util.hpp"
 #include "golden.hpp"
@@ -227,6 +228,22 @@ TEST(Cli, VersionPrintsTheProjectVersion) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out.rfind("ffn ", 0), 0u) << r.out;
   EXPECT_NE(r.out.find('.'), std::string::npos) << r.out;  // "ffn 0.2"
+}
+
+// The help's list of native quant types is the quant table's (issue 63), not
+// a copy: the built-in rows' (this test binary also registers a toy type,
+// test_backend_ops.cpp's T4, which the program does not have).
+TEST(Cli, GenerateHelpListsTheNativeTypesOfTheTable) {
+  std::string native;
+  for (const nn::QuantType& q : nn::kQuantTypes)
+    if (q.native()) native += (native.empty() ? "" : "/") + std::string(q.name);
+  const Result r = ffn_cli("generate --help");
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::string flat = r.out;  // CLI11 wraps nothing, but be safe about line breaks
+  std::replace(flat.begin(), flat.end(), '\n', ' ');
+  EXPECT_NE(flat.find("native (default): " + native + " matrices stay quantized"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(Cli, BenchPrintsJsonAndPassesItsCheck) {

@@ -45,10 +45,11 @@ Config make_config(int64_t n) {
   return cfg;
 }
 
-std::vector<float> predict(const FeedForward& layer, const std::vector<float>& x, int threads) {
+std::vector<float> predict(const FeedForward& layer, const std::vector<float>& x, int threads, Isa isa) {
   std::vector<float> y(x.size());
   RunOptions ro;
   ro.threads = threads;
+  ro.isa = isa;
   layer.forward(x.data(), y.data(), Shape::tokens(int64_t(x.size())), ro);
   return y;
 }
@@ -81,7 +82,7 @@ double fit_output_layer(Weights& w, int64_t n, const std::vector<float>& x, cons
 
 double max_abs_error(const FeedForward& layer, const ApproximateOptions& o) {
   const std::vector<float> x = grid(o.a, o.b, 16 * (o.points - 1) + 1);
-  const std::vector<float> y = predict(layer, x, o.threads);
+  const std::vector<float> y = predict(layer, x, o.threads, o.isa);
   double e = 0.0;
   for (size_t i = 0; i < x.size(); ++i) e = std::max(e, std::abs(double(y[i]) - target_function(o.function, x[i])));
   return e;
@@ -168,7 +169,7 @@ ApproximateResult approximate(const ApproximateOptions& o) {
   OptimizerConfig oc;
   oc.kind = OptimizerKind::adam;
   oc.lr = o.lr;
-  Trainer trainer(layer, std::nullopt, LossKind::mse, oc, o.threads);
+  Trainer trainer(layer, std::nullopt, LossKind::mse, oc, o.threads, o.isa);
   for (int64_t s = 0; s < o.steps; ++s) {
     trainer.set_lr(train::cosine_lr(o.lr, s, o.steps));
     Batch b{data.x.data(), data.targets.data(), nullptr, data.n};
@@ -189,13 +190,13 @@ ApproximateResult approximate(const ApproximateOptions& o) {
   }
   std::sort(r.kinks.begin(), r.kinks.end());
   const std::vector<float> out_x = {float(o.a - L), float(o.a - L / 2), float(o.b + L / 2), float(o.b + L)};
-  const std::vector<float> out_y = predict(layer, out_x, o.threads);
+  const std::vector<float> out_y = predict(layer, out_x, o.threads, o.isa);
   for (size_t i = 0; i < out_x.size(); ++i)
     r.outside.push_back({double(out_x[i]), target_function(o.function, out_x[i]), double(out_y[i])});
 
   // Chart over [a - L/2, b + L/2].
   const std::vector<float> px = grid(o.a - L / 2, o.b + L / 2, 801);
-  const std::vector<float> py = predict(layer, px, o.threads);
+  const std::vector<float> py = predict(layer, px, o.threads, o.isa);
   plot::Series target{"target f(x) = " + function_formula(o.function, true), {}, {}, "#222222"}, fit{"FFN, " + std::to_string(n) + " ReLU units", {}, {}, "#d62728"};
   fit.dash = "6 3";
   for (size_t i = 0; i < px.size(); ++i) {

@@ -26,6 +26,7 @@ struct ApproximateOptions {
   float lr = 3e-3f;
   uint64_t seed = 0;
   int threads = 1;
+  Isa isa = Isa::automatic;
 };
 
 struct ApproximateResult {
@@ -63,6 +64,7 @@ struct InteractionOptions {
   float lr = 1e-2f;
   uint64_t seed = 0;
   int threads = 1;
+  Isa isa = Isa::automatic;
 };
 
 struct InteractionResult {

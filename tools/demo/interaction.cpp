@@ -74,7 +74,7 @@ InteractionResult interaction(const InteractionOptions& o) {
   OptimizerConfig oc;
   oc.kind = OptimizerKind::adam;
   oc.lr = o.lr;
-  Trainer trainer(layer, std::nullopt, LossKind::mse, oc, o.threads);
+  Trainer trainer(layer, std::nullopt, LossKind::mse, oc, o.threads, o.isa);
   std::vector<int64_t> rows(size_t(tr.n));
   for (int64_t i = 0; i < tr.n; ++i) rows[size_t(i)] = i;
   train::FitOptions fo;
@@ -93,6 +93,7 @@ InteractionResult interaction(const InteractionOptions& o) {
   std::vector<float> y(te.x.size());
   RunOptions ro;
   ro.threads = o.threads;
+  ro.isa = o.isa;
   layer.forward(te.x.data(), y.data(), Shape::tokens(te.n), ro);
   std::vector<double> truth(size_t(te.n)), lin(size_t(te.n)), net(size_t(te.n));
   int64_t lin_ok = 0, net_ok = 0, zeros = 0;

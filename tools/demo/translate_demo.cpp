@@ -160,6 +160,7 @@ TranslateDemoResult run_demo(const TranslateDemoOptions& o, const std::string& d
   mc.eos_id = tok.eos_id();
   Seq2SeqTrainOptions to = o.train;
   to.threads = o.threads;
+  to.isa = o.isa;
   Seq2SeqTrainer trainer(mc, to, o.seed);
   r.parameters = trainer.parameters();
 
@@ -194,6 +195,7 @@ TranslateDemoResult run_demo(const TranslateDemoOptions& o, const std::string& d
   GenerateOptions go;
   go.beams = 1;
   go.threads = o.threads;
+  go.isa = o.isa;
   const auto out = model.generate(sources, go);
   r.eval_seconds = seconds_since(t1);
   r.held_out = int64_t(test.size());

@@ -27,6 +27,7 @@ struct TranslateDemoOptions {
   Seq2SeqTrainOptions train;
   uint64_t seed = 0;
   int threads = 0;
+  Isa isa = Isa::automatic;
   int64_t log_every = 100;  // progress lines on stdout (0: none)
 };
 

@@ -2,6 +2,8 @@
 // kernel_config.hpp), and which ISAs exist, are supported and are best.
 #include "backends/cpu/kernel_config.hpp"
 
+#include <array>
+
 #include <mutex>
 
 #include <cpuid.h>
@@ -74,41 +76,44 @@ namespace {
 
 // ---- the kernel table: one entry per ISA, fields named where they are set ----
 
-// The block-quantized products per ISA and quant type (a type without an
-// entry in a set runs on the scalar set's kernel).
-constexpr QKernel kScalarQ[] = {{GgmlType::q4_0, &scalar::qgemm<GgmlType::q4_0>},
-                                {GgmlType::q4_1, &scalar::qgemm<GgmlType::q4_1>},
-                                {GgmlType::q8_0, &scalar::qgemm<GgmlType::q8_0>},
-                                {GgmlType::q5_0, &scalar::qgemm<GgmlType::q5_0>},
-                                {GgmlType::q5_1, &scalar::qgemm<GgmlType::q5_1>},
-                                {GgmlType::q4_k, &scalar::qgemm<GgmlType::q4_k>},
-                                {GgmlType::q5_k, &scalar::qgemm<GgmlType::q5_k>},
-                                {GgmlType::q6_k, &scalar::qgemm<GgmlType::q6_k>}};
-constexpr QKernel kAvx2Q[] = {{GgmlType::q4_0, &avx2::qgemm<GgmlType::q4_0>},
-                              {GgmlType::q4_1, &avx2::qgemm<GgmlType::q4_1>},
-                              {GgmlType::q8_0, &avx2::qgemm<GgmlType::q8_0>},
-                              {GgmlType::q5_0, &avx2::qgemm<GgmlType::q5_0>},
-                              {GgmlType::q5_1, &avx2::qgemm<GgmlType::q5_1>},
-                              {GgmlType::q4_k, &avx2::qgemm<GgmlType::q4_k>},
-                              {GgmlType::q5_k, &avx2::qgemm<GgmlType::q5_k>},
-                              {GgmlType::q6_k, &avx2::qgemm<GgmlType::q6_k>}};
-constexpr QKernel kVnniQ[] = {{GgmlType::q4_0, &avx512::qgemm_vnni<GgmlType::q4_0>},
-                              {GgmlType::q4_1, &avx512::qgemm_vnni<GgmlType::q4_1>},
-                              {GgmlType::q8_0, &avx512::qgemm_vnni<GgmlType::q8_0>},
-                              {GgmlType::q5_0, &avx512::qgemm_vnni<GgmlType::q5_0>},
-                              {GgmlType::q5_1, &avx512::qgemm_vnni<GgmlType::q5_1>},
-                              {GgmlType::q4_k, &avx512::qgemm_vnni<GgmlType::q4_k>},
-                              {GgmlType::q5_k, &avx512::qgemm_vnni<GgmlType::q5_k>},
-                              {GgmlType::q6_k, &avx512::qgemm_vnni<GgmlType::q6_k>}};
-constexpr QKernel kAmxQ[] = {{GgmlType::q4_0, &amx::qgemm<GgmlType::q4_0>},
-                             {GgmlType::q4_1, &amx::qgemm<GgmlType::q4_1>},
-                             {GgmlType::q8_0, &amx::qgemm<GgmlType::q8_0>},
-                             // Q5_0, Q5_1 and the K-quants: AVX-512 VNNI's kernels (no tile kernels yet)
-                             {GgmlType::q5_0, &avx512::qgemm_vnni<GgmlType::q5_0>},
-                             {GgmlType::q5_1, &avx512::qgemm_vnni<GgmlType::q5_1>},
-                             {GgmlType::q4_k, &avx512::qgemm_vnni<GgmlType::q4_k>},
-                             {GgmlType::q5_k, &avx512::qgemm_vnni<GgmlType::q5_k>},
-                             {GgmlType::q6_k, &avx512::qgemm_vnni<GgmlType::q6_k>}};
+// The block-quantized products: a row per quant type, a column per kernel
+// set (ggml's type_traits_cpu); a type without a row runs on no set, and a
+// kernel set without a column falls back to the scalar set's (qgemm_kernel).
+// A new native type adds its row here (CONTRIBUTING.md, "Add a quant type").
+struct QTypeKernels {
+  GgmlType type;
+  QGemmFn scalar, avx2, avx512_vnni, amx;
+};
+constexpr QTypeKernels kQGemm[] = {
+    {GgmlType::q4_0, &scalar::qgemm<GgmlType::q4_0>, &avx2::qgemm<GgmlType::q4_0>,
+     &avx512::qgemm_vnni<GgmlType::q4_0>, &amx::qgemm<GgmlType::q4_0>},
+    {GgmlType::q4_1, &scalar::qgemm<GgmlType::q4_1>, &avx2::qgemm<GgmlType::q4_1>,
+     &avx512::qgemm_vnni<GgmlType::q4_1>, &amx::qgemm<GgmlType::q4_1>},
+    {GgmlType::q8_0, &scalar::qgemm<GgmlType::q8_0>, &avx2::qgemm<GgmlType::q8_0>,
+     &avx512::qgemm_vnni<GgmlType::q8_0>, &amx::qgemm<GgmlType::q8_0>},
+    // Q5_0, Q5_1 and the K-quants on AMX: AVX-512 VNNI's kernels (no tile kernels yet).
+    {GgmlType::q5_0, &scalar::qgemm<GgmlType::q5_0>, &avx2::qgemm<GgmlType::q5_0>,
+     &avx512::qgemm_vnni<GgmlType::q5_0>, &avx512::qgemm_vnni<GgmlType::q5_0>},
+    {GgmlType::q5_1, &scalar::qgemm<GgmlType::q5_1>, &avx2::qgemm<GgmlType::q5_1>,
+     &avx512::qgemm_vnni<GgmlType::q5_1>, &avx512::qgemm_vnni<GgmlType::q5_1>},
+    {GgmlType::q4_k, &scalar::qgemm<GgmlType::q4_k>, &avx2::qgemm<GgmlType::q4_k>,
+     &avx512::qgemm_vnni<GgmlType::q4_k>, &avx512::qgemm_vnni<GgmlType::q4_k>},
+    {GgmlType::q5_k, &scalar::qgemm<GgmlType::q5_k>, &avx2::qgemm<GgmlType::q5_k>,
+     &avx512::qgemm_vnni<GgmlType::q5_k>, &avx512::qgemm_vnni<GgmlType::q5_k>},
+    {GgmlType::q6_k, &scalar::qgemm<GgmlType::q6_k>, &avx2::qgemm<GgmlType::q6_k>,
+     &avx512::qgemm_vnni<GgmlType::q6_k>, &avx512::qgemm_vnni<GgmlType::q6_k>},
+};
+// One kernel set's column, as the (type, kernel) list KernelConfig::qgemm holds.
+template <QGemmFn QTypeKernels::*column>
+constexpr std::array<QKernel, std::size(kQGemm)> qgemm_column() {
+  std::array<QKernel, std::size(kQGemm)> c{};
+  for (size_t i = 0; i < std::size(kQGemm); ++i) c[i] = {kQGemm[i].type, kQGemm[i].*column};
+  return c;
+}
+constexpr auto kScalarQ = qgemm_column<&QTypeKernels::scalar>();
+constexpr auto kAvx2Q = qgemm_column<&QTypeKernels::avx2>();
+constexpr auto kVnniQ = qgemm_column<&QTypeKernels::avx512_vnni>();
+constexpr auto kAmxQ = qgemm_column<&QTypeKernels::amx>();
 
 const KernelConfig kScalar{
     .isa = Isa::scalar,
