@@ -7,7 +7,12 @@ examples/ and fuzz/ and fails, naming file, line and rule, on
   - an include that goes up or sideways between rooms of src/ (the levels are
     LEVELS below: a room may include only rooms of a lower level, and the
     public headers include/ffn/, which any room may use);
+  - an include of a public header (include/ffn/) from a room of src/ below
+    the room that owns it (PUBLIC_OWNERS: where the header's API is
+    implemented; decoding may not include ffn/causal_lm.hpp for the sampling
+    settings, say: they live in ffn/sampling.hpp, decoding's own);
   - a public header (include/ffn/) that includes anything but public headers;
+  - a public header without an owner in PUBLIC_OWNERS;
   - a file of tools/, python/, bench/, examples/ or fuzz/ that includes
     anything but include/ffn/ or a file of its own folder;
   - an include that names no file ("..."; a <...> include counts when it
@@ -48,6 +53,22 @@ LEVELS = {
     "train": 5,
     "dist": 6,
     "serve": 6,
+}
+# Public header -> the room of src/ that owns it (implements its API). A room
+# may include the public headers of its own level and below only.
+PUBLIC_OWNERS = {
+    "types.hpp": "core", "quant.hpp": "core", "random.hpp": "core", "parallel.hpp": "core",
+    "diagnostics.hpp": "backends",
+    "io.hpp": "io", "gguf.hpp": "io",
+    "tokenizer.hpp": "text", "chat_template.hpp": "text", "marian_tokenizer.hpp": "text",
+    "forward_cache.hpp": "ops",
+    "sampling.hpp": "decoding",
+    "feed_forward.hpp": "modules", "encoder.hpp": "modules", "decoder.hpp": "modules",
+    "ffn.hpp": "modules",  # the layer's umbrella header: feed_forward.hpp and what it needs
+    "causal_lm.hpp": "models", "chat.hpp": "models", "sentence.hpp": "models", "translation.hpp": "models",
+    "train.hpp": "train", "seq2seq.hpp": "train",
+    "mpi.hpp": "dist",
+    "serve.hpp": "serve",
 }
 # Folders that may include only the public API and their own files.
 CLIENTS = ("tools", "python", "bench", "examples", "fuzz")
@@ -111,7 +132,8 @@ def scan(root):
     return edges
 
 
-def check(root, exceptions):
+def check(root, exceptions, owners=None):
+    owners = PUBLIC_OWNERS if owners is None else owners
     problems = []
     used = set()
     graph = {}
@@ -134,6 +156,11 @@ def check(root, exceptions):
             elif LEVELS[troom] >= LEVELS[room]:
                 rule = (f"src/{room}/ (level {LEVELS[room]}) may not include src/{troom}/ "
                         f"(level {LEVELS[troom]}): arrows point down")
+        elif kind == "src" and tkind == "public" and room in LEVELS:
+            owner = owners.get(os.path.basename(target))
+            if owner in LEVELS and LEVELS[owner] > LEVELS[room]:
+                rule = (f"src/{room}/ (level {LEVELS[room]}) may not include {target}, the public header of "
+                        f"src/{owner}/ (level {LEVELS[owner]}): arrows point down")
         elif kind == "src" and tkind == "client":
             rule = f"src/ may not include {troom}/"
         if rule is None:
@@ -143,6 +170,10 @@ def check(root, exceptions):
             used.add(hit[0])
         else:
             problems.append(f"{where}: {rule}")
+    # every public header has an owner
+    for name in sorted(os.listdir(os.path.join(root, "include", "ffn")) if os.path.isdir(os.path.join(root, "include", "ffn")) else []):
+        if name.endswith(".hpp") and name not in owners:
+            problems.append(f"include/ffn/{name}: no owner room in PUBLIC_OWNERS (tests/test_layering.py)")
     # every file of src/ lives in a room of LEVELS
     for dirpath, _, names in os.walk(os.path.join(root, "src")):
         for name in sorted(names):
@@ -197,8 +228,9 @@ def self_test():
         "tools/cmd.hpp": "",
     }
     failures = []
-    if check(tree(clean), []):
-        failures.append(f"the clean tree was reported: {check(tree(clean), [])}")
+    owners = {"ffn.hpp": "core", "up.hpp": "ops"}
+    if check(tree(clean), [], owners):
+        failures.append(f"the clean tree was reported: {check(tree(clean), [], owners)}")
     planted = {
         "up-edge": ({"src/core/a.hpp": '#include "ops/b.hpp"\n'}, "arrows point down"),
         "sideways": ({"src/io/c.hpp": '#include "backends/d.hpp"\n', "src/backends/d.hpp": ""}, "arrows point down"),
@@ -209,16 +241,19 @@ def self_test():
         "angle include into src": ({"tools/main.cpp": '#include <core/a.hpp>\n'}, "includes only include/ffn/"),
         "file outside the rooms": ({"src/loose.cpp": ""}, "not a known room"),
         "unknown room": ({"src/attic/old.cpp": ""}, "not a known room"),
+        "up through a public header": ({"include/ffn/up.hpp": "", "src/core/f.hpp": '#include "ffn/up.hpp"\n'},
+                                       "the public header of src/ops/"),
+        "public header without an owner": ({"include/ffn/stray.hpp": ""}, "no owner room"),
     }
     for name, (change, expect) in planted.items():
-        problems = check(tree({**clean, **change}), [])
+        problems = check(tree({**clean, **change}), [], owners)
         if not any(expect in p for p in problems):
             failures.append(f"planted {name} not reported (got {problems})")
-    stale = check(tree(clean), [("src/ops/b.cpp", "modules/x.hpp", "test")])
+    stale = check(tree(clean), [("src/ops/b.cpp", "modules/x.hpp", "test")], owners)
     if not any("no longer matches" in p for p in stale):
         failures.append("a stale exception was not reported")
     allowed = check(tree({**clean, "src/core/a.hpp": '#include "ops/b.hpp"\n'}),
-                    [("src/core/a.hpp", "ops/b.hpp", "test")])
+                    [("src/core/a.hpp", "ops/b.hpp", "test")], owners)
     if any("arrows" in p for p in allowed):
         failures.append(f"a listed exception was still reported: {allowed}")
     return failures

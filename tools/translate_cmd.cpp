@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "commands.hpp"
-#include "ffn/causal_lm.hpp"  // SamplingOptions: the sampling flags' ranges
+#include "ffn/sampling.hpp"  // SamplingOptions: the sampling flags' ranges
 #include "ffn/diagnostics.hpp"
 #include "ffn/translation.hpp"
 

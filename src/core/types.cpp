@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "core/positions.hpp"
-#include "ffn/diagnostics.hpp"
 #include "ffn/parallel.hpp"
 #include "ffn/types.hpp"
 

@@ -20,7 +20,7 @@
 #include <functional>
 #include <vector>
 
-#include "ffn/causal_lm.hpp"  // SamplingOptions, choose_token
+#include "ffn/sampling.hpp"
 
 namespace ffn::nn {
 struct KernelConfig;

@@ -1,4 +1,4 @@
-// The sampler (include/ffn/causal_lm.hpp: SamplingOptions, choose_token):
+// The sampler (include/ffn/sampling.hpp: SamplingOptions, choose_token):
 // repetition penalty, then greedy or temperature with top-k and top-p, drawn
 // from a counter-based stream (Philox, seeded; the step is the counter), so
 // a sequence's tokens do not depend on what else runs. Shared by every
@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "ffn/causal_lm.hpp"
+#include "ffn/sampling.hpp"
+#include "ffn/types.hpp"
 #include "ffn/random.hpp"
 
 namespace ffn {

@@ -13,7 +13,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "ffn/ffn.hpp"
+#include "ffn/io.hpp"
+#include "ffn/types.hpp"
 
 namespace ffn::io {
 

@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "ffn/ffn.hpp"
+#include "ffn/io.hpp"
+#include "ffn/types.hpp"
 #include "io/file_util.hpp"
 
 namespace ffn {

@@ -5,7 +5,8 @@
 #include <utility>
 #include <nlohmann/json.hpp>
 
-#include "ffn/ffn.hpp"
+#include "ffn/io.hpp"
+#include "ffn/types.hpp"
 #include "ffn/diagnostics.hpp"
 #include "io/file_util.hpp"
 

@@ -15,7 +15,7 @@
 #include "backends/cpu/isa.hpp"
 #include "backends/context.hpp"
 #include "backends/cpu/kernel_config.hpp"
-#include "core/cache_access.hpp"
+#include "modules/cache_access.hpp"
 #include "core/init.hpp"
 #include "core/philox.hpp"
 #include "core/positions.hpp"

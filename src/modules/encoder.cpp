@@ -19,7 +19,7 @@
 #include "ops/attention.hpp"
 #include "ops/linear.hpp"
 #include "core/buffer_pool.hpp"
-#include "core/cache_access.hpp"
+#include "modules/cache_access.hpp"
 #include "core/init.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/context.hpp"

@@ -10,6 +10,7 @@
 
 #include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
+#include "modules/cache_access.hpp"
 #include "ops/forward_cache.hpp"
 #include "ops/fused_forward.hpp"
 #include "reference/ffn_bf16_reference.hpp"
@@ -280,20 +281,6 @@ FeedForward FeedForward::shard(int64_t first, int64_t last) const {
 double FeedForward::forward_flops(int64_t t) const {
   const double per_token = 2.0 * double(cfg_.d_model) * double(cfg_.d_ff) * (is_gated(cfg_.activation) ? 3 : 2);
   return per_token * double(t);
-}
-
-// ---- forward cache ------------------------------------------------------------
-
-
-ForwardCache::ForwardCache() : data_(std::make_unique<Data>()) {}
-ForwardCache::~ForwardCache() = default;
-ForwardCache::ForwardCache(ForwardCache&&) noexcept = default;
-ForwardCache& ForwardCache::operator=(ForwardCache&&) noexcept = default;
-ForwardCache::Data& ForwardCache::data() { return *data_; }
-const ForwardCache::Data& ForwardCache::data() const { return *data_; }
-size_t ForwardCache::bytes() const {
-  const Data& d = *data_;
-  return d.pos.size() * 8 + (d.z1.size() + d.zg.size() + d.mean.size() + d.rstd.size() + d.xhat.size()) * 4;
 }
 
 // ---- forward and backward ----------------------------------------------------

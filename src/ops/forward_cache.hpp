@@ -1,12 +1,13 @@
-// The contents of ffn::ForwardCache (see ffn/feed_forward.hpp for what is saved and why).
+// The contents of ffn::ForwardCache (see ffn/forward_cache.hpp for what is saved and why);
+// the modules reach them through detail::CacheAccess (src/modules/cache_access.hpp).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "core/cache_access.hpp"
-#include "ffn/feed_forward.hpp"
 #include "core/buffer_pool.hpp"
+#include "ffn/forward_cache.hpp"
+#include "ffn/types.hpp"
 
 namespace ffn {
 
@@ -24,7 +25,5 @@ struct ForwardCache::Data {
   using Buffer = std::vector<float, nn::PoolAllocator<float>>;
   Buffer z1, zg, mean, rstd, xhat;
 };
-
-using ForwardCacheData = detail::CacheAccess::ForwardData;
 
 }  // namespace ffn

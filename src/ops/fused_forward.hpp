@@ -24,7 +24,7 @@
 #include <span>
 #include <vector>
 
-#include "ffn/feed_forward.hpp"
+#include "ffn/types.hpp"
 #include "core/buffer_pool.hpp"
 #include "backends/context.hpp"
 #include "backends/cpu/gemm.hpp"

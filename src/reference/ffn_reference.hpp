@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "backends/cpu/norm_row.hpp"
-#include "ffn/feed_forward.hpp"
+#include "ffn/types.hpp"
 
 namespace ffn::reference {
 
@@ -41,7 +41,7 @@ struct Grads {
   T* w2 = nullptr; T* b2 = nullptr; T* gamma = nullptr; T* beta = nullptr;
 };
 
-// What forward saves for backward (see ForwardCache in ffn/feed_forward.hpp).
+// What forward saves for backward (see ForwardCache in ffn/forward_cache.hpp).
 template <typename T>
 struct Saved {
   T* z1 = nullptr;    // [n, d_ff]

@@ -1,4 +1,4 @@
-// MarianTokenizer (include/ffn/translation.hpp) on Debian's libsentencepiece:
+// MarianTokenizer (include/ffn/marian_tokenizer.hpp) on Debian's libsentencepiece:
 // transformers' tokenization_marian.py and PreTrainedTokenizer's handling of
 // special tokens written in the text, step for step.
 #include <algorithm>
@@ -6,7 +6,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "ffn/translation.hpp"
+#include "ffn/marian_tokenizer.hpp"
 #include "core/json_file.hpp"
 
 #include "ffn/io.hpp"

@@ -6,7 +6,8 @@
 #include <cstdint>
 #include <fstream>
 
-#include "ffn/ffn.hpp"
+#include "ffn/io.hpp"
+#include "ffn/types.hpp"
 
 namespace ffn::text {
 namespace {

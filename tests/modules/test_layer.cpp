@@ -12,6 +12,7 @@
 #include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
 #include "test_util.hpp"
+#include "modules/cache_access.hpp"
 #include "ops/forward_cache.hpp"
 #include "tolerances.hpp"
 

@@ -9,6 +9,7 @@
 #include "ffn/decoder.hpp"
 #include "ffn/encoder.hpp"
 #include "ffn/feed_forward.hpp"
+#include "ops/forward_cache.hpp"
 
 namespace ffn::detail {
 
@@ -25,3 +26,7 @@ struct CacheAccess {
 };
 
 }  // namespace ffn::detail
+
+namespace ffn {
+using ForwardCacheData = detail::CacheAccess::ForwardData;
+}  // namespace ffn
