@@ -12,6 +12,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <string_view>
+#include <unordered_map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -519,7 +521,6 @@ bool truthy(const Value& v) {
   }
   return false;
 }
-
 
 const char* type_name(const Value& v) {
   switch (v.kind) {
@@ -1653,31 +1654,64 @@ struct Interp {
     return v.s;
   }
 
-  Value dict_method(const Value& obj, const std::string& name) {
+  // ---- dict's methods, one function each, dispatched by name (dict_method's table)
+  struct DictCall {
+    const Value& obj;
+    const std::string& name;
+  };
+
+  Value dict_items(DictCall& c) {
+    auto& [obj, name] = c;
     auto d = obj.dict;
-    if (name == "items") return make_fn("dict.items", [d](Interp&, Args& a) {
+    return make_fn("dict.items", [d](Interp&, Args& a) {
       arity(a, 0, 0, "items");
       ValueList l;
       for (const auto& [k, v] : d->items) l.push_back(Value::of_list({key_value(k), v}, true));
       return view(std::move(l));
     });
-    if (name == "keys") return make_fn("dict.keys", [d](Interp&, Args& a) {
+  }
+
+  Value dict_keys(DictCall& c) {
+    auto& [obj, name] = c;
+    auto d = obj.dict;
+    return make_fn("dict.keys", [d](Interp&, Args& a) {
       arity(a, 0, 0, "keys");
       ValueList l;
       for (const auto& it : d->items) l.push_back(key_value(it.first));
       return view(std::move(l));
     });
-    if (name == "values") return make_fn("dict.values", [d](Interp&, Args& a) {
+  }
+
+  Value dict_values(DictCall& c) {
+    auto& [obj, name] = c;
+    auto d = obj.dict;
+    return make_fn("dict.values", [d](Interp&, Args& a) {
       arity(a, 0, 0, "values");
       ValueList l;
       for (const auto& it : d->items) l.push_back(it.second);
       return view(std::move(l));
     });
-    if (name == "get") return make_fn("dict.get", [d](Interp&, Args& a) {
+  }
+
+  Value dict_get(DictCall& c) {
+    auto& [obj, name] = c;
+    auto d = obj.dict;
+    return make_fn("dict.get", [d](Interp&, Args& a) {
       arity(a, 1, 2, "get");
       if (const Value* v = d->find(dict_key(a.pos[0]))) return *v;
       return a.pos.size() > 1 ? a.pos[1] : Value::none();
     });
+  }
+
+  Value dict_method(const Value& obj, const std::string& name) {
+    static const std::unordered_map<std::string_view, Value (Interp::*)(DictCall&)> kDictMethods = {
+        {"items", &Interp::dict_items},
+        {"keys", &Interp::dict_keys},
+        {"values", &Interp::dict_values},
+        {"get", &Interp::dict_get}};
+    DictCall c{obj, name};
+    if (const auto it = kDictMethods.find(name); it != kDictMethods.end()) return (this->*it->second)(c);
+
     // update, pop, clear, ...: the immutable sandbox makes them undefined (jinja2's unsafe undefined)
     static const char* mutating[] = {"update", "pop", "popitem", "setdefault", "clear", "copy", "fromkeys"};
     for (const char* m : mutating)
@@ -1685,221 +1719,284 @@ struct Interp {
     return Value::undefined("");
   }
 
+  // startswith and endswith on s.
+  static std::function<Value(Interp&, Args&)> prefix_test(const std::string& s, bool start) {
+    return [s, start](Interp&, Args& a) {
+      arity(a, 1, 1, start ? "startswith" : "endswith");
+      std::vector<std::string> options;
+      if (a.pos[0].kind == Value::List && a.pos[0].tuple) for (const auto& x : *a.pos[0].list) options.push_back(str_arg(x, "startswith"));
+      else options.push_back(str_arg(a.pos[0], start ? "startswith" : "endswith"));
+      for (const auto& p : options) {
+        if (p.size() <= s.size() && (start ? s.compare(0, p.size(), p) == 0 : s.compare(s.size() - p.size(), p.size(), p) == 0))
+          return Value::boolean(true);
+      }
+      return Value::boolean(false);
+    };
+  }
+
+  // ---- str's methods, one function each, dispatched by name (str_method's table)
+  struct StrCall {
+    const Value& obj;
+    const std::string& name;
+    const std::string& s;  // the string
+  };
+
+  Value str_startswith(StrCall& c) {
+    auto& [obj, name, s] = c;
+    return make_fn("str.startswith", prefix_test(s, true));
+  }
+
+  Value str_endswith(StrCall& c) {
+    auto& [obj, name, s] = c;
+    return make_fn("str.endswith", prefix_test(s, false));
+  }
+
+  Value str_strip(StrCall& c) {
+    auto& [obj, name, s] = c;
+    return make_fn("str." + name, [s, name](Interp&, Args& a) {
+      arity(a, 0, 1, name);
+      const bool has = !a.pos.empty() && a.pos[0].kind != Value::None;
+      const std::string* chars = has ? &str_arg(a.pos[0], name) : nullptr;
+      return Value::str(py_strip(s, name != "rstrip", name != "lstrip", chars));
+    });
+  }
+
+  Value str_split(StrCall& c) {
+    auto& [obj, name, s] = c;
+    return make_fn("str." + name, [s, name](Interp&, Args& a) {
+      if (a.kw.size() > 0) {
+        for (auto& [k, v] : a.kw) {
+          if (k == "sep" && a.pos.empty()) a.pos.push_back(v);
+          else if (k == "maxsplit") { while (a.pos.size() < 1) a.pos.push_back(Value::none()); a.pos.push_back(v); }
+          else fail(name + "() got an unexpected keyword argument '" + k + "'");
+        }
+        a.kw.clear();
+      }
+      arity(a, 0, 2, name);
+      const int64_t maxsplit = a.pos.size() > 1 ? as_int(a.pos[1], "maxsplit") : -1;
+      ValueList parts;
+      if (a.pos.empty() || a.pos[0].kind == Value::None) {
+        const std::vector<char32_t> cps = code_points(s);
+        std::vector<std::pair<size_t, size_t>> words;
+        size_t k = 0;
+        while (k < cps.size()) {
+          while (k < cps.size() && py_space(cps[k])) ++k;
+          if (k == cps.size()) break;
+          size_t e = k;
+          while (e < cps.size() && !py_space(cps[e])) ++e;
+          words.emplace_back(k, e);
+          k = e;
+        }
+        // Past maxsplit splits the rest is one piece, with its outer whitespace (Python's rule).
+        if (maxsplit >= 0 && int64_t(words.size()) > maxsplit) {
+          if (name == "split") {
+            const size_t from = words[size_t(maxsplit)].first;
+            const size_t end = cps.size();
+            words.resize(size_t(maxsplit));
+            for (auto& w : words) parts.push_back(Value::str(from_code_points(cps, w.first, w.second)));
+            parts.push_back(Value::str(from_code_points(cps, from, end)));
+            return Value::of_list(std::move(parts));
+          }
+          const size_t keep = words.size() - size_t(maxsplit);
+          const size_t begin = 0;
+          parts.push_back(Value::str(from_code_points(cps, begin, words[keep - 1].second)));
+          for (size_t w = keep; w < words.size(); ++w) parts.push_back(Value::str(from_code_points(cps, words[w].first, words[w].second)));
+          return Value::of_list(std::move(parts));
+        }
+        for (auto& w : words) parts.push_back(Value::str(from_code_points(cps, w.first, w.second)));
+        return Value::of_list(std::move(parts));
+      }
+      const std::string& sep = str_arg(a.pos[0], name);
+      if (sep.empty()) fail(name + "(): empty separator");
+      std::vector<std::string> pieces;
+      size_t from = 0;
+      while (true) {
+        const size_t at = s.find(sep, from);
+        if (at == std::string::npos) { pieces.push_back(s.substr(from)); break; }
+        pieces.push_back(s.substr(from, at - from));
+        from = at + sep.size();
+      }
+      if (maxsplit >= 0 && int64_t(pieces.size()) > maxsplit + 1) {
+        std::vector<std::string> joined;
+        if (name == "split") {
+          joined.assign(pieces.begin(), pieces.begin() + maxsplit);
+          std::string rest;
+          for (size_t k = size_t(maxsplit); k < pieces.size(); ++k) rest += (k > size_t(maxsplit) ? sep : "") + pieces[k];
+          joined.push_back(rest);
+        } else {
+          const size_t keep = pieces.size() - size_t(maxsplit);
+          std::string rest;
+          for (size_t k = 0; k < keep; ++k) rest += (k ? sep : "") + pieces[k];
+          joined.push_back(rest);
+          joined.insert(joined.end(), pieces.begin() + long(keep), pieces.end());
+        }
+        pieces = std::move(joined);
+      }
+      for (auto& p : pieces) parts.push_back(Value::str(p));
+      return Value::of_list(std::move(parts));
+    });
+  }
+
+  Value str_upper(StrCall& c) {
+    auto& [obj, name, s] = c;
+    const int mode = name == "lower" ? 0 : name == "upper" ? 1 : name == "title" ? 2 : 3;
+    return make_fn("str." + name, [s, name, mode](Interp&, Args& a) {
+      arity(a, 0, 0, name);
+      return Value::str(py_case(mode == 3 ? py_case(s, 0, "capitalize") : s, mode, name.c_str()));
+    });
+  }
+
+  Value str_replace(StrCall& c) {
+    auto& [obj, name, s] = c;
+    return make_fn("str.replace", [s](Interp&, Args& a) {
+      arity(a, 2, 3, "replace");
+      const std::string& from = str_arg(a.pos[0], "replace");
+      const std::string& to = str_arg(a.pos[1], "replace");
+      int64_t count = a.pos.size() > 2 ? as_int(a.pos[2], "replace") : -1;
+      return Value::str(replace_all(s, from, to, count));
+    });
+  }
+
+  Value str_find(StrCall& c) {
+    auto& [obj, name, s] = c;
+    return make_fn("str." + name, [s, name](Interp&, Args& a) {
+      arity(a, 1, 1, name);
+      const std::string& sub = str_arg(a.pos[0], name);
+      if (name == "count") {
+        if (sub.empty()) return Value::integer(int64_t(code_points(s).size()) + 1);
+        int64_t c = 0;
+        for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size())) ++c;
+        return Value::integer(c);
+      }
+      const size_t at = name == "rfind" ? s.rfind(sub) : s.find(sub);
+      if (at == std::string::npos) {
+        if (name == "index") fail("substring not found");
+        return Value::integer(-1);
+      }
+      return Value::integer(int64_t(code_points(s.substr(0, at)).size()));
+    });
+  }
+
+  Value str_join(StrCall& c) {
+    auto& [obj, name, s] = c;
+    return make_fn("str.join", [s](Interp&, Args& a) {
+      arity(a, 1, 1, "join");
+      std::string out;
+      bool first = true;
+      for (const Value& x : iterate(a.pos[0])) { bounded(out += (first ? "" : s) + str_arg(x, "join")); first = false; }
+      return Value::str(out);
+    });
+  }
+
+  Value str_isdigit(StrCall& c) {
+    auto& [obj, name, s] = c;
+    return make_fn("str." + name, [s, name](Interp&, Args& a) {
+      arity(a, 0, 0, name);
+      const std::vector<char32_t> cps = code_points(s);
+      if (cps.empty()) return Value::boolean(false);
+      bool ok = true, cased = false;
+      for (char32_t c : cps) {
+        const auto cat = utf8proc_category(utf8proc_int32_t(c));
+        if (name == "isdigit") ok &= cat == UTF8PROC_CATEGORY_ND;
+        else if (name == "isspace") ok &= py_space(c);
+        else if (name == "isalpha") ok &= cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO;
+        else if (name == "isupper") { ok &= cat != UTF8PROC_CATEGORY_LL; cased |= cat == UTF8PROC_CATEGORY_LU; }
+        else { ok &= cat != UTF8PROC_CATEGORY_LU && cat != UTF8PROC_CATEGORY_LT; cased |= cat == UTF8PROC_CATEGORY_LL; }
+      }
+      if (name == "isupper" || name == "islower") ok &= cased;
+      return Value::boolean(ok);
+    });
+  }
+
+  Value str_splitlines(StrCall& c) {
+    auto& [obj, name, s] = c;
+    return make_fn("str.splitlines", [s](Interp&, Args& a) {
+      arity(a, 0, 0, "splitlines");
+      ValueList l;
+      for (auto& x : split_lines(s)) l.push_back(Value::str(x));
+      return Value::of_list(std::move(l));
+    });
+  }
+
+  Value str_format(StrCall& c) {
+    auto& [obj, name, s] = c;
+    // str.format with plain fields: {}, {0}, {name}, {{ and }}; a format
+    // spec, a conversion or an attribute inside a field is refused.
+    return make_fn("str.format", [s](Interp&, Args& a) {
+      std::string out;
+      size_t auto_index = 0;
+      bool numbered = false, automatic = false;
+      for (size_t k = 0; k < s.size(); ++k) {
+        const char c = s[k];
+        if (c == '}') {
+          if (k + 1 < s.size() && s[k + 1] == '}') { out += '}'; ++k; continue; }
+          fail("Single '}' encountered in format string");
+        }
+        if (c != '{') { out += c; continue; }
+        if (k + 1 < s.size() && s[k + 1] == '{') { out += '{'; ++k; continue; }
+        const size_t end = s.find('}', k);
+        if (end == std::string::npos) fail("Single '{' encountered in format string");
+        const std::string field = s.substr(k + 1, end - k - 1);
+        k = end;
+        if (field.find_first_of(":!.[{") != std::string::npos)
+          fail("unsupported construct: str.format with a format spec, conversion or attribute ({" + field + "})");
+        const Value* v = nullptr;
+        if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
+          size_t index = auto_index;
+          if (field.empty()) { automatic = true; ++auto_index; }
+          else {
+            numbered = true;
+            if (field.find_first_not_of("0123456789") != std::string::npos || field.size() > 6)
+              fail("unsupported construct: str.format field {" + field + "}");
+            index = size_t(std::stoul(field));
+          }
+          if (automatic && numbered) fail("cannot switch between automatic field numbering and manual field specification");
+          if (index >= a.pos.size()) fail("Replacement index " + std::to_string(index) + " out of range for positional args tuple");
+          v = &a.pos[index];
+        } else {
+          for (const auto& [kname, kv] : a.kw) if (kname == field) v = &kv;
+          if (!v) fail("'" + field + "'");
+        }
+        if (v->lazy != Value::Plain) refuse_lazy(*v, "str.format of");
+        out += to_str(*v);
+        bounded(out);
+      }
+      Budget::charge(out.size());
+      return Value::str(out);
+    });
+  }
+
   Value str_method(const Value& obj, const std::string& name) {
     if (obj.markup) fail("unsupported construct: the method " + name + " of a Markup string (|safe, |escape)");
     const std::string s = obj.s;
-    auto prefix_test = [s](bool start) {
-      return [s, start](Interp&, Args& a) {
-        arity(a, 1, 1, start ? "startswith" : "endswith");
-        std::vector<std::string> options;
-        if (a.pos[0].kind == Value::List && a.pos[0].tuple) for (const auto& x : *a.pos[0].list) options.push_back(str_arg(x, "startswith"));
-        else options.push_back(str_arg(a.pos[0], start ? "startswith" : "endswith"));
-        for (const auto& p : options) {
-          if (p.size() <= s.size() && (start ? s.compare(0, p.size(), p) == 0 : s.compare(s.size() - p.size(), p.size(), p) == 0))
-            return Value::boolean(true);
-        }
-        return Value::boolean(false);
-      };
-    };
-    if (name == "startswith") return make_fn("str.startswith", prefix_test(true));
-    if (name == "endswith") return make_fn("str.endswith", prefix_test(false));
-    if (name == "strip" || name == "lstrip" || name == "rstrip") {
-      return make_fn("str." + name, [s, name](Interp&, Args& a) {
-        arity(a, 0, 1, name);
-        const bool has = !a.pos.empty() && a.pos[0].kind != Value::None;
-        const std::string* chars = has ? &str_arg(a.pos[0], name) : nullptr;
-        return Value::str(py_strip(s, name != "rstrip", name != "lstrip", chars));
-      });
-    }
-    if (name == "split" || name == "rsplit") {
-      return make_fn("str." + name, [s, name](Interp&, Args& a) {
-        if (a.kw.size() > 0) {
-          for (auto& [k, v] : a.kw) {
-            if (k == "sep" && a.pos.empty()) a.pos.push_back(v);
-            else if (k == "maxsplit") { while (a.pos.size() < 1) a.pos.push_back(Value::none()); a.pos.push_back(v); }
-            else fail(name + "() got an unexpected keyword argument '" + k + "'");
-          }
-          a.kw.clear();
-        }
-        arity(a, 0, 2, name);
-        const int64_t maxsplit = a.pos.size() > 1 ? as_int(a.pos[1], "maxsplit") : -1;
-        ValueList parts;
-        if (a.pos.empty() || a.pos[0].kind == Value::None) {
-          const std::vector<char32_t> cps = code_points(s);
-          std::vector<std::pair<size_t, size_t>> words;
-          size_t k = 0;
-          while (k < cps.size()) {
-            while (k < cps.size() && py_space(cps[k])) ++k;
-            if (k == cps.size()) break;
-            size_t e = k;
-            while (e < cps.size() && !py_space(cps[e])) ++e;
-            words.emplace_back(k, e);
-            k = e;
-          }
-          // Past maxsplit splits the rest is one piece, with its outer whitespace (Python's rule).
-          if (maxsplit >= 0 && int64_t(words.size()) > maxsplit) {
-            if (name == "split") {
-              const size_t from = words[size_t(maxsplit)].first;
-              const size_t end = cps.size();
-              words.resize(size_t(maxsplit));
-              for (auto& w : words) parts.push_back(Value::str(from_code_points(cps, w.first, w.second)));
-              parts.push_back(Value::str(from_code_points(cps, from, end)));
-              return Value::of_list(std::move(parts));
-            }
-            const size_t keep = words.size() - size_t(maxsplit);
-            const size_t begin = 0;
-            parts.push_back(Value::str(from_code_points(cps, begin, words[keep - 1].second)));
-            for (size_t w = keep; w < words.size(); ++w) parts.push_back(Value::str(from_code_points(cps, words[w].first, words[w].second)));
-            return Value::of_list(std::move(parts));
-          }
-          for (auto& w : words) parts.push_back(Value::str(from_code_points(cps, w.first, w.second)));
-          return Value::of_list(std::move(parts));
-        }
-        const std::string& sep = str_arg(a.pos[0], name);
-        if (sep.empty()) fail(name + "(): empty separator");
-        std::vector<std::string> pieces;
-        size_t from = 0;
-        while (true) {
-          const size_t at = s.find(sep, from);
-          if (at == std::string::npos) { pieces.push_back(s.substr(from)); break; }
-          pieces.push_back(s.substr(from, at - from));
-          from = at + sep.size();
-        }
-        if (maxsplit >= 0 && int64_t(pieces.size()) > maxsplit + 1) {
-          std::vector<std::string> joined;
-          if (name == "split") {
-            joined.assign(pieces.begin(), pieces.begin() + maxsplit);
-            std::string rest;
-            for (size_t k = size_t(maxsplit); k < pieces.size(); ++k) rest += (k > size_t(maxsplit) ? sep : "") + pieces[k];
-            joined.push_back(rest);
-          } else {
-            const size_t keep = pieces.size() - size_t(maxsplit);
-            std::string rest;
-            for (size_t k = 0; k < keep; ++k) rest += (k ? sep : "") + pieces[k];
-            joined.push_back(rest);
-            joined.insert(joined.end(), pieces.begin() + long(keep), pieces.end());
-          }
-          pieces = std::move(joined);
-        }
-        for (auto& p : pieces) parts.push_back(Value::str(p));
-        return Value::of_list(std::move(parts));
-      });
-    }
-    if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
-      const int mode = name == "lower" ? 0 : name == "upper" ? 1 : name == "title" ? 2 : 3;
-      return make_fn("str." + name, [s, name, mode](Interp&, Args& a) {
-        arity(a, 0, 0, name);
-        return Value::str(py_case(mode == 3 ? py_case(s, 0, "capitalize") : s, mode, name.c_str()));
-      });
-    }
-    if (name == "replace") {
-      return make_fn("str.replace", [s](Interp&, Args& a) {
-        arity(a, 2, 3, "replace");
-        const std::string& from = str_arg(a.pos[0], "replace");
-        const std::string& to = str_arg(a.pos[1], "replace");
-        int64_t count = a.pos.size() > 2 ? as_int(a.pos[2], "replace") : -1;
-        return Value::str(replace_all(s, from, to, count));
-      });
-    }
-    if (name == "find" || name == "count" || name == "rfind" || name == "index") {
-      return make_fn("str." + name, [s, name](Interp&, Args& a) {
-        arity(a, 1, 1, name);
-        const std::string& sub = str_arg(a.pos[0], name);
-        if (name == "count") {
-          if (sub.empty()) return Value::integer(int64_t(code_points(s).size()) + 1);
-          int64_t c = 0;
-          for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size())) ++c;
-          return Value::integer(c);
-        }
-        const size_t at = name == "rfind" ? s.rfind(sub) : s.find(sub);
-        if (at == std::string::npos) {
-          if (name == "index") fail("substring not found");
-          return Value::integer(-1);
-        }
-        return Value::integer(int64_t(code_points(s.substr(0, at)).size()));
-      });
-    }
-    if (name == "join") {
-      return make_fn("str.join", [s](Interp&, Args& a) {
-        arity(a, 1, 1, "join");
-        std::string out;
-        bool first = true;
-        for (const Value& x : iterate(a.pos[0])) { bounded(out += (first ? "" : s) + str_arg(x, "join")); first = false; }
-        return Value::str(out);
-      });
-    }
-    if (name == "isdigit" || name == "isspace" || name == "isalpha" || name == "isupper" || name == "islower") {
-      return make_fn("str." + name, [s, name](Interp&, Args& a) {
-        arity(a, 0, 0, name);
-        const std::vector<char32_t> cps = code_points(s);
-        if (cps.empty()) return Value::boolean(false);
-        bool ok = true, cased = false;
-        for (char32_t c : cps) {
-          const auto cat = utf8proc_category(utf8proc_int32_t(c));
-          if (name == "isdigit") ok &= cat == UTF8PROC_CATEGORY_ND;
-          else if (name == "isspace") ok &= py_space(c);
-          else if (name == "isalpha") ok &= cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO;
-          else if (name == "isupper") { ok &= cat != UTF8PROC_CATEGORY_LL; cased |= cat == UTF8PROC_CATEGORY_LU; }
-          else { ok &= cat != UTF8PROC_CATEGORY_LU && cat != UTF8PROC_CATEGORY_LT; cased |= cat == UTF8PROC_CATEGORY_LL; }
-        }
-        if (name == "isupper" || name == "islower") ok &= cased;
-        return Value::boolean(ok);
-      });
-    }
-    if (name == "splitlines") {
-      return make_fn("str.splitlines", [s](Interp&, Args& a) {
-        arity(a, 0, 0, "splitlines");
-        ValueList l;
-        for (auto& x : split_lines(s)) l.push_back(Value::str(x));
-        return Value::of_list(std::move(l));
-      });
-    }
-    if (name == "format") {
-      // str.format with plain fields: {}, {0}, {name}, {{ and }}; a format
-      // spec, a conversion or an attribute inside a field is refused.
-      return make_fn("str.format", [s](Interp&, Args& a) {
-        std::string out;
-        size_t auto_index = 0;
-        bool numbered = false, automatic = false;
-        for (size_t k = 0; k < s.size(); ++k) {
-          const char c = s[k];
-          if (c == '}') {
-            if (k + 1 < s.size() && s[k + 1] == '}') { out += '}'; ++k; continue; }
-            fail("Single '}' encountered in format string");
-          }
-          if (c != '{') { out += c; continue; }
-          if (k + 1 < s.size() && s[k + 1] == '{') { out += '{'; ++k; continue; }
-          const size_t end = s.find('}', k);
-          if (end == std::string::npos) fail("Single '{' encountered in format string");
-          const std::string field = s.substr(k + 1, end - k - 1);
-          k = end;
-          if (field.find_first_of(":!.[{") != std::string::npos)
-            fail("unsupported construct: str.format with a format spec, conversion or attribute ({" + field + "})");
-          const Value* v = nullptr;
-          if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
-            size_t index = auto_index;
-            if (field.empty()) { automatic = true; ++auto_index; }
-            else {
-              numbered = true;
-              if (field.find_first_not_of("0123456789") != std::string::npos || field.size() > 6)
-                fail("unsupported construct: str.format field {" + field + "}");
-              index = size_t(std::stoul(field));
-            }
-            if (automatic && numbered) fail("cannot switch between automatic field numbering and manual field specification");
-            if (index >= a.pos.size()) fail("Replacement index " + std::to_string(index) + " out of range for positional args tuple");
-            v = &a.pos[index];
-          } else {
-            for (const auto& [kname, kv] : a.kw) if (kname == field) v = &kv;
-            if (!v) fail("'" + field + "'");
-          }
-          if (v->lazy != Value::Plain) refuse_lazy(*v, "str.format of");
-          out += to_str(*v);
-          bounded(out);
-        }
-        Budget::charge(out.size());
-        return Value::str(out);
-      });
-    }
+    static const std::unordered_map<std::string_view, Value (Interp::*)(StrCall&)> kStrMethods = {
+        {"startswith", &Interp::str_startswith},
+        {"endswith", &Interp::str_endswith},
+        {"strip", &Interp::str_strip},
+        {"lstrip", &Interp::str_strip},
+        {"rstrip", &Interp::str_strip},
+        {"split", &Interp::str_split},
+        {"rsplit", &Interp::str_split},
+        {"upper", &Interp::str_upper},
+        {"lower", &Interp::str_upper},
+        {"title", &Interp::str_upper},
+        {"capitalize", &Interp::str_upper},
+        {"replace", &Interp::str_replace},
+        {"find", &Interp::str_find},
+        {"count", &Interp::str_find},
+        {"rfind", &Interp::str_find},
+        {"index", &Interp::str_find},
+        {"join", &Interp::str_join},
+        {"isdigit", &Interp::str_isdigit},
+        {"isspace", &Interp::str_isdigit},
+        {"isalpha", &Interp::str_isdigit},
+        {"isupper", &Interp::str_isdigit},
+        {"islower", &Interp::str_isdigit},
+        {"splitlines", &Interp::str_splitlines},
+        {"format", &Interp::str_format}};
+    StrCall c{obj, name, s};
+    if (const auto it = kStrMethods.find(name); it != kStrMethods.end()) return (this->*it->second)(c);
+
     static const char* other[] = {"format_map", "partition", "rpartition", "center", "ljust",
                                   "rjust", "zfill", "expandtabs", "encode", "swapcase", "casefold", "translate",
                                   "removeprefix", "removesuffix", "rindex", "isalnum", "isnumeric", "isdecimal",
@@ -2287,6 +2384,419 @@ struct Interp {
     return test(name, v, a);
   }
 
+  // ---- the filters, one function each, dispatched by name (apply_filter's table)
+  struct FilterCall {
+    Value& v;  // the filtered value
+    Args& a;   // the filter's arguments
+    const std::string& f;     // its name
+    const std::string& what;  // "the filter NAME", for messages
+    const Expr& e;
+  };
+
+  Value filter_trim(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"chars"});
+    const bool has = b.given[0] && b.v[0].kind != Value::None;
+    const std::string chars = has ? str_arg(b.v[0], what) : "";
+    return Value::str(py_strip(to_str(v), true, true, has ? &chars : nullptr));
+  }
+
+  Value filter_tojson(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"ensure_ascii", "indent", "separators", "sort_keys"});
+    JsonStyle st;
+    st.ascii = b.given[0] && truthy(b.v[0]);
+    if (b.given[1] && b.v[1].kind != Value::None) {
+      if (b.v[1].kind == Value::Str) fail("unsupported construct: tojson(indent=<a string>)");
+      const int64_t k = as_int(b.v[1], "tojson indent");
+      if (k > 64) fail("unsupported construct: tojson(indent=) past 64");
+      st.indent = int(std::max<int64_t>(k, 0));
+    }
+    st.item_sep = st.indent >= 0 ? "," : ", ";
+    if (b.given[2] && b.v[2].kind != Value::None) {
+      const Value& sep = b.v[2];
+      if (sep.kind != Value::List || sep.list->size() != 2 || (*sep.list)[0].kind != Value::Str || (*sep.list)[1].kind != Value::Str)
+        fail(what + ": separators must be two strings");
+      st.item_sep = (*sep.list)[0].s;
+      st.key_sep = (*sep.list)[1].s;
+    }
+    st.sort_keys = b.given[3] && truthy(b.v[3]);
+    std::string out;
+    json_dump(v, out, st, 0);
+    Budget::charge(out.size());
+    return Value::str(out);
+  }
+
+  Value filter_length(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    bind(what, a, {});
+    switch (v.kind) {
+      case Value::Undefined: return Value::integer(0);
+      case Value::Str: return Value::integer(int64_t(code_points(v.s).size()));
+      case Value::List:
+        if (v.lazy == Value::Generator) fail("object of type 'generator' has no len()");
+        return Value::integer(int64_t(v.list->size()));
+      case Value::Dict:
+        if (v.lazy == Value::Loop) refuse_lazy(v, "the length of");
+        if (!v.ns) return Value::integer(int64_t(v.dict->items.size()));
+        [[fallthrough]];
+      default: fail(std::string("object of type '") + type_name(v) + "' has no len()");
+    }
+  }
+
+  Value filter_list(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+ bind(what, a, {}); return Value::of_list(iterate(v));
+  }
+
+  Value filter_string(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+ bind(what, a, {}); return v.kind == Value::Str ? v : Value::str(to_str(v));
+  }
+
+  // Markup (chat templates do not autoescape: printed as it is; + escapes a str added to it).
+  Value filter_safe(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+ bind(what, a, {}); return v.kind == Value::Str && v.markup ? v : markup_of(to_str(v));
+  }
+
+  Value filter_e(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+ bind(what, a, {}); return v.kind == Value::Str && v.markup ? v : markup_of(html_escape(to_str(v)));
+  }
+
+  Value filter_forceescape(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+ bind(what, a, {}); return markup_of(html_escape(to_str(v)));
+  }
+
+  Value filter_join(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"d", "attribute"});
+    const std::string sep = b.given[0] ? to_str(b.v[0]) : "";
+    std::string out;
+    bool first = true;
+    for (Value x : iterate(v)) {
+      if (b.given[1] && b.v[1].kind != Value::None) x = attribute_path(x, to_str(b.v[1]));
+      bounded(out += (first ? "" : sep) + to_str(x));
+      first = false;
+    }
+    return Value::str(out);
+  }
+
+  Value filter_first(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    bind(what, a, {});
+    if (v.lazy == Value::Generator) {
+      if (f == "last") fail("'generator' object is not reversible");
+      if (v.list->empty()) return Value::undefined("No first item, sequence was empty.");
+      Value x = v.list->front();
+      v.list->erase(v.list->begin());
+      return x;
+    }
+    ValueList l = iterate(v);
+    if (l.empty()) return Value::undefined("No " + f + " item, sequence was empty.");
+    return f == "first" ? l.front() : l.back();
+  }
+
+  Value filter_reverse(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    bind(what, a, {});
+    if (v.kind == Value::Str) { std::vector<char32_t> c = code_points(v.s); std::reverse(c.begin(), c.end()); return Value::str(from_code_points(c)); }
+    if (v.lazy == Value::Generator) fail("'generator' object is not reversible");
+    ValueList l = iterate(v);
+    std::reverse(l.begin(), l.end());
+    return generator(std::move(l));
+  }
+
+  Value filter_select(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    const bool attr = f == "selectattr" || f == "rejectattr", keep = f == "select" || f == "selectattr";
+    std::string path;
+    if (attr) {
+      if (a.pos.empty()) fail(what + " needs an attribute name");
+      path = str_arg(a.pos[0], what);
+      a.pos.erase(a.pos.begin());
+    }
+    if (!a.kw.empty()) fail(what + " takes no keyword arguments");
+    ValueList out;
+    for (const Value& x : truthy(v) ? iterate(v) : ValueList{}) {
+      const Value item = attr ? attribute_path_soft(x, path) : x;
+      bool r;
+      if (a.pos.empty()) r = truthy(item);
+      else {
+        const std::string test_name = str_arg(a.pos[0], what);
+        r = run_test(test_name, item, std::vector<Value>(a.pos.begin() + 1, a.pos.end()));
+      }
+      if (r == keep) out.push_back(x);
+    }
+    return generator(std::move(out));
+  }
+
+  Value filter_map(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    ValueList out;
+    if (a.pos.empty()) {
+      Bound b = bind(what, a, {"attribute", "default"});
+      if (!b.given[0]) fail(what + " needs a filter name or attribute=");
+      const std::string path = str_arg(b.v[0], what);
+      for (const Value& x : truthy(v) ? iterate(v) : ValueList{}) {
+        Value y = attribute_path_soft(x, path);
+        if (y.kind == Value::Undefined && b.given[1] && b.v[1].kind != Value::None) y = b.v[1];
+        out.push_back(y);
+      }
+      return generator(std::move(out));
+    }
+    if (a.pos.empty()) fail(what + " needs a filter name or attribute=");
+    const std::string name = str_arg(a.pos[0], what);
+    std::vector<Value> rest(a.pos.begin() + 1, a.pos.end());
+    for (const Value& x : truthy(v) ? iterate(v) : ValueList{}) out.push_back(call_filter(name, x, rest, a.kw, e.line));
+    return generator(std::move(out));
+  }
+
+  Value filter_lower(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    bind(what, a, {});
+    const std::string s = to_str(v);
+    if (f == "lower") return Value::str(py_case(s, 0, "lower"));
+    if (f == "upper") return Value::str(py_case(s, 1, "upper"));
+    if (f == "capitalize") return Value::str(py_case(py_case(s, 0, "capitalize"), 3, "capitalize"));
+    // jinja2's do_title: split at runs of [-\s({[<], each piece's first character upper, the rest lower
+    const std::vector<char32_t> cps = code_points(s);
+    auto sep = [](char32_t c) { return c == '-' || py_space(c) || c == '(' || c == '{' || c == '[' || c == '<'; };
+    std::string res;
+    size_t k = 0;
+    while (k < cps.size()) {
+      size_t e = k;
+      const bool is_sep = sep(cps[k]);
+      while (e < cps.size() && sep(cps[e]) == is_sep) ++e;
+      res += py_case(from_code_points(cps, k, k + 1), 1, "title") + py_case(from_code_points(cps, k + 1, e), 0, "title");
+      k = e;
+    }
+    return Value::str(res);
+  }
+
+  Value filter_default(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"default_value", "boolean"});
+    const Value dflt = b.given[0] ? b.v[0] : Value::str("");
+    const bool boolean = b.given[1] && truthy(b.v[1]);
+    if (v.kind == Value::Undefined || (boolean && !truthy(v))) return dflt;
+    return v;
+  }
+
+  Value filter_replace(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"old", "new", "count"});
+    if (!b.given[0] || !b.given[1]) fail(what + " needs old and new");
+    const int64_t count = b.given[2] && b.v[2].kind != Value::None ? as_int(b.v[2], what.c_str()) : -1;
+    return Value::str(replace_all(to_str(v), to_str(b.v[0]), to_str(b.v[1]), count));
+  }
+
+  Value filter_int(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"default", "base"});
+    const Value dflt = b.given[0] ? b.v[0] : Value::integer(0);
+    if (b.given[1]) fail("unsupported construct: int(base=...)");
+    if (v.kind == Value::Int) return v;
+    if (v.kind == Value::Bool) return Value::integer(v.b);
+    if (v.kind == Value::Float) {
+      if (!std::isfinite(v.f) || std::fabs(v.f) >= 9.2e18) return dflt;
+      return Value::integer(int64_t(v.f));
+    }
+    if (v.kind == Value::Str) {
+      // jinja2: int(s), else int(float(s)), else the default
+      std::string t;
+      if (py_number(v.s, false, t)) {
+        int64_t x;
+        auto r = std::from_chars(t.data() + (t[0] == '+'), t.data() + t.size(), x);
+        if (r.ec != std::errc()) fail("unsupported construct: an integer past 64 bits");
+        return Value::integer(x);
+      }
+      if (py_number(v.s, true, t)) {
+        const double d = std::strtod(t.c_str(), nullptr);
+        if (!std::isfinite(d)) return dflt;
+        if (std::fabs(d) >= 9.2e18) fail("unsupported construct: an integer past 64 bits");
+        return Value::integer(int64_t(d));
+      }
+      return dflt;
+    }
+    return dflt;
+  }
+
+  Value filter_float(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"default"});
+    const Value dflt = b.given[0] ? b.v[0] : Value::real(0.0);
+    if (v.is_number()) return Value::real(v.number());
+    std::string t;
+    if (v.kind == Value::Str && py_number(v.s, true, t)) return Value::real(std::strtod(t.c_str(), nullptr));
+    return dflt;
+  }
+
+  Value filter_abs(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    bind(what, a, {});
+    if (v.kind == Value::Int || v.kind == Value::Bool) { const __int128 x = as_int(v, "abs"); return Value::integer(checked(x < 0 ? -x : x)); }
+    if (v.kind == Value::Float) return Value::real(std::fabs(v.f));
+    fail(std::string("bad operand type for abs(): '") + type_name(v) + "'");
+  }
+
+  Value filter_round(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"precision", "method"});
+    const int64_t p = b.given[0] ? as_int(b.v[0], "round") : 0;
+    const std::string method = b.given[1] ? str_arg(b.v[1], what) : "common";
+    if (!v.is_number()) fail(what + ": expected a number");
+    const double x = v.number();
+    if (method != "common" && method != "ceil" && method != "floor") fail(what + ": method must be common, ceil or floor");
+    if (method == "common") {
+      if (p != 0) fail("unsupported construct: round(precision) with a non-zero precision");
+      if (v.kind != Value::Float) return Value::integer(as_int(v, "round"));  // round(int, 0) is the int
+      return Value::real(std::nearbyint(x));  // Python's round: half to even
+    }
+    if (p != 0) fail("unsupported construct: round(precision) with a non-zero precision");
+    return Value::real(method == "ceil" ? std::ceil(x) : std::floor(x));
+  }
+
+  Value filter_items(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    bind(what, a, {});
+    if (v.kind == Value::Undefined) return Value::of_list({});
+    if (v.kind != Value::Dict || v.ns || v.lazy != Value::Plain) fail(what + ": expected a mapping, got " + type_name(v));
+    Args none;
+    Value items = dict_method(v, "items").fn->call(*this, none);
+    items.lazy = Value::Generator;
+    return items;
+  }
+
+  Value filter_dictsort(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"case_sensitive", "by", "reverse"});
+    if (v.kind != Value::Dict || v.ns) fail(what + ": expected a mapping, got " + type_name(v));
+    const std::string by = b.given[1] ? to_str(b.v[1]) : "key";
+    if (by != "key" && by != "value") fail("You can only sort by either \"key\" or \"value\"");
+    const bool by_value = by == "value";
+    const bool rev = b.given[2] && truthy(b.v[2]);
+    const bool cs = b.given[0] && truthy(b.v[0]);
+    ValueList l;
+    for (const auto& [k, x] : v.dict->items) l.push_back(Value::of_list({key_value(k), x}, true));
+    auto key = [&](const Value& pair) {
+      Value k = (*pair.list)[by_value ? 1 : 0];
+      if (!cs && k.kind == Value::Str) k = Value::str(py_case(k.s, 0, "dictsort"));
+      return k;
+    };
+    std::stable_sort(l.begin(), l.end(), [&](const Value& x, const Value& y) { return rev ? less(key(y), key(x)) : less(key(x), key(y)); });
+    return Value::of_list(std::move(l));
+  }
+
+  Value filter_sort(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"reverse", "case_sensitive", "attribute"});
+    const bool rev = b.given[0] && truthy(b.v[0]), cs = b.given[1] && truthy(b.v[1]);
+    ValueList l = iterate(v);
+    const std::string path = b.given[2] && b.v[2].kind != Value::None ? to_str(b.v[2]) : "";
+    auto key = [&](const Value& x) {
+      Value k = path.empty() ? x : attribute_path(x, path);
+      if (!cs && k.kind == Value::Str) k = Value::str(py_case(k.s, 0, "sort"));
+      return k;
+    };
+    std::stable_sort(l.begin(), l.end(), [&](const Value& x, const Value& y) { return rev ? less(key(y), key(x)) : less(key(x), key(y)); });
+    return Value::of_list(std::move(l));
+  }
+
+  Value filter_unique(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"case_sensitive", "attribute"});
+    const bool cs = b.given[0] && truthy(b.v[0]);
+    const std::string path = b.given[1] && b.v[1].kind != Value::None ? to_str(b.v[1]) : "";
+    ValueList out, seen;
+    for (const Value& x : iterate(v)) {
+      Value k = path.empty() ? x : attribute_path(x, path);
+      if (!cs && k.kind == Value::Str) k = Value::str(py_case(k.s, 0, "unique"));
+      bool dup = false;
+      Budget::charge(seen.size() + 1);
+      for (const Value& s : seen) if (equal(s, k)) { dup = true; break; }
+      if (!dup) { seen.push_back(k); out.push_back(x); }
+    }
+    return generator(std::move(out));
+  }
+
+  Value filter_sum(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = f == "sum" ? bind(what, a, {"attribute", "start"}) : bind(what, a, {"case_sensitive", "attribute"});
+    const size_t attr_at = f == "sum" ? 0 : 1;
+    const std::string path = b.given[attr_at] && b.v[attr_at].kind != Value::None ? to_str(b.v[attr_at]) : "";
+    ValueList l = iterate(v);
+    if (f == "sum") {
+      Value acc = b.given[1] ? b.v[1] : Value::integer(0);
+      if (acc.kind == Value::Str) fail("sum() can't sum strings [use ''.join(seq) instead]");
+      for (const Value& x : l) acc = binary("+", acc, path.empty() ? x : attribute_path(x, path));
+      return acc;
+    }
+    if (l.empty()) return Value::undefined("No aggregated item, sequence was empty.");
+    const bool cs = b.given[0] && truthy(b.v[0]);
+    auto key = [&](const Value& x) {
+      Value k = path.empty() ? x : attribute_path(x, path);
+      if (!cs && k.kind == Value::Str) k = Value::str(py_case(k.s, 0, f.c_str()));
+      return k;
+    };
+    Value best = l[0];
+    for (size_t k = 1; k < l.size(); ++k) {
+      if (f == "min" ? less(key(l[k]), key(best)) : less(key(best), key(l[k]))) best = l[k];
+    }
+    return best;
+  }
+
+  Value filter_indent(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"width", "first", "blank"});
+    std::string pad = "    ";
+    if (b.given[0] && b.v[0].kind != Value::Str && as_int(b.v[0], "indent") > 1024) fail("unsupported construct: indent past 1024");
+    if (b.given[0]) pad = b.v[0].kind == Value::Str ? b.v[0].s : std::string(size_t(std::clamp<int64_t>(as_int(b.v[0], "indent"), 0, 1024)), ' ');
+    const bool first = b.given[1] && truthy(b.v[1]), blank = b.given[2] && truthy(b.v[2]);
+    if (v.kind != Value::Str) fail(std::string("can only concatenate str (not \"") + type_name(v) + "\") to indent");
+    // jinja2's do_indent: s + "\n" split by str.splitlines, joined back
+    const std::vector<std::string> lines = split_lines(to_str(v) + "\n");
+    std::string rv;
+    if (blank) {
+      for (size_t k = 0; k < lines.size(); ++k) bounded(rv += (k ? "\n" + pad : "") + lines[k]);
+    } else {
+      rv = lines.empty() ? "" : lines[0];
+      for (size_t k = 1; k < lines.size(); ++k) bounded(rv += "\n" + (lines[k].empty() ? "" : pad) + lines[k]);
+    }
+    return Value::str(first ? pad + rv : rv);
+  }
+
+  Value filter_wordcount(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    bind(what, a, {});
+    // jinja2: len(re.findall(r"\w+", s))
+    int64_t n = 0;
+    bool in = false;
+    for (char32_t c : code_points(to_str(v))) {
+      const auto cat = utf8proc_category(utf8proc_int32_t(c));
+      const bool w = c == '_' || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) || cat == UTF8PROC_CATEGORY_ND ||
+                     cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO;
+      if (w && !in) ++n;
+      in = w;
+    }
+    return Value::integer(n);
+  }
+
+  Value filter_center(FilterCall& c) {
+    auto& [v, a, f, what, e] = c;
+    Bound b = bind(what, a, {"width"});
+    const int64_t width = b.given[0] ? as_int(b.v[0], "center") : 80;
+    const std::vector<char32_t> cps = code_points(to_str(v));
+    const int64_t n = int64_t(cps.size());
+    if (width <= n) return Value::str(to_str(v));
+    if (width > 1 << 20) fail("center: a width past 2^20");
+    const int64_t marg = width - n;
+    const int64_t left = marg / 2 + (marg & width & 1);
+    return Value::str(std::string(size_t(left), ' ') + to_str(v) + std::string(size_t(marg - left), ' '));
+  }
+
   Value apply_filter(const Expr& e) {
     Value v = eval(*e.args[0]);
     Args a = eval_args(e, 1);
@@ -2296,345 +2806,50 @@ struct Interp {
     if (v.kind == Value::Str && v.markup && f != "safe" && f != "e" && f != "escape" && f != "forceescape" &&
         f != "string" && f != "length" && f != "count" && f != "tojson" && f != "default" && f != "d")
       fail("unsupported construct: the filter " + f + " on a Markup string (|safe, |escape)");
-    auto need_str = [&](const Value& x) -> std::string { return to_str(x); };
-    if (f == "trim") {
-      Bound b = bind(what, a, {"chars"});
-      const bool has = b.given[0] && b.v[0].kind != Value::None;
-      const std::string chars = has ? str_arg(b.v[0], what) : "";
-      return Value::str(py_strip(need_str(v), true, true, has ? &chars : nullptr));
-    }
-    if (f == "tojson") {
-      Bound b = bind(what, a, {"ensure_ascii", "indent", "separators", "sort_keys"});
-      JsonStyle st;
-      st.ascii = b.given[0] && truthy(b.v[0]);
-      if (b.given[1] && b.v[1].kind != Value::None) {
-        if (b.v[1].kind == Value::Str) fail("unsupported construct: tojson(indent=<a string>)");
-        const int64_t k = as_int(b.v[1], "tojson indent");
-        if (k > 64) fail("unsupported construct: tojson(indent=) past 64");
-        st.indent = int(std::max<int64_t>(k, 0));
-      }
-      st.item_sep = st.indent >= 0 ? "," : ", ";
-      if (b.given[2] && b.v[2].kind != Value::None) {
-        const Value& sep = b.v[2];
-        if (sep.kind != Value::List || sep.list->size() != 2 || (*sep.list)[0].kind != Value::Str || (*sep.list)[1].kind != Value::Str)
-          fail(what + ": separators must be two strings");
-        st.item_sep = (*sep.list)[0].s;
-        st.key_sep = (*sep.list)[1].s;
-      }
-      st.sort_keys = b.given[3] && truthy(b.v[3]);
-      std::string out;
-      json_dump(v, out, st, 0);
-      Budget::charge(out.size());
-      return Value::str(out);
-    }
-    if (f == "length" || f == "count") {
-      bind(what, a, {});
-      switch (v.kind) {
-        case Value::Undefined: return Value::integer(0);
-        case Value::Str: return Value::integer(int64_t(code_points(v.s).size()));
-        case Value::List:
-          if (v.lazy == Value::Generator) fail("object of type 'generator' has no len()");
-          return Value::integer(int64_t(v.list->size()));
-        case Value::Dict:
-          if (v.lazy == Value::Loop) refuse_lazy(v, "the length of");
-          if (!v.ns) return Value::integer(int64_t(v.dict->items.size()));
-          [[fallthrough]];
-        default: fail(std::string("object of type '") + type_name(v) + "' has no len()");
-      }
-    }
-    if (f == "list") { bind(what, a, {}); return Value::of_list(iterate(v)); }
-    if (f == "string") { bind(what, a, {}); return v.kind == Value::Str ? v : Value::str(to_str(v)); }
-    // Markup (chat templates do not autoescape: printed as it is; + escapes a str added to it).
-    if (f == "safe") { bind(what, a, {}); return v.kind == Value::Str && v.markup ? v : markup_of(to_str(v)); }
-    if (f == "e" || f == "escape") { bind(what, a, {}); return v.kind == Value::Str && v.markup ? v : markup_of(html_escape(to_str(v))); }
-    if (f == "forceescape") { bind(what, a, {}); return markup_of(html_escape(to_str(v))); }
-    if (f == "join") {
-      Bound b = bind(what, a, {"d", "attribute"});
-      const std::string sep = b.given[0] ? to_str(b.v[0]) : "";
-      std::string out;
-      bool first = true;
-      for (Value x : iterate(v)) {
-        if (b.given[1] && b.v[1].kind != Value::None) x = attribute_path(x, to_str(b.v[1]));
-        bounded(out += (first ? "" : sep) + to_str(x));
-        first = false;
-      }
-      return Value::str(out);
-    }
-    if (f == "first" || f == "last") {
-      bind(what, a, {});
-      if (v.lazy == Value::Generator) {
-        if (f == "last") fail("'generator' object is not reversible");
-        if (v.list->empty()) return Value::undefined("No first item, sequence was empty.");
-        Value x = v.list->front();
-        v.list->erase(v.list->begin());
-        return x;
-      }
-      ValueList l = iterate(v);
-      if (l.empty()) return Value::undefined("No " + f + " item, sequence was empty.");
-      return f == "first" ? l.front() : l.back();
-    }
-    if (f == "reverse") {
-      bind(what, a, {});
-      if (v.kind == Value::Str) { std::vector<char32_t> c = code_points(v.s); std::reverse(c.begin(), c.end()); return Value::str(from_code_points(c)); }
-      if (v.lazy == Value::Generator) fail("'generator' object is not reversible");
-      ValueList l = iterate(v);
-      std::reverse(l.begin(), l.end());
-      return generator(std::move(l));
-    }
-    if (f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr") {
-      const bool attr = f == "selectattr" || f == "rejectattr", keep = f == "select" || f == "selectattr";
-      std::string path;
-      if (attr) {
-        if (a.pos.empty()) fail(what + " needs an attribute name");
-        path = str_arg(a.pos[0], what);
-        a.pos.erase(a.pos.begin());
-      }
-      if (!a.kw.empty()) fail(what + " takes no keyword arguments");
-      ValueList out;
-      for (const Value& x : truthy(v) ? iterate(v) : ValueList{}) {
-        const Value item = attr ? attribute_path_soft(x, path) : x;
-        bool r;
-        if (a.pos.empty()) r = truthy(item);
-        else {
-          const std::string test_name = str_arg(a.pos[0], what);
-          r = run_test(test_name, item, std::vector<Value>(a.pos.begin() + 1, a.pos.end()));
-        }
-        if (r == keep) out.push_back(x);
-      }
-      return generator(std::move(out));
-    }
-    if (f == "map") {
-      ValueList out;
-      if (a.pos.empty()) {
-        Bound b = bind(what, a, {"attribute", "default"});
-        if (!b.given[0]) fail(what + " needs a filter name or attribute=");
-        const std::string path = str_arg(b.v[0], what);
-        for (const Value& x : truthy(v) ? iterate(v) : ValueList{}) {
-          Value y = attribute_path_soft(x, path);
-          if (y.kind == Value::Undefined && b.given[1] && b.v[1].kind != Value::None) y = b.v[1];
-          out.push_back(y);
-        }
-        return generator(std::move(out));
-      }
-      if (a.pos.empty()) fail(what + " needs a filter name or attribute=");
-      const std::string name = str_arg(a.pos[0], what);
-      std::vector<Value> rest(a.pos.begin() + 1, a.pos.end());
-      for (const Value& x : truthy(v) ? iterate(v) : ValueList{}) out.push_back(call_filter(name, x, rest, a.kw, e.line));
-      return generator(std::move(out));
-    }
-    if (f == "lower" || f == "upper" || f == "capitalize" || f == "title") {
-      bind(what, a, {});
-      const std::string s = to_str(v);
-      if (f == "lower") return Value::str(py_case(s, 0, "lower"));
-      if (f == "upper") return Value::str(py_case(s, 1, "upper"));
-      if (f == "capitalize") return Value::str(py_case(py_case(s, 0, "capitalize"), 3, "capitalize"));
-      // jinja2's do_title: split at runs of [-\s({[<], each piece's first character upper, the rest lower
-      const std::vector<char32_t> cps = code_points(s);
-      auto sep = [](char32_t c) { return c == '-' || py_space(c) || c == '(' || c == '{' || c == '[' || c == '<'; };
-      std::string res;
-      size_t k = 0;
-      while (k < cps.size()) {
-        size_t e = k;
-        const bool is_sep = sep(cps[k]);
-        while (e < cps.size() && sep(cps[e]) == is_sep) ++e;
-        res += py_case(from_code_points(cps, k, k + 1), 1, "title") + py_case(from_code_points(cps, k + 1, e), 0, "title");
-        k = e;
-      }
-      return Value::str(res);
-    }
-    if (f == "default" || f == "d") {
-      Bound b = bind(what, a, {"default_value", "boolean"});
-      const Value dflt = b.given[0] ? b.v[0] : Value::str("");
-      const bool boolean = b.given[1] && truthy(b.v[1]);
-      if (v.kind == Value::Undefined || (boolean && !truthy(v))) return dflt;
-      return v;
-    }
-    if (f == "replace") {
-      Bound b = bind(what, a, {"old", "new", "count"});
-      if (!b.given[0] || !b.given[1]) fail(what + " needs old and new");
-      const int64_t count = b.given[2] && b.v[2].kind != Value::None ? as_int(b.v[2], what.c_str()) : -1;
-      return Value::str(replace_all(to_str(v), to_str(b.v[0]), to_str(b.v[1]), count));
-    }
-    if (f == "int") {
-      Bound b = bind(what, a, {"default", "base"});
-      const Value dflt = b.given[0] ? b.v[0] : Value::integer(0);
-      if (b.given[1]) fail("unsupported construct: int(base=...)");
-      if (v.kind == Value::Int) return v;
-      if (v.kind == Value::Bool) return Value::integer(v.b);
-      if (v.kind == Value::Float) {
-        if (!std::isfinite(v.f) || std::fabs(v.f) >= 9.2e18) return dflt;
-        return Value::integer(int64_t(v.f));
-      }
-      if (v.kind == Value::Str) {
-        // jinja2: int(s), else int(float(s)), else the default
-        std::string t;
-        if (py_number(v.s, false, t)) {
-          int64_t x;
-          auto r = std::from_chars(t.data() + (t[0] == '+'), t.data() + t.size(), x);
-          if (r.ec != std::errc()) fail("unsupported construct: an integer past 64 bits");
-          return Value::integer(x);
-        }
-        if (py_number(v.s, true, t)) {
-          const double d = std::strtod(t.c_str(), nullptr);
-          if (!std::isfinite(d)) return dflt;
-          if (std::fabs(d) >= 9.2e18) fail("unsupported construct: an integer past 64 bits");
-          return Value::integer(int64_t(d));
-        }
-        return dflt;
-      }
-      return dflt;
-    }
-    if (f == "float") {
-      Bound b = bind(what, a, {"default"});
-      const Value dflt = b.given[0] ? b.v[0] : Value::real(0.0);
-      if (v.is_number()) return Value::real(v.number());
-      std::string t;
-      if (v.kind == Value::Str && py_number(v.s, true, t)) return Value::real(std::strtod(t.c_str(), nullptr));
-      return dflt;
-    }
-    if (f == "abs") {
-      bind(what, a, {});
-      if (v.kind == Value::Int || v.kind == Value::Bool) { const __int128 x = as_int(v, "abs"); return Value::integer(checked(x < 0 ? -x : x)); }
-      if (v.kind == Value::Float) return Value::real(std::fabs(v.f));
-      fail(std::string("bad operand type for abs(): '") + type_name(v) + "'");
-    }
-    if (f == "round") {
-      Bound b = bind(what, a, {"precision", "method"});
-      const int64_t p = b.given[0] ? as_int(b.v[0], "round") : 0;
-      const std::string method = b.given[1] ? str_arg(b.v[1], what) : "common";
-      if (!v.is_number()) fail(what + ": expected a number");
-      const double x = v.number();
-      if (method != "common" && method != "ceil" && method != "floor") fail(what + ": method must be common, ceil or floor");
-      if (method == "common") {
-        if (p != 0) fail("unsupported construct: round(precision) with a non-zero precision");
-        if (v.kind != Value::Float) return Value::integer(as_int(v, "round"));  // round(int, 0) is the int
-        return Value::real(std::nearbyint(x));  // Python's round: half to even
-      }
-      if (p != 0) fail("unsupported construct: round(precision) with a non-zero precision");
-      return Value::real(method == "ceil" ? std::ceil(x) : std::floor(x));
-    }
-    if (f == "items") {
-      bind(what, a, {});
-      if (v.kind == Value::Undefined) return Value::of_list({});
-      if (v.kind != Value::Dict || v.ns || v.lazy != Value::Plain) fail(what + ": expected a mapping, got " + type_name(v));
-      Args none;
-      Value items = dict_method(v, "items").fn->call(*this, none);
-      items.lazy = Value::Generator;
-      return items;
-    }
-    if (f == "dictsort") {
-      Bound b = bind(what, a, {"case_sensitive", "by", "reverse"});
-      if (v.kind != Value::Dict || v.ns) fail(what + ": expected a mapping, got " + type_name(v));
-      const std::string by = b.given[1] ? to_str(b.v[1]) : "key";
-      if (by != "key" && by != "value") fail("You can only sort by either \"key\" or \"value\"");
-      const bool by_value = by == "value";
-      const bool rev = b.given[2] && truthy(b.v[2]);
-      const bool cs = b.given[0] && truthy(b.v[0]);
-      ValueList l;
-      for (const auto& [k, x] : v.dict->items) l.push_back(Value::of_list({key_value(k), x}, true));
-      auto key = [&](const Value& pair) {
-        Value k = (*pair.list)[by_value ? 1 : 0];
-        if (!cs && k.kind == Value::Str) k = Value::str(py_case(k.s, 0, "dictsort"));
-        return k;
-      };
-      std::stable_sort(l.begin(), l.end(), [&](const Value& x, const Value& y) { return rev ? less(key(y), key(x)) : less(key(x), key(y)); });
-      return Value::of_list(std::move(l));
-    }
-    if (f == "sort") {
-      Bound b = bind(what, a, {"reverse", "case_sensitive", "attribute"});
-      const bool rev = b.given[0] && truthy(b.v[0]), cs = b.given[1] && truthy(b.v[1]);
-      ValueList l = iterate(v);
-      const std::string path = b.given[2] && b.v[2].kind != Value::None ? to_str(b.v[2]) : "";
-      auto key = [&](const Value& x) {
-        Value k = path.empty() ? x : attribute_path(x, path);
-        if (!cs && k.kind == Value::Str) k = Value::str(py_case(k.s, 0, "sort"));
-        return k;
-      };
-      std::stable_sort(l.begin(), l.end(), [&](const Value& x, const Value& y) { return rev ? less(key(y), key(x)) : less(key(x), key(y)); });
-      return Value::of_list(std::move(l));
-    }
-    if (f == "unique") {
-      Bound b = bind(what, a, {"case_sensitive", "attribute"});
-      const bool cs = b.given[0] && truthy(b.v[0]);
-      const std::string path = b.given[1] && b.v[1].kind != Value::None ? to_str(b.v[1]) : "";
-      ValueList out, seen;
-      for (const Value& x : iterate(v)) {
-        Value k = path.empty() ? x : attribute_path(x, path);
-        if (!cs && k.kind == Value::Str) k = Value::str(py_case(k.s, 0, "unique"));
-        bool dup = false;
-        Budget::charge(seen.size() + 1);
-        for (const Value& s : seen) if (equal(s, k)) { dup = true; break; }
-        if (!dup) { seen.push_back(k); out.push_back(x); }
-      }
-      return generator(std::move(out));
-    }
-    if (f == "sum" || f == "min" || f == "max") {
-      Bound b = f == "sum" ? bind(what, a, {"attribute", "start"}) : bind(what, a, {"case_sensitive", "attribute"});
-      const size_t attr_at = f == "sum" ? 0 : 1;
-      const std::string path = b.given[attr_at] && b.v[attr_at].kind != Value::None ? to_str(b.v[attr_at]) : "";
-      ValueList l = iterate(v);
-      if (f == "sum") {
-        Value acc = b.given[1] ? b.v[1] : Value::integer(0);
-        if (acc.kind == Value::Str) fail("sum() can't sum strings [use ''.join(seq) instead]");
-        for (const Value& x : l) acc = binary("+", acc, path.empty() ? x : attribute_path(x, path));
-        return acc;
-      }
-      if (l.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-      const bool cs = b.given[0] && truthy(b.v[0]);
-      auto key = [&](const Value& x) {
-        Value k = path.empty() ? x : attribute_path(x, path);
-        if (!cs && k.kind == Value::Str) k = Value::str(py_case(k.s, 0, f.c_str()));
-        return k;
-      };
-      Value best = l[0];
-      for (size_t k = 1; k < l.size(); ++k) {
-        if (f == "min" ? less(key(l[k]), key(best)) : less(key(best), key(l[k]))) best = l[k];
-      }
-      return best;
-    }
-    if (f == "indent") {
-      Bound b = bind(what, a, {"width", "first", "blank"});
-      std::string pad = "    ";
-      if (b.given[0] && b.v[0].kind != Value::Str && as_int(b.v[0], "indent") > 1024) fail("unsupported construct: indent past 1024");
-      if (b.given[0]) pad = b.v[0].kind == Value::Str ? b.v[0].s : std::string(size_t(std::clamp<int64_t>(as_int(b.v[0], "indent"), 0, 1024)), ' ');
-      const bool first = b.given[1] && truthy(b.v[1]), blank = b.given[2] && truthy(b.v[2]);
-      if (v.kind != Value::Str) fail(std::string("can only concatenate str (not \"") + type_name(v) + "\") to indent");
-      // jinja2's do_indent: s + "\n" split by str.splitlines, joined back
-      const std::vector<std::string> lines = split_lines(to_str(v) + "\n");
-      std::string rv;
-      if (blank) {
-        for (size_t k = 0; k < lines.size(); ++k) bounded(rv += (k ? "\n" + pad : "") + lines[k]);
-      } else {
-        rv = lines.empty() ? "" : lines[0];
-        for (size_t k = 1; k < lines.size(); ++k) bounded(rv += "\n" + (lines[k].empty() ? "" : pad) + lines[k]);
-      }
-      return Value::str(first ? pad + rv : rv);
-    }
-    if (f == "wordcount") {
-      bind(what, a, {});
-      // jinja2: len(re.findall(r"\w+", s))
-      int64_t n = 0;
-      bool in = false;
-      for (char32_t c : code_points(to_str(v))) {
-        const auto cat = utf8proc_category(utf8proc_int32_t(c));
-        const bool w = c == '_' || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) || cat == UTF8PROC_CATEGORY_ND ||
-                       cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO;
-        if (w && !in) ++n;
-        in = w;
-      }
-      return Value::integer(n);
-    }
-    if (f == "center") {
-      Bound b = bind(what, a, {"width"});
-      const int64_t width = b.given[0] ? as_int(b.v[0], "center") : 80;
-      const std::vector<char32_t> cps = code_points(to_str(v));
-      const int64_t n = int64_t(cps.size());
-      if (width <= n) return Value::str(to_str(v));
-      if (width > 1 << 20) fail("center: a width past 2^20");
-      const int64_t marg = width - n;
-      const int64_t left = marg / 2 + (marg & width & 1);
-      return Value::str(std::string(size_t(left), ' ') + to_str(v) + std::string(size_t(marg - left), ' '));
-    }
+    static const std::unordered_map<std::string_view, Value (Interp::*)(FilterCall&)> kFilters = {
+        {"trim", &Interp::filter_trim},
+        {"tojson", &Interp::filter_tojson},
+        {"length", &Interp::filter_length},
+        {"count", &Interp::filter_length},
+        {"list", &Interp::filter_list},
+        {"string", &Interp::filter_string},
+        {"safe", &Interp::filter_safe},
+        {"e", &Interp::filter_e},
+        {"escape", &Interp::filter_e},
+        {"forceescape", &Interp::filter_forceescape},
+        {"join", &Interp::filter_join},
+        {"first", &Interp::filter_first},
+        {"last", &Interp::filter_first},
+        {"reverse", &Interp::filter_reverse},
+        {"select", &Interp::filter_select},
+        {"reject", &Interp::filter_select},
+        {"selectattr", &Interp::filter_select},
+        {"rejectattr", &Interp::filter_select},
+        {"map", &Interp::filter_map},
+        {"lower", &Interp::filter_lower},
+        {"upper", &Interp::filter_lower},
+        {"capitalize", &Interp::filter_lower},
+        {"title", &Interp::filter_lower},
+        {"default", &Interp::filter_default},
+        {"d", &Interp::filter_default},
+        {"replace", &Interp::filter_replace},
+        {"int", &Interp::filter_int},
+        {"float", &Interp::filter_float},
+        {"abs", &Interp::filter_abs},
+        {"round", &Interp::filter_round},
+        {"items", &Interp::filter_items},
+        {"dictsort", &Interp::filter_dictsort},
+        {"sort", &Interp::filter_sort},
+        {"unique", &Interp::filter_unique},
+        {"sum", &Interp::filter_sum},
+        {"min", &Interp::filter_sum},
+        {"max", &Interp::filter_sum},
+        {"indent", &Interp::filter_indent},
+        {"wordcount", &Interp::filter_wordcount},
+        {"center", &Interp::filter_center}};
+    FilterCall c{v, a, f, what, e};
+    if (const auto it = kFilters.find(f); it != kFilters.end()) return (this->*it->second)(c);
+
     static const char* known[] = {"attr", "batch", "filesizeformat", "format", "groupby", "pprint", "random", "slice",
                                   "striptags", "truncate", "urlencode", "urlize", "wordwrap", "xmlattr", "min", "max"};
     for (const char* k : known)
@@ -2675,67 +2890,216 @@ struct Interp {
     return test(e.name, v, a);
   }
 
-  bool test(const std::string& name, const Value& v, Args& a) {
-    const std::string what = "the test " + name;
-    auto one = [&]() -> Value {
+  // ---- the tests, one function each, dispatched by name (test's table)
+  struct TestCall {
+    const Value& v;
+    Args& a;
+    const std::string& name;
+    const std::string& what;  // "the test NAME", for messages
+    Value one() const {  // the test's one argument
       if (!a.kw.empty()) fail(what + " takes no keyword arguments");
       if (a.pos.size() != 1) fail(what + " takes one argument");
       return a.pos[0];
-    };
-    auto none = [&] { if (!a.pos.empty() || !a.kw.empty()) fail(what + " takes no arguments"); };
-    if (name == "defined") { none(); return v.kind != Value::Undefined; }
-    if (v.lazy != Value::Plain && name != "undefined" && name != "none" && name != "iterable")
+    }
+    void none() const {
+      if (!a.pos.empty() || !a.kw.empty()) fail(what + " takes no arguments");
+    }
+  };
+
+  bool test_defined(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind != Value::Undefined;
+  }
+
+  bool test_undefined(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind == Value::Undefined;
+  }
+
+  bool test_none(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind == Value::None;
+  }
+
+  bool test_string(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind == Value::Str;
+  }
+
+  bool test_number(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.is_number();
+  }
+
+  bool test_integer(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind == Value::Int;
+  }
+
+  bool test_float(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind == Value::Float;
+  }
+
+  bool test_boolean(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind == Value::Bool;
+  }
+
+  bool test_true(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind == Value::Bool && v.b;
+  }
+
+  bool test_false(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind == Value::Bool && !v.b;
+  }
+
+  bool test_mapping(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind == Value::Dict && !v.ns;
+  }
+
+  bool test_iterable(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    c.none();
+    if (v.lazy == Value::Loop) refuse_lazy(v, "the test iterable on");
+    return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::Dict && !v.ns) || v.kind == Value::Undefined;
+  }
+
+  bool test_sequence(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::Dict && !v.ns) || v.kind == Value::Undefined;
+  }
+
+  bool test_callable(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); return v.kind == Value::Callable || v.kind == Value::Undefined;
+  }
+
+  bool test_lower(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    c.none();
+    if (v.kind != Value::Str) fail(what + ": expected a string");
+    Args no;
+    return truthy(str_method(v, name == "lower" ? "islower" : "isupper").fn->call(*this, no));
+  }
+
+  bool test_odd(TestCall& c) {
+    auto& [v, a, name, what] = c;
+ c.none(); const int64_t x = as_int(v, what.c_str()); return (((x % 2) + 2) % 2 == 1) == (name == "odd");
+  }
+
+  bool test_divisibleby(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    const int64_t d = as_int(c.one(), what.c_str());
+    if (d == 0) fail("integer division or modulo by zero");
+    return d == -1 || as_int(v, what.c_str()) % d == 0;  // (INT64_MIN % -1 traps)
+  }
+
+  bool test_equalto(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    return compare("==", v, c.one());
+  }
+
+  bool test_ne(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    return compare("!=", v, c.one());
+  }
+
+  bool test_lt(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    return compare("<", v, c.one());
+  }
+
+  bool test_le(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    return compare("<=", v, c.one());
+  }
+
+  bool test_gt(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    return compare(">", v, c.one());
+  }
+
+  bool test_ge(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    return compare(">=", v, c.one());
+  }
+
+  bool test_in(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    return contains(c.one(), v);
+  }
+
+  bool test_sameas(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    const Value o = c.one();
+    if (v.kind != o.kind) return false;
+    switch (v.kind) {
+      case Value::None: case Value::Undefined: return true;
+      case Value::Bool: return v.b == o.b;
+      case Value::List: return v.list == o.list;
+      case Value::Dict: return v.dict == o.dict;
+      case Value::Callable: return v.fn == o.fn;
+      case Value::Int: return v.i == o.i && v.i >= -5 && v.i <= 256;  // CPython's small-int cache
+      default: fail("unsupported construct: sameas on a " + std::string(type_name(v)));
+    }
+  }
+
+  bool test_escaped(TestCall& c) {
+    auto& [v, a, name, what] = c;
+    fail("unsupported construct: the test " + name);
+  }
+
+  bool test(const std::string& name, const Value& v, Args& a) {
+    const std::string what = "the test " + name;
+    if (name != "defined" && v.lazy != Value::Plain && name != "undefined" && name != "none" && name != "iterable")
       refuse_lazy(v, ("the test " + name + " on").c_str());
-    if (name == "undefined") { none(); return v.kind == Value::Undefined; }
-    if (name == "none") { none(); return v.kind == Value::None; }
-    if (name == "string") { none(); return v.kind == Value::Str; }
-    if (name == "number") { none(); return v.is_number(); }
-    if (name == "integer") { none(); return v.kind == Value::Int; }
-    if (name == "float") { none(); return v.kind == Value::Float; }
-    if (name == "boolean") { none(); return v.kind == Value::Bool; }
-    if (name == "true") { none(); return v.kind == Value::Bool && v.b; }
-    if (name == "false") { none(); return v.kind == Value::Bool && !v.b; }
-    if (name == "mapping") { none(); return v.kind == Value::Dict && !v.ns; }
-    if (name == "iterable") {
-      none();
-      if (v.lazy == Value::Loop) refuse_lazy(v, "the test iterable on");
-      return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::Dict && !v.ns) || v.kind == Value::Undefined;
-    }
-    if (name == "sequence") { none(); return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::Dict && !v.ns) || v.kind == Value::Undefined; }
-    if (name == "callable") { none(); return v.kind == Value::Callable || v.kind == Value::Undefined; }
-    if (name == "lower" || name == "upper") {
-      none();
-      if (v.kind != Value::Str) fail(what + ": expected a string");
-      Args no;
-      return truthy(str_method(v, name == "lower" ? "islower" : "isupper").fn->call(*this, no));
-    }
-    if (name == "odd" || name == "even") { none(); const int64_t x = as_int(v, what.c_str()); return (((x % 2) + 2) % 2 == 1) == (name == "odd"); }
-    if (name == "divisibleby") {
-      const int64_t d = as_int(one(), what.c_str());
-      if (d == 0) fail("integer division or modulo by zero");
-      return d == -1 || as_int(v, what.c_str()) % d == 0;  // (INT64_MIN % -1 traps)
-    }
-    if (name == "equalto" || name == "eq" || name == "==") return compare("==", v, one());
-    if (name == "ne" || name == "!=") return compare("!=", v, one());
-    if (name == "lt" || name == "lessthan" || name == "<") return compare("<", v, one());
-    if (name == "le" || name == "<=") return compare("<=", v, one());
-    if (name == "gt" || name == "greaterthan" || name == ">") return compare(">", v, one());
-    if (name == "ge" || name == ">=") return compare(">=", v, one());
-    if (name == "in") return contains(one(), v);
-    if (name == "sameas") {
-      const Value o = one();
-      if (v.kind != o.kind) return false;
-      switch (v.kind) {
-        case Value::None: case Value::Undefined: return true;
-        case Value::Bool: return v.b == o.b;
-        case Value::List: return v.list == o.list;
-        case Value::Dict: return v.dict == o.dict;
-        case Value::Callable: return v.fn == o.fn;
-        case Value::Int: return v.i == o.i && v.i >= -5 && v.i <= 256;  // CPython's small-int cache
-        default: fail("unsupported construct: sameas on a " + std::string(type_name(v)));
-      }
-    }
-    if (name == "escaped" || name == "filter" || name == "test") fail("unsupported construct: the test " + name);
+    static const std::unordered_map<std::string_view, bool (Interp::*)(TestCall&)> kTests = {
+        {"defined", &Interp::test_defined},
+        {"undefined", &Interp::test_undefined},
+        {"none", &Interp::test_none},
+        {"string", &Interp::test_string},
+        {"number", &Interp::test_number},
+        {"integer", &Interp::test_integer},
+        {"float", &Interp::test_float},
+        {"boolean", &Interp::test_boolean},
+        {"true", &Interp::test_true},
+        {"false", &Interp::test_false},
+        {"mapping", &Interp::test_mapping},
+        {"iterable", &Interp::test_iterable},
+        {"sequence", &Interp::test_sequence},
+        {"callable", &Interp::test_callable},
+        {"lower", &Interp::test_lower},
+        {"upper", &Interp::test_lower},
+        {"odd", &Interp::test_odd},
+        {"even", &Interp::test_odd},
+        {"divisibleby", &Interp::test_divisibleby},
+        {"equalto", &Interp::test_equalto},
+        {"eq", &Interp::test_equalto},
+        {"==", &Interp::test_equalto},
+        {"ne", &Interp::test_ne},
+        {"!=", &Interp::test_ne},
+        {"lt", &Interp::test_lt},
+        {"lessthan", &Interp::test_lt},
+        {"<", &Interp::test_lt},
+        {"le", &Interp::test_le},
+        {"<=", &Interp::test_le},
+        {"gt", &Interp::test_gt},
+        {"greaterthan", &Interp::test_gt},
+        {">", &Interp::test_gt},
+        {"ge", &Interp::test_ge},
+        {">=", &Interp::test_ge},
+        {"in", &Interp::test_in},
+        {"sameas", &Interp::test_sameas},
+        {"escaped", &Interp::test_escaped},
+        {"filter", &Interp::test_escaped},
+        {"test", &Interp::test_escaped}};
+    TestCall c{v, a, name, what};
+    if (const auto it = kTests.find(name); it != kTests.end()) return (this->*it->second)(c);
+
     fail("unsupported construct: the test " + name + " (not a jinja2 test this renderer knows)");
   }
 
