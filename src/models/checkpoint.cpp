@@ -111,14 +111,19 @@ std::vector<float> TensorSource::read(const std::string& name, const std::vector
   return gguf_ ? gguf_->read_f32(name) : file_of(name)->read_f32(name);
 }
 
-std::string NameTable::name(LMTensor t, int64_t layer) const {
-  if (!names[size_t(t)])
-    throw Error("name table: the architecture has no name for tensor " + std::to_string(int(t)) +
-                " (its spec asks for a tensor its table lacks)");
-  std::string s = names[size_t(t)];
-  const size_t at = s.find("{L}");
-  if (at != std::string::npos) s.replace(at, 3, std::to_string(layer));
-  return s;
+void no_name(int tensor) {
+  throw Error("name table: the architecture has no name for tensor " + std::to_string(tensor) +
+              " (its spec asks for a tensor its table lacks)");
+}
+
+std::vector<std::string> TensorSource::names() const {
+  std::vector<std::string> v;
+  if (gguf_)
+    for (const GgufTensor& t : gguf_->tensors()) v.push_back(t.name);
+  for (const auto& f : st_)
+    for (const auto& [name, info] : f->tensors()) v.push_back(name);
+  std::sort(v.begin(), v.end());
+  return v;
 }
 
 }  // namespace ffn::models

@@ -68,6 +68,8 @@ class TensorSource {
   const GgufFile* gguf_file() const { return gguf_.get(); }
   // A safetensors file's __metadata__ (empty for a GGUF: gguf_file()'s metadata instead).
   const std::map<std::string, std::string>& metadata() const;
+  // Every tensor's name, sorted.
+  std::vector<std::string> names() const;
 
  private:
   Format format_ = Format::safetensors;
@@ -88,13 +90,34 @@ class TensorSource {
 enum class LMTensor { embed, norm, head, attn_norm, q, k, v, o, ffn_norm, gate, up, down, q_bias, k_bias, v_bias, o_bias,
                       attn_post_norm, ffn_post_norm, q_norm, k_norm, qkv, gate_up, count };
 
-struct NameTable {
-  std::array<const char*, size_t(LMTensor::count)> names;  // "{L}": the layer number
+// Error: a spec asked for a tensor its name table has no name for.
+[[noreturn]] void no_name(int tensor);
+
+// The file's names of a model kind's tensors (E: the kind's tensor enum),
+// "{L}" standing for the layer number.
+template <class E>
+struct NameTableOf {
+  std::array<const char*, size_t(E::count)> names;
   // W_Q's and W_K's rows in llama.cpp's rotary order (each head's rows
   // interleaved in pairs) rather than transformers' (the halves apart).
   bool qk_rows_interleaved = false;
   // The file's name of tensor t (of layer `layer`); Error if the table has none.
-  std::string name(LMTensor t, int64_t layer = -1) const;
+  std::string name(E t, int64_t layer = -1) const {
+    if (!names[size_t(t)]) no_name(int(t));
+    std::string s = names[size_t(t)];
+    const size_t at = s.find("{L}");
+    if (at != std::string::npos) s.replace(at, 3, std::to_string(layer));
+    return s;
+  }
 };
+using NameTable = NameTableOf<LMTensor>;
+
+// An encoder's tensors (BERT's layout: token, position and token type
+// embeddings and their norm, then per layer Q, K, V and output projections,
+// the norm after attention, the FFN's up and down projections and the norm
+// after it; post-norm, with biases).
+enum class EncTensor { word, position, token_type, embed_norm, embed_norm_bias, q, q_bias, k, k_bias, v, v_bias, o, o_bias,
+                       attn_norm, attn_norm_bias, up, up_bias, down, down_bias, ffn_norm, ffn_norm_bias, count };
+using EncoderNameTable = NameTableOf<EncTensor>;
 
 }  // namespace ffn::models

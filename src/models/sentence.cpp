@@ -19,6 +19,7 @@
 #include "text/calibration.hpp"
 #include "text/wordpiece.hpp"
 #include "models/checkpoint.hpp"
+#include "models/encoder_family.hpp"
 
 namespace ffn {
 namespace fs = std::filesystem;
@@ -72,8 +73,12 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
   const fs::path cfg_path = dir / "config.json";
   const nlohmann::json cfg = read_json(cfg_path);
   if (!cfg.is_object()) throw Error(cfg_path.string() + ": expected a JSON object");
-  if (const std::string t = json_opt<std::string>(cfg, "model_type", "bert", cfg_path); t != "bert")
-    throw Error(cfg_path.string() + ": model_type '" + t + "' is not supported (bert)");
+  const std::string model_type = json_opt<std::string>(cfg, "model_type", "bert", cfg_path);
+  const models::EncoderFamily* family = models::find_encoder_family(model_type);
+  if (!family)
+    throw Error(cfg_path.string() + ": model_type '" + model_type + "' is not supported (" +
+                models::encoder_family_names() + ")");
+  const models::EncoderNameTable& names = *family->names;
   const std::string act = json_get<std::string>(cfg, "hidden_act", cfg_path);
   Activation activation;
   if (act == "gelu") activation = Activation::gelu;  // erf
@@ -183,22 +188,27 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
     throw Error((dir / "vocab.txt").string() + ": " + std::to_string(m.vocab.vocab_size()) + " tokens, but " +
                 cfg_path.string() + " says vocab_size " + std::to_string(vocab_size));
 
-  // Weights: BertModel's names, with or without a "bert." prefix, from
-  // model.safetensors only: a pytorch_model.bin is a pickle, which runs code
-  // when it is read, so it is never read, only named with the way out.
+  // Weights: the family's names (BertModel's), with or without its prefix
+  // ("bert."), from model.safetensors only: a pytorch_model.bin is a pickle,
+  // which runs code when it is read, so it is never read, only named with the
+  // way out.
   const fs::path weights_path = dir / "model.safetensors";
   if (const fs::path bin = dir / "pytorch_model.bin"; !fs::exists(weights_path, ec) && fs::exists(bin, ec))
     throw Error(weights_path.string() + ": not found; " + bin.string() +
                 " is a PyTorch checkpoint, which ffn does not read (loading it runs pickled code); convert it once "
                 "with python -c \"from transformers import AutoModel; AutoModel.from_pretrained('" + dir_in +
                 "').save_pretrained('" + dir_in + "', safe_serialization=True)\"");
-  const io::SafetensorsReader f(weights_path.string());
-  const std::string pre = f.has("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+  const models::TensorSource f = models::TensorSource::safetensors(weights_path.string(), "");
+  const std::string pre = !family->optional_prefix.empty() && !f.has(names.name(models::EncTensor::word)) &&
+                                  f.has(family->optional_prefix + names.name(models::EncTensor::word))
+                              ? family->optional_prefix
+                              : "";
   // Layers the file holds beyond num_hidden_layers are not run (transformers
   // also loads such a model and warns that those weights were not used).
   int64_t file_layers = 0;
-  for (const auto& [name, info] : f.tensors()) {
-    const std::string layer_prefix = pre + "encoder.layer.";
+  const std::string q_name = names.names[size_t(models::EncTensor::q)];
+  const std::string layer_prefix = pre + q_name.substr(0, q_name.find("{L}"));  // "encoder.layer."
+  for (const std::string& name : f.names()) {
     if (name.rfind(layer_prefix, 0) != 0) continue;
     const size_t at = layer_prefix.size(), end = name.find('.', at);
     if (end == std::string::npos || end == at || name.find_first_not_of("0123456789", at) != end) continue;
@@ -209,38 +219,34 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
                       f.path() + " holds " + std::to_string(file_layers) + " layers; the tensors of layer" +
                       (file_layers - ec_.layers > 1 ? "s " + std::to_string(ec_.layers) + ".." : " ") +
                       std::to_string(file_layers - 1) + " are not used");
-  auto get = [&](const std::string& name, std::vector<int64_t> shape) {
-    const std::string full = pre + name;
-    if (!f.has(full)) models::throw_missing_tensor(f.path(), full);
-    if (f.info(full).shape != shape) models::throw_shape_error(f.path(), full, f.info(full).shape, shape_str(shape));
-    return f.read_f32(full);
-  };
+  using T = models::EncTensor;
+  auto get = [&](T t, int64_t layer, std::vector<int64_t> shape) { return f.read(pre + names.name(t, layer), shape); };
   const int64_t d = m.d, F = ec_.d_ff;
-  m.word = get("embeddings.word_embeddings.weight", {vocab_size, d});
-  m.position = get("embeddings.position_embeddings.weight", {m.positions, d});
-  m.token_type = get("embeddings.token_type_embeddings.weight", {types, d});
-  m.ln_weight = get("embeddings.LayerNorm.weight", {d});
-  m.ln_bias = get("embeddings.LayerNorm.bias", {d});
+  m.word = get(T::word, -1, {vocab_size, d});
+  m.position = get(T::position, -1, {m.positions, d});
+  m.token_type = get(T::token_type, -1, {types, d});
+  m.ln_weight = get(T::embed_norm, -1, {d});
+  m.ln_bias = get(T::embed_norm_bias, -1, {d});
   EncoderWeights w;
   for (int64_t l = 0; l < ec_.layers; ++l) {
-    const std::string p = "encoder.layer." + std::to_string(l) + ".";
     EncoderLayerWeights L;
-    for (const char* qkv : {"query", "key", "value"}) {  // in_proj packs W_q, W_k, W_v (and their biases)
-      const auto wt = get(p + "attention.self." + qkv + ".weight", {d, d});
-      const auto bs = get(p + "attention.self." + qkv + ".bias", {d});
+    for (const auto& [wq, bq] : {std::pair{T::q, T::q_bias}, {T::k, T::k_bias}, {T::v, T::v_bias}}) {
+      // in_proj packs W_q, W_k, W_v (and their biases)
+      const auto wt = get(wq, l, {d, d});
+      const auto bs = get(bq, l, {d});
       L.in_proj_weight.insert(L.in_proj_weight.end(), wt.begin(), wt.end());
       L.in_proj_bias.insert(L.in_proj_bias.end(), bs.begin(), bs.end());
     }
-    L.out_proj_weight = get(p + "attention.output.dense.weight", {d, d});
-    L.out_proj_bias = get(p + "attention.output.dense.bias", {d});
-    L.norm1_weight = get(p + "attention.output.LayerNorm.weight", {d});
-    L.norm1_bias = get(p + "attention.output.LayerNorm.bias", {d});
-    L.ffn.w1 = get(p + "intermediate.dense.weight", {F, d});
-    L.ffn.b1 = get(p + "intermediate.dense.bias", {F});
-    L.ffn.w2 = get(p + "output.dense.weight", {d, F});
-    L.ffn.b2 = get(p + "output.dense.bias", {d});
-    L.ffn.norm_weight = get(p + "output.LayerNorm.weight", {d});
-    L.ffn.norm_bias = get(p + "output.LayerNorm.bias", {d});
+    L.out_proj_weight = get(T::o, l, {d, d});
+    L.out_proj_bias = get(T::o_bias, l, {d});
+    L.norm1_weight = get(T::attn_norm, l, {d});
+    L.norm1_bias = get(T::attn_norm_bias, l, {d});
+    L.ffn.w1 = get(T::up, l, {F, d});
+    L.ffn.b1 = get(T::up_bias, l, {F});
+    L.ffn.w2 = get(T::down, l, {d, F});
+    L.ffn.b2 = get(T::down_bias, l, {d});
+    L.ffn.norm_weight = get(T::ffn_norm, l, {d});
+    L.ffn.norm_bias = get(T::ffn_norm_bias, l, {d});
     w.layers.push_back(std::move(L));
   }
   m.encoder.emplace(ec_, std::move(w));

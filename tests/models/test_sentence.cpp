@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,8 +16,11 @@
 
 #include "cli_util.hpp"
 #include "ffn/diagnostics.hpp"
+#include "ffn/io.hpp"
 #include "ffn/sentence.hpp"
 #include "test_util.hpp"
+#include "io/safetensors.hpp"
+#include "models/encoder_family.hpp"
 #include "text/wordpiece.hpp"
 #include "tolerances.hpp"
 
@@ -392,6 +396,65 @@ TEST(MiniLM, FfnInputObserverSeesEachSublayerInput) {
 // A model directory is trusted only as far as its files go (issue 31, item
 // 8): copies of the installed model (model.safetensors linked, not copied)
 // with one file edited or removed load with a note naming the file, in
+// An embedding family is a name table (issue 63; src/models/encoder_family.hpp):
+// a test-only family "toybert", whose file names every tensor otherwise,
+// loads a renamed copy of all-MiniLM-L6-v2 and gives its embeddings bit for
+// bit. The family took one edit: its row (model_type and table) below.
+const models::EncoderNameTable kToyEncoderNames{{
+    "tok", "pos", "seg", "emb_norm.w", "emb_norm.b",
+    "blk{L}.wq", "blk{L}.bq", "blk{L}.wk", "blk{L}.bk", "blk{L}.wv", "blk{L}.bv", "blk{L}.wo", "blk{L}.bo",
+    "blk{L}.ln1.w", "blk{L}.ln1.b", "blk{L}.up.w", "blk{L}.up.b", "blk{L}.down.w", "blk{L}.down.b",
+    "blk{L}.ln2.w", "blk{L}.ln2.b",
+}};
+
+TEST(MiniLM, AToyEmbeddingFamilyIsANameTable) {
+  const SentenceEncoder* m = model();
+  REQUIRE_MODEL(m);
+  if (!models::find_encoder_family("toybert")) models::register_encoder_family({"toybert", &kToyEncoderNames, ""});
+  EXPECT_THROW(models::register_encoder_family({"toybert", &kToyEncoderNames, ""}), Error);
+  const fs::path src = SentenceEncoder::default_model_dir();
+  const fs::path d = test::scratch_dir("toy_family");
+  fs::remove_all(d);
+  fs::create_directories(d);
+  for (const auto& e : fs::directory_iterator(src))
+    if (e.path().filename() != "model.safetensors" && e.path().filename() != "config.json")
+      fs::copy(e.path(), d / e.path().filename(), fs::copy_options::recursive);
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src / "config.json"));
+  cfg["model_type"] = "toybert";
+  std::ofstream(d / "config.json") << cfg.dump();
+  // BERT's tensors under the toy names (the file's other tensors, the pooler's, left out).
+  const io::SafetensorsReader bert((src / "model.safetensors").string());
+  const models::EncoderNameTable& from = *models::find_encoder_family("bert")->names;
+  const std::string pre = bert.has("bert." + from.name(models::EncTensor::word)) ? "bert." : "";
+  SafetensorsFile toy;
+  const int64_t layers = cfg["num_hidden_layers"].get<int64_t>();
+  for (size_t t = 0; t < size_t(models::EncTensor::count); ++t) {
+    const bool per_layer = std::string(from.names[t]).find("{L}") != std::string::npos;
+    for (int64_t l = 0; l < (per_layer ? layers : 1); ++l) {
+      const std::string name = pre + from.name(models::EncTensor(t), l);
+      ASSERT_TRUE(bert.has(name)) << name;
+      NamedTensor& x = toy.tensors[kToyEncoderNames.name(models::EncTensor(t), l)];
+      x.shape = bert.info(name).shape;
+      x.data = bert.read_f32(name);
+    }
+  }
+  write_safetensors((d / "model.safetensors").string(), toy);
+  const std::vector<std::string> texts = {"A toy family reads the same weights.", "under other names"};
+  const Array want = m->embed(texts), got = SentenceEncoder::load(d.string()).embed(texts);
+  ASSERT_EQ(got.shape, want.shape);
+  EXPECT_EQ(0, std::memcmp(got.data.data(), want.data.data(), want.data.size() * sizeof(float)))
+      << "the toy family's embeddings differ from BERT's";
+  // A model_type no family has is refused, naming the ones there are.
+  cfg["model_type"] = "nosuchbert";
+  std::ofstream(d / "config.json") << cfg.dump();
+  try {
+    SentenceEncoder::load(d.string());
+    ADD_FAILURE() << "model_type nosuchbert was loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), (d / "config.json").string() + ": model_type 'nosuchbert' is not supported (bert, toybert)");
+  }
+}
+
 // SentenceEncoder::load_notes (the library prints nothing); the installed
 // model itself has none.
 TEST(MiniLM, WhatTheFilesLeaveUnsaidIsNoted) {

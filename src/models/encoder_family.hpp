@@ -1,0 +1,36 @@
+// The encoder (sentence-embedding) families as data, as the causal LMs'
+// architectures are (src/models/arch.hpp): a family is its config.json
+// model_type and its file's tensor names (a name table over EncTensor,
+// src/models/checkpoint.hpp); the loader (src/models/sentence.cpp) reads
+// every family's tensors through a TensorSource with it. BERT is built in
+// (all-MiniLM-L6-v2 and its kin); a test registers a toy family with other
+// names and finds the same embeddings (tests/models/test_encoder_family.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/checkpoint.hpp"
+
+namespace ffn::models {
+
+struct EncoderFamily {
+  std::string model_type;  // config.json's
+  const EncoderNameTable* names = nullptr;
+  // A prefix the file's names may carry (BertModel's "bert." when the model
+  // was saved from a task model): used when the word embedding is not found
+  // without it.
+  std::string optional_prefix;
+};
+
+// The registered families: the built-in ones (bert), then any
+// register_encoder_family added.
+const std::vector<EncoderFamily>& encoder_families();
+// Adds one; Error if the model_type is taken or the row has no name table.
+void register_encoder_family(EncoderFamily f);
+// The family of a model_type, or null.
+const EncoderFamily* find_encoder_family(const std::string& model_type);
+// "bert, ...": the model types, for messages.
+std::string encoder_family_names();
+
+}  // namespace ffn::models
