@@ -111,6 +111,35 @@ std::vector<float> TensorSource::read(const std::string& name, const std::vector
   return gguf_ ? gguf_->read_f32(name) : file_of(name)->read_f32(name);
 }
 
+const Seq2SeqNameTable& marian_names() {
+  static const Seq2SeqNameTable t{{
+      "model.encoder.layers.{L}.self_attn.q_proj.weight", "model.encoder.layers.{L}.self_attn.q_proj.bias",
+      "model.encoder.layers.{L}.self_attn.k_proj.weight", "model.encoder.layers.{L}.self_attn.k_proj.bias",
+      "model.encoder.layers.{L}.self_attn.v_proj.weight", "model.encoder.layers.{L}.self_attn.v_proj.bias",
+      "model.encoder.layers.{L}.self_attn.out_proj.weight", "model.encoder.layers.{L}.self_attn.out_proj.bias",
+      "model.encoder.layers.{L}.self_attn_layer_norm.weight", "model.encoder.layers.{L}.self_attn_layer_norm.bias",
+      "model.encoder.layers.{L}.fc1.weight", "model.encoder.layers.{L}.fc1.bias",
+      "model.encoder.layers.{L}.fc2.weight", "model.encoder.layers.{L}.fc2.bias",
+      "model.encoder.layers.{L}.final_layer_norm.weight", "model.encoder.layers.{L}.final_layer_norm.bias",
+      "model.decoder.layers.{L}.self_attn.q_proj.weight", "model.decoder.layers.{L}.self_attn.q_proj.bias",
+      "model.decoder.layers.{L}.self_attn.k_proj.weight", "model.decoder.layers.{L}.self_attn.k_proj.bias",
+      "model.decoder.layers.{L}.self_attn.v_proj.weight", "model.decoder.layers.{L}.self_attn.v_proj.bias",
+      "model.decoder.layers.{L}.self_attn.out_proj.weight", "model.decoder.layers.{L}.self_attn.out_proj.bias",
+      "model.decoder.layers.{L}.self_attn_layer_norm.weight", "model.decoder.layers.{L}.self_attn_layer_norm.bias",
+      "model.decoder.layers.{L}.fc1.weight", "model.decoder.layers.{L}.fc1.bias",
+      "model.decoder.layers.{L}.fc2.weight", "model.decoder.layers.{L}.fc2.bias",
+      "model.decoder.layers.{L}.final_layer_norm.weight", "model.decoder.layers.{L}.final_layer_norm.bias",
+      "model.decoder.layers.{L}.encoder_attn.q_proj.weight", "model.decoder.layers.{L}.encoder_attn.q_proj.bias",
+      "model.decoder.layers.{L}.encoder_attn.k_proj.weight", "model.decoder.layers.{L}.encoder_attn.k_proj.bias",
+      "model.decoder.layers.{L}.encoder_attn.v_proj.weight", "model.decoder.layers.{L}.encoder_attn.v_proj.bias",
+      "model.decoder.layers.{L}.encoder_attn.out_proj.weight", "model.decoder.layers.{L}.encoder_attn.out_proj.bias",
+      "model.decoder.layers.{L}.encoder_attn_layer_norm.weight", "model.decoder.layers.{L}.encoder_attn_layer_norm.bias",
+      "model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
+      "lm_head.weight", "final_logits_bias",
+  }};
+  return t;
+}
+
 void no_name(int tensor) {
   throw Error("name table: the architecture has no name for tensor " + std::to_string(tensor) +
               " (its spec asks for a tensor its table lacks)");

@@ -120,4 +120,24 @@ enum class EncTensor { word, position, token_type, embed_norm, embed_norm_bias, 
                        attn_norm, attn_norm_bias, up, up_bias, down, down_bias, ffn_norm, ffn_norm_bias, count };
 using EncoderNameTable = NameTableOf<EncTensor>;
 
+// An encoder–decoder's tensors (MarianMT's layout): per encoder layer
+// {L} self-attention's Q, K, V and output projections, the norm after it,
+// the FFN's up and down projections and the norm after it; per decoder layer
+// the same (self-attention), then its cross-attention and the norm after it;
+// the embeddings (shared, or the encoder's and the decoder's), the output
+// projection and the logits' bias. The encoder's and the decoder's first 16
+// entries are in the same order (attention, norm, FFN, norm).
+enum class Seq2SeqTensor {
+  enc_q, enc_q_bias, enc_k, enc_k_bias, enc_v, enc_v_bias, enc_o, enc_o_bias, enc_attn_norm, enc_attn_norm_bias,
+  enc_up, enc_up_bias, enc_down, enc_down_bias, enc_ffn_norm, enc_ffn_norm_bias,
+  dec_q, dec_q_bias, dec_k, dec_k_bias, dec_v, dec_v_bias, dec_o, dec_o_bias, dec_attn_norm, dec_attn_norm_bias,
+  dec_up, dec_up_bias, dec_down, dec_down_bias, dec_ffn_norm, dec_ffn_norm_bias,
+  dec_cross_q, dec_cross_q_bias, dec_cross_k, dec_cross_k_bias, dec_cross_v, dec_cross_v_bias, dec_cross_o,
+  dec_cross_o_bias, dec_cross_norm, dec_cross_norm_bias,
+  shared, enc_embed, dec_embed, head, logits_bias, count
+};
+using Seq2SeqNameTable = NameTableOf<Seq2SeqTensor>;
+// MarianMTModel's names (transformers' modeling_marian.py).
+const Seq2SeqNameTable& marian_names();
+
 }  // namespace ffn::models

@@ -209,56 +209,59 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
   // Read lazily, tensor by tensor (src/models/checkpoint.hpp).
   const models::TensorSource f = models::TensorSource::safetensors(w_path.string(), "config.json");
   const int64_t d = c.d_model;
-  auto tensor = [&](const std::string& name, std::vector<int64_t> shape) { return f.read(name, shape); };
-  auto has = [&](const std::string& name) { return f.has(name); };
-  auto attention = [&](const std::string& p, std::vector<float>& in_w, std::vector<float>& in_b, std::vector<float>& out_w,
+  using T = models::Seq2SeqTensor;
+  const models::Seq2SeqNameTable& names = models::marian_names();
+  auto tensor = [&](T t, int64_t layer, std::vector<int64_t> shape) { return f.read(names.name(t, layer), shape); };
+  auto has = [&](T t, int64_t layer = -1) { return f.has(names.name(t, layer)); };
+  auto at = [](T base, int k) { return T(int(base) + k); };
+  // An attention block's tensors from its Q weight on: Q, K, V (packed into
+  // in_proj) and the output projection, each weight then bias.
+  auto attention = [&](T q, int64_t l, std::vector<float>& in_w, std::vector<float>& in_b, std::vector<float>& out_w,
                        std::vector<float>& out_b) {
     in_w.clear();
     in_b.clear();
-    for (const char* x : {"q_proj", "k_proj", "v_proj"}) {
-      const std::vector<float> w = tensor(p + x + ".weight", {d, d});
-      const std::vector<float> b = tensor(p + x + ".bias", {d});
+    for (int k = 0; k < 6; k += 2) {
+      const std::vector<float> w = tensor(at(q, k), l, {d, d});
+      const std::vector<float> b = tensor(at(q, k + 1), l, {d});
       in_w.insert(in_w.end(), w.begin(), w.end());
       in_b.insert(in_b.end(), b.begin(), b.end());
     }
-    out_w = tensor(p + "out_proj.weight", {d, d});
-    out_b = tensor(p + "out_proj.bias", {d});
+    out_w = tensor(at(q, 6), l, {d, d});
+    out_b = tensor(at(q, 7), l, {d});
   };
-  auto ffn_weights = [&](const std::string& p, int64_t F) {
+  // The FFN's tensors from its up projection on: up, down, the norm after it.
+  auto ffn_weights = [&](T up, int64_t l, int64_t F) {
     Weights w;
-    w.w1 = tensor(p + "fc1.weight", {F, d});
-    w.b1 = tensor(p + "fc1.bias", {F});
-    w.w2 = tensor(p + "fc2.weight", {d, F});
-    w.b2 = tensor(p + "fc2.bias", {d});
-    w.norm_weight = tensor(p + "final_layer_norm.weight", {d});
-    w.norm_bias = tensor(p + "final_layer_norm.bias", {d});
+    w.w1 = tensor(at(up, 0), l, {F, d});
+    w.b1 = tensor(at(up, 1), l, {F});
+    w.w2 = tensor(at(up, 2), l, {d, F});
+    w.b2 = tensor(at(up, 3), l, {d});
+    w.norm_weight = tensor(at(up, 4), l, {d});
+    w.norm_bias = tensor(at(up, 5), l, {d});
     return w;
   };
   EncoderWeights ew = EncoderWeights::zeros(c.encoder);
   for (int64_t l = 0; l < c.encoder.layers; ++l) {
-    const std::string p = "model.encoder.layers." + std::to_string(l) + ".";
     auto& lw = ew.layers[size_t(l)];
-    attention(p + "self_attn.", lw.in_proj_weight, lw.in_proj_bias, lw.out_proj_weight, lw.out_proj_bias);
-    lw.norm1_weight = tensor(p + "self_attn_layer_norm.weight", {d});
-    lw.norm1_bias = tensor(p + "self_attn_layer_norm.bias", {d});
-    lw.ffn = ffn_weights(p, c.encoder.d_ff);
+    attention(T::enc_q, l, lw.in_proj_weight, lw.in_proj_bias, lw.out_proj_weight, lw.out_proj_bias);
+    lw.norm1_weight = tensor(T::enc_attn_norm, l, {d});
+    lw.norm1_bias = tensor(T::enc_attn_norm_bias, l, {d});
+    lw.ffn = ffn_weights(T::enc_up, l, c.encoder.d_ff);
   }
   DecoderWeights dw = DecoderWeights::zeros(c.decoder);
   for (int64_t l = 0; l < c.decoder.layers; ++l) {
-    const std::string p = "model.decoder.layers." + std::to_string(l) + ".";
     auto& lw = dw.layers[size_t(l)];
-    attention(p + "self_attn.", lw.self_attn.in_proj_weight, lw.self_attn.in_proj_bias, lw.self_attn.out_proj_weight,
+    attention(T::dec_q, l, lw.self_attn.in_proj_weight, lw.self_attn.in_proj_bias, lw.self_attn.out_proj_weight,
               lw.self_attn.out_proj_bias);
-    attention(p + "encoder_attn.", lw.cross_attn.in_proj_weight, lw.cross_attn.in_proj_bias,
+    attention(T::dec_cross_q, l, lw.cross_attn.in_proj_weight, lw.cross_attn.in_proj_bias,
               lw.cross_attn.out_proj_weight, lw.cross_attn.out_proj_bias);
-    lw.norm1_weight = tensor(p + "self_attn_layer_norm.weight", {d});
-    lw.norm1_bias = tensor(p + "self_attn_layer_norm.bias", {d});
-    lw.norm2_weight = tensor(p + "encoder_attn_layer_norm.weight", {d});
-    lw.norm2_bias = tensor(p + "encoder_attn_layer_norm.bias", {d});
-    lw.ffn = ffn_weights(p, c.decoder.d_ff);
+    lw.norm1_weight = tensor(T::dec_attn_norm, l, {d});
+    lw.norm1_bias = tensor(T::dec_attn_norm_bias, l, {d});
+    lw.norm2_weight = tensor(T::dec_cross_norm, l, {d});
+    lw.norm2_bias = tensor(T::dec_cross_norm_bias, l, {d});
+    lw.ffn = ffn_weights(T::dec_up, l, c.decoder.d_ff);
   }
-  if (has("model.encoder.layers." + std::to_string(c.encoder.layers) + ".fc1.weight") ||
-      has("model.decoder.layers." + std::to_string(c.decoder.layers) + ".fc1.weight"))
+  if (has(T::enc_up, c.encoder.layers) || has(T::dec_up, c.decoder.layers))
     throw Error(w_path.string() + ": holds more layers than config.json's encoder_layers / decoder_layers");
   Encoder enc(c.encoder, std::move(ew));
   Decoder dec(c.decoder, std::move(dw));
@@ -273,20 +276,19 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
   TranslationModel m(c, std::move(enc), std::move(dec));
   // Embeddings: transformers saves one of tied tensors (model.shared.weight
   // when shared); accept any of the tied names.
-  auto first_of = [&](std::initializer_list<const char*> names, int64_t rows) {
-    for (const char* n : names)
-      if (has(n)) return tensor(n, {rows, d});
-    return tensor(*names.begin(), {rows, d});  // the error names the first
+  auto first_of = [&](std::initializer_list<T> tied, int64_t rows) {
+    for (T t : tied)
+      if (has(t)) return tensor(t, -1, {rows, d});
+    return tensor(*tied.begin(), -1, {rows, d});  // the error names the first
   };
   if (c.shared_embeddings) {
-    m.src_embed_ = first_of({"model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"},
-                            c.vocab_size);
+    m.src_embed_ = first_of({T::shared, T::enc_embed, T::dec_embed}, c.vocab_size);
   } else {
-    m.src_embed_ = first_of({"model.encoder.embed_tokens.weight"}, c.vocab_size);
+    m.src_embed_ = first_of({T::enc_embed}, c.vocab_size);
     // transformers makes both tables copies of one of vocab_size rows
     // (resize_decoder_token_embeddings: decoder_vocab_size rows); every
     // target id (< decoder_vocab_size) must have a row.
-    const std::string name = "model.decoder.embed_tokens.weight";
+    const std::string name = names.name(T::dec_embed);
     const std::vector<int64_t> sh = f.shape(name);
     if (sh.size() != 2 || sh[1] != d || (sh[0] != c.vocab_size && sh[0] != c.decoder_vocab_size) ||
         sh[0] < c.decoder_vocab_size)
@@ -296,8 +298,8 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
                                 "config.json's vocab_size / decoder_vocab_size: one row per target id");
     m.tgt_embed_ = f.read(name, sh);
   }
-  if (!c.tied_head) m.head_ = tensor("lm_head.weight", {c.decoder_vocab_size, d});
-  m.logits_bias_ = has("final_logits_bias") ? tensor("final_logits_bias", {1, c.decoder_vocab_size})
+  if (!c.tied_head) m.head_ = tensor(T::head, -1, {c.decoder_vocab_size, d});
+  m.logits_bias_ = has(T::logits_bias) ? tensor(T::logits_bias, -1, {1, c.decoder_vocab_size})
                                             : std::vector<float>(size_t(c.decoder_vocab_size), 0.0f);
   // opus-mt's final_logits_bias is all zeros: adding it would only sweep
   // the [n, vocabulary] logits once more (and turn −0 into +0, which
