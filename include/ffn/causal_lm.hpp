@@ -221,6 +221,7 @@ class CausalLM {
   struct Weights;
 
  private:
+  struct Loader;  // load's steps (src/models/causal_lm_load.cpp)
   CausalLM();
   CausalLMConfig cfg_;
   std::shared_ptr<const Tokenizer> tok_;
