@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "ffn/diagnostics.hpp"
@@ -409,6 +410,9 @@ void FeedForward::forward(const float* x, float* y, const Shape& shape, const Ru
   const ValidRows rows(x, y, shape, pos, d);
   const float* xr = rows.x;
   float* yr = rows.y;
+  // The call's one execution context: the fused path's (the reference path runs without kernels).
+  const std::optional<nn::Context> ctx =
+      opts.path == Path::reference ? std::nullopt : std::optional<nn::Context>(std::in_place, opts.isa, threads);
   // Valid rows [r0, r0 + m): each row's result depends on that row alone
   // (PerIsa.TokenResultIndependentOfTheBatch), so any cut gives the same bits.
   auto run = [&](int64_t r0, int64_t m) {
@@ -430,7 +434,7 @@ void FeedForward::forward(const float* x, float* y, const Shape& shape, const Ru
       nn::FusedSaved s;
       if (c) s = {at(c->z1, F), at(c->zg, F), at(c->mean, 1), at(c->rstd, 1), at(c->xhat, d)};
       const auto& packed = *static_cast<const nn::PackedWeights*>(packed_.get());
-      nn::fused_forward(nn::Context(opts.isa, threads), cfg_, w_, packed, xi, m, ki, opts.training, opts.seed, yi,
+      nn::fused_forward(*ctx, cfg_, w_, packed, xi, m, ki, opts.training, opts.seed, yi,
                         c ? &s : nullptr, opts.compute, nn::FusedSplit{shards_});
     }
   };
@@ -438,7 +442,7 @@ void FeedForward::forward(const float* x, float* y, const Shape& shape, const Ru
     if (n > 0) run(0, n);
   } else {
     // A caller that may stop the call: the rows in pieces, asking before each.
-    const int64_t block = opts.path == Path::reference ? 1 : nn::Context(opts.isa, threads).kernels().token_block;
+    const int64_t block = ctx ? ctx->kernels().token_block : 1;
     const int64_t step = interruptible_rows(forward_flops(1), threads, block);
     try {
       for (int64_t r0 = 0; r0 < n; r0 += step) {
