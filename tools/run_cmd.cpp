@@ -22,12 +22,7 @@
 namespace {
 
 using namespace ffn;
-namespace fs = std::filesystem;
-using cli::Input;
-using cli::check_finite_tokens;
-using cli::threads_or_throw;
-using cli::kind_of;
-using cli::median;
+using namespace ffn::cli;
 
 struct RunArgs : cli::LayerArgs {
   std::string output, dtype, compute = "fp32";
