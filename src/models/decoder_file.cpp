@@ -19,35 +19,19 @@ struct Naming {
 
 std::vector<Slot> slots(const DecoderConfig& cfg, const Naming& nm, DecoderWeights& w) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;
-  std::vector<Slot> out;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float>& v) {
-    if (!v.empty()) out.push_back({name, std::move(shape), &v, 0});
-  };
+  SlotList out;
   for (int64_t i = 0; i < cfg.layers; ++i) {
     auto& l = w.layers[size_t(i)];
     const std::string p = nm.layer(i);
-    for (auto [a, name] : {std::pair{&l.self_attn, "self_attn."}, std::pair{&l.cross_attn, "multihead_attn."}}) {
-      add(p + name + "in_proj_weight", {3 * d, d}, a->in_proj_weight);
-      add(p + name + "in_proj_bias", {3 * d}, a->in_proj_bias);
-      add(p + name + "out_proj.weight", {d, d}, a->out_proj_weight);
-      add(p + name + "out_proj.bias", {d}, a->out_proj_bias);
-    }
-    add(p + "linear1.weight", {F, d}, l.ffn.w1);
-    add(p + "linear1.bias", {F}, l.ffn.b1);
-    add(p + "gate.weight", {F, d}, l.ffn.wg);
-    add(p + "gate.bias", {F}, l.ffn.bg);
-    add(p + "linear2.weight", {d, F}, l.ffn.w2);
-    add(p + "linear2.bias", {d}, l.ffn.b2);
-    add(p + "norm1.weight", {d}, l.norm1_weight);
-    add(p + "norm1.bias", {d}, l.norm1_bias);
-    add(p + "norm2.weight", {d}, l.norm2_weight);
-    add(p + "norm2.bias", {d}, l.norm2_bias);
-    add(p + "norm3.weight", {d}, l.ffn.norm_weight);
-    add(p + "norm3.bias", {d}, l.ffn.norm_bias);
+    for (auto [a, name] : {std::pair{&l.self_attn, "self_attn."}, std::pair{&l.cross_attn, "multihead_attn."}})
+      out.attention(p + name, d, a->in_proj_weight, a->in_proj_bias, a->out_proj_weight, a->out_proj_bias);
+    out.ffn(p, d, F, l.ffn);
+    out.norm(p + "norm1.", d, l.norm1_weight, l.norm1_bias);
+    out.norm(p + "norm2.", d, l.norm2_weight, l.norm2_bias);
+    out.norm(p + "norm3.", d, l.ffn.norm_weight, l.ffn.norm_bias);
   }
-  add(nm.prefix + "norm.weight", {d}, w.norm_weight);
-  add(nm.prefix + "norm.bias", {d}, w.norm_bias);
-  return out;
+  out.norm(nm.prefix + "norm.", d, w.norm_weight, w.norm_bias);
+  return out.slots;
 }
 
 }  // namespace

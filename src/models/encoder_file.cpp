@@ -24,37 +24,18 @@ struct Naming {
 
 std::vector<Slot> slots(const EncoderConfig& cfg, const Naming& nm, EncoderWeights& w) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;
-  std::vector<Slot> out;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float>& v, size_t off = 0) {
-    if (!v.empty()) out.push_back({name, std::move(shape), &v, off});
-  };
+  SlotList out;
   for (int64_t i = 0; i < cfg.layers; ++i) {
     auto& l = w.layers[size_t(i)];
     const std::string p = nm.layer(i);
-    if (nm.separate_qkv) {
-      add(p + "self_attn.q_proj_weight", {d, d}, l.in_proj_weight, 0);
-      add(p + "self_attn.k_proj_weight", {d, d}, l.in_proj_weight, size_t(d * d));
-      add(p + "self_attn.v_proj_weight", {d, d}, l.in_proj_weight, size_t(2 * d * d));
-    } else {
-      add(p + "self_attn.in_proj_weight", {3 * d, d}, l.in_proj_weight);
-    }
-    add(p + "self_attn.in_proj_bias", {3 * d}, l.in_proj_bias);
-    add(p + "self_attn.out_proj.weight", {d, d}, l.out_proj_weight);
-    add(p + "self_attn.out_proj.bias", {d}, l.out_proj_bias);
-    add(p + "linear1.weight", {F, d}, l.ffn.w1);
-    add(p + "linear1.bias", {F}, l.ffn.b1);
-    add(p + "gate.weight", {F, d}, l.ffn.wg);
-    add(p + "gate.bias", {F}, l.ffn.bg);
-    add(p + "linear2.weight", {d, F}, l.ffn.w2);
-    add(p + "linear2.bias", {d}, l.ffn.b2);
-    add(p + "norm1.weight", {d}, l.norm1_weight);
-    add(p + "norm1.bias", {d}, l.norm1_bias);
-    add(p + "norm2.weight", {d}, l.ffn.norm_weight);
-    add(p + "norm2.bias", {d}, l.ffn.norm_bias);
+    out.attention(p + "self_attn.", d, l.in_proj_weight, l.in_proj_bias, l.out_proj_weight, l.out_proj_bias,
+                  nm.separate_qkv);
+    out.ffn(p, d, F, l.ffn);
+    out.norm(p + "norm1.", d, l.norm1_weight, l.norm1_bias);
+    out.norm(p + "norm2.", d, l.ffn.norm_weight, l.ffn.norm_bias);
   }
-  add(nm.prefix + "norm.weight", {d}, w.norm_weight);
-  add(nm.prefix + "norm.bias", {d}, w.norm_bias);
-  return out;
+  out.norm(nm.prefix + "norm.", d, w.norm_weight, w.norm_bias);
+  return out.slots;
 }
 
 // The slots read values.size() elements from each vector: refuse a wrong size.

@@ -16,6 +16,38 @@ int64_t numel(const std::vector<int64_t>& s) {
 }
 }  // namespace
 
+void SlotList::add(const std::string& name, std::vector<int64_t> shape, std::vector<float>& v, size_t offset) {
+  if (!v.empty()) slots.push_back({name, std::move(shape), &v, offset});
+}
+
+void SlotList::attention(const std::string& p, int64_t d, std::vector<float>& in_w, std::vector<float>& in_b,
+                         std::vector<float>& out_w, std::vector<float>& out_b, bool separate_qkv) {
+  if (separate_qkv) {
+    add(p + "q_proj_weight", {d, d}, in_w, 0);
+    add(p + "k_proj_weight", {d, d}, in_w, size_t(d * d));
+    add(p + "v_proj_weight", {d, d}, in_w, size_t(2 * d * d));
+  } else {
+    add(p + "in_proj_weight", {3 * d, d}, in_w);
+  }
+  add(p + "in_proj_bias", {3 * d}, in_b);
+  add(p + "out_proj.weight", {d, d}, out_w);
+  add(p + "out_proj.bias", {d}, out_b);
+}
+
+void SlotList::ffn(const std::string& p, int64_t d, int64_t F, Weights& w) {
+  add(p + "linear1.weight", {F, d}, w.w1);
+  add(p + "linear1.bias", {F}, w.b1);
+  add(p + "gate.weight", {F, d}, w.wg);
+  add(p + "gate.bias", {F}, w.bg);
+  add(p + "linear2.weight", {d, F}, w.w2);
+  add(p + "linear2.bias", {d}, w.b2);
+}
+
+void SlotList::norm(const std::string& name, int64_t d, std::vector<float>& weight, std::vector<float>& bias) {
+  add(name + "weight", {d}, weight);
+  add(name + "bias", {d}, bias);
+}
+
 SafetensorsFile tensors_of(const std::vector<Slot>& slots) {
   SafetensorsFile f;
   for (const Slot& s : slots) {

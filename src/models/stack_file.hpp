@@ -20,6 +20,21 @@ struct Slot {
   size_t offset = 0;  // in elements (a third of in_proj_weight for separate q/k/v)
 };
 
+// A slot list being built, in nn.TransformerEncoder/DecoderLayer's names;
+// add skips an empty vector (a tensor the layer does not have: no bias, no gate).
+struct SlotList {
+  std::vector<Slot> slots;
+  void add(const std::string& name, std::vector<int64_t> shape, std::vector<float>& v, size_t offset = 0);
+  // An nn.MultiheadAttention's tensors under p ("...self_attn."): in_proj (Q|K|V
+  // packed, or separate q/k/v_proj_weight) with its bias, and out_proj.
+  void attention(const std::string& p, int64_t d, std::vector<float>& in_w, std::vector<float>& in_b,
+                 std::vector<float>& out_w, std::vector<float>& out_b, bool separate_qkv = false);
+  // The FFN's linear1, gate and linear2 (weights and biases) under the layer's prefix p.
+  void ffn(const std::string& p, int64_t d, int64_t F, Weights& w);
+  // A norm's γ and β: name + "weight", name + "bias".
+  void norm(const std::string& name, int64_t d, std::vector<float>& weight, std::vector<float>& bias);
+};
+
 // The tensors of the slots (copies).
 SafetensorsFile tensors_of(const std::vector<Slot>& slots);
 // Fills the slots from f (read lazily, tensor by tensor); throws Error naming
