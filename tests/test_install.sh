@@ -17,6 +17,14 @@ for f in include/ffn/ffn.hpp $libdir_rel/cmake/ffn/ffnConfig.cmake $libdir_rel/c
   [ -f "$work/prefix/$f" ] || { echo "test_install: $f not installed"; exit 1; }
 done
 [ ! -e "$work/prefix/ffn" ] || { echo "test_install: the Python module went into a C++ install"; exit 1; }
+# Every public header is installed, and each compiles alone from the prefix
+# (a header that includes one left out of the install fails here).
+for h in "$src"/include/ffn/*.hpp; do
+  name=$(basename "$h")
+  [ -f "$work/prefix/include/ffn/$name" ] || { echo "test_install: include/ffn/$name not installed"; exit 1; }
+  echo "#include \"ffn/$name\"" | "$cxx" -std=c++20 -fsyntax-only -x c++ -I"$work/prefix/include" - ||
+    { echo "test_install: the installed ffn/$name does not compile alone"; exit 1; }
+done
 "$build/bin/ffn" init --d-model 16 --d-ff 40 --seed 1 --output "$work/w.safetensors" >/dev/null
 
 # find_package(ffn)
