@@ -42,7 +42,9 @@ bool Interp::run_test(const std::string& name, const Value& v, const std::vector
 }
 
 Value Interp::filter_trim(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"chars"});
   const bool has = b.given[0] && b.v[0].kind != Value::None;
   const std::string chars = has ? str_arg(b.v[0], what) : "";
@@ -50,7 +52,9 @@ Value Interp::filter_trim(FilterCall& c) {
 }
 
 Value Interp::filter_tojson(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"ensure_ascii", "indent", "separators", "sort_keys"});
   JsonStyle st;
   st.ascii = b.given[0] && truthy(b.v[0]);
@@ -76,7 +80,9 @@ Value Interp::filter_tojson(FilterCall& c) {
 }
 
 Value Interp::filter_length(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   bind(what, a, {});
   switch (v.kind) {
     case Value::Undefined: return Value::integer(0);
@@ -93,32 +99,44 @@ Value Interp::filter_length(FilterCall& c) {
 }
 
 Value Interp::filter_list(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
  bind(what, a, {}); return Value::of_list(iterate(v));
 }
 
 Value Interp::filter_string(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
  bind(what, a, {}); return v.kind == Value::Str ? v : Value::str(to_str(v));
 }
 
 Value Interp::filter_safe(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
  bind(what, a, {}); return v.kind == Value::Str && v.markup ? v : markup_of(to_str(v));
 }
 
 Value Interp::filter_e(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
  bind(what, a, {}); return v.kind == Value::Str && v.markup ? v : markup_of(html_escape(to_str(v)));
 }
 
 Value Interp::filter_forceescape(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
  bind(what, a, {}); return markup_of(html_escape(to_str(v)));
 }
 
 Value Interp::filter_join(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"d", "attribute"});
   const std::string sep = b.given[0] ? to_str(b.v[0]) : "";
   std::string out;
@@ -132,7 +150,10 @@ Value Interp::filter_join(FilterCall& c) {
 }
 
 Value Interp::filter_first(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& f = c.f;
+  const std::string& what = c.what;
   bind(what, a, {});
   if (v.lazy == Value::Generator) {
     if (f == "last") fail("'generator' object is not reversible");
@@ -147,7 +168,9 @@ Value Interp::filter_first(FilterCall& c) {
 }
 
 Value Interp::filter_reverse(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   bind(what, a, {});
   if (v.kind == Value::Str) { std::vector<char32_t> c = code_points(v.s); std::reverse(c.begin(), c.end()); return Value::str(from_code_points(c)); }
   if (v.lazy == Value::Generator) fail("'generator' object is not reversible");
@@ -157,7 +180,10 @@ Value Interp::filter_reverse(FilterCall& c) {
 }
 
 Value Interp::filter_select(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& f = c.f;
+  const std::string& what = c.what;
   const bool attr = f == "selectattr" || f == "rejectattr", keep = f == "select" || f == "selectattr";
   std::string path;
   if (attr) {
@@ -181,7 +207,10 @@ Value Interp::filter_select(FilterCall& c) {
 }
 
 Value Interp::filter_map(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
+  const Expr& e = c.e;
   ValueList out;
   if (a.pos.empty()) {
     Bound b = bind(what, a, {"attribute", "default"});
@@ -202,7 +231,10 @@ Value Interp::filter_map(FilterCall& c) {
 }
 
 Value Interp::filter_lower(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& f = c.f;
+  const std::string& what = c.what;
   bind(what, a, {});
   const std::string s = to_str(v);
   if (f == "lower") return Value::str(py_case(s, 0, "lower"));
@@ -224,7 +256,9 @@ Value Interp::filter_lower(FilterCall& c) {
 }
 
 Value Interp::filter_default(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"default_value", "boolean"});
   const Value dflt = b.given[0] ? b.v[0] : Value::str("");
   const bool boolean = b.given[1] && truthy(b.v[1]);
@@ -233,7 +267,9 @@ Value Interp::filter_default(FilterCall& c) {
 }
 
 Value Interp::filter_replace(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"old", "new", "count"});
   if (!b.given[0] || !b.given[1]) fail(what + " needs old and new");
   const int64_t count = b.given[2] && b.v[2].kind != Value::None ? as_int(b.v[2], what.c_str()) : -1;
@@ -241,7 +277,9 @@ Value Interp::filter_replace(FilterCall& c) {
 }
 
 Value Interp::filter_int(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"default", "base"});
   const Value dflt = b.given[0] ? b.v[0] : Value::integer(0);
   if (b.given[1]) fail("unsupported construct: int(base=...)");
@@ -272,7 +310,9 @@ Value Interp::filter_int(FilterCall& c) {
 }
 
 Value Interp::filter_float(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"default"});
   const Value dflt = b.given[0] ? b.v[0] : Value::real(0.0);
   if (v.is_number()) return Value::real(v.number());
@@ -282,7 +322,9 @@ Value Interp::filter_float(FilterCall& c) {
 }
 
 Value Interp::filter_abs(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   bind(what, a, {});
   if (v.kind == Value::Int || v.kind == Value::Bool) { const __int128 x = as_int(v, "abs"); return Value::integer(checked(x < 0 ? -x : x)); }
   if (v.kind == Value::Float) return Value::real(std::fabs(v.f));
@@ -290,7 +332,9 @@ Value Interp::filter_abs(FilterCall& c) {
 }
 
 Value Interp::filter_round(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"precision", "method"});
   const int64_t p = b.given[0] ? as_int(b.v[0], "round") : 0;
   const std::string method = b.given[1] ? str_arg(b.v[1], what) : "common";
@@ -307,7 +351,9 @@ Value Interp::filter_round(FilterCall& c) {
 }
 
 Value Interp::filter_items(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   bind(what, a, {});
   if (v.kind == Value::Undefined) return Value::of_list({});
   if (v.kind != Value::Dict || v.ns || v.lazy != Value::Plain) fail(what + ": expected a mapping, got " + type_name(v));
@@ -318,7 +364,9 @@ Value Interp::filter_items(FilterCall& c) {
 }
 
 Value Interp::filter_dictsort(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"case_sensitive", "by", "reverse"});
   if (v.kind != Value::Dict || v.ns) fail(what + ": expected a mapping, got " + type_name(v));
   const std::string by = b.given[1] ? to_str(b.v[1]) : "key";
@@ -338,7 +386,9 @@ Value Interp::filter_dictsort(FilterCall& c) {
 }
 
 Value Interp::filter_sort(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"reverse", "case_sensitive", "attribute"});
   const bool rev = b.given[0] && truthy(b.v[0]), cs = b.given[1] && truthy(b.v[1]);
   ValueList l = iterate(v);
@@ -353,7 +403,9 @@ Value Interp::filter_sort(FilterCall& c) {
 }
 
 Value Interp::filter_unique(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"case_sensitive", "attribute"});
   const bool cs = b.given[0] && truthy(b.v[0]);
   const std::string path = b.given[1] && b.v[1].kind != Value::None ? to_str(b.v[1]) : "";
@@ -370,7 +422,10 @@ Value Interp::filter_unique(FilterCall& c) {
 }
 
 Value Interp::filter_sum(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& f = c.f;
+  const std::string& what = c.what;
   Bound b = f == "sum" ? bind(what, a, {"attribute", "start"}) : bind(what, a, {"case_sensitive", "attribute"});
   const size_t attr_at = f == "sum" ? 0 : 1;
   const std::string path = b.given[attr_at] && b.v[attr_at].kind != Value::None ? to_str(b.v[attr_at]) : "";
@@ -396,7 +451,9 @@ Value Interp::filter_sum(FilterCall& c) {
 }
 
 Value Interp::filter_indent(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"width", "first", "blank"});
   std::string pad = "    ";
   if (b.given[0] && b.v[0].kind != Value::Str && as_int(b.v[0], "indent") > 1024) fail("unsupported construct: indent past 1024");
@@ -416,7 +473,9 @@ Value Interp::filter_indent(FilterCall& c) {
 }
 
 Value Interp::filter_wordcount(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   bind(what, a, {});
   // jinja2: len(re.findall(r"\w+", s))
   int64_t n = 0;
@@ -432,7 +491,9 @@ Value Interp::filter_wordcount(FilterCall& c) {
 }
 
 Value Interp::filter_center(FilterCall& c) {
-  auto& [v, a, f, what, e] = c;
+  Value& v = c.v;
+  Args& a = c.a;
+  const std::string& what = c.what;
   Bound b = bind(what, a, {"width"});
   const int64_t width = b.given[0] ? as_int(b.v[0], "center") : 80;
   const std::vector<char32_t> cps = code_points(to_str(v));
@@ -538,79 +599,81 @@ bool Interp::apply_test(const Expr& e) {
 }
 
 bool Interp::test_defined(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind != Value::Undefined;
 }
 
 bool Interp::test_undefined(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind == Value::Undefined;
 }
 
 bool Interp::test_none(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind == Value::None;
 }
 
 bool Interp::test_string(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind == Value::Str;
 }
 
 bool Interp::test_number(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.is_number();
 }
 
 bool Interp::test_integer(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind == Value::Int;
 }
 
 bool Interp::test_float(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind == Value::Float;
 }
 
 bool Interp::test_boolean(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind == Value::Bool;
 }
 
 bool Interp::test_true(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind == Value::Bool && v.b;
 }
 
 bool Interp::test_false(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind == Value::Bool && !v.b;
 }
 
 bool Interp::test_mapping(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind == Value::Dict && !v.ns;
 }
 
 bool Interp::test_iterable(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
   c.none();
   if (v.lazy == Value::Loop) refuse_lazy(v, "the test iterable on");
   return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::Dict && !v.ns) || v.kind == Value::Undefined;
 }
 
 bool Interp::test_sequence(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::Dict && !v.ns) || v.kind == Value::Undefined;
 }
 
 bool Interp::test_callable(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
  c.none(); return v.kind == Value::Callable || v.kind == Value::Undefined;
 }
 
 bool Interp::test_lower(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
+  const std::string& name = c.name;
+  const std::string& what = c.what;
   c.none();
   if (v.kind != Value::Str) fail(what + ": expected a string");
   Args no;
@@ -618,54 +681,57 @@ bool Interp::test_lower(TestCall& c) {
 }
 
 bool Interp::test_odd(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
+  const std::string& name = c.name;
+  const std::string& what = c.what;
  c.none(); const int64_t x = as_int(v, what.c_str()); return (((x % 2) + 2) % 2 == 1) == (name == "odd");
 }
 
 bool Interp::test_divisibleby(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
+  const std::string& what = c.what;
   const int64_t d = as_int(c.one(), what.c_str());
   if (d == 0) fail("integer division or modulo by zero");
   return d == -1 || as_int(v, what.c_str()) % d == 0;  // (INT64_MIN % -1 traps)
 }
 
 bool Interp::test_equalto(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
   return compare("==", v, c.one());
 }
 
 bool Interp::test_ne(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
   return compare("!=", v, c.one());
 }
 
 bool Interp::test_lt(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
   return compare("<", v, c.one());
 }
 
 bool Interp::test_le(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
   return compare("<=", v, c.one());
 }
 
 bool Interp::test_gt(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
   return compare(">", v, c.one());
 }
 
 bool Interp::test_ge(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
   return compare(">=", v, c.one());
 }
 
 bool Interp::test_in(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
   return contains(c.one(), v);
 }
 
 bool Interp::test_sameas(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const Value& v = c.v;
   const Value o = c.one();
   if (v.kind != o.kind) return false;
   switch (v.kind) {
@@ -680,7 +746,7 @@ bool Interp::test_sameas(TestCall& c) {
 }
 
 bool Interp::test_escaped(TestCall& c) {
-  auto& [v, a, name, what] = c;
+  const std::string& name = c.name;
   fail("unsupported construct: the test " + name);
 }
 

@@ -11,7 +11,7 @@ const std::string& Interp::str_arg(const Value& v, const std::string& what) {
 }
 
 Value Interp::dict_items(DictCall& c) {
-  auto& [obj, name] = c;
+  const Value& obj = c.obj;
   auto d = obj.dict;
   return make_fn("dict.items", [d](Interp&, Args& a) {
     arity(a, 0, 0, "items");
@@ -22,7 +22,7 @@ Value Interp::dict_items(DictCall& c) {
 }
 
 Value Interp::dict_keys(DictCall& c) {
-  auto& [obj, name] = c;
+  const Value& obj = c.obj;
   auto d = obj.dict;
   return make_fn("dict.keys", [d](Interp&, Args& a) {
     arity(a, 0, 0, "keys");
@@ -33,7 +33,7 @@ Value Interp::dict_keys(DictCall& c) {
 }
 
 Value Interp::dict_values(DictCall& c) {
-  auto& [obj, name] = c;
+  const Value& obj = c.obj;
   auto d = obj.dict;
   return make_fn("dict.values", [d](Interp&, Args& a) {
     arity(a, 0, 0, "values");
@@ -44,7 +44,7 @@ Value Interp::dict_values(DictCall& c) {
 }
 
 Value Interp::dict_get(DictCall& c) {
-  auto& [obj, name] = c;
+  const Value& obj = c.obj;
   auto d = obj.dict;
   return make_fn("dict.get", [d](Interp&, Args& a) {
     arity(a, 1, 2, "get");
@@ -84,17 +84,18 @@ std::function<Value(Interp&, Args&)> Interp::prefix_test(const std::string& s, b
 }
 
 Value Interp::str_startswith(StrCall& c) {
-  auto& [obj, name, s] = c;
+  const std::string& s = c.s;
   return make_fn("str.startswith", prefix_test(s, true));
 }
 
 Value Interp::str_endswith(StrCall& c) {
-  auto& [obj, name, s] = c;
+  const std::string& s = c.s;
   return make_fn("str.endswith", prefix_test(s, false));
 }
 
 Value Interp::str_strip(StrCall& c) {
-  auto& [obj, name, s] = c;
+  const std::string& name = c.name;
+  const std::string& s = c.s;
   return make_fn("str." + name, [s, name](Interp&, Args& a) {
     arity(a, 0, 1, name);
     const bool has = !a.pos.empty() && a.pos[0].kind != Value::None;
@@ -104,7 +105,8 @@ Value Interp::str_strip(StrCall& c) {
 }
 
 Value Interp::str_split(StrCall& c) {
-  auto& [obj, name, s] = c;
+  const std::string& name = c.name;
+  const std::string& s = c.s;
   return make_fn("str." + name, [s, name](Interp&, Args& a) {
     if (a.kw.size() > 0) {
       for (auto& [k, v] : a.kw) {
@@ -180,7 +182,8 @@ Value Interp::str_split(StrCall& c) {
 }
 
 Value Interp::str_upper(StrCall& c) {
-  auto& [obj, name, s] = c;
+  const std::string& name = c.name;
+  const std::string& s = c.s;
   const int mode = name == "lower" ? 0 : name == "upper" ? 1 : name == "title" ? 2 : 3;
   return make_fn("str." + name, [s, name, mode](Interp&, Args& a) {
     arity(a, 0, 0, name);
@@ -189,7 +192,7 @@ Value Interp::str_upper(StrCall& c) {
 }
 
 Value Interp::str_replace(StrCall& c) {
-  auto& [obj, name, s] = c;
+  const std::string& s = c.s;
   return make_fn("str.replace", [s](Interp&, Args& a) {
     arity(a, 2, 3, "replace");
     const std::string& from = str_arg(a.pos[0], "replace");
@@ -200,7 +203,8 @@ Value Interp::str_replace(StrCall& c) {
 }
 
 Value Interp::str_find(StrCall& c) {
-  auto& [obj, name, s] = c;
+  const std::string& name = c.name;
+  const std::string& s = c.s;
   return make_fn("str." + name, [s, name](Interp&, Args& a) {
     arity(a, 1, 1, name);
     const std::string& sub = str_arg(a.pos[0], name);
@@ -220,7 +224,7 @@ Value Interp::str_find(StrCall& c) {
 }
 
 Value Interp::str_join(StrCall& c) {
-  auto& [obj, name, s] = c;
+  const std::string& s = c.s;
   return make_fn("str.join", [s](Interp&, Args& a) {
     arity(a, 1, 1, "join");
     std::string out;
@@ -231,7 +235,8 @@ Value Interp::str_join(StrCall& c) {
 }
 
 Value Interp::str_isdigit(StrCall& c) {
-  auto& [obj, name, s] = c;
+  const std::string& name = c.name;
+  const std::string& s = c.s;
   return make_fn("str." + name, [s, name](Interp&, Args& a) {
     arity(a, 0, 0, name);
     const std::vector<char32_t> cps = code_points(s);
@@ -251,7 +256,7 @@ Value Interp::str_isdigit(StrCall& c) {
 }
 
 Value Interp::str_splitlines(StrCall& c) {
-  auto& [obj, name, s] = c;
+  const std::string& s = c.s;
   return make_fn("str.splitlines", [s](Interp&, Args& a) {
     arity(a, 0, 0, "splitlines");
     ValueList l;
@@ -261,7 +266,7 @@ Value Interp::str_splitlines(StrCall& c) {
 }
 
 Value Interp::str_format(StrCall& c) {
-  auto& [obj, name, s] = c;
+  const std::string& s = c.s;
   // str.format with plain fields: {}, {0}, {name}, {{ and }}; a format
   // spec, a conversion or an attribute inside a field is refused.
   return make_fn("str.format", [s](Interp&, Args& a) {
