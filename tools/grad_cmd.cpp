@@ -1,23 +1,13 @@
 // ffn grad: the layer backward, the gradients of the input and of every parameter.
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <filesystem>
-#include <iostream>
-#include <nlohmann/json.hpp>
+#include <memory>
 #include <optional>
 #include <string>
-#include <vector>
-
-#include <unistd.h>
 
 #include "commands.hpp"
 #include "layer_args.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
-#include "ffn/random.hpp"
 
 namespace {
 

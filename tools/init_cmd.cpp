@@ -1,22 +1,11 @@
 // ffn init: a freshly initialized layer (or, --encoder, a stack of encoder layers).
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <filesystem>
-#include <iostream>
-#include <nlohmann/json.hpp>
-#include <optional>
+#include <memory>
 #include <string>
-#include <vector>
-
-#include <unistd.h>
 
 #include "commands.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
-#include "ffn/random.hpp"
 
 namespace {
 

@@ -1,22 +1,14 @@
 // ffn quantize: the layer with bf16, fp16 or int8 weight matrices (int8: outlier channels calibrated).
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <iostream>
-#include <nlohmann/json.hpp>
-#include <optional>
+#include <memory>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "commands.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
-#include "ffn/random.hpp"
 
 namespace {
 

@@ -1,23 +1,12 @@
 // ffn run: the layer forward, --input X.npy -> --output Y.npy (with MPI, --tensor-parallel).
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <filesystem>
-#include <iostream>
-#include <nlohmann/json.hpp>
-#include <optional>
+#include <memory>
 #include <string>
-#include <vector>
-
-#include <unistd.h>
 
 #include "commands.hpp"
 #include "layer_args.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/ffn.hpp"
-#include "ffn/random.hpp"
 
 namespace {
 

@@ -16,7 +16,9 @@ namespace {
 // One bit per Isa value: the kernel sets contexts were made on (the kernel report).
 std::atomic<uint32_t> g_isas_run{0};
 const KernelConfig* noted(const KernelConfig* kc) {
-  g_isas_run.fetch_or(1u << unsigned(kc->isa), std::memory_order_relaxed);
+  const uint32_t bit = 1u << unsigned(kc->isa);
+  // A load first: every call makes a context, and the bit is set after the first.
+  if (!(g_isas_run.load(std::memory_order_relaxed) & bit)) g_isas_run.fetch_or(bit, std::memory_order_relaxed);
   return kc;
 }
 }  // namespace
