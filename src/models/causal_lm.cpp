@@ -35,7 +35,7 @@
 #include "models/causal_lm_weights.hpp"
 #include "models/checkpoint.hpp"
 #include "modules/attention_block.hpp"
-#include "modules/decoder_layer.hpp"
+#include "modules/layer.hpp"
 #include "modules/ffn_sublayer.hpp"
 #include "modules/kv_cache.hpp"
 
@@ -206,26 +206,27 @@ void CausalLM::extend(CausalLMState& state, const int32_t* ids, const std::vecto
   // The attention sublayer every decoder has (src/modules/attention_block.hpp):
   // pre-norm RMSNorm, Q|K|V, rotary positions, the cache, grouped-query
   // causal attention, W_O and the residual.
-  nn::DecoderLayerStep ls;
+  nn::LayerRun ls;
   ls.off = &off;
   ls.S = cache.capacity();
   ls.self = &kv;
+  ls.run.causal = true;
   ls.run.ctx = &cx;
   ls.run.acts = &acts;
   ls.ffn_opts = opts;
   ls.ffn_opts.threads = threads;
   ls.ffn_opts.training = false;
-  nn::AttentionSaved scratch;
+  nn::LayerSaved scratch;
   static const std::vector<float> none;
   for (int64_t l = 0; l < c.layers; ++l) {
     const Weights::Layer& L = w_->layers[size_t(l)];
     nn::AttentionBlockConfig bc = nn::attention_config(spec, l);
     bc.rope = &s.rope;
-    const nn::DecoderLayerView view{
+    const nn::LayerView view{
         {none, none, none, none, L.attn_norm, none, L.attn_post_norm.empty() ? nullptr : &L.attn_post_norm,
          L.q_norm.empty() ? nullptr : &L.q_norm, L.k_norm.empty() ? nullptr : &L.k_norm},
         L.attn, nullptr, nullptr, nullptr, &L.ffn[0], nullptr};
-    nn::decoder_layer_step(bc, view, l, x.data(), a.data(), nullptr, n, ls, scratch);
+    nn::layer_forward(bc, view, l, x.data(), x.data(), a.data(), nullptr, n, ls, scratch, false);
   }
   // The rows that get logits: every position, or each sequence's last
   // (sequences given no tokens have none), packed to the front.

@@ -20,7 +20,7 @@
 #include "core/philox.hpp"
 #include "core/positions.hpp"
 #include "modules/attention_block.hpp"
-#include "modules/decoder_layer.hpp"
+#include "modules/layer.hpp"
 #include "modules/spec.hpp"
 #include "ops/norm.hpp"
 
@@ -67,10 +67,11 @@ struct PackedLayer {
 };
 using PackedDecoder = std::vector<PackedLayer>;
 
-// Dropout seeds of layer l's sublayers (the encoder uses 0 and 1 for its two).
-uint64_t self_seed(uint64_t s, int64_t l) { return nn::derive_seed(s, uint32_t(l), 0); }
-uint64_t ffn_seed(uint64_t s, int64_t l) { return nn::derive_seed(s, uint32_t(l), 1); }
-uint64_t cross_seed(uint64_t s, int64_t l) { return nn::derive_seed(s, uint32_t(l), 4); }
+// Layer l's view: its self- and cross-attention and FFN sublayers.
+nn::LayerView layer_view(const DecoderLayerWeights& lw, const PackedLayer& p, const nn::AttentionBlockWeights& cw,
+                         const FeedForward& ffn, const float* cross_projected = nullptr) {
+  return {self_weights(lw), p.self, &cw, &p.cross, cross_projected, nullptr, &ffn};
+}
 
 }  // namespace
 
@@ -131,12 +132,7 @@ struct DecoderCache::Data {
   Shape shape, memory_shape;
   bool causal = true, training = false;
   uint64_t seed = 0;
-  struct LayerSaved {
-    nn::AttentionSaved self, cross;
-    std::vector<float> h;  // [n, d] the cross-attention block's output, the FFN's input
-    ForwardCache ffn;
-  };
-  std::vector<LayerSaved> layers;
+  std::vector<nn::LayerSaved> layers;  // src/modules/layer.hpp
   std::vector<float> last, mean, rstd;  // the final norm's input and statistics
 };
 
@@ -150,7 +146,7 @@ DecoderCache::Data& DecoderCache::data() { return *data_; }
 const DecoderCache::Data& DecoderCache::data() const { return *data_; }
 size_t DecoderCache::bytes() const {
   size_t b = 0;
-  for (const auto& l : data_->layers) b += l.self.bytes() + l.cross.bytes() + l.h.size() * sizeof(float) + l.ffn.bytes();
+  for (const auto& l : data_->layers) b += l.bytes();
   return b + (data_->last.size() + data_->mean.size() + data_->rstd.size()) * sizeof(float);
 }
 
@@ -383,37 +379,31 @@ void Decoder::forward(const float* x, const Shape& shape, const float* memory, c
   };
   std::vector<float> xcopy, mcopy;
   const float* mem = rows_of(memory, memory_shape, mrows, d, mcopy);
-  const nn::KeysValues mkv = memory_keys(mem, mrows, memory_shape.seq);
+  nn::KeysValues mkv = memory_keys(mem, mrows, memory_shape.seq);
   const float* xr = rows_of(x, shape, rows, d, xcopy);
   std::vector<float> cur(xr, xr + n * d);
   std::vector<float> a(size_t(n * d)), h(size_t(n * d));
   const nn::AttentionBlockConfig bc = block_config(cfg_);
-  DecoderCacheData::LayerSaved scratch;
-  for (int64_t l = 0; l < cfg_.layers; ++l) {
-    DecoderCacheData::LayerSaved& s = c ? c->layers[size_t(l)] : scratch;
-    const DecoderLayerWeights& lw = w_.layers[size_t(l)];
-    ask();
-    nn::BlockRun run{opts.training, opts.causal, self_seed(opts.seed, l), &ctx, {}};
-    nn::attention_block_forward(bc, self_weights(lw), packed[size_t(l)].self, cur.data(), a.data(), rows.off, shape.seq,
-                                {}, s.self, c != nullptr, run);
-    ask();
-    run.causal = false;
-    run.seed = cross_seed(opts.seed, l);
-    if (opts.cross_attention_input)
-      run.observe = [&](const float* q, int64_t rows_n) { opts.cross_attention_input(l, q, rows_n); };
-    nn::attention_block_forward(bc, cross_weights(lw), packed[size_t(l)].cross, a.data(), h.data(), rows.off, shape.seq,
-                                mkv, s.cross, c != nullptr, run);
-    if (c) s.h = h;
-    RunOptions fo = opts;
-    fo.seed = ffn_seed(opts.seed, l);
-    fo.threads = threads;
-    ask();
-    try {
-      ffn_[size_t(l)].forward(h.data(), cur.data(), Shape::tokens(n), fo, c ? &s.ffn : nullptr);
-    } catch (const Interrupted&) {
-      if (c) c->filled = false;
-      throw;
+  nn::LayerRun lr;
+  lr.off = &rows.off;
+  lr.S = shape.seq;
+  lr.cross = &mkv;
+  lr.run = nn::BlockRun{opts.training, opts.causal, opts.seed, &ctx, {}};
+  lr.ffn_opts = opts;
+  lr.ffn_opts.threads = threads;
+  lr.cross_attention_input = opts.cross_attention_input;
+  lr.ask = ask;
+  nn::LayerSaved scratch;
+  try {
+    for (int64_t l = 0; l < cfg_.layers; ++l) {
+      const DecoderLayerWeights& lw = w_.layers[size_t(l)];
+      const nn::AttentionBlockWeights cw = cross_weights(lw);
+      nn::layer_forward(bc, layer_view(lw, packed[size_t(l)], cw, ffn_[size_t(l)]), l, cur.data(), cur.data(),
+                        a.data(), h.data(), n, lr, c ? c->layers[size_t(l)] : scratch, c != nullptr);
     }
+  } catch (const Interrupted&) {
+    if (c) c->filled = false;
+    throw;
   }
   if (cfg_.final_norm) {
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
@@ -451,7 +441,7 @@ void Decoder::backward(const float* x, const float* dy, const Shape& shape, cons
 
   std::vector<float> mcopy;
   const float* mem = rows_of(memory, memory_shape, mrows, d, mcopy);
-  const nn::KeysValues mkv = memory_keys(mem, mrows, memory_shape.seq);
+  nn::KeysValues mkv = memory_keys(mem, mrows, memory_shape.seq);
   std::vector<float> g(size_t(n * d)), gx(size_t(n * d)), gh(size_t(n * d)), dmem(size_t(m * d), 0.0f);
   const nn::Addressing addr{d, shape.seq, Layout::tokens};
   nn::gather(dy, addr, rows.pos, g.data());
@@ -461,23 +451,25 @@ void Decoder::backward(const float* x, const float* dy, const Shape& shape, cons
     std::swap(g, gx);
   }
   const nn::AttentionBlockConfig bc = block_config(cfg_);
+  const auto& packed = *static_cast<const PackedDecoder*>(packed_.get());
+  nn::LayerRun lr;
+  lr.off = &rows.off;
+  lr.S = shape.seq;
+  lr.cross = &mkv;
+  lr.run = nn::BlockRun{c.training, c.causal, c.seed, &ctx, {}};
+  lr.ffn_opts = opts;
+  lr.ffn_opts.threads = threads;
+  lr.ask = [&] {
+    if (opts.interrupted && opts.interrupted()) throw Interrupted();
+  };
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
-    const auto& s = c.layers[size_t(l)];
     const DecoderLayerWeights& lw = w_.layers[size_t(l)];
     DecoderLayerWeights& gl = grads.layers[size_t(l)];
-    RunOptions fo = opts;
-    fo.threads = threads;
-    ffn_[size_t(l)].backward(s.h.data(), g.data(), Shape::tokens(n), s.ffn, gh.data(), gl.ffn, fo);
-    if (opts.interrupted && opts.interrupted()) throw Interrupted();
-    nn::BlockRun run{c.training, false, cross_seed(c.seed, l), &ctx, {}};
+    const nn::AttentionBlockWeights cw = cross_weights(lw);
     nn::AttentionBlockGrads cg = cross_grads(gl);
-    nn::attention_block_backward(bc, cross_weights(lw), rows.off, shape.seq, mkv, s.cross, gh.data(), gx.data(),
-                                 dmem.data(), cg, run);
-    run.causal = c.causal;
-    run.seed = self_seed(c.seed, l);
-    nn::AttentionBlockGrads sg = self_grads(gl);
-    nn::attention_block_backward(bc, self_weights(lw), rows.off, shape.seq, {}, s.self, gx.data(), g.data(), nullptr,
-                                 sg, run);
+    nn::LayerGrads lg{self_grads(gl), &cg, gl.ffn};
+    nn::layer_backward(bc, layer_view(lw, packed[size_t(l)], cw, ffn_[size_t(l)]), l, c.layers[size_t(l)], g.data(),
+                       gx.data(), gh.data(), dmem.data(), n, lg, lr);
   }
   nn::scatter(g.data(), addr, rows.pos, shape.positions(), dx);
   if (memory_shape.positions() > 0)
@@ -571,8 +563,8 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
   }
   std::vector<float> cur(x, x + n * d), a(size_t(n * d)), h(size_t(n * d));
   const nn::AttentionBlockConfig bc = block_config(cfg_);
-  nn::AttentionSaved scratch;
-  nn::DecoderLayerStep ls;
+  nn::LayerSaved scratch;
+  nn::LayerRun ls;
   ls.off = &off;
   ls.S = s.self.capacity();
   ls.self = &self;
@@ -585,9 +577,8 @@ void Decoder::step(DecoderState& state, const float* x, float* y, const RunOptio
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const DecoderLayerWeights& lw = w_.layers[size_t(l)];
     const nn::AttentionBlockWeights cw = cross_weights(lw);
-    const nn::DecoderLayerView view{self_weights(lw), packed[size_t(l)].self, &cw, &packed[size_t(l)].cross,
-                                    s.memory_kv[size_t(l)].data(), nullptr, &ffn_[size_t(l)]};
-    nn::decoder_layer_step(bc, view, l, cur.data(), a.data(), h.data(), n, ls, scratch);
+    nn::layer_forward(bc, layer_view(lw, packed[size_t(l)], cw, ffn_[size_t(l)], s.memory_kv[size_t(l)].data()), l,
+                      cur.data(), cur.data(), a.data(), h.data(), n, ls, scratch, false);
   }
   if (cfg_.final_norm) {
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));

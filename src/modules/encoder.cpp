@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "modules/attention_block.hpp"
+#include "modules/layer.hpp"
 #include "modules/spec.hpp"
 #include "ops/attention.hpp"
 #include "ops/linear.hpp"
@@ -119,11 +120,7 @@ struct EncoderCache::Data {
   std::vector<int64_t> pos;  // global positions of the valid tokens
   bool causal = false, training = false;
   uint64_t seed = 0;
-  struct LayerSaved : nn::AttentionSaved {  // the attention sublayer's (src/modules/attention_block.hpp)
-    std::vector<float> h;           // [n, d] the attention sublayer's output, the FFN's input
-    ForwardCache ffn;
-  };
-  std::vector<LayerSaved> layers;
+  std::vector<nn::LayerSaved> layers;  // src/modules/layer.hpp
   std::vector<float> last, mean, rstd;  // the final norm's input and statistics
 };
 
@@ -137,8 +134,7 @@ EncoderCache::Data& EncoderCache::data() { return *data_; }
 const EncoderCache::Data& EncoderCache::data() const { return *data_; }
 size_t EncoderCache::bytes() const {
   size_t b = 0;
-  for (const auto& l : data_->layers)
-    b += l.AttentionSaved::bytes() + l.h.size() * sizeof(float) + l.ffn.bytes();
+  for (const auto& l : data_->layers) b += l.bytes();
   return b + (data_->last.size() + data_->mean.size() + data_->rstd.size()) * sizeof(float);
 }
 
@@ -333,33 +329,31 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
       throw Interrupted();
     }
   };
-  EncoderCacheData::LayerSaved scratch;  // reused by every layer in inference
-  for (int64_t l = 0; l < cfg_.layers; ++l) {
-    EncoderCacheData::LayerSaved& s = c ? c->layers[size_t(l)] : scratch;
-    ask();
-    {
-      nn::BlockRun run{opts.training, opts.causal, nn::derive_seed(opts.seed, uint32_t(l), 0), &ctx};
-      if (opts.attention_input) run.observe = [&](const float* a, int64_t rows_n) { opts.attention_input(l, a, rows_n); };
-      nn::attention_block_forward(block_config(cfg_), block_weights(w_.layers[size_t(l)]), packed[size_t(l)], in,
-                                  hbuf.data(), rows.off, shape.seq, {}, s, c != nullptr, run);
+  nn::LayerRun lr;
+  lr.off = &rows.off;
+  lr.S = shape.seq;
+  lr.run = nn::BlockRun{opts.training, opts.causal, opts.seed, &ctx};
+  lr.ffn_opts = opts;
+  lr.ffn_opts.threads = threads;
+  lr.attention_input = opts.attention_input;
+  lr.ffn_input = opts.ffn_input;
+  lr.ask = ask;
+  const nn::AttentionBlockConfig bc = block_config(cfg_);
+  nn::LayerSaved scratch;  // reused by every layer in inference
+  try {
+    for (int64_t l = 0; l < cfg_.layers; ++l) {
+      float* out = direct && l + 1 == cfg_.layers && !cfg_.final_norm ? y
+                   : in == cur.data() && !cur.empty()                   ? buffer(next)
+                                                                        : buffer(cur);
+      const nn::LayerView view{block_weights(w_.layers[size_t(l)]), packed[size_t(l)], nullptr, nullptr, nullptr,
+                               nullptr, &ffn_[size_t(l)]};
+      nn::layer_forward(bc, view, l, in, out, hbuf.data(), nullptr, n, lr, c ? c->layers[size_t(l)] : scratch,
+                        c != nullptr);
+      in = out;
     }
-    if (c) s.h = hbuf;
-    float* out = direct && l + 1 == cfg_.layers && !cfg_.final_norm ? y
-                 : in == cur.data() && !cur.empty()                   ? buffer(next)
-                                                                      : buffer(cur);
-    // The FFN sublayer (Norm2 inside it), on the same rows.
-    RunOptions fo = opts;
-    fo.seed = nn::derive_seed(opts.seed, uint32_t(l), 1);
-    fo.threads = threads;
-    if (opts.ffn_input) opts.ffn_input(l, hbuf.data(), n);
-    ask();
-    try {
-      ffn_[size_t(l)].forward(hbuf.data(), out, Shape::tokens(n), fo, c ? &s.ffn : nullptr);
-    } catch (const Interrupted&) {
-      if (c) c->filled = false;
-      throw;
-    }
-    in = out;
+  } catch (const Interrupted&) {
+    if (c) c->filled = false;
+    throw;
   }
   if (cfg_.final_norm) {
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
@@ -416,18 +410,24 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
                       g.data(), gx.data(), false, grads.norm_weight.data(), ptr_or_null(grads.norm_bias));
     std::swap(g, gx);
   }
-  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
-    const auto& s = c.layers[size_t(l)];
-    RunOptions fo = opts;
-    fo.threads = threads;
-    // RunOptions::interrupted: asked inside the FFN sublayer's backward and
-    // before the attention sublayer's.
-    ffn_[size_t(l)].backward(s.h.data(), g.data(), Shape::tokens(n), s.ffn, gx.data(), grads.layers[size_t(l)].ffn, fo);
+  nn::LayerRun lr;
+  lr.off = &rows.off;
+  lr.S = shape.seq;
+  lr.run = nn::BlockRun{c.training, c.causal, c.seed, &ctx};
+  lr.ffn_opts = opts;
+  lr.ffn_opts.threads = threads;
+  // RunOptions::interrupted: asked inside the FFN sublayer's backward and
+  // before the attention sublayer's.
+  lr.ask = [&] {
     if (opts.interrupted && opts.interrupted()) throw Interrupted();
-    nn::BlockRun run{c.training, c.causal, nn::derive_seed(c.seed, uint32_t(l), 0), &ctx};
-    nn::AttentionBlockGrads bg = block_grads(grads.layers[size_t(l)]);
-    nn::attention_block_backward(block_config(cfg_), block_weights(w_.layers[size_t(l)]), rows.off, shape.seq, {}, s,
-                                 gx.data(), g.data(), nullptr, bg, run);
+  };
+  const nn::AttentionBlockConfig bc = block_config(cfg_);
+  const auto& packed = *static_cast<const PackedEncoder*>(packed_.get());
+  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
+    const nn::LayerView view{block_weights(w_.layers[size_t(l)]), packed[size_t(l)], nullptr, nullptr, nullptr,
+                             nullptr, &ffn_[size_t(l)]};
+    nn::LayerGrads lg{block_grads(grads.layers[size_t(l)]), nullptr, grads.layers[size_t(l)].ffn};
+    nn::layer_backward(bc, view, l, c.layers[size_t(l)], g.data(), gx.data(), nullptr, nullptr, n, lg, lr);
   }
   nn::scatter(g.data(), addr, rows.pos, shape.positions(), dx);
   (void)x;
