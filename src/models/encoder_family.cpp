@@ -1,6 +1,9 @@
 // The encoder families (src/models/encoder_family.hpp): the registry and BERT's row.
 #include "models/encoder_family.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include "core/json_file.hpp"
 #include "ffn/types.hpp"
 
 namespace ffn::models {
@@ -33,16 +36,45 @@ const EncoderNameTable kBertNames{{
 }};
 
 std::vector<EncoderFamily>& registry() {
-  static std::vector<EncoderFamily> r{{"bert", &kBertNames, "bert."}};
+  static std::vector<EncoderFamily> r{{"bert", &kBertNames, "bert.", bert_config}};
   return r;
 }
 
 }  // namespace
 
+nn::StackSpec bert_config(const nlohmann::json& cfg, const std::filesystem::path& cfg_path) {
+  const std::string act = json_get<std::string>(cfg, "hidden_act", cfg_path);
+  Activation activation;
+  if (act == "gelu") activation = Activation::gelu;  // erf
+  else if (act == "gelu_new" || act == "gelu_pytorch_tanh") activation = Activation::gelu_tanh;
+  else if (act == "relu") activation = Activation::relu;
+  else throw Error(cfg_path.string() + ": hidden_act '" + act + "' is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu)");
+  const std::string pos_type = json_opt<std::string>(cfg, "position_embedding_type", "absolute", cfg_path);
+  if (pos_type != "absolute")
+    throw Error(cfg_path.string() + ": position_embedding_type '" + pos_type + "' is not supported (absolute)");
+  nn::StackSpec s;
+  s.kind = nn::StackKind::encoder;
+  s.d_model = json_get<int64_t>(cfg, "hidden_size", cfg_path);
+  s.attention.heads = json_get<int64_t>(cfg, "num_attention_heads", cfg_path);
+  s.ffn.d_ff = json_get<int64_t>(cfg, "intermediate_size", cfg_path);
+  s.layers = json_get<int64_t>(cfg, "num_hidden_layers", cfg_path);
+  s.ffn.unit = activation;
+  s.norm = {nn::NormKind::layernorm, nn::NormSites::post, float(json_opt<double>(cfg, "layer_norm_eps", 1e-12, cfg_path))};
+  if (!(s.norm.eps > 0.0f)) throw Error(cfg_path.string() + ": layer_norm_eps must be positive");
+  s.attention.qkv_bias = s.attention.out_bias = s.ffn.bias = true;
+  s.embedding.positions = nn::Positions::learned;
+  s.embedding.max_positions = json_get<int64_t>(cfg, "max_position_embeddings", cfg_path);
+  s.embedding.vocab = json_get<int64_t>(cfg, "vocab_size", cfg_path);
+  s.embedding.token_types = json_opt<int64_t>(cfg, "type_vocab_size", 2, cfg_path);
+  s.embedding.norm = true;
+  return s;
+}
+
 const std::vector<EncoderFamily>& encoder_families() { return registry(); }
 
 void register_encoder_family(EncoderFamily f) {
-  if (!f.names) throw Error("register_encoder_family: \"" + f.model_type + "\" has no name table");
+  if (!f.names || !f.config)
+    throw Error("register_encoder_family: \"" + f.model_type + "\" has no " + (f.names ? "config reader" : "name table"));
   for (const EncoderFamily& g : registry())
     if (g.model_type == f.model_type) throw Error("register_encoder_family: \"" + f.model_type + "\" is registered already");
   registry().push_back(std::move(f));

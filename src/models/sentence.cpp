@@ -20,6 +20,7 @@
 #include "text/wordpiece.hpp"
 #include "models/checkpoint.hpp"
 #include "models/encoder_family.hpp"
+#include "modules/stack_config.hpp"
 
 namespace ffn {
 namespace fs = std::filesystem;
@@ -79,34 +80,22 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
     throw Error(cfg_path.string() + ": model_type '" + model_type + "' is not supported (" +
                 models::encoder_family_names() + ")");
   const models::EncoderNameTable& names = *family->names;
-  const std::string act = json_get<std::string>(cfg, "hidden_act", cfg_path);
-  Activation activation;
-  if (act == "gelu") activation = Activation::gelu;  // erf
-  else if (act == "gelu_new" || act == "gelu_pytorch_tanh") activation = Activation::gelu_tanh;
-  else if (act == "relu") activation = Activation::relu;
-  else throw Error(cfg_path.string() + ": hidden_act '" + act + "' is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu)");
-  const std::string pos_type = json_opt<std::string>(cfg, "position_embedding_type", "absolute", cfg_path);
-  if (pos_type != "absolute")
-    throw Error(cfg_path.string() + ": position_embedding_type '" + pos_type + "' is not supported (absolute)");
+  // The family's stack, as a spec; the encoder's config is made from it.
+  const nn::StackSpec spec = family->config(cfg, cfg_path);
+  if (spec.embedding.positions != nn::Positions::learned || !spec.embedding.norm)
+    throw Error(cfg_path.string() + ": the sentence encoder runs a learned position table with a norm after the "
+                "embedding sum (BERT's); model_type '" + model_type + "' has another embedding");
   EncoderConfig ec_;
-  ec_.d_model = json_get<int64_t>(cfg, "hidden_size", cfg_path);
-  ec_.heads = json_get<int64_t>(cfg, "num_attention_heads", cfg_path);
-  ec_.d_ff = json_get<int64_t>(cfg, "intermediate_size", cfg_path);
-  ec_.layers = json_get<int64_t>(cfg, "num_hidden_layers", cfg_path);
-  ec_.activation = activation;
-  ec_.norm = NormPlacement::post;
-  ec_.eps = float(json_opt<double>(cfg, "layer_norm_eps", 1e-12, cfg_path));
-  if (!(ec_.eps > 0.0f)) throw Error(cfg_path.string() + ": layer_norm_eps must be positive");
-  ec_.bias = true;
-  m.eps = ec_.eps;
-  m.positions = json_get<int64_t>(cfg, "max_position_embeddings", cfg_path);
-  const int64_t vocab_size = json_get<int64_t>(cfg, "vocab_size", cfg_path);
-  const int64_t types = json_opt<int64_t>(cfg, "type_vocab_size", 2, cfg_path);
   try {
+    ec_ = nn::encoder_config(spec);
     ec_.validate();
   } catch (const Error& e) {
     throw Error(cfg_path.string() + ": " + e.what());
   }
+  m.eps = ec_.eps;
+  m.positions = spec.embedding.max_positions;
+  const int64_t vocab_size = spec.embedding.vocab;
+  const int64_t types = spec.embedding.token_types;
   if (m.positions < 2 || types < 1) throw Error(cfg_path.string() + ": max_position_embeddings and type_vocab_size must be positive");
   m.d = ec_.d_model;
 

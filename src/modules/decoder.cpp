@@ -21,7 +21,7 @@
 #include "core/positions.hpp"
 #include "modules/attention_block.hpp"
 #include "modules/layer.hpp"
-#include "modules/spec.hpp"
+#include "modules/stack_config.hpp"
 #include "ops/norm.hpp"
 
 namespace ffn {

@@ -16,7 +16,7 @@
 
 #include "modules/attention_block.hpp"
 #include "modules/layer.hpp"
-#include "modules/spec.hpp"
+#include "modules/stack_config.hpp"
 #include "ops/attention.hpp"
 #include "ops/linear.hpp"
 #include "core/buffer_pool.hpp"

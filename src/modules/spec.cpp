@@ -7,7 +7,6 @@
 #include "ops/rope.hpp"
 
 #include "ffn/diagnostics.hpp"
-#include "ffn/encoder.hpp"
 
 namespace ffn::nn {
 
@@ -221,32 +220,6 @@ RopeTable rope_table(const StackSpec& s, int64_t positions) {
     for (auto* v : {&t.cos, &t.sin, &t.long_cos, &t.long_sin})
       for (float& x : *v) x *= m;
   return t;
-}
-
-StackSpec stack_spec(const EncoderConfig& c, StackKind kind) {
-  StackSpec s;
-  s.kind = kind;
-  s.d_model = c.d_model;
-  s.layers = c.layers;
-  s.norm.kind = c.norm_type == NormType::rmsnorm ? NormKind::rmsnorm : NormKind::layernorm;
-  s.norm.sites = c.norm == NormPlacement::pre ? NormSites::pre : NormSites::post;
-  s.norm.eps = c.eps;
-  s.final_norm = c.final_norm;
-  s.attention.heads = c.heads;
-  s.attention.qkv_bias = s.attention.out_bias = c.bias;
-  s.attention.causal = kind == StackKind::seq2seq_decoder;
-  s.attention.cross = kind == StackKind::seq2seq_decoder;
-  s.ffn.d_ff = c.d_ff;
-  switch (c.activation) {
-    case Activation::swiglu: s.ffn.unit = Activation::silu, s.ffn.gated = true; break;
-    case Activation::geglu: s.ffn.unit = Activation::gelu, s.ffn.gated = true; break;
-    case Activation::reglu: s.ffn.unit = Activation::relu, s.ffn.gated = true; break;
-    case Activation::geglu_tanh: s.ffn.unit = Activation::gelu_tanh, s.ffn.gated = true; break;
-    default: s.ffn.unit = c.activation;
-  }
-  s.ffn.bias = c.bias;
-  s.dropout = c.dropout;
-  return s;
 }
 
 }  // namespace ffn::nn

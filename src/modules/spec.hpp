@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "ffn/encoder.hpp"
+#include "ffn/feed_forward.hpp"
 #include "ffn/types.hpp"
 #include "modules/attention_block.hpp"
 
@@ -146,9 +146,5 @@ std::vector<float> rope_frequencies(const StackSpec& s);
 // The rotary table of `positions` positions: rope_frequencies', or
 // longrope's short and long frequencies by position, scaled.
 RopeTable rope_table(const StackSpec& s, int64_t positions);
-
-// The stacks of nn.TransformerEncoder/Decoder shape (include/ffn/encoder.hpp):
-// encoder, or seq2seq decoder (causal self-attention, cross-attention).
-StackSpec stack_spec(const EncoderConfig& c, StackKind kind);
 
 }  // namespace ffn::nn

@@ -410,8 +410,9 @@ const models::EncoderNameTable kToyEncoderNames{{
 TEST(MiniLM, AToyEmbeddingFamilyIsANameTable) {
   const SentenceEncoder* m = model();
   REQUIRE_MODEL(m);
-  if (!models::find_encoder_family("toybert")) models::register_encoder_family({"toybert", &kToyEncoderNames, ""});
-  EXPECT_THROW(models::register_encoder_family({"toybert", &kToyEncoderNames, ""}), Error);
+  if (!models::find_encoder_family("toybert")) models::register_encoder_family({"toybert", &kToyEncoderNames, "", models::bert_config});
+  EXPECT_THROW(models::register_encoder_family({"toybert", &kToyEncoderNames, "", models::bert_config}), Error);
+  EXPECT_THROW(models::register_encoder_family({"toybert2", &kToyEncoderNames, ""}), Error);  // no config reader
   const fs::path src = SentenceEncoder::default_model_dir();
   const fs::path d = test::scratch_dir("toy_family");
   fs::remove_all(d);

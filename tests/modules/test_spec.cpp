@@ -5,7 +5,7 @@
 
 #include "ffn/diagnostics.hpp"
 #include "ffn/encoder.hpp"
-#include "modules/spec.hpp"
+#include "modules/stack_config.hpp"
 #include "ops/rope.hpp"
 
 #include <cmath>
@@ -71,6 +71,40 @@ TEST(Spec, EncoderAndDecoderSettingsComeThroughUnchanged) {
             EXPECT_EQ(s.attention.cross, k == nn::StackKind::seq2seq_decoder);
           }
         }
+}
+
+// The spec comes first: the public config is made from it, and the round
+// trip config → spec → config gives every field back; what the config
+// cannot hold is refused naming the spec's field.
+TEST(Spec, TheEncoderConfigIsMadeFromTheSpec) {
+  for (Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu, Activation::swiglu,
+                       Activation::geglu, Activation::reglu, Activation::geglu_tanh})
+    for (NormPlacement p : {NormPlacement::post, NormPlacement::pre})
+      for (NormType t : {NormType::layernorm, NormType::rmsnorm})
+        for (bool bias : {false, true})
+          for (nn::StackKind k : {nn::StackKind::encoder, nn::StackKind::seq2seq_decoder}) {
+            EncoderConfig c;
+            c.d_model = 24, c.heads = 3, c.d_ff = 37, c.layers = 5, c.activation = a, c.norm = p, c.norm_type = t;
+            c.bias = bias, c.eps = 1e-6f, c.dropout = 0.25f, c.final_norm = bias;
+            EXPECT_EQ(nn::encoder_config(nn::stack_spec(c, k)), c) << to_string(a) << " " << to_string(p);
+          }
+  auto refused = [](auto change, const std::string& what) {
+    nn::StackSpec s = nn::stack_spec(EncoderConfig{}, nn::StackKind::encoder);
+    change(s);
+    expect_error([&] { (void)nn::encoder_config(s); }, what);
+  };
+  refused([](nn::StackSpec& s) { s.attention.kv_heads = 2; }, "attention.kv_heads");
+  refused([](nn::StackSpec& s) { s.attention.head_dim = 32; }, "attention.head_dim");
+  refused([](nn::StackSpec& s) { s.attention.rope.enabled = true; }, "attention.rope");
+  refused([](nn::StackSpec& s) { s.attention.relative_buckets = 32; }, "attention.relative_buckets");
+  refused([](nn::StackSpec& s) { s.norm.kind = nn::NormKind::rmsnorm_one_plus; }, "norm.kind");
+  refused([](nn::StackSpec& s) { s.norm.sites = nn::NormSites::pre_and_post; }, "norm.sites");
+  refused([](nn::StackSpec& s) { s.ffn.bias = false; }, "biases on some projections only");
+  refused([](nn::StackSpec& s) { s.attention.causal = true; }, "attention.causal");
+  nn::StackSpec fine = nn::stack_spec(EncoderConfig{}, nn::StackKind::encoder);
+  fine.attention.head_dim = fine.d_model / fine.attention.heads;  // the default, spelled out
+  fine.attention.kv_heads = fine.attention.heads;
+  EXPECT_EQ(nn::encoder_config(fine), EncoderConfig{});
 }
 
 TEST(Spec, CausalAttentionTakesItsHeadsFromTheSpec) {
