@@ -11,26 +11,25 @@ using namespace models;
 
 namespace {
 
-struct Naming {
-  std::string prefix;
-  bool single = false;
-  std::string layer(int64_t i) const { return single ? prefix : prefix + "layers." + std::to_string(i) + "."; }
-};
+using T = TorchTensor;
 
-std::vector<Slot> slots(const DecoderConfig& cfg, const Naming& nm, DecoderWeights& w) {
+StackNaming naming(std::string prefix, bool single) { return {&torch_decoder_names(), std::move(prefix), single}; }
+
+std::vector<Slot> slots(const DecoderConfig& cfg, const StackNaming& nm, DecoderWeights& w) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;
-  SlotList out;
+  SlotList out{nm, {}};
   for (int64_t i = 0; i < cfg.layers; ++i) {
     auto& l = w.layers[size_t(i)];
-    const std::string p = nm.layer(i);
-    for (auto [a, name] : {std::pair{&l.self_attn, "self_attn."}, std::pair{&l.cross_attn, "multihead_attn."}})
-      out.attention(p + name, d, a->in_proj_weight, a->in_proj_bias, a->out_proj_weight, a->out_proj_bias);
-    out.ffn(p, d, F, l.ffn);
-    out.norm(p + "norm1.", d, l.norm1_weight, l.norm1_bias);
-    out.norm(p + "norm2.", d, l.norm2_weight, l.norm2_bias);
-    out.norm(p + "norm3.", d, l.ffn.norm_weight, l.ffn.norm_bias);
+    for (const bool cross : {false, true}) {
+      AttentionWeights& a = cross ? l.cross_attn : l.self_attn;
+      out.attention(cross, i, d, a.in_proj_weight, a.in_proj_bias, a.out_proj_weight, a.out_proj_bias);
+    }
+    out.ffn(i, d, F, l.ffn);
+    out.norm(T::attn_norm, T::attn_norm_bias, i, d, l.norm1_weight, l.norm1_bias);
+    out.norm(T::cross_norm, T::cross_norm_bias, i, d, l.norm2_weight, l.norm2_bias);
+    out.norm(T::ffn_norm, T::ffn_norm_bias, i, d, l.ffn.norm_weight, l.ffn.norm_bias);
   }
-  out.norm(nm.prefix + "norm.", d, w.norm_weight, w.norm_bias);
+  out.norm(T::final_norm, T::final_norm_bias, 0, d, w.norm_weight, w.norm_bias);
   return out.slots;
 }
 
@@ -38,28 +37,28 @@ std::vector<Slot> slots(const DecoderConfig& cfg, const Naming& nm, DecoderWeigh
 
 Decoder Decoder::load(const std::string& path, const DecoderLoadOptions& opts) {
   const TensorSource f = TensorSource::safetensors(path, "");  // read lazily, tensor by tensor
-  Naming nm;
-  nm.prefix = opts.prefix;
-  if (!nm.prefix.empty() && nm.prefix.back() != '.') nm.prefix += '.';
-  auto has = [&](const std::string& name) { return f.has(name); };
+  std::string prefix = opts.prefix;
+  if (!prefix.empty() && prefix.back() != '.') prefix += '.';
+  StackNaming nm = naming(prefix, false);
+  auto has = [&](T t, int64_t l) { return f.has(nm.name(t, l)); };
   DecoderConfig cfg;
   cfg.layers = 0;
-  while (has(nm.prefix + "layers." + std::to_string(cfg.layers) + ".multihead_attn.in_proj_weight")) ++cfg.layers;
+  while (has(T::cross_in, cfg.layers)) ++cfg.layers;
   if (cfg.layers == 0) {
-    if (!has(nm.prefix + "multihead_attn.in_proj_weight"))
-      throw Error(path + ": no tensor " + nm.prefix + "layers.0.multihead_attn.in_proj_weight (nn.TransformerDecoder) or " +
-                  nm.prefix + "multihead_attn.in_proj_weight (nn.TransformerDecoderLayer): not a decoder's state_dict" +
+    const std::string stack_name = nm.name(T::cross_in);
+    nm.single = true;
+    if (!has(T::cross_in, 0))
+      throw Error(path + ": no tensor " + stack_name + " (nn.TransformerDecoder) or " + nm.name(T::cross_in) +
+                  " (nn.TransformerDecoderLayer): not a decoder's state_dict" +
                   (nm.prefix.empty() ? " (an nn.Transformer's decoder is under prefix decoder.)"
                                      : " under prefix " + nm.prefix));
-    nm.single = true;
     cfg.layers = 1;
   }
-  const std::string l0 = nm.layer(0);
-  read_stack_shapes(f, path, l0, cfg);
-  cfg.bias = has(l0 + "self_attn.in_proj_bias");
-  cfg.final_norm = !nm.single && has(nm.prefix + "norm.weight");
+  read_stack_shapes(f, path, nm, cfg);
+  cfg.bias = has(T::self_in_bias, 0);
+  cfg.final_norm = !nm.single && has(T::final_norm, 0);
   std::vector<AssumedSetting> assumed;
-  read_stack_settings(f, path, opts, has(l0 + "gate.weight"), l0 + "norm1.bias", "a decoder layer's", cfg, assumed);
+  read_stack_settings(f, path, opts, nm, has(T::gate, 0), "a decoder layer's", cfg, assumed);
   cfg.validate();
   DecoderWeights w = DecoderWeights::zeros(cfg);
   fill_slots(f, path, slots(cfg, nm, w));
@@ -73,7 +72,7 @@ Decoder Decoder::load(const std::string& path, const DecoderLoadOptions& opts) {
 SafetensorsFile Decoder::to_safetensors(const DecoderWeights& values) const {
   const DecoderWeights want = DecoderWeights::zeros(cfg_);
   if (values.layers.size() != want.layers.size()) throw Error("decoder gradients: wrong number of layers");
-  const Naming nm{prefix_, single_};
+  const StackNaming nm = naming(prefix_, single_);
   check_slot_sizes(slots(cfg_, nm, const_cast<DecoderWeights&>(want)), slots(cfg_, nm, const_cast<DecoderWeights&>(values)),
                    "decoder gradients: ");
   return tensors_of(slots(cfg_, nm, const_cast<DecoderWeights&>(values)));
@@ -81,7 +80,7 @@ SafetensorsFile Decoder::to_safetensors(const DecoderWeights& values) const {
 
 SafetensorsFile Decoder::to_safetensors() const {
   DecoderWeights w = weights();
-  SafetensorsFile f = tensors_of(slots(cfg_, Naming{prefix_, single_}, w));
+  SafetensorsFile f = tensors_of(slots(cfg_, naming(prefix_, single_), w));
   f.metadata = stack_metadata(cfg_, "decoder");
   return f;
 }

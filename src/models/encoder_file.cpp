@@ -15,26 +15,23 @@ using namespace models;  // the __metadata__ keys (models/metadata.hpp)
 
 namespace {
 
-struct Naming {
-  std::string prefix;
-  bool single = false;
-  bool separate_qkv = false;
-  std::string layer(int64_t i) const { return single ? prefix : prefix + "layers." + std::to_string(i) + "."; }
-};
+using T = TorchTensor;
 
-std::vector<Slot> slots(const EncoderConfig& cfg, const Naming& nm, EncoderWeights& w) {
+StackNaming naming(std::string prefix, bool single, bool separate_qkv) {
+  return {&torch_encoder_names(), std::move(prefix), single, separate_qkv};
+}
+
+std::vector<Slot> slots(const EncoderConfig& cfg, const StackNaming& nm, EncoderWeights& w) {
   const int64_t d = cfg.d_model, F = cfg.d_ff;
-  SlotList out;
+  SlotList out{nm, {}};
   for (int64_t i = 0; i < cfg.layers; ++i) {
     auto& l = w.layers[size_t(i)];
-    const std::string p = nm.layer(i);
-    out.attention(p + "self_attn.", d, l.in_proj_weight, l.in_proj_bias, l.out_proj_weight, l.out_proj_bias,
-                  nm.separate_qkv);
-    out.ffn(p, d, F, l.ffn);
-    out.norm(p + "norm1.", d, l.norm1_weight, l.norm1_bias);
-    out.norm(p + "norm2.", d, l.ffn.norm_weight, l.ffn.norm_bias);
+    out.attention(false, i, d, l.in_proj_weight, l.in_proj_bias, l.out_proj_weight, l.out_proj_bias);
+    out.ffn(i, d, F, l.ffn);
+    out.norm(T::attn_norm, T::attn_norm_bias, i, d, l.norm1_weight, l.norm1_bias);
+    out.norm(T::ffn_norm, T::ffn_norm_bias, i, d, l.ffn.norm_weight, l.ffn.norm_bias);
   }
-  out.norm(nm.prefix + "norm.", d, w.norm_weight, w.norm_bias);
+  out.norm(T::final_norm, T::final_norm_bias, 0, d, w.norm_weight, w.norm_bias);
   return out.slots;
 }
 
@@ -42,7 +39,7 @@ std::vector<Slot> slots(const EncoderConfig& cfg, const Naming& nm, EncoderWeigh
 void check_sizes(const EncoderConfig& cfg, const EncoderWeights& values) {
   const EncoderWeights want = EncoderWeights::zeros(cfg);
   if (values.layers.size() != want.layers.size()) throw Error("encoder gradients: wrong number of layers");
-  const Naming nm;
+  const StackNaming nm = naming("", false, false);
   check_slot_sizes(slots(cfg, nm, const_cast<EncoderWeights&>(want)), slots(cfg, nm, const_cast<EncoderWeights&>(values)),
                    "encoder gradients: ");
 }
@@ -51,33 +48,31 @@ void check_sizes(const EncoderConfig& cfg, const EncoderWeights& values) {
 
 Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
   const TensorSource f = TensorSource::safetensors(path, "");  // read lazily, tensor by tensor
-  Naming nm;
-  nm.prefix = opts.prefix;
-  if (!nm.prefix.empty() && nm.prefix.back() != '.') nm.prefix += '.';
-  auto has = [&](const std::string& name) { return f.has(name); };
-  auto has_attn = [&](const std::string& p) {
-    return has(p + "self_attn.in_proj_weight") || has(p + "self_attn.q_proj_weight");
-  };
+  std::string prefix = opts.prefix;
+  if (!prefix.empty() && prefix.back() != '.') prefix += '.';
+  StackNaming nm = naming(prefix, false, false);
+  auto has = [&](T t, int64_t l) { return f.has(nm.name(t, l)); };
+  auto has_attn = [&](int64_t l) { return has(T::self_in, l) || has(T::self_q, l); };
   EncoderConfig cfg;
   cfg.layers = 0;
-  while (has_attn(nm.prefix + "layers." + std::to_string(cfg.layers) + ".")) ++cfg.layers;
+  while (has_attn(cfg.layers)) ++cfg.layers;
   if (cfg.layers == 0) {
-    if (!has_attn(nm.prefix))
-      throw Error(path + ": no tensor " + nm.prefix + "layers.0.self_attn.in_proj_weight (nn.TransformerEncoder) or " +
-                  nm.prefix + "self_attn.in_proj_weight (nn.TransformerEncoderLayer): not an encoder's state_dict" +
-                  (nm.prefix.empty() ? "" : " under prefix " + nm.prefix));
+    const std::string stack_name = nm.name(T::self_in);
     nm.single = true;
+    if (!has_attn(0))
+      throw Error(path + ": no tensor " + stack_name + " (nn.TransformerEncoder) or " + nm.name(T::self_in) +
+                  " (nn.TransformerEncoderLayer): not an encoder's state_dict" +
+                  (nm.prefix.empty() ? "" : " under prefix " + nm.prefix));
     cfg.layers = 1;
   }
-  const std::string l0 = nm.layer(0);
-  nm.separate_qkv = !has(l0 + "self_attn.in_proj_weight");
-  read_stack_shapes(f, path, l0, cfg);
-  cfg.bias = has(l0 + "self_attn.in_proj_bias");
-  cfg.final_norm = !nm.single && has(nm.prefix + "norm.weight");
-  const bool gated = has(l0 + "gate.weight");
+  nm.separate_qkv = !has(T::self_in, 0);
+  read_stack_shapes(f, path, nm, cfg);
+  cfg.bias = has(T::self_in_bias, 0);
+  cfg.final_norm = !nm.single && has(T::final_norm, 0);
+  const bool gated = has(T::gate, 0);
 
   std::vector<AssumedSetting> assumed;
-  read_stack_settings(f, path, opts, gated, l0 + "norm1.bias", "an encoder layer's", cfg, assumed);
+  read_stack_settings(f, path, opts, nm, gated, "an encoder layer's", cfg, assumed);
   cfg.validate();
 
   EncoderWeights w = EncoderWeights::zeros(cfg);
@@ -92,12 +87,12 @@ Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
 
 SafetensorsFile Encoder::to_safetensors(const EncoderWeights& values) const {
   check_sizes(cfg_, values);
-  return tensors_of(slots(cfg_, Naming{prefix_, single_, separate_qkv_}, const_cast<EncoderWeights&>(values)));
+  return tensors_of(slots(cfg_, naming(prefix_, single_, separate_qkv_), const_cast<EncoderWeights&>(values)));
 }
 
 SafetensorsFile Encoder::to_safetensors() const {
   EncoderWeights w = weights();
-  SafetensorsFile f = tensors_of(slots(cfg_, Naming{prefix_, single_, separate_qkv_}, w));
+  SafetensorsFile f = tensors_of(slots(cfg_, naming(prefix_, single_, separate_qkv_), w));
   f.metadata = stack_metadata(cfg_, "encoder");
   return f;
 }

@@ -42,25 +42,33 @@ const char* method_of(WeightDtype t) {
   return "";
 }
 
-// One naming scheme: the unprefixed names of each parameter.
+// The FFN's tensors in a file: W1 (up), its bias, W_gate (gated), its bias,
+// W2 (down), its bias, the norm's γ and β.
+enum class FfnTensor { up, up_bias, gate, gate_bias, down, down_bias, norm, norm_bias, count };
+using F = FfnTensor;
+
+// One naming scheme: a name table of the unprefixed names, the family it
+// comes from (for messages) and the norm placement its files imply.
 struct Scheme {
   const char* family;
-  const char* w1; const char* b1;
-  const char* wg; const char* bg;
-  const char* w2; const char* b2;
-  const char* norm_weight; const char* norm_bias;
+  models::NameTableOf<FfnTensor> names;
   NormPlacement default_norm;
+  const char* operator[](FfnTensor t) const { return names.names[size_t(t)]; }
 };
 
-constexpr Scheme kNative{"ffn", "linear1.weight", "linear1.bias", "gate.weight", "gate.bias", "linear2.weight",
-                         "linear2.bias", "norm.weight", "norm.bias", NormPlacement::post};
-constexpr Scheme kTorch{"PyTorch TransformerEncoderLayer", "linear1.weight", "linear1.bias", "gate.weight",
-                        "gate.bias", "linear2.weight", "linear2.bias", "norm2.weight", "norm2.bias",
-                        NormPlacement::post};
-constexpr Scheme kLlama{"LLaMA", "mlp.up_proj.weight", "mlp.up_proj.bias", "mlp.gate_proj.weight",
-                        "mlp.gate_proj.bias", "mlp.down_proj.weight", "mlp.down_proj.bias",
-                        "post_attention_layernorm.weight", "post_attention_layernorm.bias", NormPlacement::pre};
-
+const Scheme kNative{"ffn",
+                     {{"linear1.weight", "linear1.bias", "gate.weight", "gate.bias", "linear2.weight", "linear2.bias",
+                       "norm.weight", "norm.bias"}},
+                     NormPlacement::post};
+const Scheme kTorch{"PyTorch TransformerEncoderLayer",
+                    {{"linear1.weight", "linear1.bias", "gate.weight", "gate.bias", "linear2.weight", "linear2.bias",
+                      "norm2.weight", "norm2.bias"}},
+                    NormPlacement::post};
+const Scheme kLlama{"LLaMA",
+                    {{"mlp.up_proj.weight", "mlp.up_proj.bias", "mlp.gate_proj.weight", "mlp.gate_proj.bias",
+                      "mlp.down_proj.weight", "mlp.down_proj.bias", "post_attention_layernorm.weight",
+                      "post_attention_layernorm.bias"}},
+                    NormPlacement::pre};
 
 std::string normalize_prefix(std::string p) {
   if (!p.empty() && p.back() != '.') p += '.';
@@ -71,7 +79,7 @@ std::string normalize_prefix(std::string p) {
 std::string prefix_hint(const io::SafetensorsReader& r) {
   std::set<std::string> found;
   for (const auto& [name, info] : r.tensors()) {
-    for (const char* tail : {"linear1.weight", "mlp.up_proj.weight"}) {
+    for (const char* tail : {kNative[F::up], kLlama[F::up]}) {
       const std::string t(tail);
       if (name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0)
         found.insert(name.substr(0, name.size() - t.size()));
@@ -123,15 +131,15 @@ ShardRead read_shards(const io::SafetensorsReader& r, const Config& cfg, DffShar
   Weights w;
   names.w1 = w1, w.w1 = r.read_f32_block(w1, b, e, 0, d);
   names.w2 = w2, w.w2 = r.read_f32_block(w2, 0, d, b, e);
-  if (gated) names.wg = prefix + s.wg, w.wg = r.read_f32_block(names.wg, b, e, 0, d);
+  if (gated) names.wg = prefix + s[F::gate], w.wg = r.read_f32_block(names.wg, b, e, 0, d);
   if (cfg.bias) {
-    names.b1 = prefix + s.b1, w.b1 = r.read_f32_block(names.b1, b, e, 0, 1);
-    names.b2 = prefix + s.b2, w.b2 = r.read_f32(names.b2);
-    if (gated) names.bg = prefix + s.bg, w.bg = r.read_f32_block(names.bg, b, e, 0, 1);
+    names.b1 = prefix + s[F::up_bias], w.b1 = r.read_f32_block(names.b1, b, e, 0, 1);
+    names.b2 = prefix + s[F::down_bias], w.b2 = r.read_f32(names.b2);
+    if (gated) names.bg = prefix + s[F::gate_bias], w.bg = r.read_f32_block(names.bg, b, e, 0, 1);
   }
   if (cfg.norm != NormPlacement::none) {
-    names.norm_weight = prefix + s.norm_weight, w.norm_weight = r.read_f32(names.norm_weight);
-    if (cfg.norm_type == NormType::layernorm) names.norm_bias = prefix + s.norm_bias, w.norm_bias = r.read_f32(names.norm_bias);
+    names.norm_weight = prefix + s[F::norm], w.norm_weight = r.read_f32(names.norm_weight);
+    if (cfg.norm_type == NormType::layernorm) names.norm_bias = prefix + s[F::norm_bias], w.norm_bias = r.read_f32(names.norm_bias);
   }
   return {local, std::move(w), names, sh};
 }
@@ -149,20 +157,20 @@ FeedForward FeedForward::load(const std::string& path, const LoadOptions& opts) 
 
   // 1. Which naming scheme.
   const Scheme* scheme = nullptr;
-  if (has(kLlama.w1)) scheme = &kLlama;
-  else if (has(kNative.w1)) scheme = (has(kNative.norm_weight) || !has(kTorch.norm_weight)) ? &kNative : &kTorch;
+  if (has(kLlama[F::up])) scheme = &kLlama;
+  else if (has(kNative[F::up])) scheme = (has(kNative[F::norm]) || !has(kTorch[F::norm])) ? &kNative : &kTorch;
   else {
-    throw Error(path + ": tensor '" + prefix + "linear1.weight' (or '" + prefix +
-                "mlp.up_proj.weight') not found" + prefix_hint(r));
+    throw Error(path + ": tensor '" + prefix + kNative[F::up] + "' (or '" + prefix + kLlama[F::up] + "') not found" +
+                prefix_hint(r));
   }
   const Scheme& s = *scheme;
   auto need = [&](const char* n) {
-    if (!has(n)) throw Error(path + ": tensor '" + prefix + n + "' not found (needed with '" + prefix + s.w1 + "')");
+    if (!has(n)) throw Error(path + ": tensor '" + prefix + n + "' not found (needed with '" + prefix + s[F::up] + "')");
     return prefix + n;
   };
 
   // 2. Shapes give d_model, d_ff, gated and bias.
-  const std::string w1 = prefix + s.w1, w2 = need(s.w2);
+  const std::string w1 = prefix + s[F::up], w2 = need(s[F::down]);
   const auto& i1 = r.info(w1);
   if (i1.shape.size() != 2 || i1.shape[0] < 1 || i1.shape[1] < 1)
     models::throw_shape_error(path, w1, i1.shape, "[d_ff, d_model] with both >= 1");
@@ -177,20 +185,20 @@ FeedForward FeedForward::load(const std::string& path, const LoadOptions& opts) 
       models::throw_shape_error(path, name, info.shape, shape_str(want), dims);
   };
   expect_shape(w2, {cfg.d_model, cfg.d_ff});
-  const bool gated = has(s.wg);
-  if (gated) expect_shape(prefix + s.wg, {cfg.d_ff, cfg.d_model});
-  const bool b1 = has(s.b1), b2 = has(s.b2);
+  const bool gated = has(s[F::gate]);
+  if (gated) expect_shape(prefix + s[F::gate], {cfg.d_ff, cfg.d_model});
+  const bool b1 = has(s[F::up_bias]), b2 = has(s[F::down_bias]);
   if (b1 != b2)
-    throw Error(path + ": " + prefix + (b1 ? s.b1 : s.b2) + " is present but " + prefix + (b1 ? s.b2 : s.b1) +
+    throw Error(path + ": " + prefix + (b1 ? s[F::up_bias] : s[F::down_bias]) + " is present but " + prefix + (b1 ? s[F::down_bias] : s[F::up_bias]) +
                 " is not (biases must be all present or all absent)");
   cfg.bias = b1;
-  if (gated && has(s.bg) != cfg.bias)
-    throw Error(path + ": " + prefix + s.bg + (cfg.bias ? " is missing" : " is present") + " but " + prefix + s.b1 +
+  if (gated && has(s[F::gate_bias]) != cfg.bias)
+    throw Error(path + ": " + prefix + s[F::gate_bias] + (cfg.bias ? " is missing" : " is present") + " but " + prefix + s[F::up_bias] +
                 (cfg.bias ? " is present" : " is not") + " (biases must be all present or all absent)");
   if (cfg.bias) {
-    expect_shape(prefix + s.b1, {cfg.d_ff});
-    expect_shape(prefix + s.b2, {cfg.d_model});
-    if (gated) expect_shape(prefix + s.bg, {cfg.d_ff});
+    expect_shape(prefix + s[F::up_bias], {cfg.d_ff});
+    expect_shape(prefix + s[F::down_bias], {cfg.d_model});
+    if (gated) expect_shape(prefix + s[F::gate_bias], {cfg.d_ff});
   }
 
   // 3. Settings: options, else __metadata__, else what the tensors imply.
@@ -206,12 +214,12 @@ FeedForward FeedForward::load(const std::string& path, const LoadOptions& opts) 
   const std::string act_src = opts.activation ? "--activation " : (meta_get(kMetaActivation) ? "activation " : "");
   if (is_gated(cfg.activation) && !gated)
     throw Error(path + ": " + act_src + std::string(to_string(cfg.activation)) + " is gated but tensor '" + prefix +
-                s.wg + "' was not found");
+                s[F::gate] + "' was not found");
   if (!is_gated(cfg.activation) && gated)
     throw Error(path + ": " + act_src + std::string(to_string(cfg.activation)) + " is not gated but the file has '" +
-                prefix + s.wg + "' (use swiglu, geglu or reglu)");
+                prefix + s[F::gate] + "' (use swiglu, geglu or reglu)");
 
-  const bool has_gamma = has(s.norm_weight), has_beta = has(s.norm_bias);
+  const bool has_gamma = has(s[F::norm]), has_beta = has(s[F::norm_bias]);
   if (opts.norm) cfg.norm = *opts.norm;
   else if (auto v = meta_get(kMetaNorm)) cfg.norm = parse_norm_placement(*v, meta_where + kMetaNorm);
   else cfg.norm = has_gamma ? s.default_norm : NormPlacement::none;
@@ -231,11 +239,11 @@ FeedForward FeedForward::load(const std::string& path, const LoadOptions& opts) 
   if (cfg.norm != NormPlacement::none) {
     const std::string why = " (needed by norm " + std::string(to_string(cfg.norm)) + " " +
                             std::string(to_string(cfg.norm_type)) + ")";
-    if (!has_gamma) throw Error(path + ": tensor '" + prefix + s.norm_weight + "' not found" + why);
-    expect_shape(prefix + s.norm_weight, {cfg.d_model});
+    if (!has_gamma) throw Error(path + ": tensor '" + prefix + s[F::norm] + "' not found" + why);
+    expect_shape(prefix + s[F::norm], {cfg.d_model});
     if (cfg.norm_type == NormType::layernorm) {
-      if (!has_beta) throw Error(path + ": tensor '" + prefix + s.norm_bias + "' not found" + why);
-      expect_shape(prefix + s.norm_bias, {cfg.d_model});
+      if (!has_beta) throw Error(path + ": tensor '" + prefix + s[F::norm_bias] + "' not found" + why);
+      expect_shape(prefix + s[F::norm_bias], {cfg.d_model});
     }
   }
   std::vector<AssumedSetting> assumed;
@@ -267,7 +275,7 @@ FeedForward FeedForward::load(const std::string& path, const LoadOptions& opts) 
   const char* want = stored == WeightDtype::int8 ? "I8" : stored == WeightDtype::bf16 ? "BF16"
                      : stored == WeightDtype::fp16 ? "F16" : nullptr;
   std::vector<std::string> matrices = {w1, w2};
-  if (gated) matrices.push_back(prefix + s.wg);
+  if (gated) matrices.push_back(prefix + s[F::gate]);
   for (const std::string& m : matrices) {
     const std::string& dt = r.info(m).dtype;
     if (want && dt != want)
@@ -333,7 +341,7 @@ FeedForward FeedForward::load(const std::string& path, const LoadOptions& opts) 
   };
   take_matrix(names.w1, w.w1, q->w1, w1);
   take_matrix(names.w2, w.w2, q->w2, w2);
-  if (gated) take_matrix(names.wg, w.wg, q->wg, prefix + s.wg);
+  if (gated) take_matrix(names.wg, w.wg, q->wg, prefix + s[F::gate]);
   // int8: fp32 input channels, W1's (and Wg's) columns for them
   auto take_fp32_columns = [&](const std::string& name, std::vector<float>& cols) {
     const std::string iname = name + kFp32IndexSuffix, cname = name + kFp32ColumnsSuffix;
@@ -361,21 +369,21 @@ FeedForward FeedForward::load(const std::string& path, const LoadOptions& opts) 
   };
   {
     std::vector<int64_t> index = take_fp32_columns(w1, q->w1_fp32);
-    if (gated && take_fp32_columns(prefix + s.wg, q->wg_fp32) != index)
-      throw Error(path + ": " + prefix + s.wg + kFp32IndexSuffix + " differs from " + w1 + kFp32IndexSuffix +
+    if (gated && take_fp32_columns(prefix + s[F::gate], q->wg_fp32) != index)
+      throw Error(path + ": " + prefix + s[F::gate] + kFp32IndexSuffix + " differs from " + w1 + kFp32IndexSuffix +
                   " (W1 and Wg keep the same input channels in float32)");
     nn::check_fp32_inputs(index, cfg.d_model, path + ": " + w1 + kFp32IndexSuffix);
     q->fp32_inputs = std::move(index);
     nn::merge_fp32_inputs(*q, w.w1, gated ? &w.wg : nullptr, cfg.d_model, cfg.d_ff);
   }
   if (cfg.bias) {
-    take(names.b1, w.b1, prefix + s.b1);
-    take(names.b2, w.b2, prefix + s.b2);
-    if (gated) take(names.bg, w.bg, prefix + s.bg);
+    take(names.b1, w.b1, prefix + s[F::up_bias]);
+    take(names.b2, w.b2, prefix + s[F::down_bias]);
+    if (gated) take(names.bg, w.bg, prefix + s[F::gate_bias]);
   }
   if (cfg.norm != NormPlacement::none) {
-    take(names.norm_weight, w.norm_weight, prefix + s.norm_weight);
-    if (cfg.norm_type == NormType::layernorm) take(names.norm_bias, w.norm_bias, prefix + s.norm_bias);
+    take(names.norm_weight, w.norm_weight, prefix + s[F::norm]);
+    if (cfg.norm_type == NormType::layernorm) take(names.norm_bias, w.norm_bias, prefix + s[F::norm_bias]);
   }
   try {
     FeedForward layer = stored != WeightDtype::fp32 && dtype == stored ? FeedForward(cfg, std::move(w), dtype, std::move(q))

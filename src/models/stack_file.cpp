@@ -16,36 +16,78 @@ int64_t numel(const std::vector<int64_t>& s) {
 }
 }  // namespace
 
-void SlotList::add(const std::string& name, std::vector<int64_t> shape, std::vector<float>& v, size_t offset) {
-  if (!v.empty()) slots.push_back({name, std::move(shape), &v, offset});
-}
+namespace {
 
-void SlotList::attention(const std::string& p, int64_t d, std::vector<float>& in_w, std::vector<float>& in_b,
-                         std::vector<float>& out_w, std::vector<float>& out_b, bool separate_qkv) {
-  if (separate_qkv) {
-    add(p + "q_proj_weight", {d, d}, in_w, 0);
-    add(p + "k_proj_weight", {d, d}, in_w, size_t(d * d));
-    add(p + "v_proj_weight", {d, d}, in_w, size_t(2 * d * d));
-  } else {
-    add(p + "in_proj_weight", {3 * d, d}, in_w);
+// The names in layer order of TorchTensor; the decoder's differ in the
+// norms after cross-attention and the FFN.
+const TorchNameTable kEncoderNames{{
+    "layers.{L}.self_attn.in_proj_weight", "layers.{L}.self_attn.in_proj_bias", "layers.{L}.self_attn.q_proj_weight",
+    "layers.{L}.self_attn.k_proj_weight", "layers.{L}.self_attn.v_proj_weight", "layers.{L}.self_attn.out_proj.weight",
+    "layers.{L}.self_attn.out_proj.bias",
+    nullptr, nullptr, nullptr, nullptr,
+    "layers.{L}.linear1.weight", "layers.{L}.linear1.bias", "layers.{L}.gate.weight", "layers.{L}.gate.bias",
+    "layers.{L}.linear2.weight", "layers.{L}.linear2.bias",
+    "layers.{L}.norm1.weight", "layers.{L}.norm1.bias", nullptr, nullptr, "layers.{L}.norm2.weight",
+    "layers.{L}.norm2.bias", "norm.weight", "norm.bias",
+}};
+const TorchNameTable kDecoderNames{{
+    "layers.{L}.self_attn.in_proj_weight", "layers.{L}.self_attn.in_proj_bias", nullptr, nullptr, nullptr,
+    "layers.{L}.self_attn.out_proj.weight", "layers.{L}.self_attn.out_proj.bias",
+    "layers.{L}.multihead_attn.in_proj_weight", "layers.{L}.multihead_attn.in_proj_bias",
+    "layers.{L}.multihead_attn.out_proj.weight", "layers.{L}.multihead_attn.out_proj.bias",
+    "layers.{L}.linear1.weight", "layers.{L}.linear1.bias", "layers.{L}.gate.weight", "layers.{L}.gate.bias",
+    "layers.{L}.linear2.weight", "layers.{L}.linear2.bias",
+    "layers.{L}.norm1.weight", "layers.{L}.norm1.bias", "layers.{L}.norm2.weight", "layers.{L}.norm2.bias",
+    "layers.{L}.norm3.weight", "layers.{L}.norm3.bias", "norm.weight", "norm.bias",
+}};
+
+}  // namespace
+
+const TorchNameTable& torch_encoder_names() { return kEncoderNames; }
+const TorchNameTable& torch_decoder_names() { return kDecoderNames; }
+
+std::string StackNaming::name(TorchTensor t, int64_t layer) const {
+  std::string s = table->name(t, layer);
+  if (single) {  // one layer's own state_dict: its names without "layers.N."
+    const std::string layers = "layers." + std::to_string(layer) + ".";
+    if (s.compare(0, layers.size(), layers) == 0) s.erase(0, layers.size());
   }
-  add(p + "in_proj_bias", {3 * d}, in_b);
-  add(p + "out_proj.weight", {d, d}, out_w);
-  add(p + "out_proj.bias", {d}, out_b);
+  return prefix + s;
 }
 
-void SlotList::ffn(const std::string& p, int64_t d, int64_t F, Weights& w) {
-  add(p + "linear1.weight", {F, d}, w.w1);
-  add(p + "linear1.bias", {F}, w.b1);
-  add(p + "gate.weight", {F, d}, w.wg);
-  add(p + "gate.bias", {F}, w.bg);
-  add(p + "linear2.weight", {d, F}, w.w2);
-  add(p + "linear2.bias", {d}, w.b2);
+void SlotList::add(TorchTensor t, int64_t layer, std::vector<int64_t> shape, std::vector<float>& v, size_t offset) {
+  if (!v.empty()) slots.push_back({nm.name(t, layer), std::move(shape), &v, offset});
 }
 
-void SlotList::norm(const std::string& name, int64_t d, std::vector<float>& weight, std::vector<float>& bias) {
-  add(name + "weight", {d}, weight);
-  add(name + "bias", {d}, bias);
+void SlotList::attention(bool cross, int64_t l, int64_t d, std::vector<float>& in_w, std::vector<float>& in_b,
+                         std::vector<float>& out_w, std::vector<float>& out_b) {
+  using T = TorchTensor;
+  if (!cross && nm.separate_qkv) {
+    add(T::self_q, l, {d, d}, in_w, 0);
+    add(T::self_k, l, {d, d}, in_w, size_t(d * d));
+    add(T::self_v, l, {d, d}, in_w, size_t(2 * d * d));
+  } else {
+    add(cross ? T::cross_in : T::self_in, l, {3 * d, d}, in_w);
+  }
+  add(cross ? T::cross_in_bias : T::self_in_bias, l, {3 * d}, in_b);
+  add(cross ? T::cross_out : T::self_out, l, {d, d}, out_w);
+  add(cross ? T::cross_out_bias : T::self_out_bias, l, {d}, out_b);
+}
+
+void SlotList::ffn(int64_t l, int64_t d, int64_t F, Weights& w) {
+  using T = TorchTensor;
+  add(T::up, l, {F, d}, w.w1);
+  add(T::up_bias, l, {F}, w.b1);
+  add(T::gate, l, {F, d}, w.wg);
+  add(T::gate_bias, l, {F}, w.bg);
+  add(T::down, l, {d, F}, w.w2);
+  add(T::down_bias, l, {d}, w.b2);
+}
+
+void SlotList::norm(TorchTensor weight, TorchTensor bias, int64_t l, int64_t d, std::vector<float>& w,
+                    std::vector<float>& b) {
+  add(weight, l, {d}, w);
+  add(bias, l, {d}, b);
 }
 
 SafetensorsFile tensors_of(const std::vector<Slot>& slots) {
@@ -77,19 +119,21 @@ void check_slot_sizes(const std::vector<Slot>& want, const std::vector<Slot>& va
   }
 }
 
-void read_stack_shapes(const TensorSource& f, const std::string& path, const std::string& l0, EncoderConfig& cfg) {
-  const std::string wname = l0 + "self_attn.out_proj.weight";
+void read_stack_shapes(const TensorSource& f, const std::string& path, const StackNaming& nm, EncoderConfig& cfg) {
+  const std::string wname = nm.name(TorchTensor::self_out);
   const std::vector<int64_t> w = f.shape(wname);
   if (w.size() != 2 || w[0] != w[1] || w[0] < 1) throw_shape_error(path, wname, w, "[d_model, d_model]");
   cfg.d_model = w[0];
-  const std::vector<int64_t> w1 = f.shape(l0 + "linear1.weight");
-  if (w1.size() != 2 || w1[0] < 1) throw_shape_error(path, l0 + "linear1.weight", w1, "[d_ff, d_model]");
+  const std::string up = nm.name(TorchTensor::up);
+  const std::vector<int64_t> w1 = f.shape(up);
+  if (w1.size() != 2 || w1[0] < 1) throw_shape_error(path, up, w1, "[d_ff, d_model]");
   cfg.d_ff = w1[0];
 }
 
-void read_stack_settings(const TensorSource& f, const std::string& path, const EncoderLoadOptions& opts, bool gated,
-                         const std::string& norm1_bias, const std::string& what, EncoderConfig& cfg,
+void read_stack_settings(const TensorSource& f, const std::string& path, const EncoderLoadOptions& opts,
+                         const StackNaming& nm, bool gated, const std::string& what, EncoderConfig& cfg,
                          std::vector<AssumedSetting>& assumed) {
+  const std::string gate = nm.name(TorchTensor::gate), norm1_bias = nm.name(TorchTensor::attn_norm_bias);
   auto meta = [&](const char* key) -> const std::string* {
     auto it = f.metadata().find(key);
     return it == f.metadata().end() ? nullptr : &it->second;
@@ -112,7 +156,6 @@ void read_stack_settings(const TensorSource& f, const std::string& path, const E
   }
   if (cfg.heads < 1 || cfg.d_model % cfg.heads != 0)
     throw Error(path + ": heads " + std::to_string(cfg.heads) + " does not divide d_model " + std::to_string(cfg.d_model));
-  const std::string l0 = norm1_bias.substr(0, norm1_bias.size() - std::string("norm1.bias").size());
   if (opts.activation) cfg.activation = *opts.activation;
   else if (const std::string* v = meta(kMetaActivation)) cfg.activation = parse_activation(*v, where + kMetaActivation);
   else {
@@ -121,8 +164,7 @@ void read_stack_settings(const TensorSource& f, const std::string& path, const E
   }
   if (is_gated(cfg.activation) != gated)
     throw Error(path + ": activation " + std::string(to_string(cfg.activation)) +
-                (gated ? " is not gated, but the file has " + l0 + "gate.weight"
-                       : " is gated, but the file has no " + l0 + "gate.weight"));
+                (gated ? " is not gated, but the file has " + gate : " is gated, but the file has no " + gate));
   if (opts.norm) {
     cfg.norm = *opts.norm;
     if (cfg.norm == NormPlacement::none) throw Error("norm: " + what + " norm is post or pre, got none (--norm)");
