@@ -55,7 +55,7 @@ void mm(const KernelConfig& kc, int64_t m, int64_t n, int64_t k, const float* a,
 }
 
 std::vector<Seq> sequences(const AttentionShape& a) {
-  reference::check_attention_shape(a);
+  check_attention_shape(a);
   std::vector<Seq> s;
   for (size_t b = 0; b + 1 < a.off.size(); ++b) s.push_back({a.off[b], a.q_len(b), a.keys_base(b), a.keys_len(b)});
   return s;

@@ -23,13 +23,13 @@
 
 #include "backends/context.hpp"
 #include "ffn/types.hpp"
-#include "reference/attention_reference.hpp"
+#include "core/attention_shape.hpp"
 
 namespace ffn::nn {
 
-using reference::AttentionGrad;
-using reference::AttentionInput;
-using reference::AttentionShape;
+using ffn::AttentionGrad;
+using ffn::AttentionInput;
+using ffn::AttentionShape;
 
 // Q, K and V where AttentionInput says (cross-attention, a key/value cache);
 // out [n, d] is the context vectors.

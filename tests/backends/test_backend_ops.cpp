@@ -44,6 +44,7 @@
 #include "ffn/quant.hpp"
 #include "ffn/random.hpp"
 #include "ops/attention.hpp"
+#include "reference/attention_reference.hpp"
 #include "ops/fused_forward.hpp"
 #include "ops/linear.hpp"
 #include "ops/qlinear.hpp"
