@@ -3,11 +3,13 @@
 // one's shape and writes the one error message every loader gives.
 //
 //   TensorSource   one checkpoint's tensors by the file's own names, read
-//                  when asked: a safetensors file (SafetensorsReader, lazy)
-//                  or a GGUF (mapped; quantized blocks stay in the file).
-//                  Shapes are asked and checked in PyTorch order
-//                  [rows, cols]; a GGUF's messages print ne order, as its
-//                  tools do.
+//                  when asked, from a format's TensorReader: a safetensors
+//                  file (SafetensorsReader, lazy), a sharded one (its
+//                  index.json), a GGUF (mapped; quantized blocks stay in the
+//                  file), or a format registered with register_tensor_format
+//                  (TensorSource::open picks it by the path). Shapes are
+//                  asked and checked in PyTorch order [rows, cols]; a GGUF's
+//                  messages print ne order, as its tools do.
 //   NameTable      per (format, architecture): the file's name of each of
 //                  the spec's tensors ("{L}" the layer number), and how the
 //                  format lays them out (a GGUF llama's W_Q/W_K rows are in
@@ -39,12 +41,57 @@ namespace ffn::models {
 // "<file>: missing tensor <name>[ (<why>)]".
 [[noreturn]] void throw_missing_tensor(const std::string& file, const std::string& name, const std::string& why = "");
 
+// The naming and layout convention of a checkpoint's tensors: Hugging
+// Face's (transformers' names, PyTorch order) or a GGUF's (llama.cpp's names,
+// its rotary row order, quantized blocks).
 enum class Format { safetensors, gguf };
+
+// A checkpoint format's reader: what a new format implements (one class and
+// its row in the format registry; CONTRIBUTING.md, "A checkpoint format").
+class TensorReader {
+ public:
+  virtual ~TensorReader() = default;
+  virtual bool has(const std::string& name) const = 0;
+  // The tensor's shape in PyTorch order; Error (throw_missing_tensor) if it is missing.
+  virtual std::vector<int64_t> shape(const std::string& name) const = 0;
+  // The values as float32 (shape() checked first by the source).
+  virtual std::vector<float> read_f32(const std::string& name) const = 0;
+  // Every tensor's name, sorted.
+  virtual std::vector<std::string> names() const = 0;
+  // The file's string metadata (safetensors' __metadata__); none by default.
+  virtual const std::map<std::string, std::string>& metadata() const;
+  // The file holding a tensor, for messages (a shard of a sharded checkpoint); the path by default.
+  virtual std::string file_of(const std::string& name) const;
+  virtual Format format() const { return Format::safetensors; }
+  const std::string& path() const { return path_; }
+
+ protected:
+  explicit TensorReader(std::string path) : path_(std::move(path)) {}
+
+ private:
+  std::string path_;
+};
+
+// A checkpoint format: its name, whether a path is one of its files, and its reader.
+struct TensorFormat {
+  std::string name;
+  bool (*accepts)(const std::string& path) = nullptr;
+  std::shared_ptr<const TensorReader> (*open)(const std::string& path) = nullptr;
+};
+// The registered formats, asked in order: those added by
+// register_tensor_format first, then a sharded safetensors checkpoint
+// (*.index.json), then safetensors (any other path: its reader's messages
+// say what a file that is neither lacks).
+const std::vector<TensorFormat>& tensor_formats();
+// Adds one; Error if the name is taken or it has no accepts or open.
+void register_tensor_format(TensorFormat f);
 
 class TensorSource {
  public:
+  // The checkpoint at path, read by the first format that accepts it.
   // why: what the expected shapes come from, for the messages ("config.json";
   // a GGUF's: "llama.* metadata").
+  static TensorSource open(const std::string& path, std::string why);
   static TensorSource safetensors(const std::string& path, std::string why);
   // A checkpoint sharded over several safetensors files, as Hugging Face
   // saves large models: model.safetensors.index.json's weight_map names each
@@ -53,31 +100,29 @@ class TensorSource {
   // is not in its file.
   static TensorSource safetensors_index(const std::string& index_path, std::string why);
   static TensorSource gguf(std::shared_ptr<const GgufFile> file, std::string why);
+  // A reader of any format.
+  static TensorSource from(std::shared_ptr<const TensorReader> reader, std::string why);
 
-  Format format() const { return format_; }
-  const std::string& path() const { return path_; }
-  bool has(const std::string& name) const;
+  Format format() const { return reader_->format(); }
+  const std::string& path() const { return reader_->path(); }
+  bool has(const std::string& name) const { return reader_->has(name); }
   // The tensor's shape in PyTorch order (a GGUF's ne reversed); Error if it is missing.
-  std::vector<int64_t> shape(const std::string& name) const;
+  std::vector<int64_t> shape(const std::string& name) const { return reader_->shape(name); }
   // Error (naming the file, the tensor and both shapes) unless the tensor
   // exists with shape `want`, PyTorch order.
   void expect(const std::string& name, const std::vector<int64_t>& want) const;
   // expect, then the values as float32 (dequantized: a GGUF's blocks as ggml's).
   std::vector<float> read(const std::string& name, const std::vector<int64_t>& want) const;
-  // The GGUF, for its blocks and metadata (null for safetensors).
+  // The GGUF, for its blocks and metadata (null for other formats).
   const GgufFile* gguf_file() const { return gguf_.get(); }
   // A safetensors file's __metadata__ (empty for a GGUF: gguf_file()'s metadata instead).
-  const std::map<std::string, std::string>& metadata() const;
+  const std::map<std::string, std::string>& metadata() const { return reader_->metadata(); }
   // Every tensor's name, sorted.
-  std::vector<std::string> names() const;
+  std::vector<std::string> names() const { return reader_->names(); }
 
  private:
-  Format format_ = Format::safetensors;
-  std::string path_, why_;
-  // The safetensors files (one, or the shards) and, sharded, each tensor's.
-  std::vector<std::shared_ptr<const io::SafetensorsReader>> st_;
-  std::map<std::string, size_t> shard_of_;
-  const io::SafetensorsReader* file_of(const std::string& name) const;  // null: not there
+  std::shared_ptr<const TensorReader> reader_;
+  std::string why_;
   std::shared_ptr<const GgufFile> gguf_;
 };
 

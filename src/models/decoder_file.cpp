@@ -36,7 +36,7 @@ std::vector<Slot> slots(const DecoderConfig& cfg, const StackNaming& nm, Decoder
 }  // namespace
 
 Decoder Decoder::load(const std::string& path, const DecoderLoadOptions& opts) {
-  const TensorSource f = TensorSource::safetensors(path, "");  // read lazily, tensor by tensor
+  const TensorSource f = TensorSource::open(path, "");  // read lazily, tensor by tensor; any registered format
   std::string prefix = opts.prefix;
   if (!prefix.empty() && prefix.back() != '.') prefix += '.';
   StackNaming nm = naming(prefix, false);

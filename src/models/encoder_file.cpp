@@ -47,7 +47,7 @@ void check_sizes(const EncoderConfig& cfg, const EncoderWeights& values) {
 }  // namespace
 
 Encoder Encoder::load(const std::string& path, const EncoderLoadOptions& opts) {
-  const TensorSource f = TensorSource::safetensors(path, "");  // read lazily, tensor by tensor
+  const TensorSource f = TensorSource::open(path, "");  // read lazily, tensor by tensor; any registered format
   std::string prefix = opts.prefix;
   if (!prefix.empty() && prefix.back() != '.') prefix += '.';
   StackNaming nm = naming(prefix, false, false);

@@ -187,7 +187,7 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
                 " is a PyTorch checkpoint, which ffn does not read (loading it runs pickled code); convert it once "
                 "with python -c \"from transformers import AutoModel; AutoModel.from_pretrained('" + dir_in +
                 "').save_pretrained('" + dir_in + "', safe_serialization=True)\"");
-  const models::TensorSource f = models::TensorSource::safetensors(weights_path.string(), "");
+  const models::TensorSource f = models::TensorSource::open(weights_path.string(), "");
   const std::string pre = !family->optional_prefix.empty() && !f.has(names.name(models::EncTensor::word)) &&
                                   f.has(family->optional_prefix + names.name(models::EncTensor::word))
                               ? family->optional_prefix

@@ -207,7 +207,7 @@ TranslationModel TranslationModel::load(const std::string& dir_in, WeightDtype d
 
   // The tensors.
   // Read lazily, tensor by tensor (src/models/checkpoint.hpp).
-  const models::TensorSource f = models::TensorSource::safetensors(w_path.string(), "config.json");
+  const models::TensorSource f = models::TensorSource::open(w_path.string(), "config.json");
   const int64_t d = c.d_model;
   using T = models::Seq2SeqTensor;
   const models::Seq2SeqNameTable& names = models::marian_names();

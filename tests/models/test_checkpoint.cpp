@@ -3,6 +3,7 @@
 // the name tables.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ffn/causal_lm.hpp"
+#include "ffn/decoder.hpp"
+#include "ffn/encoder.hpp"
 #include "ffn/diagnostics.hpp"
 #include "ffn/gguf.hpp"
 #include "ffn/io.hpp"
@@ -149,6 +152,99 @@ TEST(Checkpoint, ATestOnlyArchitectureIsAConfigReaderAndANameTable) {
   std::ofstream(dir / "config.json") << R"({"model_type": "gpt2"})";
   expect_error([&] { CausalLM::load(dir.string()); }, "model_type is \"gpt2\"; expected \"llama\", \"qwen2\", \"qwen3\", \"mistral\", \"gemma2\", \"phi3\", \"toyllama\"");
   fs::remove_all(dir);
+}
+
+// The checkpoint-format recipe (CONTRIBUTING.md, "A checkpoint format"): a
+// format is a TensorReader and its row in the format registry, one edit.
+// This test-only format keeps tensors in JSON ({"metadata": {...},
+// "tensors": {name: {"shape": [...], "data": [...]}}}); an encoder and a
+// decoder saved in it load through Encoder::load / Decoder::load, which know
+// nothing of it, to the same bits as from safetensors, and its shape errors
+// are the one message, naming its file.
+class ToyJsonTensors final : public models::TensorReader {
+ public:
+  explicit ToyJsonTensors(const std::string& path)
+      : TensorReader(path), j_(nlohmann::json::parse(std::ifstream(path))) {
+    for (const auto& [k, v] : j_.at("metadata").items()) meta_[k] = v.get<std::string>();
+  }
+  bool has(const std::string& name) const override { return j_.at("tensors").contains(name); }
+  std::vector<int64_t> shape(const std::string& name) const override {
+    if (!has(name)) models::throw_missing_tensor(path(), name);
+    return j_.at("tensors").at(name).at("shape").get<std::vector<int64_t>>();
+  }
+  std::vector<float> read_f32(const std::string& name) const override {
+    return j_.at("tensors").at(name).at("data").get<std::vector<float>>();
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> v;
+    for (const auto& [k, t] : j_.at("tensors").items()) v.push_back(k);
+    return v;  // a JSON object's keys are sorted
+  }
+  const std::map<std::string, std::string>& metadata() const override { return meta_; }
+
+ private:
+  nlohmann::json j_;
+  std::map<std::string, std::string> meta_;
+};
+
+void write_toy_json(const SafetensorsFile& f, const fs::path& to) {
+  nlohmann::json j;
+  j["metadata"] = f.metadata;
+  j["tensors"] = nlohmann::json::object();
+  for (const auto& [name, t] : f.tensors) j["tensors"][name] = {{"shape", t.shape}, {"data", t.data}};
+  std::ofstream(to) << j.dump();
+}
+
+TEST(Checkpoint, ATestOnlyFormatIsAReaderAndItsRow) {
+  auto accepts = [](const std::string& p) { return fs::path(p).extension() == ".toyjson"; };
+  auto open = [](const std::string& p) -> std::shared_ptr<const models::TensorReader> {
+    return std::make_shared<const ToyJsonTensors>(p);
+  };
+  bool registered = false;
+  for (const models::TensorFormat& f : models::tensor_formats()) registered |= f.name == "toyjson";
+  if (!registered) models::register_tensor_format({"toyjson", accepts, open});
+  expect_error([&] { models::register_tensor_format({"toyjson", accepts, open}); }, "registered already");
+
+  const fs::path dir = test::scratch_dir("toy_format");
+  fs::create_directories(dir);
+  EncoderConfig cfg;
+  cfg.d_model = 12, cfg.heads = 3, cfg.d_ff = 19, cfg.layers = 2, cfg.activation = Activation::gelu;
+  cfg.final_norm = true;
+  const Encoder enc(cfg, 11);
+  enc.save((dir / "enc.safetensors").string());
+  write_toy_json(enc.to_safetensors(), dir / "enc.toyjson");
+  const Decoder dec(cfg, 12);
+  dec.save((dir / "dec.safetensors").string());
+  write_toy_json(dec.to_safetensors(), dir / "dec.toyjson");
+
+  const int64_t B = 2, S = 5, d = cfg.d_model;
+  std::vector<float> x(size_t(B * S * d)), m(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * float(i)), m[i] = std::cos(0.23f * float(i));
+  const Shape shape{B, S, Layout::tokens, {5, 3}};
+  auto run_encoder = [&](const Encoder& e) {
+    std::vector<float> y(x.size());
+    e.forward(x.data(), y.data(), shape);
+    return y;
+  };
+  auto run_decoder = [&](const Decoder& e) {
+    std::vector<float> y(x.size());
+    e.forward(x.data(), shape, m.data(), shape, y.data());
+    return y;
+  };
+  const std::vector<float> want_e = run_encoder(Encoder::load((dir / "enc.safetensors").string()));
+  const std::vector<float> got_e = run_encoder(Encoder::load((dir / "enc.toyjson").string()));
+  EXPECT_EQ(0, std::memcmp(want_e.data(), got_e.data(), want_e.size() * sizeof(float)));
+  const std::vector<float> want_d = run_decoder(Decoder::load((dir / "dec.safetensors").string()));
+  const std::vector<float> got_d = run_decoder(Decoder::load((dir / "dec.toyjson").string()));
+  EXPECT_EQ(0, std::memcmp(want_d.data(), got_d.data(), want_d.size() * sizeof(float)));
+  EXPECT_EQ(Encoder::load((dir / "enc.toyjson").string()).config(), cfg);  // the settings from its metadata
+
+  // A wrong shape in the toy file: the one message, naming the toy file.
+  SafetensorsFile bad = enc.to_safetensors();
+  bad.tensors["layers.1.linear2.weight"].shape = {d, cfg.d_ff - 1};
+  write_toy_json(bad, dir / "bad.toyjson");
+  expect_error([&] { (void)Encoder::load((dir / "bad.toyjson").string()); },
+               (dir / "bad.toyjson").string() + ": tensor layers.1.linear2.weight has shape [12, 18], expected [12, 19]");
 }
 
 }  // namespace
