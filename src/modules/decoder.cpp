@@ -354,7 +354,6 @@ void Decoder::forward(const float* x, const Shape& shape, const float* memory, c
   const Rows rows = valid_rows(shape, "input"), mrows = valid_rows(memory_shape, "memory");
   check_pair(shape, memory_shape, rows, mrows);
   const nn::Context ctx(opts);
-  const int threads = ctx.threads();
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
   if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
   if (!mrows.pos.empty() && !memory) throw Error("forward: memory must not be null");
@@ -384,13 +383,8 @@ void Decoder::forward(const float* x, const Shape& shape, const float* memory, c
   std::vector<float> cur(xr, xr + n * d);
   std::vector<float> a(size_t(n * d)), h(size_t(n * d));
   const nn::AttentionBlockConfig bc = block_config(cfg_);
-  nn::LayerRun lr;
-  lr.off = &rows.off;
-  lr.S = shape.seq;
+  nn::LayerRun lr = nn::layer_run(rows.off, shape.seq, opts.training, opts.causal, opts.seed, ctx, opts);
   lr.cross = &mkv;
-  lr.run = nn::BlockRun{opts.training, opts.causal, opts.seed, &ctx, {}};
-  lr.ffn_opts = opts;
-  lr.ffn_opts.threads = threads;
   lr.cross_attention_input = opts.cross_attention_input;
   lr.ask = ask;
   nn::LayerSaved scratch;
@@ -435,7 +429,6 @@ void Decoder::backward(const float* x, const float* dy, const Shape& shape, cons
   if (shape.positions() > 0 && (!dy || !dx)) throw Error("backward: dy and dx must not be null");
   if (memory_shape.positions() > 0 && (!memory || !dmemory)) throw Error("backward: memory and dmemory must not be null");
   const nn::Context ctx(opts);
-  const int threads = ctx.threads();
   const int64_t n = int64_t(rows.pos.size()), m = int64_t(mrows.pos.size()), d = cfg_.d_model;
   grads = DecoderWeights::zeros(cfg_);  // FFN parts are overwritten by its backward
 
@@ -452,13 +445,8 @@ void Decoder::backward(const float* x, const float* dy, const Shape& shape, cons
   }
   const nn::AttentionBlockConfig bc = block_config(cfg_);
   const auto& packed = *static_cast<const PackedDecoder*>(packed_.get());
-  nn::LayerRun lr;
-  lr.off = &rows.off;
-  lr.S = shape.seq;
+  nn::LayerRun lr = nn::layer_run(rows.off, shape.seq, c.training, c.causal, c.seed, ctx, opts);
   lr.cross = &mkv;
-  lr.run = nn::BlockRun{c.training, c.causal, c.seed, &ctx, {}};
-  lr.ffn_opts = opts;
-  lr.ffn_opts.threads = threads;
   lr.ask = [&] {
     if (opts.interrupted && opts.interrupted()) throw Interrupted();
   };

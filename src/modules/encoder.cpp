@@ -329,12 +329,7 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
       throw Interrupted();
     }
   };
-  nn::LayerRun lr;
-  lr.off = &rows.off;
-  lr.S = shape.seq;
-  lr.run = nn::BlockRun{opts.training, opts.causal, opts.seed, &ctx};
-  lr.ffn_opts = opts;
-  lr.ffn_opts.threads = threads;
+  nn::LayerRun lr = nn::layer_run(rows.off, shape.seq, opts.training, opts.causal, opts.seed, ctx, opts);
   lr.attention_input = opts.attention_input;
   lr.ffn_input = opts.ffn_input;
   lr.ask = ask;
@@ -384,7 +379,6 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
     throw Error("backward: the cache comes from a forward call with another shape or lengths");
   if (shape.positions() > 0 && (!dy || !dx)) throw Error("backward: dy and dx must not be null");
   const nn::Context ctx(opts);
-  const int threads = ctx.threads();
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
   // Reuse the caller's gradient buffers when they have the right sizes: every
   // element is overwritten (a fresh zeroed 4·d·(d + d_ff)·layers floats per
@@ -410,12 +404,7 @@ void Encoder::backward(const float* x, const float* dy, const Shape& shape, cons
                       g.data(), gx.data(), false, grads.norm_weight.data(), ptr_or_null(grads.norm_bias));
     std::swap(g, gx);
   }
-  nn::LayerRun lr;
-  lr.off = &rows.off;
-  lr.S = shape.seq;
-  lr.run = nn::BlockRun{c.training, c.causal, c.seed, &ctx};
-  lr.ffn_opts = opts;
-  lr.ffn_opts.threads = threads;
+  nn::LayerRun lr = nn::layer_run(rows.off, shape.seq, c.training, c.causal, c.seed, ctx, opts);
   // RunOptions::interrupted: asked inside the FFN sublayer's backward and
   // before the attention sublayer's.
   lr.ask = [&] {

@@ -23,6 +23,17 @@ const KeysValues& own_rows() {
 
 size_t LayerSaved::bytes() const { return self.bytes() + cross.bytes() + h.size() * sizeof(float) + ffn.bytes(); }
 
+LayerRun layer_run(const std::vector<int64_t>& off, int64_t S, bool training, bool causal, uint64_t seed,
+                   const Context& ctx, const RunOptions& opts) {
+  LayerRun r;
+  r.off = &off;
+  r.S = S;
+  r.run = BlockRun{training, causal, seed, &ctx, {}};
+  r.ffn_opts = opts;
+  r.ffn_opts.threads = ctx.threads();
+  return r;
+}
+
 void layer_forward(const AttentionBlockConfig& cfg, const LayerView& w, int64_t layer, const float* x, float* y,
                    float* a, float* h, int64_t n, const LayerRun& run, LayerSaved& s, bool save) {
   if (!run.off || (w.cross && !run.cross) || (!w.ffn && !w.fused) || (save && !w.fused) || !run.run.ctx)

@@ -70,6 +70,12 @@ struct LayerRun {
   std::function<void()> ask;
 };
 
+// A stack's call over the rows of `off` (padded length S): training, the
+// self-attention's causal flag and the call's seed in run (ctx: the call's
+// context), the FFN's options from opts with the context's threads.
+LayerRun layer_run(const std::vector<int64_t>& off, int64_t S, bool training, bool causal, uint64_t seed,
+                   const Context& ctx, const RunOptions& opts);
+
 // y [n, d] ← the layer applied to x [n, d] (y may be x); a and h: scratch
 // [n, d] each (h unused without cross-attention). save: keep in s what
 // layer_backward needs (otherwise s is scratch, reused by the next layer).
