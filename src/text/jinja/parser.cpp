@@ -44,6 +44,17 @@ class Parser {
     if (!is_op(o)) throw SyntaxError(std::string("expected '") + o + "', got '" + describe(peek()) + "'", peek().line);
     next();
   }
+  // Items separated by commas up to `close` (a trailing comma allowed), each
+  // read by item(); `close` consumed.
+  template <class F>
+  void comma_list(const char* close, F&& item) {
+    for (bool first = true; !is_op(close); first = false) {
+      if (!first) expect_op(",");
+      if (is_op(close)) break;
+      item();
+    }
+    next();
+  }
   std::string expect_name() {
     if (peek().type != T::Name) throw SyntaxError("expected a name, got '" + describe(peek()) + "'", peek().line);
     return next().text;
@@ -371,25 +382,17 @@ class Parser {
         if (t.text == "[") {
           next();
           auto l = make(Expr::ListLit, line);
-          while (!is_op("]")) {
-            if (!l->args.empty()) expect_op(",");
-            if (is_op("]")) break;
-            l->args.push_back(parse_expression(true));
-          }
-          next();
+          comma_list("]", [&] { l->args.push_back(parse_expression(true)); });
           return l;
         }
         if (t.text == "{") {
           next();
           auto d = make(Expr::DictLit, line);
-          while (!is_op("}")) {
-            if (!d->args.empty()) expect_op(",");
-            if (is_op("}")) break;
+          comma_list("}", [&] {
             d->args.push_back(parse_expression(true));
             expect_op(":");
             d->args.push_back(parse_expression(true));
-          }
-          next();
+          });
           return d;
         }
         [[fallthrough]];
