@@ -34,6 +34,13 @@
 #include "ffn/parallel.hpp"
 #include "ffn/types.hpp"
 
+namespace ffn::nn {
+class Context;  // the execution context (src/backends/context.hpp)
+}
+namespace ffn::detail {
+struct FfnAccess;  // the library's calls with their own context (src/modules/ffn_access.hpp)
+}
+
 namespace ffn {
 
 // ForwardCache (what forward saves for backward): ffn/forward_cache.hpp.
@@ -220,9 +227,16 @@ class FeedForward {
   std::vector<AssumedSetting> assumed_;  // by load
   // A low-precision layer from its stored matrices (a quantized file).
   FeedForward(const Config& cfg, Weights weights, WeightDtype dtype, std::shared_ptr<const void> quant);
-  void backward_impl(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
-                     Weights& grads, const RunOptions& opts, float* din_partial, const float* din_sum) const;
+  // The public calls' bodies; caller: the execution context of an enclosing
+  // public call (an encoder's, a model's: detail::FfnAccess), or null to make
+  // the call's own.
+  void forward_impl(const nn::Context* caller, const float* x, float* y, const Shape& shape, const RunOptions& opts,
+                    ForwardCache* cache) const;
+  void backward_impl(const nn::Context* caller, const float* x, const float* dy, const Shape& shape,
+                     const ForwardCache& cache, float* dx, Weights& grads, const RunOptions& opts, float* din_partial,
+                     const float* din_sum) const;
   void prepare();
+  friend struct detail::FfnAccess;
 };
 
 // The class's name before 0.2 (ffn::Layer, beside ffn::Encoder): kept for one

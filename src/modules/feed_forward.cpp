@@ -386,9 +386,14 @@ reference::Params<float> params_of(const Weights& w) {
 }  // namespace
 
 void FeedForward::forward(const float* x, float* y, const Shape& shape, const RunOptions& opts,
-                    ForwardCache* cache) const {
+                          ForwardCache* cache) const {
+  forward_impl(nullptr, x, y, shape, opts, cache);
+}
+
+void FeedForward::forward_impl(const nn::Context* caller, const float* x, float* y, const Shape& shape,
+                               const RunOptions& opts, ForwardCache* cache) const {
   const std::vector<int64_t> pos = nn::valid_positions(shape);
-  const int threads = nn::thread_count(opts);
+  const int threads = caller ? caller->threads() : nn::thread_count(opts);
   const int64_t n = int64_t(pos.size());
   const int64_t d = cfg_.d_model;
   if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
@@ -410,9 +415,11 @@ void FeedForward::forward(const float* x, float* y, const Shape& shape, const Ru
   const ValidRows rows(x, y, shape, pos, d);
   const float* xr = rows.x;
   float* yr = rows.y;
-  // The call's one execution context: the fused path's (the reference path runs without kernels).
-  const std::optional<nn::Context> ctx =
-      opts.path == Path::reference ? std::nullopt : std::optional<nn::Context>(std::in_place, opts.isa, threads);
+  // The call's one execution context, the enclosing call's if there is one:
+  // the fused path's (the reference path runs without kernels).
+  std::optional<nn::Context> own;
+  const nn::Context* ctx = nullptr;
+  if (opts.path != Path::reference) ctx = caller ? caller : &own.emplace(opts.isa, threads);
   // Valid rows [r0, r0 + m): each row's result depends on that row alone
   // (PerIsa.TokenResultIndependentOfTheBatch), so any cut gives the same bits.
   auto run = [&](int64_t r0, int64_t m) {
@@ -509,25 +516,26 @@ void FeedForward::backward(const float* x, const float* dy, const Shape& shape, 
     throw Error("backward: this layer holds shards " + std::to_string(shards_.first) + ".." +
                 std::to_string(shards_.last - 1) + " of " + std::to_string(shards_.count) +
                 " of d_ff; run it with backward_partial and backward_finish");
-  backward_impl(x, dy, shape, cache, dx, grads, opts, nullptr, nullptr);
+  backward_impl(nullptr, x, dy, shape, cache, dx, grads, opts, nullptr, nullptr);
 }
 
 void FeedForward::backward_partial(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
                              float* din_partial, Weights& grads, const RunOptions& opts) const {
   if (opts.path == Path::reference) throw Error("backward_partial: the fast path only (path reference)");
   if (shape.positions() > 0 && !din_partial) throw Error("backward_partial: buffers must not be null");
-  backward_impl(x, dy, shape, cache, nullptr, grads, opts, din_partial, nullptr);
+  backward_impl(nullptr, x, dy, shape, cache, nullptr, grads, opts, din_partial, nullptr);
 }
 
 void FeedForward::backward_finish(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache,
                             const float* din_sum, float* dx, Weights& grads, const RunOptions& opts) const {
   if (opts.path == Path::reference) throw Error("backward_finish: the fast path only (path reference)");
   if (shape.positions() > 0 && !din_sum) throw Error("backward_finish: buffers must not be null");
-  backward_impl(x, dy, shape, cache, dx, grads, opts, nullptr, din_sum);
+  backward_impl(nullptr, x, dy, shape, cache, dx, grads, opts, nullptr, din_sum);
 }
 
-void FeedForward::backward_impl(const float* x, const float* dy, const Shape& shape, const ForwardCache& cache, float* dx,
-                          Weights& grads, const RunOptions& opts, float* din_partial, const float* din_sum) const {
+void FeedForward::backward_impl(const nn::Context* caller, const float* x, const float* dy, const Shape& shape,
+                                const ForwardCache& cache, float* dx, Weights& grads, const RunOptions& opts,
+                                float* din_partial, const float* din_sum) const {
   if (dtype_ != WeightDtype::fp32)
     throw Error("backward: a layer with " + std::string(to_string(dtype_)) +
                 " weights is for inference only (training needs fp32 weights)");
@@ -543,7 +551,7 @@ void FeedForward::backward_impl(const float* x, const float* dy, const Shape& sh
   if (c.layout != shape.layout || c.batch != shape.batch || c.seq != shape.seq || c.pos != pos) {
     throw Error("backward: the cache comes from a forward call with another shape, layout or lengths");
   }
-  const int threads = nn::thread_count(opts);
+  const int threads = caller ? caller->threads() : nn::thread_count(opts);
   const int64_t n = int64_t(pos.size());
   const int64_t d = cfg_.d_model;
   check_token_slices(opts.partition.token_slices, n);
@@ -619,7 +627,9 @@ void FeedForward::backward_impl(const float* x, const float* dy, const Shape& sh
     nn::FusedSplit split{shards_};
     split.partial = din_partial;
     split.sum = din_sum;
-    nn::fused_backward(nn::Context(opts.isa, threads, Path::automatic, &opts.interrupted), cfg_, w_, packed, xr, n,
+    std::optional<nn::Context> own;  // the enclosing call's context, or the call's own
+    const nn::Context& ctx = caller ? *caller : own.emplace(opts.isa, threads, Path::automatic, &opts.interrupted);
+    nn::fused_backward(ctx, cfg_, w_, packed, xr, n,
                        keys.data(), c.training, c.seed, s, dyr, dxr, g, split, opts.partition.token_slices);
   }
   if (!direct && dx) scatter(dxout.data(), addr, pos, shape.positions(), dx);

@@ -7,6 +7,7 @@
 #include "backends/cpu/activation.hpp"
 #include "core/buffer_pool.hpp"
 #include "core/thread_pool.hpp"
+#include "modules/ffn_access.hpp"
 #include "ops/norm.hpp"
 
 namespace ffn::nn {
@@ -38,7 +39,7 @@ FfnSublayer::FfnSublayer(const Config& cfg, std::vector<float> norm_weight, std:
 void FfnSublayer::forward(const Context& ctx, const RunOptions& opts, const float* x, int64_t n, float* y,
                           QActs* acts) const {
   if (fused_) {
-    fused_->forward(x, y, Shape::tokens(n), opts);
+    detail::FfnAccess::forward(*fused_, ctx, x, y, Shape::tokens(n), opts);  // on the caller's context
     return;
   }
   const int64_t d = cfg_.d_model, F = cfg_.d_ff;

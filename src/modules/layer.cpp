@@ -2,6 +2,7 @@
 #include "modules/layer.hpp"
 
 #include "core/philox.hpp"
+#include "modules/ffn_access.hpp"
 #include "ffn/diagnostics.hpp"
 
 namespace ffn::nn {
@@ -65,7 +66,7 @@ void layer_forward(const AttentionBlockConfig& cfg, const LayerView& w, int64_t 
   RunOptions fo = run.ffn_opts;
   fo.seed = ffn_seed(run.run.seed, layer);
   if (w.ffn) w.ffn->forward(*run.run.ctx, fo, in, n, y, run.run.acts);  // y = in + FFN(in)
-  else w.fused->forward(in, y, Shape::tokens(n), fo, save ? &s.ffn : nullptr);
+  else detail::FfnAccess::forward(*w.fused, *run.run.ctx, in, y, Shape::tokens(n), fo, save ? &s.ffn : nullptr);
 }
 
 void layer_backward(const AttentionBlockConfig& cfg, const LayerView& w, int64_t layer, const LayerSaved& s, float* g,
@@ -74,7 +75,8 @@ void layer_backward(const AttentionBlockConfig& cfg, const LayerView& w, int64_t
     throw Error("layer backward: the call lacks its sequences, context, memory or float FFN");
   const std::vector<int64_t>& off = *run.off;
   float* ga = w.cross ? gh : gx;  // the gradient of the FFN sublayer's input
-  w.fused->backward(s.h.data(), g, Shape::tokens(n), s.ffn, ga, grads.ffn, run.ffn_opts);
+  detail::FfnAccess::backward(*w.fused, *run.run.ctx, s.h.data(), g, Shape::tokens(n), s.ffn, ga, grads.ffn,
+                              run.ffn_opts);
   if (run.ask) run.ask();
   BlockRun br = run.run;
   if (w.cross) {
