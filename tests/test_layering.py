@@ -20,6 +20,7 @@ examples/ and fuzz/ and fails, naming file, line and rule, on
     include path);
   - a file of src/ outside the rooms of LEVELS;
   - a cycle between files (header A includes B, which includes A);
+  - a file of src/ over MAX_LINES lines, unless it is a kernel (KERNELS);
   - an entry of EXCEPTIONS that no longer matches anything (so the list
     only shrinks with the code).
 Before it reads the tree it checks itself: a planted up-edge, a sideways
@@ -70,6 +71,9 @@ PUBLIC_OWNERS = {
     "mpi.hpp": "dist",
     "serve.hpp": "serve",
 }
+# A file of src/ longer than this is a hub to split, unless it is a kernel.
+MAX_LINES = 800
+KERNELS = "src/backends/cpu/kernels/"
 # Folders that may include only the public API and their own files.
 CLIENTS = ("tools", "python", "bench", "examples", "fuzz")
 
@@ -174,7 +178,7 @@ def check(root, exceptions, owners=None):
     for name in sorted(os.listdir(os.path.join(root, "include", "ffn")) if os.path.isdir(os.path.join(root, "include", "ffn")) else []):
         if name.endswith(".hpp") and name not in owners:
             problems.append(f"include/ffn/{name}: no owner room in PUBLIC_OWNERS (tests/test_layering.py)")
-    # every file of src/ lives in a room of LEVELS
+    # every file of src/ lives in a room of LEVELS, and one a reader can hold
     for dirpath, _, names in os.walk(os.path.join(root, "src")):
         for name in sorted(names):
             rel = os.path.relpath(os.path.join(dirpath, name), root)
@@ -182,6 +186,12 @@ def check(root, exceptions, owners=None):
             if room not in LEVELS:
                 where = "directly in src/" if room == "(src/ itself)" else f"in src/{room}/"
                 problems.append(f"{rel}: {where}, not a known room (LEVELS in tests/test_layering.py)")
+            if not rel.startswith(KERNELS):
+                with open(os.path.join(root, rel), errors="replace") as f:
+                    lines = sum(1 for _ in f)
+                if lines > MAX_LINES:
+                    problems.append(f"{rel}: {lines} lines, over {MAX_LINES}: split it (only kernels, in "
+                                    f"{KERNELS}, may be longer)")
     for i, (f, t, why) in enumerate(exceptions):
         if i not in used:
             problems.append(f"EXCEPTIONS: ({f}, {t}) no longer matches an include: remove it")
@@ -244,6 +254,7 @@ def self_test():
         "up through a public header": ({"include/ffn/up.hpp": "", "src/core/f.hpp": '#include "ffn/up.hpp"\n'},
                                        "the public header of src/ops/"),
         "public header without an owner": ({"include/ffn/stray.hpp": ""}, "no owner room"),
+        "a hub over the line limit": ({"src/ops/b.cpp": "//\n" * (MAX_LINES + 1)}, "split it"),
     }
     for name, (change, expect) in planted.items():
         problems = check(tree({**clean, **change}), [], owners)
