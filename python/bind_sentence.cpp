@@ -3,6 +3,21 @@
 
 namespace ffn::python {
 
+namespace {
+
+// EmbedOptions of the Python keywords.
+EmbedOptions embed_options(std::optional<int> threads, std::optional<std::string> prompt_name,
+                           std::optional<std::string> prompt, bool truncate) {
+  EmbedOptions o;
+  o.threads = run_options(threads, false, 0).threads;
+  o.prompt_name = std::move(prompt_name);
+  o.prompt = std::move(prompt);
+  o.truncate = truncate;
+  return o;
+}
+
+}  // namespace
+
 void bind_sentence(nb::module_& m) {
   nb::class_<SentenceEncoder>(m, "SentenceEncoder",
                               "Sentence embeddings from a Hugging Face BERT checkpoint (e.g. all-MiniLM-L6-v2):\n"
@@ -39,34 +54,45 @@ void bind_sentence(nb::module_& m) {
           "int8_outliers: keep each layer's outlier input channels in float32, found by running the\n"
           "float32 model over built-in calibration texts at load (False: plain per-token int8).\n"
           "int8_attention: the attention's Q/K/V and output projections in int8 too (False: FFN only).")
-      .def("tokenize", &SentenceEncoder::tokenize, "text"_a, "Token ids: [CLS] ... [SEP], truncated to max_tokens.")
+      .def(
+          "tokenize", [](const SentenceEncoder& s, const std::string& text) { return s.tokenize(text); }, "text"_a,
+          "Token ids: [CLS] ... [SEP], truncated to max_tokens (no prompt: as sentence-transformers' tokenize).")
       .def(
           "embed",
-          [](const SentenceEncoder& s, const std::string& text, std::optional<int> threads) {
-            EmbedOptions o;
-            o.threads = run_options(threads, false, 0).threads;
+          [](const SentenceEncoder& s, const std::string& text, std::optional<int> threads,
+             std::optional<std::string> prompt_name, std::optional<std::string> prompt, bool truncate) {
+            EmbedOptions o = embed_options(threads, prompt_name, prompt, truncate);
             Interruptible stop;
             o.interrupted = stop.hook();
             Array a;
             stop.run([&] { a = s.embed({text}, o); });
             return to_numpy(a.data, {a.shape[1]});
           },
-          "text"_a, "threads"_a = nb::none(), "The embedding of one text: float32 [dim].")
+          "text"_a, "threads"_a = nb::none(), "prompt_name"_a = nb::none(), "prompt"_a = nb::none(),
+          "truncate"_a = true, "The embedding of one text: float32 [dim]. prompt_name, prompt, truncate: as below.")
       .def(
           "embed",
-          [](const SentenceEncoder& s, const std::vector<std::string>& texts, int64_t batch, std::optional<int> threads) {
-            EmbedOptions o;
+          [](const SentenceEncoder& s, const std::vector<std::string>& texts, int64_t batch, std::optional<int> threads,
+             std::optional<std::string> prompt_name, std::optional<std::string> prompt, bool truncate) {
+            EmbedOptions o = embed_options(threads, prompt_name, prompt, truncate);
             o.batch = batch;
-            o.threads = run_options(threads, false, 0).threads;
             Interruptible stop;
             o.interrupted = stop.hook();
             Array a;
             stop.run([&] { a = s.embed(texts, o); });
             return to_numpy(a.data, a.shape);
           },
-          "texts"_a, "batch"_a = 32, "threads"_a = nb::none(),
+          "texts"_a, "batch"_a = 32, "threads"_a = nb::none(), "prompt_name"_a = nb::none(), "prompt"_a = nb::none(),
+          "truncate"_a = true,
           "Embeddings of a list of texts: float32 [len(texts), dim]; batch: texts per encoder call\n"
-          "(padding has no effect on the result).")
+          "(padding has no effect on the result). prompt_name: the model's prompt of that name\n"
+          "(config_sentence_transformers.json; default: its default prompt), or prompt: a text, put\n"
+          "before each text, as sentence-transformers' encode. truncate=False: a text longer than\n"
+          "max_tokens raises ValueError instead of being cut.")
+      .def_prop_ro("pooling", &SentenceEncoder::pooling, "The pooling after the encoder: 'mean, normalized', 'cls', ...")
+      .def_prop_ro("prompts", &SentenceEncoder::prompts, "The model's prompts: name -> text.")
+      .def_prop_ro("default_prompt_name", &SentenceEncoder::default_prompt_name,
+                   "The prompt used when none is named ('' for none).")
       .def_prop_ro("dim", &SentenceEncoder::dim)
       .def_prop_ro("max_tokens", &SentenceEncoder::max_tokens)
       .def_prop_ro("model_dir", &SentenceEncoder::dir)

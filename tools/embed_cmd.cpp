@@ -47,6 +47,8 @@ struct EmbedArgs {
   std::vector<std::string> texts, similarity;
   int64_t batch = 32;
   std::optional<int64_t> max_tokens;
+  std::optional<std::string> prompt, prompt_name;
+  bool no_truncate = false;
   int threads = 0;
 };
 
@@ -153,9 +155,26 @@ void cmd_embed(const EmbedArgs& a, const Common& c) {
   const SentenceEncoder enc = SentenceEncoder::load(dir, lo);
   for (const std::string& note : enc.load_notes()) std::fprintf(stderr, "ffn: note: %s\n", note.c_str());
   const int64_t d = enc.dim();
+  EmbedOptions eo;
+  eo.threads = threads;
+  eo.isa = c.isa;
+  eo.batch = a.batch;
+  eo.prompt = a.prompt;
+  eo.prompt_name = a.prompt_name;
+  eo.truncate = !a.no_truncate;
+  const std::string prompt = enc.prompt_text(eo);  // an unknown --prompt-name is refused before any work
+  int64_t cut = 0;
+  eo.truncated = [&](int64_t) { ++cut; };
+  // After the work: how many texts were cut to the model's length.
+  auto note_cut = [&](int64_t texts) {
+    if (cut > 0)
+      std::fprintf(stderr, "ffn: note: %lld of %lld texts were longer than the model's %lld tokens and were cut "
+                   "(--no-truncate refuses them)\n", (long long)cut, (long long)texts, (long long)enc.max_tokens());
+  };
 
   if (sim) {
-    const Array e = enc.embed(a.similarity, EmbedOptions{threads, a.batch, {}, {}, c.isa});
+    const Array e = enc.embed(a.similarity, eo);
+    note_cut(2);
     double dot = 0, na = 0, nb = 0;
     for (int64_t j = 0; j < d; ++j) {
       dot += double(e.data[size_t(j)]) * e.data[size_t(d + j)];
@@ -170,18 +189,24 @@ void cmd_embed(const EmbedArgs& a, const Common& c) {
   // each window of standard input before that window runs.
   auto check_lines = [&](const std::vector<std::string>& lines, int64_t first) {
     for (size_t i = 0; i < lines.size(); ++i) {
+      const std::string where = a.input_file.empty() ? "text " + std::to_string(first + int64_t(i)) +
+                                                           (prompt.empty() ? "" : " with its prompt")
+                                                     : "--input-file " + a.input_file + ": line " +
+                                                           std::to_string(first + int64_t(i) + 1);
+      bool longer = false;
       try {
-        enc.tokenize(lines[i]);
+        enc.tokenize(prompt + lines[i], &longer);
       } catch (const Error& e) {
-        throw Error("--input-file " + a.input_file + ": line " + std::to_string(first + int64_t(i) + 1) + ": " + e.what());
+        throw Error(where + ": " + e.what());
       }
+      if (longer && a.no_truncate)
+        throw Error(where + ": more than the model's " + std::to_string(enc.max_tokens()) +
+                    " tokens ([CLS] and [SEP] included), and truncation is off (--no-truncate)");
     }
   };
   std::vector<std::string> texts = a.texts;
-  if (!a.input_file.empty() && !from_stdin) {
-    texts = read_lines(a.input_file);
-    check_lines(texts, 0);
-  }
+  if (!a.input_file.empty() && !from_stdin) texts = read_lines(a.input_file);
+  if (!from_stdin) check_lines(texts, 0);
 
   // Windows of texts, in input order: each is sorted by length inside
   // embed() (the batches pack similar lengths) and, without --output, printed
@@ -190,10 +215,6 @@ void cmd_embed(const EmbedArgs& a, const Common& c) {
   const int64_t window = 16 * a.batch;
   const int64_t total = from_stdin ? -1 : int64_t(texts.size());
   EmbedProgress progress(total, total > a.batch);
-  EmbedOptions eo;
-  eo.threads = threads;
-  eo.isa = c.isa;
-  eo.batch = a.batch;
   int64_t done = 0;
   Array all;  // --output: every row, written at the end (atomically)
   all.shape = {0, d};
@@ -219,6 +240,7 @@ void cmd_embed(const EmbedArgs& a, const Common& c) {
   }
   if (!a.output.empty()) write_npy(a.output, all);
   progress.finish(done);
+  note_cut(done);
 }
 
 }  // namespace
@@ -278,6 +300,12 @@ Command add_embed(CLI::App& app) {
   cmd->add_option("--similarity", a->similarity, "print the cosine similarity of the embeddings of A and B")->expected(2);
   cmd->add_option("--batch", a->batch, "texts per call (default 32)");
   cmd->add_option("--max-tokens", a->max_tokens, "tokens per text, [CLS] and [SEP] included (default: the model's max_seq_length)");
+  cmd->add_option("--prompt-name", a->prompt_name,
+                  "put the model's prompt of this name before each text (config_sentence_transformers.json, e.g. "
+                  "E5's query or passage; default: the model's default prompt, if any)");
+  cmd->add_option("--prompt", a->prompt, "put this text before each text (instead of a named prompt)");
+  cmd->add_flag("--no-truncate", a->no_truncate,
+                "refuse a text longer than the model's tokens (default: cut it, and say how many were cut)");
   cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
   cmd->add_option("--dtype", a->dtype, "FFN weights as fp32 (default), bf16 or int8");
   cmd->add_option("--int8-outliers", a->int8_outliers,

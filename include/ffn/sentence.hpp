@@ -4,9 +4,10 @@
 //   ids   = WordPiece(text): [CLS] pieces [SEP], at most max_tokens
 //   x     = LayerNorm(word[ids] + position[0..n) + token_type[0])
 //   h     = the encoder layers (post-LN: attention + Add & Norm, FFN + Add & Norm)
-//   e     = mean of h over the real tokens (or h[CLS]), as the model's
-//           1_Pooling/config.json says, then L2-normalized when modules.json
-//           has a Normalize module
+//   e     = h pooled as the model's 1_Pooling/config.json says (mean, cls,
+//           max, mean_sqrt_len, last token, or several concatenated), then
+//           L2-normalized when modules.json has a Normalize module; a
+//           prompt from config_sentence_transformers.json before the text
 //
 // A model directory holds config.json, model.safetensors and vocab.txt (and,
 // from sentence-transformers, sentence_bert_config.json, modules.json and
@@ -16,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +61,17 @@ struct EmbedOptions {
   // between the encoder's sublayers; true stops embed with Interrupted.
   std::function<bool()> interrupted;
   Isa isa = Isa::automatic;  // the kernels (the caller's --isa)
+  // The text put before each input, as sentence-transformers' encode(prompt=,
+  // prompt_name=): prompt's text, or the model's prompt of that name
+  // (config_sentence_transformers.json: E5's "query: ", BGE's instruction);
+  // neither: the model's default prompt, if it names one. Not both.
+  std::optional<std::string> prompt, prompt_name;
+  // A text longer than max_tokens() (its prompt, [CLS] and [SEP] included)
+  // is cut to it, as sentence-transformers does, and `truncated` is called
+  // with its index; with truncate off it is refused (Error naming it), as
+  // text-embeddings-inference does with truncate=false.
+  bool truncate = true;
+  std::function<void(int64_t text)> truncated;
 };
 
 class SentenceEncoder {
@@ -71,8 +84,12 @@ class SentenceEncoder {
   SentenceEncoder(SentenceEncoder&&) noexcept;
   SentenceEncoder& operator=(SentenceEncoder&&) noexcept;
 
-  // Token ids as the model's tokenizer gives them ([CLS] … [SEP], truncated).
-  std::vector<int32_t> tokenize(const std::string& text) const;
+  // Token ids as the model's tokenizer gives them ([CLS] … [SEP], truncated);
+  // *cut (if given): whether the text was longer and was cut.
+  std::vector<int32_t> tokenize(const std::string& text, bool* cut = nullptr) const;
+  // The text embed puts before each input for these options (EmbedOptions::prompt,
+  // prompt_name, else the model's default; "" for none); Error as embed gives it.
+  std::string prompt_text(const EmbedOptions& opts) const;
   // Unit-length (if the model normalizes) embeddings, [texts.size(), dim()].
   Array embed(const std::vector<std::string>& texts, const EmbedOptions& opts = {}) const;
   // The same from token ids (each list as tokenize gives it: [CLS] … [SEP],
@@ -89,7 +106,13 @@ class SentenceEncoder {
   // The library prints nothing: the caller shows them (ffn embed on stderr,
   // Python as UserWarnings from SentenceEncoder.load).
   const std::vector<std::string>& load_notes() const;
-  int64_t dim() const;
+  int64_t dim() const;  // the pooled width: d_model per pooling mode
+  // The pipeline after the encoder, for messages and docs: "mean, normalized",
+  // "cls, normalized", "cls + mean", ...
+  std::string pooling() const;
+  // The model's prompts (config_sentence_transformers.json): name → text, and the default's name ("": none).
+  const std::map<std::string, std::string>& prompts() const;
+  const std::string& default_prompt_name() const;
   int64_t max_tokens() const;
   const Encoder& encoder() const;
   const std::string& dir() const;

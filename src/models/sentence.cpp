@@ -20,6 +20,7 @@
 #include "text/wordpiece.hpp"
 #include "models/checkpoint.hpp"
 #include "models/encoder_family.hpp"
+#include "models/pooling.hpp"
 #include "modules/stack_config.hpp"
 
 namespace ffn {
@@ -32,7 +33,8 @@ struct detail::SentenceModel {
   int64_t d = 0, max_tokens = 0, positions = 0;
   float eps = 1e-12f;
   std::vector<float> word, position, token_type, ln_weight, ln_bias;  // embeddings
-  bool mean_pooling = true, normalize = true;
+  models::Pooling pooling;  // sentence-transformers' modules after the encoder
+  models::Prompts prompts;
   std::vector<std::string> notes;  // SentenceEncoder::load_notes
 };
 
@@ -113,41 +115,10 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
                   " (the model's position table), got " + std::to_string(*opts.max_tokens));
     m.max_tokens = *opts.max_tokens;
   }
-  // The sentence-transformers pipeline (modules.json): Transformer, Pooling,
-  // Normalize are what this reproduces; any other module is refused rather
-  // than skipped. Without modules.json (a plain BERT directory): mean
-  // pooling and normalization. What the files do not say is assumed and
-  // noted (load_notes), since it changes every embedding.
-  const fs::path mp = dir / "modules.json";
-  fs::path pooling = dir / "1_Pooling" / "config.json";
-  if (fs::exists(mp, ec)) {
-    const nlohmann::json mods = read_json(mp);
-    if (!mods.is_array()) throw Error(mp.string() + ": expected a JSON list of modules");
-    m.normalize = false;
-    pooling.clear();
-    for (const auto& mod : mods) {
-      const std::string type = json_get<std::string>(mod, "type", mp);
-      if (type == "sentence_transformers.models.Normalize") m.normalize = true;
-      else if (type == "sentence_transformers.models.Pooling") pooling = dir / json_get<std::string>(mod, "path", mp) / "config.json";
-      else if (type != "sentence_transformers.models.Transformer")
-        throw Error(mp.string() + ": module " + type + " is not supported (Transformer, Pooling, Normalize)");
-    }
-    if (pooling.empty()) m.notes.push_back(mp.string() + ": no Pooling module; assumed mean pooling");
-  } else {
-    m.notes.push_back(mp.string() + ": not found; assumed L2-normalized embeddings (a Normalize module)");
-  }
-  if (!pooling.empty() && !fs::exists(pooling, ec)) {
-    m.notes.push_back(pooling.string() + ": not found; assumed mean pooling");
-  } else if (!pooling.empty()) {
-    const nlohmann::json pc = read_json(pooling);
-    const bool mean = json_opt<bool>(pc, "pooling_mode_mean_tokens", false, pooling);
-    const bool cls = json_opt<bool>(pc, "pooling_mode_cls_token", false, pooling);
-    const bool other = json_opt<bool>(pc, "pooling_mode_max_tokens", false, pooling) ||
-                       json_opt<bool>(pc, "pooling_mode_mean_sqrt_len_tokens", false, pooling);
-    if (mean == cls || other)
-      throw Error(pooling.string() + ": pooling must be exactly one of pooling_mode_mean_tokens or pooling_mode_cls_token");
-    m.mean_pooling = mean;
-  }
+  // What follows the encoder: pooling and normalization (modules.json,
+  // 1_Pooling/config.json), and the prompts (config_sentence_transformers.json).
+  m.pooling = models::read_pooling(dir, m.d, m.notes);
+  m.prompts = models::read_prompts(dir);
   // The tokenizer this reproduces: uncased, accents stripped, CJK split.
   if (fs::exists(dir / "tokenizer_config.json", ec)) {
     const fs::path tp = dir / "tokenizer_config.json";
@@ -275,12 +246,19 @@ std::vector<std::vector<int64_t>> SentenceEncoder::fp32_input_channels() const {
   return c;
 }
 
-std::vector<int32_t> SentenceEncoder::tokenize(const std::string& text) const {
-  return impl_->vocab.encode(text, impl_->max_tokens);
+std::vector<int32_t> SentenceEncoder::tokenize(const std::string& text, bool* cut) const {
+  return impl_->vocab.encode(text, impl_->max_tokens, "text", cut);
+}
+
+std::string SentenceEncoder::prompt_text(const EmbedOptions& opts) const {
+  return impl_->prompts.choose(opts.prompt, opts.prompt_name);
 }
 
 const std::vector<std::string>& SentenceEncoder::load_notes() const { return impl_->notes; }
-int64_t SentenceEncoder::dim() const { return impl_->d; }
+int64_t SentenceEncoder::dim() const { return impl_->pooling.dim(impl_->d); }
+std::string SentenceEncoder::pooling() const { return impl_->pooling.describe(); }
+const std::map<std::string, std::string>& SentenceEncoder::prompts() const { return impl_->prompts.named; }
+const std::string& SentenceEncoder::default_prompt_name() const { return impl_->prompts.default_name; }
 int64_t SentenceEncoder::max_tokens() const { return impl_->max_tokens; }
 const Encoder& SentenceEncoder::encoder() const { return *impl_->encoder; }
 const std::string& SentenceEncoder::dir() const { return impl_->dir; }
@@ -346,8 +324,16 @@ namespace {
 
 Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>& texts, const EmbedOptions& opts,
                   EncoderRunOptions o) {
+  const std::string prompt = m.prompts.choose(opts.prompt, opts.prompt_name);
   return embed_id_lists(m, int64_t(texts.size()), [&](int64_t b) {
-    return m.vocab.encode(texts[size_t(b)], m.max_tokens, "text " + std::to_string(b));
+    const std::string what = "text " + std::to_string(b) + (prompt.empty() ? "" : " with its prompt");
+    bool cut = false;
+    std::vector<int32_t> ids = m.vocab.encode(prompt + texts[size_t(b)], m.max_tokens, what, &cut);
+    if (cut && !opts.truncate)
+      throw Error(what + ": more than the model's " + std::to_string(m.max_tokens) +
+                  " tokens ([CLS] and [SEP] included), and truncation is off (--no-truncate, truncate=False)");
+    if (cut && opts.truncated) opts.truncated(b);
+    return ids;
   }, opts, std::move(o));
 }
 
@@ -358,8 +344,9 @@ Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::funct
   const int threads = resolve_threads(opts.threads);
   const int64_t d = m.d;
   Array out;
-  out.shape = {N, d};
-  out.data.assign(size_t(N * d), 0.0f);
+  const int64_t dim = m.pooling.dim(d);
+  out.shape = {N, dim};
+  out.data.assign(size_t(N * dim), 0.0f);
   std::vector<float> x, y;
   // A stop is asked for before each batch and inside the encoder (between its sublayers).
   if (opts.interrupted) o.interrupted = opts.interrupted;
@@ -382,23 +369,7 @@ Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::funct
     for (int64_t b = 0; b < B; ++b) {
       const int64_t n = shape.lengths[size_t(b)];
       const float* h = y.data() + b * shape.seq * d;
-      float* e = out.data.data() + (b0 + b) * d;
-      // Mean over the real tokens (sentence-transformers: sum(h · mask) / max(count, 1e-9)), or [CLS].
-      if (m.mean_pooling) {
-        for (int64_t j = 0; j < d; ++j) {
-          float s = 0.0f;
-          for (int64_t i = 0; i < n; ++i) s += h[i * d + j];
-          e[j] = s / float(n);
-        }
-      } else {
-        std::copy(h, h + d, e);
-      }
-      if (m.normalize) {  // torch.nn.functional.normalize: x / max(‖x‖, 1e-12)
-        double ss = 0.0;
-        for (int64_t j = 0; j < d; ++j) ss += double(e[j]) * double(e[j]);
-        const float inv = 1.0f / std::max(float(std::sqrt(ss)), 1e-12f);
-        for (int64_t j = 0; j < d; ++j) e[j] *= inv;
-      }
+      m.pooling.pool(h, n, d, out.data.data() + (b0 + b) * dim);
     }
     if (opts.progress) opts.progress(b0 + B, N);
   }

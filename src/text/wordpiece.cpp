@@ -260,10 +260,13 @@ void WordPiece::wordpiece(const std::u32string& word, std::vector<int32_t>& out)
   }
 }
 
-std::vector<int32_t> WordPiece::encode(std::string_view text, int64_t max_tokens, const std::string& what) const {
+std::vector<int32_t> WordPiece::encode(std::string_view text, int64_t max_tokens, const std::string& what,
+                                       bool* cut) const {
   if (max_tokens < 2) throw Error("max_tokens: expected at least 2 ([CLS] and [SEP]), got " + std::to_string(max_tokens));
   std::vector<int32_t> ids{cls_};
-  append_ids(text, what, ids, size_t(max_tokens - 1));
+  // One piece past what fits: whether the text had more (then it is cut).
+  append_ids(text, what, ids, size_t(max_tokens));
+  if (cut) *cut = int64_t(ids.size()) > max_tokens - 1;
   if (int64_t(ids.size()) > max_tokens - 1) ids.resize(size_t(max_tokens - 1));
   ids.push_back(sep_);
   return ids;

@@ -41,9 +41,11 @@ class WordPiece {
   void set_special_tokens(const std::vector<std::string>& tokens, const std::string& what);
 
   // Token ids of `text` (UTF-8) with [CLS] and [SEP], at most max_tokens
-  // (≥ 2) in all. Throws Error if text is not valid UTF-8 (naming `what`
-  // and the byte offset).
-  std::vector<int32_t> encode(std::string_view text, int64_t max_tokens, const std::string& what = "text") const;
+  // (≥ 2) in all; *cut (if given) says whether the text had more and was
+  // cut. Throws Error if text is not valid UTF-8 (naming `what` and the
+  // byte offset).
+  std::vector<int32_t> encode(std::string_view text, int64_t max_tokens, const std::string& what = "text",
+                              bool* cut = nullptr) const;
   // The word pieces of `text` (no [CLS]/[SEP], no truncation).
   std::vector<std::string> pieces(std::string_view text, const std::string& what = "text") const;
 

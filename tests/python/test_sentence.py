@@ -121,3 +121,32 @@ def test_a_pytorch_model_bin_is_named_not_read(tmp_path):
                         "PyTorch checkpoint, which ffn does not read"), m
     assert (f"AutoModel.from_pretrained('{tmp_path}').save_pretrained('{tmp_path}', safe_serialization=True)"
             in m and "\n" not in m), m
+
+
+POOLING = pathlib.Path(__file__).resolve().parents[1] / "data" / "pooling"
+
+
+def test_prompts_pooling_and_truncation_are_sentence_transformers():
+    """The tiny models of tests/data/pooling (scripts/make_pooling_golden.py):
+    every pooling mode and prompt against sentence-transformers' embeddings."""
+    for d in sorted(p for p in POOLING.iterdir() if p.is_dir()):
+        tensors = ffn._ffn._read_safetensors(str(d / "golden.safetensors"))
+        with open(d / "golden.safetensors", "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            sentences = json.loads(json.loads(f.read(n))["__metadata__"]["sentences"])
+        enc = ffn.SentenceEncoder.load(str(d))
+        assert enc.dim == tensors["default"].shape[1], d.name
+        runs = [("default", {})] + [(f"prompt.{p}", {"prompt_name": p}) for p in enc.prompts]
+        for key, kw in runs:
+            e = enc.embed(sentences, **kw)
+            assert np.abs(e - tensors[key]).max() <= 1e-5, (d.name, key)
+        for p, text in enc.prompts.items():
+            assert np.array_equal(enc.embed(sentences, prompt_name=p), enc.embed(sentences, prompt=text))
+    e5 = ffn.SentenceEncoder.load(str(POOLING / "mean_prompts"))
+    assert (e5.pooling, e5.default_prompt_name) == ("mean, normalized", "passage")
+    with pytest.raises(ValueError, match="prompt name 'nope': the model has only passage, query"):
+        e5.embed(["x"], prompt_name="nope")
+    long_text = "one two three four five six seven eight nine ten one two three"
+    with pytest.raises(ValueError, match="more than the model's 12 tokens"):
+        e5.embed(["short", long_text], truncate=False)
+    assert e5.embed([long_text]).shape == (1, 16)  # cut, as sentence-transformers cuts it

@@ -8,7 +8,10 @@
     printed lines are those rows as %.7g;
   - without a terminal, progress goes to stderr as plain lines at most every
     FFN_PROGRESS_SECONDS (default 5 s: nothing for a short job);
-  - what a model directory leaves unsaid (here its pooling) is one note line.
+  - what a model directory leaves unsaid (here its pooling) is one note line;
+  - --prompt-name / --prompt put a prompt before each text; an unknown name
+    and --no-truncate on a long text exit 2 before any output; a cut text is
+    counted in a note.
 
     /usr/bin/python3 tests/tools/test_embed_cli.py FFN_BINARY
 Exits 77 (skipped) without numpy or without the model (scripts/setup.sh installs it).
@@ -115,6 +118,32 @@ def main(tmp):
           f"a missing pooling config is noted: {r.stderr!r}")
     r = subprocess.run([FFN, "embed", "--model", model, "hello"], capture_output=True, text=True)
     check(r.returncode == 0 and r.stderr == "", f"the installed model: nothing noted ({r.stderr!r})")
+
+    # Prompts and truncation (issue 64) on the tiny models of tests/data/pooling:
+    # --prompt-name gives the embedding of the prompt's text put before the
+    # text; an unknown name and --no-truncate on a long text are refused
+    # before any output (exit 2, nothing written); a cut text is counted.
+    pooling = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pooling", "mean_prompts")
+    out = os.path.join(tmp, "prompted.npy")
+    named = subprocess.run([FFN, "embed", "--model", pooling, "--prompt-name", "query", "a dog"],
+                           capture_output=True, text=True)
+    given = subprocess.run([FFN, "embed", "--model", pooling, "--prompt", "query: ", "a dog"],
+                           capture_output=True, text=True)
+    default = subprocess.run([FFN, "embed", "--model", pooling, "a dog"], capture_output=True, text=True)
+    check(named.returncode == 0 and named.stdout == given.stdout and named.stdout != default.stdout,
+          f"--prompt-name query is --prompt 'query: ', and not the default passage prompt ({named.stderr!r})")
+    r = subprocess.run([FFN, "embed", "--model", pooling, "--prompt-name", "nope", "a dog", "--output", out],
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "prompt name 'nope': the model has only passage, query" in r.stderr
+          and not os.path.exists(out), f"an unknown prompt name: exit 2, no output ({r.stderr!r})")
+    long_text = "one two three four five six seven eight nine ten one two three"
+    r = subprocess.run([FFN, "embed", "--model", pooling, "short", long_text, "--no-truncate", "--output", out],
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "text 1 with its prompt: more than the model's 12 tokens" in r.stderr
+          and not os.path.exists(out), f"--no-truncate refuses a long text before any work ({r.stderr!r})")
+    r = subprocess.run([FFN, "embed", "--model", pooling, "short", long_text], capture_output=True, text=True)
+    check(r.returncode == 0 and r.stderr == "ffn: note: 1 of 2 texts were longer than the model's 12 tokens and "
+          "were cut (--no-truncate refuses them)\n", f"a cut text is counted ({r.stderr!r})")
 
 
 with tempfile.TemporaryDirectory(prefix="ffn-embed-cli-") as tmp:
