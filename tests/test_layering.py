@@ -67,6 +67,7 @@ PUBLIC_OWNERS = {
     "feed_forward.hpp": "modules", "encoder.hpp": "modules", "decoder.hpp": "modules",
     "ffn.hpp": "modules",  # the layer's umbrella header: feed_forward.hpp and what it needs
     "causal_lm.hpp": "models", "chat.hpp": "models", "sentence.hpp": "models", "translation.hpp": "models",
+    "cross_encoder.hpp": "models",
     "train.hpp": "train", "seq2seq.hpp": "train",
     "mpi.hpp": "dist",
     "serve.hpp": "serve",

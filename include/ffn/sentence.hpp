@@ -120,8 +120,12 @@ class SentenceEncoder {
   std::vector<std::vector<int64_t>> fp32_input_channels() const;
 
  private:
-  std::unique_ptr<detail::SentenceModel> impl_;  // the loaded model (src/models/sentence.cpp)
+  std::unique_ptr<detail::SentenceModel> impl_;  // the loaded model (src/models/sentence_model.hpp)
   SentenceEncoder();
+  // The model without sentence-transformers' pipeline files when !pipeline
+  // (a cross-encoder's body: no pooling, prompts or their notes).
+  static SentenceEncoder load_body(const std::string& dir, const SentenceLoadOptions& opts, bool pipeline);
+  friend class CrossEncoder;
 };
 
 }  // namespace ffn

@@ -21,22 +21,12 @@
 #include "models/checkpoint.hpp"
 #include "models/encoder_family.hpp"
 #include "models/pooling.hpp"
+#include "models/sentence_model.hpp"
 #include "modules/stack_config.hpp"
 
 namespace ffn {
 namespace fs = std::filesystem;
 
-struct detail::SentenceModel {
-  std::string dir;
-  text::WordPiece vocab;
-  std::optional<Encoder> encoder;
-  int64_t d = 0, max_tokens = 0, positions = 0;
-  float eps = 1e-12f;
-  std::vector<float> word, position, token_type, ln_weight, ln_bias;  // embeddings
-  models::Pooling pooling;  // sentence-transformers' modules after the encoder
-  models::Prompts prompts;
-  std::vector<std::string> notes;  // SentenceEncoder::load_notes
-};
 
 namespace {
 
@@ -64,6 +54,10 @@ SentenceEncoder::SentenceEncoder(SentenceEncoder&&) noexcept = default;
 SentenceEncoder& SentenceEncoder::operator=(SentenceEncoder&&) noexcept = default;
 
 SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceLoadOptions& opts) {
+  return load_body(dir_in, opts, true);
+}
+
+SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const SentenceLoadOptions& opts, bool pipeline) {
   const fs::path dir(dir_in);
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
@@ -74,6 +68,7 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
   m.dir = dir_in;
 
   const fs::path cfg_path = dir / "config.json";
+  m.config_path = cfg_path.string();
   const nlohmann::json cfg = read_json(cfg_path);
   if (!cfg.is_object()) throw Error(cfg_path.string() + ": expected a JSON object");
   const std::string model_type = json_opt<std::string>(cfg, "model_type", "bert", cfg_path);
@@ -117,8 +112,10 @@ SentenceEncoder SentenceEncoder::load(const std::string& dir_in, const SentenceL
   }
   // What follows the encoder: pooling and normalization (modules.json,
   // 1_Pooling/config.json), and the prompts (config_sentence_transformers.json).
-  m.pooling = models::read_pooling(dir, m.d, m.notes);
-  m.prompts = models::read_prompts(dir);
+  if (pipeline) {
+    m.pooling = models::read_pooling(dir, m.d, m.notes);
+    m.prompts = models::read_prompts(dir);
+  }
   // The tokenizer this reproduces: uncased, accents stripped, CJK split.
   if (fs::exists(dir / "tokenizer_config.json", ec)) {
     const fs::path tp = dir / "tokenizer_config.json";
@@ -265,9 +262,9 @@ const std::string& SentenceEncoder::dir() const { return impl_->dir; }
 
 namespace {
 
-// x[B, S, d] (padding left zero) = LayerNorm(word + position + token type 0) of each text's ids.
-void embed_tokens(const detail::SentenceModel& m, const std::vector<std::vector<int32_t>>& ids, int64_t S, float* x,
-                  const nn::Context& ctx) {
+// x[B, S, d] (padding left zero) = LayerNorm(word + position + token type) of each text's ids (types null: type 0).
+void embed_tokens(const detail::SentenceModel& m, const std::vector<std::vector<int32_t>>& ids,
+                  const std::vector<std::vector<int32_t>>* types, int64_t S, float* x, const nn::Context& ctx) {
   const int64_t d = m.d;
   for (size_t b = 0; b < ids.size(); ++b) {
     const int64_t n = int64_t(ids[b].size());
@@ -275,7 +272,8 @@ void embed_tokens(const detail::SentenceModel& m, const std::vector<std::vector<
     for (int64_t i = 0; i < n; ++i) {
       const float* w = m.word.data() + int64_t(ids[b][size_t(i)]) * d;
       const float* p = m.position.data() + i * d;
-      for (int64_t j = 0; j < d; ++j) xb[i * d + j] = w[j] + p[j] + m.token_type[size_t(j)];
+      const float* t = m.token_type.data() + (types ? int64_t((*types)[b][size_t(i)]) * d : 0);
+      for (int64_t j = 0; j < d; ++j) xb[i * d + j] = w[j] + p[j] + t[j];
     }
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
     nn::norm_forward(ctx, NormType::layernorm, m.eps, xb, n, d, m.ln_weight.data(),
@@ -294,7 +292,7 @@ std::vector<float> SentenceEncoder::hidden(const std::vector<int32_t>& ids, int 
     if (id < 0 || id >= m.vocab.vocab_size()) throw Error("hidden: token id " + std::to_string(id) + " outside the vocabulary");
   std::vector<float> x(size_t(n * d)), y(x.size());
   const int t = resolve_threads(threads);
-  embed_tokens(m, {ids}, n, x.data(), nn::Context(opts.isa, t));
+  embed_tokens(m, {ids}, nullptr, n, x.data(), nn::Context(opts.isa, t));
   EncoderRunOptions o = opts;
   o.threads = t;
   m.encoder->forward(x.data(), y.data(), Shape{1, n, Layout::tokens, {}}, o);
@@ -347,7 +345,7 @@ Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::funct
   const int64_t dim = m.pooling.dim(d);
   out.shape = {N, dim};
   out.data.assign(size_t(N * dim), 0.0f);
-  std::vector<float> x, y;
+  std::vector<float> y;
   // A stop is asked for before each batch and inside the encoder (between its sublayers).
   if (opts.interrupted) o.interrupted = opts.interrupted;
   o.isa = opts.isa;
@@ -355,17 +353,9 @@ Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::funct
     if (o.interrupted && o.interrupted()) throw Interrupted();
     const int64_t B = std::min(opts.batch, N - b0);
     std::vector<std::vector<int32_t>> ids(static_cast<size_t>(B));
-    Shape shape{B, 0, Layout::tokens, {}};
-    for (int64_t b = 0; b < B; ++b) {
-      ids[size_t(b)] = ids_of(b0 + b);
-      shape.lengths.push_back(int64_t(ids[size_t(b)].size()));
-      shape.seq = std::max(shape.seq, shape.lengths.back());
-    }
-    x.assign(size_t(B * shape.seq * d), 0.0f);
-    y.resize(x.size());
-    embed_tokens(m, ids, shape.seq, x.data(), nn::Context(o.isa, threads));
-    o.threads = threads;
-    m.encoder->forward(x.data(), y.data(), shape, o);
+    for (int64_t b = 0; b < B; ++b) ids[size_t(b)] = ids_of(b0 + b);
+    Shape shape;
+    models::encode_ids(m, ids, nullptr, threads, o, shape, y);
     for (int64_t b = 0; b < B; ++b) {
       const int64_t n = shape.lengths[size_t(b)];
       const float* h = y.data() + b * shape.seq * d;
@@ -377,5 +367,20 @@ Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::funct
 }
 
 }  // namespace
+
+void models::encode_ids(const detail::SentenceModel& m, const std::vector<std::vector<int32_t>>& ids,
+                        const std::vector<std::vector<int32_t>>* types, int threads, EncoderRunOptions o, Shape& shape,
+                        std::vector<float>& y) {
+  shape = Shape{int64_t(ids.size()), 0, Layout::tokens, {}};
+  for (const auto& l : ids) {
+    shape.lengths.push_back(int64_t(l.size()));
+    shape.seq = std::max(shape.seq, shape.lengths.back());
+  }
+  std::vector<float> x(size_t(shape.batch * shape.seq * m.d), 0.0f);
+  y.resize(x.size());
+  embed_tokens(m, ids, types, shape.seq, x.data(), nn::Context(o.isa, threads));
+  o.threads = threads;
+  m.encoder->forward(x.data(), y.data(), shape, o);
+}
 
 }  // namespace ffn

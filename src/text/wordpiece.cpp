@@ -272,6 +272,39 @@ std::vector<int32_t> WordPiece::encode(std::string_view text, int64_t max_tokens
   return ids;
 }
 
+std::vector<int32_t> WordPiece::encode_pair(std::string_view a, std::string_view b, int64_t max_tokens,
+                                            std::vector<int32_t>& types, const std::string& what, bool* cut) const {
+  if (max_tokens < 3)
+    throw Error("max_tokens: expected at least 3 for a pair ([CLS] and two [SEP]), got " + std::to_string(max_tokens));
+  std::vector<int32_t> ia, ib;
+  append_ids(a, what + " (first text)", ia, SIZE_MAX);
+  append_ids(b, what + " (second text)", ib, SIZE_MAX);
+  // tokenizers' TruncationStrategy::LongestFirst over the room left by the specials.
+  const size_t room = size_t(max_tokens - 3);
+  size_t n1 = ia.size(), n2 = ib.size();
+  if (cut) *cut = n1 + n2 > room;
+  if (n1 + n2 > room) {
+    const bool swap = n1 > n2;  // n1: the shorter
+    if (swap) std::swap(n1, n2);
+    n2 = n1 > room ? n1 : std::max(n1, room - n1);
+    if (n1 + n2 > room) {
+      n1 = room / 2;
+      n2 = n1 + room % 2;
+    }
+    if (swap) std::swap(n1, n2);
+    ia.resize(std::min(ia.size(), n1));
+    ib.resize(std::min(ib.size(), n2));
+  }
+  std::vector<int32_t> ids{cls_};
+  ids.insert(ids.end(), ia.begin(), ia.end());
+  ids.push_back(sep_);
+  types.assign(ids.size(), 0);
+  ids.insert(ids.end(), ib.begin(), ib.end());
+  ids.push_back(sep_);
+  types.resize(ids.size(), 1);
+  return ids;
+}
+
 std::vector<std::string> WordPiece::pieces(std::string_view text, const std::string& what) const {
   std::vector<int32_t> ids;
   append_ids(text, what, ids, SIZE_MAX);

@@ -46,6 +46,15 @@ class WordPiece {
   // byte offset).
   std::vector<int32_t> encode(std::string_view text, int64_t max_tokens, const std::string& what = "text",
                               bool* cut = nullptr) const;
+  // A text pair's ids as BertTokenizerFast gives them with
+  // truncation="longest_first": [CLS] a [SEP] b [SEP], at most max_tokens
+  // (≥ 3) in all, the longer text cut first (tokenizers' rule: the shorter
+  // is kept whole if the longer can take the rest, else each gets half);
+  // types: each id's token type, 0 through the first [SEP], 1 after. *cut:
+  // whether either text was cut.
+  std::vector<int32_t> encode_pair(std::string_view a, std::string_view b, int64_t max_tokens,
+                                   std::vector<int32_t>& types, const std::string& what = "pair",
+                                   bool* cut = nullptr) const;
   // The word pieces of `text` (no [CLS]/[SEP], no truncation).
   std::vector<std::string> pieces(std::string_view text, const std::string& what = "text") const;
 

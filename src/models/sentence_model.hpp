@@ -1,0 +1,41 @@
+// The loaded BERT-shaped model behind SentenceEncoder and CrossEncoder
+// (src/models/sentence.cpp loads it; src/models/cross_encoder.cpp adds its
+// classification head): the tokenizer, the embeddings, the encoder and
+// sentence-transformers' pipeline after it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ffn/encoder.hpp"
+#include "ffn/sentence.hpp"
+#include "models/pooling.hpp"
+#include "text/wordpiece.hpp"
+
+namespace ffn {
+
+struct detail::SentenceModel {
+  std::string config_path;  // config.json, for messages
+  std::string dir;
+  text::WordPiece vocab;
+  std::optional<Encoder> encoder;
+  int64_t d = 0, max_tokens = 0, positions = 0;
+  float eps = 1e-12f;
+  std::vector<float> word, position, token_type, ln_weight, ln_bias;  // embeddings
+  models::Pooling pooling;  // sentence-transformers' modules after the encoder
+  models::Prompts prompts;
+  std::vector<std::string> notes;  // SentenceEncoder::load_notes
+};
+
+namespace models {
+
+// The encoder's output y [B, S, d] (S: the longest list, set in shape) for
+// B id lists; types: each id's token type (segment), null: all 0.
+void encode_ids(const detail::SentenceModel& m, const std::vector<std::vector<int32_t>>& ids,
+                const std::vector<std::vector<int32_t>>* types, int threads, EncoderRunOptions o, Shape& shape,
+                std::vector<float>& y);
+
+}  // namespace models
+}  // namespace ffn
