@@ -1,5 +1,6 @@
-// Python bindings: sentence embeddings (SentenceEncoder) (the module: python/ffn_python.cpp).
+// Python bindings: sentence embeddings (SentenceEncoder) and rerankers (CrossEncoder) (the module: python/ffn_python.cpp).
 #include "bindings.hpp"
+#include "ffn/cross_encoder.hpp"
 
 namespace ffn::python {
 
@@ -102,6 +103,69 @@ void bind_sentence(nb::module_& m) {
       .def_prop_ro("fp32_input_channels", &SentenceEncoder::fp32_input_channels,
                    "Per layer, the FFN input channels kept in float32 (int8 with outliers).");
 
+  nb::class_<CrossEncoder>(m, "CrossEncoder",
+                           "A cross-encoder reranker (sentence-transformers' CrossEncoder, e.g.\n"
+                           "cross-encoder/ms-marco-MiniLM-L-6-v2): a BERT reads each (query, document) pair and\n"
+                           "its classification head scores it.")
+      .def_static(
+          "load",
+          [](const std::string& model, std::optional<int64_t> max_tokens) {
+            CrossEncoderLoadOptions o;
+            o.max_tokens = max_tokens;
+            nb::gil_scoped_release nogil;
+            return CrossEncoder::load(model, o);
+          },
+          "model"_a, "max_tokens"_a = nb::none(),
+          "Loads a BertForSequenceClassification directory (config.json, model.safetensors, vocab.txt).\n"
+          "max_tokens: tokens per pair (default: the tokenizer's model_max_length).")
+      .def(
+          "predict",
+          [](const CrossEncoder& ce, const std::vector<std::pair<std::string, std::string>>& pairs, int64_t batch,
+             std::optional<int> threads, bool truncate) {
+            RerankOptions o;
+            o.batch = batch;
+            o.threads = run_options(threads, false, 0).threads;
+            o.truncate = truncate;
+            Interruptible stop;
+            o.interrupted = stop.hook();
+            Array a;
+            stop.run([&] { a = ce.predict(pairs, o); });
+            if (ce.labels() == 1) return to_numpy(a.data, {a.shape[0]});
+            return to_numpy(a.data, a.shape);
+          },
+          "pairs"_a, "batch"_a = 32, "threads"_a = nb::none(), "truncate"_a = true,
+          "Scores of (first, second) text pairs as CrossEncoder.predict: float32 [len(pairs)] for a\n"
+          "one-label model, else [len(pairs), labels]. truncate=False: a pair over max_tokens raises\n"
+          "ValueError instead of being cut (longest first).")
+      .def(
+          "rank",
+          [](const CrossEncoder& ce, const std::string& query, const std::vector<std::string>& documents,
+             std::optional<int64_t> top_k, bool return_documents, int64_t batch, std::optional<int> threads) {
+            RerankOptions o;
+            o.batch = batch;
+            o.threads = run_options(threads, false, 0).threads;
+            Interruptible stop;
+            o.interrupted = stop.hook();
+            std::vector<std::pair<int64_t, float>> r;
+            stop.run([&] { r = ce.rank(query, documents, o); });
+            nb::list out;
+            for (size_t k = 0; k < r.size() && (!top_k || int64_t(k) < *top_k); ++k) {
+              nb::dict d;
+              d["corpus_id"] = r[k].first;
+              d["score"] = r[k].second;
+              if (return_documents) d["text"] = documents[size_t(r[k].first)];
+              out.append(d);
+            }
+            return out;
+          },
+          "query"_a, "documents"_a, "top_k"_a = nb::none(), "return_documents"_a = false, "batch"_a = 32,
+          "threads"_a = nb::none(),
+          "The documents ranked for the query, best first, as CrossEncoder.rank: a list of\n"
+          "{'corpus_id', 'score'} (and 'text' with return_documents).")
+      .def_prop_ro("labels", &CrossEncoder::labels)
+      .def_prop_ro("max_tokens", &CrossEncoder::max_tokens)
+      .def_prop_ro("activation", &CrossEncoder::activation, "'identity' or 'sigmoid', as config.json says")
+      .def_prop_ro("model_dir", &CrossEncoder::dir);
 }
 
 }  // namespace ffn::python

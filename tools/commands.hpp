@@ -227,6 +227,7 @@ Command add_generate(CLI::App& app);  // ffn generate (tools/generate_cmd.cpp)
 Command add_tokenize(CLI::App& app);  // ffn tokenize
 Command add_chat(CLI::App& app);      // ffn chat
 Command add_serve(CLI::App& app);     // ffn serve (tools/serve_cmd.cpp, src/serve/)
+Command add_rerank(CLI::App& app);    // ffn rerank (tools/rerank_cmd.cpp)
 // ffn bench --generate: prompt processing and generation tokens/s.
 int bench_generate(const std::string& model, const std::string& compute, int64_t prompt_tokens, int64_t new_tokens, int threads, int repeats,
                    int warmup, bool json, bool yes, Isa isa);

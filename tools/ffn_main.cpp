@@ -104,7 +104,7 @@ int ffn_main(int argc, char** argv) {
   std::vector<Command> commands;
   for (auto add : {ffn::cli::add_run, ffn::cli::add_grad, ffn::cli::add_init, ffn::cli::add_quantize, ffn::cli::add_bench,
                    ffn::cli::add_train, ffn::cli::add_demo, ffn::cli::add_encode, ffn::cli::add_encode_grad,
-                   ffn::cli::add_embed, ffn::cli::add_decode, ffn::cli::add_decode_grad, ffn::cli::add_translate,
+                   ffn::cli::add_embed, ffn::cli::add_rerank, ffn::cli::add_decode, ffn::cli::add_decode_grad, ffn::cli::add_translate,
                    ffn::cli::add_generate, ffn::cli::add_tokenize, ffn::cli::add_chat, ffn::cli::add_serve})
     commands.push_back(add(app));
   // The flags every command takes (ffn::cli::Common).

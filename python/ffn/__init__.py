@@ -27,14 +27,19 @@ Sentence embeddings (all-MiniLM-L6-v2, installed by scripts/setup.sh):
     enc = ffn.SentenceEncoder.load()            # or load("path/to/bert-model-dir")
     e = enc.embed(["A man is eating food.", "A man is eating bread."])   # float32 [2, 384]
 
+A cross-encoder reranker (a BertForSequenceClassification directory):
+
+    ce = ffn.CrossEncoder.load("path/to/ms-marco-MiniLM-L-6-v2")
+    ce.rank("where is the cat", ["The cat sat on the mat.", "A dog runs."])   # [{'corpus_id', 'score'}, ...]
+
 A LLaMA-architecture language model (SmolLM2's GGUF, installed by scripts/setup.sh):
 
     lm = ffn.CausalLM.load("~/.cache/ffn/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")   # expand ~ yourself
     lm.generate("What is the capital of France?", chat=True, max_new_tokens=40)
 """
 
-from ._ffn import (CausalLM, Cache, Config, Decoder, DecoderCache, DecoderConfig, DecoderState, Encoder, EncoderCache,
+from ._ffn import (CausalLM, Cache, Config, CrossEncoder, Decoder, DecoderCache, DecoderConfig, DecoderState, Encoder, EncoderCache,
                    EncoderConfig, Error, Layer, SentenceEncoder, __version__, init)
 
-__all__ = ["CausalLM", "Cache", "Config", "Decoder", "DecoderCache", "DecoderConfig", "DecoderState", "Encoder", "EncoderCache",
+__all__ = ["CausalLM", "Cache", "Config", "CrossEncoder", "Decoder", "DecoderCache", "DecoderConfig", "DecoderState", "Encoder", "EncoderCache",
            "EncoderConfig", "Error", "Layer", "SentenceEncoder", "__version__", "init"]

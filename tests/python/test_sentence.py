@@ -150,3 +150,32 @@ def test_prompts_pooling_and_truncation_are_sentence_transformers():
     with pytest.raises(ValueError, match="more than the model's 12 tokens"):
         e5.embed(["short", long_text], truncate=False)
     assert e5.embed([long_text]).shape == (1, 16)  # cut, as sentence-transformers cuts it
+
+
+CROSS = pathlib.Path(__file__).resolve().parents[1] / "data" / "cross_encoder"
+
+
+def test_cross_encoder_scores_and_ranks_as_sentence_transformers():
+    """ffn.CrossEncoder on the tiny models of tests/data/cross_encoder
+    (scripts/make_cross_encoder_golden.py): CrossEncoder.predict's scores
+    and shapes, and rank's order."""
+    for name in ("logits", "sigmoid", "three"):
+        d = CROSS / name
+        tensors = ffn._ffn._read_safetensors(str(d / "golden.safetensors"))
+        with open(d / "golden.safetensors", "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            pairs = json.loads(json.loads(f.read(n))["__metadata__"]["pairs"])
+        ce = ffn.CrossEncoder.load(str(d))
+        s = ce.predict(pairs, batch=3)
+        want = tensors["scores"]
+        assert s.shape == ((len(pairs),) if ce.labels == 1 else want.shape), name
+        assert np.abs(s.reshape(want.shape) - want).max() <= 1e-4, name
+    ce = ffn.CrossEncoder.load(str(CROSS / "logits"))
+    docs = ["The cat sat on the red book.", "a dog runs fast", "the cat"]
+    ranked = ce.rank("where is the cat", docs, return_documents=True)
+    scores = ce.predict([("where is the cat", d) for d in docs])
+    assert [r["corpus_id"] for r in ranked] == sorted(range(3), key=lambda i: -scores[i])
+    assert all(r["text"] == docs[r["corpus_id"]] for r in ranked)
+    assert len(ce.rank("where is the cat", docs, top_k=1)) == 1
+    with pytest.raises(ValueError, match="BertForSequenceClassification"):
+        ffn.CrossEncoder.load(str(POOLING / "max"))

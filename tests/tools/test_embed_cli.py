@@ -16,6 +16,7 @@
     /usr/bin/python3 tests/tools/test_embed_cli.py FFN_BINARY
 Exits 77 (skipped) without numpy or without the model (scripts/setup.sh installs it).
 """
+import json
 import os
 import subprocess
 import time
@@ -144,6 +145,24 @@ def main(tmp):
     r = subprocess.run([FFN, "embed", "--model", pooling, "short", long_text], capture_output=True, text=True)
     check(r.returncode == 0 and r.stderr == "ffn: note: 1 of 2 texts were longer than the model's 12 tokens and "
           "were cut (--no-truncate refuses them)\n", f"a cut text is counted ({r.stderr!r})")
+
+    # ffn rerank (issue 64) on the tiny cross-encoder of tests/data/cross_encoder:
+    # --json is text-embeddings-inference's shape, best first, --top-k cuts
+    # it; a sentence-embedding directory is refused with exit 2.
+    ce = os.path.join(os.path.dirname(pooling), "..", "cross_encoder", "logits")
+    docs = ["The cat sat on the red book.", "a dog runs fast", "the cat"]
+    r = subprocess.run([FFN, "rerank", "--model", ce, "--query", "where is the cat", *docs, "--json"],
+                       capture_output=True, text=True)
+    ranked = json.loads(r.stdout) if r.returncode == 0 else []
+    check(r.returncode == 0 and sorted(x["index"] for x in ranked) == [0, 1, 2]
+          and all(a["score"] >= b["score"] for a, b in zip(ranked, ranked[1:]))
+          and all(x["text"] == docs[x["index"]] for x in ranked), f"rerank --json: ranked, best first ({r.stderr!r})")
+    top = subprocess.run([FFN, "rerank", "--model", ce, "--query", "where is the cat", *docs, "--json", "--top-k", "1"],
+                         capture_output=True, text=True)
+    check(top.returncode == 0 and ranked and json.loads(top.stdout) == ranked[:1], "rerank --top-k 1: the best only")
+    r = subprocess.run([FFN, "rerank", "--model", pooling, "--query", "q", "a"], capture_output=True, text=True)
+    check(r.returncode == 2 and "a cross-encoder here is a [\"BertForSequenceClassification\"]" in r.stderr,
+          f"rerank with an embedding model: exit 2, named ({r.stderr!r})")
 
 
 with tempfile.TemporaryDirectory(prefix="ffn-embed-cli-") as tmp:

@@ -34,6 +34,7 @@ FFN, DATA = sys.argv[1], sys.argv[2]
 LLAMA = os.path.join(DATA, "llama", "gqa2_untied")
 MARIAN = os.path.join(DATA, "marian", "swish_shared")
 MINILM = os.environ.get("FFN_MODEL_DIR", os.path.expanduser("~/.cache/ffn/all-MiniLM-L6-v2"))
+CROSS_ENCODER = os.path.join(DATA, "cross_encoder", "logits")
 failures = []
 
 
@@ -146,6 +147,7 @@ def main():
             "embed": ([["--model", MINILM, "a short text"], ["--model", MINILM, "--dtype", "int8", "a short text"]]
                       if os.path.isfile(os.path.join(MINILM, "model.safetensors"))
                       else None),
+            "rerank": [["--model", CROSS_ENCODER, "--query", "where is the cat", "the cat", "a dog"]],
             "translate": [["--model", MARIAN, "--ids", "--input-file", p("ids.txt"), "--max-new-tokens", "3"]],
             "generate": [["--model", LLAMA, "--ids", "1 2 3", "--max-new-tokens", "3"]],
             "tokenize": [["--model", LLAMA, "hello"]],
