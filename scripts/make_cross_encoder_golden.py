@@ -24,25 +24,12 @@ import os
 import shutil
 import sys
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[var] = "1"
-
-import numpy as np  # noqa: E402
-import sentence_transformers  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from safetensors.numpy import save_file  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The environment (offline, one thread), the libraries and the tiny vocabulary of the pooling goldens.
+from make_pooling_golden import np, sentence_transformers, torch, transformers, save_file, vocabulary  # noqa: E402
 from sentence_transformers import CrossEncoder  # noqa: E402
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast  # noqa: E402
 
-torch.set_num_threads(1)
-
-WORDS = ("the a of to and in is it that for on with as was be by this are or from at an not but have "
-         "query passage search find cat dog house tree water fire light dark night day red blue green "
-         "run walk read write book page word text model vector number small large fast slow old new "
-         "good bad first last one two three four five six seven eight nine ten").split()
 PAIRS = [
     ["where is the cat", "The cat sat on the red book."],
     ["where is the cat", "a dog runs fast"],
@@ -58,9 +45,7 @@ MAX = 16
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/cross_encoder"
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", ":"] + WORDS
-    vocab += ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz")
-    vocab = list(dict.fromkeys(vocab))
+    vocab = vocabulary()
     for name, (labels, act) in MODELS.items():
         d = os.path.join(out, name)
         shutil.rmtree(d, ignore_errors=True)

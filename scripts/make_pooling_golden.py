@@ -66,10 +66,15 @@ CONFIGS = {
 MAX_SEQ = 12
 
 
-def build_base(tmp):
+def vocabulary():
+    """The tiny uncased WordPiece vocabulary (make_cross_encoder_golden.py's too)."""
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", ":"] + WORDS
     vocab += ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz")
-    vocab = list(dict.fromkeys(vocab))  # "a" is a word and a letter
+    return list(dict.fromkeys(vocab))  # "a" is a word and a letter
+
+
+def build_base(tmp):
+    vocab = vocabulary()
     with open(os.path.join(tmp, "vocab.txt"), "w") as f:
         f.write("\n".join(vocab) + "\n")
     tok = BertTokenizerFast(os.path.join(tmp, "vocab.txt"), do_lower_case=True)

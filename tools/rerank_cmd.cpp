@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.hpp"
 #include "ffn/cross_encoder.hpp"
 
@@ -18,20 +20,6 @@ struct RerankArgs {
   int threads = 0;
   bool json = false, no_truncate = false;
 };
-
-// A JSON string of s (UTF-8 passed through; quotes, backslashes and control characters escaped).
-std::string json_string(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += char(c);
-    else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else o += char(c);
-  }
-  return o + "\"";
-}
 
 void cmd_rerank(const RerankArgs& a, const Common& c) {
   if (a.model.empty()) throw Error("rerank: give the cross-encoder's directory (--model DIR)");
@@ -58,11 +46,10 @@ void cmd_rerank(const RerankArgs& a, const Common& c) {
   const auto ranked = ce.rank(a.query, docs, o);
   const size_t n = a.top_k ? std::min(ranked.size(), size_t(*a.top_k)) : ranked.size();
   if (a.json) {  // text-embeddings-inference's /rerank response: [{"index", "score", "text"}], best first
-    std::printf("[");
+    nlohmann::json out = nlohmann::json::array();
     for (size_t k = 0; k < n; ++k)
-      std::printf("%s{\"index\": %lld, \"score\": %.9g, \"text\": %s}", k ? ", " : "", (long long)ranked[k].first,
-                  double(ranked[k].second), json_string(docs[size_t(ranked[k].first)]).c_str());
-    std::printf("]\n");
+      out.push_back({{"index", ranked[k].first}, {"score", ranked[k].second}, {"text", docs[size_t(ranked[k].first)]}});
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     for (size_t k = 0; k < n; ++k)
       std::printf("%.7g\t%lld\t%s\n", double(ranked[k].second), (long long)ranked[k].first,

@@ -12,6 +12,7 @@ namespace ffn::serve {
 
 struct ServeOptions {
   std::string model, embedding_model, translation_model;  // paths ("" none; at least one)
+  std::string rerank_model;  // a cross-encoder for /v1/rerank and /rerank ("" none)
   std::string compute = "native";
   std::string host = "127.0.0.1";
   int port = 8080;

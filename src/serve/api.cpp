@@ -253,6 +253,44 @@ EmbeddingRequest parse_embeddings(const json& b) {
   return r;
 }
 
+RerankRequest parse_rerank(const json& b, bool tei) {
+  RerankRequest r;
+  r.model = model_of(b);
+  const json* q = field(b, "query");
+  if (!q || !q->is_string()) bad("query", "required: a string");
+  r.query = q->get<std::string>();
+  const char* list = tei ? "texts" : "documents";
+  const json* docs = field(b, list);
+  if (!docs || !docs->is_array() || docs->empty()) bad(list, "required: a non-empty list of strings");
+  if (docs->size() > 1024) bad(list, "at most 1024 documents per request");
+  for (const json& x : *docs) {
+    if (x.is_string()) r.documents.push_back(x.get<std::string>());
+    else if (!tei && x.is_object() && x.contains("text") && x["text"].is_string())  // Jina/Cohere's {"text": ...}
+      r.documents.push_back(x["text"].get<std::string>());
+    else bad(list, "expected strings");
+  }
+  if (const json* v = field(b, "top_n")) {
+    if (tei) bad("top_n", "not a field of /rerank (text-embeddings-inference's); use /v1/rerank");
+    if (!v->is_number_integer() || v->get<int64_t>() < 1) bad("top_n", "expected a positive integer");
+    r.top_n = v->get<int64_t>();
+  }
+  if (const json* v = field(b, tei ? "return_text" : "return_documents")) {
+    if (!v->is_boolean()) bad(tei ? "return_text" : "return_documents", "expected true or false");
+    r.return_text = v->get<bool>();
+  }
+  if (const json* v = field(b, "truncate")) {
+    if (!v->is_boolean()) bad("truncate", "expected true or false");
+    r.truncate = v->get<bool>();
+  }
+  if (const json* v = field(b, "raw_scores")) {
+    if (!v->is_boolean()) bad("raw_scores", "expected true or false");
+    if (v->get<bool>())
+      bad("raw_scores", "true is not supported: the scores are the model's, as sentence-transformers' "
+                        "CrossEncoder.predict gives them (its configured activation)");
+  }
+  return r;
+}
+
 TranslationRequest parse_translation(const json& b) {
   TranslationRequest r;
   r.model = model_of(b);

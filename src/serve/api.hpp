@@ -69,6 +69,21 @@ struct TranslationRequest {
   std::optional<int64_t> beams, max_tokens;
 };
 
+// POST /v1/rerank (llama-server's and Jina's shape: "documents", "top_n";
+// answered {"results": [{"index", "relevance_score"}], ...}) or POST /rerank
+// (text-embeddings-inference's: "texts", "return_text", "raw_scores": false;
+// answered [{"index", "score"}]). Scores are the cross-encoder's
+// (sentence-transformers' CrossEncoder.predict), best first.
+struct RerankRequest {
+  std::optional<std::string> model;
+  std::string query;
+  std::vector<std::string> documents;
+  std::optional<int64_t> top_n;
+  bool return_text = false;  // the document beside its score
+  bool truncate = true;      // TEI's truncate: false refuses a pair over the model's length
+};
+RerankRequest parse_rerank(const nlohmann::json& body, bool tei);
+
 ChatRequest parse_chat(const nlohmann::json& body);
 CompletionRequest parse_completion(const nlohmann::json& body);
 EmbeddingRequest parse_embeddings(const nlohmann::json& body);

@@ -37,9 +37,11 @@
 
 #include "ffn/causal_lm.hpp"
 #include "ffn/chat.hpp"
+#include "ffn/cross_encoder.hpp"
 #include "ffn/sentence.hpp"
 #include "ffn/translation.hpp"
 #include "serve/api.hpp"
+#include "serve/embed_batcher.hpp"
 #include "serve/engine.hpp"
 
 namespace ffn::serve {
@@ -130,110 +132,11 @@ ApiError as_api_error(const std::exception& e, const std::string& fallback_param
   return ApiError(400, m, param);
 }
 
-// Embedding requests of every connection batched together: the worker takes
-// all that wait and runs them as one list (batches of 32 texts, whose
-// padding changes no result: the same bits as `ffn embed`).
-class EmbedBatcher {
- public:
-  struct Item {
-    std::vector<std::string> texts;
-    std::vector<std::vector<int32_t>> ids;
-    std::promise<Array> done;
-  };
-  EmbedBatcher(const SentenceEncoder& enc, int threads, Isa isa)
-      : enc_(enc), threads_(threads), isa_(isa), thread_([this] { loop(); }) {}
-  ~EmbedBatcher() {
-    {
-      const std::lock_guard<std::mutex> l(m_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  std::future<Array> submit(std::vector<std::string> texts, std::vector<std::vector<int32_t>> ids) {
-    auto it = std::make_unique<Item>();
-    it->texts = std::move(texts);
-    it->ids = std::move(ids);
-    std::future<Array> f = it->done.get_future();
-    {
-      const std::lock_guard<std::mutex> l(m_);
-      q_.push_back(std::move(it));
-    }
-    cv_.notify_all();
-    return f;
-  }
-
- private:
-  void run(std::vector<std::unique_ptr<Item>>& items) {
-    EmbedOptions eo;
-    eo.threads = threads_;
-    eo.isa = isa_;
-    std::vector<std::string> texts;
-    std::vector<std::vector<int32_t>> ids;
-    for (auto& it : items) {
-      texts.insert(texts.end(), it->texts.begin(), it->texts.end());
-      ids.insert(ids.end(), it->ids.begin(), it->ids.end());
-    }
-    Array t = texts.empty() ? Array{} : enc_.embed(texts, eo);
-    Array i = ids.empty() ? Array{} : enc_.embed_ids(ids, eo);
-    const int64_t d = enc_.dim();
-    size_t at_t = 0, at_i = 0;
-    for (auto& it : items) {
-      Array out;
-      const size_t n = it->texts.size() + it->ids.size();
-      out.shape = {int64_t(n), d};
-      const Array& src = it->texts.empty() ? i : t;
-      size_t& at = it->texts.empty() ? at_i : at_t;
-      out.data.assign(src.data.begin() + std::ptrdiff_t(at * size_t(d)), src.data.begin() + std::ptrdiff_t((at + n) * size_t(d)));
-      at += n;
-      it->done.set_value(std::move(out));
-    }
-  }
-  void loop() {
-    for (;;) {
-      std::vector<std::unique_ptr<Item>> items;
-      {
-        std::unique_lock<std::mutex> l(m_);
-        cv_.wait(l, [&] { return stop_ || !q_.empty(); });
-        if (stop_ && q_.empty()) return;
-        size_t inputs = 0;
-        while (!q_.empty() && (items.empty() || inputs + q_.front()->texts.size() + q_.front()->ids.size() <= 256)) {
-          inputs += q_.front()->texts.size() + q_.front()->ids.size();
-          items.push_back(std::move(q_.front()));
-          q_.pop_front();
-        }
-      }
-      try {
-        run(items);
-      } catch (...) {
-        // One request's error must not fail the others: each alone.
-        for (auto& it : items) {
-          std::vector<std::unique_ptr<Item>> one;
-          one.push_back(std::move(it));
-          try {
-            run(one);
-          } catch (...) {
-            one[0]->done.set_exception(std::current_exception());
-          }
-        }
-      }
-    }
-  }
-  const SentenceEncoder& enc_;
-  int threads_;
-  Isa isa_;
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Item>> q_;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
 struct App {
   ServeOptions o;
   std::atomic<bool> ready{false}, draining{false};
   std::atomic<int64_t> active{0}, serial{0};
-  std::string lm_name, embed_name, translate_name;
+  std::string lm_name, embed_name, translate_name, rerank_name;
   std::optional<CausalLM> lm;
   std::unique_ptr<Engine> engine;
   std::optional<SentenceEncoder> encoder;
@@ -241,6 +144,8 @@ struct App {
   std::optional<TranslationModel> translator;
   std::optional<MarianTokenizer> marian;
   std::mutex translate_m;
+  std::optional<CrossEncoder> reranker;
+  std::mutex rerank_m;
   int64_t created = int64_t(std::time(nullptr));
 
   std::string next_id(const char* prefix) { return std::string(prefix) + std::to_string(++serial); }
@@ -531,7 +436,7 @@ void routes(httplib::Server& svr, App& a) {
   }, false));
   svr.Get("/v1/models", guarded(a, [&a](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
-    for (const std::string* n : {&a.lm_name, &a.embed_name, &a.translate_name})
+    for (const std::string* n : {&a.lm_name, &a.embed_name, &a.translate_name, &a.rerank_name})
       if (!n->empty()) data.push_back({{"id", *n}, {"object", "model"}, {"created", a.created}, {"owned_by", "ffn"}});
     res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
   }));
@@ -575,6 +480,37 @@ void routes(httplib::Server& svr, App& a) {
                           {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}),
                     "application/json");
   }));
+  // Rerank: llama-server's shape at /v1/rerank, text-embeddings-inference's at /rerank.
+  for (const bool tei : {false, true})
+    svr.Post(tei ? "/rerank" : "/v1/rerank", guarded(a, [&a, tei](const httplib::Request& req, httplib::Response& res) {
+      const RerankRequest r = parse_rerank(parse_object(req.body), tei);
+      a.check_model(r.model, a.rerank_name, "rerank");
+      RerankOptions o;
+      o.threads = a.o.threads;
+      o.isa = a.o.isa;
+      o.truncate = r.truncate;
+      std::vector<std::pair<int64_t, float>> ranked;
+      int64_t tokens = 0;
+      try {
+        for (const std::string& d : r.documents) tokens += int64_t(a.reranker->tokenize(r.query, d).size());
+        const std::lock_guard<std::mutex> l(a.rerank_m);
+        ranked = a.reranker->rank(r.query, r.documents, o);
+      } catch (const Error& err) {
+        throw ApiError(400, err.what(), tei ? "texts" : "documents");
+      }
+      json results = json::array();
+      for (size_t k = 0; k < ranked.size() && (!r.top_n || int64_t(k) < *r.top_n); ++k) {
+        const std::string& text = r.documents[size_t(ranked[k].first)];
+        json item = {{"index", ranked[k].first}, {tei ? "score" : "relevance_score", ranked[k].second}};
+        if (r.return_text) item[tei ? "text" : "document"] = tei ? json(text) : json{{"text", text}};
+        results.push_back(std::move(item));
+      }
+      if (tei) res.set_content(dump(results), "application/json");
+      else
+        res.set_content(dump({{"model", a.rerank_name}, {"object", "list"}, {"results", results},
+                              {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}),
+                        "application/json");
+    }));
   svr.Post("/v1/translations", guarded(a, [&a](const httplib::Request& req, httplib::Response& res) {
     const TranslationRequest r = parse_translation(parse_object(req.body));
     a.check_model(r.model, a.translate_name, "translation");
@@ -658,8 +594,8 @@ sigset_t stop_signals() {
 }  // namespace
 
 int run_server(const ServeOptions& o) {
-  if (o.model.empty() && o.embedding_model.empty() && o.translation_model.empty())
-    throw Error("--model: give a language model (or --embedding-model / --translation-model)");
+  if (o.model.empty() && o.embedding_model.empty() && o.translation_model.empty() && o.rerank_model.empty())
+    throw Error("--model: give a language model (or --embedding-model / --translation-model / --rerank-model)");
   if (o.port < 0 || o.port > 65535) throw Error("--port: expected 0..65535, got " + std::to_string(o.port));
   if (!(o.shutdown_timeout >= 0)) throw Error("--shutdown-timeout: expected 0 or more seconds");
   if (!(o.kv_memory_mib >= 0)) throw Error("--kv-memory: expected 0 or more MiB");
@@ -674,6 +610,7 @@ int run_server(const ServeOptions& o) {
   a.lm_name = o.model.empty() ? "" : name_of(o.model);
   a.embed_name = o.embedding_model.empty() ? "" : name_of(o.embedding_model);
   a.translate_name = o.translation_model.empty() ? "" : name_of(o.translation_model);
+  a.rerank_name = o.rerank_model.empty() ? "" : name_of(o.rerank_model);
   Http svr;
   const int http_threads = o.http_threads > 0 ? o.http_threads : int(std::max<int64_t>(64, o.parallel + o.queue + 8));
   svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(size_t(http_threads)); };
@@ -750,6 +687,11 @@ int run_server(const ServeOptions& o) {
       a.encoder.emplace(SentenceEncoder::load(o.embedding_model));
       a.batcher = std::make_unique<EmbedBatcher>(*a.encoder, o.threads, o.isa);
     }
+    if (!o.rerank_model.empty()) {
+      CrossEncoderLoadOptions lo;
+      lo.isa = o.isa;
+      a.reranker.emplace(CrossEncoder::load(o.rerank_model, lo));
+    }
     if (!o.translation_model.empty()) {
       a.translator.emplace(TranslationModel::load(o.translation_model));
       a.marian.emplace(MarianTokenizer::load(o.translation_model));
@@ -760,8 +702,9 @@ int run_server(const ServeOptions& o) {
   }
   a.ready = true;
   if (!o.quiet)
-    std::fprintf(stderr, "ffn serve: listening on http://%s:%d (%s%s%s)\n", o.host.c_str(), o.port, a.lm_name.c_str(),
-                 a.embed_name.empty() ? "" : (", " + a.embed_name).c_str(), a.translate_name.empty() ? "" : (", " + a.translate_name).c_str());
+    std::fprintf(stderr, "ffn serve: listening on http://%s:%d (%s%s%s%s)\n", o.host.c_str(), o.port, a.lm_name.c_str(),
+                 a.embed_name.empty() ? "" : (", " + a.embed_name).c_str(), a.translate_name.empty() ? "" : (", " + a.translate_name).c_str(),
+                 a.rerank_name.empty() ? "" : (", " + a.rerank_name).c_str());
   while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   // Shutdown: no new connections or requests; running ones get shutdown_timeout seconds, then are cancelled.
   a.draining = true;

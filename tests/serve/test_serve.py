@@ -19,6 +19,8 @@
    while a request streams lets it finish, then exit 0.
 3. all-MiniLM-L6-v2 (when scripts/setup.sh installed it; skipped, saying
    so, otherwise): /v1/embeddings float and base64 bitwise `ffn embed`'s.
+4. A cross-encoder and an embedding model with prompts (tests/data):
+   /v1/rerank and /rerank equal `ffn rerank --json`; the default prompt.
 
     python tests/serve/test_serve.py FFN_BINARY DATA_DIR
 Exit 0 pass, 1 fail, 77 skipped (no openai client, or ffn built without cpp-httplib).
@@ -337,6 +339,41 @@ def embedding_server():
         s.stop()
 
 
+def rerank_server():
+    """A cross-encoder (tests/data/cross_encoder/logits) with a prompt-model
+    embedding server of tests/data/pooling: /v1/rerank (llama-server's shape)
+    and /rerank (text-embeddings-inference's) equal `ffn rerank --json`'s
+    ranking and scores; the embedding model's default prompt applies."""
+    ce = os.path.join(DATA, "cross_encoder", "logits")
+    emb = os.path.join(DATA, "pooling", "mean_prompts")
+    s = Server("--rerank-model", ce, "--embedding-model", emb, "--threads", "1")
+    try:
+        docs = ["The cat sat on the red book.", "a dog runs fast", "the cat", ""]
+        ref = json.loads(subprocess.run([FFN, "rerank", "--model", ce, "--query", "where is the cat", *docs, "--json"],
+                                        check=True, capture_output=True, text=True).stdout)
+        st, _, body = post(s.url + "/v1/rerank", {"model": "logits", "query": "where is the cat", "documents": docs,
+                                                 "top_n": 2, "return_documents": True})
+        got = json.loads(body) if st == 200 else {}
+        f32 = lambda x: struct.pack("<f", x)  # noqa: E731  (the CLI prints %.9g, the server a double: one float32)
+        check(st == 200 and [(r["index"], f32(r["relevance_score"]), r["document"]["text"]) for r in got["results"]]
+              == [(r["index"], f32(r["score"]), r["text"]) for r in ref[:2]] and got["usage"]["prompt_tokens"] > 0,
+              f"/v1/rerank == ffn rerank, top 2 ({st} {body[:200]})")
+        st, _, body = post(s.url + "/rerank", {"query": "where is the cat", "texts": docs})
+        check(st == 200 and [(r["index"], f32(r["score"])) for r in json.loads(body)]
+              == [(r["index"], f32(r["score"])) for r in ref],
+              f"/rerank (TEI's shape) == ffn rerank ({st} {body[:200]})")
+        st, _, body = post(s.url + "/rerank", {"query": "q", "texts": ["a"], "raw_scores": True})
+        check(st == 400 and "raw_scores" in body, f"raw_scores true is refused by name ({st} {body[:200]})")
+        st, _, body = post(s.url + "/v1/rerank", {"query": "q"})
+        check(st == 400 and "documents" in body, f"a rerank without documents: 400 naming it ({st})")
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
+        e = c.embeddings.create(model="mean_prompts", input=["a dog"]).data[0].embedding
+        out = subprocess.run([FFN, "embed", "--model", emb, "a dog"], check=True, capture_output=True, text=True).stdout
+        check(["%.7g" % x for x in e] == out.split(), "/v1/embeddings applies the model's default prompt, as ffn embed")
+    finally:
+        s.stop()
+
+
 def main():
     probe = subprocess.run([FFN, "serve", "--help"], capture_output=True, text=True)
     if "not built" in probe.stdout + probe.stderr:
@@ -354,6 +391,7 @@ def main():
         main_server(model)
         guarded_server(model)
     embedding_server()
+    rerank_server()
     print(f"serve: {len(failures)} failures")
     return 1 if failures else 0
 
