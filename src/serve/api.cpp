@@ -246,6 +246,10 @@ EmbeddingRequest parse_embeddings(const json& b) {
     bad("input", "expected a string, a non-empty list of strings, or token ids");
   }
   if (r.texts.size() + r.ids.size() > 2048) bad("input", "at most 2048 inputs per request");
+  if (const json* v = field(b, "prompt_name")) {
+    if (!v->is_string()) bad("prompt_name", "expected the name of one of the model's prompts");
+    r.prompt_name = v->get<std::string>();
+  }
   if (const json* v = field(b, "encoding_format")) {
     if (!v->is_string() || (*v != "float" && *v != "base64")) bad("encoding_format", "expected \"float\" or \"base64\"");
     r.base64 = *v == "base64";

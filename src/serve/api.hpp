@@ -61,6 +61,7 @@ struct EmbeddingRequest {
   std::vector<std::string> texts;              // strings
   std::vector<std::vector<int32_t>> ids;       // or token ids (one list per input)
   bool base64 = false;
+  std::optional<std::string> prompt_name;  // text-embeddings-inference's: the model's prompt of that name
 };
 
 struct TranslationRequest {

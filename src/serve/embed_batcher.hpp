@@ -52,6 +52,7 @@ class EmbedBatcher {
     EmbedOptions eo;
     eo.threads = threads_;
     eo.isa = isa_;
+    eo.prompt = "";  // the handler puts each request's prompt before its texts
     std::vector<std::string> texts;
     std::vector<std::vector<int32_t>> ids;
     for (auto& it : items) {

@@ -456,8 +456,18 @@ void routes(httplib::Server& svr, App& a) {
     answer_generation(a, req, res, prepare_generation(a, r.gen, std::move(ids), false));
   }));
   svr.Post("/v1/embeddings", guarded(a, [&a](const httplib::Request& req, httplib::Response& res) {
-    const EmbeddingRequest r = parse_embeddings(parse_object(req.body));
+    EmbeddingRequest r = parse_embeddings(parse_object(req.body));
     a.check_model(r.model, a.embed_name, "embedding");
+    // The prompt (prompt_name, else the model's default) before each text, as ffn embed puts it.
+    EmbedOptions po;
+    po.prompt_name = r.prompt_name;
+    std::string prompt;
+    try {
+      prompt = a.encoder->prompt_text(po);
+    } catch (const Error& err) {
+      throw ApiError(400, err.what(), "prompt_name");
+    }
+    for (std::string& t : r.texts) t = prompt + t;
     int64_t tokens = 0;
     for (const auto& t : r.texts) tokens += int64_t(a.encoder->tokenize(t).size());
     for (const auto& i : r.ids) tokens += int64_t(i.size());

@@ -370,6 +370,12 @@ def rerank_server():
         e = c.embeddings.create(model="mean_prompts", input=["a dog"]).data[0].embedding
         out = subprocess.run([FFN, "embed", "--model", emb, "a dog"], check=True, capture_output=True, text=True).stdout
         check(["%.7g" % x for x in e] == out.split(), "/v1/embeddings applies the model's default prompt, as ffn embed")
+        q = c.embeddings.create(model="mean_prompts", input=["a dog"], extra_body={"prompt_name": "query"}).data[0].embedding
+        out = subprocess.run([FFN, "embed", "--model", emb, "--prompt-name", "query", "a dog"], check=True,
+                             capture_output=True, text=True).stdout
+        check(["%.7g" % x for x in q] == out.split(), "prompt_name query: ffn embed --prompt-name query's vector")
+        st, _, body = post(s.url + "/v1/embeddings", {"input": "x", "prompt_name": "nope"})
+        check(st == 400 and "prompt name 'nope'" in body, f"an unknown prompt_name: 400 naming it ({st} {body[:160]})")
     finally:
         s.stop()
 
