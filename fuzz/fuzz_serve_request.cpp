@@ -43,6 +43,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     refuse_only_as_api_error([&] { (void)parse_completion(j); });
     refuse_only_as_api_error([&] { (void)parse_embeddings(j); });
     refuse_only_as_api_error([&] { (void)parse_translation(j); });
+    for (const bool tei : {false, true})
+      refuse_only_as_api_error([&] {
+        const RerankRequest r = parse_rerank(j, tei);
+        if (r.documents.empty()) __builtin_trap();  // an empty list is refused
+      });
   });
   return 0;
 }

@@ -140,8 +140,11 @@ void bind_sentence(nb::module_& m) {
       .def(
           "rank",
           [](const CrossEncoder& ce, const std::string& query, const std::vector<std::string>& documents,
-             std::optional<int64_t> top_k, bool return_documents, int64_t batch, std::optional<int> threads) {
+             std::optional<int64_t> top_k, bool return_documents, int64_t batch, std::optional<int> threads,
+             bool truncate) {
+            if (top_k && *top_k < 1) throw Error("top_k: expected a positive integer, got " + std::to_string(*top_k));
             RerankOptions o;
+            o.truncate = truncate;
             o.batch = batch;
             o.threads = run_options(threads, false, 0).threads;
             Interruptible stop;
@@ -159,7 +162,7 @@ void bind_sentence(nb::module_& m) {
             return out;
           },
           "query"_a, "documents"_a, "top_k"_a = nb::none(), "return_documents"_a = false, "batch"_a = 32,
-          "threads"_a = nb::none(),
+          "threads"_a = nb::none(), "truncate"_a = true,
           "The documents ranked for the query, best first, as CrossEncoder.rank: a list of\n"
           "{'corpus_id', 'score'} (and 'text' with return_documents).")
       .def_prop_ro("labels", &CrossEncoder::labels)

@@ -31,11 +31,26 @@ void cmd_rerank(const RerankArgs& a, const Common& c) {
   const int threads = threads_or_throw(a.threads);
   const std::vector<std::string> docs =
       a.input_file.empty() ? a.documents : a.input_file == "-" ? read_stdin_lines(INT64_MAX) : read_lines(a.input_file);
+  if (docs.empty()) throw Error("--input-file " + a.input_file + ": no documents (one per line)");
   CrossEncoderLoadOptions lo;
   lo.max_tokens = a.max_tokens;
   lo.isa = c.isa;
   const CrossEncoder ce = CrossEncoder::load(a.model, lo);
   for (const std::string& note : ce.load_notes()) std::fprintf(stderr, "ffn: note: %s\n", note.c_str());
+  // Every pair is checked before any work, named by its line (or argument).
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const std::string where = a.input_file.empty() ? "document " + std::to_string(i)
+                                                   : "--input-file " + a.input_file + ": line " + std::to_string(i + 1);
+    bool longer = false;
+    try {
+      (void)ce.tokenize(a.query, docs[i], nullptr, &longer);
+    } catch (const Error& e) {
+      throw Error(where + ": " + e.what());
+    }
+    if (longer && a.no_truncate)
+      throw Error(where + ": with the query, more than the model's " + std::to_string(ce.max_tokens()) +
+                  " tokens, and truncation is off (--no-truncate)");
+  }
   RerankOptions o;
   o.threads = threads;
   o.batch = a.batch;

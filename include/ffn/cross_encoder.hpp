@@ -43,6 +43,9 @@ struct RerankOptions {
   // called with its index; with truncate off it is refused (Error naming it).
   bool truncate = true;
   std::function<void(int64_t pair)> truncated;
+  // The classifier's logits as they are, without the model's activation
+  // (text-embeddings-inference's raw_scores).
+  bool raw_scores = false;
 };
 
 class CrossEncoder {
@@ -59,8 +62,10 @@ class CrossEncoder {
   // input order): (index, score). A model of one label only.
   std::vector<std::pair<int64_t, float>> rank(const std::string& query, const std::vector<std::string>& documents,
                                               const RerankOptions& opts = {}) const;
-  // A pair's ids ([CLS] a [SEP] b [SEP], cut to max_tokens) and, if asked, their token types.
-  std::vector<int32_t> tokenize(const std::string& a, const std::string& b, std::vector<int32_t>* types = nullptr) const;
+  // A pair's ids ([CLS] a [SEP] b [SEP], cut to max_tokens) and, if asked,
+  // their token types and whether the pair was cut. Error for invalid UTF-8.
+  std::vector<int32_t> tokenize(const std::string& a, const std::string& b, std::vector<int32_t>* types = nullptr,
+                                bool* cut = nullptr) const;
 
   int64_t labels() const { return labels_; }
   int64_t max_tokens() const { return max_tokens_; }

@@ -44,11 +44,15 @@ CrossEncoder CrossEncoder::load(const std::string& dir_in, const CrossEncoderLoa
   CrossEncoder ce(SentenceEncoder::load_body(dir_in, lo, false));
   const detail::SentenceModel& m = *ce.body_.impl_;
   const int64_t d = m.d;
+  if (int64_t(m.token_type.size()) < 2 * d)
+    throw Error(cfg_path.string() + ": type_vocab_size is 1; a BERT cross-encoder reads its second text as token "
+                "type 1 (type_vocab_size 2)");
 
   // How many labels and their activation, as sentence-transformers reads them.
   ce.labels_ = cfg.contains("id2label") && cfg["id2label"].is_object() ? int64_t(cfg["id2label"].size())
                                                                       : json_opt<int64_t>(cfg, "num_labels", 2, cfg_path);
-  if (ce.labels_ < 1) throw Error(cfg_path.string() + ": id2label is empty (a classifier needs at least one label)");
+  if (ce.labels_ < 1)
+    throw Error(cfg_path.string() + ": the classifier has no labels (id2label, num_labels); it needs at least one");
   const std::string act = json_opt<std::string>(cfg, "sbert_ce_default_activation_function", "", cfg_path);
   if (act.empty()) ce.sigmoid_ = ce.labels_ == 1;
   else if (act == "torch.nn.modules.activation.Sigmoid") ce.sigmoid_ = true;
@@ -84,10 +88,10 @@ CrossEncoder CrossEncoder::load(const std::string& dir_in, const CrossEncoderLoa
   return ce;
 }
 
-std::vector<int32_t> CrossEncoder::tokenize(const std::string& a, const std::string& b,
-                                            std::vector<int32_t>* types) const {
+std::vector<int32_t> CrossEncoder::tokenize(const std::string& a, const std::string& b, std::vector<int32_t>* types,
+                                            bool* cut) const {
   std::vector<int32_t> t;
-  std::vector<int32_t> ids = body_.impl_->vocab.encode_pair(a, b, max_tokens_, t);
+  std::vector<int32_t> ids = body_.impl_->vocab.encode_pair(a, b, max_tokens_, t, "pair", cut);
   if (types) *types = std::move(t);
   return ids;
 }
@@ -135,7 +139,7 @@ Array CrossEncoder::predict(const std::vector<std::pair<std::string, std::string
       for (int64_t r = 0; r < L; ++r) {
         float s = classifier_b_[size_t(r)];
         for (int64_t j = 0; j < d; ++j) s += classifier_w_[size_t(r * d + j)] * p[size_t(j)];
-        e[r] = sigmoid_ ? 1.0f / (1.0f + std::exp(-s)) : s;
+        e[r] = sigmoid_ && !opts.raw_scores ? 1.0f / (1.0f + std::exp(-s)) : s;
       }
     }
   }
@@ -152,7 +156,9 @@ std::vector<std::pair<int64_t, float>> CrossEncoder::rank(const std::string& que
   const Array s = predict(pairs, opts);
   std::vector<std::pair<int64_t, float>> r;
   for (size_t i = 0; i < documents.size(); ++i) r.emplace_back(int64_t(i), s.data[i]);
-  std::stable_sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  // Best first; a NaN score (broken weights) last, so that the order is a strict weak one.
+  auto key = [](float s) { return std::isnan(s) ? -INFINITY : s; };
+  std::stable_sort(r.begin(), r.end(), [&](const auto& a, const auto& b) { return key(a.second) > key(b.second); });
   return r;
 }
 

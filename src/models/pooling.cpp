@@ -95,7 +95,21 @@ Pooling read_pooling(const fs::path& dir, int64_t d, std::vector<std::string>& n
   } else if (!config.empty()) {
     const nlohmann::json pc = read_json(config);
     if (!pc.is_object()) throw Error(config.string() + ": expected a JSON object");
-    auto mode = [&](const char* key) { return json_opt<bool>(pc, key, false, config); };
+    // As sentence-transformers' Pooling(**config): mean is on unless the file
+    // says otherwise, and a pooling_mode string names the one mode alone.
+    const std::string named = json_opt<std::string>(pc, "pooling_mode", "", config);
+    auto mode = [&](const char* key) {
+      if (!named.empty()) {
+        const std::string k = key;
+        return k == "pooling_mode_" + named || k == "pooling_mode_" + named + "_token" ||
+               k == "pooling_mode_" + named + "_tokens";
+      }
+      return json_opt<bool>(pc, key, std::string(key) == "pooling_mode_mean_tokens", config);
+    };
+    if (!named.empty() && named != "cls" && named != "max" && named != "mean" && named != "mean_sqrt_len_tokens" &&
+        named != "lasttoken" && named != "weightedmean")
+      throw Error(config.string() + ": pooling_mode '" + named +
+                  "' is not one of cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken");
     for (const char* key : {"pooling_mode_weightedmean_tokens"})
       if (mode(key))
         throw Error(config.string() + ": " + key + " is not supported (pooling_mode_cls_token, _max_tokens, "
@@ -120,10 +134,11 @@ Pooling read_pooling(const fs::path& dir, int64_t d, std::vector<std::string>& n
 }
 
 std::string Prompts::choose(const std::optional<std::string>& prompt, const std::optional<std::string>& name) const {
-  if (prompt && name) throw Error("prompt: give a prompt's text (--prompt) or its name (--prompt-name), not both");
+  if (prompt && name)
+    throw Error("prompt: give a prompt's text or its name, not both (--prompt or --prompt-name; prompt= or prompt_name=)");
   if (prompt) return *prompt;
+  if (!name && default_name.empty()) return "";
   const std::string& n = name ? *name : default_name;
-  if (n.empty()) return "";
   auto it = named.find(n);
   if (it == named.end())
     throw Error("prompt name '" + n + "': the model has " +

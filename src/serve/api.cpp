@@ -287,10 +287,9 @@ RerankRequest parse_rerank(const json& b, bool tei) {
     r.truncate = v->get<bool>();
   }
   if (const json* v = field(b, "raw_scores")) {
+    if (!tei) bad("raw_scores", "a field of /rerank (text-embeddings-inference's), not of /v1/rerank");
     if (!v->is_boolean()) bad("raw_scores", "expected true or false");
-    if (v->get<bool>())
-      bad("raw_scores", "true is not supported: the scores are the model's, as sentence-transformers' "
-                        "CrossEncoder.predict gives them (its configured activation)");
+    r.raw_scores = v->get<bool>();
   }
   return r;
 }

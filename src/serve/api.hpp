@@ -82,6 +82,7 @@ struct RerankRequest {
   std::optional<int64_t> top_n;
   bool return_text = false;  // the document beside its score
   bool truncate = true;      // TEI's truncate: false refuses a pair over the model's length
+  bool raw_scores = false;   // TEI's: the logits; otherwise /rerank gives their sigmoid, as TEI does
 };
 RerankRequest parse_rerank(const nlohmann::json& body, bool tei);
 

@@ -499,6 +499,7 @@ void routes(httplib::Server& svr, App& a) {
       o.threads = a.o.threads;
       o.isa = a.o.isa;
       o.truncate = r.truncate;
+      o.raw_scores = tei;  // /rerank: the logit, or its sigmoid (TEI's default); /v1/rerank: the model's own scores
       std::vector<std::pair<int64_t, float>> ranked;
       int64_t tokens = 0;
       try {
@@ -508,6 +509,8 @@ void routes(httplib::Server& svr, App& a) {
       } catch (const Error& err) {
         throw ApiError(400, err.what(), tei ? "texts" : "documents");
       }
+      if (tei && !r.raw_scores)  // a monotone map: the order stands
+        for (auto& [i, score] : ranked) score = 1.0f / (1.0f + std::exp(-score));
       json results = json::array();
       for (size_t k = 0; k < ranked.size() && (!r.top_n || int64_t(k) < *r.top_n); ++k) {
         const std::string& text = r.documents[size_t(ranked[k].first)];
@@ -701,6 +704,9 @@ int run_server(const ServeOptions& o) {
       CrossEncoderLoadOptions lo;
       lo.isa = o.isa;
       a.reranker.emplace(CrossEncoder::load(o.rerank_model, lo));
+      if (a.reranker->labels() != 1)
+        throw Error("--rerank-model " + o.rerank_model + ": the model has " + std::to_string(a.reranker->labels()) +
+                    " labels; a reranker gives one score per document");
     }
     if (!o.translation_model.empty()) {
       a.translator.emplace(TranslationModel::load(o.translation_model));

@@ -149,6 +149,17 @@ TEST(Pooling, PromptsAndModesItCannotRunAreRefusedByName) {
   expect_error([&] { (void)SentenceEncoder::load(ip.string()); }, "include_prompt false");
   const fs::path none = with_pooling("none", [](nlohmann::json& j) { j["pooling_mode_mean_tokens"] = false; });
   expect_error([&] { (void)SentenceEncoder::load(none.string()); }, "no pooling mode is set");
+  // As sentence-transformers' Pooling(**config): mean is on unless the file says
+  // otherwise, and a pooling_mode string names one mode alone.
+  const fs::path cls_only = with_pooling("cls_only", [](nlohmann::json& j) {
+    j = {{"word_embedding_dimension", 16}, {"pooling_mode_cls_token", true}};
+  });
+  EXPECT_EQ(SentenceEncoder::load(cls_only.string()).pooling(), "cls + mean, normalized");
+  const fs::path named = with_pooling("named", [](nlohmann::json& j) { j["pooling_mode"] = "max"; });
+  EXPECT_EQ(SentenceEncoder::load(named.string()).pooling(), "max, normalized");
+  const fs::path bad_name = with_pooling("bad_name", [](nlohmann::json& j) { j["pooling_mode"] = "median"; });
+  expect_error([&] { (void)SentenceEncoder::load(bad_name.string()); }, "pooling_mode 'median' is not one of");
+  expect_error([&] { (void)m.embed({"x"}, EmbedOptions{.prompt_name = ""}); }, "prompt name '': the model has only");
   const fs::path dim = with_pooling("dim", [](nlohmann::json& j) { j["word_embedding_dimension"] = 17; });
   expect_error([&] { (void)SentenceEncoder::load(dim.string()); },
                "word_embedding_dimension is 17, but the model's hidden size is 16");

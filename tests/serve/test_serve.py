@@ -27,6 +27,7 @@ Exit 0 pass, 1 fail, 77 skipped (no openai client, or ffn built without cpp-http
 """
 import base64
 import json
+import math
 import os
 import re
 import shutil
@@ -358,12 +359,18 @@ def rerank_server():
         check(st == 200 and [(r["index"], f32(r["relevance_score"]), r["document"]["text"]) for r in got["results"]]
               == [(r["index"], f32(r["score"]), r["text"]) for r in ref[:2]] and got["usage"]["prompt_tokens"] > 0,
               f"/v1/rerank == ffn rerank, top 2 ({st} {body[:200]})")
+        # /rerank as TEI: the logit's sigmoid by default (this model's own activation is Identity), the logit raw.
         st, _, body = post(s.url + "/rerank", {"query": "where is the cat", "texts": docs})
+        sig = [(r["index"], 1 / (1 + math.exp(-r["score"]))) for r in ref]
+        got = [(r["index"], r["score"]) for r in json.loads(body)] if st == 200 else []
+        check(st == 200 and [i for i, _ in got] == [i for i, _ in sig]
+              and all(abs(x - y) <= 1e-6 for (_, x), (_, y) in zip(got, sig)),
+              f"/rerank (TEI's shape): sigmoid of ffn rerank's scores, same order ({st} {body[:200]})")
+        st, _, body = post(s.url + "/rerank", {"query": "where is the cat", "texts": docs, "raw_scores": True})
         check(st == 200 and [(r["index"], f32(r["score"])) for r in json.loads(body)]
-              == [(r["index"], f32(r["score"])) for r in ref],
-              f"/rerank (TEI's shape) == ffn rerank ({st} {body[:200]})")
-        st, _, body = post(s.url + "/rerank", {"query": "q", "texts": ["a"], "raw_scores": True})
-        check(st == 400 and "raw_scores" in body, f"raw_scores true is refused by name ({st} {body[:200]})")
+              == [(r["index"], f32(r["score"])) for r in ref], f"/rerank raw_scores == ffn rerank ({st} {body[:200]})")
+        st, _, body = post(s.url + "/v1/rerank", {"query": "q", "documents": ["a"], "raw_scores": True})
+        check(st == 400 and "raw_scores" in body, f"raw_scores on /v1/rerank is refused by name ({st} {body[:200]})")
         st, _, body = post(s.url + "/v1/rerank", {"query": "q"})
         check(st == 400 and "documents" in body, f"a rerank without documents: 400 naming it ({st})")
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
