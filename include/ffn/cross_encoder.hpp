@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -76,7 +77,8 @@ class CrossEncoder {
  private:
   explicit CrossEncoder(SentenceEncoder body);
   SentenceEncoder body_;
-  std::vector<float> pooler_w_, pooler_b_, classifier_w_, classifier_b_;
+  // The head's two projections (nn::Linear, src/ops/linear.hpp): the pooler [d, d] and the classifier [labels, d].
+  std::shared_ptr<const void> pooler_, classifier_;
   int64_t labels_ = 1, max_tokens_ = 0;
   bool sigmoid_ = false;
   std::string activation_ = "identity";

@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_file.hpp"
+#include "backends/context.hpp"
 #include "ffn/diagnostics.hpp"
 #include "models/checkpoint.hpp"
+#include "ops/linear.hpp"
 #include "models/sentence_model.hpp"
 
 namespace ffn {
@@ -81,10 +83,12 @@ CrossEncoder CrossEncoder::load(const std::string& dir_in, const CrossEncoderLoa
   // the task model saves it) and the classifier.
   const models::TensorSource f = models::TensorSource::open((dir / "model.safetensors").string(), "config.json");
   const std::string pre = f.has("bert.pooler.dense.weight") ? "bert." : "";
-  ce.pooler_w_ = f.read(pre + "pooler.dense.weight", {d, d});
-  ce.pooler_b_ = f.read(pre + "pooler.dense.bias", {d});
-  ce.classifier_w_ = f.read("classifier.weight", {ce.labels_, d});
-  ce.classifier_b_ = f.read("classifier.bias", {ce.labels_});
+  auto linear = [&](const std::string& name, int64_t m) {
+    const std::vector<float> w = f.read(name + ".weight", {m, d}), b = f.read(name + ".bias", {m});
+    return std::make_shared<const nn::Linear>(w.data(), d, m, b.data());
+  };
+  ce.pooler_ = linear(pre + "pooler.dense", d);
+  ce.classifier_ = linear("classifier", ce.labels_);
   return ce;
 }
 
@@ -120,7 +124,10 @@ Array CrossEncoder::predict(const std::vector<std::pair<std::string, std::string
   EncoderRunOptions o;
   o.isa = opts.isa;
   o.interrupted = opts.interrupted;
-  std::vector<float> y, p(static_cast<size_t>(d));
+  const nn::Context ctx(opts.isa, threads);
+  const auto& pooler = *static_cast<const nn::Linear*>(pooler_.get());
+  const auto& classifier = *static_cast<const nn::Linear*>(classifier_.get());
+  std::vector<float> y, cls, p;
   for (int64_t b0 = 0; b0 < N; b0 += opts.batch) {
     if (o.interrupted && o.interrupted()) throw Interrupted();
     const int64_t B = std::min(opts.batch, N - b0);
@@ -128,20 +135,16 @@ Array CrossEncoder::predict(const std::vector<std::pair<std::string, std::string
         bt(types.begin() + b0, types.begin() + b0 + B);
     Shape shape;
     models::encode_ids(m, bi, &bt, threads, o, shape, y);
-    for (int64_t b = 0; b < B; ++b) {
-      const float* h = y.data() + b * shape.seq * d;  // the [CLS] row
-      for (int64_t r = 0; r < d; ++r) {
-        float s = pooler_b_[size_t(r)];
-        for (int64_t j = 0; j < d; ++j) s += pooler_w_[size_t(r * d + j)] * h[j];
-        p[size_t(r)] = std::tanh(s);
-      }
-      float* e = out.data.data() + (b0 + b) * L;
-      for (int64_t r = 0; r < L; ++r) {
-        float s = classifier_b_[size_t(r)];
-        for (int64_t j = 0; j < d; ++j) s += classifier_w_[size_t(r * d + j)] * p[size_t(j)];
-        e[r] = sigmoid_ && !opts.raw_scores ? 1.0f / (1.0f + std::exp(-s)) : s;
-      }
-    }
+    // The batch's [CLS] rows through the head: p = tanh(pooler(cls)), scores = act(classifier(p)).
+    cls.resize(size_t(B * d));
+    p.resize(cls.size());
+    for (int64_t b = 0; b < B; ++b) std::copy_n(y.data() + b * shape.seq * d, d, cls.data() + b * d);
+    pooler.forward(ctx, cls.data(), B, p.data());
+    for (float& v : p) v = std::tanh(v);
+    float* e = out.data.data() + b0 * L;
+    classifier.forward(ctx, p.data(), B, e);
+    if (sigmoid_ && !opts.raw_scores)
+      for (int64_t k = 0; k < B * L; ++k) e[k] = 1.0f / (1.0f + std::exp(-e[k]));
   }
   return out;
 }
