@@ -2,6 +2,10 @@
 // vocab.json) with messages that name the file and the key.
 #pragma once
 
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -25,7 +29,18 @@ template <typename T>
 T json_get(const nlohmann::json& j, const char* key, const std::filesystem::path& p) {
   if (!j.is_object() || !j.contains(key)) throw Error(p.string() + ": no \"" + std::string(key) + "\"");
   try {
-    return j.at(key).get<T>();
+    const nlohmann::json& v = j.at(key);
+    // An integer setting given as a float (2.0): only a whole number in T's
+    // range (a cast of another is undefined behaviour).
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+      if (v.is_number_float()) {
+        const double x = v.get<double>();
+        if (!(x == std::floor(x)) || !(x >= double(std::numeric_limits<T>::min())) ||
+            !(x < std::ldexp(1.0, std::numeric_limits<T>::digits)))
+          throw Error(p.string() + ": \"" + std::string(key) + "\" is not an integer in range (" + v.dump() + ")");
+        return T(x);
+      }
+    return v.get<T>();
   } catch (const nlohmann::json::exception&) {
     throw Error(p.string() + ": \"" + std::string(key) + "\" has the wrong type (" + j.at(key).dump() + ")");
   }
