@@ -418,6 +418,13 @@ def new_user(tmp):
             ok &= "\n\n" in full.stdout.rstrip("\n") and r.stdout == full.stdout[:full.stdout.index("\n\n")] + "\n"
         if line.startswith("ffn bench --generate"):
             ok &= "median of 3 runs" in r.stdout
+            if not ok and (os.environ.get("ASAN_OPTIONS") or os.environ.get("TSAN_OPTIONS")):
+                # A sanitizer build runs ~10x slower: the README's 4 runs pass the 60 s limit, and the
+                # command's answer is then its estimate after one measured run (exit 2, nothing on stdout).
+                ok = refused(r, ["--generate", "4 runs", "over the 60 s limit", "--yes"]) and r.stdout == ""
+                if ok:
+                    print("NOTE: README's bench --generate under a sanitizer: over the 60 s limit, refused with "
+                          "the estimate (the median is checked in the plain build)")
         check(ok, f"README as written: {line} -> exit {r.returncode}, {r.stdout[-160:]!r} {r.stderr[-200:]!r}")
     # --no-escape keeps the backslash and the n: the text runs past the blank line.
     r = ffn("generate", "--model", path, "--messages", os.path.join(tmp, "conv.json"), "--stop", "\\n\\n", "--no-escape")
