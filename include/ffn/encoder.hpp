@@ -72,6 +72,13 @@ struct EncoderRunOptions : RunOptions {
   // The same with each attention sublayer's input (x, or Norm1(x) for pre-LN:
   // what the Q/K/V projection reads), for the int8 projections' calibration.
   std::function<void(int64_t layer, const float* x, int64_t n)> attention_input;
+  // A relative position bias added to every layer's scaled attention scores
+  // before the softmax (MPNet's; inference, no cache): key j of query s in
+  // head h gets position_bias[h · (2·span − 1) + (span − 1) + (j − s)], so
+  // the table holds offsets −(span − 1) .. span − 1 for each head; every
+  // sequence must be at most `span` long. Null: none.
+  const float* position_bias = nullptr;
+  int64_t position_bias_span = 0;
 };
 
 // What forward saves for backward; opaque.

@@ -32,12 +32,16 @@ void check_attention_shape(const AttentionShape& a) {
   if (a.window < 0 || !(a.softcap >= 0) || !(a.scale >= 0))
     throw Error("attention: window, soft-cap and scale must be at least 0");
   if (a.window > 0 && !a.causal) throw Error("attention: a sliding window is for causal attention");
-  if (a.training && (a.window > 0 || a.softcap > 0 || a.scale > 0))
-    throw Error("attention: a sliding window, a soft-cap and a query scale are inference only");
+  if (a.training && (a.window > 0 || a.softcap > 0 || a.scale > 0 || a.rel_bias))
+    throw Error("attention: a sliding window, a soft-cap, a query scale and a relative position bias are inference only");
+  if (a.rel_bias && a.rel_span < 1) throw Error("attention: a relative position bias needs a span of at least 1");
   for (size_t b = 0; b < B; ++b) {
     const int64_t q = a.q_len(b), k = a.keys_len(b);
     if (k < 0 || (q > 0 && k == 0))
       throw Error("attention: sequence " + std::to_string(b) + " has " + std::to_string(q) + " queries and no keys");
+    if (a.rel_bias && k > a.rel_span)
+      throw Error("attention: sequence " + std::to_string(b) + " has " + std::to_string(k) +
+                  " keys, past the relative position bias's span of " + std::to_string(a.rel_span));
     if (a.causal && k < q)
       throw Error("attention: causal sequence " + std::to_string(b) + " has " + std::to_string(q) +
                   " queries but only " + std::to_string(k) + " keys (the queries are the last positions)");

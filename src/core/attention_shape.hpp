@@ -37,6 +37,16 @@ struct AttentionShape {
   //   scale: the scores' scale; 0: 1/√head_dim.
   int64_t window = 0;
   float softcap = 0.0f, scale = 0.0f;
+  // A relative position bias (inference; MPNet's, T5's): key j of query s
+  // (at key position p = keys_len − q_len + s) in head h gets
+  //   rel_bias[h · (2·rel_span − 1) + (rel_span − 1) + (j − p)]
+  // added to its scaled score (before a soft-cap). Every sequence's keys must
+  // fit in rel_span. Null: none.
+  const float* rel_bias = nullptr;
+  int64_t rel_span = 0;
+  float relative_bias(int64_t h, int64_t p, int64_t j) const {
+    return rel_bias[h * (2 * rel_span - 1) + (rel_span - 1) + (j - p)];
+  }
   float dropout = 0.0f;          // p, used only when training
   bool training = false;
   uint64_t seed = 0;

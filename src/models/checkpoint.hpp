@@ -161,8 +161,10 @@ using NameTable = NameTableOf<LMTensor>;
 // embeddings and their norm, then per layer Q, K, V and output projections,
 // the norm after attention, the FFN's up and down projections and the norm
 // after it; post-norm, with biases).
+// relative_bias: MPNet's relative position bias [buckets, heads], shared by the layers.
 enum class EncTensor { word, position, token_type, embed_norm, embed_norm_bias, q, q_bias, k, k_bias, v, v_bias, o, o_bias,
-                       attn_norm, attn_norm_bias, up, up_bias, down, down_bias, ffn_norm, ffn_norm_bias, count };
+                       attn_norm, attn_norm_bias, up, up_bias, down, down_bias, ffn_norm, ffn_norm_bias, relative_bias,
+                       count };
 using EncoderNameTable = NameTableOf<EncTensor>;
 
 // An encoder–decoder's tensors (MarianMT's layout): per encoder layer

@@ -35,8 +35,56 @@ const EncoderNameTable kBertNames{{
     "encoder.layer.{L}.output.LayerNorm.bias",
 }};
 
+// MPNetModel's names (transformers' modeling_mpnet.py): BERT's layout without
+// token types, Q/K/V/O under attention.attn, and the relative position bias.
+const EncoderNameTable kMpnetNames{{
+    "embeddings.word_embeddings.weight",
+    "embeddings.position_embeddings.weight",
+    nullptr,
+    "embeddings.LayerNorm.weight",
+    "embeddings.LayerNorm.bias",
+    "encoder.layer.{L}.attention.attn.q.weight",
+    "encoder.layer.{L}.attention.attn.q.bias",
+    "encoder.layer.{L}.attention.attn.k.weight",
+    "encoder.layer.{L}.attention.attn.k.bias",
+    "encoder.layer.{L}.attention.attn.v.weight",
+    "encoder.layer.{L}.attention.attn.v.bias",
+    "encoder.layer.{L}.attention.attn.o.weight",
+    "encoder.layer.{L}.attention.attn.o.bias",
+    "encoder.layer.{L}.attention.LayerNorm.weight",
+    "encoder.layer.{L}.attention.LayerNorm.bias",
+    "encoder.layer.{L}.intermediate.dense.weight",
+    "encoder.layer.{L}.intermediate.dense.bias",
+    "encoder.layer.{L}.output.dense.weight",
+    "encoder.layer.{L}.output.dense.bias",
+    "encoder.layer.{L}.output.LayerNorm.weight",
+    "encoder.layer.{L}.output.LayerNorm.bias",
+    "encoder.relative_attention_bias.weight",
+}};
+
+// MPNetConfig: BERT's keys without token types; positions offset past the
+// pad id (RoBERTa's rule); the relative position bias (transformers buckets
+// it with 32 buckets and distance 128 whatever relative_attention_num_buckets
+// says, so the table must have at least 32 rows).
+nn::StackSpec mpnet_config(const nlohmann::json& cfg, const std::filesystem::path& cfg_path) {
+  nlohmann::json bert = cfg;
+  bert["type_vocab_size"] = 0;
+  nn::StackSpec s = bert_config(bert, cfg_path);
+  const int64_t pad = json_opt<int64_t>(cfg, "pad_token_id", 1, cfg_path);
+  if (pad < 0 || pad >= s.embedding.vocab)
+    throw Error(cfg_path.string() + ": pad_token_id " + std::to_string(pad) + " is outside the vocabulary");
+  s.embedding.position_offset = pad + 1;
+  s.attention.relative_buckets = json_opt<int64_t>(cfg, "relative_attention_num_buckets", 32, cfg_path);
+  if (s.attention.relative_buckets < 32)
+    throw Error(cfg_path.string() + ": relative_attention_num_buckets " + std::to_string(s.attention.relative_buckets) +
+                " is below the 32 buckets MPNet's attention indexes");
+  s.attention.relative_max_distance = 128;
+  return s;
+}
+
 std::vector<EncoderFamily>& registry() {
-  static std::vector<EncoderFamily> r{{"bert", &kBertNames, "bert.", bert_config}};
+  static std::vector<EncoderFamily> r{{"bert", &kBertNames, "bert.", bert_config},
+                                      {"mpnet", &kMpnetNames, "mpnet.", mpnet_config}};
   return r;
 }
 

@@ -21,6 +21,7 @@
 #include "models/checkpoint.hpp"
 #include "models/encoder_family.hpp"
 #include "models/pooling.hpp"
+#include "models/relative_bias.hpp"
 #include "models/sentence_model.hpp"
 #include "modules/stack_config.hpp"
 
@@ -82,18 +83,25 @@ SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const Sent
   if (spec.embedding.positions != nn::Positions::learned || !spec.embedding.norm)
     throw Error(cfg_path.string() + ": the sentence encoder runs a learned position table with a norm after the "
                 "embedding sum (BERT's); model_type '" + model_type + "' has another embedding");
+  // The relative position bias (MPNet) is not a layer setting but a table
+  // each forward call adds (EncoderRunOptions::position_bias), made below.
+  nn::StackSpec layer_spec = spec;
+  layer_spec.attention.relative_buckets = layer_spec.attention.relative_max_distance = 0;
   EncoderConfig ec_;
   try {
-    ec_ = nn::encoder_config(spec);
+    ec_ = nn::encoder_config(layer_spec);
     ec_.validate();
   } catch (const Error& e) {
     throw Error(cfg_path.string() + ": " + e.what());
   }
   m.eps = ec_.eps;
-  m.positions = spec.embedding.max_positions;
+  const int64_t table_rows = spec.embedding.max_positions, offset = spec.embedding.position_offset;
+  m.positions = table_rows - offset;
+  if (offset > 0) m.position_pad = int32_t(offset - 1);
   const int64_t vocab_size = spec.embedding.vocab;
   const int64_t types = spec.embedding.token_types;
-  if (m.positions < 2 || types < 1) throw Error(cfg_path.string() + ": max_position_embeddings and type_vocab_size must be positive");
+  if (m.positions < 2 || types < 0)
+    throw Error(cfg_path.string() + ": max_position_embeddings must leave at least 2 positions and type_vocab_size must not be negative");
   m.d = ec_.d_model;
 
   // Tokens per text: sentence-transformers' max_seq_length, capped by the position table.
@@ -128,7 +136,21 @@ SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const Sent
       throw Error(tp.string() + ": only the uncased BERT tokenizer is supported (do_lower_case, strip_accents and "
                   "tokenize_chinese_chars on)");
   }
-  m.vocab = text::WordPiece::load((dir / "vocab.txt").string());
+  // The tokens in BERT's [CLS], [SEP], [UNK], [PAD] and [MASK] roles (MPNet: <s>, </s>, [UNK], <pad>, <mask>).
+  text::WordPieceRoles roles;
+  if (fs::exists(dir / "tokenizer_config.json", ec)) {
+    const fs::path tp = dir / "tokenizer_config.json";
+    const nlohmann::json tc = read_json(tp);
+    for (auto [key, role] : {std::pair{"cls_token", &roles.cls}, {"sep_token", &roles.sep}, {"unk_token", &roles.unk},
+                             {"pad_token", &roles.pad}, {"mask_token", &roles.mask}}) {
+      if (!tc.is_object() || !tc.contains(key) || tc[key].is_null()) continue;
+      const nlohmann::json& v = tc[key];
+      if (v.is_string()) *role = v.get<std::string>();
+      else if (v.is_object() && v.contains("content") && v["content"].is_string()) *role = v["content"].get<std::string>();
+      else throw Error(tp.string() + ": \"" + key + "\" is neither a token nor {\"content\": token}");
+    }
+  }
+  m.vocab = text::WordPiece::load((dir / "vocab.txt").string(), roles);
   if (fs::exists(dir / "special_tokens_map.json", ec)) {  // the tokens matched verbatim in the text
     const fs::path sp = dir / "special_tokens_map.json";
     const nlohmann::json st = read_json(sp);
@@ -180,8 +202,15 @@ SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const Sent
   auto get = [&](T t, int64_t layer, std::vector<int64_t> shape) { return f.read(pre + names.name(t, layer), shape); };
   const int64_t d = m.d, F = ec_.d_ff;
   m.word = get(T::word, -1, {vocab_size, d});
-  m.position = get(T::position, -1, {m.positions, d});
-  m.token_type = get(T::token_type, -1, {types, d});
+  m.position = get(T::position, -1, {table_rows, d});
+  if (types > 0) m.token_type = get(T::token_type, -1, {types, d});
+  if (const int64_t buckets = spec.attention.relative_buckets; buckets > 0) {
+    // transformers' MPNet reads relative_attention_num_buckets rows but buckets with 32 and distance 128
+    // (compute_position_bias's defaults): the config's reader checks it has at least 32.
+    const auto w = get(T::relative_bias, -1, {buckets, ec_.heads});
+    m.rel_span = m.positions;
+    m.rel_bias = models::relative_bias_table(w, 32, ec_.heads, spec.attention.relative_max_distance, m.rel_span);
+  }
   m.ln_weight = get(T::embed_norm, -1, {d});
   m.ln_bias = get(T::embed_norm_bias, -1, {d});
   EncoderWeights w;
@@ -269,11 +298,18 @@ void embed_tokens(const detail::SentenceModel& m, const std::vector<std::vector<
   for (size_t b = 0; b < ids.size(); ++b) {
     const int64_t n = int64_t(ids[b].size());
     float* xb = x + int64_t(b) * S * d;
+    int64_t counted = 0;  // non-pad ids so far (RoBERTa's and MPNet's positions)
     for (int64_t i = 0; i < n; ++i) {
-      const float* w = m.word.data() + int64_t(ids[b][size_t(i)]) * d;
-      const float* p = m.position.data() + i * d;
-      const float* t = m.token_type.data() + (types ? int64_t((*types)[b][size_t(i)]) * d : 0);
-      for (int64_t j = 0; j < d; ++j) xb[i * d + j] = w[j] + p[j] + t[j];
+      const int32_t id = ids[b][size_t(i)];
+      const float* w = m.word.data() + int64_t(id) * d;
+      int64_t row = i;
+      if (m.position_pad >= 0) row = m.position_pad + (id == m.position_pad ? 0 : ++counted);
+      const float* p = m.position.data() + row * d;
+      for (int64_t j = 0; j < d; ++j) xb[i * d + j] = w[j] + p[j];
+      if (!m.token_type.empty()) {
+        const float* t = m.token_type.data() + (types ? int64_t((*types)[b][size_t(i)]) * d : 0);
+        for (int64_t j = 0; j < d; ++j) xb[i * d + j] += t[j];
+      }
     }
     std::vector<float> mean(static_cast<size_t>(n)), rstd(static_cast<size_t>(n));
     nn::norm_forward(ctx, NormType::layernorm, m.eps, xb, n, d, m.ln_weight.data(),
@@ -295,6 +331,10 @@ std::vector<float> SentenceEncoder::hidden(const std::vector<int32_t>& ids, int 
   embed_tokens(m, {ids}, nullptr, n, x.data(), nn::Context(opts.isa, t));
   EncoderRunOptions o = opts;
   o.threads = t;
+  if (!m.rel_bias.empty() && !o.position_bias) {  // the model's table, unless the call brings one
+    o.position_bias = m.rel_bias.data();
+    o.position_bias_span = m.rel_span;
+  }
   m.encoder->forward(x.data(), y.data(), Shape{1, n, Layout::tokens, {}}, o);
   return y;
 }
@@ -329,7 +369,7 @@ Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>
     std::vector<int32_t> ids = m.vocab.encode(prompt + texts[size_t(b)], m.max_tokens, what, &cut);
     if (cut && !opts.truncate)
       throw Error(what + ": more than the model's " + std::to_string(m.max_tokens) +
-                  " tokens ([CLS] and [SEP] included), and truncation is off (--no-truncate, truncate=False)");
+                  " tokens (its special tokens included), and truncation is off (--no-truncate, truncate=False)");
     if (cut && opts.truncated) opts.truncated(b);
     return ids;
   }, opts, std::move(o));
@@ -380,6 +420,10 @@ void models::encode_ids(const detail::SentenceModel& m, const std::vector<std::v
   y.resize(x.size());
   embed_tokens(m, ids, types, shape.seq, x.data(), nn::Context(o.isa, threads));
   o.threads = threads;
+  if (!m.rel_bias.empty()) {
+    o.position_bias = m.rel_bias.data();
+    o.position_bias_span = m.rel_span;
+  }
   m.encoder->forward(x.data(), y.data(), shape, o);
 }
 

@@ -21,9 +21,18 @@ struct detail::SentenceModel {
   std::string dir;
   text::WordPiece vocab;
   std::optional<Encoder> encoder;
-  int64_t d = 0, max_tokens = 0, positions = 0;
+  int64_t d = 0, max_tokens = 0, positions = 0;  // positions: the ids a text may have (the table's rows past its offset)
   float eps = 1e-12f;
-  std::vector<float> word, position, token_type, ln_weight, ln_bias;  // embeddings
+  std::vector<float> word, position, token_type, ln_weight, ln_bias;  // embeddings (token_type empty: none)
+  // RoBERTa's and MPNet's positions (EmbeddingSpec::position_offset): the
+  // pad id p (-1: rows 0, 1, ...); token i's row of the position table is
+  // p + the count of non-pad ids through it, a pad id's p (transformers'
+  // create_position_ids_from_input_ids).
+  int32_t position_pad = -1;
+  // MPNet's relative position bias: the encoder's position_bias table for
+  // sequences of up to rel_span ids (empty: none; src/models/relative_bias.hpp).
+  std::vector<float> rel_bias;
+  int64_t rel_span = 0;
   models::Pooling pooling;  // sentence-transformers' modules after the encoder
   models::Prompts prompts;
   std::vector<std::string> notes;  // SentenceEncoder::load_notes

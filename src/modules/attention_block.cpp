@@ -42,6 +42,8 @@ reference::AttentionShape attention_shape(const AttentionBlockConfig& cfg, const
     a.window = cfg.window;
     a.softcap = cfg.softcap;
     a.scale = cfg.query_scale;
+    a.rel_bias = run.rel_bias;
+    a.rel_span = run.rel_span;
   }
   a.dropout = cfg.dropout;
   a.training = run.training;

@@ -135,6 +135,9 @@ struct BlockRun {
   // Called with the projection's input (a, n rows) before the projection.
   std::function<void(const float*, int64_t)> observe;
   QActs* acts = nullptr;  // the projections' activation scratch for quantized blocks (null: their own)
+  // Self-attention's relative position bias (inference; AttentionShape::rel_bias); null: none.
+  const float* rel_bias = nullptr;
+  int64_t rel_span = 0;
 };
 
 // K|V = memory W_kvᵀ + b_kv, [m, 2d], for KeysValues::projected.

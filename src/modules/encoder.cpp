@@ -272,6 +272,11 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
   if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
   if (opts.compute != Compute::fp32) throw Error("forward: the encoder computes in fp32 (--compute bf16 is the FFN's)");
+  if (opts.position_bias && (opts.training || cache))
+    throw Error("forward: a relative position bias (position_bias) is inference only, without a cache");
+  if (opts.position_bias && shape.seq > opts.position_bias_span)
+    throw Error("forward: sequences of " + std::to_string(shape.seq) + " positions, past the position bias's span of " +
+                std::to_string(opts.position_bias_span));
   const auto& packed = *static_cast<const PackedEncoder*>(packed_.get());
   // RunOptions::interrupted in inference: the sequences in groups of about
   // 2^31 flops per thread, each through every layer (asking before each of
@@ -330,6 +335,8 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
     }
   };
   nn::LayerRun lr = nn::layer_run(rows.off, shape.seq, opts.training, opts.causal, opts.seed, ctx, opts);
+  lr.run.rel_bias = opts.position_bias;
+  lr.run.rel_span = opts.position_bias_span;
   lr.attention_input = opts.attention_input;
   lr.ffn_input = opts.ffn_input;
   lr.ask = ask;

@@ -125,7 +125,7 @@ void StackSpec::check_supported(const std::string& who) const {
     if (w > 0 && !inference) refuse("a sliding attention window outside a causal LM");
   if (attention.softcap > 0 && !inference) refuse("an attention logit soft-cap outside a causal LM");
   if (attention.query_scale > 0 && !inference) refuse("a query scale outside a causal LM");
-  if (attention.relative_buckets > 0) refuse("a relative position bias");
+  if (attention.relative_buckets > 0 && kind != StackKind::encoder) refuse("a relative position bias outside an encoder");
 }
 
 AttentionBlockConfig attention_config(const StackSpec& s, int64_t layer) {

@@ -14,8 +14,10 @@
 // heads/kv_heads/head_dim, Q|K|V and output biases, plain RoPE, causal and
 // cross-attention, sliding windows, the attention and final soft-caps, the
 // query scale (these three: the causal LM's), every FFN unit gated or not,
-// the embedding scale, tied heads. Not yet: rotary scaling, per-layer
-// rotary bases, partial rotary positions, q/k norm, a relative position bias.
+// the embedding scale, tied heads, an encoder's relative position bias
+// (MPNet's: a table each forward call adds, EncoderRunOptions::position_bias,
+// not a layer setting). Not yet: rotary scaling, per-layer rotary bases,
+// partial rotary positions, q/k norm.
 #pragma once
 
 #include <cstdint>

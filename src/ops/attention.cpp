@@ -76,7 +76,8 @@ void attention_forward(const Context& cx, const AttentionShape& a, const Attenti
   const int64_t d = a.d, H = a.heads, dh = d / H;
   const float scale = a.scale > 0 ? a.scale : float(1.0 / std::sqrt(double(dh)));
   // With a soft-cap the scores are scaled and capped before the softmax step, which then scales by 1.
-  const float cap = a.softcap, step_scale = cap > 0 ? 1.0f : scale;
+  // So are they with a relative position bias: s·scale + bias.
+  const float cap = a.softcap, step_scale = cap > 0 || a.rel_bias ? 1.0f : scale;
   const auto rule = DropoutRule::make(a.training ? a.dropout : 0.0f);
   const std::vector<Seq> seqs = sequences(a);
   // A key tile must lie in one page: pages of whole tiles, or sequences of one page.
@@ -151,8 +152,14 @@ void attention_forward(const Context& cx, const AttentionShape& a, const Attenti
           const int64_t lim = std::clamp<int64_t>(visible(a, sq, s0 + r) - j0, 0, kn);
           // keys lo .. lim - 1 of the tile are the row's (lo > 0: before them, outside its window)
           const int64_t lo = a.window > 0 ? std::clamp<int64_t>(a.first_visible(seq, s0 + r) - j0, 0, lim) : 0;
-          if (cap > 0)  // as transformers: (s·scale) / c, tanh, × c
+          if (a.rel_bias) {  // as transformers' MPNet: s·scale, then + bias
+            const int64_t p = sq.klen - sq.len + s0 + r;
+            for (int64_t j = lo; j < lim; ++j) srow[j] = srow[j] * scale + a.relative_bias(h, p, j0 + j);
+            if (cap > 0)
+              for (int64_t j = lo; j < lim; ++j) srow[j] = std::tanh(srow[j] / cap) * cap;
+          } else if (cap > 0) {  // as transformers: (s·scale) / c, tanh, × c
             for (int64_t j = lo; j < lim; ++j) srow[j] = std::tanh(srow[j] * scale / cap) * cap;
+          }
           const float alpha =
               lim > lo ? kc.softmax_step(srow + lo, lim - lo, step_scale, &mx[size_t(r)], &sum[size_t(r)]) : 1.0f;
           std::fill(srow, srow + lo, 0.0f);

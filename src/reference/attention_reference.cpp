@@ -32,6 +32,7 @@ int64_t probabilities(const AttentionShape& a, const AttentionInput<T>& in, int6
     Acc dot = 0;
     for (int64_t c = 0; c < dh; ++c) dot += Acc(q[c]) * Acc(k[c]);
     P[size_t(j)] = dot * scale;
+    if (a.rel_bias) P[size_t(j)] += Acc(a.relative_bias(h, a.keys_len(size_t(b)) - a.q_len(size_t(b)) + s, j));
     if (a.softcap > 0) P[size_t(j)] = Acc(a.softcap) * std::tanh(P[size_t(j)] / Acc(a.softcap));
     mx = std::max(mx, P[size_t(j)]);
   }

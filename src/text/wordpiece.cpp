@@ -86,7 +86,7 @@ void append_utf8(std::string& s, int32_t c) {
 
 }  // namespace
 
-WordPiece WordPiece::load(const std::string& vocab_path) {
+WordPiece WordPiece::load(const std::string& vocab_path, const WordPieceRoles& roles) {
   std::ifstream f(vocab_path, std::ios::binary);
   if (!f) throw Error(vocab_path + ": cannot open the vocabulary");
   WordPiece w;
@@ -98,18 +98,18 @@ WordPiece WordPiece::load(const std::string& vocab_path) {
     w.ids_[line] = int32_t(w.tokens_.size());
     w.tokens_.push_back(line);
   }
-  auto id = [&](const char* t) {
+  auto id = [&](const std::string& t) {
     auto it = w.ids_.find(t);
-    if (it == w.ids_.end()) throw Error(vocab_path + ": the vocabulary has no " + std::string(t) + " token");
+    if (it == w.ids_.end()) throw Error(vocab_path + ": the vocabulary has no " + t + " token");
     return it->second;
   };
-  w.unk_ = id("[UNK]");
-  w.cls_ = id("[CLS]");
-  w.sep_ = id("[SEP]");
-  w.pad_ = w.ids_.count("[PAD]") ? w.ids_.at("[PAD]") : 0;
+  w.unk_ = id(roles.unk);
+  w.cls_ = id(roles.cls);
+  w.sep_ = id(roles.sep);
+  w.pad_ = w.ids_.count(roles.pad) ? w.ids_.at(roles.pad) : 0;
   std::vector<std::string> specials;
-  for (const char* t : {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"})
-    if (w.ids_.count(t)) specials.push_back(t);
+  for (const std::string& t : {roles.cls, roles.sep, roles.pad, roles.mask, roles.unk})
+    if (w.ids_.count(t) && std::find(specials.begin(), specials.end(), t) == specials.end()) specials.push_back(t);
   w.set_special_tokens(specials, vocab_path);
   return w;
 }

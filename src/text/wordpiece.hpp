@@ -31,11 +31,20 @@
 
 namespace ffn::text {
 
+// The tokens that play BERT's [CLS], [SEP], [UNK], [PAD] and [MASK] roles:
+// MPNet's tokenizer (tokenizer_config.json's cls_token, ...) has <s>, </s>,
+// [UNK], <pad> and <mask>, and writes <s> a </s> as BERT writes [CLS] a [SEP].
+struct WordPieceRoles {
+  std::string cls = "[CLS]", sep = "[SEP]", unk = "[UNK]", pad = "[PAD]", mask = "[MASK]";
+};
+
 class WordPiece {
  public:
   // vocab.txt: one token per line, its id the line number. Throws Error
-  // naming the file if it cannot be read or lacks [UNK], [CLS] or [SEP].
-  static WordPiece load(const std::string& vocab_path);
+  // naming the file if it cannot be read or lacks the unk, cls or sep token
+  // (pad: id 0 when absent; mask: optional). The special tokens matched in
+  // the text are the roles' tokens.
+  static WordPiece load(const std::string& vocab_path, const WordPieceRoles& roles = {});
   // The special tokens matched verbatim in the text (default: [CLS], [SEP],
   // [PAD], [MASK], [UNK]); each must be in the vocabulary.
   void set_special_tokens(const std::vector<std::string>& tokens, const std::string& what);

@@ -51,6 +51,7 @@
 #include "reference/ffn_reference.hpp"
 #include "reference/linear_reference.hpp"
 #include "reference/qlinear_reference.hpp"
+#include "test_util.hpp"
 #include "tolerances.hpp"
 
 using namespace ffn;
@@ -515,6 +516,56 @@ TEST_P(BackendOps, AttentionForwardWindowSoftcapScale) {
   }
   const std::vector<float> x0 = run(a, in), y0 = run(a, in2);  // without the window the change shows
   EXPECT_NE(0, std::memcmp(x0.data() + (rows - 1) * a.d, y0.data() + (rows - 1) * a.d, size_t(a.d) * 4));
+}
+
+// MPNet's relative position bias (inference): each head's table of key
+// offsets added to the scaled scores, on sequences of odd lengths across the
+// 256-key tiles (1, 37, 300), self-attention and causal, with and without a
+// soft-cap, against the reference; a zero table is no bias, bit for bit, and
+// a sequence longer than the table's span is refused.
+TEST_P(BackendOps, AttentionForwardRelativeBias) {
+  const nn::KernelConfig& kc = *GetParam();
+  nn::AttentionShape a;
+  a.d = 30;
+  a.heads = 3;
+  a.S = 300;
+  a.off = {0, 1, 1 + 37, 1 + 37 + 300};
+  const int64_t rows = a.rows(), span = 301;
+  const std::vector<float> qkv = uniform(size_t(rows * 3 * a.d), 31, -2.0f, 2.0f);
+  const std::vector<float> table = uniform(size_t(a.heads * (2 * span - 1)), 32, -3.0f, 3.0f);
+  const std::vector<float> zeros(table.size(), 0.0f);
+  auto run = [&](const nn::AttentionShape& s) {
+    std::vector<float> out(size_t(rows * a.d)), lse(size_t(rows * a.heads));
+    nn::attention_forward(nn::Context(kc, 2), s, qkv.data(), out.data(), lse.data());
+    return out;
+  };
+  for (bool causal : {false, true})
+    for (float softcap : {0.0f, 4.0f}) {
+      nn::AttentionShape w = a;
+      w.causal = causal, w.softcap = softcap, w.rel_bias = table.data(), w.rel_span = span;
+      const std::vector<float> got = run(w);
+      std::vector<float> want(got.size()), lse_ref(size_t(rows * a.heads));
+      reference::attention_forward(w, nn::AttentionInput<float>::packed(qkv.data(), a.d), want.data(), lse_ref.data());
+      const Comparison c = compare(got.data(), want.data(), got.size());
+      EXPECT_TRUE(c.ok(test::kAttentionForwardVsReference))
+          << set_name(&kc) << " causal=" << causal << " softcap=" << softcap << ": " << c.describe();
+      nn::AttentionShape none = w;
+      none.rel_bias = nullptr;
+      const std::vector<float> without = run(none);
+      EXPECT_NE(0, std::memcmp(got.data(), without.data(), got.size() * 4)) << "the bias changed nothing";
+      if (softcap == 0) {  // s·scale + 0 in one step is s·scale: the same bits as no bias
+        nn::AttentionShape z = w;
+        z.rel_bias = zeros.data();
+        const std::vector<float> zero = run(z);
+        EXPECT_EQ(0, std::memcmp(zero.data(), without.data(), got.size() * 4)) << set_name(&kc) << " causal=" << causal;
+      }
+    }
+  nn::AttentionShape short_span = a;
+  short_span.rel_bias = table.data();
+  short_span.rel_span = 299;
+  std::vector<float> out(size_t(rows * a.d)), lse(size_t(rows * a.heads));
+  test::expect_error([&] { nn::attention_forward(nn::Context(kc, 2), short_span, qkv.data(), out.data(), lse.data()); },
+                     "sequence 2 has 300 keys, past the relative position bias's span of 299");
 }
 
 TEST_P(BackendOps, ElementwiseKernelsSameBitsAsScalar) {

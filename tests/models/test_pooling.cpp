@@ -120,7 +120,7 @@ TEST(Pooling, LongTextsAreCutAndCountedOrRefused) {
   EXPECT_EQ(cut, (std::vector<int64_t>{2, 5, 6}));
   o.truncate = false;
   expect_error([&] { (void)m.embed(g.sentences, o); },
-               "text 2: more than the model's 12 tokens ([CLS] and [SEP] included), and truncation is off");
+               "text 2: more than the model's 12 tokens (its special tokens included), and truncation is off");
   EXPECT_NO_THROW((void)m.embed({g.sentences[0], g.sentences[1]}, o));
 }
 

@@ -155,7 +155,7 @@ TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
   refused([](nn::StackSpec& s) { s.attention.rope.scaling = nn::RopeScaling::yarn; }, "yarn rotary scaling");
   refused([](nn::StackSpec& s) { s.attention.rope.layer_theta = {1e4, 1e4, 1e6}; }, "a rotary base per layer");
   refused([](nn::StackSpec& s) { s.attention.rope.fraction = 0.5; }, "partial rotary positions");
-  refused([](nn::StackSpec& s) { s.attention.relative_buckets = 32; }, "a relative position bias");
+  refused([](nn::StackSpec& s) { s.attention.relative_buckets = 32; }, "a relative position bias outside an encoder");
   // What runs: biases, (1 + w) norms before and after the sublayers, GELU-tanh
   // gating, an embedding scale, the soft-caps, a query scale, sliding windows,
   // per-head q/k norms (the causal LM's).
