@@ -95,7 +95,7 @@ CrossEncoder CrossEncoder::load(const std::string& dir_in, const CrossEncoderLoa
 std::vector<int32_t> CrossEncoder::tokenize(const std::string& a, const std::string& b, std::vector<int32_t>* types,
                                             bool* cut) const {
   std::vector<int32_t> t;
-  std::vector<int32_t> ids = body_.impl_->vocab.encode_pair(a, b, max_tokens_, t, "pair", cut);
+  std::vector<int32_t> ids = body_.impl_->vocab->encode_pair(a, b, max_tokens_, t, "pair", cut);
   if (types) *types = std::move(t);
   return ids;
 }
@@ -111,7 +111,7 @@ Array CrossEncoder::predict(const std::vector<std::pair<std::string, std::string
   for (int64_t i = 0; i < N; ++i) {
     const std::string what = "pair " + std::to_string(i);
     bool cut = false;
-    ids[size_t(i)] = m.vocab.encode_pair(pairs[size_t(i)].first, pairs[size_t(i)].second, max_tokens_,
+    ids[size_t(i)] = m.vocab->encode_pair(pairs[size_t(i)].first, pairs[size_t(i)].second, max_tokens_,
                                          types[size_t(i)], what, &cut);
     if (cut && !opts.truncate)
       throw Error(what + ": more than the model's " + std::to_string(max_tokens_) +

@@ -82,9 +82,22 @@ nn::StackSpec mpnet_config(const nlohmann::json& cfg, const std::filesystem::pat
   return s;
 }
 
+// XLMRobertaConfig: BERT's keys (XLMRobertaModel keeps BERT's tensor names),
+// positions past the pad id (RoBERTa's rule), one token type.
+nn::StackSpec xlm_roberta_config(const nlohmann::json& cfg, const std::filesystem::path& cfg_path) {
+  nn::StackSpec s = bert_config(cfg, cfg_path);
+  const int64_t pad = json_opt<int64_t>(cfg, "pad_token_id", 1, cfg_path);
+  if (pad < 0 || pad >= s.embedding.vocab)
+    throw Error(cfg_path.string() + ": pad_token_id " + std::to_string(pad) + " is outside the vocabulary");
+  s.embedding.position_offset = pad + 1;
+  return s;
+}
+
 std::vector<EncoderFamily>& registry() {
   static std::vector<EncoderFamily> r{{"bert", &kBertNames, "bert.", bert_config},
-                                      {"mpnet", &kMpnetNames, "mpnet.", mpnet_config}};
+                                      {"mpnet", &kMpnetNames, "mpnet.", mpnet_config},
+                                      {"xlm-roberta", &kBertNames, "roberta.", xlm_roberta_config,
+                                       EncoderFamily::Tokenizer::xlmr_sentencepiece}};
   return r;
 }
 

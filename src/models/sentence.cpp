@@ -18,6 +18,7 @@
 #include "ops/norm.hpp"
 #include "text/calibration.hpp"
 #include "text/wordpiece.hpp"
+#include "text/xlmr_tokenizer.hpp"
 #include "models/checkpoint.hpp"
 #include "models/encoder_family.hpp"
 #include "models/pooling.hpp"
@@ -41,6 +42,62 @@ Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>
 Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::function<std::vector<int32_t>(int64_t)>& ids_of,
                      const EmbedOptions& opts, EncoderRunOptions o);
 
+
+// The family's tokenizer from the directory's files; `path`: the vocabulary's file, for messages.
+std::shared_ptr<const text::EncoderTokenizer> load_tokenizer(const fs::path& dir, const models::EncoderFamily& family,
+                                                             fs::path& path) {
+  std::error_code ec;
+  const fs::path tp = dir / "tokenizer_config.json";
+  const nlohmann::json tc = fs::exists(tp, ec) ? read_json(tp) : nlohmann::json::object();
+  if (!tc.is_object()) throw Error(tp.string() + ": expected a JSON object");
+  // The tokens in BERT's [CLS], [SEP], [UNK], [PAD] and [MASK] roles (MPNet: <s>, </s>, [UNK], <pad>, <mask>).
+  text::WordPieceRoles roles;
+  std::vector<std::pair<const char*, std::string*>> keys{
+      {"cls_token", &roles.cls}, {"sep_token", &roles.sep}, {"unk_token", &roles.unk}, {"pad_token", &roles.pad},
+      {"mask_token", &roles.mask}};
+  for (auto [key, role] : keys) {
+    if (!tc.contains(key) || tc[key].is_null()) continue;
+    const nlohmann::json& v = tc[key];
+    if (v.is_string()) *role = v.get<std::string>();
+    else if (v.is_object() && v.contains("content") && v["content"].is_string()) *role = v["content"].get<std::string>();
+    else throw Error(tp.string() + ": \"" + key + "\" is neither a token nor {\"content\": token}");
+  }
+  if (family.tokenizer == models::EncoderFamily::Tokenizer::xlmr_sentencepiece) {
+    // fairseq's ids are XLM-R's tokenizer's own: other special tokens would be another tokenizer.
+    const std::pair<const std::string*, const char*> want[] = {
+        {&roles.cls, "<s>"}, {&roles.sep, "</s>"}, {&roles.unk, "<unk>"}, {&roles.pad, "<pad>"}, {&roles.mask, "<mask>"}};
+    for (size_t k = 0; k < keys.size(); ++k)
+      if (tc.contains(keys[k].first) && !tc[keys[k].first].is_null() && *want[k].first != want[k].second)
+        throw Error(tp.string() + ": " + keys[k].first + " '" + *want[k].first + "' is not XLM-R's " + want[k].second);
+    path = dir / "sentencepiece.bpe.model";
+    if (!fs::exists(path, ec))
+      throw Error(path.string() + ": not found (XLM-R's tokenizer is its SentencePiece model; a tokenizer.json alone is not read)");
+    return std::make_shared<text::XlmrTokenizer>(text::XlmrTokenizer::load(path.string()));
+  }
+  // WordPiece: the tokenizer this reproduces is uncased, accents stripped, CJK split.
+  const bool lower = json_opt<bool>(tc, "do_lower_case", true, tp);
+  const bool cjk = json_opt<bool>(tc, "tokenize_chinese_chars", true, tp);
+  const bool strip = tc.contains("strip_accents") && !tc["strip_accents"].is_null() ? json_get<bool>(tc, "strip_accents", tp)
+                                                                                    : lower;
+  if (!lower || !strip || !cjk)
+    throw Error(tp.string() + ": only the uncased BERT tokenizer is supported (do_lower_case, strip_accents and "
+                "tokenize_chinese_chars on)");
+  path = dir / "vocab.txt";
+  auto wp = std::make_shared<text::WordPiece>(text::WordPiece::load(path.string(), roles));
+  if (fs::exists(dir / "special_tokens_map.json", ec)) {  // the tokens matched verbatim in the text
+    const fs::path sp = dir / "special_tokens_map.json";
+    const nlohmann::json st = read_json(sp);
+    if (!st.is_object()) throw Error(sp.string() + ": expected a JSON object");
+    std::vector<std::string> specials;
+    for (const auto& [key, v] : st.items()) {
+      if (v.is_string()) specials.push_back(v.get<std::string>());
+      else if (v.is_object() && v.contains("content") && v["content"].is_string()) specials.push_back(v["content"].get<std::string>());
+      else if (!v.is_array()) throw Error(sp.string() + ": \"" + key + "\" is neither a token nor {\"content\": token}");
+    }
+    wp->set_special_tokens(specials, sp.string());
+  }
+  return wp;
+}
 }  // namespace
 
 std::string SentenceEncoder::default_model_dir() {
@@ -124,47 +181,10 @@ SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const Sent
     m.pooling = models::read_pooling(dir, m.d, m.notes);
     m.prompts = models::read_prompts(dir);
   }
-  // The tokenizer this reproduces: uncased, accents stripped, CJK split.
-  if (fs::exists(dir / "tokenizer_config.json", ec)) {
-    const fs::path tp = dir / "tokenizer_config.json";
-    const nlohmann::json tc = read_json(tp);
-    const bool lower = json_opt<bool>(tc, "do_lower_case", true, tp);
-    const bool cjk = json_opt<bool>(tc, "tokenize_chinese_chars", true, tp);
-    const bool strip = tc.is_object() && tc.contains("strip_accents") && !tc["strip_accents"].is_null()
-                           ? json_get<bool>(tc, "strip_accents", tp) : lower;
-    if (!lower || !strip || !cjk)
-      throw Error(tp.string() + ": only the uncased BERT tokenizer is supported (do_lower_case, strip_accents and "
-                  "tokenize_chinese_chars on)");
-  }
-  // The tokens in BERT's [CLS], [SEP], [UNK], [PAD] and [MASK] roles (MPNet: <s>, </s>, [UNK], <pad>, <mask>).
-  text::WordPieceRoles roles;
-  if (fs::exists(dir / "tokenizer_config.json", ec)) {
-    const fs::path tp = dir / "tokenizer_config.json";
-    const nlohmann::json tc = read_json(tp);
-    for (auto [key, role] : {std::pair{"cls_token", &roles.cls}, {"sep_token", &roles.sep}, {"unk_token", &roles.unk},
-                             {"pad_token", &roles.pad}, {"mask_token", &roles.mask}}) {
-      if (!tc.is_object() || !tc.contains(key) || tc[key].is_null()) continue;
-      const nlohmann::json& v = tc[key];
-      if (v.is_string()) *role = v.get<std::string>();
-      else if (v.is_object() && v.contains("content") && v["content"].is_string()) *role = v["content"].get<std::string>();
-      else throw Error(tp.string() + ": \"" + key + "\" is neither a token nor {\"content\": token}");
-    }
-  }
-  m.vocab = text::WordPiece::load((dir / "vocab.txt").string(), roles);
-  if (fs::exists(dir / "special_tokens_map.json", ec)) {  // the tokens matched verbatim in the text
-    const fs::path sp = dir / "special_tokens_map.json";
-    const nlohmann::json st = read_json(sp);
-    if (!st.is_object()) throw Error(sp.string() + ": expected a JSON object");
-    std::vector<std::string> specials;
-    for (const auto& [key, v] : st.items()) {
-      if (v.is_string()) specials.push_back(v.get<std::string>());
-      else if (v.is_object() && v.contains("content") && v["content"].is_string()) specials.push_back(v["content"].get<std::string>());
-      else if (!v.is_array()) throw Error(sp.string() + ": \"" + key + "\" is neither a token nor {\"content\": token}");
-    }
-    m.vocab.set_special_tokens(specials, sp.string());
-  }
-  if (m.vocab.vocab_size() != vocab_size)
-    throw Error((dir / "vocab.txt").string() + ": " + std::to_string(m.vocab.vocab_size()) + " tokens, but " +
+  fs::path tok_path;
+  m.vocab = load_tokenizer(dir, *family, tok_path);
+  if (m.vocab->vocab_size() != vocab_size)
+    throw Error(tok_path.string() + ": " + std::to_string(m.vocab->vocab_size()) + " tokens, but " +
                 cfg_path.string() + " says vocab_size " + std::to_string(vocab_size));
 
   // Weights: the family's names (BertModel's), with or without its prefix
@@ -273,7 +293,7 @@ std::vector<std::vector<int64_t>> SentenceEncoder::fp32_input_channels() const {
 }
 
 std::vector<int32_t> SentenceEncoder::tokenize(const std::string& text, bool* cut) const {
-  return impl_->vocab.encode(text, impl_->max_tokens, "text", cut);
+  return impl_->vocab->encode(text, impl_->max_tokens, "text", cut);
 }
 
 std::string SentenceEncoder::prompt_text(const EmbedOptions& opts) const {
@@ -325,7 +345,7 @@ std::vector<float> SentenceEncoder::hidden(const std::vector<int32_t>& ids, int 
   const int64_t n = int64_t(ids.size()), d = m.d;
   if (n > m.positions) throw Error("hidden: " + std::to_string(n) + " tokens, more than the position table's " + std::to_string(m.positions));
   for (int32_t id : ids)
-    if (id < 0 || id >= m.vocab.vocab_size()) throw Error("hidden: token id " + std::to_string(id) + " outside the vocabulary");
+    if (id < 0 || id >= m.vocab->vocab_size()) throw Error("hidden: token id " + std::to_string(id) + " outside the vocabulary");
   std::vector<float> x(size_t(n * d)), y(x.size());
   const int t = resolve_threads(threads);
   embed_tokens(m, {ids}, nullptr, n, x.data(), nn::Context(opts.isa, t));
@@ -351,9 +371,9 @@ Array SentenceEncoder::embed_ids(const std::vector<std::vector<int32_t>>& ids, c
     if (int64_t(ids[b].size()) > m.max_tokens)
       throw Error(at + ": " + std::to_string(ids[b].size()) + " token ids, more than the model's " + std::to_string(m.max_tokens));
     for (int32_t id : ids[b])
-      if (id < 0 || id >= m.vocab.vocab_size())
+      if (id < 0 || id >= m.vocab->vocab_size())
         throw Error(at + ": token id " + std::to_string(id) + " is outside the vocabulary (0.." +
-                    std::to_string(m.vocab.vocab_size() - 1) + ")");
+                    std::to_string(m.vocab->vocab_size() - 1) + ")");
   }
   return embed_id_lists(m, int64_t(ids.size()), [&](int64_t b) { return ids[size_t(b)]; }, opts, {});
 }
@@ -366,7 +386,7 @@ Array embed_texts(const detail::SentenceModel& m, const std::vector<std::string>
   return embed_id_lists(m, int64_t(texts.size()), [&](int64_t b) {
     const std::string what = "text " + std::to_string(b) + (prompt.empty() ? "" : " with its prompt");
     bool cut = false;
-    std::vector<int32_t> ids = m.vocab.encode(prompt + texts[size_t(b)], m.max_tokens, what, &cut);
+    std::vector<int32_t> ids = m.vocab->encode(prompt + texts[size_t(b)], m.max_tokens, what, &cut);
     if (cut && !opts.truncate)
       throw Error(what + ": more than the model's " + std::to_string(m.max_tokens) +
                   " tokens (its special tokens included), and truncation is off (--no-truncate, truncate=False)");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,14 +13,14 @@
 #include "ffn/encoder.hpp"
 #include "ffn/sentence.hpp"
 #include "models/pooling.hpp"
-#include "text/wordpiece.hpp"
+#include "text/encoder_tokenizer.hpp"
 
 namespace ffn {
 
 struct detail::SentenceModel {
   std::string config_path;  // config.json, for messages
   std::string dir;
-  text::WordPiece vocab;
+  std::shared_ptr<const text::EncoderTokenizer> vocab;  // WordPiece or XLM-R's SentencePiece
   std::optional<Encoder> encoder;
   int64_t d = 0, max_tokens = 0, positions = 0;  // positions: the ids a text may have (the table's rows past its offset)
   float eps = 1e-12f;

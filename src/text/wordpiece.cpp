@@ -283,18 +283,9 @@ std::vector<int32_t> WordPiece::encode_pair(std::string_view a, std::string_view
   const size_t room = size_t(max_tokens - 3);
   size_t n1 = ia.size(), n2 = ib.size();
   if (cut) *cut = n1 + n2 > room;
-  if (n1 + n2 > room) {
-    const bool swap = n1 > n2;  // n1: the shorter
-    if (swap) std::swap(n1, n2);
-    n2 = n1 > room ? n1 : std::max(n1, room - n1);
-    if (n1 + n2 > room) {
-      n1 = room / 2;
-      n2 = n1 + room % 2;
-    }
-    if (swap) std::swap(n1, n2);
-    ia.resize(std::min(ia.size(), n1));
-    ib.resize(std::min(ib.size(), n2));
-  }
+  longest_first(n1, n2, room);
+  ia.resize(n1);
+  ib.resize(n2);
   std::vector<int32_t> ids{cls_};
   ids.insert(ids.end(), ia.begin(), ia.end());
   ids.push_back(sep_);

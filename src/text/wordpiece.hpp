@@ -29,6 +29,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "text/encoder_tokenizer.hpp"
+
 namespace ffn::text {
 
 // The tokens that play BERT's [CLS], [SEP], [UNK], [PAD] and [MASK] roles:
@@ -38,7 +40,7 @@ struct WordPieceRoles {
   std::string cls = "[CLS]", sep = "[SEP]", unk = "[UNK]", pad = "[PAD]", mask = "[MASK]";
 };
 
-class WordPiece {
+class WordPiece final : public EncoderTokenizer {
  public:
   // vocab.txt: one token per line, its id the line number. Throws Error
   // naming the file if it cannot be read or lacks the unk, cls or sep token
@@ -54,7 +56,7 @@ class WordPiece {
   // cut. Throws Error if text is not valid UTF-8 (naming `what` and the
   // byte offset).
   std::vector<int32_t> encode(std::string_view text, int64_t max_tokens, const std::string& what = "text",
-                              bool* cut = nullptr) const;
+                              bool* cut = nullptr) const override;
   // A text pair's ids as BertTokenizerFast gives them with
   // truncation="longest_first": [CLS] a [SEP] b [SEP], at most max_tokens
   // (≥ 3) in all, the longer text cut first (tokenizers' rule: the shorter
@@ -63,11 +65,11 @@ class WordPiece {
   // whether either text was cut.
   std::vector<int32_t> encode_pair(std::string_view a, std::string_view b, int64_t max_tokens,
                                    std::vector<int32_t>& types, const std::string& what = "pair",
-                                   bool* cut = nullptr) const;
+                                   bool* cut = nullptr) const override;
   // The word pieces of `text` (no [CLS]/[SEP], no truncation).
   std::vector<std::string> pieces(std::string_view text, const std::string& what = "text") const;
 
-  int64_t vocab_size() const { return int64_t(tokens_.size()); }
+  int64_t vocab_size() const override { return int64_t(tokens_.size()); }
   const std::string& token(int32_t id) const { return tokens_.at(size_t(id)); }
   int32_t unk() const { return unk_; }
   int32_t cls() const { return cls_; }
