@@ -19,6 +19,11 @@ needs protobuf to convert it). Its golden.safetensors:
     pair.NNN    [n] tokenizer(a, b, truncation="longest_first", max_length=24)
                 of PAIRS[NNN], as CrossEncoder tokenizes a pair
 
+<out>/bert_body/ is paraphrase-multilingual-MiniLM's shape: a random BERT
+(BertModel: positions from 0, two token types, 7 embedding rows past the
+tokenizer's ids) with the same XLM-R tokenizer (tokenizer_class
+XLMRobertaTokenizer); its golden.safetensors holds `default` for SENTENCES.
+
 One thread; float32; eval mode. The script checks each text embedded alone
 against the batch (1e-5).
 """
@@ -39,7 +44,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 from sentence_transformers import SentenceTransformer, models  # noqa: E402
-from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizer  # noqa: E402
+from transformers import BertConfig, BertModel, XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_minilm_golden import SENTENCES as HOSTILE  # noqa: E402
@@ -113,6 +118,24 @@ def main():
     st.save(d, safe_serialization=True)
     for f in os.listdir(d):  # the fast tokenizer's file, if any was written, is not what was run
         assert f != "tokenizer.json", "a tokenizer.json was saved"
+    # paraphrase-multilingual-MiniLM's shape: a BERT body with the XLM-R tokenizer.
+    bert_dir = os.path.join(out, "bert_body")
+    shutil.rmtree(bert_dir, ignore_errors=True)
+    bcfg = BertConfig(vocab_size=len(tok) + 7, hidden_size=20, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=36, max_position_embeddings=MAX_SEQ, type_vocab_size=2, hidden_act="gelu",
+                      layer_norm_eps=1e-12, pad_token_id=1)
+    bert = BertModel(bcfg, add_pooling_layer=False).eval()
+    with torch.no_grad():
+        for p in bert.parameters():
+            p.normal_(0.0, 0.5)
+    bert.save_pretrained(tmp, safe_serialization=True)
+    bword = models.Transformer(tmp, max_seq_length=MAX_SEQ, tokenizer_args={"use_fast": False})
+    bst = SentenceTransformer(modules=[bword, models.Pooling(20, pooling_mode_mean_tokens=True), models.Normalize()],
+                              device="cpu")
+    bst.save(bert_dir, safe_serialization=True)
+    bemb = bst.encode(SENTENCES, convert_to_numpy=True, batch_size=4)
+    save_file({"default": bemb.astype(np.float32)}, os.path.join(bert_dir, "golden.safetensors"), metadata={
+        "sentences": json.dumps(SENTENCES), "generator": "scripts/make_xlmr_golden.py"})
     shutil.rmtree(tmp)
     emb = st.encode(SENTENCES, convert_to_numpy=True, batch_size=4)
     for i, t in enumerate(SENTENCES):

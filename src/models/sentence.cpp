@@ -62,7 +62,10 @@ std::shared_ptr<const text::EncoderTokenizer> load_tokenizer(const fs::path& dir
     else if (v.is_object() && v.contains("content") && v["content"].is_string()) *role = v["content"].get<std::string>();
     else throw Error(tp.string() + ": \"" + key + "\" is neither a token nor {\"content\": token}");
   }
-  if (family.tokenizer == models::EncoderFamily::Tokenizer::xlmr_sentencepiece) {
+  // XLM-R's tokenizer: the family's, or named by tokenizer_class (paraphrase-multilingual-MiniLM: a BERT body).
+  const std::string tok_class = json_opt<std::string>(tc, "tokenizer_class", "", tp);
+  if (family.tokenizer == models::EncoderFamily::Tokenizer::xlmr_sentencepiece ||
+      tok_class == "XLMRobertaTokenizer" || tok_class == "XLMRobertaTokenizerFast") {
     // fairseq's ids are XLM-R's tokenizer's own: other special tokens would be another tokenizer.
     const std::pair<const std::string*, const char*> want[] = {
         {&roles.cls, "<s>"}, {&roles.sep, "</s>"}, {&roles.unk, "<unk>"}, {&roles.pad, "<pad>"}, {&roles.mask, "<mask>"}};
@@ -183,7 +186,8 @@ SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const Sent
   }
   fs::path tok_path;
   m.vocab = load_tokenizer(dir, *family, tok_path);
-  if (m.vocab->vocab_size() != vocab_size)
+  // The tokenizer's ids must index the embedding (which may have rows no id reaches, as transformers allows).
+  if (m.vocab->vocab_size() > vocab_size)
     throw Error(tok_path.string() + ": " + std::to_string(m.vocab->vocab_size()) + " tokens, but " +
                 cfg_path.string() + " says vocab_size " + std::to_string(vocab_size));
 

@@ -60,11 +60,16 @@ TEST(Xlmr, TokenizerIsTransformers) {
   }
 }
 
-TEST(Xlmr, TinyModelIsSentenceTransformers) {
+// kTiny (XLM-R), and a BERT body with XLM-R's tokenizer (paraphrase-multilingual-MiniLM's shape).
+class XlmrModels : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Dirs, XlmrModels, ::testing::Values("tiny", "bert_body"));
+
+TEST_P(XlmrModels, EmbeddingsAreSentenceTransformers) {
   if (!kHaveSpm) GTEST_SKIP() << "ffn was built without libsentencepiece: XLM-R's tokenizer is refused";
-  const SafetensorsFile g = read_safetensors((kTiny / "golden.safetensors").string());
+  const fs::path dir = fs::path(FFN_XLMR_DIR) / GetParam();
+  const SafetensorsFile g = read_safetensors((dir / "golden.safetensors").string());
   const auto texts = nlohmann::json::parse(g.metadata.at("sentences")).get<std::vector<std::string>>();
-  const SentenceEncoder m = SentenceEncoder::load(kTiny.string());
+  const SentenceEncoder m = SentenceEncoder::load(dir.string());
   EmbedOptions o;
   o.batch = 3;
   const Array got = m.embed(texts, o);
