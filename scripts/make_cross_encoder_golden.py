@@ -16,7 +16,11 @@ and __metadata__ pairs (JSON), the activation, the versions.
 Models: "logits" (one label, sbert_ce_default_activation_function Identity,
 as cross-encoder/ms-marco-MiniLM-L-6-v2), "sigmoid" (one label, no
 activation named: sentence-transformers' default, sigmoid) and "three"
-(three labels: identity). One thread, float32, eval mode; the script checks
+(three labels: identity); and "xlmr" (XLMRobertaForSequenceClassification,
+as BAAI/bge-reranker-base: the tiny SentencePiece vocabulary of
+tests/data/xlmr/tiny, pairs <s> a </s></s> b </s>, one token type,
+RobertaClassificationHead, one label, sigmoid by default; transformers'
+SentencePiece XLMRobertaTokenizer). One thread, float32, eval mode; the script checks
 each score against a recomputation from BertModel and the head.
 """
 import json
@@ -28,7 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # The environment (offline, one thread), the libraries and the tiny vocabulary of the pooling goldens.
 from make_pooling_golden import np, sentence_transformers, torch, transformers, save_file, vocabulary  # noqa: E402
 from sentence_transformers import CrossEncoder  # noqa: E402
-from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast  # noqa: E402
+from transformers import (BertConfig, BertForSequenceClassification, BertTokenizerFast,  # noqa: E402
+                          XLMRobertaConfig, XLMRobertaForSequenceClassification, XLMRobertaTokenizer)
 
 PAIRS = [
     ["where is the cat", "The cat sat on the red book."],
@@ -84,6 +89,45 @@ def main():
             "generator": "scripts/make_cross_encoder_golden.py; sentence-transformers %s, transformers %s, torch %s"
                          % (sentence_transformers.__version__, transformers.__version__, torch.__version__)})
         print(name, scores.ravel()[:4])
+    xlmr(out)
+
+
+def xlmr(out):
+    d = os.path.join(out, "xlmr")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    spm_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "xlmr", "tiny",
+                            "sentencepiece.bpe.model")
+    tok = XLMRobertaTokenizer(spm_file, model_max_length=MAX)
+    cfg = XLMRobertaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=24, max_position_embeddings=MAX + 2, type_vocab_size=1, hidden_act="gelu",
+                           layer_norm_eps=1e-5, pad_token_id=1, num_labels=1,
+                           architectures=["XLMRobertaForSequenceClassification"])
+    torch.manual_seed(68)
+    model = XLMRobertaForSequenceClassification(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+        for p in model.classifier.dense.parameters():  # tanh far from saturation
+            p.normal_(0.0, 0.15)
+    model.save_pretrained(d, safe_serialization=True)
+    tok.save_pretrained(d)
+    ce = CrossEncoder(d, device="cpu", tokenizer_args={"use_fast": False})
+    assert not ce.tokenizer.is_fast
+    scores = np.asarray(ce.predict(PAIRS, batch_size=3), dtype=np.float32).reshape(len(PAIRS), 1)
+    tensors = {"scores": scores}
+    for i, (a, b) in enumerate(PAIRS):
+        enc = tok([a], [b], truncation="longest_first", max_length=MAX, return_tensors="pt")
+        with torch.no_grad():
+            want = torch.sigmoid(model(**enc).logits[0])
+        assert np.abs(want.numpy() - scores[i]).max() < 1e-5, ("xlmr", i)
+        tensors["ids.%03d" % i] = enc["input_ids"][0].numpy().astype(np.float32)
+        tensors["types.%03d" % i] = np.zeros(enc["input_ids"].shape[1], dtype=np.float32)
+    save_file(tensors, os.path.join(d, "golden.safetensors"), metadata={
+        "pairs": json.dumps(PAIRS), "activation": "None",
+        "generator": "scripts/make_cross_encoder_golden.py; sentence-transformers %s, transformers %s, torch %s"
+                     % (sentence_transformers.__version__, transformers.__version__, torch.__version__)})
+    print("xlmr", scores.ravel()[:4])
 
 
 if __name__ == "__main__":

@@ -83,14 +83,14 @@ Command add_rerank(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "rerank", "documents ranked for a query by a cross-encoder (e.g. cross-encoder/ms-marco-MiniLM-L-6-v2)");
   cmd->add_option("documents", a->documents, "the documents (one score each)");
-  cmd->add_option("--model", a->model, "the cross-encoder's directory (BertForSequenceClassification: config.json, "
-                                       "model.safetensors, vocab.txt)")->required();
+  cmd->add_option("--model", a->model, "the cross-encoder's directory (BertForSequenceClassification or XLMRobertaForSequenceClassification: config.json, "
+                                       "model.safetensors, vocab.txt or sentencepiece.bpe.model)")->required();
   cmd->add_option("--query", a->query, "the query")->required();
   cmd->add_option("--input-file", a->input_file, "UTF-8 text file, one document per line; - reads standard input");
   cmd->add_option("--top-k", a->top_k, "print the best K only (default: all, best first)");
   cmd->add_flag("--json", a->json, "print [{\"index\", \"score\", \"text\"}, ...], best first (text-embeddings-inference's shape)");
   cmd->add_option("--batch", a->batch, "pairs per call (default 32)");
-  cmd->add_option("--max-tokens", a->max_tokens, "tokens per pair, [CLS] and both [SEP] included (default: the "
+  cmd->add_option("--max-tokens", a->max_tokens, "tokens per pair, its special tokens ([CLS] and both [SEP]) included (default: the "
                                                  "tokenizer's model_max_length)");
   cmd->add_flag("--no-truncate", a->no_truncate,
                 "refuse a pair longer than the model's tokens (default: cut the longer text first, and say how many)");

@@ -1,6 +1,7 @@
 // Cross-encoder rerankers (include/ffn/cross_encoder.hpp): the BERT body of
 // the sentence encoder (src/models/sentence_model.hpp), text pairs with
-// token types, and BertForSequenceClassification's head.
+// token types, and BertForSequenceClassification's head (or XLM-R's, the same
+// two layers under other names).
 #include "ffn/cross_encoder.hpp"
 
 #include <algorithm>
@@ -34,19 +35,25 @@ CrossEncoder CrossEncoder::load(const std::string& dir_in, const CrossEncoderLoa
   std::error_code ec;
   // The head first: a directory of another kind is refused before its body is read.
   const nlohmann::json cfg = fs::is_directory(dir, ec) && fs::exists(cfg_path, ec) ? read_json(cfg_path) : nlohmann::json{};
+  // BERT's head: BertPooler (dense, tanh on [CLS]) and the classifier; XLM-R's
+  // (bge-reranker-base): RobertaClassificationHead, the same two layers on <s>
+  // (classifier.dense, tanh, classifier.out_proj).
+  bool xlmr = false;
   if (cfg.is_object()) {
     const nlohmann::json archs = cfg.value("architectures", nlohmann::json::array());
-    if (!archs.is_array() || archs.size() != 1 || !archs[0].is_string() ||
-        archs[0].get<std::string>() != "BertForSequenceClassification")
+    const std::string arch = archs.is_array() && archs.size() == 1 && archs[0].is_string() ? archs[0].get<std::string>() : "";
+    xlmr = arch == "XLMRobertaForSequenceClassification";
+    if (arch != "BertForSequenceClassification" && !xlmr)
       throw Error(cfg_path.string() + ": architectures is " + archs.dump() +
-                  "; a cross-encoder here is a [\"BertForSequenceClassification\"] (its pooler and classifier)");
+                  "; a cross-encoder here is a [\"BertForSequenceClassification\"] or "
+                  "[\"XLMRobertaForSequenceClassification\"] (its pooler and classifier)");
   }
   SentenceLoadOptions lo;
   lo.isa = opts.isa;
   CrossEncoder ce(SentenceEncoder::load_body(dir_in, lo, false));
   const detail::SentenceModel& m = *ce.body_.impl_;
   const int64_t d = m.d;
-  if (int64_t(m.token_type.size()) < 2 * d)
+  if (!xlmr && int64_t(m.token_type.size()) < 2 * d)
     throw Error(cfg_path.string() + ": type_vocab_size is 1; a BERT cross-encoder reads its second text as token "
                 "type 1 (type_vocab_size 2)");
 
@@ -80,15 +87,15 @@ CrossEncoder CrossEncoder::load(const std::string& dir_in, const CrossEncoderLoa
   }
 
   // The head: BertPooler's dense layer (under the body's "bert." prefix, as
-  // the task model saves it) and the classifier.
+  // the task model saves it) and the classifier; or XLM-R's classification head.
   const models::TensorSource f = models::TensorSource::open((dir / "model.safetensors").string(), "config.json");
   const std::string pre = f.has("bert.pooler.dense.weight") ? "bert." : "";
   auto linear = [&](const std::string& name, int64_t m) {
     const std::vector<float> w = f.read(name + ".weight", {m, d}), b = f.read(name + ".bias", {m});
     return std::make_shared<const nn::Linear>(w.data(), d, m, b.data());
   };
-  ce.pooler_ = linear(pre + "pooler.dense", d);
-  ce.classifier_ = linear("classifier", ce.labels_);
+  ce.pooler_ = linear(xlmr ? "classifier.dense" : pre + "pooler.dense", d);
+  ce.classifier_ = linear(xlmr ? "classifier.out_proj" : "classifier", ce.labels_);
   return ce;
 }
 
@@ -115,7 +122,7 @@ Array CrossEncoder::predict(const std::vector<std::pair<std::string, std::string
                                          types[size_t(i)], what, &cut);
     if (cut && !opts.truncate)
       throw Error(what + ": more than the model's " + std::to_string(max_tokens_) +
-                  " tokens ([CLS] and both [SEP] included), and truncation is off (--no-truncate, truncate=False)");
+                  " tokens (its special tokens included), and truncation is off (--no-truncate, truncate=False)");
     if (cut && opts.truncated) opts.truncated(i);
   }
   Array out;
