@@ -197,21 +197,25 @@ def prepare():
         if os.path.exists(onnx_path):
             return
         import torch
-        from transformers import AutoTokenizer, BertModel
-        bert = BertModel.from_pretrained(a.model, attn_implementation="eager").eval()
+        from transformers import AutoModel, AutoTokenizer
+        # The model's own class (BERT, MPNet, ...), eager attention where the class takes the argument.
+        try:
+            body = AutoModel.from_pretrained(a.model, attn_implementation="eager").eval()
+        except (TypeError, ValueError):
+            body = AutoModel.from_pretrained(a.model).eval()
+        enc = AutoTokenizer.from_pretrained(a.model)(["a short one", "and a longer second text"], padding=True,
+                                                     return_tensors="pt")
+        # The tokenizer's inputs: BERT's three, MPNet's two (no token types).
+        names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in enc]
 
         class Hidden(torch.nn.Module):  # last_hidden_state only: no pooler in the graph
             def __init__(self):
                 super().__init__()
-                self.bert = bert
+                self.body = body
 
-            def forward(self, input_ids, attention_mask, token_type_ids):
-                return self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                                 token_type_ids=token_type_ids).last_hidden_state
+            def forward(self, *inputs):
+                return self.body(**dict(zip(names, inputs))).last_hidden_state
 
-        enc = AutoTokenizer.from_pretrained(a.model)(["a short one", "and a longer second text"], padding=True,
-                                                     return_tensors="pt")
-        names = ["input_ids", "attention_mask", "token_type_ids"]
         axes = {n: {0: "batch", 1: "seq"} for n in names + ["last_hidden_state"]}
         with torch.no_grad():
             torch.onnx.export(Hidden(), tuple(enc[n] for n in names), onnx_path + ".tmp", input_names=names,
