@@ -164,6 +164,29 @@ def main(tmp):
     check(r.returncode == 2 and "a cross-encoder here is a [\"BertForSequenceClassification\"]" in r.stderr,
           f"rerank with an embedding model: exit 2, named ({r.stderr!r})")
 
+    # The other families (issue 64) through the CLI: MPNet and XLM-R's tiny
+    # models embed as sentence-transformers does (the golden's first two
+    # sentences, within 1e-5), written to --output as [2, dim].
+    data = os.path.join(os.path.dirname(pooling), "..")
+    for family in ("mpnet", "xlmr"):
+        d = os.path.join(data, family, "tiny")
+        with open(os.path.join(d, "golden.safetensors"), "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+            texts = json.loads(header["__metadata__"]["sentences"])[:2]
+            info = header["default"]
+            f.seek(8 + n + info["data_offsets"][0])
+            want = np.frombuffer(f.read(info["data_offsets"][1] - info["data_offsets"][0]),
+                                 dtype=np.float32).reshape(info["shape"])[:2]
+        out = os.path.join(tmp, family + ".npy")
+        r = subprocess.run([FFN, "embed", "--model", d, *texts, "--output", out], capture_output=True, text=True)
+        if r.returncode == 2 and "built without libsentencepiece" in r.stderr:
+            print(f"SKIPPED: ffn embed on {family}: {r.stderr.strip()}")
+            continue
+        got = np.load(out) if r.returncode == 0 else None
+        check(got is not None and got.shape == want.shape and np.abs(got - want).max() <= 1e-5,
+              f"ffn embed --model {family}/tiny: sentence-transformers' embeddings ({r.stderr.strip()!r})")
+
 
 with tempfile.TemporaryDirectory(prefix="ffn-embed-cli-") as tmp:
     main(tmp)
