@@ -35,23 +35,6 @@ std::vector<std::string> sentences(const SafetensorsFile& f) {
   return nlohmann::json::parse(f.metadata.at("sentences")).get<std::vector<std::string>>();
 }
 
-// Max |Δ| and the worst cosine of a against b, row by row.
-std::pair<double, double> compare(const Array& a, const NamedTensor& b) {
-  EXPECT_EQ(a.shape, b.shape);
-  const int64_t N = a.shape[0], D = a.shape[1];
-  double diff = 0, worst = 1;
-  for (int64_t i = 0; i < N; ++i) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int64_t j = 0; j < D; ++j) {
-      const double x = a.data[size_t(i * D + j)], y = b.data[size_t(i * D + j)];
-      diff = std::max(diff, std::abs(x - y));
-      ab += x * y, aa += x * x, bb += y * y;
-    }
-    worst = std::min(worst, aa == 0 && bb == 0 ? 1.0 : ab / std::sqrt(aa * bb));
-  }
-  return {diff, worst};
-}
-
 void expect_ids(const SentenceEncoder& m, const SafetensorsFile& g, const std::vector<std::string>& texts) {
   for (size_t i = 0; i < texts.size(); ++i) {
     char key[16];
@@ -79,7 +62,7 @@ TEST(Mpnet, TinyModelIsSentenceTransformers) {
   expect_ids(m, g, texts);
   EmbedOptions o;
   o.batch = 3;
-  const auto [diff, worst] = compare(m.embed(texts, o), g.tensors.at("default"));
+  const auto [diff, worst] = test::compare_rows(m.embed(texts, o), g.tensors.at("default"));
   EXPECT_LE(diff, 1e-5);
   EXPECT_GE(worst, 0.99999);
   // Each text alone gives the batch's bits.
@@ -111,7 +94,7 @@ TEST(Mpnet, AllMpnetBaseV2OnTheHostileTexts) {
   ASSERT_EQ(texts.size(), 72u);
   const SentenceEncoder m = SentenceEncoder::load(dir.string());
   expect_ids(m, g, texts);
-  const auto [diff, worst] = compare(m.embed(texts), g.tensors.at("embeddings"));
+  const auto [diff, worst] = test::compare_rows(m.embed(texts), g.tensors.at("embeddings"));
   EXPECT_GE(worst, 0.99999) << "max |Δ| " << diff;
 }
 

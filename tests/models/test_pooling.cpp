@@ -42,36 +42,19 @@ Golden golden(const std::string& name) {
   return g;
 }
 
-// Max |Δ| and the worst cosine of a against b, row by row.
-std::pair<double, double> compare(const Array& a, const NamedTensor& b) {
-  EXPECT_EQ(a.shape, b.shape);
-  const int64_t N = a.shape[0], D = a.shape[1];
-  double diff = 0, worst = 1;
-  for (int64_t i = 0; i < N; ++i) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int64_t j = 0; j < D; ++j) {
-      const double x = a.data[size_t(i * D + j)], y = b.data[size_t(i * D + j)];
-      diff = std::max(diff, std::abs(x - y));
-      ab += x * y, aa += x * x, bb += y * y;
-    }
-    worst = std::min(worst, ab / std::sqrt(aa * bb));
-  }
-  return {diff, worst};
-}
-
 TEST(Pooling, EveryModeAndPromptIsSentenceTransformers) {
   for (const char* name : kConfigs) {
     SCOPED_TRACE(name);
     const Golden g = golden(name);
     const SentenceEncoder m = SentenceEncoder::load((fs::path(FFN_POOLING_DIR) / name).string());
     EXPECT_TRUE(m.load_notes().empty()) << m.load_notes()[0];
-    const auto [diff, cos] = compare(m.embed(g.sentences), g.f.tensors.at("default"));
+    const auto [diff, cos] = test::compare_rows(m.embed(g.sentences), g.f.tensors.at("default"));
     EXPECT_LE(diff, 1e-5);
     EXPECT_GE(cos, 0.99999);
     for (const auto& [pname, text] : m.prompts()) {
       EmbedOptions o;
       o.prompt_name = pname;
-      const auto [pd, pc] = compare(m.embed(g.sentences, o), g.f.tensors.at("prompt." + pname));
+      const auto [pd, pc] = test::compare_rows(m.embed(g.sentences, o), g.f.tensors.at("prompt." + pname));
       EXPECT_LE(pd, 1e-5) << pname;
       EXPECT_GE(pc, 0.99999) << pname;
       o.prompt_name.reset();
@@ -105,7 +88,7 @@ TEST(Pooling, TheDimAndTheDescriptionFollowTheModes) {
 TEST(Pooling, AnotherModeIsFarFromTheGolden) {
   const Golden g = golden("max");
   const SentenceEncoder cls = SentenceEncoder::load((fs::path(FFN_POOLING_DIR) / "cls_normalize").string());
-  EXPECT_GT(compare(cls.embed(g.sentences), g.f.tensors.at("default")).first, 1e-2);
+  EXPECT_GT(test::compare_rows(cls.embed(g.sentences), g.f.tensors.at("default")).first, 1e-2);
 }
 
 TEST(Pooling, LongTextsAreCutAndCountedOrRefused) {

@@ -72,20 +72,7 @@ TEST_P(XlmrModels, EmbeddingsAreSentenceTransformers) {
   const SentenceEncoder m = SentenceEncoder::load(dir.string());
   EmbedOptions o;
   o.batch = 3;
-  const Array got = m.embed(texts, o);
-  const NamedTensor& want = g.tensors.at("default");
-  ASSERT_EQ(got.shape, want.shape);
-  const int64_t N = got.shape[0], D = got.shape[1];
-  double diff = 0, worst = 1;
-  for (int64_t i = 0; i < N; ++i) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int64_t j = 0; j < D; ++j) {
-      const double x = got.data[size_t(i * D + j)], y = want.data[size_t(i * D + j)];
-      diff = std::max(diff, std::abs(x - y));
-      ab += x * y, aa += x * x, bb += y * y;
-    }
-    worst = std::min(worst, ab / std::sqrt(aa * bb));
-  }
+  const auto [diff, worst] = test::compare_rows(m.embed(texts, o), g.tensors.at("default"));
   EXPECT_LE(diff, 1e-5);
   EXPECT_GE(worst, 0.99999);
 }
