@@ -32,8 +32,10 @@ void check_attention_shape(const AttentionShape& a) {
   if (a.window < 0 || !(a.softcap >= 0) || !(a.scale >= 0))
     throw Error("attention: window, soft-cap and scale must be at least 0");
   if (a.window > 0 && !a.causal) throw Error("attention: a sliding window is for causal attention");
-  if (a.training && (a.window > 0 || a.softcap > 0 || a.scale > 0 || a.rel_bias))
-    throw Error("attention: a sliding window, a soft-cap, a query scale and a relative position bias are inference only");
+  if (a.local < 0 || (a.local > 0 && a.causal))
+    throw Error("attention: a local window (local) is for non-causal attention and at least 0");
+  if (a.training && (a.window > 0 || a.local > 0 || a.softcap > 0 || a.scale > 0 || a.rel_bias))
+    throw Error("attention: a sliding or local window, a soft-cap, a query scale and a relative position bias are inference only");
   if (a.rel_bias && a.rel_span < 1) throw Error("attention: a relative position bias needs a span of at least 1");
   for (size_t b = 0; b < B; ++b) {
     const int64_t q = a.q_len(b), k = a.keys_len(b);

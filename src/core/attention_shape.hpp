@@ -37,6 +37,10 @@ struct AttentionShape {
   //   scale: the scores' scale; 0: 1/√head_dim.
   int64_t window = 0;
   float softcap = 0.0f, scale = 0.0f;
+  // A local window of non-causal attention (inference; ModernBERT's local
+  // layers): the query at key position p (= keys_len − q_len + s) sees keys
+  // p − local .. p + local only; 0: all keys.
+  int64_t local = 0;
   // A relative position bias (inference; MPNet's, T5's): key j of query s
   // (at key position p = keys_len − q_len + s) in head h gets
   //   rel_bias[h · (2·rel_span − 1) + (rel_span − 1) + (j − p)]
@@ -65,10 +69,14 @@ struct AttentionShape {
   }
   // Keys query s of sequence b sees: keys first_visible .. visible - 1.
   int64_t visible(size_t b, int64_t s) const {
-    const int64_t kl = keys_len(b);
-    return causal ? std::min(kl, kl - q_len(b) + s + 1) : kl;
+    const int64_t kl = keys_len(b), p = kl - q_len(b) + s;
+    return causal ? std::min(kl, p + 1) : local > 0 ? std::min(kl, p + local + 1) : kl;
   }
-  int64_t first_visible(size_t b, int64_t s) const { return window > 0 ? std::max<int64_t>(0, visible(b, s) - window) : 0; }
+  int64_t first_visible(size_t b, int64_t s) const {
+    if (window > 0) return std::max<int64_t>(0, visible(b, s) - window);
+    return local > 0 ? std::max<int64_t>(0, keys_len(b) - q_len(b) + s - local) : 0;
+  }
+  bool windowed() const { return window > 0 || local > 0; }
 };
 
 // Where Q, K and V are: row i's query at q + i·ldq, key row r at k + r·ldkv,

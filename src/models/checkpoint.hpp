@@ -162,9 +162,12 @@ using NameTable = NameTableOf<LMTensor>;
 // the norm after attention, the FFN's up and down projections and the norm
 // after it; post-norm, with biases).
 // relative_bias: MPNet's relative position bias [buckets, heads], shared by the layers.
+// ModernBERT's (pre-norm, rotary): qkv, W_Q|W_K|W_V in one [3d, d]; up_gate,
+// the gated FFN's input projection [2·d_ff, d] (the GELU's rows, then the
+// gate's); final_norm after the last layer.
 enum class EncTensor { word, position, token_type, embed_norm, embed_norm_bias, q, q_bias, k, k_bias, v, v_bias, o, o_bias,
                        attn_norm, attn_norm_bias, up, up_bias, down, down_bias, ffn_norm, ffn_norm_bias, relative_bias,
-                       count };
+                       qkv, qkv_bias, up_gate, up_gate_bias, final_norm, final_norm_bias, count };
 using EncoderNameTable = NameTableOf<EncTensor>;
 
 // An encoder–decoder's tensors (MarianMT's layout): per encoder layer

@@ -93,11 +93,92 @@ nn::StackSpec xlm_roberta_config(const nlohmann::json& cfg, const std::filesyste
   return s;
 }
 
+// ModernBertModel's names (transformers' modeling_modernbert.py); a task
+// model (ModernBertForMaskedLM, ...) saves them under "model.".
+const EncoderNameTable kModernBertNames{{
+    "embeddings.tok_embeddings.weight", nullptr, nullptr, "embeddings.norm.weight", "embeddings.norm.bias",
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    "layers.{L}.attn.Wo.weight", "layers.{L}.attn.Wo.bias",
+    "layers.{L}.attn_norm.weight", "layers.{L}.attn_norm.bias",
+    nullptr, nullptr,
+    "layers.{L}.mlp.Wo.weight", "layers.{L}.mlp.Wo.bias",
+    "layers.{L}.mlp_norm.weight", "layers.{L}.mlp_norm.bias",
+    nullptr,
+    "layers.{L}.attn.Wqkv.weight", "layers.{L}.attn.Wqkv.bias",
+    "layers.{L}.mlp.Wi.weight", "layers.{L}.mlp.Wi.bias",
+    "final_norm.weight", "final_norm.bias",
+}};
+
+// ModernBertConfig: pre-norm LayerNorm (without β unless norm_bias), the
+// first layer's attention without its norm (the embedding's norm is just
+// before it), rotary positions with global_rope_theta on the global layers
+// (every global_attn_every_n_layers-th, from layer 0) and local_rope_theta
+// (or the global one) on the others, which attend to the keys within
+// local_attention / 2 positions; a gated FFN, GELU on the first half of Wi's
+// rows; biases as attention_bias, mlp_bias and norm_bias say; a final norm.
+// What transformers' ModernBertModel does not run in inference (dropout) is
+// not read; what it runs and ffn does not (a rope_scaling) is refused.
+nn::StackSpec modernbert_config(const nlohmann::json& cfg, const std::filesystem::path& cfg_path) {
+  const std::string act = json_opt<std::string>(cfg, "hidden_activation", "gelu", cfg_path);
+  nn::StackSpec s;
+  if (act == "gelu") s.ffn.unit = Activation::gelu;  // erf
+  else if (act == "gelu_new" || act == "gelu_pytorch_tanh") s.ffn.unit = Activation::gelu_tanh;
+  else if (act == "silu" || act == "swish") s.ffn.unit = Activation::silu;
+  else if (act == "relu") s.ffn.unit = Activation::relu;
+  else
+    throw Error(cfg_path.string() + ": hidden_activation '" + act +
+                "' is not supported (gelu, gelu_new, gelu_pytorch_tanh, silu, relu)");
+  if (cfg.contains("rope_scaling") && !cfg.at("rope_scaling").is_null())
+    throw Error(cfg_path.string() + ": rope_scaling is not supported for ModernBERT (only plain rotary positions)");
+  s.kind = nn::StackKind::encoder;
+  s.d_model = json_opt<int64_t>(cfg, "hidden_size", 768, cfg_path);
+  s.attention.heads = json_opt<int64_t>(cfg, "num_attention_heads", 12, cfg_path);
+  s.ffn.d_ff = json_opt<int64_t>(cfg, "intermediate_size", 1152, cfg_path);
+  s.ffn.gated = true;
+  s.layers = json_opt<int64_t>(cfg, "num_hidden_layers", 22, cfg_path);
+  const bool norm_bias = json_opt<bool>(cfg, "norm_bias", false, cfg_path);
+  s.norm = {norm_bias ? nn::NormKind::layernorm : nn::NormKind::layernorm_no_bias, nn::NormSites::pre,
+            float(json_opt<double>(cfg, "norm_eps", 1e-5, cfg_path))};
+  if (!(s.norm.eps > 0.0f)) throw Error(cfg_path.string() + ": norm_eps must be positive");
+  s.norm.first_attention_norm = false;
+  s.final_norm = true;
+  s.attention.qkv_bias = s.attention.out_bias = json_opt<bool>(cfg, "attention_bias", false, cfg_path);
+  s.ffn.bias = json_opt<bool>(cfg, "mlp_bias", false, cfg_path);
+  const int64_t every = json_opt<int64_t>(cfg, "global_attn_every_n_layers", 3, cfg_path);
+  const int64_t local = json_opt<int64_t>(cfg, "local_attention", 128, cfg_path);
+  if (every < 1) throw Error(cfg_path.string() + ": global_attn_every_n_layers must be at least 1");
+  const double global_theta = json_opt<double>(cfg, "global_rope_theta", 160000.0, cfg_path);
+  double local_theta = global_theta;
+  if (cfg.contains("local_rope_theta") && !cfg.at("local_rope_theta").is_null())
+    local_theta = json_get<double>(cfg, "local_rope_theta", cfg_path);
+  if (!(global_theta > 0) || !(local_theta > 0))
+    throw Error(cfg_path.string() + ": global_rope_theta and local_rope_theta must be positive");
+  s.attention.rope.enabled = true;
+  s.attention.rope.theta = global_theta;
+  s.attention.local.assign(size_t(std::max<int64_t>(s.layers, 0)), 0);
+  s.attention.rope.layer_theta.assign(s.attention.local.size(), global_theta);
+  for (int64_t l = 0; l < s.layers; ++l)
+    if (l % every != 0) {  // a local layer: keys within local_attention / 2 (transformers' window mask)
+      if (local < 2)
+        throw Error(cfg_path.string() + ": local_attention " + std::to_string(local) +
+                    " leaves a local layer no key but its own; expected at least 2");
+      s.attention.local[size_t(l)] = std::max<int64_t>(local / 2, 0);
+      s.attention.rope.layer_theta[size_t(l)] = local_theta;
+    }
+  s.embedding.positions = nn::Positions::rotary;
+  s.embedding.max_positions = json_opt<int64_t>(cfg, "max_position_embeddings", 8192, cfg_path);
+  s.embedding.vocab = json_opt<int64_t>(cfg, "vocab_size", 50368, cfg_path);
+  s.embedding.norm = true;
+  return s;
+}
+
 std::vector<EncoderFamily>& registry() {
   static std::vector<EncoderFamily> r{{"bert", &kBertNames, "bert.", bert_config},
                                       {"mpnet", &kMpnetNames, "mpnet.", mpnet_config},
                                       {"xlm-roberta", &kBertNames, "roberta.", xlm_roberta_config,
-                                       EncoderFamily::Tokenizer::xlmr_sentencepiece}};
+                                       EncoderFamily::Tokenizer::xlmr_sentencepiece},
+                                      {"modernbert", &kModernBertNames, "model.", modernbert_config,
+                                       EncoderFamily::Tokenizer::bpe_json}};
   return r;
 }
 

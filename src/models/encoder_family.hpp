@@ -31,9 +31,10 @@ struct EncoderFamily {
   // FFN unit, biases, the embedding's vocabulary, positions and token types.
   // Throws Error naming the file and the key it cannot take.
   nn::StackSpec (*config)(const nlohmann::json& cfg, const std::filesystem::path& path) = nullptr;
-  // The tokenizer: WordPiece from vocab.txt (BERT, MPNet) or XLM-R's
-  // SentencePiece from sentencepiece.bpe.model.
-  enum class Tokenizer { wordpiece, xlmr_sentencepiece } tokenizer = Tokenizer::wordpiece;
+  // The tokenizer: WordPiece from vocab.txt (BERT, MPNet), XLM-R's
+  // SentencePiece from sentencepiece.bpe.model, or a byte-level BPE from
+  // tokenizer.json with its post-processor's template (ModernBERT).
+  enum class Tokenizer { wordpiece, xlmr_sentencepiece, bpe_json } tokenizer = Tokenizer::wordpiece;
 };
 
 // BertModel's config.json (transformers' BertConfig): BERT's row's reader,

@@ -19,6 +19,7 @@
 #include "text/calibration.hpp"
 #include "text/wordpiece.hpp"
 #include "text/xlmr_tokenizer.hpp"
+#include "text/bpe_encoder_tokenizer.hpp"
 #include "models/checkpoint.hpp"
 #include "models/encoder_family.hpp"
 #include "models/pooling.hpp"
@@ -76,6 +77,13 @@ std::shared_ptr<const text::EncoderTokenizer> load_tokenizer(const fs::path& dir
     if (!fs::exists(path, ec))
       throw Error(path.string() + ": not found (XLM-R's tokenizer is its SentencePiece model; a tokenizer.json alone is not read)");
     return std::make_shared<text::XlmrTokenizer>(text::XlmrTokenizer::load(path.string()));
+  }
+  // A byte-level BPE with its template (ModernBERT): tokenizer.json is the tokenizer.
+  if (family.tokenizer == models::EncoderFamily::Tokenizer::bpe_json) {
+    path = dir / "tokenizer.json";
+    if (!fs::exists(path, ec)) throw Error(path.string() + ": not found (a " + family.model_type +
+                                           " model's tokenizer is its tokenizer.json)");
+    return std::make_shared<text::BpeEncoderTokenizer>(text::BpeEncoderTokenizer::load(path.string()));
   }
   // WordPiece: the tokenizer this reproduces is uncased, accents stripped, CJK split.
   const bool lower = json_opt<bool>(tc, "do_lower_case", true, tp);
@@ -140,21 +148,32 @@ SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const Sent
   const models::EncoderNameTable& names = *family->names;
   // The family's stack, as a spec; the encoder's config is made from it.
   const nn::StackSpec spec = family->config(cfg, cfg_path);
-  if (spec.embedding.positions != nn::Positions::learned || !spec.embedding.norm)
-    throw Error(cfg_path.string() + ": the sentence encoder runs a learned position table with a norm after the "
-                "embedding sum (BERT's); model_type '" + model_type + "' has another embedding");
+  // Rotary positions (ModernBERT): a stack the Encoder cannot hold, run by models::RotaryEncoder.
+  const bool rotary = spec.embedding.positions == nn::Positions::rotary;
+  if ((spec.embedding.positions != nn::Positions::learned && !rotary) || !spec.embedding.norm)
+    throw Error(cfg_path.string() + ": the sentence encoder runs a learned position table or rotary positions with a "
+                "norm after the embedding (BERT's, ModernBERT's); model_type '" + model_type + "' has another embedding");
   // The relative position bias (MPNet) is not a layer setting but a table
   // each forward call adds (EncoderRunOptions::position_bias), made below.
   nn::StackSpec layer_spec = spec;
   layer_spec.attention.relative_buckets = layer_spec.attention.relative_max_distance = 0;
   EncoderConfig ec_;
   try {
-    ec_ = nn::encoder_config(layer_spec);
-    ec_.validate();
+    if (rotary) {
+      spec.validate();
+      spec.check_supported(cfg_path.string());
+    } else {
+      ec_ = nn::encoder_config(layer_spec);
+      ec_.validate();
+    }
   } catch (const Error& e) {
-    throw Error(cfg_path.string() + ": " + e.what());
+    const std::string what = e.what();
+    throw Error(what.rfind(cfg_path.string(), 0) == 0 ? what : cfg_path.string() + ": " + what);
   }
-  m.eps = ec_.eps;
+  if (rotary && opts.dtype != WeightDtype::fp32)
+    throw Error(cfg_path.string() + ": model_type '" + model_type + "' runs in float32 only for now (--dtype " +
+                std::string(to_string(opts.dtype)) + " is BERT's, MPNet's and XLM-R's)");
+  m.eps = rotary ? spec.norm.eps : ec_.eps;
   const int64_t table_rows = spec.embedding.max_positions, offset = spec.embedding.position_offset;
   m.positions = table_rows - offset;
   if (offset > 0) m.position_pad = int32_t(offset - 1);
@@ -162,7 +181,7 @@ SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const Sent
   const int64_t types = spec.embedding.token_types;
   if (m.positions < 2 || types < 0)
     throw Error(cfg_path.string() + ": max_position_embeddings must leave at least 2 positions and type_vocab_size must not be negative");
-  m.d = ec_.d_model;
+  m.d = spec.d_model;
 
   // Tokens per text: sentence-transformers' max_seq_length, capped by the position table.
   m.max_tokens = m.positions;
@@ -206,6 +225,16 @@ SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const Sent
                                   f.has(family->optional_prefix + names.name(models::EncTensor::word))
                               ? family->optional_prefix
                               : "";
+  using T = models::EncTensor;
+  auto get = [&](T t, int64_t layer, std::vector<int64_t> shape) { return f.read(pre + names.name(t, layer), shape); };
+  if (rotary) {  // Norm(word) and the rotary stack
+    m.word = get(T::word, -1, {vocab_size, m.d});
+    m.ln_weight = get(T::embed_norm, -1, {m.d});
+    m.ln_bias = spec.norm.kind == nn::NormKind::layernorm ? get(T::embed_norm_bias, -1, {m.d})
+                                                          : std::vector<float>(size_t(m.d), 0.0f);
+    m.rotary.emplace(models::RotaryEncoder::load(spec, f, names, pre, m.positions));
+    return s;
+  }
   // Layers the file holds beyond num_hidden_layers are not run (transformers
   // also loads such a model and warns that those weights were not used).
   int64_t file_layers = 0;
@@ -222,8 +251,6 @@ SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const Sent
                       f.path() + " holds " + std::to_string(file_layers) + " layers; the tensors of layer" +
                       (file_layers - ec_.layers > 1 ? "s " + std::to_string(ec_.layers) + ".." : " ") +
                       std::to_string(file_layers - 1) + " are not used");
-  using T = models::EncTensor;
-  auto get = [&](T t, int64_t layer, std::vector<int64_t> shape) { return f.read(pre + names.name(t, layer), shape); };
   const int64_t d = m.d, F = ec_.d_ff;
   m.word = get(T::word, -1, {vocab_size, d});
   m.position = get(T::position, -1, {table_rows, d});
@@ -291,6 +318,7 @@ SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const Sent
 
 std::vector<std::vector<int64_t>> SentenceEncoder::fp32_input_channels() const {
   std::vector<std::vector<int64_t>> c;
+  if (!impl_->encoder) return c;  // a rotary stack: float32
   for (int64_t l = 0; l < impl_->encoder->config().layers; ++l)
     c.push_back(impl_->encoder->ffn_layer(l).fp32_input_channels());
   return c;
@@ -310,7 +338,12 @@ std::string SentenceEncoder::pooling() const { return impl_->pooling.describe();
 const std::map<std::string, std::string>& SentenceEncoder::prompts() const { return impl_->prompts.named; }
 const std::string& SentenceEncoder::default_prompt_name() const { return impl_->prompts.default_name; }
 int64_t SentenceEncoder::max_tokens() const { return impl_->max_tokens; }
-const Encoder& SentenceEncoder::encoder() const { return *impl_->encoder; }
+const Encoder& SentenceEncoder::encoder() const {
+  if (!impl_->encoder)
+    throw Error(impl_->config_path + ": this model's stack (rotary positions, local windows: ModernBERT's) is not an "
+                "ffn::Encoder");
+  return *impl_->encoder;
+}
 const std::string& SentenceEncoder::dir() const { return impl_->dir; }
 
 namespace {
@@ -326,6 +359,10 @@ void embed_tokens(const detail::SentenceModel& m, const std::vector<std::vector<
     for (int64_t i = 0; i < n; ++i) {
       const int32_t id = ids[b][size_t(i)];
       const float* w = m.word.data() + int64_t(id) * d;
+      if (m.position.empty()) {  // rotary positions: in the attention
+        std::copy(w, w + d, xb + i * d);
+        continue;
+      }
       int64_t row = i;
       if (m.position_pad >= 0) row = m.position_pad + (id == m.position_pad ? 0 : ++counted);
       const float* p = m.position.data() + row * d;
@@ -359,7 +396,8 @@ std::vector<float> SentenceEncoder::hidden(const std::vector<int32_t>& ids, int 
     o.position_bias = m.rel_bias.data();
     o.position_bias_span = m.rel_span;
   }
-  m.encoder->forward(x.data(), y.data(), Shape{1, n, Layout::tokens, {}}, o);
+  if (m.rotary) m.rotary->forward(x.data(), y.data(), Shape{1, n, Layout::tokens, {}}, o);
+  else m.encoder->forward(x.data(), y.data(), Shape{1, n, Layout::tokens, {}}, o);
   return y;
 }
 
@@ -448,7 +486,8 @@ void models::encode_ids(const detail::SentenceModel& m, const std::vector<std::v
     o.position_bias = m.rel_bias.data();
     o.position_bias_span = m.rel_span;
   }
-  m.encoder->forward(x.data(), y.data(), shape, o);
+  if (m.rotary) m.rotary->forward(x.data(), y.data(), shape, o);
+  else m.encoder->forward(x.data(), y.data(), shape, o);
 }
 
 }  // namespace ffn

@@ -13,6 +13,7 @@
 #include "ffn/encoder.hpp"
 #include "ffn/sentence.hpp"
 #include "models/pooling.hpp"
+#include "models/rotary_encoder.hpp"
 #include "text/encoder_tokenizer.hpp"
 
 namespace ffn {
@@ -22,6 +23,10 @@ struct detail::SentenceModel {
   std::string dir;
   std::shared_ptr<const text::EncoderTokenizer> vocab;  // WordPiece or XLM-R's SentencePiece
   std::optional<Encoder> encoder;
+  // A stack the Encoder cannot hold (ModernBERT's: rotary positions, local
+  // windows), run instead of it; then `position` is empty (the positions are
+  // in the attention) and the embedding is Norm(word) alone.
+  std::optional<models::RotaryEncoder> rotary;
   int64_t d = 0, max_tokens = 0, positions = 0;  // positions: the ids a text may have (the table's rows past its offset)
   float eps = 1e-12f;
   std::vector<float> word, position, token_type, ln_weight, ln_bias;  // embeddings (token_type empty: none)

@@ -40,6 +40,7 @@ reference::AttentionShape attention_shape(const AttentionBlockConfig& cfg, const
   a.causal = run.causal;
   if (kv.kind != KeysValues::Kind::memory) {  // self-attention's settings, not cross-attention's
     a.window = cfg.window;
+    a.local = cfg.local;
     a.softcap = cfg.softcap;
     a.scale = cfg.query_scale;
     a.rel_bias = run.rel_bias;

@@ -45,6 +45,9 @@ struct AttentionBlockConfig {
   // window of keys (0: none), a logit soft-cap (0: none), a query scale (0: 1/√head_dim).
   int64_t window = 0;
   float softcap = 0.0f, query_scale = 0.0f;
+  // Non-causal self-attention's local window (inference; ModernBERT's local
+  // layers): each query sees the keys within `local` positions of its own (0: all).
+  int64_t local = 0;
   int64_t dh() const { return head_dim > 0 ? head_dim : d / heads; }
   int64_t qd() const { return heads * dh(); }
   int64_t kvd() const { return (kv_heads > 0 ? kv_heads : heads) * dh(); }

@@ -93,6 +93,18 @@ void StackSpec::validate() const {
         std::to_string(layers) + " layers");
   for (int64_t w : attention.window)
     if (w < 0) bad("attention.window must be at least 0 (0: no window)");
+  if (!attention.local.empty() && int64_t(attention.local.size()) != layers)
+    bad("attention.local has " + std::to_string(attention.local.size()) + " entries for " + std::to_string(layers) +
+        " layers");
+  for (int64_t w : attention.local)
+    if (w < 0) bad("attention.local must be at least 0 (0: global attention)");
+  if (!attention.rope.layer_theta.empty() && int64_t(attention.rope.layer_theta.size()) != layers)
+    bad("attention.rope.layer_theta has " + std::to_string(attention.rope.layer_theta.size()) + " entries for " +
+        std::to_string(layers) + " layers");
+  for (double t : attention.rope.layer_theta)
+    if (!(t > 0) || !std::isfinite(t)) bad("attention.rope.layer_theta must be positive");
+  if (!norm.first_attention_norm && norm.sites != NormSites::pre)
+    bad("norm.first_attention_norm = false is for pre-norm stacks");
   if (!(attention.softcap >= 0) || !std::isfinite(attention.softcap)) bad("attention.softcap must be at least 0");
   if (!(attention.query_scale >= 0) || !std::isfinite(attention.query_scale))
     bad("attention.query_scale must be at least 0");
@@ -116,13 +128,15 @@ void StackSpec::check_supported(const std::string& who) const {
   const RopeSpec& r = attention.rope;
   if (r.enabled) {
     if (r.scaling == RopeScaling::yarn) refuse("yarn rotary scaling");
-    if (!r.layer_theta.empty()) refuse("a rotary base per layer");
+    if (!r.layer_theta.empty() && kind != StackKind::encoder) refuse("a rotary base per layer outside an encoder");
     if (r.fraction != 1.0) refuse("partial rotary positions");
   }
   if (attention.qk_norm && kind != StackKind::causal_lm) refuse("per-head q/k norm outside a causal LM");
   const bool inference = kind == StackKind::causal_lm;  // the window, soft-cap and scale: generation's attention
   for (int64_t w : attention.window)
     if (w > 0 && !inference) refuse("a sliding attention window outside a causal LM");
+  for (int64_t w : attention.local)
+    if (w > 0 && (kind != StackKind::encoder || attention.causal)) refuse("a local attention window outside an encoder");
   if (attention.softcap > 0 && !inference) refuse("an attention logit soft-cap outside a causal LM");
   if (attention.query_scale > 0 && !inference) refuse("a query scale outside a causal LM");
   if (attention.relative_buckets > 0 && kind != StackKind::encoder) refuse("a relative position bias outside an encoder");
@@ -142,6 +156,8 @@ AttentionBlockConfig attention_config(const StackSpec& s, int64_t layer) {
     c.kv_heads = s.kv_heads();
   }
   c.window = s.attention.window.empty() ? 0 : s.attention.window.at(size_t(layer));
+  c.local = s.attention.local.empty() ? 0 : s.attention.local.at(size_t(layer));
+  if (layer == 0 && !s.norm.first_attention_norm) c.norm = NormPlacement::none;
   c.softcap = s.attention.softcap;
   c.query_scale = s.attention.query_scale;
   return c;

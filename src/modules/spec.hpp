@@ -16,8 +16,10 @@
 // query scale (these three: the causal LM's), every FFN unit gated or not,
 // the embedding scale, tied heads, an encoder's relative position bias
 // (MPNet's: a table each forward call adds, EncoderRunOptions::position_bias,
-// not a layer setting). Not yet: rotary scaling, per-layer rotary bases,
-// partial rotary positions, q/k norm.
+// not a layer setting), and an encoder's rotary positions with a base per
+// layer, local windows and a first layer without its attention norm
+// (ModernBERT's: models::RotaryEncoder runs such a stack). Not yet: yarn
+// rotary scaling, partial rotary positions, q/k norm outside a causal LM.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,9 @@ struct NormSpec {
   NormKind kind = NormKind::layernorm;
   NormSites sites = NormSites::post;
   float eps = 1e-5f;
+  // false: layer 0's attention reads its input without a norm (ModernBERT:
+  // the embedding's norm comes just before it); pre-norm only.
+  bool first_attention_norm = true;
 };
 
 // Rotary positions' frequency rule: none (θ^(−2i/d)), linear (positions / factor),
@@ -76,6 +81,9 @@ struct AttentionSpec {
   bool causal = false;    // self-attention sees earlier positions only
   bool cross = false;     // a cross-attention sublayer over an encoder's output after it
   std::vector<int64_t> window;  // per layer: sliding window of keys (0: all); empty: none anywhere
+  // per layer, non-causal: each query sees the keys within `local` positions
+  // of its own (ModernBERT's local layers; 0: all); empty: none anywhere.
+  std::vector<int64_t> local;
   float softcap = 0.0f;     // logits → c·tanh(logits / c) before the softmax (Gemma 2); 0: none
   float query_scale = 0.0f; // the logits' scale (Gemma 2: query_pre_attn_scalar^-½); 0: 1/√head_dim
   // A learned relative position bias added to the logits (MPNet, T5): buckets (0: none), max distance.

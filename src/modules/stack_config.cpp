@@ -44,6 +44,9 @@ EncoderConfig encoder_config(const StackSpec& s) {
   if (a.qk_norm) refuse("a per-head q/k norm (attention.qk_norm)");
   for (int64_t w : a.window)
     if (w != 0) refuse("a sliding window (attention.window)");
+  for (int64_t w : a.local)
+    if (w != 0) refuse("a local window (attention.local)");
+  if (!s.norm.first_attention_norm) refuse("a first layer without its attention norm (norm.first_attention_norm)");
   if (a.softcap != 0.0f) refuse("an attention logit soft-cap (attention.softcap)");
   if (a.query_scale != 0.0f) refuse("a query scale (attention.query_scale)");
   if (a.relative_buckets != 0) refuse("a relative position bias (attention.relative_buckets)");

@@ -64,7 +64,8 @@ std::vector<Seq> sequences(const AttentionShape& a) {
 // Keys a query at local position s may see: all of its sequence's, or (causal)
 // those up to its position, the queries being the last q.len of q.klen.
 int64_t visible(const AttentionShape& a, const Seq& q, int64_t s) {
-  return a.causal ? std::min(q.klen, q.klen - q.len + s + 1) : q.klen;
+  const int64_t p = q.klen - q.len + s;
+  return a.causal ? std::min(q.klen, p + 1) : a.local > 0 ? std::min(q.klen, p + a.local + 1) : q.klen;
 }
 
 }  // namespace
@@ -137,8 +138,8 @@ void attention_forward(const Context& cx, const AttentionShape& a, const Attenti
       const auto v_rows = [&](int64_t j0) { return in.v + a.key_row(seq, j0) * in.ldkv + col; };
       const int64_t rows = std::min(kQueryTile, sq.len - s0);
       const int64_t keys = visible(a, sq, s0 + rows - 1);  // keys any row of the tile sees
-      // A sliding window: the tiles before the first row's first key are no row's (tiles still count from 0).
-      const int64_t from = a.window > 0 ? (a.first_visible(seq, s0) / kKeyTile) * kKeyTile : 0;
+      // A sliding or local window: the tiles before the first row's first key are no row's (tiles still count from 0).
+      const int64_t from = a.windowed() ? (a.first_visible(seq, s0) / kKeyTile) * kKeyTile : 0;
       const float* q = in.q + (sq.base + s0) * in.ldq + h * dh;
       std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
       std::fill(sum.begin(), sum.end(), 0.0f);
@@ -151,7 +152,7 @@ void attention_forward(const Context& cx, const AttentionShape& a, const Attenti
           float* srow = sbuf.data() + r * kKeyTile;
           const int64_t lim = std::clamp<int64_t>(visible(a, sq, s0 + r) - j0, 0, kn);
           // keys lo .. lim - 1 of the tile are the row's (lo > 0: before them, outside its window)
-          const int64_t lo = a.window > 0 ? std::clamp<int64_t>(a.first_visible(seq, s0 + r) - j0, 0, lim) : 0;
+          const int64_t lo = a.windowed() ? std::clamp<int64_t>(a.first_visible(seq, s0 + r) - j0, 0, lim) : 0;
           if (a.rel_bias) {  // as transformers' MPNet: s·scale, then + bias
             const int64_t p = sq.klen - sq.len + s0 + r;
             for (int64_t j = lo; j < lim; ++j) srow[j] = srow[j] * scale + a.relative_bias(h, p, j0 + j);

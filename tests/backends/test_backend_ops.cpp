@@ -568,6 +568,66 @@ TEST_P(BackendOps, AttentionForwardRelativeBias) {
                      "sequence 2 has 300 keys, past the relative position bias's span of 299");
 }
 
+// ModernBERT's local layers: non-causal attention where each query sees the
+// keys within `local` positions of its own. The fast op against the
+// reference on odd lengths (one key tile and several, windows narrower and
+// wider than a tile); the reference against a direct masked softmax; a window
+// wider than every sequence is plain attention, bit for bit.
+TEST_P(BackendOps, AttentionForwardLocalWindow) {
+  const nn::KernelConfig& kc = *GetParam();
+  nn::AttentionShape a;
+  a.d = 30;
+  a.heads = 3;
+  a.S = 600;
+  a.off = {0, 1, 1 + 37, 1 + 37 + 600, 1 + 37 + 600 + 5};
+  const int64_t rows = a.rows(), dh = a.d / a.heads;
+  const std::vector<float> qkv = uniform(size_t(rows * 3 * a.d), 41, -2.0f, 2.0f);
+  auto run = [&](const nn::AttentionShape& s) {
+    std::vector<float> out(size_t(rows * a.d)), lse(size_t(rows * a.heads));
+    nn::attention_forward(nn::Context(kc, 2), s, qkv.data(), out.data(), lse.data());
+    return out;
+  };
+  const std::vector<float> plain = run(a);
+  for (int64_t local : {1, 3, 64, 200, 1000}) {
+    nn::AttentionShape w = a;
+    w.local = local;
+    const std::vector<float> got = run(w);
+    std::vector<float> want(got.size()), lse_ref(size_t(rows * a.heads));
+    reference::attention_forward(w, nn::AttentionInput<float>::packed(qkv.data(), a.d), want.data(), lse_ref.data());
+    const Comparison c = compare(got.data(), want.data(), got.size());
+    EXPECT_TRUE(c.ok(test::kAttentionForwardVsReference)) << set_name(&kc) << " local=" << local << ": " << c.describe();
+    if (local >= 600) EXPECT_EQ(0, std::memcmp(got.data(), plain.data(), got.size() * 4)) << "local=" << local;
+    else EXPECT_NE(0, std::memcmp(got.data(), plain.data(), got.size() * 4)) << "the window changed nothing";
+    // The reference's window, directly: row 300 of the long sequence, head 1.
+    if (&kc != &nn::scalar_kernels()) continue;
+    const int64_t base = 38, s0 = 300, h = 1, i = base + s0;
+    std::vector<double> p, o(size_t(dh), 0.0);
+    double mx = -1e300, sum = 0;
+    for (int64_t j = 0; j < 600; ++j) {
+      if (std::abs(j - s0) > local) continue;
+      double dot = 0;
+      for (int64_t e = 0; e < dh; ++e) dot += double(qkv[size_t(i * 90 + h * dh + e)]) * qkv[size_t((base + j) * 90 + 30 + h * dh + e)];
+      p.push_back(dot / std::sqrt(double(dh)));
+      mx = std::max(mx, p.back());
+    }
+    int64_t k = 0;
+    for (int64_t j = 0; j < 600; ++j) {
+      if (std::abs(j - s0) > local) continue;
+      const double e = std::exp(p[size_t(k++)] - mx);
+      sum += e;
+      for (int64_t c2 = 0; c2 < dh; ++c2) o[size_t(c2)] += e * qkv[size_t((base + j) * 90 + 60 + h * dh + c2)];
+    }
+    for (int64_t c2 = 0; c2 < dh; ++c2)
+      EXPECT_NEAR(o[size_t(c2)] / sum, want[size_t(i * a.d + h * dh + c2)], 1e-5) << "local=" << local << " column " << c2;
+  }
+  nn::AttentionShape bad = a;
+  bad.local = 4;
+  bad.causal = true;
+  std::vector<float> out(size_t(rows * a.d)), lse(size_t(rows * a.heads));
+  test::expect_error([&] { nn::attention_forward(nn::Context(kc, 2), bad, qkv.data(), out.data(), lse.data()); },
+                     "a local window (local) is for non-causal attention");
+}
+
 TEST_P(BackendOps, ElementwiseKernelsSameBitsAsScalar) {
   const nn::KernelConfig& kc = *GetParam();
   const nn::KernelConfig& sc = nn::scalar_kernels();
