@@ -62,6 +62,7 @@ TEST_P(ModernBertModels, EmbeddingsAreSentenceTransformers) {
   o.batch = 3;
   const Array got = m.embed(texts, o);
   const auto [diff, worst] = test::compare_rows(got, g.tensors.at("default"));
+  std::printf("%s: max |delta| %.2g, worst cosine %.9f\n", GetParam(), diff, worst);
   EXPECT_LE(diff, 1e-5);
   EXPECT_GE(worst, 0.99999);
   if (g.tensors.count("query")) {

@@ -97,6 +97,8 @@ TEST(Spec, TheEncoderConfigIsMadeFromTheSpec) {
   refused([](nn::StackSpec& s) { s.attention.head_dim = 32; }, "attention.head_dim");
   refused([](nn::StackSpec& s) { s.attention.rope.enabled = true; }, "attention.rope");
   refused([](nn::StackSpec& s) { s.attention.relative_buckets = 32; }, "attention.relative_buckets");
+  refused([](nn::StackSpec& s) { s.attention.local = {4}; }, "a local window (attention.local)");
+  refused([](nn::StackSpec& s) { s.norm.first_attention_norm = false; }, "norm.first_attention_norm");
   refused([](nn::StackSpec& s) { s.norm.kind = nn::NormKind::rmsnorm_one_plus; }, "norm.kind");
   refused([](nn::StackSpec& s) { s.norm.sites = nn::NormSites::pre_and_post; }, "norm.sites");
   refused([](nn::StackSpec& s) { s.ffn.bias = false; }, "biases on some projections only");
@@ -138,6 +140,10 @@ TEST(Spec, ContradictionsAreRefusedNamingTheField) {
   refused([](nn::StackSpec& s) { s.attention.causal = false; }, "a causal LM's self-attention is causal");
   refused([](nn::StackSpec& s) { s.attention.rope.fraction = 0.375; }, "the rotated part of a head must be even");
   refused([](nn::StackSpec& s) { s.attention.rope.layer_theta = {1e4}; }, "attention.rope.layer_theta has 1 entries");
+  refused([](nn::StackSpec& s) { s.attention.local = {0, 4}; }, "attention.local has 2 entries for 3 layers");
+  refused([](nn::StackSpec& s) { s.attention.local = {0, -4, 0}; }, "attention.local must be at least 0");
+  refused([](nn::StackSpec& s) { s.norm.first_attention_norm = false; s.norm.sites = nn::NormSites::post; },
+          "norm.first_attention_norm = false is for pre-norm stacks");
   refused([](nn::StackSpec& s) { s.attention.softcap = -1; }, "attention.softcap must be at least 0");
   refused([](nn::StackSpec& s) { s.ffn.unit = Activation::swiglu; }, "ffn.unit must be relu, gelu, gelu_tanh or silu");
   refused([](nn::StackSpec& s) { s.embedding.scale = 0; }, "embedding.scale must be positive");
@@ -153,7 +159,9 @@ TEST(Spec, WhatTheBlocksDoNotRunIsRefusedByName) {
     expect_error([&] { s.check_supported("m.gguf"); }, "m.gguf: " + what + " is not supported yet");
   };
   refused([](nn::StackSpec& s) { s.attention.rope.scaling = nn::RopeScaling::yarn; }, "yarn rotary scaling");
-  refused([](nn::StackSpec& s) { s.attention.rope.layer_theta = {1e4, 1e4, 1e6}; }, "a rotary base per layer");
+  refused([](nn::StackSpec& s) { s.attention.rope.layer_theta = {1e4, 1e4, 1e6}; },
+          "a rotary base per layer outside an encoder");
+  refused([](nn::StackSpec& s) { s.attention.local = {0, 4, 0}; }, "a local attention window outside an encoder");
   refused([](nn::StackSpec& s) { s.attention.rope.fraction = 0.5; }, "partial rotary positions");
   refused([](nn::StackSpec& s) { s.attention.relative_buckets = 32; }, "a relative position bias outside an encoder");
   // What runs: biases, (1 + w) norms before and after the sublayers, GELU-tanh

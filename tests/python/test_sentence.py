@@ -189,10 +189,12 @@ def test_cross_encoder_scores_and_ranks_as_sentence_transformers():
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
 
 
-def test_mpnet_and_xlmr_embed_as_sentence_transformers():
-    """The tiny random MPNet and XLM-R models (scripts/make_mpnet_golden.py,
-    scripts/make_xlmr_golden.py) through the binding: the same embeddings."""
-    for d in (DATA / "mpnet" / "tiny", DATA / "xlmr" / "tiny", DATA / "xlmr" / "bert_body"):
+def test_mpnet_xlmr_and_modernbert_embed_as_sentence_transformers():
+    """The tiny random MPNet, XLM-R and ModernBERT models (scripts/make_mpnet_golden.py,
+    scripts/make_xlmr_golden.py, scripts/make_modernbert_golden.py) through the
+    binding: the same embeddings."""
+    for d in (DATA / "mpnet" / "tiny", DATA / "xlmr" / "tiny", DATA / "xlmr" / "bert_body",
+              DATA / "modernbert" / "tiny", DATA / "modernbert" / "biased"):
         tensors = ffn._ffn._read_safetensors(str(d / "golden.safetensors"))
         with open(d / "golden.safetensors", "rb") as f:
             n = int.from_bytes(f.read(8), "little")

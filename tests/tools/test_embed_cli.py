@@ -164,11 +164,11 @@ def main(tmp):
     check(r.returncode == 2 and "a cross-encoder here is a [\"BertForSequenceClassification\"]" in r.stderr,
           f"rerank with an embedding model: exit 2, named ({r.stderr!r})")
 
-    # The other families (issue 64) through the CLI: MPNet and XLM-R's tiny
+    # The other families (issue 64) through the CLI: MPNet's, XLM-R's and ModernBERT's tiny
     # models embed as sentence-transformers does (the golden's first two
     # sentences, within 1e-5), written to --output as [2, dim].
     data = os.path.join(os.path.dirname(pooling), "..")
-    for family in ("mpnet", "xlmr"):
+    for family in ("mpnet", "xlmr", "modernbert"):
         d = os.path.join(data, family, "tiny")
         with open(os.path.join(d, "golden.safetensors"), "rb") as f:
             n = int.from_bytes(f.read(8), "little")
