@@ -34,6 +34,9 @@ Command add_serve(CLI::App& app) {
   cmd->add_option("--body-limit", o->body_limit, "largest request body in bytes; larger get 413 (default 16 MiB)");
   cmd->add_option("--read-timeout", o->read_timeout, "seconds a read of a request's headers or body may wait (default 30)");
   cmd->add_option("--http-threads", o->http_threads, "connections served at once (default max(64, parallel + queue + 8))");
+  cmd->add_option("--log-format", o->log_format,
+                  "the access log on stderr, one line per request: text (default), json (an object per line) or none");
+  cmd->add_flag("--log-prompts", o->log_prompts, "put each generation's prompt text in its access-log line (default: never)");
   return {cmd, [o](const Common& c) {
             o->isa = c.isa;
             if (o->threads < 0 || o->threads > kMaxThreads) (void)threads_or_throw(o->threads);

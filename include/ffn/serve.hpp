@@ -26,6 +26,11 @@ struct ServeOptions {
   int read_timeout = 30;          // seconds per read of a request's headers or body
   int http_threads = 0;           // 0: max(64, parallel + queue + 8)
   bool quiet = false;
+  // The access log on stderr, a line per request (src/serve/metrics.hpp):
+  // "text", "json" (one object per line) or "none"; a generation's prompt
+  // text is in it only with log_prompts.
+  std::string log_format = "text";
+  bool log_prompts = false;
 };
 
 // Binds, loads the models (GET /health answers 503 meanwhile), serves until

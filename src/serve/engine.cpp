@@ -44,9 +44,26 @@ Usage Job::usage() const {
   return usage_;
 }
 
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0, std::chrono::steady_clock::time_point t1) {
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+}  // namespace
+
+GenerationTiming Job::timing() const {
+  const std::lock_guard<std::mutex> lock(m_);
+  return timing_;
+}
+
 void Job::push(TokenOut t) {
   {
     const std::lock_guard<std::mutex> lock(m_);
+    if (t.id >= 0) {  // a token (not the text held back to the end)
+      const auto now = std::chrono::steady_clock::now();
+      if (timing_.first_token < 0) timing_.first_token = seconds_since(submitted_, now);
+      else timing_.gaps.push_back(float(seconds_since(last_token_, now)));
+      last_token_ = now;
+    }
     out_.push_back(std::move(t));
   }
   cv_.notify_all();
@@ -66,6 +83,7 @@ void Job::end(Finish f, const std::string& error) {
     const std::lock_guard<std::mutex> lock(m_);
     finish_ = f;
     error_ = error;
+    timing_.total = seconds_since(submitted_, std::chrono::steady_clock::now());
     usage_.prompt_tokens = int64_t(req_.prompt.size());
     usage_.completion_tokens = made_;
   }

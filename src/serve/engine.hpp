@@ -45,6 +45,7 @@
 
 #include "ffn/causal_lm.hpp"
 #include "ffn/chat.hpp"
+#include "serve/metrics.hpp"
 
 namespace ffn::serve {
 
@@ -91,6 +92,9 @@ class Job {
   const std::string& error() const { return error_; }
   Usage usage() const;
   uint64_t seed() const { return req_.sampling.seed; }
+  // Valid once wait returned true: seconds from submission to the first
+  // token, between consecutive tokens, and to the end (ffn:*_seconds metrics).
+  GenerationTiming timing() const;
   bool wants_logprobs() const { return req_.top_logprobs >= 0; }
 
  private:
@@ -105,6 +109,9 @@ class Job {
   std::vector<TokenOut> out_;
   Finish finish_ = Finish::running;
   std::string error_;
+  const std::chrono::steady_clock::time_point submitted_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_token_;
+  GenerationTiming timing_;
   Usage usage_;
   std::atomic<bool> cancelled_{false};
   // The engine thread's own.

@@ -43,6 +43,7 @@
 #include "serve/api.hpp"
 #include "serve/embed_batcher.hpp"
 #include "serve/engine.hpp"
+#include "serve/metrics.hpp"
 
 namespace ffn::serve {
 
@@ -147,6 +148,7 @@ struct App {
   std::optional<CrossEncoder> reranker;
   std::mutex rerank_m;
   int64_t created = int64_t(std::time(nullptr));
+  Metrics metrics;
 
   std::string next_id(const char* prefix) { return std::string(prefix) + std::to_string(++serial); }
 
@@ -213,6 +215,8 @@ Prepared prepare_generation(App& a, const GenerationFields& g, std::vector<int32
 // Runs a prepared generation and answers it (JSON, or server-sent events).
 void answer_generation(App& a, const httplib::Request& http, httplib::Response& res, Prepared p) {
   std::shared_ptr<Job> job;
+  this_request().prompt_tokens = int64_t(p.req.prompt.size());
+  this_request().generated_tokens = 0;
   try {
     job = a.engine->submit(std::move(p.req));
   } catch (const QueueFull& e) {
@@ -250,6 +254,8 @@ void answer_generation(App& a, const httplib::Request& http, httplib::Response& 
         return;
       }
     const Finish f = job->finish();
+    this_request().generated_tokens = job->usage().completion_tokens;
+    a.metrics.generation(job->timing(), finish_name(f));
     if (f == Finish::error) {
       send_error(res, ApiError(500, job->error(), "", "server_error"));
       return;
@@ -297,6 +303,7 @@ void answer_generation(App& a, const httplib::Request& http, httplib::Response& 
   }
   // Server-sent events: a role chunk (chat), a chunk per token (or per piece of text), the finish, usage, [DONE].
   const bool include_usage = p.include_usage;
+  Metrics* metrics = &a.metrics;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
     auto send = [&](const json& j) {
@@ -339,6 +346,8 @@ void answer_generation(App& a, const httplib::Request& http, httplib::Response& 
       return false;
     }
     const Finish f = job->finish();
+    this_request().generated_tokens = job->usage().completion_tokens;  // (this thread writes the stream and logs it)
+    metrics->generation(job->timing(), finish_name(f));
     if (f == Finish::error || f == Finish::cancelled) {
       const ApiError e(f == Finish::error ? 500 : 503, f == Finish::error ? job->error() : "the request was cancelled", "", "server_error");
       const std::string s = "data: " + e.body() + "\n\n";
@@ -401,7 +410,8 @@ std::string render_prompt(App& a, const ChatRequest& r) {
 
 std::vector<int32_t> render_chat(App& a, const ChatRequest& r) {
   if (!a.lm->tokenizer()) throw ApiError(400, "the model has no tokenizer: use /v1/completions with token ids", "messages");
-  return a.lm->tokenizer()->encode(render_prompt(a, r));
+  this_request().prompt = render_prompt(a, r);
+  return a.lm->tokenizer()->encode(this_request().prompt);
 }
 
 void routes(httplib::Server& svr, App& a) {
@@ -426,12 +436,14 @@ void routes(httplib::Server& svr, App& a) {
     metric("ffn:num_requests_waiting", "gauge", "Requests waiting in the queue.", double(s.waiting));
     metric("ffn:kv_pages_used", "gauge", "KV cache pages held (running and cached-prefix sequences).", double(s.pages_used));
     metric("ffn:kv_pages_total", "gauge", "KV cache pages in the pool (--kv-memory).", double(s.pages_total));
+    metric("ffn:kv_pages_free", "gauge", "KV cache pages free.", double(s.pages_total - s.pages_used));
     metric("ffn:prefix_cache_sequences", "gauge", "Finished sequences kept for their prefixes.", double(s.parked));
     metric("ffn:num_preemptions_total", "counter", "Sequences preempted for KV pages.", double(s.preemptions));
     metric("ffn:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", double(s.prompt_tokens));
     metric("ffn:prompt_tokens_cached_total", "counter", "Prompt tokens reused from cached prefixes.", double(s.cached_tokens));
     metric("ffn:generation_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
     metric("ffn:steps_total", "counter", "Engine steps run.", double(s.steps));
+    out += a.metrics.render();
     res.set_content(out, "text/plain; version=0.0.4");
   }, false));
   svr.Get("/v1/models", guarded(a, [&a](const httplib::Request&, httplib::Response& res) {
@@ -452,6 +464,7 @@ void routes(httplib::Server& svr, App& a) {
     if (r.prompt_text) {
       if (!a.lm->tokenizer()) throw ApiError(400, "prompt: the model has no tokenizer: give token ids", "prompt");
       ids = a.lm->encode_prompt(*r.prompt_text);
+      this_request().prompt = *r.prompt_text;
     }
     answer_generation(a, req, res, prepare_generation(a, r.gen, std::move(ids), false));
   }));
@@ -471,6 +484,7 @@ void routes(httplib::Server& svr, App& a) {
     int64_t tokens = 0;
     for (const auto& t : r.texts) tokens += int64_t(a.encoder->tokenize(t).size());
     for (const auto& i : r.ids) tokens += int64_t(i.size());
+    this_request().prompt_tokens = tokens;
     Array e;
     try {
       e = a.batcher->submit(r.texts, r.ids).get();
@@ -504,6 +518,7 @@ void routes(httplib::Server& svr, App& a) {
       int64_t tokens = 0;
       try {
         for (const std::string& d : r.documents) tokens += int64_t(a.reranker->tokenize(r.query, d).size());
+        this_request().prompt_tokens = tokens;
         const std::lock_guard<std::mutex> l(a.rerank_m);
         ranked = a.reranker->rank(r.query, r.documents, o);
       } catch (const Error& err) {
@@ -613,6 +628,8 @@ int run_server(const ServeOptions& o) {
   if (!(o.shutdown_timeout >= 0)) throw Error("--shutdown-timeout: expected 0 or more seconds");
   if (!(o.kv_memory_mib >= 0)) throw Error("--kv-memory: expected 0 or more MiB");
   if (o.compute != "native" && o.compute != "fp32") throw Error("--compute: expected native or fp32, got " + o.compute);
+  if (o.log_format != "text" && o.log_format != "json" && o.log_format != "none")
+    throw Error("--log-format: expected text, json or none, got " + o.log_format);
   // Signals: blocked before any thread starts, so only the waiter below takes them; a closed socket's write is an error, not SIGPIPE.
   const sigset_t sigs = stop_signals();
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
@@ -643,6 +660,23 @@ int run_server(const ServeOptions& o) {
     res.set_content(e.body(), "application/json");
     return httplib::Server::HandlerResponse::Handled;
   }));
+  // The access log and the request counts: the record starts before routing, and the logger
+  // runs once the response is written (a stream: after its last chunk), on the same thread.
+  svr.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    this_request() = RequestRecord{std::chrono::steady_clock::now(), true};
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  svr.set_logger([&a](const httplib::Request& req, const httplib::Response& res) {
+    RequestRecord& r = this_request();
+    const double secs = r.started ? std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count() : 0.0;
+    a.metrics.request(req.method, req.path, res.status);
+    if (a.o.log_format != "none") {
+      const std::string line = access_line(a.o.log_format == "json" ? LogFormat::json : LogFormat::text, req.remote_addr,
+                                           req.method, req.path, res.status, r, secs, a.o.log_prompts);
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    r = RequestRecord{};
+  });
   routes(svr, a);
   if (!svr.bind_to_port(o.host, o.port))
     throw Error("--host " + o.host + " --port " + std::to_string(o.port) + ": cannot listen there (" + std::strerror(errno) +

@@ -453,7 +453,7 @@ TEST(MiniLM, AToyEmbeddingFamilyIsANameTable) {
     SentenceEncoder::load(d.string());
     ADD_FAILURE() << "model_type nosuchbert was loaded";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), (d / "config.json").string() + ": model_type 'nosuchbert' is not supported (bert, mpnet, xlm-roberta, toybert)");
+    EXPECT_EQ(std::string(e.what()), (d / "config.json").string() + ": model_type 'nosuchbert' is not supported (bert, mpnet, xlm-roberta, modernbert, toybert)");
   }
 }
 

@@ -72,12 +72,14 @@ class Server:
     def __init__(self, *args):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # stderr (the access log: a line per request) to a file, so that it never fills a pipe
+        self.err = tempfile.NamedTemporaryFile("w+", prefix="ffn-serve-", suffix=".log")
         self.p = subprocess.Popen([FFN, "serve", "--port", str(self.port), *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+                                  stderr=self.err, text=True)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.p.poll() is not None:
-                raise RuntimeError("ffn serve exited: " + self.p.stderr.read())
+                raise RuntimeError("ffn serve exited: " + self.log())
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
                     if r.status == 200:
@@ -86,6 +88,11 @@ class Server:
                 pass
             time.sleep(0.1)
         raise RuntimeError("ffn serve did not become healthy")
+
+    def log(self):
+        self.err.flush()
+        with open(self.err.name) as f:
+            return f.read()
 
     def stop(self):
         if self.p.poll() is None:
@@ -105,6 +112,46 @@ def post(url, body, headers=None, raw=None):
             return r.status, dict(r.headers), r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read().decode()
+
+
+def metrics_text(url):
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def check_metrics_and_log(s, chat_ok, streamed_tokens):
+    """/metrics and the access log after main_server's traffic (issue 67): the
+    requests by endpoint and status, the latency histograms (cumulative
+    buckets ending at +Inf = count), KV pages used + free = total; one log
+    line per request with its tokens, and no prompt text (no --log-prompts)."""
+    text = metrics_text(s.url)
+    series = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(ffn:[^ ]+) (\S+)$", text, re.M)}
+    ok_chat = series.get('ffn:http_requests_total{handler="/v1/chat/completions",method="POST",status="200"}', 0)
+    check(ok_chat >= chat_ok, f"metrics: {ok_chat} chat requests with 200, at least {chat_ok} were made")
+    check(series.get('ffn:http_requests_total{handler="/v1/chat/completions",method="POST",status="400"}', 0) >= 8,
+          "metrics: the 400s counted")
+    check(series.get('ffn:http_requests_total{handler="other",method="POST",status="404"}', 0) >= 1,
+          "metrics: an unknown path counted as handler=\"other\"")
+    for h in ("time_to_first_token", "inter_token_latency", "e2e_request_latency"):
+        name = f"ffn:{h}_seconds"
+        buckets = [(m.group(1), float(m.group(2)))
+                   for m in re.finditer(r"^" + re.escape(name) + r'_bucket\{le="([^"]+)"\} (\S+)$', text, re.M)]
+        counts = [c for _, c in buckets]
+        check(len(buckets) > 5 and buckets[-1][0] == "+Inf" and counts == sorted(counts)
+              and counts[-1] == series.get(name + "_count") and counts[-1] >= 1,
+              f"metrics: {name} is a histogram with observations ({buckets[-3:]})")
+    check(series["ffn:kv_pages_used"] + series["ffn:kv_pages_free"] == series["ffn:kv_pages_total"],
+          "metrics: KV pages used + free = total")
+    check(series.get('ffn:request_success_total{finished_reason="length"}', 0)
+          + series.get('ffn:request_success_total{finished_reason="stop"}', 0) >= chat_ok, "metrics: successes")
+    log = s.log()
+    lines = [l for l in log.splitlines() if '"POST /v1/chat/completions" 200' in l]
+    check(len(lines) >= chat_ok, f"access log: {len(lines)} chat lines for at least {chat_ok} requests")
+    check(all(re.search(r"prompt_tokens=\d+ generated_tokens=\d+ \d+\.\d{3}s$", l) for l in lines),
+          f"access log: tokens and time on every chat line ({lines[:1]})")
+    check(any(f"generated_tokens={streamed_tokens} " in l for l in lines), "access log: a stream's tokens, counted at its end")
+    check(re.search(r'"POST /v1/nothing" 404 \d+\.\d{3}s', log) is not None, "access log: the 404")
+    check("Hello there" not in log and "Be brief" not in log, "access log: no prompt text without --log-prompts")
 
 
 def metrics(url):
@@ -267,13 +314,15 @@ def main_server(model_dir):
             cmd = block.replace("localhost:8080", f"127.0.0.1:{s.port}").replace("MODEL", name)
             out = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True, text=True, timeout=60)
             check(out.returncode == 0 and "choices" in out.stdout, f"README curl: {out.stdout[:200]} {out.stderr[:200]}")
+        check_metrics_and_log(s, 3, chunks[-1].usage.completion_tokens)
     finally:
         rc = s.stop()
         check(rc == 0, f"SIGTERM: exit {rc}")
 
 
 def guarded_server(model_dir):
-    s = Server("--model", model_dir, "--parallel", "1", "--queue", "1", "--api-key", "sekrit", "--threads", "1")
+    s = Server("--model", model_dir, "--parallel", "1", "--queue", "1", "--api-key", "sekrit", "--threads", "1",
+               "--log-format", "json", "--log-prompts")
     try:
         name = os.path.basename(model_dir)
         msgs = [{"role": "user", "content": "Hi"}]
@@ -307,6 +356,19 @@ def guarded_server(model_dir):
         check(isinstance(rest, str), "the stream ended")
         rc = s.p.wait(30)
         check(rc == 0, f"SIGTERM during a request: exit {rc}")
+        # --log-format json --log-prompts: an object per line, the prompt text in the chats', the 401s logged.
+        entries = []
+        for line in s.log().splitlines():
+            if line.startswith("{"):
+                try:
+                    entries.append(json.loads(line))
+                except ValueError:
+                    check(False, f"json access log: {line!r}")
+        chats = [e for e in entries if e.get("path") == "/v1/chat/completions"]
+        check(any(e["status"] == 401 for e in chats) and any(e["status"] == 200 for e in chats),
+              f"json access log: 401s and 200s ({[e['status'] for e in chats]})")
+        check(all("Hi" in e.get("prompt", "") and "prompt_tokens" in e for e in chats if e["status"] == 200),
+              "json access log: --log-prompts puts the prompt text in")
     finally:
         s.stop()
 
