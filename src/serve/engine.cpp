@@ -510,7 +510,11 @@ void Engine::update_stats() {
   const std::lock_guard<std::mutex> lock(m_);
   stats_.running = 0;
   stats_.parked = 0;
-  for (const Slot& s : slots_) (s.job ? stats_.running : stats_.parked)++;
+  stats_.pages_cached = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    (slots_[i].job ? stats_.running : stats_.parked)++;
+    if (!slots_[i].job) stats_.pages_cached += state_.pages_for(state_.length(int64_t(i)));
+  }
   stats_.waiting = int64_t(waiting_.size());
   stats_.pages_used = state_.pages_used();
 }

@@ -143,6 +143,7 @@ struct EngineOptions {
 struct EngineStats {
   int64_t running = 0, waiting = 0, parked = 0;
   int64_t pages_used = 0, pages_total = 0, page_positions = 0;
+  int64_t pages_cached = 0;  // of pages_used: held by parked sequences (freed first when pages are needed)
   int64_t steps = 0, preemptions = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0;
 };
 

@@ -233,7 +233,11 @@ void answer_generation(App& a, const httplib::Request& http, httplib::Response& 
   const std::string id = a.next_id(p.chat ? "chatcmpl-" : "cmpl-");
   const std::string model = a.lm_name;
   const bool chat = p.chat;
-  auto token_text = [tok](int32_t t) { return tok ? tok->decode({t}) : std::to_string(t); };
+  // A token's text; "" for an id past the tokenizer's (a model's embedding may have rows no token has), as
+  // tokenizers' decode skips ids it does not know.
+  auto token_text = [tok](int32_t t) {
+    return !tok ? std::to_string(t) : t >= 0 && t < tok->vocab_size() ? tok->decode({t}) : std::string();
+  };
   auto chat_logprob = [token_text](const TokenOut& t) {
     json c = {{"token", token_text(t.id)}, {"logprob", t.logprob}, {"bytes", bytes_of(token_text(t.id))}};
     json tops = json::array();
@@ -305,7 +309,7 @@ void answer_generation(App& a, const httplib::Request& http, httplib::Response& 
   const bool include_usage = p.include_usage;
   Metrics* metrics = &a.metrics;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
+  auto provide = [=](size_t, httplib::DataSink& sink) {
     auto send = [&](const json& j) {
       const std::string s = "data: " + dump(j) + "\n\n";
       return sink.write(s.data(), s.size());
@@ -365,6 +369,18 @@ void answer_generation(App& a, const httplib::Request& http, httplib::Response& 
     if (ok) sink.write(done.data(), done.size());
     sink.done();
     return true;
+  };
+  // The stream's writer must not throw (nothing above it would catch it): an error ends the stream with an error event.
+  res.set_chunked_content_provider("text/event-stream", [=](size_t offset, httplib::DataSink& sink) {
+    try {
+      return provide(offset, sink);
+    } catch (const std::exception& e) {
+      job->cancel();
+      const std::string s = "data: " + ApiError(500, std::string("internal error: ") + e.what(), "", "server_error").body() + "\n\n";
+      sink.write(s.data(), s.size());
+      sink.done();
+      return true;
+    }
   });
 }
 
@@ -437,6 +453,8 @@ void routes(httplib::Server& svr, App& a) {
     metric("ffn:kv_pages_used", "gauge", "KV cache pages held (running and cached-prefix sequences).", double(s.pages_used));
     metric("ffn:kv_pages_total", "gauge", "KV cache pages in the pool (--kv-memory).", double(s.pages_total));
     metric("ffn:kv_pages_free", "gauge", "KV cache pages free.", double(s.pages_total - s.pages_used));
+    metric("ffn:kv_pages_cached", "gauge", "Of the pages used, those of cached prefixes (freed first when pages are needed).",
+           double(s.pages_cached));
     metric("ffn:prefix_cache_sequences", "gauge", "Finished sequences kept for their prefixes.", double(s.parked));
     metric("ffn:num_preemptions_total", "counter", "Sequences preempted for KV pages.", double(s.preemptions));
     metric("ffn:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", double(s.prompt_tokens));

@@ -32,15 +32,15 @@ import os
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import Server, free_port, metrics_text, post  # noqa: E402
 
 try:
     import openai
@@ -62,61 +62,7 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, *args):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        # stderr (the access log: a line per request) to a file, so that it never fills a pipe
-        self.err = tempfile.NamedTemporaryFile("w+", prefix="ffn-serve-", suffix=".log")
-        self.p = subprocess.Popen([FFN, "serve", "--port", str(self.port), *args], stdout=subprocess.PIPE,
-                                  stderr=self.err, text=True)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if self.p.poll() is not None:
-                raise RuntimeError("ffn serve exited: " + self.log())
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("ffn serve did not become healthy")
-
-    def log(self):
-        self.err.flush()
-        with open(self.err.name) as f:
-            return f.read()
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-        return self.p.returncode
-
-
-def post(url, body, headers=None, raw=None):
-    data = raw if raw is not None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, dict(r.headers), r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read().decode()
-
-
-def metrics_text(url):
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        return r.read().decode()
+Server.ffn = FFN
 
 
 def check_metrics_and_log(s, chat_ok, streamed_tokens):
@@ -155,9 +101,7 @@ def check_metrics_and_log(s, chat_ok, streamed_tokens):
 
 
 def metrics(url):
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(ffn:\w+) (\S+)$", text, re.M)}
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(ffn:\w+) (\S+)$", metrics_text(url), re.M)}
 
 
 def ffn_generate(model, *args):
