@@ -29,7 +29,11 @@ It checks:
     pool's threads and malloc's arenas and fills the prefix cache), the
     server's resident memory is within 5 % of what it was after the first
     (not under a sanitizer, whose quarantine holds freed memory: said so in
-    the output);
+    the output). The server runs with MALLOC_ARENA_MAX=2 (unless the
+    environment sets it): glibc makes a malloc arena for each thread that
+    contends, on first use and up to 8 per core, which grew this tiny
+    model's 21 MiB by 1–2 MiB over 8 rounds and then stopped (1 arena: 0.7
+    MiB); the limit keeps that out of a check for leaks;
 and prints the p50 and p99 latency of the well-formed requests.
 Exit 0 pass, 1 fail, 77 skipped (ffn built without cpp-httplib).
 """
@@ -199,7 +203,11 @@ def one_round(port, rng, n_requests, latencies):
 
     refused = []
 
+    n_burst = 3 * (PARALLEL + QUEUE)
+    gate = threading.Barrier(n_burst)
+
     def burst_one(body):
+        gate.wait()  # all at once
         st, hdr, b = request(port, "/v1/chat/completions", body)
         with lock:
             refused.append((st, hdr, b))
@@ -215,7 +223,9 @@ def one_round(port, rng, n_requests, latencies):
         for raw in corpus:
             for path in ("/v1/chat/completions", "/v1/completions"):
                 try:
-                    st, _, _ = request(port, path, raw)
+                    st, hdr, b = request(port, path, raw)
+                    if st == 503 and "Retry-After" in hdr and b["error"]["code"] == "queue_full":
+                        st = 200  # a well-formed one refused while the burst fills the queue: documented
                 except Exception as e:  # noqa: BLE001
                     st = repr(e)
                 corpus_status.append((path, st))
@@ -233,8 +243,8 @@ def one_round(port, rng, n_requests, latencies):
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
     threads += [threading.Thread(target=faults), threading.Thread(target=slow_one)]
-    burst_body = {"messages": [{"role": "user", "content": "burst"}], "max_tokens": 16, "seed": 5}
-    threads += [threading.Thread(target=burst_one, args=(burst_body,)) for _ in range(3 * (PARALLEL + QUEUE))]
+    burst_body = {"messages": [{"role": "user", "content": "burst"}], "max_tokens": 120, "seed": 5}
+    threads += [threading.Thread(target=burst_one, args=(burst_body,)) for _ in range(n_burst)]
     for t in threads:
         t.start()
     for t in threads:
@@ -298,7 +308,8 @@ def main():
         with open(os.path.join(model, "chat_template.jinja"), "w") as f:
             f.write(CHATML)
         s = Server("--model", model, "--parallel", str(PARALLEL), "--queue", str(QUEUE), "--threads", "2",
-                   "--body-limit", str(BODY_LIMIT), "--log-format", os.environ.get("FFN_LOAD_LOG", "none"))
+                   "--body-limit", str(BODY_LIMIT), "--log-format", os.environ.get("FFN_LOAD_LOG", "none"),
+                   env={**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")})
         latencies, rss = [], []
         t0 = time.time()
         try:

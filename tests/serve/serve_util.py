@@ -20,13 +20,13 @@ def free_port():
 class Server:
     ffn = None  # the ffn binary (set by the test)
 
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # stderr (the access log: a line per request) to a file, so that it never fills a pipe
         self.err = tempfile.NamedTemporaryFile("w+", prefix="ffn-serve-", suffix=".log")
         self.p = subprocess.Popen([self.ffn, "serve", "--port", str(self.port), *args], stdout=subprocess.PIPE,
-                                  stderr=self.err, text=True)
+                                  stderr=self.err, text=True, env=env)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.p.poll() is not None:
