@@ -48,6 +48,22 @@ if ((${#mpi[@]})); then
       scripts/apt_get.sh install -y -q --no-install-recommends "${mpi[@]}" >/dev/null; } ||
     echo "setup: ${mpi[*]} could not be installed; building without MPI (tensor and data parallelism)"
 fi
+# Optional: nginx (nginx-light), the load balancer of the scale-out test
+# (tests/serve/test_nginx.py: two ffn serve behind it, one killed). Without it
+# that test says it skipped; nothing else needs it. The test runs its own
+# nginx on a loopback port; the system service the package may start (port
+# 80, under systemd) is stopped and disabled again.
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  if scripts/apt_get.sh install -y -q --no-install-recommends nginx-light >/dev/null ||
+     { scripts/apt_get.sh update -q >/dev/null &&
+       scripts/apt_get.sh install -y -q --no-install-recommends nginx-light >/dev/null; }; then
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet nginx 2>/dev/null; then
+      systemctl stop nginx && systemctl disable --quiet nginx || true
+    fi
+  else
+    echo "setup: nginx-light could not be installed; the scale-out test (tests/serve/test_nginx.py) will skip"
+  fi
+fi
 
 # Build requirements (as pyproject.toml), then the official safetensors reader
 # (a test dependency only: tests/python/test_formats.py).

@@ -20,8 +20,8 @@ def free_port():
 class Server:
     ffn = None  # the ffn binary (set by the test)
 
-    def __init__(self, *args, env=None):
-        self.port = free_port()
+    def __init__(self, *args, env=None, port=None):
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # stderr (the access log: a line per request) to a file, so that it never fills a pipe
         self.err = tempfile.NamedTemporaryFile("w+", prefix="ffn-serve-", suffix=".log")
