@@ -142,6 +142,9 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--vocab-range", default="1000,40000", help="token ids the random prompts draw from")
     ap.add_argument("--ffn-args", default="", help="more flags for ffn serve (e.g. '--chunk 64')")
+    ap.add_argument("--vs-ffn", default=None, metavar="ARGS",
+                    help="the peer is ffn serve itself with these extra flags instead of llama-server (e.g. "
+                         "'--log-format none': what the access log costs)")
     ap.add_argument("--json")
     a = ap.parse_args()
     cs = [int(c) for c in a.concurrency.split(",")]
@@ -156,7 +159,11 @@ def main():
                          "-tb", str(a.threads), "--parallel", str(par), "--ctx-size", str(ctx), "--cont-batching",
                          "--no-webui"],
     }
-    ports = {"ffn": pf, "llama-server": pl}
+    peer = "llama-server"
+    if a.vs_ffn is not None:  # ffn against ffn with other flags, in the same alternating rounds
+        peer = "ffn " + a.vs_ffn
+        servers = {"ffn": servers["ffn"], peer: [*servers["ffn"][:5], str(pl), *servers["ffn"][6:], *a.vs_ffn.split()]}
+    ports = {"ffn": pf, peer: pl}
     procs = {}
     try:
         for name in servers:
@@ -184,11 +191,11 @@ def main():
            for n in servers}
     print(f"\nmedians of {a.rounds} rounds; {os.path.basename(a.model)}, {a.threads} threads, prompt "
           f"{a.prompt_tokens}, answer {a.new_tokens}, {a.requests_per_client} requests per client")
-    print("| C | ffn tokens/s | llama-server tokens/s | ratio | TTFT p50 ffn / llama | TTFT p99 ffn / llama | "
-          "ITL p50 ffn / llama | ITL p99 ffn / llama |")
+    print(f"| C | ffn tokens/s | {peer} tokens/s | ratio | TTFT p50 ffn / peer | TTFT p99 ffn / peer | "
+          "ITL p50 ffn / peer | ITL p99 ffn / peer |")
     print("|---|---|---|---|---|---|---|---|")
     for c in cs:
-        f, l = med["ffn"][c], med["llama-server"][c]
+        f, l = med["ffn"][c], med[peer][c]
         print(f"| {c} | {f['tokens_per_s']:.1f} | {l['tokens_per_s']:.1f} | {f['tokens_per_s'] / l['tokens_per_s']:.2f}x | "
               f"{f['ttft_p50'] * 1e3:.0f} / {l['ttft_p50'] * 1e3:.0f} ms | {f['ttft_p99'] * 1e3:.0f} / {l['ttft_p99'] * 1e3:.0f} ms | "
               f"{f['itl_p50'] * 1e3:.1f} / {l['itl_p50'] * 1e3:.1f} ms | {f['itl_p99'] * 1e3:.1f} / {l['itl_p99'] * 1e3:.1f} ms |")

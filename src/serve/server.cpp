@@ -769,10 +769,10 @@ int run_server(const ServeOptions& o) {
     throw;
   }
   a.ready = true;
-  if (!o.quiet)
-    std::fprintf(stderr, "ffn serve: listening on http://%s:%d (%s%s%s%s)\n", o.host.c_str(), o.port, a.lm_name.c_str(),
-                 a.embed_name.empty() ? "" : (", " + a.embed_name).c_str(), a.translate_name.empty() ? "" : (", " + a.translate_name).c_str(),
-                 a.rerank_name.empty() ? "" : (", " + a.rerank_name).c_str());
+  std::string served;  // the models' names, for the banner
+  for (const std::string* n : {&a.lm_name, &a.embed_name, &a.translate_name, &a.rerank_name})
+    if (!n->empty()) served += (served.empty() ? "" : ", ") + *n;
+  if (!o.quiet) std::fprintf(stderr, "ffn serve: listening on http://%s:%d (%s)\n", o.host.c_str(), o.port, served.c_str());
   while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   // Shutdown: no new connections or requests; running ones get shutdown_timeout seconds, then are cancelled.
   a.draining = true;

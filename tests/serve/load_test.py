@@ -34,7 +34,10 @@ It checks:
     contends, on first use and up to 8 per core, which grew this tiny
     model's 21 MiB by 1–2 MiB over 8 rounds and then stopped (1 arena: 0.7
     MiB); the limit keeps that out of a check for leaks;
-and prints the p50 and p99 latency of the well-formed requests.
+and prints the p50 and p99 latency of the well-formed requests. Last,
+SIGTERM while 3 streams run: /health turns 503 (or refuses) at once, each
+stream ends with a final chunk, the process exits 0 within
+--shutdown-timeout (5 s).
 Exit 0 pass, 1 fail, 77 skipped (ffn built without cpp-httplib).
 """
 import http.client
@@ -43,6 +46,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -290,6 +294,47 @@ def one_round(port, rng, n_requests, latencies):
     return sum(1 for a in answers.values() if a[0] == 200)
 
 
+def sigterm_under_load(s, shutdown_timeout):
+    """SIGTERM while streams run: /health turns 503 (or the connection is refused) at once, each stream ends
+    with a final chunk ([DONE], or an error event for one cancelled at the timeout), and the process exits 0
+    within --shutdown-timeout."""
+    results = []
+    lock = threading.Lock()
+
+    def stream(i):
+        try:
+            got = request(s.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "go on " * (i + 1)}],
+                                                          "max_tokens": 100, "stream": True, "seed": i})
+        except Exception as e:  # noqa: BLE001
+            got = (repr(e), {}, [])
+        with lock:
+            results.append(got)
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.02)
+    t0 = time.time()
+    s.p.send_signal(signal.SIGTERM)
+    status = None
+    while time.time() < t0 + 1 and status not in (503, "refused"):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=2)
+            c.request("GET", "/health")
+            status = c.getresponse().status
+            c.close()
+        except OSError:
+            status = "refused"
+    check(status in (503, "refused"), f"SIGTERM: /health {status} within 1 s, expected 503 or a refused connection")
+    for t in threads:
+        t.join(shutdown_timeout + 10)
+    for st, _, events in results:
+        ended = bool(events) and (events[-1] == "[DONE]" or (isinstance(events[-1], dict) and "error" in events[-1]))
+        check(st == 200 and ended, f"SIGTERM: a running stream ends with a final chunk ({st}, {str(events[-1:])[:120]})")
+    rc = s.p.wait(shutdown_timeout + 10)
+    check(rc == 0 and time.time() - t0 <= shutdown_timeout + 2,
+          f"SIGTERM under load: exit {rc} after {time.time() - t0:.1f} s (--shutdown-timeout {shutdown_timeout})")
+
+
 def sanitized(binary):
     with open(binary, "rb") as f:
         data = f.read()
@@ -308,7 +353,7 @@ def main():
         with open(os.path.join(model, "chat_template.jinja"), "w") as f:
             f.write(CHATML)
         s = Server("--model", model, "--parallel", str(PARALLEL), "--queue", str(QUEUE), "--threads", "2",
-                   "--body-limit", str(BODY_LIMIT), "--log-format", os.environ.get("FFN_LOAD_LOG", "none"),
+                   "--body-limit", str(BODY_LIMIT), "--shutdown-timeout", "5", "--log-format", os.environ.get("FFN_LOAD_LOG", "none"),
                    env={**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")})
         latencies, rss = [], []
         t0 = time.time()
@@ -321,12 +366,12 @@ def main():
                     rss.append(rss_kib(s.p.pid))
                 print(f"round {r}{' (warm-up)' if r == 0 else ''}: {ok} well-formed requests answered; "
                       f"resident {rss_kib(s.p.pid) / 1024:.1f} MiB")
+            sigterm_under_load(s, 5)
         except Exception:
             print("the server's stderr:\n" + s.log()[-3000:])
             raise
         finally:
-            rc = s.stop()
-        check(rc == 0, f"SIGTERM after the load: exit {rc}")
+            s.stop()  # (stopped by the SIGTERM phase unless a round failed first)
         if sanitized(FFN):
             print("SKIPPED (part): resident memory: the binary runs under a sanitizer (its quarantine holds freed memory)")
         elif len(rss) >= 3:
