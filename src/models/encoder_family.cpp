@@ -62,6 +62,14 @@ const EncoderNameTable kMpnetNames{{
     "encoder.relative_attention_bias.weight",
 }};
 
+// RoBERTa's rule (MPNet, XLM-R): position ids start past pad_token_id.
+void positions_past_pad(const nlohmann::json& cfg, const std::filesystem::path& cfg_path, nn::StackSpec& s) {
+  const int64_t pad = json_opt<int64_t>(cfg, "pad_token_id", 1, cfg_path);
+  if (pad < 0 || pad >= s.embedding.vocab)
+    throw Error(cfg_path.string() + ": pad_token_id " + std::to_string(pad) + " is outside the vocabulary");
+  s.embedding.position_offset = pad + 1;
+}
+
 // MPNetConfig: BERT's keys without token types; positions offset past the
 // pad id (RoBERTa's rule); the relative position bias (transformers buckets
 // it with 32 buckets and distance 128 whatever relative_attention_num_buckets
@@ -70,10 +78,7 @@ nn::StackSpec mpnet_config(const nlohmann::json& cfg, const std::filesystem::pat
   nlohmann::json bert = cfg;
   bert["type_vocab_size"] = 0;
   nn::StackSpec s = bert_config(bert, cfg_path);
-  const int64_t pad = json_opt<int64_t>(cfg, "pad_token_id", 1, cfg_path);
-  if (pad < 0 || pad >= s.embedding.vocab)
-    throw Error(cfg_path.string() + ": pad_token_id " + std::to_string(pad) + " is outside the vocabulary");
-  s.embedding.position_offset = pad + 1;
+  positions_past_pad(cfg, cfg_path, s);
   s.attention.relative_buckets = json_opt<int64_t>(cfg, "relative_attention_num_buckets", 32, cfg_path);
   if (s.attention.relative_buckets < 32)
     throw Error(cfg_path.string() + ": relative_attention_num_buckets " + std::to_string(s.attention.relative_buckets) +
@@ -86,10 +91,7 @@ nn::StackSpec mpnet_config(const nlohmann::json& cfg, const std::filesystem::pat
 // positions past the pad id (RoBERTa's rule), one token type.
 nn::StackSpec xlm_roberta_config(const nlohmann::json& cfg, const std::filesystem::path& cfg_path) {
   nn::StackSpec s = bert_config(cfg, cfg_path);
-  const int64_t pad = json_opt<int64_t>(cfg, "pad_token_id", 1, cfg_path);
-  if (pad < 0 || pad >= s.embedding.vocab)
-    throw Error(cfg_path.string() + ": pad_token_id " + std::to_string(pad) + " is outside the vocabulary");
-  s.embedding.position_offset = pad + 1;
+  positions_past_pad(cfg, cfg_path, s);
   return s;
 }
 

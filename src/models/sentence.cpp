@@ -56,13 +56,14 @@ std::shared_ptr<const text::EncoderTokenizer> load_tokenizer(const fs::path& dir
   std::vector<std::pair<const char*, std::string*>> keys{
       {"cls_token", &roles.cls}, {"sep_token", &roles.sep}, {"unk_token", &roles.unk}, {"pad_token", &roles.pad},
       {"mask_token", &roles.mask}};
-  for (auto [key, role] : keys) {
-    if (!tc.contains(key) || tc[key].is_null()) continue;
-    const nlohmann::json& v = tc[key];
-    if (v.is_string()) *role = v.get<std::string>();
-    else if (v.is_object() && v.contains("content") && v["content"].is_string()) *role = v["content"].get<std::string>();
-    else throw Error(tp.string() + ": \"" + key + "\" is neither a token nor {\"content\": token}");
-  }
+  // A token is written "t" or {"content": "t", ...} (an AddedToken).
+  auto token_of = [](const nlohmann::json& v, const fs::path& file, const std::string& key) {
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+    throw Error(file.string() + ": \"" + key + "\" is neither a token nor {\"content\": token}");
+  };
+  for (auto [key, role] : keys)
+    if (tc.contains(key) && !tc[key].is_null()) *role = token_of(tc[key], tp, key);
   // XLM-R's tokenizer: the family's, or named by tokenizer_class (paraphrase-multilingual-MiniLM: a BERT body).
   const std::string tok_class = json_opt<std::string>(tc, "tokenizer_class", "", tp);
   if (family.tokenizer == models::EncoderFamily::Tokenizer::xlmr_sentencepiece ||
@@ -100,11 +101,8 @@ std::shared_ptr<const text::EncoderTokenizer> load_tokenizer(const fs::path& dir
     const nlohmann::json st = read_json(sp);
     if (!st.is_object()) throw Error(sp.string() + ": expected a JSON object");
     std::vector<std::string> specials;
-    for (const auto& [key, v] : st.items()) {
-      if (v.is_string()) specials.push_back(v.get<std::string>());
-      else if (v.is_object() && v.contains("content") && v["content"].is_string()) specials.push_back(v["content"].get<std::string>());
-      else if (!v.is_array()) throw Error(sp.string() + ": \"" + key + "\" is neither a token nor {\"content\": token}");
-    }
+    for (const auto& [key, v] : st.items())
+      if (!v.is_array()) specials.push_back(token_of(v, sp, key));  // (additional_special_tokens: a list, not read)
     wp->set_special_tokens(specials, sp.string());
   }
   return wp;
