@@ -25,13 +25,12 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_peers import FFN, LLAMA_SERVER, free_port, start  # noqa: E402
+from serve_peers import FFN, LLAMA_SERVER, free_port, start, stop_all  # noqa: E402
 
 
 def texts_of(model_dir, n, seed=67):
@@ -134,12 +133,7 @@ def main():
                     results[name][k].append(tps)
                     print(f"round {r} inputs/request {k:3d} {name:12s} {tps:8.1f} texts/s", flush=True)
     finally:
-        for p in procs.values():
-            p.terminate()
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
     print(f"\nmedians of {a.rounds} rounds; {os.path.basename(a.model.rstrip('/'))}, {a.threads} threads, "
           f"{a.clients} clients, {a.texts} short texts")
     print("| inputs per request | ffn texts/s | llama-server texts/s | ratio |")

@@ -45,6 +45,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def stop_all(procs):
+    for p in procs.values():
+        p.terminate()
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def start(cmd, port, timeout=300):
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + timeout
@@ -181,12 +190,7 @@ def main():
                           f"TTFT p50 {res['ttft_p50'] * 1e3:7.1f} ms p99 {res['ttft_p99'] * 1e3:7.1f} ms  "
                           f"ITL p50 {res['itl_p50'] * 1e3:6.1f} ms p99 {res['itl_p99'] * 1e3:6.1f} ms", flush=True)
     finally:
-        for p in procs.values():
-            p.terminate()
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
     med = {n: {c: {k: statistics.median(x[k] for x in results[n][c]) for k in results[n][c][0]} for c in cs}
            for n in servers}
     print(f"\nmedians of {a.rounds} rounds; {os.path.basename(a.model)}, {a.threads} threads, prompt "
