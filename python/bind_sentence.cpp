@@ -116,8 +116,9 @@ void bind_sentence(nb::module_& m) {
             return CrossEncoder::load(model, o);
           },
           "model"_a, "max_tokens"_a = nb::none(),
-          "Loads a BertForSequenceClassification or XLMRobertaForSequenceClassification directory\n"
-          "(config.json, model.safetensors, vocab.txt or sentencepiece.bpe.model).\n"
+          "Loads a BertForSequenceClassification, XLMRobertaForSequenceClassification or\n"
+          "ModernBertForSequenceClassification directory (config.json, model.safetensors,\n"
+          "vocab.txt, sentencepiece.bpe.model or tokenizer.json).\n"
           "max_tokens: tokens per pair (default: the tokenizer's model_max_length).")
       .def(
           "predict",

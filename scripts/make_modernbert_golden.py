@@ -27,7 +27,15 @@ modernbert-embed's "search_query: " / "search_document: ").
 side, one θ for all layers), d_ff 31, every bias and LayerNorm β on; CLS
 pooling, no normalization.
 
-Each golden.safetensors:
+<out>/reranker/: ModernBertForSequenceClassification (gte-reranker-modernbert's
+kind): d 30, 3 heads, 3 layers, d_ff 37, mean pooling of the rows
+(classifier_pooling), the head's dense layer with a bias, GELU, its
+LayerNorm, one label (sigmoid, sentence-transformers' default); the
+tokenizer with model_max_length 24. Its golden.safetensors: scores [P, 1]
+CrossEncoder(dir).predict(PAIRS), ids.NNN the fast tokenizer's pair ids
+(longest first).
+
+Each embedding model's golden.safetensors:
     default     [N, d] SentenceTransformer.encode(SENTENCES), batches of 3
     query       [N, d] the same with prompt_name="query" (tiny only)
     ids.NNN     [n] sentence NNN's ids as sentence-transformers tokenizes it
@@ -55,7 +63,9 @@ import transformers  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 from sentence_transformers import SentenceTransformer, models  # noqa: E402
 from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
-from transformers import ModernBertConfig, ModernBertModel, PreTrainedTokenizerFast  # noqa: E402
+from sentence_transformers import CrossEncoder  # noqa: E402
+from transformers import (ModernBertConfig, ModernBertForSequenceClassification, ModernBertModel,  # noqa: E402
+                          PreTrainedTokenizerFast)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_minilm_golden import SENTENCES as HOSTILE  # noqa: E402
@@ -153,6 +163,53 @@ def build(out, name, tok, cfg_args, pooling, normalize, prompts=None):
     print(name, emb.shape, "vocab", len(tok))
 
 
+PAIRS = [
+    ["where is the cat", "The cat sat on the red book."],
+    ["where is the cat", "a dog runs fast"],
+    ["猫はどこ", "猫は水のそばの赤い本の上に座った。"],
+    [" ".join(WORDS[:30]), "short"],
+    ["short", " ".join(WORDS[:30])],
+    ["", "an empty query [MASK]"],
+]
+
+
+def reranker(out, tok):
+    d = os.path.join(out, "reranker")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    tok.model_max_length = 24
+    cfg = ModernBertConfig(vocab_size=len(tok) + 3, hidden_size=30, num_attention_heads=3, intermediate_size=37,
+                           num_hidden_layers=3, global_attn_every_n_layers=3, local_attention=8,
+                           max_position_embeddings=MAX_SEQ, norm_eps=1e-5, hidden_activation="gelu",
+                           classifier_pooling="mean", classifier_bias=True, classifier_activation="gelu",
+                           num_labels=1, pad_token_id=tok.pad_token_id, cls_token_id=tok.cls_token_id,
+                           sep_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id,
+                           reference_compile=False)
+    torch.manual_seed(67)
+    model = ModernBertForSequenceClassification(cfg).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n and n.endswith("weight"):
+                p.normal_(1.0, 0.3)
+            else:
+                p.normal_(0.0, 0.3)
+    model.config._attn_implementation = "eager"
+    model.save_pretrained(d, safe_serialization=True)
+    tok.save_pretrained(d)
+    ce = CrossEncoder(d, device="cpu", automodel_args={"attn_implementation": "eager"})
+    assert ce.model.config._attn_implementation == "eager"
+    scores = np.asarray(ce.predict(PAIRS), dtype=np.float32).reshape(len(PAIRS), 1)
+    tensors = {"scores": scores}
+    for i, (a, b) in enumerate(PAIRS):
+        tensors["ids.%03d" % i] = np.array(tok(a, b, truncation="longest_first", max_length=24)["input_ids"],
+                                           dtype=np.float32)
+    save_file(tensors, os.path.join(d, "golden.safetensors"), metadata={
+        "pairs": json.dumps(PAIRS), "generator": "scripts/make_modernbert_golden.py; sentence-transformers %s, "
+        "transformers %s, torch %s" % (sentence_transformers.__version__, transformers.__version__, torch.__version__)})
+    tok.model_max_length = MAX_SEQ
+    print("reranker", scores.ravel())
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/modernbert"
     os.makedirs(out, exist_ok=True)
@@ -169,6 +226,7 @@ def main():
                                    global_attn_every_n_layers=2, local_attention=6, global_rope_theta=10000.0,
                                    local_rope_theta=None, norm_bias=True, attention_bias=True, mlp_bias=True),
           "cls", False)
+    reranker(out, tok)
 
 
 if __name__ == "__main__":

@@ -83,8 +83,9 @@ Command add_rerank(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "rerank", "documents ranked for a query by a cross-encoder (e.g. cross-encoder/ms-marco-MiniLM-L-6-v2)");
   cmd->add_option("documents", a->documents, "the documents (one score each)");
-  cmd->add_option("--model", a->model, "the cross-encoder's directory (BertForSequenceClassification or XLMRobertaForSequenceClassification: config.json, "
-                                       "model.safetensors, vocab.txt or sentencepiece.bpe.model)")->required();
+  cmd->add_option("--model", a->model, "the cross-encoder's directory (BertForSequenceClassification, XLMRobertaForSequenceClassification or "
+                                       "ModernBertForSequenceClassification: config.json, model.safetensors, vocab.txt, "
+                                       "sentencepiece.bpe.model or tokenizer.json)")->required();
   cmd->add_option("--query", a->query, "the query")->required();
   cmd->add_option("--input-file", a->input_file, "UTF-8 text file, one document per line; - reads standard input");
   cmd->add_option("--top-k", a->top_k, "print the best K only (default: all, best first)");

@@ -16,7 +16,8 @@ Command add_serve(CLI::App& app) {
   cmd->add_option("--model", o->model, "the language model: GGUF file or Hugging Face directory");
   cmd->add_option("--embedding-model", o->embedding_model, "a sentence-transformers directory for /v1/embeddings");
   cmd->add_option("--rerank-model", o->rerank_model,
-                  "a cross-encoder directory (BertForSequenceClassification or XLMRobertaForSequenceClassification) for /v1/rerank and /rerank");
+                  "a cross-encoder directory (BertForSequenceClassification, XLMRobertaForSequenceClassification or "
+                  "ModernBertForSequenceClassification) for /v1/rerank and /rerank");
   cmd->add_option("--translation-model", o->translation_model, "a MarianMT directory for /v1/translations");
   cmd->add_option("--compute", o->compute, "native (default) or fp32, as ffn generate's");
   cmd->add_option("--host", o->host, "the address to listen on (default 127.0.0.1: this machine only)");

@@ -77,8 +77,9 @@ class CrossEncoder {
  private:
   explicit CrossEncoder(SentenceEncoder body);
   SentenceEncoder body_;
-  // The head's two projections (nn::Linear, src/ops/linear.hpp): the pooler [d, d] and the classifier [labels, d].
-  std::shared_ptr<const void> pooler_, classifier_;
+  // The classification head (src/models/cross_encoder.cpp): BERT's and XLM-R's pooler and classifier, or
+  // ModernBERT's pooling, dense layer, activation, norm and classifier.
+  std::shared_ptr<const void> head_;
   int64_t labels_ = 1, max_tokens_ = 0;
   bool sigmoid_ = false;
   std::string activation_ = "identity";

@@ -27,8 +27,8 @@ Sentence embeddings (all-MiniLM-L6-v2, installed by scripts/setup.sh):
     enc = ffn.SentenceEncoder.load()            # or load("path/to/bert-model-dir")
     e = enc.embed(["A man is eating food.", "A man is eating bread."])   # float32 [2, 384]
 
-A cross-encoder reranker (a BertForSequenceClassification or XLMRobertaForSequenceClassification
-directory):
+A cross-encoder reranker (a BertForSequenceClassification, XLMRobertaForSequenceClassification
+or ModernBertForSequenceClassification directory):
 
     ce = ffn.CrossEncoder.load("path/to/ms-marco-MiniLM-L-6-v2")
     ce.rank("where is the cat", ["The cat sat on the mat.", "A dog runs."])   # [{'corpus_id', 'score'}, ...]

@@ -1,7 +1,8 @@
-// Cross-encoder rerankers (include/ffn/cross_encoder.hpp): the BERT body of
-// the sentence encoder (src/models/sentence_model.hpp), text pairs with
-// token types, and BertForSequenceClassification's head (or XLM-R's, the same
-// two layers under other names).
+// Cross-encoder rerankers (include/ffn/cross_encoder.hpp): the body of the
+// sentence encoder (src/models/sentence_model.hpp), text pairs with token
+// types, and BertForSequenceClassification's head (XLM-R's: the same two
+// layers under other names; ModernBERT's: its pooling, dense, activation,
+// norm and classifier).
 #include "ffn/cross_encoder.hpp"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "models/checkpoint.hpp"
 #include "ops/linear.hpp"
 #include "models/sentence_model.hpp"
+#include "ops/norm.hpp"
 
 namespace ffn {
 
@@ -23,6 +25,31 @@ namespace fs = std::filesystem;
 using models::json_get;
 using models::json_opt;
 using models::read_json;
+
+namespace {
+
+// The classification head on the body's rows y [B, S, d] (sequence b's first lengths[b] rows):
+//   BERT, XLM-R:  scores = W_c tanh(W_p h[CLS] + b_p) + b_c
+//   ModernBERT:   scores = W_c Norm(act(W_d pool(h) + b_d)) + b_c, pool = [CLS] or the mean of the rows
+struct Head {
+  nn::Linear dense, classifier;
+  bool modernbert = false, mean = false;
+  Activation act = Activation::gelu;
+  std::vector<float> norm_w, norm_b;  // ModernBERT's LayerNorm (β zeros where it has none)
+  float eps = 1e-5f;
+};
+
+float activate(Activation a, float x) {
+  switch (a) {
+    case Activation::gelu: return 0.5f * x * (1.0f + std::erf(x * float(M_SQRT1_2)));
+    case Activation::gelu_tanh: return 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+    case Activation::silu: return x / (1.0f + std::exp(-x));
+    case Activation::relu: return x > 0 ? x : 0.0f;
+    default: return x;
+  }
+}
+
+}  // namespace
 
 CrossEncoder::CrossEncoder(SentenceEncoder body) : body_(std::move(body)) {}
 CrossEncoder::~CrossEncoder() = default;
@@ -38,22 +65,26 @@ CrossEncoder CrossEncoder::load(const std::string& dir_in, const CrossEncoderLoa
   // BERT's head: BertPooler (dense, tanh on [CLS]) and the classifier; XLM-R's
   // (bge-reranker-base): RobertaClassificationHead, the same two layers on <s>
   // (classifier.dense, tanh, classifier.out_proj).
-  bool xlmr = false;
+  // ModernBERT's (gte-reranker-modernbert): ModernBertPredictionHead (dense, act, norm) on the [CLS] row or
+  // the rows' mean (classifier_pooling), then the classifier.
+  bool xlmr = false, modernbert = false;
   if (cfg.is_object()) {
     const nlohmann::json archs = cfg.value("architectures", nlohmann::json::array());
     const std::string arch = archs.is_array() && archs.size() == 1 && archs[0].is_string() ? archs[0].get<std::string>() : "";
     xlmr = arch == "XLMRobertaForSequenceClassification";
-    if (arch != "BertForSequenceClassification" && !xlmr)
+    modernbert = arch == "ModernBertForSequenceClassification";
+    if (arch != "BertForSequenceClassification" && !xlmr && !modernbert)
       throw Error(cfg_path.string() + ": architectures is " + archs.dump() +
-                  "; a cross-encoder here is a [\"BertForSequenceClassification\"] or "
-                  "[\"XLMRobertaForSequenceClassification\"] (its pooler and classifier)");
+                  "; a cross-encoder here is a [\"BertForSequenceClassification\"], "
+                  "[\"XLMRobertaForSequenceClassification\"] or [\"ModernBertForSequenceClassification\"] "
+                  "(its pooler and classifier)");
   }
   SentenceLoadOptions lo;
   lo.isa = opts.isa;
   CrossEncoder ce(SentenceEncoder::load_body(dir_in, lo, false));
   const detail::SentenceModel& m = *ce.body_.impl_;
   const int64_t d = m.d;
-  if (!xlmr && int64_t(m.token_type.size()) < 2 * d)
+  if (!xlmr && !modernbert && int64_t(m.token_type.size()) < 2 * d)
     throw Error(cfg_path.string() + ": type_vocab_size is 1; a BERT cross-encoder reads its second text as token "
                 "type 1 (type_vocab_size 2)");
 
@@ -90,12 +121,34 @@ CrossEncoder CrossEncoder::load(const std::string& dir_in, const CrossEncoderLoa
   // the task model saves it) and the classifier; or XLM-R's classification head.
   const models::TensorSource f = models::TensorSource::open((dir / "model.safetensors").string(), "config.json");
   const std::string pre = f.has("bert.pooler.dense.weight") ? "bert." : "";
-  auto linear = [&](const std::string& name, int64_t m) {
-    const std::vector<float> w = f.read(name + ".weight", {m, d}), b = f.read(name + ".bias", {m});
-    return std::make_shared<const nn::Linear>(w.data(), d, m, b.data());
+  auto linear = [&](const std::string& name, int64_t m, bool bias = true) {
+    const std::vector<float> w = f.read(name + ".weight", {m, d}), b = bias ? f.read(name + ".bias", {m}) : std::vector<float>{};
+    return nn::Linear(w.data(), d, m, bias ? b.data() : nullptr);
   };
-  ce.pooler_ = linear(xlmr ? "classifier.dense" : pre + "pooler.dense", d);
-  ce.classifier_ = linear(xlmr ? "classifier.out_proj" : "classifier", ce.labels_);
+  auto head = std::make_shared<Head>();
+  head->modernbert = modernbert;
+  if (modernbert) {
+    const std::string pooling = json_opt<std::string>(cfg, "classifier_pooling", "cls", cfg_path);
+    if (pooling != "cls" && pooling != "mean")
+      throw Error(cfg_path.string() + ": classifier_pooling '" + pooling + "' is not supported (cls, mean)");
+    head->mean = pooling == "mean";
+    const std::string act = json_opt<std::string>(cfg, "classifier_activation", "gelu", cfg_path);
+    if (act == "gelu") head->act = Activation::gelu;
+    else if (act == "gelu_new" || act == "gelu_pytorch_tanh") head->act = Activation::gelu_tanh;
+    else if (act == "silu" || act == "swish") head->act = Activation::silu;
+    else if (act == "relu") head->act = Activation::relu;
+    else throw Error(cfg_path.string() + ": classifier_activation '" + act + "' is not supported (gelu, gelu_new, gelu_pytorch_tanh, silu, relu)");
+    head->dense = linear("head.dense", d, json_opt<bool>(cfg, "classifier_bias", false, cfg_path));
+    head->norm_w = f.read("head.norm.weight", {d});
+    head->norm_b = json_opt<bool>(cfg, "norm_bias", false, cfg_path) ? f.read("head.norm.bias", {d})
+                                                                     : std::vector<float>(size_t(d), 0.0f);
+    head->eps = float(json_opt<double>(cfg, "norm_eps", 1e-5, cfg_path));
+    head->classifier = linear("classifier", ce.labels_);
+  } else {
+    head->dense = linear(xlmr ? "classifier.dense" : pre + "pooler.dense", d);
+    head->classifier = linear(xlmr ? "classifier.out_proj" : "classifier", ce.labels_);
+  }
+  ce.head_ = head;
   return ce;
 }
 
@@ -132,9 +185,8 @@ Array CrossEncoder::predict(const std::vector<std::pair<std::string, std::string
   o.isa = opts.isa;
   o.interrupted = opts.interrupted;
   const nn::Context ctx(opts.isa, threads);
-  const auto& pooler = *static_cast<const nn::Linear*>(pooler_.get());
-  const auto& classifier = *static_cast<const nn::Linear*>(classifier_.get());
-  std::vector<float> y, cls, p;
+  const Head& head = *static_cast<const Head*>(head_.get());
+  std::vector<float> y, cls, p, mean, rstd;
   for (int64_t b0 = 0; b0 < N; b0 += opts.batch) {
     if (o.interrupted && o.interrupted()) throw Interrupted();
     const int64_t B = std::min(opts.batch, N - b0);
@@ -142,14 +194,28 @@ Array CrossEncoder::predict(const std::vector<std::pair<std::string, std::string
         bt(types.begin() + b0, types.begin() + b0 + B);
     Shape shape;
     models::encode_ids(m, bi, &bt, threads, o, shape, y);
-    // The batch's [CLS] rows through the head: p = tanh(pooler(cls)), scores = act(classifier(p)).
-    cls.resize(size_t(B * d));
+    // The batch's pooled rows ([CLS], or the mean of each sequence's rows) through the head.
+    cls.assign(size_t(B * d), 0.0f);
     p.resize(cls.size());
-    for (int64_t b = 0; b < B; ++b) std::copy_n(y.data() + b * shape.seq * d, d, cls.data() + b * d);
-    pooler.forward(ctx, cls.data(), B, p.data());
-    for (float& v : p) v = std::tanh(v);
+    for (int64_t b = 0; b < B; ++b) {
+      const float* h = y.data() + b * shape.seq * d;
+      float* c = cls.data() + b * d;
+      const int64_t n = head.mean ? shape.lengths[size_t(b)] : 1;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < d; ++j) c[j] += h[i * d + j];
+      if (head.mean)
+        for (int64_t j = 0; j < d; ++j) c[j] /= float(n);
+    }
+    head.dense.forward(ctx, cls.data(), B, p.data());
+    for (float& v : p) v = head.modernbert ? activate(head.act, v) : std::tanh(v);
+    if (head.modernbert) {
+      mean.resize(size_t(B));
+      rstd.resize(size_t(B));
+      nn::norm_forward(ctx, NormType::layernorm, head.eps, p.data(), B, d, head.norm_w.data(), head.norm_b.data(),
+                       p.data(), mean.data(), rstd.data());
+    }
     float* e = out.data.data() + b0 * L;
-    classifier.forward(ctx, p.data(), B, e);
+    head.classifier.forward(ctx, p.data(), B, e);
     if (sigmoid_ && !opts.raw_scores)
       for (int64_t k = 0; k < B * L; ++k) e[k] = 1.0f / (1.0f + std::exp(-e[k]));
   }

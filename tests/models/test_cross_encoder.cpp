@@ -47,7 +47,7 @@ TEST(CrossEncoder, ScoresAndPairIdsAreSentenceTransformers) {
     EXPECT_EQ(ce.max_tokens(), 16);
     EXPECT_EQ(ce.activation(), std::string(name) == "sigmoid" || std::string(name) == "xlmr" ? "sigmoid" : "identity");
     for (size_t i = 0; i < g.pairs.size(); ++i) {
-      char key[16];
+      char key[32];
       std::vector<int32_t> types;
       const std::vector<int32_t> ids = ce.tokenize(g.pairs[i].first, g.pairs[i].second, &types);
       std::snprintf(key, sizeof key, "ids.%03zu", i);
@@ -82,7 +82,9 @@ TEST(CrossEncoder, RankSortsByScoreAndRefusesWhatItCannotRun) {
   const Array s = ce.predict(pairs);
   for (size_t k = 0; k < r.size(); ++k) {
     EXPECT_EQ(r[k].second, s.data[size_t(r[k].first)]);
-    if (k) EXPECT_GE(r[k - 1].second, r[k].second);
+    if (k) {
+      EXPECT_GE(r[k - 1].second, r[k].second);
+    }
   }
   const CrossEncoder three = CrossEncoder::load((fs::path(FFN_CROSS_ENCODER_DIR) / "three").string());
   expect_error([&] { (void)three.rank("q", docs); }, "the model has 3 labels; ranking needs a one-score model");
