@@ -152,8 +152,8 @@ def main():
     ap.add_argument("--vocab-range", default="1000,40000", help="token ids the random prompts draw from")
     ap.add_argument("--ffn-args", default="", help="more flags for ffn serve (e.g. '--chunk 64')")
     ap.add_argument("--vs-ffn", default=None, metavar="ARGS",
-                    help="the peer is ffn serve itself with these extra flags instead of llama-server (e.g. "
-                         "'--log-format none': what the access log costs)")
+                    help="the peer is ffn serve itself with these extra flags (and not --ffn-args) instead of "
+                         "llama-server (e.g. '--log-format none': what the access log costs)")
     ap.add_argument("--json")
     a = ap.parse_args()
     cs = [int(c) for c in a.concurrency.split(",")]
@@ -171,7 +171,8 @@ def main():
     peer = "llama-server"
     if a.vs_ffn is not None:  # ffn against ffn with other flags, in the same alternating rounds
         peer = "ffn " + a.vs_ffn
-        servers = {"ffn": servers["ffn"], peer: [*servers["ffn"][:5], str(pl), *servers["ffn"][6:], *a.vs_ffn.split()]}
+        base = servers["ffn"][:len(servers["ffn"]) - len(a.ffn_args.split())]  # (without --ffn-args)
+        servers = {"ffn": servers["ffn"], peer: [*base[:5], str(pl), *base[6:], *a.vs_ffn.split()]}
     ports = {"ffn": pf, peer: pl}
     procs = {}
     try:
