@@ -89,6 +89,19 @@ SENTENCES = [
 ]
 
 
+def randomized(make, seed):
+    """make() with every weight from N(0, 0.3), the LayerNorms' γ from N(1, 0.3) (torch seeded before make); eval mode."""
+    torch.manual_seed(seed)
+    model = make()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n and n.endswith("weight"):
+                p.normal_(1.0, 0.3)
+            else:
+                p.normal_(0.0, 0.3)
+    return model.eval()
+
+
 def tokenizer(tmp):
     tok = Tokenizer(tokenizers.models.BPE())
     tok.normalizer = normalizers.NFC()
@@ -120,14 +133,7 @@ def build(out, name, tok, cfg_args, pooling, normalize, prompts=None):
                            hidden_activation="gelu", pad_token_id=tok.pad_token_id, cls_token_id=tok.cls_token_id,
                            sep_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id,
                            eos_token_id=tok.sep_token_id, reference_compile=False, **cfg_args)
-    torch.manual_seed(64)
-    model = ModernBertModel(cfg).eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "norm" in n and n.endswith("weight"):
-                p.normal_(1.0, 0.3)
-            else:
-                p.normal_(0.0, 0.3)
+    model = randomized(lambda: ModernBertModel(cfg), 64)
     model.save_pretrained(tmp, safe_serialization=True)
     h = cfg.hidden_size
     word = models.Transformer(tmp, max_seq_length=MAX_SEQ, model_args={"attn_implementation": "eager"})
@@ -185,14 +191,7 @@ def reranker(out, tok):
                            num_labels=1, pad_token_id=tok.pad_token_id, cls_token_id=tok.cls_token_id,
                            sep_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id,
                            reference_compile=False)
-    torch.manual_seed(67)
-    model = ModernBertForSequenceClassification(cfg).eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "norm" in n and n.endswith("weight"):
-                p.normal_(1.0, 0.3)
-            else:
-                p.normal_(0.0, 0.3)
+    model = randomized(lambda: ModernBertForSequenceClassification(cfg), 67)
     model.config._attn_implementation = "eager"
     model.save_pretrained(d, safe_serialization=True)
     tok.save_pretrained(d)
