@@ -27,12 +27,15 @@ void bind_sentence(nb::module_& m) {
       .def_static(
           "load",
           [](std::optional<std::string> model, std::optional<int64_t> max_tokens, const std::string& dtype,
-             bool int8_outliers, bool int8_attention) {
+             bool int8_outliers, bool int8_attention, float outlier_threshold,
+             std::optional<std::vector<int64_t>> layers) {
             SentenceLoadOptions o;
             o.max_tokens = max_tokens;
             o.dtype = parse_weight_dtype(dtype, "dtype");
             o.int8_outliers = int8_outliers;
             o.int8_attention = int8_attention;
+            o.outlier_threshold = outlier_threshold;
+            if (layers) o.dtype_layers = *layers;
             const std::string dir = model ? *model : SentenceEncoder::default_model_dir();
             SentenceEncoder enc = [&] {
               nb::gil_scoped_release nogil;
@@ -46,7 +49,7 @@ void bind_sentence(nb::module_& m) {
             return enc;
           },
           "model"_a = nb::none(), "max_tokens"_a = nb::none(), "dtype"_a = "fp32", "int8_outliers"_a = true,
-          "int8_attention"_a = true,
+          "int8_attention"_a = true, "outlier_threshold"_a = 8.0f, "layers"_a = nb::none(),
           "Loads a model directory (config.json, model.safetensors, vocab.txt); None: $FFN_MODEL_DIR,\n"
           "else ~/.cache/ffn/all-MiniLM-L6-v2 (scripts/setup.sh installs it). What the files leave\n"
           "unsaid (e.g. no 1_Pooling/config.json: mean pooling) raises a UserWarning each (load_notes).\n"
@@ -54,7 +57,10 @@ void bind_sentence(nb::module_& m) {
           "[SEP] included.\n"
           "int8_outliers: keep each layer's outlier input channels in float32, found by running the\n"
           "float32 model over built-in calibration texts at load (False: plain per-token int8).\n"
-          "int8_attention: the attention's Q/K/V and output projections in int8 too (False: FFN only).")
+          "int8_attention: the attention's Q/K/V and output projections in int8 too (False: FFN only).\n"
+          "outlier_threshold: an input channel is kept in float32 where its largest |x| / rms(row) over the\n"
+          "calibration texts exceeds this (at most 16 per layer). layers: the layers that take dtype\n"
+          "(None: all; the others stay float32), e.g. to find which layer costs int8 its accuracy.")
       .def(
           "tokenize", [](const SentenceEncoder& s, const std::string& text) { return s.tokenize(text); }, "text"_a,
           "Token ids: [CLS] ... [SEP], truncated to max_tokens (no prompt: as sentence-transformers' tokenize).")

@@ -74,8 +74,8 @@ struct LoadOptions {
 // without them. The cost is k/d_model of W1's work in float32.
 struct Int8Options {
   std::vector<int64_t> fp32_input_channels;  // ascending, distinct, < d_model
-  // The channels whose calibrated max |value| (FeedForward::input_absmax) exceeds
-  // threshold (LLM.int8()'s 6 for LayerNorm outputs), the largest first,
+  // The channels whose calibrated statistic (FeedForward::input_absmax, or
+  // input_peak_ratio) exceeds threshold (LLM.int8()'s 6), the largest first,
   // at most max_channels of them; returned ascending.
   static Int8Options outliers(const std::vector<float>& absmax, float threshold = 6.0f, int64_t max_channels = 16);
 };
@@ -108,6 +108,13 @@ class FeedForward {
   // layout, n × d_model floats) into absmax (resized to d_model if empty).
   // isa: the pre-norm's kernels (the caller's --isa).
   void input_absmax(const float* x, int64_t n, std::vector<float>& absmax, Isa isa = Isa::automatic) const;
+  // As input_absmax, but each row's |value|s divided by the row's root mean
+  // square first: the largest |x_j| / rms(x) per channel, a measure of how far
+  // a channel stands out of its row whatever the rows' scale. A row whose
+  // values are near 0.1 (all-mpnet-base-v2's [CLS] and [SEP] rows) with one
+  // channel at 2.8 gets that channel's 26 here, where input_absmax gives 2.8.
+  // An all-zero row adds nothing. SentenceEncoder's int8 calibration uses it.
+  void input_peak_ratio(const float* x, int64_t n, std::vector<float>& ratio, Isa isa = Isa::automatic) const;
 
   // Reads a safetensors file: this project's names, PyTorch
   // TransformerEncoderLayer names (linear1, linear2, norm2) or Hugging Face

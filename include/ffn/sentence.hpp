@@ -42,10 +42,11 @@ struct SentenceLoadOptions {
   std::vector<int64_t> dtype_layers;      // the layers whose FFNs take `dtype` (empty: all)
   // int8: keep each layer's outlier input channels in float32 (Int8Options):
   // the float32 model runs once over the calibration texts at load, and the
-  // channels whose max |value| exceeds the threshold are kept (4–5 of 384
-  // per layer for all-MiniLM-L6-v2). Off: plain per-token int8.
+  // channels whose largest |value| / rms(row) (FeedForward::input_peak_ratio)
+  // exceeds the threshold are kept, at most 16 per layer and projection.
+  // Off: plain per-token int8.
   bool int8_outliers = true;
-  float outlier_threshold = 6.0f;
+  float outlier_threshold = 8.0f;  // |x| / rms(row); 8: bench/results/2026-11-29-int8-error-table.md
   // int8: the attention's Q/K/V and output projections in int8 too (the Q/K/V
   // projection's outlier channels calibrated as the FFN's); off: FFN only.
   bool int8_attention = true;

@@ -291,22 +291,24 @@ SentenceEncoder SentenceEncoder::load_body(const std::string& dir_in, const Sent
     throw Error("outlier_threshold: expected a finite number >= 0, got " + std::to_string(opts.outlier_threshold));
   const bool int8_attention = opts.dtype == WeightDtype::int8 && opts.int8_attention;
   if (opts.dtype == WeightDtype::int8 && opts.int8_outliers) {
-    // Calibration: each layer's FFN inputs (and attention inputs) under the float32 model.
-    std::vector<std::vector<float>> absmax(static_cast<size_t>(ec_.layers)), absmax_attn(absmax.size());
+    // Calibration: each layer's FFN inputs (and attention inputs) under the float32 model, each channel's
+    // largest |x| / rms(row) (input_peak_ratio: an outlier whatever the row's scale; MPNet's [CLS] and
+    // [SEP] rows are near 0.1 but for a channel near 2.8).
+    std::vector<std::vector<float>> peak(static_cast<size_t>(ec_.layers)), peak_attn(peak.size());
     EncoderRunOptions o;
     o.ffn_input = [&](int64_t l, const float* x, int64_t n) {
-      m.encoder->ffn_layer(l).input_absmax(x, n, absmax[size_t(l)], opts.isa);
+      m.encoder->ffn_layer(l).input_peak_ratio(x, n, peak[size_t(l)], opts.isa);
     };
-    if (int8_attention)  // the same statistic: max |x| per channel
+    if (int8_attention)  // the same statistic (a post-norm layer: no norm before either)
       o.attention_input = [&](int64_t l, const float* x, int64_t n) {
-        m.encoder->ffn_layer(l).input_absmax(x, n, absmax_attn[size_t(l)], opts.isa);
+        m.encoder->ffn_layer(l).input_peak_ratio(x, n, peak_attn[size_t(l)], opts.isa);
       };
     EmbedOptions calibration;
     calibration.isa = opts.isa;
     embed_texts(m, opts.calibration_texts.empty() ? text::calibration_texts() : opts.calibration_texts, calibration, o);
-    for (const auto& a : absmax) int8.push_back(Int8Options::outliers(a, opts.outlier_threshold));
+    for (const auto& a : peak) int8.push_back(Int8Options::outliers(a, opts.outlier_threshold));
     if (int8_attention)
-      for (const auto& a : absmax_attn) attention_int8.push_back(Int8Options::outliers(a, opts.outlier_threshold));
+      for (const auto& a : peak_attn) attention_int8.push_back(Int8Options::outliers(a, opts.outlier_threshold));
   } else if (int8_attention) {
     attention_int8.assign(size_t(ec_.layers), Int8Options{});
   }

@@ -145,23 +145,45 @@ FeedForward FeedForward::converted(WeightDtype dtype, const Int8Options& int8) c
   return l;
 }
 
-void FeedForward::input_absmax(const float* x, int64_t n, std::vector<float>& absmax, Isa isa) const {
-  const int64_t d = cfg_.d_model;
-  if (absmax.empty()) absmax.assign(size_t(d), 0.0f);
-  if (int64_t(absmax.size()) != d)
-    throw Error("input_absmax: absmax has " + std::to_string(absmax.size()) + " entries, expected d_model = " +
-                std::to_string(d));
+namespace {
+
+// Per channel, the largest |value| over n rows entering W1 (x, or Norm(x) for a
+// pre-norm layer), each row's divided by its root mean square when `relative`.
+void fold_input_peaks(const char* what, const Config& cfg, const Weights& w, const float* x, int64_t n,
+                      std::vector<float>& peak, Isa isa, bool relative) {
+  const int64_t d = cfg.d_model;
+  if (peak.empty()) peak.assign(size_t(d), 0.0f);
+  if (int64_t(peak.size()) != d)
+    throw Error(std::string(what) + " has " + std::to_string(peak.size()) +
+                " entries, expected d_model = " + std::to_string(d));
   std::vector<float> row(static_cast<size_t>(d));
   float mean, rstd;
   for (int64_t t = 0; t < n; ++t) {
     const float* v = x + t * d;
-    if (cfg_.norm == NormPlacement::pre) {
-      nn::norm_forward(nn::Context(isa, 1), cfg_.norm_type, cfg_.eps, v, 1, d, w_.norm_weight.data(),
-                       w_.norm_bias.empty() ? nullptr : w_.norm_bias.data(), row.data(), &mean, &rstd);
+    if (cfg.norm == NormPlacement::pre) {
+      nn::norm_forward(nn::Context(isa, 1), cfg.norm_type, cfg.eps, v, 1, d, w.norm_weight.data(),
+                       w.norm_bias.empty() ? nullptr : w.norm_bias.data(), row.data(), &mean, &rstd);
       v = row.data();
     }
-    for (int64_t j = 0; j < d; ++j) absmax[size_t(j)] = std::max(absmax[size_t(j)], std::fabs(v[j]));
+    float scale = 1.0f;
+    if (relative) {
+      double sum_sq = 0.0;
+      for (int64_t j = 0; j < d; ++j) sum_sq += double(v[j]) * double(v[j]);
+      if (!(sum_sq > 0.0)) continue;  // an all-zero row (or NaN) says nothing about the channels
+      scale = float(1.0 / std::sqrt(sum_sq / double(d)));
+    }
+    for (int64_t j = 0; j < d; ++j) peak[size_t(j)] = std::max(peak[size_t(j)], std::fabs(v[j]) * scale);
   }
+}
+
+}  // namespace
+
+void FeedForward::input_absmax(const float* x, int64_t n, std::vector<float>& absmax, Isa isa) const {
+  fold_input_peaks("input_absmax: absmax", cfg_, w_, x, n, absmax, isa, false);
+}
+
+void FeedForward::input_peak_ratio(const float* x, int64_t n, std::vector<float>& ratio, Isa isa) const {
+  fold_input_peaks("input_peak_ratio: ratio", cfg_, w_, x, n, ratio, isa, true);
 }
 
 Int8Options Int8Options::outliers(const std::vector<float>& absmax, float threshold, int64_t max_channels) {

@@ -73,6 +73,15 @@ def test_int8_keeps_outlier_channels_and_meets_the_target():
     ffn_only = ffn.SentenceEncoder.load(dtype="int8", int8_attention=False).embed(sentences, threads=2)
     assert cos(ffn_only).min() >= 0.999
     assert not np.array_equal(ffn_only, enc.embed(sentences, threads=2))
+    # layers: only those take int8 (the others float32, no channels); a threshold above every |x| / rms: none kept
+    one = ffn.SentenceEncoder.load(dtype="int8", layers=[2])
+    assert [bool(c) for c in one.fp32_input_channels] == [i == 2 for i in range(len(enc.fp32_input_channels))]
+    assert one.fp32_input_channels[2] == enc.fp32_input_channels[2]
+    assert cos(one.embed(sentences, threads=2)).min() > cos(enc.embed(sentences, threads=2)).min()
+    none = ffn.SentenceEncoder.load(dtype="int8", outlier_threshold=1e9)
+    assert all(c == [] for c in none.fp32_input_channels)
+    with pytest.raises(ffn.Error, match="layer 99 does not exist"):
+        ffn.SentenceEncoder.load(dtype="int8", layers=[99])
 
 
 def copy_model(tmp_path, name):

@@ -359,6 +359,20 @@ TEST(Quantize, Fp32InputChannelsAreValidatedAndChosen) {
   EXPECT_EQ(Int8Options::outliers(absmax, 0.4f, 3).fp32_input_channels, (std::vector<int64_t>{1, 4, 7}));
   std::vector<float> wrong(3);
   expect_error([&] { base.input_absmax(x.data(), 3, wrong); }, "expected d_model = 8");
+  // The scale-free measure: each row's |x| / rms(row). Row 0 is near 0.01 with channel 2 at 0.3 (2.8 times
+  // its rms), row 1 near 1 with channel 5 at 3 (2.1 times): the ratio picks channel 2, max |x| channel 5.
+  std::vector<float> y(3 * 8, 0.01f), ratio, absmax_y;
+  for (int64_t j = 0; j < 8; ++j) y[size_t(8 + j)] = 1.0f, y[size_t(16 + j)] = 0.0f;  // row 2: all zero, adds nothing
+  y[2] = 0.3f, y[8 + 5] = -3.0f;
+  base.input_peak_ratio(y.data(), 3, ratio);
+  const float rms0 = std::sqrt((7 * 0.01f * 0.01f + 0.09f) / 8), rms1 = std::sqrt((7.0f + 9.0f) / 8);
+  EXPECT_NEAR(ratio[2], 0.3f / rms0, 1e-5f);
+  EXPECT_NEAR(ratio[5], 3.0f / rms1, 1e-5f);
+  EXPECT_NEAR(ratio[0], std::max(0.01f / rms0, 1.0f / rms1), 1e-6f);
+  EXPECT_EQ(Int8Options::outliers(ratio, 2.5f).fp32_input_channels, (std::vector<int64_t>{2}));
+  base.input_absmax(y.data(), 3, absmax_y);
+  EXPECT_EQ(Int8Options::outliers(absmax_y, 2.5f).fp32_input_channels, (std::vector<int64_t>{5}));
+  expect_error([&] { base.input_peak_ratio(y.data(), 3, wrong); }, "input_peak_ratio: ratio has 3 entries");
 }
 
 TEST(Quantize, SixteenBitConversionsRoundToNearestEven) {
