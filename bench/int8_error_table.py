@@ -11,7 +11,8 @@ int8 embedding against its float32 one:
   - HELD_OUT (below; none is in the calibration texts, src/text/calibration.cpp)
     against ffn's fp32 embeddings (which agree with sentence-transformers to
     a worst cosine of 0.9999999 on the golden: tests/models/test_mpnet.cpp).
-Rows: the whole model in int8 (FFN only, and FFN + attention projections),
+Rows: the whole model in int8 (FFN only, and FFN + attention projections;
+--fp32-layers L,..: also with those layers float32),
 then each layer alone in int8 (layers=[l]; the others float32), FFN only and
 FFN + attention. A layer whose row is far below the others is where the
 error comes from. Markdown on stdout.
@@ -26,7 +27,7 @@ import warnings
 import numpy as np
 
 HELD_OUT = [
-    "The museum reopens next spring after a two-year renovation of its east wing.",
+    "The aquarium reopens next spring after a two-year renovation of its east wing.",
     "Which bus goes to the airport after midnight?",
     "He forgot his umbrella, so he waited under the bridge until the storm passed.",
     "Interest rates were left unchanged at the central bank's March meeting.",
@@ -34,8 +35,8 @@ HELD_OUT = [
     "Our router drops the connection every evening around nine.",
     "The violinist played the last movement faster than anyone expected.",
     "Glaciers in the Alps have lost about a third of their volume since 2000.",
-    "Please send the signed contract back before Friday.",
-    "Is it safe to take ibuprofen together with paracetamol?",
+    "The printer on the third floor is out of toner again.",
+    "How long should antibiotics be taken after the fever goes?",
     "The children built a raft from old barrels and floated it across the pond.",
     "Le conseil municipal a voté le nouveau budget hier soir.",
     "Die Bibliothek bleibt am Sonntag geschlossen.",
@@ -44,12 +45,12 @@ HELD_OUT = [
     "She trained for months and finished the marathon in under four hours.",
     "Error 404: the page you requested could not be found.",
     "Tickets for the final sold out within ten minutes.",
-    "The recipe calls for two eggs, a pinch of salt and 250 g of flour.",
+    "Add the onions once the oil is hot and stir until golden.",
     "Whales communicate over hundreds of kilometres with low-frequency songs.",
     "Nothing.",
     "ok",
     "Why is the sky blue during the day and red at sunset?",
-    "The committee postponed its decision until the audit is complete.",
+    "The referee showed two yellow cards in the first half.",
 ]
 
 
@@ -76,6 +77,7 @@ def main():
     ap.add_argument("--golden", required=True, help="safetensors with __metadata__ sentences and embeddings")
     ap.add_argument("--threshold", type=float, default=8.0, help="outlier_threshold (|x| / rms(row))")
     ap.add_argument("--no-layers", action="store_true", help="the whole-model rows only")
+    ap.add_argument("--fp32-layers", default="", help="comma-separated layers kept float32: one more row, all others int8")
     a = ap.parse_args()
     import ffn
     warnings.simplefilter("ignore", UserWarning)  # load notes (e.g. a pooling default) are not the subject
@@ -98,6 +100,9 @@ def main():
     print("|---|---|---|---|---|")
     row("all layers, FFN", int8_attention=False)
     row("all layers, FFN + attention")
+    if a.fp32_layers:
+        keep = {int(x) for x in a.fp32_layers.split(",")}
+        row(f"all but layers {sorted(keep)}, FFN + attention", layers=[l for l in range(n_layers) if l not in keep])
     if not a.no_layers:
         for l in range(n_layers):
             row(f"layer {l} alone, FFN", int8_attention=False, layers=[l])

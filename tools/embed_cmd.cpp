@@ -312,8 +312,8 @@ Command add_embed(CLI::App& app) {
                   "--dtype int8: on (default): each layer's outlier input channels kept in fp32, found by running the "
                   "fp32 model over built-in calibration texts at load; off: plain per-token int8");
   cmd->add_option("--int8-attention", a->int8_attention,
-                  "--dtype int8: on (default): the attention's Q/K/V and output projections in int8 too (AVX2 and "
-                  "scalar; fp32 on AVX-512 VNNI/AMX for now); off: the FFN sublayers only");
+                  "--dtype int8: on (default): the attention's Q/K/V and output projections in int8 too; off: the "
+                  "FFN sublayers only");
   return {cmd, [a](const Common& c) {
             cmd_embed(*a, c);
             return 0;

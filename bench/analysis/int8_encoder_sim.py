@@ -1,11 +1,12 @@
 """A whole-model NumPy model of ffn's int8 scheme: each chosen nn.Linear of a BERT-family model replaced by
 the quantized product (per-row activation scale, or per group; per-row weight scale, W2 per 256 columns;
-outlier channels by max |x| (abs) or |x| / rms(row) (rel) on calibration sentences from ../shared/seeds),
+outlier channels by max |x| (abs) or |x| / rms(row) (rel) on the engine's calibration texts, src/text/calibration.cpp),
 then the worst cosine of the golden's 72 texts against the model's own fp32 embeddings, per setting.
 
     ~/.cache/ffn/devvenv/venv/bin/python bench/analysis/int8_encoder_sim.py MODEL_DIR GOLDEN.safetensors
 
-More pessimistic than the engine (the default: 0.99493 here, 0.99740 in ffn): it ranks remedies only.
+Close to the engine (the old rule: 0.997477 here, 0.997402 in ffn; bench/results/2026-11-29-int8-error-table.md),
+but a model: it ranks remedies, the engine decides.
 """
 import torch, numpy as np, json, struct, sys
 from transformers import AutoTokenizer, AutoModel
@@ -26,10 +27,12 @@ def embed():
             bt=tok([t],return_tensors='pt',truncation=True,max_length=384); o=m(**bt).last_hidden_state[0].mean(0)
             outs.append((o/o.norm()).numpy())
     return np.stack(outs)
-# calibration: rows of each linear's input on calibration-like texts (the held-out seeds: separate)
+# calibration: the engine's own texts (src/text/calibration.cpp's string literals)
 import re,os
-seeds=open('/work/shared/seeds/'+sorted(os.listdir('/work/shared/seeds'))[1]).read()
-calib=[s.strip() for s in re.split(r'(?<=[.!?])\s+',seeds) if 20<len(s.strip())<400][:30]+["",".","Hello"]
+src=open(os.path.join(os.path.dirname(os.path.abspath(__file__)),'..','..','src','text','calibration.cpp')).read()
+lit=r'"(?:[^"\\]|\\.)*"'  # C++ string literals; adjacent ones (no comma between) are one text
+calib=[''.join(json.loads(t) for t in re.findall(lit,g)) for g in re.findall(r'((?:'+lit+r'\s*)+),',src)]
+assert len(calib) >= 20, "src/text/calibration.cpp: expected its calibration texts"
 ref=embed()
 def qa(X, g):
     lo=np.minimum(0,X.reshape(X.shape[0],-1,g).min(2,keepdims=True)); hi=np.maximum(0,X.reshape(X.shape[0],-1,g).max(2,keepdims=True))
@@ -46,7 +49,8 @@ def install(cfg):
         for k in ['q','k','v','out','w1','w2']:
             if k not in cfg: continue
             mod=lin(L,k); W=mod.weight.detach().numpy().astype(np.float64); bias=mod.bias.detach().numpy()
-            ga, th = cfg[k]; n=W.shape[1]; ga = ga or n; gw = 256 if k=='w2' else n
+            ga, th = cfg[k]; n=W.shape[1]; ga = ga or (256 if k=='w2' else n);  # W2: one scale per 256 hidden units, as ffn
+            gw = 256 if k=='w2' else n
             key=(i,k)
             def fwd(x, W=W, bias=bias, ga=ga, gw=gw, th=th, key=key):
                 X=x.detach().numpy().reshape(-1,x.shape[-1]).astype(np.float64)

@@ -1,6 +1,6 @@
 """A NumPy model of ffn's int8 scheme (src/backends/cpu/quantize.hpp) on the inputs transformers captures,
 per product: the worst row's relative error of each linear layer of a BERT-family model (plain; outlier
-channels by |x| / rms(row) > 6 out; 64-column activation scales), over the golden's 72 texts. --empty-text: the empty text's rows only, layers 9-11, also with
+channels by |x| / rms(row) > 6 out; 64-column activation scales), over the golden's 72 texts (the outlier channels are chosen on those same texts: optimistic). --empty-text: the empty text's rows only, layers 9-11, also with
 weights alone and activations alone quantized.
 
     ~/.cache/ffn/devvenv/venv/bin/python bench/analysis/int8_products_sim.py MODEL_DIR GOLDEN.safetensors [--empty-text]

@@ -74,8 +74,8 @@ struct LoadOptions {
 // without them. The cost is k/d_model of W1's work in float32.
 struct Int8Options {
   std::vector<int64_t> fp32_input_channels;  // ascending, distinct, < d_model
-  // The channels whose calibrated statistic (FeedForward::input_absmax, or
-  // input_peak_ratio) exceeds threshold (LLM.int8()'s 6), the largest first,
+  // The channels whose calibrated statistic exceeds threshold, the largest
+  // first (input_absmax: LLM.int8()'s 6; SentenceEncoder's input_peak_ratio: 8),
   // at most max_channels of them; returned ascending.
   static Int8Options outliers(const std::vector<float>& absmax, float threshold = 6.0f, int64_t max_channels = 16);
 };
