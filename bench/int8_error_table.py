@@ -85,7 +85,7 @@ def main():
     fp32 = ffn.SentenceEncoder.load(a.model)
     ref = np.concatenate([golden, np.asarray(fp32.embed(HELD_OUT))])
     texts = hostile + HELD_OUT
-    n_layers = len(ffn.SentenceEncoder.load(a.model, dtype="int8", int8_outliers=False).fp32_input_channels)
+    n_layers = len(fp32.fp32_input_channels)  # one (empty) list per layer
 
     def row(label, **kw):
         enc = ffn.SentenceEncoder.load(a.model, dtype="int8", outlier_threshold=a.threshold, **kw)

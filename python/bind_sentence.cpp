@@ -49,7 +49,7 @@ void bind_sentence(nb::module_& m) {
             return enc;
           },
           "model"_a = nb::none(), "max_tokens"_a = nb::none(), "dtype"_a = "fp32", "int8_outliers"_a = true,
-          "int8_attention"_a = true, "outlier_threshold"_a = 8.0f, "layers"_a = nb::none(),
+          "int8_attention"_a = true, "outlier_threshold"_a = SentenceLoadOptions{}.outlier_threshold, "layers"_a = nb::none(),
           "Loads a model directory (config.json, model.safetensors, vocab.txt); None: $FFN_MODEL_DIR,\n"
           "else ~/.cache/ffn/all-MiniLM-L6-v2 (scripts/setup.sh installs it). What the files leave\n"
           "unsaid (e.g. no 1_Pooling/config.json: mean pooling) raises a UserWarning each (load_notes).\n"
