@@ -49,9 +49,10 @@ enum class PeakKind {
 Peak measure_peak(int threads, PeakKind kind = PeakKind::fp32);
 
 // Memory read bandwidth, measured: GB/s (1e9 bytes) of `threads` threads
-// reading a fresh buffer of `bytes` bytes (each its contiguous share, 256-bit
-// loads where the CPU has AVX2), best of 5 passes after one that warms the
-// caches. With the size of a model's weights it is the rate at which
+// reading a fresh buffer of `bytes` bytes on huge pages where the OS gives
+// them, as the weights are (each thread its contiguous share, 256-bit
+// loads where the CPU has AVX2), the median of 7 passes after one that warms
+// the caches. With the size of a model's weights it is the rate at which
 // generation, which reads every weight once per token, could at best go.
 double measure_read_bandwidth(int64_t bytes, int threads);
 
