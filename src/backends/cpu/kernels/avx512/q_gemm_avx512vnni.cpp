@@ -21,15 +21,16 @@ namespace {
 // took SmolLM2's generation from 85 to 106-126 tokens/s on 1 thread and from
 // 179-196 to 230-242 on 2 (Xeon, 2026-11-25; 2, 4 and 8 KiB within noise).
 constexpr int64_t kPrefetch = 4096;
-// The K-quants' (tile_k): the whole block 2 KiB ahead, in one burst at the
-// block's start. On 2 threads of a Zen 4 over 64 Ki rows × 2048, one token,
-// against the quarter of the block per pair 4 KiB ahead that it replaced
+// The K-quants' (tile_k). One token (generation): the whole block 2 KiB
+// ahead, in one burst at the block's start. On 2 threads of a Zen 4 over 64
+// Ki rows × 2048, against a quarter of the block per pair 4 KiB ahead
 // (alternating in one process, medians of 9-21 rounds' ratios, 2026-11-29):
 // Q4_K 1.23-1.28×, Q6_K 1.11-1.24×, Q5_K 0.95-1.03×; 16 Ki × 8192 (W2's
 // shape): Q4_K 1.39×, Q6_K 1.14×. 4 KiB with the burst: Q4_K 1.11-1.34×,
-// Q6_K 0.98-1.15×; 8 and 16 KiB worse. (The spread had been best of 0-8 KiB
-// without the burst, 2026-11-27.)
-constexpr int64_t prefetch_k(GgmlType) { return 2048; }
+// Q6_K 0.98-1.15×; 8 and 16 KiB worse. Prompts (tiles of 2-4 tokens, which
+// read each block again from cache) keep the quarter per pair 4 KiB ahead:
+// the burst made them 0.88-0.97× (Q6_K) and 0.96× (Q4_K), 64 tokens.
+constexpr int64_t kPrefetchK1 = 2048, kPrefetchK = 4096;
 
 
 template <GgmlType kType, int NT>
@@ -186,13 +187,16 @@ void tile_k(const QPanels& w, const QActs& x, int64_t g, int64_t t, float* y, in
   for (int u = 0; u < NT; ++u) acc[u] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < w.blocks; ++sb) {
     const uint8_t* blk = w.at(g, sb);
-    const char* ahead = reinterpret_cast<const char*>(blk) + prefetch_k(kType);
+    const char* ahead = reinterpret_cast<const char*>(blk) + (NT == 1 ? kPrefetchK1 : kPrefetchK);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kpanel::d)));
     __m512 dmin = _mm512_setzero_ps();
     if constexpr (!k6) dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kpanel::dmin)));
     __m512i hv[8] = {};
-    for (int64_t l = 0; l < pbytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+    if constexpr (NT == 1)
+      for (int64_t l = 0; l < pbytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
     const auto pair = [&]<int P>() {
+      if constexpr (NT > 1)  // a quarter of the block's lines per pair
+        for (int64_t l = P * pbytes / 4; l < (P + 1) * pbytes / 4; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
       __m512i v[8];
       for (int i = 0; i < 8; ++i) v[i] = _mm512_loadu_si512(blk + kpanel::pair(kType, P) + 64 * i);
       if constexpr ((k6 && P % 2 == 0) || (k5 && P == 0))
