@@ -29,7 +29,7 @@ constexpr int64_t kPrefetch = 4096;
 // shape): Q4_K 1.39×, Q6_K 1.14×. 4 KiB with the burst: Q4_K 1.11-1.34×,
 // Q6_K 0.98-1.15×; 8 and 16 KiB worse. Prompts (tiles of 2-4 tokens, which
 // read each block again from cache) keep the quarter per pair 4 KiB ahead:
-// the burst made them 0.88-0.97× (Q6_K) and 0.96× (Q4_K), 64 tokens.
+// the burst made them 0.88-0.89× (Q6_K) and 0.96-0.97× (Q4_K), 64 tokens.
 constexpr int64_t kPrefetchK1 = 2048, kPrefetchK = 4096;
 
 
