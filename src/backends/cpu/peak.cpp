@@ -64,7 +64,7 @@ double measure_read_bandwidth(int64_t bytes, int threads) {
   if (bytes < kChunk * threads) throw Error("measure_read_bandwidth: buffer too small");
   const int64_t per = bytes / threads / kChunk * kChunk;
   // On huge pages where the kernel gives them, as the weights are
-  // (repack_rows): with 4 KiB pages the same read was 10-25 % slower (2
+  // (repack_rows): with 4 KiB pages the same read was 8-22 % slower (2
   // threads of a Zen 4 guest, 512 MiB: 25.8-31 against 32.9-34.6 GB/s).
   AlignedVector<uint8_t> buf;
   buf.reserve(size_t(per * threads));

@@ -21,15 +21,19 @@ namespace {
 // took SmolLM2's generation from 85 to 106-126 tokens/s on 1 thread and from
 // 179-196 to 230-242 on 2 (Xeon, 2026-11-25; 2, 4 and 8 KiB within noise).
 constexpr int64_t kPrefetch = 4096;
-// The K-quants' (tile_k). One token (generation): the whole block 2 KiB
-// ahead, in one burst at the block's start. On 2 threads of a Zen 4 over 64
-// Ki rows × 2048, against a quarter of the block per pair 4 KiB ahead
-// (alternating in one process, medians of 9-21 rounds' ratios, 2026-11-29):
-// Q4_K 1.23-1.28×, Q6_K 1.11-1.24×, Q5_K 0.95-1.03×; 16 Ki × 8192 (W2's
-// shape): Q4_K 1.39×, Q6_K 1.14×. 4 KiB with the burst: Q4_K 1.11-1.34×,
-// Q6_K 0.98-1.15×; 8 and 16 KiB worse. Prompts (tiles of 2-4 tokens, which
-// read each block again from cache) keep the quarter per pair 4 KiB ahead:
-// the burst made them 0.88-0.89× (Q6_K) and 0.96-0.97× (Q4_K), 64 tokens.
+// The K-quants' (tile_k). A tile of one token (generation; also a
+// prompt's last token when its count is 1 past a multiple of 4): the whole
+// block 2 KiB ahead, in one burst at the block's start. On 2 threads of a
+// Zen 4 over 64 Ki rows × 2048, against a quarter of the block per pair 4
+// KiB ahead (alternating in one process, each figure the median of 9-21
+// rounds' ratios, 2026-11-29): Q4_K 1.23-1.28×, Q6_K 1.11-1.24×, Q5_K
+// 0.95-1.03×; 16 Ki × 8192 (W2's shape): Q4_K 1.39×, Q6_K 1.14×. 4 KiB with
+// the burst: Q4_K 1.11-1.34×, Q6_K 0.98-1.15×; 3 KiB: Q4_K 1.27-1.35×, Q6_K
+// 0.96-1.04×; 8 and 16 KiB worse (bench/results/2026-11-29-zen4-generation.md).
+// Tiles of 2-4 tokens (prompts, and serving steps of 2-4 sequences), which
+// read each block again from cache, keep the quarter per pair 4 KiB ahead:
+// the burst made 64-token prompts 0.88-0.89× (Q6_K) and 0.96-0.97× (Q4_K).
+// Steps of 2-4 sequences were not measured either way.
 constexpr int64_t kPrefetchK1 = 2048, kPrefetchK = 4096;
 
 
