@@ -285,9 +285,9 @@ struct Forward {
                       const std::vector<float>& w32, Work& wk, float* out) const {
     const float* b = bias.empty() ? nullptr : bias.data() + f0;
     const int64_t k = int64_t(pw.x32.size());
+    if (k > 0) kc.int8->fp32_part(wk.x32.data(), k, m, w32.data() + f0, F, b, fc, out, kChunk);
     for (int64_t r = 0; r < m; ++r) {
       float* o = out + r * kChunk;
-      if (k > 0) kc.int8->fp32_part(wk.x32.data() + r * k, k, w32.data() + f0, F, b, fc, o);
       kc.int8->dequant(wk.zi.data() + r * kChunk, fc, wk.xs[size_t(r)], s_w + f0, k > 0 ? o : b, o);
     }
   }

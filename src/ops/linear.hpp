@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <memory>
+#include <mutex>
 
 #include "backends/context.hpp"
 #include "backends/cpu/gemm.hpp"
@@ -45,15 +46,24 @@ struct Int8Linear {
   std::vector<float> scale;          // [m]
   std::vector<int64_t> fp32_inputs;  // ascending
   std::vector<float> w32;            // [fp32_inputs.size(), m]: W's columns for them
-  AlignedVector<int8_t> pairs;       // q as the int16 × int8 product's B panels
+  // q in the B layout of the product the kernel set takes, packed on first
+  // use (a set has one of the two; the pack is shared by copies of this q):
+  const AlignedVector<int8_t>& pairs() const;  // int16 × int8 (vpmaddwd)
+  const S8Quads& quads() const;                // u8 × s8 (vpdpbusd, AMX) and its column sums
+  struct Packs {
+    std::once_flag pairs_once, quads_once;
+    AlignedVector<int8_t> pairs;
+    S8Quads quads;
+  };
+  std::shared_ptr<Packs> packs = std::make_shared<Packs>();
 };
 // Throws Error naming `name` for a non-finite weight or a bad channel list.
 Int8Linear quantize_linear(const float* w, int64_t k, int64_t m, const std::vector<int64_t>& fp32_inputs,
                            const std::string& name);
-// Whether kc runs linear_forward_int8: the int16 × int8 product (scalar;
-// AVX2's vpmaddwd, which the AVX-512, VNNI and AMX sets borrow). Where it is
-// false callers keep the fp32 weights and use linear_forward.
-inline bool int8_linear_supported(const KernelConfig& kc) { return kc.int8 && kc.int8->igemm; }
+// Whether kc runs linear_forward_int8: the u8 × s8 product where the set has
+// it (AVX-512 VNNI, AMX), else the int16 × int8 one (scalar, AVX2's vpmaddwd).
+// Where it is false callers keep the fp32 weights and use linear_forward.
+inline bool int8_linear_supported(const KernelConfig& kc) { return kc.int8 && (kc.int8->igemm_u8 || kc.int8->igemm); }
 // y = x Wᵀ + b; the bits of reference::linear_forward_int8 for any thread count.
 void linear_forward_int8(const Context& ctx, const Int8Linear& w, const float* x, int64_t n, const float* b,
                          float* y);

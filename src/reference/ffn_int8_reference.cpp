@@ -37,11 +37,11 @@ void forward_int8(const Config& cfg, const nn::QuantizedWeights& q, const Params
       in[size_t(q.fp32_inputs[s])] = 0.0f;
     }
     const float sx = nn::quantize_row_ref(in.data(), d, xa.data());
-    // prev: the bias, plus the fp32 channels' products (summed in double)
+    // prev: the bias, plus the fp32 channels' products (float fmas in order)
     auto prev = [&](const std::vector<float>& w32, const float* b, int64_t f) {
       if (k32 == 0) return b ? b[f] : 0.0f;
       float v;
-      nn::fp32_input_part(x32.data(), int64_t(k32), w32.data() + f, F, b ? b + f : nullptr, 1, &v);
+      nn::fp32_input_part(x32.data(), int64_t(k32), 1, w32.data() + f, F, b ? b + f : nullptr, 1, &v, 1);
       return v;
     };
     for (int64_t f = 0; f < F; ++f) {

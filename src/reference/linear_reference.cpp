@@ -46,11 +46,7 @@ void linear_forward_int8(const float* x, int64_t n, int64_t k, const int8_t* q, 
       int64_t acc = 0;
       for (int64_t p = 0; p < k; ++p) acc += int64_t(a[size_t(p)]) * int64_t(q[j * k + p]);
       float prev = b ? b[j] : 0.0f;
-      if (n32 > 0) {
-        double s = b ? double(b[j]) : 0.0;
-        for (int64_t c = 0; c < n32; ++c) s += double(xi[fp32_inputs[c]]) * double(w32[c * m + j]);
-        prev = float(s);
-      }
+      for (int64_t c = 0; c < n32; ++c) prev = std::fma(xi[fp32_inputs[c]], w32[c * m + j], prev);
       y[i * m + j] = std::fma(float(acc), s_a * scale[j], prev);
     }
   }

@@ -12,7 +12,7 @@ void linear_forward(const float* x, int64_t n, int64_t k, const float* w, const 
 // The int8 linear (src/ops/linear.hpp, Int8Linear), integer oracle: each row
 // of x quantized by quantize_row_ref with the fp32 input channels zeroed
 // first, Σ a·q in int64, y = fma(float(Σ), s_a · scale[j], prev[j]), prev =
-// float(b[j] + Σ_s x[c_s]·w32[s, j]) in double (b[j], or 0, without fp32 channels).
+// b[j] (or 0) + Σ_s x[c_s]·w32[s, j] by float fmas in order of s (src/backends/cpu/quantize.hpp).
 // q [m, k] and w32 [n32, m] as Int8Linear holds them.
 void linear_forward_int8(const float* x, int64_t n, int64_t k, const int8_t* q, const float* scale,
                          const int64_t* fp32_inputs, int64_t n32, const float* w32, const float* b, int64_t m,

@@ -153,7 +153,8 @@ struct Int8Kernels {
   // out[j] = fma(float(acc[j]), s_a · s_w[j], prev ? prev[j] : 0) for j < n (prev may be out).
   void (*dequant)(const int32_t* acc, int64_t n, float s_a, const float* s_w, const float* prev, float* out);
   // fp32_input_part (src/backends/cpu/quantize.hpp) compiled for this ISA.
-  void (*fp32_part)(const float* xs, int64_t k, const float* wt, int64_t ld, const float* b, int64_t n, float* prev);
+  void (*fp32_part)(const float* xs, int64_t k, int64_t rows, const float* wt, int64_t ld, const float* b, int64_t n,
+                    float* prev, int64_t ldp);
 };
 namespace scalar { extern const Int8Kernels int8_kernels; }
 namespace avx2 { extern const Int8Kernels int8_kernels; }

@@ -13,8 +13,9 @@
 //             LLM.int8()'s decomposition): W1's and Wg's columns S are zeroed
 //             before quantizing and kept in float32; each token's x[S] is
 //             zeroed before its row is quantized and enters as
-//             prev = float(b + Σ_{s∈S, ascending} x_s · W[f, s]) with the sum in
-//             double (each product exact, so the same bits with or without FMA).
+//             prev = b + Σ_{s∈S, ascending} x_s · W[f, s], summed in float by
+//             fused multiply-adds in order of s (p = fma(x_s, W[f, s], p) from
+//             p = b, or 0), so every ISA and the reference round alike.
 //   activations  each token's row v entering a matrix product (the FFN input
 //             x for W1/Wg; the hidden activation for W2, per 256-unit chunk
 //             of d_ff — the chunk the fused path holds in L1/L2):
@@ -100,27 +101,51 @@ std::shared_ptr<QuantizedWeights> slice_hidden(const QuantizedWeights& q, int64_
 // Puts the fp32 columns back into dequantized W1 / Wg values.
 void merge_fp32_inputs(const QuantizedWeights& q, std::vector<float>& w1, std::vector<float>* wg, int64_t d_model,
                        int64_t d_ff);
-// prev[j] = float(b[j] (or 0) + Σ_s xs[s] · wt[s·ld + j]) for j < n, the sum in
-// double in order of s (see above): the fp32 inputs' part of a hidden chunk.
-// Each product of two floats is exact in double, so the bits are the same
-// whether the compiler fuses the multiply-add or not; the loops are over j
-// (in blocks) so that they vectorize for whichever ISA compiles them
-// (Int8Kernels::fp32_part; static: each translation unit keeps its own copy,
-// compiled with its own ISA flags).
-static inline void fp32_input_part(const float* xs, int64_t k, const float* wt, int64_t ld, const float* b, int64_t n,
-                            float* prev) {
-  constexpr int64_t kBlock = 64;
-  double acc[kBlock];
-  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
-    const int64_t nb = std::min(kBlock, n - j0);
-    for (int64_t j = 0; j < nb; ++j) acc[j] = b ? double(b[j0 + j]) : 0.0;
-    for (int64_t s = 0; s < k; ++s) {
-      const double x = double(xs[s]);
-      const float* w = wt + s * ld + j0;
-      for (int64_t j = 0; j < nb; ++j) acc[j] += x * double(w[j]);
+// prev[r·ldp + j] = b[j] (or 0) + Σ_s xs[r·k + s] · wt[s·ld + j] for rows
+// r < rows and j < n, summed by fused multiply-adds in float in order of s
+// (see above): the fp32 inputs' part of a hidden chunk (or of a linear's
+// output block) for a block of tokens. std::fma rounds once whatever the ISA
+// (one instruction where the TU has FMA, libm's exact one elsewhere), so the
+// bits do not depend on which rows or columns share a pass. Four rows and 32
+// columns at a time keep their sums in registers; the loops are over j so
+// that they vectorize for whichever ISA compiles them (Int8Kernels::fp32_part;
+// static: each translation unit keeps its own copy, compiled with its own ISA flags).
+static inline void fp32_input_part(const float* xs, int64_t k, int64_t rows, const float* wt, int64_t ld,
+                                   const float* b, int64_t n, float* prev, int64_t ldp) {
+  constexpr int64_t kR = 4, kB = 32;
+  int64_t r0 = 0;
+  for (; r0 + kR <= rows; r0 += kR) {
+    int64_t j0 = 0;
+    for (; j0 + kB <= n; j0 += kB) {
+      float acc[kR][kB];
+      for (int64_t r = 0; r < kR; ++r)
+        for (int64_t j = 0; j < kB; ++j) acc[r][j] = b ? b[j0 + j] : 0.0f;
+      for (int64_t s = 0; s < k; ++s) {
+        const float* w = wt + s * ld + j0;
+        for (int64_t r = 0; r < kR; ++r) {
+          const float x = xs[(r0 + r) * k + s];
+          for (int64_t j = 0; j < kB; ++j) acc[r][j] = std::fma(x, w[j], acc[r][j]);
+        }
+      }
+      for (int64_t r = 0; r < kR; ++r)
+        for (int64_t j = 0; j < kB; ++j) prev[(r0 + r) * ldp + j0 + j] = acc[r][j];
     }
-    for (int64_t j = 0; j < nb; ++j) prev[j0 + j] = float(acc[j]);
+    if (j0 < n)
+      for (int64_t r = r0; r < r0 + kR; ++r)
+        fp32_input_part(xs + r * k, k, 1, wt + j0, ld, b ? b + j0 : nullptr, n - j0, prev + r * ldp + j0, 0);
   }
+  for (; r0 < rows; ++r0)  // one row at a time
+    for (int64_t j0 = 0; j0 < n; j0 += kB) {
+      const int64_t nb = std::min(kB, n - j0);
+      float acc[kB];
+      for (int64_t j = 0; j < nb; ++j) acc[j] = b ? b[j0 + j] : 0.0f;
+      for (int64_t s = 0; s < k; ++s) {
+        const float x = xs[r0 * k + s];
+        const float* w = wt + s * ld + j0;
+        for (int64_t j = 0; j < nb; ++j) acc[j] = std::fma(x, w[j], acc[j]);
+      }
+      for (int64_t j = 0; j < nb; ++j) prev[r0 * ldp + j0 + j] = acc[j];
+    }
 }
 
 // The scale and zero point of an activation row from lo = min(0, min v),

@@ -62,6 +62,13 @@ class Int8PerIsa : public ::testing::TestWithParam<Isa> {
   // here, double in the reference) may differ. Odd sizes: d_model odd (padded
   // k pair), a partial last hidden chunk of odd length. fp32 channels: kept in
   // fp32, their inputs 40× the others'.
+  // Pre-LN: a normalized value that rounds the other way can sit on a level
+  // boundary, and then its token's row moves by one 8-bit level in the input
+  // or hidden row (seen: one token of 100, scaled error 2.5e-5 over its whole
+  // row). So there, up to 2 % of the tokens may exceed kInt8VsReference, each
+  // within kOneLevel (one level of a row is ~1/255 of its range, which the
+  // scaling by the output's RMS puts near 1e-4 here); a wrong scale, channel
+  // or sum moves every token, and by more.
   void check_layers_against_reference(const std::vector<int64_t>& fp32_channels) const {
     for (Activation act : {Activation::relu, Activation::gelu, Activation::swiglu})
       for (NormPlacement norm : {NormPlacement::none, NormPlacement::pre, NormPlacement::post}) {
@@ -78,9 +85,23 @@ class Int8PerIsa : public ::testing::TestWithParam<Isa> {
             for (int64_t c : fp32_channels) x[size_t(i * cfg.d_model + c)] *= 40.0f;
           const std::vector<float> got = run(layer, x, GetParam());
           const std::vector<float> want = run(layer, x, Isa::automatic, Path::reference);
-          const Comparison c = compare(got.data(), want.data(), got.size());
-          EXPECT_TRUE(c.ok(test::kInt8VsReference)) << to_string(act) << " " << to_string(norm) << " T=" << t << ": "
-                                                    << c.describe();
+          const std::string what = std::string(to_string(act)) + " " + std::string(to_string(norm)) + " T=" +
+                                   std::to_string(t);
+          if (norm == NormPlacement::pre) {
+            constexpr double kOneLevel = 1e-4;
+            int64_t moved = 0;
+            for (int64_t i = 0; i < t; ++i) {
+              const size_t o = size_t(i * cfg.d_model);
+              const Comparison row = compare(got.data() + o, want.data() + o, size_t(cfg.d_model));
+              if (row.ok(test::kInt8VsReference)) continue;
+              ++moved;
+              EXPECT_TRUE(row.ok(kOneLevel)) << what << " token " << i << ": " << row.describe();
+            }
+            EXPECT_LE(moved * 50, t) << what << ": " << moved << " tokens moved";
+          } else {
+            const Comparison c = compare(got.data(), want.data(), got.size());
+            EXPECT_TRUE(c.ok(test::kInt8VsReference)) << what << ": " << c.describe();
+          }
           if (norm == NormPlacement::none) {
             const Comparison single = compare(run(layer, x, GetParam(), Path::automatic, 1).data(), want.data(), got.size());
             EXPECT_TRUE(single.ok(test::kInt8VsReference)) << single.describe();
@@ -219,21 +240,29 @@ TEST_P(Int8PerIsa, LayerMatchesInt8Reference) { check_layers_against_reference({
 // Channels at both ends and inside, values 40× the others on them.
 TEST_P(Int8PerIsa, Fp32InputChannelsMatchInt8Reference) { check_layers_against_reference({0, 5, 36}); }
 
+// Blocks of 4 rows × 32 columns and the rows and columns left over, each
+// element the definition's chain of float fmas in order of s.
 TEST_P(Int8PerIsa, Fp32PartMatchesDefinitionBitForBit) {
-  for (int64_t n : {1, 63, 64, 65, 256}) {
-    const int64_t k = 5, ld = 301;
-    const std::vector<float> xs = gaussian(size_t(k), uint64_t(n), 20.0f), wt = gaussian(size_t(k * ld), 2),
-                             b = gaussian(size_t(n), 3);
-    for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
-      std::vector<float> out(static_cast<size_t>(n));
-      kernels().fp32_part(xs.data(), k, wt.data() + 7, ld, bias, n, out.data());
-      for (int64_t j = 0; j < n; ++j) {
-        double want = bias ? double(bias[j]) : 0.0;
-        for (int64_t s = 0; s < k; ++s) want += double(xs[size_t(s)]) * double(wt[size_t(s * ld + 7 + j)]);
-        ASSERT_EQ(out[size_t(j)], float(want)) << "n=" << n << " j=" << j;
+  for (int64_t rows : {1, 3, 4, 9})
+    for (int64_t n : {1, 31, 32, 63, 64, 65, 256}) {
+      const int64_t k = 5, ld = 301, ldp = n + 3;
+      const std::vector<float> xs = gaussian(size_t(rows * k), uint64_t(n), 20.0f), wt = gaussian(size_t(k * ld), 2),
+                               b = gaussian(size_t(n), 3);
+      for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
+        std::vector<float> out(static_cast<size_t>(rows * ldp), -7.0f);
+        kernels().fp32_part(xs.data(), k, rows, wt.data() + 7, ld, bias, n, out.data(), ldp);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < ldp; ++j) {
+            if (j >= n) {  // past n: untouched
+              ASSERT_EQ(out[size_t(r * ldp + j)], -7.0f) << "rows=" << rows << " n=" << n << " r=" << r << " j=" << j;
+              continue;
+            }
+            float want = bias ? bias[j] : 0.0f;
+            for (int64_t s = 0; s < k; ++s) want = std::fma(xs[size_t(r * k + s)], wt[size_t(s * ld + 7 + j)], want);
+            ASSERT_EQ(out[size_t(r * ldp + j)], want) << "rows=" << rows << " n=" << n << " r=" << r << " j=" << j;
+          }
       }
     }
-  }
 }
 
 // 16-bit weights: fp32 arithmetic on the widened values, so the float

@@ -225,8 +225,9 @@ void igemm_pairs(const IGemmArgs& g) {
 }
 
 // fp32_input_part (src/backends/cpu/quantize.hpp) compiled for this ISA.
-void fp32_part(const float* xs, int64_t k, const float* wt, int64_t ld, const float* b, int64_t n, float* prev) {
-  fp32_input_part(xs, k, wt, ld, b, n, prev);
+void fp32_part(const float* xs, int64_t k, int64_t rows, const float* wt, int64_t ld, const float* b, int64_t n,
+               float* prev, int64_t ldp) {
+  fp32_input_part(xs, k, rows, wt, ld, b, n, prev, ldp);
 }
 
 }  // namespace
