@@ -150,8 +150,8 @@ class Encoder {
   // Q/K/V and output projections of the converted layers in int8 too, the
   // Q/K/V projection with layer l's fp32 input channels (the output
   // projection with none). Empty: attention stays fp32. The projections run
-  // on the int16 × int8 product (AVX2's vpmaddwd on AVX2, AVX-512, VNNI and
-  // AMX CPUs; portable code elsewhere).
+  // on the u8 × s8 product on AVX-512 VNNI and AMX CPUs, on AVX2's int16 ×
+  // int8 vpmaddwd on AVX2 (and AVX-512 without VNNI), portable code elsewhere.
   Encoder converted(WeightDtype dtype, const std::vector<int64_t>& layers = {},
                     const std::vector<Int8Options>& int8 = {},
                     const std::vector<Int8Options>& attention_int8 = {}) const;

@@ -97,6 +97,9 @@ void linear_backward(const Context& ctx, const float* x, int64_t n, int64_t k, c
 
 Int8Linear quantize_linear(const float* w, int64_t k, int64_t m, const std::vector<int64_t>& fp32_inputs,
                            const std::string& name) {
+  if (k < 1 || m < 1)
+    throw Error(name + ": int8 weights of shape [" + std::to_string(m) + ", " + std::to_string(k) +
+                "]; expected at least one row and one column");
   check_fp32_inputs(fp32_inputs, k, name + " fp32 input channels");
   Int8Linear q;
   q.k = k;

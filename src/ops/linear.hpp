@@ -39,15 +39,16 @@ void linear_forward_16(const Context& ctx, const float* x, int64_t n, int64_t k,
 // output row (s = max|w|/127), each token's input row quantized to 8-bit
 // levels (asymmetric, its own scale), optionally a few input channels kept in
 // float32 (outlier features: zeroed in q and in the quantized row, their
-// products added in double). The encoder's attention projections use it.
+// products added by float fmas). The encoder's attention projections use it.
 struct Int8Linear {
   int64_t k = 0, m = 0;
   std::vector<int8_t> q;             // [m, k], as W
   std::vector<float> scale;          // [m]
   std::vector<int64_t> fp32_inputs;  // ascending
   std::vector<float> w32;            // [fp32_inputs.size(), m]: W's columns for them
-  // q in the B layout of the product the kernel set takes, packed on first
-  // use (a set has one of the two; the pack is shared by copies of this q):
+  // q in the B layout of the product linear_forward_int8 takes on a kernel
+  // set (u8 × s8 where the set has it), packed on first use. The packs are
+  // shared by copies: change q only in a fresh Int8Linear (quantize_linear).
   const AlignedVector<int8_t>& pairs() const;  // int16 × int8 (vpmaddwd)
   const S8Quads& quads() const;                // u8 × s8 (vpdpbusd, AMX) and its column sums
   struct Packs {
@@ -82,8 +83,8 @@ void linear_backward(const Context& ctx, const float* x, int64_t n, int64_t k, c
 //           layer on the widened W, in half its bytes). A GGUF's F16/BF16
 //           matrices stay in 16 bits this way;
 //   int8    an fp32 layer with int8 weights set beside it (set_int8):
-//           inference runs linear_forward_int8 where the kernel set has the
-//           int16 × int8 product (or on the integer reference), training
+//           inference runs linear_forward_int8 where the kernel set has an
+//           int8 product (or on the integer reference), training
 //           and the other sets the fp32 panels;
 //   blocks  a native quant type's panels (QPanels; qlinear_forward), on the
 //           kernel set's product for the type.

@@ -142,7 +142,8 @@ struct U8GemmArgs {
   int64_t ldc = 0;
 };
 // The int8 kernels of one ISA; each matches the portable definition in
-// src/backends/cpu/quantize.hpp bit for bit. One of the two product forms is set.
+// src/backends/cpu/quantize.hpp bit for bit. At least one of the two product
+// forms is set; where igemm_u8 is, the layers take it.
 struct Int8Kernels {
   void (*igemm)(const IGemmArgs&);          // int16 × int8 pairs (vpmaddwd), or null
   void (*igemm_u8)(const U8GemmArgs&);      // u8 × s8 quads (vpdpbusd), or null

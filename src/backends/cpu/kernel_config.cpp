@@ -147,11 +147,11 @@ const KernelConfig kAvx2{
     .qgemm = kAvx2Q, .qgemm_instr = "AVX2 vpmaddubsw ymm", .qacts = &avx2::quantize_acts,
 };
 
-// The VNNI int8 set: the FFN's u8 × s8 products on vpdpbusd, and the int8
-// linear (attention projections, output heads: int16 × int8 pairs) on
-// vpdpwssd, with AVX2's int16 row quantizer. Both products are integer
-// computations with their reference's bits. (Until 2026-11-25 the set had
-// no pair product, and the int8 linear stayed fp32 on these CPUs.)
+// The VNNI int8 set: the u8 × s8 product on vpdpbusd, which the FFN and the
+// int8 linear (attention projections, output heads; since 2026-11-30) take.
+// The int16 × int8 pair product on vpdpwssd, with AVX2's int16 row
+// quantizer, is kept beside it and tested against its reference; no layer
+// calls it now. Both are integer computations with their reference's bits.
 const Int8Kernels& vnni_int8() {
   static const Int8Kernels k = [] {
     Int8Kernels v = avx512::int8_kernels_vnni;

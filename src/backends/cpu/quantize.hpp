@@ -107,12 +107,17 @@ void merge_fp32_inputs(const QuantizedWeights& q, std::vector<float>& w1, std::v
 // output block) for a block of tokens. std::fma rounds once whatever the ISA
 // (one instruction where the TU has FMA, libm's exact one elsewhere), so the
 // bits do not depend on which rows or columns share a pass. Four rows and 32
-// columns at a time keep their sums in registers; the loops are over j so
+// columns (16 without AVX-512: 16 ymm registers) at a time keep their sums in
+// registers; the loops are over j so
 // that they vectorize for whichever ISA compiles them (Int8Kernels::fp32_part;
 // static: each translation unit keeps its own copy, compiled with its own ISA flags).
 static inline void fp32_input_part(const float* xs, int64_t k, int64_t rows, const float* wt, int64_t ld,
                                    const float* b, int64_t n, float* prev, int64_t ldp) {
+#ifdef __AVX512F__
   constexpr int64_t kR = 4, kB = 32;
+#else
+  constexpr int64_t kR = 4, kB = 16;
+#endif
   int64_t r0 = 0;
   for (; r0 + kR <= rows; r0 += kR) {
     int64_t j0 = 0;

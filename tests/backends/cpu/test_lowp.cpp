@@ -64,11 +64,12 @@ class Int8PerIsa : public ::testing::TestWithParam<Isa> {
   // fp32, their inputs 40× the others'.
   // Pre-LN: a normalized value that rounds the other way can sit on a level
   // boundary, and then its token's row moves by one 8-bit level in the input
-  // or hidden row (seen: one token of 100, scaled error 2.5e-5 over its whole
-  // row). So there, up to 2 % of the tokens may exceed kInt8VsReference, each
-  // within kOneLevel (one level of a row is ~1/255 of its range, which the
-  // scaling by the output's RMS puts near 1e-4 here); a wrong scale, channel
-  // or sum moves every token, and by more.
+  // or hidden row (seen: one token of 100, with fp32 channels, 2.5e-5 scaled
+  // over its whole row). So there, up to 2 % of the tokens may exceed
+  // kInt8VsReference, each row within kOneLevel of its own scale (compare
+  // scales by the row's RMS): one level is ~1/255 of the quantized row's
+  // range, ≤ ~1e-3 of the FFN's output, less after the residual; 2e-3 holds
+  // that. A wrong scale, channel or sum moves every token, and by ~1e-2.
   void check_layers_against_reference(const std::vector<int64_t>& fp32_channels) const {
     for (Activation act : {Activation::relu, Activation::gelu, Activation::swiglu})
       for (NormPlacement norm : {NormPlacement::none, NormPlacement::pre, NormPlacement::post}) {
@@ -88,7 +89,7 @@ class Int8PerIsa : public ::testing::TestWithParam<Isa> {
           const std::string what = std::string(to_string(act)) + " " + std::string(to_string(norm)) + " T=" +
                                    std::to_string(t);
           if (norm == NormPlacement::pre) {
-            constexpr double kOneLevel = 1e-4;
+            constexpr double kOneLevel = 2e-3;
             int64_t moved = 0;
             for (int64_t i = 0; i < t; ++i) {
               const size_t o = size_t(i * cfg.d_model);

@@ -151,7 +151,7 @@ void dequant(const int32_t* acc, int64_t n, float s_a, const float* s_w, const f
   for (; j < n; ++j) out[j] = std::fma(float(acc[j]), s_a * s_w[j], prev ? prev[j] : 0.0f);
 }
 
-// ---- the int16 × int8 pair product (IGemmArgs; the int8 linear) -------------
+// ---- the int16 × int8 pair product (IGemmArgs; the int8 linear until 2026-11-30) --
 // Per pair of k: NP panel rows of B (32 bytes: 16 columns × 2 k) widened by
 // vpmovsxbw to 16 int16 pairs in one zmm, the pair (A(i, p), A(i, p+1)) of
 // each row broadcast, MR·NP vpdpwssd (32 int16 multiply-adds each, summed
