@@ -8,8 +8,9 @@ namespace {
 
 // EmbedOptions of the Python keywords.
 EmbedOptions embed_options(std::optional<int> threads, std::optional<std::string> prompt_name,
-                           std::optional<std::string> prompt, bool truncate) {
+                           std::optional<std::string> prompt, bool truncate, const std::string& compute) {
   EmbedOptions o;
+  o.compute = parse_compute(compute, "compute");
   o.threads = run_options(threads, false, 0).threads;
   o.prompt_name = std::move(prompt_name);
   o.prompt = std::move(prompt);
@@ -67,8 +68,9 @@ void bind_sentence(nb::module_& m) {
       .def(
           "embed",
           [](const SentenceEncoder& s, const std::string& text, std::optional<int> threads,
-             std::optional<std::string> prompt_name, std::optional<std::string> prompt, bool truncate) {
-            EmbedOptions o = embed_options(threads, prompt_name, prompt, truncate);
+             std::optional<std::string> prompt_name, std::optional<std::string> prompt, bool truncate,
+             const std::string& compute) {
+            EmbedOptions o = embed_options(threads, prompt_name, prompt, truncate, compute);
             Interruptible stop;
             o.interrupted = stop.hook();
             Array a;
@@ -76,12 +78,14 @@ void bind_sentence(nb::module_& m) {
             return to_numpy(a.data, {a.shape[1]});
           },
           "text"_a, "threads"_a = nb::none(), "prompt_name"_a = nb::none(), "prompt"_a = nb::none(),
-          "truncate"_a = true, "The embedding of one text: float32 [dim]. prompt_name, prompt, truncate: as below.")
+          "truncate"_a = true, "compute"_a = "fp32",
+          "The embedding of one text: float32 [dim]. prompt_name, prompt, truncate, compute: as below.")
       .def(
           "embed",
           [](const SentenceEncoder& s, const std::vector<std::string>& texts, int64_t batch, std::optional<int> threads,
-             std::optional<std::string> prompt_name, std::optional<std::string> prompt, bool truncate) {
-            EmbedOptions o = embed_options(threads, prompt_name, prompt, truncate);
+             std::optional<std::string> prompt_name, std::optional<std::string> prompt, bool truncate,
+             const std::string& compute) {
+            EmbedOptions o = embed_options(threads, prompt_name, prompt, truncate, compute);
             o.batch = batch;
             Interruptible stop;
             o.interrupted = stop.hook();
@@ -90,12 +94,14 @@ void bind_sentence(nb::module_& m) {
             return to_numpy(a.data, a.shape);
           },
           "texts"_a, "batch"_a = 32, "threads"_a = nb::none(), "prompt_name"_a = nb::none(), "prompt"_a = nb::none(),
-          "truncate"_a = true,
+          "truncate"_a = true, "compute"_a = "fp32",
           "Embeddings of a list of texts: float32 [len(texts), dim]; batch: texts per encoder call\n"
           "(padding has no effect on the result). prompt_name: the model's prompt of that name\n"
           "(config_sentence_transformers.json; default: its default prompt), or prompt: a text, put\n"
           "before each text, as sentence-transformers' encode. truncate=False: a text longer than\n"
-          "max_tokens raises ValueError instead of being cut.")
+          "max_tokens raises ValueError instead of being cut. compute: 'fp32', or 'bf16' (every\n"
+          "projection's operands rounded to bf16, sums in fp32: AMX or AVX512_BF16 where the CPU has\n"
+          "them; a model loaded with fp32 or bf16 weights).")
       .def_prop_ro("pooling", &SentenceEncoder::pooling, "The pooling after the encoder: 'mean, normalized', 'cls', ...")
       .def_prop_ro("prompts", &SentenceEncoder::prompts, "The model's prompts: name -> text.")
       .def_prop_ro("default_prompt_name", &SentenceEncoder::default_prompt_name,

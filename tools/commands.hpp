@@ -294,7 +294,7 @@ struct EncoderBenchArgs {
 };
 // ffn bench --embed (tools/embed_cmd.cpp): texts per second of ffn embed.
 struct EmbedBenchArgs {
-  std::string model, input_file, text, dtype = "fp32", int8_outliers, int8_attention;  // "", on or off
+  std::string model, input_file, text, dtype = "fp32", compute = "fp32", int8_outliers, int8_attention;  // "", on or off
   int64_t batch = 32;
   Isa isa = Isa::automatic;
 };

@@ -43,7 +43,7 @@ std::vector<std::string> read_stdin_lines(int64_t n) {
 namespace {
 
 struct EmbedArgs {
-  std::string model, input_file, output, dtype = "fp32", int8_outliers, int8_attention;
+  std::string model, input_file, output, dtype = "fp32", compute = "fp32", int8_outliers, int8_attention;
   std::vector<std::string> texts, similarity;
   int64_t batch = 32;
   std::optional<int64_t> max_tokens;
@@ -69,6 +69,14 @@ SentenceLoadOptions load_options(const std::string& dtype, const std::string& in
   int8_switch(int8_outliers, "--int8-outliers", lo.dtype, lo.int8_outliers);
   int8_switch(int8_attention, "--int8-attention", lo.dtype, lo.int8_attention);
   return lo;
+}
+
+// --compute: fp32, or bf16 with fp32 or bf16 weights.
+Compute embed_compute(const std::string& compute, WeightDtype dtype) {
+  const Compute c = parse_compute(compute, "--compute");
+  if (c == Compute::bf16 && dtype == WeightDtype::int8)
+    throw Error("--compute bf16: expected --dtype fp32 or bf16 (int8 weights compute in int8)");
+  return c;
 }
 
 // How the weights are stored, for the bench's lines.
@@ -149,6 +157,7 @@ void cmd_embed(const EmbedArgs& a, const Common& c) {
     if (!from_stdin) check_not_an_input(a.output, "--output", {{"--input-file", a.input_file}});
   }
   SentenceLoadOptions lo = load_options(a.dtype, a.int8_outliers, a.int8_attention);
+  const Compute compute = embed_compute(a.compute, lo.dtype);
   lo.max_tokens = a.max_tokens;
   lo.isa = c.isa;
   const std::string dir = a.model.empty() ? SentenceEncoder::default_model_dir() : a.model;
@@ -158,6 +167,7 @@ void cmd_embed(const EmbedArgs& a, const Common& c) {
   EmbedOptions eo;
   eo.threads = threads;
   eo.isa = c.isa;
+  eo.compute = compute;
   eo.batch = a.batch;
   eo.prompt = a.prompt;
   eo.prompt_name = a.prompt_name;
@@ -250,6 +260,7 @@ int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, b
     throw Error("--embed: give --input-file lines.txt (throughput) or --text T (latency of one text)");
   if (a.batch < 1) throw Error("--batch: expected a positive integer, got " + std::to_string(a.batch));
   SentenceLoadOptions lo = load_options(a.dtype, a.int8_outliers, a.int8_attention);
+  const Compute compute = embed_compute(a.compute, lo.dtype);
   lo.isa = a.isa;
   const std::string dir = a.model.empty() ? SentenceEncoder::default_model_dir() : a.model;
   const SentenceEncoder enc = SentenceEncoder::load(dir, lo);
@@ -260,6 +271,7 @@ int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, b
   EmbedOptions eo;
   eo.threads = threads;
   eo.isa = a.isa;
+  eo.compute = compute;
   eo.batch = a.batch;
   std::vector<double> times;
   for (int i = 0; i < warmup + repeats; ++i) {
@@ -271,14 +283,14 @@ int bench_embed(const EmbedBenchArgs& a, int threads, int repeats, int warmup, b
   const double med = median(times);
   if (json) {
     std::printf("{\"texts\": %zu, \"tokens\": %lld, \"batch\": %lld, \"threads\": %d, \"dtype\": \"%s\", "
-                "\"int8_outliers\": %s, \"int8_attention\": %s, \"median_s\": %.9g, \"texts_per_s\": %.6g}\n",
+                "\"compute\": \"%s\", \"int8_outliers\": %s, \"int8_attention\": %s, \"median_s\": %.9g, \"texts_per_s\": %.6g}\n",
                 texts.size(), (long long)tokens, (long long)a.batch, threads, a.dtype.c_str(),
-                lo.dtype == WeightDtype::int8 && lo.int8_outliers ? "true" : "false",
+                std::string(to_string(compute)).c_str(), lo.dtype == WeightDtype::int8 && lo.int8_outliers ? "true" : "false",
                 lo.dtype == WeightDtype::int8 && lo.int8_attention ? "true" : "false", med, double(texts.size()) / med);
   } else {
-    std::printf("ffn bench --embed: %s, %zu text(s), %lld tokens, batch %lld, %d threads, weights %s%s\n",
+    std::printf("ffn bench --embed: %s, %zu text(s), %lld tokens, batch %lld, %d threads, weights %s%s, %s compute\n",
                 enc.dir().c_str(), texts.size(), (long long)tokens, (long long)a.batch, threads, a.dtype.c_str(),
-                int8_note(lo).c_str());
+                int8_note(lo).c_str(), std::string(to_string(compute)).c_str());
     std::printf("  time per call  median %.3f ms (min %.3f, max %.3f; %d calls)\n", med * 1e3,
                 *std::min_element(times.begin(), times.end()) * 1e3, *std::max_element(times.begin(), times.end()) * 1e3,
                 repeats);
@@ -308,6 +320,9 @@ Command add_embed(CLI::App& app) {
                 "refuse a text longer than the model's tokens (default: cut it, and say how many were cut)");
   cmd->add_option("--threads", a->threads, "threads, 0 = all cores (default 0)");
   cmd->add_option("--dtype", a->dtype, "FFN weights as fp32 (default), bf16 or int8");
+  cmd->add_option("--compute", a->compute,
+                  "the products in fp32 (default) or bf16 (operands rounded to bf16, sums in fp32: AMX or "
+                  "AVX512_BF16 where the CPU has them); bf16 takes --dtype fp32 or bf16");
   cmd->add_option("--int8-outliers", a->int8_outliers,
                   "--dtype int8: on (default): each layer's outlier input channels kept in fp32, found by running the "
                   "fp32 model over built-in calibration texts at load; off: plain per-token int8");

@@ -164,6 +164,9 @@ Isa best_isa();
 //         activation, residual and norm in float32: what PyTorch's bf16
 //         autocast does on CPU. Weights stored as fp32, bf16 or fp16 (not
 //         int8). Without AVX512_BF16 or AMX it runs a portable kernel.
+//         Encoder::forward (inference) takes it for every projection too:
+//         attention's Q|K|V and output projections and the FFN's products;
+//         attention's own products (scores, values) stay float32.
 enum class Compute { fp32, bf16 };
 std::string_view to_string(Compute c);
 Compute parse_compute(std::string_view s, std::string_view what = "compute");

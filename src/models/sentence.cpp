@@ -451,6 +451,14 @@ Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::funct
   // A stop is asked for before each batch and inside the encoder (between its sublayers).
   if (opts.interrupted) o.interrupted = opts.interrupted;
   o.isa = opts.isa;
+  if (opts.compute == Compute::bf16) {
+    if (m.rotary)
+      throw Error(m.config_path + ": compute bf16: this model runs in float32 only for now (bf16 compute is BERT's, "
+                  "MPNet's and XLM-R's)");
+    if (m.encoder->config().layers > 0 && m.encoder->ffn_layer(0).weight_dtype() == WeightDtype::int8)
+      throw Error("compute bf16: expected a model loaded with fp32 or bf16 weights (--dtype), not int8");
+  }
+  o.compute = opts.compute;
   for (int64_t b0 = 0; b0 < N; b0 += opts.batch) {
     if (o.interrupted && o.interrupted()) throw Interrupted();
     const int64_t B = std::min(opts.batch, N - b0);

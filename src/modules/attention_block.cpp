@@ -88,7 +88,7 @@ static void head_rms_norm(float* x, int64_t heads, int64_t dh, const float* g, f
 void project_memory(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w, const PackedAttention& pk,
                     const float* memory, int64_t m, float* kv, const BlockRun& run) {
   (void)cfg, (void)w;
-  pk.kv.forward(*run.ctx, memory, m, kv, {.training = run.training});
+  pk.kv.forward(*run.ctx, memory, m, kv, {.training = run.training, .bf16 = run.bf16});
 }
 
 void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlockWeights& w, const PackedAttention& pk,
@@ -116,7 +116,7 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
   if (kv.kind == KeysValues::Kind::memory) {
     // Q of the rows; K|V of the memory rows (projected here unless given).
     s.qkv.resize(size_t(n * d));
-    pk.q.forward(*run.ctx, ain, n, s.qkv.data(), {.training = run.training});
+    pk.q.forward(*run.ctx, ain, n, s.qkv.data(), {.training = run.training, .bf16 = run.bf16});
     const float* kvp = kv.projected;
     if (!kvp) {
       const int64_t m = kv.memory_off.empty() ? 0 : kv.memory_off.back();
@@ -128,7 +128,7 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
   } else {
     // Q|K|V [n, qd + 2·kvd] (3d without grouped-query heads), rotated to each row's position.
     s.qkv.resize(size_t(n * width));
-    pk.in.forward(*run.ctx, ain, n, s.qkv.data(), {.training = run.training, .acts = run.acts});
+    pk.in.forward(*run.ctx, ain, n, s.qkv.data(), {.training = run.training, .acts = run.acts, .bf16 = run.bf16});
     const int64_t dh = cfg.dh();
     if ((w.q_norm_w || w.k_norm_w) &&
         (!w.q_norm_w || !w.k_norm_w || int64_t(w.q_norm_w->size()) != dh || int64_t(w.k_norm_w->size()) != dh))
@@ -178,7 +178,7 @@ void attention_block_forward(const AttentionBlockConfig& cfg, const AttentionBlo
     else
       attention_forward(*run.ctx, attn, in, s.ctx.data(), s.lse.data());
   }
-  pk.out.forward(*run.ctx, s.ctx.data(), n, out, {.training = run.training, .acts = run.acts});
+  pk.out.forward(*run.ctx, s.ctx.data(), n, out, {.training = run.training, .acts = run.acts, .bf16 = run.bf16});
   if (w.post_norm_w) {
     if (cfg.norm != NormPlacement::pre || run.training)
       throw Error("attention block: a norm after the attention is pre-LN inference's");

@@ -141,6 +141,7 @@ struct BlockRun {
   // Self-attention's relative position bias (inference; AttentionShape::rel_bias); null: none.
   const float* rel_bias = nullptr;
   int64_t rel_span = 0;
+  bool bf16 = false;  // the projections in the bf16 compute mode (inference; Linear::Run::bf16)
 };
 
 // K|V = memory W_kvᵀ + b_kv, [m, 2d], for KeysValues::projected.

@@ -271,7 +271,8 @@ void Encoder::forward(const float* x, float* y, const Shape& shape, const Encode
   const int threads = ctx.threads();
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
   if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
-  if (opts.compute != Compute::fp32) throw Error("forward: the encoder computes in fp32 (--compute bf16 is the FFN's)");
+  if (opts.compute == Compute::bf16 && (opts.training || cache))
+    throw Error("forward: compute bf16 is for inference only (training and a cache need compute fp32)");
   if (opts.position_bias && (opts.training || cache))
     throw Error("forward: a relative position bias (position_bias) is inference only, without a cache");
   if (opts.position_bias && shape.seq > opts.position_bias_span)

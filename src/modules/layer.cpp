@@ -30,6 +30,7 @@ LayerRun layer_run(const std::vector<int64_t>& off, int64_t S, bool training, bo
   r.off = &off;
   r.S = S;
   r.run = BlockRun{training, causal, seed, &ctx, {}};
+  r.run.bf16 = opts.compute == Compute::bf16;
   r.ffn_opts = opts;
   r.ffn_opts.threads = ctx.threads();
   return r;

@@ -218,6 +218,47 @@ void linear_forward_int8(const Context& ctx, const Int8Linear& w, const float* x
   });
 }
 
+// Units of 64 rows × 256 output columns, row block by row block: a thread
+// rounds a row block into the kernel set's A layout once for the column
+// blocks it takes in a row, and adds the bias while the unit's C is in L1.
+void linear_forward_bf16(const Context& ctx, const float* x, int64_t n, int64_t k, const uint16_t* pairs,
+                         const float* b, int64_t m, float* y) {
+  constexpr int64_t kRows = 64, kCols = 256;  // kRows: a multiple of every a_rows; kCols: of 2 panels
+  if (n == 0) return;
+  const Bf16Kernels& kern = ctx.kernels().bf16 ? *ctx.kernels().bf16 : scalar::bf16_kernels;
+  const int64_t kk = bf16_kpad(k);
+  const int64_t row_blocks = (n + kRows - 1) / kRows, col_blocks = (m + kCols - 1) / kCols;
+  const int64_t units = row_blocks * col_blocks;
+  const int nt = int(std::max<int64_t>(1, std::min<int64_t>({ctx.threads(), units, n * m * k / 65536 + 1})));
+  struct Scratch {
+    ScratchVector<uint16_t> a;
+    int64_t packed = -1;  // the row block a holds
+  };
+  std::vector<Scratch> scratch(static_cast<size_t>(nt));
+  parallel_units(nt, units, [&](int64_t u, int slot) {
+    Scratch& t = scratch[size_t(slot)];
+    if (t.a.empty()) t.a.resize(static_cast<size_t>(bf16_a_size(kern, kRows, kk)));
+    const int64_t r0 = u / col_blocks * kRows, c0 = u % col_blocks * kCols;
+    const int64_t rows = std::min(kRows, n - r0), cols = std::min(kCols, m - c0);
+    if (t.packed != r0) {
+      pack_a_bf16(kern, x + r0 * k, rows, k, k, kk, t.a.data());
+      t.packed = r0;
+    }
+    Bf16GemmArgs g;
+    g.m = rows; g.n = cols; g.kp = kk / 2;
+    g.a = t.a.data();
+    g.psb = kk * kPanel;
+    g.b = pairs + (c0 / kPanel) * g.psb;
+    g.c = y + r0 * m + c0; g.ldc = m;
+    kern.gemm(g);
+    if (b)
+      for (int64_t r = 0; r < rows; ++r) {
+        float* yr = y + (r0 + r) * m + c0;
+        for (int64_t j = 0; j < cols; ++j) yr[j] += b[c0 + j];
+      }
+  });
+}
+
 // ---- the linear layer -----------------------------------------------------
 
 Linear::Linear(const float* w, int64_t k, int64_t m, const float* b)
@@ -284,8 +325,29 @@ void Linear::row(int64_t r, float* out) const {
   for (int64_t p = 0; p < k_; ++p) out[p] = panel[p * kPanel];
 }
 
+const AlignedVector<uint16_t>& Linear::bf16_pairs() const {
+  std::call_once(bf16_->once, [&] {
+    std::vector<float> w(size_t(m_ * k_));
+    for (int64_t r = 0; r < m_; ++r) row(r, w.data() + r * k_);
+    bf16_->pairs = pack_panels_bf16(w.data(), k_, m_);
+  });
+  return bf16_->pairs;
+}
+
 void Linear::forward(const Context& ctx, const float* x, int64_t n, float* y, const Run& run) const {
   const float* b = bias_.empty() ? nullptr : bias_.data();
+  if (run.bf16 && !run.training && !blocks_ && !int8_) {
+    if (ctx.reference()) {  // the rounded operands, products summed in double
+      std::vector<float> w(size_t(m_ * k_)), xr(x, x + n * k_);
+      for (int64_t r = 0; r < m_; ++r) row(r, w.data() + r * k_);
+      for (float& v : w) v = bf16_to_float(float_to_bf16(v));
+      for (float& v : xr) v = bf16_to_float(float_to_bf16(v));
+      reference::linear_forward(xr.data(), n, k_, w.data(), b, m_, y);
+    } else {
+      linear_forward_bf16(ctx, x, n, k_, bf16_pairs().data(), b, m_, y);
+    }
+    return;
+  }
   if (blocks_) {
     QActs local;
     qlinear_forward(ctx, q_, x, n, y, run.acts ? *run.acts : local);

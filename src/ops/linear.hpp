@@ -34,6 +34,15 @@ template <typename TB>
 void linear_forward_16(const Context& ctx, const float* x, int64_t n, int64_t k, const TB* packed, const float* b,
                        int64_t m, float* y);
 
+// The bf16 compute mode (RunOptions::compute = bf16, inference): y = x Wᵀ + b
+// with x's rows and W rounded to bf16, the products exact and summed in fp32
+// on the kernel set's bf16 product (AMX TDPBF16PS, AVX512_BF16 vdpbf16ps;
+// the scalar set elsewhere), in its order: each row's bits depend on that row
+// alone, for any thread count. `pairs` is pack_panels_bf16(W) (gemm.hpp's
+// Bf16GemmArgs B layout).
+void linear_forward_bf16(const Context& ctx, const float* x, int64_t n, int64_t k, const uint16_t* pairs,
+                         const float* b, int64_t m, float* y);
+
 // ---- int8 (inference) --------------------------------------------------------
 // W [m, k] in the int8 scheme of src/backends/cpu/quantize.hpp: one scale per
 // output row (s = max|w|/127), each token's input row quantized to 8-bit
@@ -113,6 +122,10 @@ class Linear {
   struct Run {
     bool training = false;  // fp32 even where int8 weights are set
     QActs* acts = nullptr;  // blocks: the quantized activations' scratch (null: a local one)
+    // The bf16 compute mode (inference; fp32, bf16 or fp16 storage): x and W
+    // rounded to bf16, linear_forward_bf16 (the reference path: the products
+    // of the rounded operands summed in double). Blocks and int8 ignore it.
+    bool bf16 = false;
   };
   void forward(const Context& ctx, const float* x, int64_t n, float* y, const Run& run) const;
   void forward(const Context& ctx, const float* x, int64_t n, float* y) const { forward(ctx, x, n, y, Run{}); }
@@ -137,6 +150,13 @@ class Linear {
   AlignedVector<uint16_t> packed16_;  // bf16, fp16
   std::vector<QPanels> q_;  // blocks: the parts, stacked by rows
   std::shared_ptr<const Int8Linear> int8_;
+  // W rounded to bf16 in the bf16 compute layout, packed on first use; shared by copies.
+  struct Bf16Pairs {
+    std::once_flag once;
+    AlignedVector<uint16_t> pairs;
+  };
+  std::shared_ptr<Bf16Pairs> bf16_ = std::make_shared<Bf16Pairs>();
+  const AlignedVector<uint16_t>& bf16_pairs() const;
 };
 
 }  // namespace ffn::nn

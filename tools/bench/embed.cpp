@@ -30,6 +30,7 @@ class Embed final : public Mode {
     e.model = f.model;
     e.input_file = f.input_file;
     e.dtype = f.dtype;
+    e.compute = f.compute;
     e.isa = f.isa;
     return cli::bench_embed(e, threads, f.repeats, f.warmup, f.json);
   }
