@@ -43,6 +43,12 @@ constexpr double kBf16VsReference = 1e-3;
 // elementwise |c − Σ a·b| ≤ k·u·Σ|a·b| (u = 2^-24, the worst case of k fp32
 // additions of exact products), with a factor 2 for the accumulate form.
 constexpr double kBf16SumUlps = 2.0;
+// A two-layer encoder in the bf16 compute mode (every projection rounded)
+// against its reference: kBf16VsReference's flips, carried through the next
+// layer's attention and norms. Measured worst 1.15e-3 (pre-LN; post-LN below
+// 1e-3; tests/modules/test_encoder.cpp, 2026-12-07, AMX); a projection left
+// unrounded or a wrong panel moves rows by 1e-2 or more.
+constexpr double kBf16EncoderVsReference = 5e-3;
 
 // The tiled attention (src/ops/attention.cpp) against the reference attention
 // (whole score rows, double sums). Forward: a context vector is an average of

@@ -501,6 +501,57 @@ TEST(Encoder, ASequenceGivesTheSameBitsAloneOrInABatch) {
   EXPECT_TRUE(std::equal(y0.begin(), y0.end(), y.begin()));
 }
 
+// The bf16 compute mode (inference): every projection's operands rounded to
+// bf16 (Linear::Run::bf16, the FFN's compute bf16); attention's own products
+// in fp32. Against its reference path (the same rounded operands, double
+// sums): kBf16EncoderVsReference (a value near a bf16 boundary may round one
+// step the other way; the next layer carries it on).
+// Against fp32 compute: 2e-2 scaled
+// (bf16 operands, 2^-8 relative each, through two layers: measured worst
+// printed below; a projection left unrounded would show as equal bits, an
+// operand rounded twice or a wrong panel as 1e-1 or more). Each sequence's bits are its own, on
+// 1 or 2 threads; training and a cache are refused.
+TEST(Encoder, Bf16ComputeMatchesItsReferenceAndKeepsEachSequencesBits) {
+  for (NormPlacement norm : {NormPlacement::post, NormPlacement::pre}) {
+    EncoderConfig cfg = small_config();
+    cfg.norm = norm;
+    const Encoder e(cfg, 7);
+    const int64_t d = cfg.d_model;
+    Shape s{3, 70, Layout::tokens, {70, 33, 5}};
+    const auto x = randn(size_t(s.positions() * d), 6);
+    std::vector<float> y32(x.size()), yb(x.size()), yb1(x.size()), yref(x.size());
+    EncoderRunOptions o;
+    e.forward(x.data(), y32.data(), s, o);
+    o.compute = Compute::bf16;
+    o.threads = 2;
+    e.forward(x.data(), yb.data(), s, o);
+    o.threads = 1;
+    e.forward(x.data(), yb1.data(), s, o);
+    EXPECT_EQ(yb, yb1) << "1 thread against 2";
+    o.path = Path::reference;
+    e.forward(x.data(), yref.data(), s, o);
+    const Comparison cr = compare(yb.data(), yref.data(), yb.size());
+    std::printf("  %s-LN: bf16 compute against its reference: worst scaled error %.2e (tolerance %.0e)\n",
+                norm == NormPlacement::pre ? "pre" : "post", cr.max_error, test::kBf16EncoderVsReference);
+    EXPECT_TRUE(cr.ok(test::kBf16EncoderVsReference)) << cr.describe();
+    const Comparison c32 = compare(yb.data(), y32.data(), yb.size());
+    std::printf("  %s-LN: bf16 compute against fp32: worst scaled error %.2e\n", norm == NormPlacement::pre ? "pre" : "post",
+                c32.max_error);
+    EXPECT_TRUE(c32.ok(2e-2)) << c32.describe();
+    EXPECT_NE(yb, y32) << "bf16 compute rounded nothing";
+    o.path = Path::automatic;
+    Shape one{1, 33, Layout::tokens, {}};
+    std::vector<float> y1(size_t(33 * d));
+    e.forward(x.data() + 70 * d, y1.data(), one, o);
+    EXPECT_TRUE(std::equal(y1.begin(), y1.end(), yb.begin() + 70 * d)) << "sequence 1 alone";
+    o.training = true;
+    EXPECT_THROW(e.forward(x.data(), yb.data(), s, o), Error);
+    o.training = false;
+    EncoderCache cache;
+    EXPECT_THROW(e.forward(x.data(), yb.data(), s, o, &cache), Error);
+  }
+}
+
 TEST(Encoder, FastPathMatchesReferenceInTraining) {
   for (NormPlacement norm : {NormPlacement::post, NormPlacement::pre}) {
     EncoderConfig cfg = small_config();

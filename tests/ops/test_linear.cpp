@@ -15,6 +15,7 @@
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernel_config.hpp"
 #include "ffn/diagnostics.hpp"
+#include "core/half.hpp"
 #include "ops/linear.hpp"
 #include "reference/linear_reference.hpp"
 #include "tolerances.hpp"
@@ -153,3 +154,60 @@ TEST(Linear, AMissingBiasIsSeen) {
 }
 
 }  // namespace
+
+// ---- bf16 compute ---------------------------------------------------------------
+// Linear::Run::bf16 (the encoder's projections in the bf16 compute mode): x
+// and W rounded to bf16, exact products summed in fp32 by the kernel set's
+// bf16 product. Against double sums of the same rounded products:
+// |y − Σ| ≤ kBf16SumUlps·(k + 2)·u·(Σ|x·w| + |b|) (the product kernels' bound,
+// tests/tolerances.hpp, one more addition for the bias). Sizes cross the
+// 64-row and 256-column units and the 16-row AMX tiles; fp32 and bf16
+// storage give the same bits (the same rounded W). Each row's bits are its
+// own: one row alone, or 1 thread against 2, gives the same bits.
+TEST_P(LinearPerIsa, Bf16ComputeWithinFp32SumBoundAndRowsIndependent) {
+  const Isa isa = GetParam();
+  if (!isa_supported(isa)) GTEST_SKIP() << to_string(isa) << ": not supported by this CPU";
+  const auto bf = [](float v) { return nn::bf16_to_float(nn::float_to_bf16(v)); };
+  int checked = 0;
+  for (int64_t n : {1, 13, 70, 130})
+    for (int64_t k : {1, 33, 70})
+      for (int64_t m : {1, 17, 300})
+        for (bool bias : {false, true}) {
+          const std::string what = std::string(to_string(isa)) + " n=" + std::to_string(n) + " k=" +
+                                   std::to_string(k) + " m=" + std::to_string(m) + (bias ? " bias" : "");
+          const auto x = uniform(size_t(n * k), 11), w = uniform(size_t(m * k), 12), b = uniform(size_t(m), 13);
+          const float* bp = bias ? b.data() : nullptr;
+          const nn::Linear l32(w.data(), k, m, bp), l16 = nn::Linear::rounded(w.data(), k, m, WeightDtype::bf16, bp);
+          nn::Linear::Run run;
+          run.bf16 = true;
+          std::vector<float> y(size_t(n * m)), y1(y.size()), y16(y.size()), yref(y.size()), row(static_cast<size_t>(m));
+          l32.forward(nn::Context(isa, 2), x.data(), n, y.data(), run);
+          l32.forward(nn::Context(isa, 1), x.data(), n, y1.data(), run);
+          l16.forward(nn::Context(isa, 2), x.data(), n, y16.data(), run);
+          l32.forward(nn::Context(isa, 1, Path::reference), x.data(), n, yref.data(), run);
+          EXPECT_EQ(0, std::memcmp(y.data(), y1.data(), y.size() * sizeof(float))) << what << ": 1 thread against 2";
+          EXPECT_EQ(0, std::memcmp(y.data(), y16.data(), y.size() * sizeof(float))) << what << ": bf16 storage";
+          for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 3)) {
+            l32.forward(nn::Context(isa, 2), x.data() + i * k, 1, row.data(), run);
+            EXPECT_EQ(0, std::memcmp(row.data(), y.data() + i * m, row.size() * sizeof(float))) << what << ": row " << i << " alone";
+          }
+          double worst = 0.0;
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < m; ++j) {
+              double s = bias ? double(b[size_t(j)]) : 0.0, mag = std::fabs(s);
+              for (int64_t p = 0; p < k; ++p) {
+                const double t = double(bf(x[size_t(i * k + p)])) * double(bf(w[size_t(j * k + p)]));
+                s += t;
+                mag += std::fabs(t);
+              }
+              const double bound = test::kBf16SumUlps * double(k + 2) * 0x1p-24 * mag + 1e-30;
+              const double got = y[size_t(i * m + j)];
+              worst = std::max(worst, std::fabs(got - s) / bound);
+              ASSERT_LE(std::fabs(got - s), bound) << what << " at (" << i << ", " << j << ")";
+              ASSERT_NEAR(yref[size_t(i * m + j)], s, 1e-6 * mag + 1e-30) << what << ": the reference path";
+            }
+          EXPECT_GT(nonzero_fraction(y.data(), y.size()), 0.9) << what;
+          ++checked;
+        }
+  EXPECT_EQ(checked, 72);
+}

@@ -215,3 +215,25 @@ def test_mpnet_xlmr_and_modernbert_embed_as_sentence_transformers():
             print(f"SKIPPED: {d}: {e}")
             continue
         assert np.abs(enc.embed(sentences, batch=3) - tensors["default"]).max() <= 1e-5, d
+
+
+@needs_model
+def test_bf16_compute_is_close_to_sentence_transformers_and_refused_where_it_does_not_apply():
+    """compute="bf16" (every projection's operands rounded to bf16, sums in fp32): within
+    cosine 0.9999 of the Hugging Face reference on the golden's sentences, each
+    text's bits its own (alone or in a batch); an int8 model, a ModernBERT
+    model (float32 only) and an unknown mode are refused naming what is wrong."""
+    tensors, sentences = golden()
+    enc = ffn.SentenceEncoder.load()
+    e = enc.embed(sentences, batch=8, threads=2, compute="bf16")
+    want = tensors["embeddings"]
+    cos = np.sum(e * want, axis=1) / np.linalg.norm(e, axis=1) / np.linalg.norm(want, axis=1)
+    assert cos.min() >= 0.9999 and not np.array_equal(e, enc.embed(sentences, batch=8))
+    assert np.array_equal(enc.embed(sentences[1], compute="bf16"), e[1])
+    with pytest.raises(ffn.Error, match="compute"):
+        enc.embed(["a"], compute="fp16")
+    with pytest.raises(ffn.Error, match="compute bf16"):
+        ffn.SentenceEncoder.load(dtype="int8").embed(["a"], compute="bf16")
+    modern = DATA / "modernbert" / "tiny"
+    with pytest.raises(ffn.Error, match="compute bf16"):
+        ffn.SentenceEncoder.load(str(modern)).embed(["a"], compute="bf16")

@@ -11,7 +11,12 @@
   - what a model directory leaves unsaid (here its pooling) is one note line;
   - --prompt-name / --prompt put a prompt before each text; an unknown name
     and --no-truncate on a long text exit 2 before any output; a cut text is
-    counted in a note.
+    counted in a note;
+  - --compute bf16 (every projection's operands in bf16) stays within cosine
+    0.9999 of fp32 on the 40 texts (measured worst 0.99997 on 2,000 texts,
+    bench/results/2026-12-07-xeon-amx-bf16-embed.md; a projection computed
+    wrongly is far below), with one window or two the same bits; --compute
+    bf16 with --dtype int8 and an unknown --compute exit 2 before any output.
 
     /usr/bin/python3 tests/tools/test_embed_cli.py FFN_BINARY
 Exits 77 (skipped) without numpy or without the model (scripts/setup.sh installs it).
@@ -66,6 +71,25 @@ def main(tmp):
     e_one, e_win = np.load(one), np.load(win)
     check(e_one.shape == (40, 384) and np.array_equal(e_one, e_win),
           "2 windows (32 + 8 texts at --batch 2) give the bits of one window over all 40 texts")
+    # --compute bf16: close to fp32, not equal to it, the same bits in windows.
+    b_one, b_win = os.path.join(tmp, "b_one.npy"), os.path.join(tmp, "b_win.npy")
+    rb1 = subprocess.run([FFN, "embed", "--input-file", src, "--compute", "bf16", "--batch", "64", "--output", b_one],
+                         capture_output=True, text=True)
+    rb2 = subprocess.run([FFN, "embed", "--input-file", src, "--compute", "bf16", "--batch", "2", "--output", b_win],
+                         capture_output=True, text=True)
+    if rb1.returncode == 0 and rb2.returncode == 0:
+        b, bw = np.load(b_one), np.load(b_win)
+        cos = (b * e_one).sum(1) / np.linalg.norm(b, axis=1) / np.linalg.norm(e_one, axis=1)
+        print(f"  --compute bf16 against fp32: worst cosine {cos.min():.6f}")
+        check(cos.min() >= 0.9999 and not np.array_equal(b, e_one) and np.array_equal(b, bw),
+              f"--compute bf16: worst cosine {cos.min():.6f} against fp32 (>= 0.9999), windows the same bits")
+    else:
+        check(False, f"embed --compute bf16 ({rb1.stderr.strip()} {rb2.stderr.strip()})")
+    for bad, want in ((["--compute", "bf16", "--dtype", "int8"], "--compute bf16"), (["--compute", "fp16"], "--compute")):
+        out = os.path.join(tmp, "bad.npy")
+        r = subprocess.run([FFN, "embed", "--input-file", src, *bad, "--output", out], capture_output=True, text=True)
+        check(r.returncode == 2 and want in r.stderr and len(r.stderr.strip().splitlines()) == 1
+              and not os.path.exists(out), f"{' '.join(bad)}: one line naming {want}, exit 2, no output ({r.stderr!r})")
     # "Short" is under FFN_PROGRESS_SECONDS' default of 5 s: on a loaded machine
     # the same job may take longer, and then its progress lines are right.
     if t2 < 4.0:
