@@ -391,7 +391,7 @@ def run_engine(engine, files, d, lat_text, first):
     """One round of one engine: {column: value}; embeddings into d on the first round."""
     got = {}
     ffn = engine.startswith("ffn")
-    dtype = {"ffn-int8": ["--dtype", "int8"], "ffn-bf16": ["--compute", "bf16"]}.get(engine, [])
+    flags = {"ffn-int8": ["--dtype", "int8"], "ffn-bf16": ["--compute", "bf16"]}.get(engine, [])
     me = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--threads", str(a.threads), "--batch",
           str(a.batch), "--repeats", str(a.repeats), "--calls", str(a.calls), "--model", a.model,
           "--peers-dir", a.peers_dir, "--engines", engine]
@@ -400,10 +400,10 @@ def run_engine(engine, files, d, lat_text, first):
         if ffn:
             got[name] = last_json([a.ffn, "bench", "--embed", "--model", a.model, "--input-file", path, "--threads",
                                    str(a.threads), "--embed-batch", str(a.batch), "--repeats", str(a.repeats),
-                                   "--warmup", "1", "--json"] + dtype)["texts_per_s"]
+                                   "--warmup", "1", "--json"] + flags)["texts_per_s"]
             if first:
                 r = subprocess.run([a.ffn, "embed", "--model", a.model, "--input-file", path, "--output", out,
-                                    "--threads", str(a.threads), "--batch", str(a.batch)] + dtype,
+                                    "--threads", str(a.threads), "--batch", str(a.batch)] + flags,
                                    capture_output=True, text=True, env=thread_env())
                 if r.returncode != 0:
                     raise RuntimeError(f"ffn embed: exit {r.returncode}: {r.stderr.strip()[-300:]}")
@@ -414,7 +414,7 @@ def run_engine(engine, files, d, lat_text, first):
                 PRECISION[engine] = j["precision"]
     if ffn:
         got["latency"] = last_json([a.ffn, "bench", "--embed", "--model", a.model, "--text", lat_text, "--threads",
-                                    str(a.threads), "--repeats", str(a.calls), "--warmup", "5", "--json"] + dtype
+                                    str(a.threads), "--repeats", str(a.calls), "--warmup", "5", "--json"] + flags
                                    )["median_s"] * 1e3
     else:
         got["latency"] = last_json(me + ["--latency-text", lat_text])["latency_ms"]

@@ -63,8 +63,9 @@ struct EmbedOptions {
   std::function<bool()> interrupted;
   Isa isa = Isa::automatic;  // the kernels (the caller's --isa)
   // The encoder's products (ffn/types.hpp Compute): fp32, or bf16 for every
-  // projection of a BERT, MPNet or XLM-R stack loaded with fp32 or bf16
-  // weights (Error otherwise): AMX or AVX512_BF16 where the CPU has them.
+  // projection of a BERT, MPNet or XLM-R stack whose layers are not int8
+  // (Error naming the layer otherwise; a ModernBERT stack: Error): AMX or
+  // AVX512_BF16 where the CPU has them.
   Compute compute = Compute::fp32;
   // The text put before each input, as sentence-transformers' encode(prompt=,
   // prompt_name=): prompt's text, or the model's prompt of that name

@@ -81,7 +81,7 @@ void RotaryEncoder::forward(const float* x, float* y, const Shape& shape, const 
   if (shape.layout != Layout::tokens) throw Error("layout: the encoder takes the tokens layout [B, S, d_model]");
   if (opts.training || opts.causal || opts.position_bias)
     throw Error("forward: a rotary encoder (ModernBERT) runs inference only, without a causal mask or position bias");
-  if (opts.compute != Compute::fp32) throw Error("forward: the encoder computes in fp32 (--compute bf16 is the FFN's)");
+  if (opts.compute != Compute::fp32) throw Error("forward: this encoder (rotary positions) computes in fp32 only (compute bf16 is the FFN's and BERT-style encoders')");
   if (shape.seq > positions_)
     throw Error("forward: sequences of " + std::to_string(shape.seq) + " positions, past the rotary table's " +
                 std::to_string(positions_));

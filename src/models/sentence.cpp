@@ -455,8 +455,10 @@ Array embed_id_lists(const detail::SentenceModel& m, int64_t N, const std::funct
     if (m.rotary)
       throw Error(m.config_path + ": compute bf16: this model runs in float32 only for now (bf16 compute is BERT's, "
                   "MPNet's and XLM-R's)");
-    if (m.encoder->config().layers > 0 && m.encoder->ffn_layer(0).weight_dtype() == WeightDtype::int8)
-      throw Error("compute bf16: expected a model loaded with fp32 or bf16 weights (--dtype), not int8");
+    for (int64_t l = 0; l < m.encoder->config().layers; ++l)
+      if (m.encoder->ffn_layer(l).weight_dtype() == WeightDtype::int8)
+        throw Error("compute bf16: layer " + std::to_string(l) +
+                    " was loaded with int8 weights; expected fp32 or bf16 weights (dtype)");
   }
   o.compute = opts.compute;
   for (int64_t b0 = 0; b0 < N; b0 += opts.batch) {

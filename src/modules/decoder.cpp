@@ -357,7 +357,7 @@ void Decoder::forward(const float* x, const Shape& shape, const float* memory, c
   const int64_t n = int64_t(rows.pos.size()), d = cfg_.d_model;
   if (shape.positions() > 0 && (!x || !y)) throw Error("forward: x and y must not be null");
   if (!mrows.pos.empty() && !memory) throw Error("forward: memory must not be null");
-  if (opts.compute != Compute::fp32) throw Error("forward: the decoder computes in fp32 (--compute bf16 is the FFN's)");
+  if (opts.compute != Compute::fp32) throw Error("forward: the decoder computes in fp32 (compute bf16 is the FFN's and the encoder's)");
   const auto& packed = *static_cast<const PackedDecoder*>(packed_.get());
   DecoderCacheData* c = cache ? &detail::CacheAccess::data(*cache) : nullptr;
   if (c) {

@@ -508,9 +508,10 @@ TEST(Encoder, ASequenceGivesTheSameBitsAloneOrInABatch) {
 // step the other way; the next layer carries it on).
 // Against fp32 compute: 2e-2 scaled
 // (bf16 operands, 2^-8 relative each, through two layers: measured worst
-// printed below; a projection left unrounded would show as equal bits, an
-// operand rounded twice or a wrong panel as 1e-1 or more). Each sequence's bits are its own, on
-// 1 or 2 threads; training and a cache are refused.
+// printed below). With the FFNs' weights zero the attention projections
+// alone must still move the output (their rounding is wired). Each
+// sequence's bits are its own, on 1 or 2 threads; training and a cache are
+// refused.
 TEST(Encoder, Bf16ComputeMatchesItsReferenceAndKeepsEachSequencesBits) {
   for (NormPlacement norm : {NormPlacement::post, NormPlacement::pre}) {
     EncoderConfig cfg = small_config();
@@ -544,6 +545,19 @@ TEST(Encoder, Bf16ComputeMatchesItsReferenceAndKeepsEachSequencesBits) {
     std::vector<float> y1(size_t(33 * d));
     e.forward(x.data() + 70 * d, y1.data(), one, o);
     EXPECT_TRUE(std::equal(y1.begin(), y1.end(), yb.begin() + 70 * d)) << "sequence 1 alone";
+    // The attention projections alone: with the FFNs' weights zero (their
+    // sublayers add nothing), bf16 compute still moves the output.
+    EncoderWeights w0 = e.weights();
+    for (auto& l : w0.layers)
+      for (auto* v : {&l.ffn.w1, &l.ffn.b1, &l.ffn.w2, &l.ffn.b2}) std::fill(v->begin(), v->end(), 0.0f);
+    const Encoder e0(cfg, w0);
+    std::vector<float> z32(x.size()), zb(x.size());
+    EncoderRunOptions o0;
+    e0.forward(x.data(), z32.data(), s, o0);
+    o0.compute = Compute::bf16;
+    e0.forward(x.data(), zb.data(), s, o0);
+    EXPECT_NE(zb, z32) << "the attention projections were not rounded";
+    EXPECT_TRUE(compare(zb.data(), z32.data(), zb.size()).ok(2e-2));
     o.training = true;
     EXPECT_THROW(e.forward(x.data(), yb.data(), s, o), Error);
     o.training = false;
