@@ -161,7 +161,7 @@ TEST(Linear, AMissingBiasIsSeen) {
 // bf16 product. Against double sums of the same rounded products:
 // |y − Σ| ≤ kBf16SumUlps·(k + 2)·u·(Σ|x·w| + |b|) (the product kernels' bound,
 // tests/tolerances.hpp, one more addition for the bias). Sizes cross the
-// 64-row and 256-column units and the 16-row AMX tiles; fp32 and bf16
+// 64-row and 256-column units, the 16-row AMX tiles and its k blocks; fp32 and bf16
 // storage give the same bits (the same rounded W). Each row's bits are its
 // own: one row alone, or 1 thread against 2, gives the same bits.
 TEST_P(LinearPerIsa, Bf16ComputeWithinFp32SumBoundAndRowsIndependent) {
@@ -170,7 +170,7 @@ TEST_P(LinearPerIsa, Bf16ComputeWithinFp32SumBoundAndRowsIndependent) {
   const auto bf = [](float v) { return nn::bf16_to_float(nn::float_to_bf16(v)); };
   int checked = 0;
   for (int64_t n : {1, 13, 70, 130})
-    for (int64_t k : {1, 33, 70})
+    for (int64_t k : {1, 33, 70, 300})  // 300: past the AMX kernel's 256-deep k blocks
       for (int64_t m : {1, 17, 300})
         for (bool bias : {false, true}) {
           const std::string what = std::string(to_string(isa)) + " n=" + std::to_string(n) + " k=" +
@@ -209,5 +209,5 @@ TEST_P(LinearPerIsa, Bf16ComputeWithinFp32SumBoundAndRowsIndependent) {
           EXPECT_GT(nonzero_fraction(y.data(), y.size()), 0.9) << what;
           ++checked;
         }
-  EXPECT_EQ(checked, 72);
+  EXPECT_EQ(checked, 96);
 }
