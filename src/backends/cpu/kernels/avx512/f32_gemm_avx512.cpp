@@ -22,6 +22,16 @@
 namespace ffn::nn::avx512 {
 namespace {
 
+// The first row tile of a column pair (or panel) is the one that reads its B
+// from beyond L2: it also prefetches into L2, one line per panel per k step,
+// kStreamAhead bytes ahead in each panel. A product of few rows (one short
+// text: 16 rows) is otherwise compute and waiting in turn. On a Zen 4, 2
+// threads, all-MiniLM-L6-v2 on one 16-token text (42 MB of fp32 weights,
+// past L3): 0.85× the time (median of 14 alternating rounds' ratios; 6 and 8
+// KiB 0.87× and 0.90×); batches of 32 unchanged within noise
+// (bench/results/2026-12-08-zen4-bf16-embed-latency.md).
+constexpr int64_t kStreamAhead = 4096;
+
 inline __m512 load_b(const float* b, __mmask16 m, bool masked) {
   return masked ? _mm512_maskz_loadu_ps(m, b) : _mm512_loadu_ps(b);
 }
@@ -43,10 +53,11 @@ inline __m512 load_b(const fp16_t* b, __mmask16, bool) {
 // while the last row tile of this column computes; the lines it evicts are
 // this column's rows that the tile has already used. (Spreading the fetch
 // over every row tile of the column was measured: +1 % at T = 512, none at
-// 4096, and 2-3 % slower in the backward at T = 8.)
+// 4096, and 2-3 % slower in the backward at T = 8.) `first`: the column's
+// first row tile, which streams B into L2 ahead of itself (kStreamAhead).
 template <int MR, int NP, bool Tail, typename TB>
 inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid, const TB* next = nullptr,
-                 int64_t npsb = 0) {
+                 int64_t npsb = 0, bool first = true) {
   const __mmask16 mask = Tail ? __mmask16((1u << valid) - 1u) : __mmask16(0xffff);
   __m512 acc[MR][NP];
   float* c = g.c + row * g.ldc + panel * kPanel;
@@ -69,6 +80,11 @@ inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid, 
   const int64_t rsa = g.rsa, csa = g.csa, ldb = g.ldb, psb = g.psb, k = g.k;
 #pragma GCC unroll 2
   for (int64_t p = 0; p < k; ++p) {
+    if (first) {
+#pragma GCC unroll 8
+      for (int q = 0; q < NP; ++q)
+        _mm_prefetch(reinterpret_cast<const char*>(b + q * psb) + kStreamAhead, _MM_HINT_T1);
+    }
     __m512 bv[NP];
 #pragma GCC unroll 8
     for (int q = 0; q < NP; ++q) bv[q] = load_b(b + q * psb, mask, Tail && q == NP - 1);
@@ -114,7 +130,7 @@ constexpr int kMr = 12;  // tallest tile (KernelConfig::mr)
 // into tiles of nearly equal height (64 rows: 11, 11, 10, 11, 11, 10), each
 // with ≥ 8 independent chains, rather than 12-row tiles plus a thin rest.
 template <typename TB>
-using PairFn = void (*)(const GemmArgsT<TB>&, int64_t, int64_t, int, const TB*, int64_t);
+using PairFn = void (*)(const GemmArgsT<TB>&, int64_t, int64_t, int, const TB*, int64_t, bool);
 template <typename TB>
 struct Tiles {
   static constexpr PairFn<TB> pair[] = {&tile<4, 2, false, TB>, &tile<5, 2, false, TB>, &tile<6, 2, false, TB>,
@@ -153,12 +169,12 @@ void block(const GemmArgsT<TB>& g) {
     const TB* next = last_pair ? g.next_b : g.b + (q + 2) * g.psb;
     const int64_t npsb = last_pair ? g.next_psb : g.psb;
     for (int64_t t = 0; t < tiles; ++t)
-      Tiles<TB>::pair[height(t) - 4](g, row0(t), q, kPanel, t + 1 == tiles ? next : nullptr, npsb);
+      Tiles<TB>::pair[height(t) - 4](g, row0(t), q, kPanel, t + 1 == tiles ? next : nullptr, npsb, t == 0);
   }
   if (q < full)
-    for (int64_t t = 0; t < tiles; ++t) Tiles<TB>::one[height(t) - 4](g, row0(t), q, kPanel, nullptr, 0);
+    for (int64_t t = 0; t < tiles; ++t) Tiles<TB>::one[height(t) - 4](g, row0(t), q, kPanel, nullptr, 0, t == 0);
   if (tail_valid)
-    for (int64_t t = 0; t < tiles; ++t) Tiles<TB>::tail[height(t) - 4](g, row0(t), full, tail_valid, nullptr, 0);
+    for (int64_t t = 0; t < tiles; ++t) Tiles<TB>::tail[height(t) - 4](g, row0(t), full, tail_valid, nullptr, 0, t == 0);
 }
 
 }  // namespace
