@@ -337,12 +337,10 @@ const AlignedVector<uint16_t>& Linear::bf16_pairs() const {
 void Linear::forward(const Context& ctx, const float* x, int64_t n, float* y, const Run& run) const {
   const float* b = bias_.empty() ? nullptr : bias_.data();
   if (run.bf16 && !run.training && !blocks_ && !int8_) {
-    if (ctx.reference()) {  // the rounded operands, products summed in double
-      std::vector<float> w(size_t(m_ * k_)), xr(x, x + n * k_);
+    if (ctx.reference()) {
+      std::vector<float> w(size_t(m_ * k_));
       for (int64_t r = 0; r < m_; ++r) row(r, w.data() + r * k_);
-      for (float& v : w) v = bf16_to_float(float_to_bf16(v));
-      for (float& v : xr) v = bf16_to_float(float_to_bf16(v));
-      reference::linear_forward(xr.data(), n, k_, w.data(), b, m_, y);
+      reference::linear_forward_bf16(x, n, k_, w.data(), b, m_, y);
     } else {
       linear_forward_bf16(ctx, x, n, k_, bf16_pairs().data(), b, m_, y);
     }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backends/cpu/quantize.hpp"
+#include "core/half.hpp"
 
 namespace ffn::reference {
 
@@ -14,6 +15,16 @@ void linear_forward(const float* x, int64_t n, int64_t k, const float* w, const 
       for (int64_t p = 0; p < k; ++p) s += double(x[i * k + p]) * double(w[j * k + p]);
       y[i * m + j] = float(s);
     }
+}
+
+void linear_forward_bf16(const float* x, int64_t n, int64_t k, const float* w, const float* b, int64_t m, float* y) {
+  const auto round = [](const float* v, int64_t count) {
+    std::vector<float> r(v, v + count);
+    for (float& e : r) e = nn::bf16_to_float(nn::float_to_bf16(e));
+    return r;
+  };
+  const std::vector<float> xr = round(x, n * k), wr = round(w, m * k);
+  linear_forward(xr.data(), n, k, wr.data(), b, m, y);
 }
 
 void linear_backward(const float* x, int64_t n, int64_t k, const float* w, int64_t m, const float* dy, float* dx,

@@ -9,6 +9,10 @@ namespace ffn::reference {
 // y[n, m] = x[n, k] Wᵀ + b  (W [m, k] row-major, as nn.Linear; b [m] or null).
 void linear_forward(const float* x, int64_t n, int64_t k, const float* w, const float* b, int64_t m, float* y);
 
+// The bf16 compute mode (Linear::Run::bf16): x and W each rounded to bf16
+// (round to nearest even), then linear_forward's double sums.
+void linear_forward_bf16(const float* x, int64_t n, int64_t k, const float* w, const float* b, int64_t m, float* y);
+
 // The int8 linear (src/ops/linear.hpp, Int8Linear), integer oracle: each row
 // of x quantized by quantize_row_ref with the fp32 input channels zeroed
 // first, Σ a·q in int64, y = fma(float(Σ), s_a · scale[j], prev[j]), prev =
