@@ -23,12 +23,13 @@ namespace ffn::nn::avx512 {
 namespace {
 
 // The first row tile of a column pair (or panel) is the one that reads its B
-// from beyond L2: it also prefetches into L2, one line per panel per k step,
-// kStreamAhead bytes ahead in each panel. A product of few rows (one short
-// text: 16 rows) is otherwise compute and waiting in turn. On a Zen 4, 2
-// threads, all-MiniLM-L6-v2 on one 16-token text (42 MB of fp32 weights,
-// past L3): 0.85× the time (median of 14 alternating rounds' ratios; 6 and 8
-// KiB 0.87× and 0.90×); batches of 32 unchanged within noise
+// from beyond L2: when B is in panels (ldb = 16), it also prefetches into L2,
+// per k step, the line kStreamAhead bytes ahead in each panel (64 k steps
+// ahead for fp32 B). A product of few rows (one short text: 16 rows) is
+// otherwise compute and waiting in turn. On a Zen 4, 2 threads,
+// all-MiniLM-L6-v2 on one 16-token text (42 MB of fp32 weights, past L3):
+// 0.84× the time (median of 12 alternating rounds' ratios; 1 thread 0.81×;
+// 6 and 8 KiB ahead 0.87× and 0.90×); batches of 32 unchanged within noise
 // (bench/results/2026-12-08-zen4-bf16-embed-latency.md).
 constexpr int64_t kStreamAhead = 4096;
 
@@ -54,10 +55,11 @@ inline __m512 load_b(const fp16_t* b, __mmask16, bool) {
 // this column's rows that the tile has already used. (Spreading the fetch
 // over every row tile of the column was measured: +1 % at T = 512, none at
 // 4096, and 2-3 % slower in the backward at T = 8.) `first`: the column's
-// first row tile, which streams B into L2 ahead of itself (kStreamAhead).
+// first row tile, which streams B into L2 ahead of itself (kStreamAhead; two
+// more instructions per k step than the loads and fmas counted above).
 template <int MR, int NP, bool Tail, typename TB>
 inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid, const TB* next = nullptr,
-                 int64_t npsb = 0, bool first = true) {
+                 int64_t npsb = 0, bool first = false) {
   const __mmask16 mask = Tail ? __mmask16((1u << valid) - 1u) : __mmask16(0xffff);
   __m512 acc[MR][NP];
   float* c = g.c + row * g.ldc + panel * kPanel;
@@ -78,9 +80,10 @@ inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid, 
   for (int i = 0; i < kGroups; ++i) base[i] = g.a + (row + 3 * i) * g.rsa;
   const TB* b = g.b + panel * g.psb;
   const int64_t rsa = g.rsa, csa = g.csa, ldb = g.ldb, psb = g.psb, k = g.k;
+  const bool stream = first && ldb == kPanel;
 #pragma GCC unroll 2
   for (int64_t p = 0; p < k; ++p) {
-    if (first) {
+    if (stream) {
 #pragma GCC unroll 8
       for (int q = 0; q < NP; ++q)
         _mm_prefetch(reinterpret_cast<const char*>(b + q * psb) + kStreamAhead, _MM_HINT_T1);
@@ -114,13 +117,13 @@ inline void tile(const GemmArgsT<TB>& g, int64_t row, int64_t panel, int valid, 
 }
 
 // Rows [row, row + MR) across every panel: NP at a time, then one at a time,
-// then the partial panel.
+// then the partial panel (the only row tile there: it streams B).
 template <int MR, int NP, typename TB>
 void row_strip(const GemmArgsT<TB>& g, int64_t row, int64_t full, int tail_valid) {
   int64_t q = 0;
-  for (; q + NP <= full; q += NP) tile<MR, NP, false>(g, row, q, kPanel);
-  for (; q < full; ++q) tile<MR, 1, false>(g, row, q, kPanel);
-  if (tail_valid) tile<MR, 1, true>(g, row, full, tail_valid);
+  for (; q + NP <= full; q += NP) tile<MR, NP, false>(g, row, q, kPanel, static_cast<const TB*>(nullptr), 0, true);
+  for (; q < full; ++q) tile<MR, 1, false>(g, row, q, kPanel, static_cast<const TB*>(nullptr), 0, true);
+  if (tail_valid) tile<MR, 1, true>(g, row, full, tail_valid, static_cast<const TB*>(nullptr), 0, true);
 }
 
 constexpr int kMr = 12;  // tallest tile (KernelConfig::mr)
